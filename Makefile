@@ -1,0 +1,101 @@
+# Makefile - builds, tests and installs ftcomm.
+#
+#   make                     build everything (warnings are errors)
+#   make DEBUG=1             -O0 -g3, assertions on
+#   make V=1                 show the commands
+#   make SANITIZE=address    (or undefined, thread) build under build/<sanitizer>
+#   make deps                install what is missing (Debian packages, NCCL/CUDA headers)
+#   make test                deps + build + every test suite
+#   make demo                deps + build + the local demo
+#   make bench               deps + build + benchmarks, side by side with the peers
+#   make install PREFIX=DIR  library, header, pkg-config file and binaries
+#
+# Each part adds itself in its own module.mk; this file holds what they share.
+
+PREFIX ?= /usr/local
+DEPS_PREFIX ?= $(CURDIR)/.deps
+CC ?= gcc
+CXX ?= g++
+
+ifeq ($(SANITIZE),)
+  ifeq ($(DEBUG),1)
+    BUILD ?= build/debug
+  else
+    BUILD ?= build/release
+  endif
+else
+  BUILD ?= build/$(SANITIZE)
+endif
+
+ifeq ($(V),1)
+  Q :=
+  say :=@true
+else
+  Q := @
+  say := @printf '  %-7s %s\n'
+endif
+
+WARN := -Wall -Wextra -Wvla -Wstrict-prototypes -Wshadow -Wno-missing-field-initializers -Werror
+CPPFLAGS_ALL := -D_GNU_SOURCE -Icommon -Iruntime/include -Irecorder/include $(CPPFLAGS)
+CFLAGS_ALL := -std=gnu11 $(WARN) -fPIC -fvisibility=hidden -pthread -MMD -MP
+CXXFLAGS_ALL := -std=c++17 -Wall -Wextra -Werror -fPIC -pthread -MMD -MP
+LDFLAGS_ALL := -pthread $(LDFLAGS)
+
+ifeq ($(DEBUG),1)
+  CFLAGS_ALL += -O0 -g3
+  CXXFLAGS_ALL += -O0 -g3
+else
+  CFLAGS_ALL += -O2 -g -DNDEBUG
+  CXXFLAGS_ALL += -O2 -g -DNDEBUG
+endif
+
+ifneq ($(SANITIZE),)
+  ifeq ($(filter $(SANITIZE),address undefined thread),)
+    $(error SANITIZE must be address, undefined or thread, not '$(SANITIZE)')
+  endif
+  SAN_FLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+  ifeq ($(SANITIZE),undefined)
+    SAN_FLAGS += -fno-sanitize-recover=all
+  endif
+  CFLAGS_ALL += $(SAN_FLAGS)
+  CXXFLAGS_ALL += $(SAN_FLAGS)
+  LDFLAGS_ALL += $(SAN_FLAGS)
+endif
+
+CFLAGS_ALL += $(CFLAGS)
+CXXFLAGS_ALL += $(CXXFLAGS)
+
+# Filled in by the modules.
+ALL_TARGETS :=
+CLEAN_FILES :=
+INSTALL_BINS :=
+DEPFILES :=
+
+.PHONY: all deps test demo bench install clean docs-env check-docs
+all:
+
+include common/module.mk
+include recorder/module.mk
+include runtime/module.mk
+include controller/module.mk
+include tests/module.mk
+
+all: $(ALL_TARGETS)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(say) CC $<
+	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(EXTRA_CFLAGS_$(subst /,_,$(dir $<))) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cc
+	@mkdir -p $(dir $@)
+	$(say) CXX $<
+	$(Q)$(CXX) $(CPPFLAGS_ALL) $(CXXFLAGS_ALL) -c $< -o $@
+
+deps:
+	@scripts/deps.sh
+
+clean:
+	rm -rf build
+
+-include $(shell find build -name '*.d' 2>/dev/null)

@@ -1,0 +1,41 @@
+/*
+ * ftc_alloc.c - the allocation hook with fault injection for tests.
+ */
+#include "ftc_alloc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static long fail_at;  /* 0: never fail */
+static long counter;
+
+static int should_fail(void) {
+  long n = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+  long f = __atomic_load_n(&fail_at, __ATOMIC_RELAXED);
+  return f > 0 && n == f;
+}
+
+void ftc__alloc_fail_at(long n) {
+  __atomic_store_n(&counter, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&fail_at, n, __ATOMIC_RELAXED);
+}
+
+long ftc__alloc_count(void) { return __atomic_load_n(&counter, __ATOMIC_RELAXED); }
+
+void *ftc__malloc(size_t n) { return should_fail() ? NULL : malloc(n ? n : 1); }
+
+void *ftc__calloc(size_t nmemb, size_t size) {
+  return should_fail() ? NULL : calloc(nmemb ? nmemb : 1, size ? size : 1);
+}
+
+void *ftc__realloc(void *p, size_t n) { return should_fail() ? NULL : realloc(p, n ? n : 1); }
+
+char *ftc__strdup(const char *s) {
+  if (!s) return NULL;
+  size_t n = strlen(s) + 1;
+  char *d = ftc__malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+void ftc__free(void *p) { free(p); }

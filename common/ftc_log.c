@@ -1,0 +1,111 @@
+/*
+ * ftc_log.c - the one logger: level and subsystem mask from the environment,
+ * one write(2) per line so lines from threads and processes do not interleave.
+ */
+#include "ftc_log.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+int ftc__log_level = -1;
+unsigned int ftc__log_mask = FTC_SUB_ALL;
+static char log_prefix[64];
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+
+static const struct {
+  const char *name;
+  unsigned int bit;
+} subsys_names[] = {
+    {"init", FTC_SUB_INIT},         {"coll", FTC_SUB_COLL},   {"net", FTC_SUB_NET},
+    {"coord", FTC_SUB_COORD},       {"recovery", FTC_SUB_RECOVERY},
+    {"recorder", FTC_SUB_RECORDER}, {"nccl", FTC_SUB_NCCL},   {"k8s", FTC_SUB_K8S},
+    {"ctrl", FTC_SUB_CTRL},         {"run", FTC_SUB_RUN},
+};
+
+static const char *level_names[] = {"NONE", "ERROR", "WARN", "INFO", "DEBUG", "TRACE"};
+
+static const char *subsys_name(unsigned int bit) {
+  for (size_t i = 0; i < sizeof(subsys_names) / sizeof(subsys_names[0]); i++)
+    if (subsys_names[i].bit == bit) return subsys_names[i].name;
+  return "misc";
+}
+
+static void log_init_once(void) {
+  int level = FTC_LOG_WARN;
+  const char *l = getenv("FTCOMM_LOG_LEVEL");
+  if (l && *l) {
+    int found = 0;
+    for (int i = 0; i <= FTC_LOG_TRACE; i++) {
+      if (strcasecmp(l, level_names[i]) == 0 ||
+          (i == FTC_LOG_WARN && strcasecmp(l, "warning") == 0)) {
+        level = i;
+        found = 1;
+      }
+    }
+    if (!found) {
+      char *end;
+      long v = strtol(l, &end, 10);
+      if (*end == '\0' && v >= 0 && v <= FTC_LOG_TRACE) {
+        level = (int)v;
+      } else {
+        fprintf(stderr,
+                "ftcomm WARN init FTCOMM_LOG_LEVEL=%s is not one of none, error, warn, "
+                "info, debug, trace; using warn\n",
+                l);
+      }
+    }
+  }
+  const char *s = getenv("FTCOMM_LOG_SUBSYS");
+  if (s && *s && strcasecmp(s, "all") != 0) {
+    int exclude = (*s == '^');
+    unsigned int mask = 0;
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", s + exclude);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+      for (size_t i = 0; i < sizeof(subsys_names) / sizeof(subsys_names[0]); i++)
+        if (strcasecmp(tok, subsys_names[i].name) == 0) mask |= subsys_names[i].bit;
+    }
+    ftc__log_mask = exclude ? ~mask : mask;
+  }
+  __atomic_store_n(&ftc__log_level, level, __ATOMIC_RELEASE);
+}
+
+void ftc__log_init(void) { pthread_once(&log_once, log_init_once); }
+
+void ftc__log_set_prefix(const char *prefix) {
+  snprintf(log_prefix, sizeof(log_prefix), "%s", prefix ? prefix : "");
+}
+
+void ftc__log_write(int level, unsigned int subsys, const char *file, int line,
+                    const char *fmt, ...) {
+  char buf[1024];
+  int n;
+  if (level < FTC_LOG_ERROR || level > FTC_LOG_TRACE) level = FTC_LOG_ERROR;
+  if (log_prefix[0])
+    n = snprintf(buf, sizeof(buf), "ftcomm %s %s [%s] ", level_names[level],
+                 subsys_name(subsys), log_prefix);
+  else
+    n = snprintf(buf, sizeof(buf), "ftcomm %s %s ", level_names[level], subsys_name(subsys));
+  if (n < 0 || (size_t)n >= sizeof(buf)) n = 0;
+  va_list ap;
+  va_start(ap, fmt);
+  int m = vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);
+  va_end(ap);
+  if (m < 0) m = 0;
+  size_t len = (size_t)n + (size_t)m;
+  if (len > sizeof(buf) - 2) len = sizeof(buf) - 2;
+  if (ftc__log_level >= FTC_LOG_DEBUG) {
+    int k = snprintf(buf + len, sizeof(buf) - len, " (%s:%d)", file, line);
+    if (k > 0) len += (size_t)k;
+    if (len > sizeof(buf) - 2) len = sizeof(buf) - 2;
+  }
+  buf[len++] = '\n';
+  ssize_t w = write(STDERR_FILENO, buf, len);
+  (void)w;
+}

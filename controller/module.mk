@@ -1,0 +1,1 @@
+# controller/ - filled in as the part grows.

@@ -1,0 +1,1 @@
+# recorder/ - filled in as the part grows.

@@ -1,0 +1,263 @@
+/*
+ * ftcomm.h - the public API of libftcomm, a fault-tolerant collective
+ * communication library.
+ *
+ * A communicator (ftc_comm_t) is a group of ranks that run collectives
+ * together. Ranks find each other through a coordinator (hosted by the
+ * Kubernetes controller or by ftcomm-run); the data plane is direct between
+ * ranks. When a rank dies or hangs, collectives fail with a clear status
+ * instead of hanging, and the survivors recover at a step boundary.
+ *
+ * Conventions
+ *   - Every call that can fail returns ftc_status_t; outputs go through
+ *     pointers. FTC_OK is 0. Codes are only ever appended.
+ *   - ftc_last_error() returns a thread-local, human-readable detail for the
+ *     last failure on the calling thread (what went wrong and what to fix).
+ *   - destroy(NULL) is a no-op.
+ *   - Thread safety: a communicator may be used from one application thread at
+ *     a time (like an MPI communicator without MPI_THREAD_MULTIPLE), except
+ *     ftc_comm_abort() and the query calls, which are safe from any thread.
+ *     Requests may be tested or waited on from any thread, one thread per
+ *     request.
+ *   - Timeouts are in milliseconds; FTC_TIMEOUT_DEFAULT selects the
+ *     communicator's configured timeout, FTC_TIMEOUT_INFINITE waits forever.
+ */
+#ifndef FTCOMM_H
+#define FTCOMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define FTC_API __attribute__((visibility("default")))
+#else
+#define FTC_API
+#endif
+
+#define FTC_VERSION_MAJOR 0
+#define FTC_VERSION_MINOR 1
+#define FTC_VERSION_PATCH 0
+#define FTC_VERSION_CODE (FTC_VERSION_MAJOR * 10000 + FTC_VERSION_MINOR * 100 + FTC_VERSION_PATCH)
+
+/* Status codes. Never renumbered; new codes are appended before FTC_STATUS_COUNT. */
+typedef enum ftc_status {
+  FTC_OK = 0,
+  FTC_ERR_INVALID_ARGUMENT = 1, /* a NULL buffer, unknown dtype/op, rank out of range, ... */
+  FTC_ERR_NO_MEMORY = 2,
+  FTC_ERR_SYSTEM = 3,           /* a system call failed; ftc_last_error() has errno's text */
+  FTC_ERR_TIMEOUT = 4,          /* an operation did not finish within its timeout */
+  FTC_ERR_PEER_LOST = 5,        /* a peer rank died or its connection broke */
+  FTC_ERR_REVOKED = 6,          /* the communicator's epoch was revoked; call ftc_comm_recover */
+  FTC_ERR_AUTH = 7,             /* the job token was refused */
+  FTC_ERR_PROTOCOL = 8,         /* a malformed or unexpected message from a peer or coordinator */
+  FTC_ERR_BELOW_MIN_SIZE = 9,   /* fewer ranks than the job's minimum, and no joiner came in time */
+  FTC_ERR_NOT_SUPPORTED = 10,   /* the backend or library version cannot do this */
+  FTC_ERR_BACKEND = 11,         /* the backend library (NCCL/RCCL) reported an error */
+  FTC_ERR_LIBRARY_NOT_FOUND = 12, /* a backend library could not be loaded */
+  FTC_ERR_IN_PROGRESS = 13,     /* a request has not completed yet (ftc_test) */
+  FTC_ERR_ABORTED = 14,         /* the communicator was aborted locally */
+  FTC_ERR_CONFIG = 15,          /* bad configuration or FTCOMM_* environment variable */
+  FTC_ERR_COORDINATOR = 16,     /* the coordinator could not be reached or closed the session */
+  FTC_ERR_INTERNAL = 17,        /* a bug in ftcomm; please report it */
+  FTC_STATUS_COUNT
+} ftc_status_t;
+
+/* A static, English description of a status code. Never NULL. */
+FTC_API const char *ftc_strerror(ftc_status_t status);
+
+/* Detail of the last failure on the calling thread (thread-local storage,
+ * valid until the next ftcomm call on this thread). Never NULL; "" if none. */
+FTC_API const char *ftc_last_error(void);
+
+/* Library version, as FTC_VERSION_CODE, for a runtime check against the header. */
+FTC_API int ftc_version(void);
+
+typedef enum ftc_dtype {
+  FTC_F32 = 0,
+  FTC_F64 = 1,
+  FTC_F16 = 2,  /* IEEE 754 binary16 */
+  FTC_BF16 = 3, /* bfloat16; reductions round to nearest even */
+  FTC_I32 = 4,
+  FTC_I64 = 5,
+  FTC_U8 = 6,
+  FTC_DTYPE_COUNT
+} ftc_dtype_t;
+
+typedef enum ftc_op {
+  FTC_SUM = 0,
+  FTC_PROD = 1,
+  FTC_MIN = 2,
+  FTC_MAX = 3,
+  FTC_AVG = 4, /* sum divided by the communicator size (integer types truncate toward zero) */
+  FTC_OP_COUNT
+} ftc_op_t;
+
+/* Size in bytes of one element, or 0 for an unknown dtype. */
+FTC_API size_t ftc_dtype_size(ftc_dtype_t dtype);
+FTC_API const char *ftc_dtype_name(ftc_dtype_t dtype); /* "f32", ...; "?" if unknown */
+FTC_API const char *ftc_op_name(ftc_op_t op);          /* "sum", ...; "?" if unknown */
+
+#define FTC_TIMEOUT_DEFAULT (-1)
+#define FTC_TIMEOUT_INFINITE (-2)
+
+/*
+ * Configuration. Fill with FTC_CONFIG_INITIALIZER, set what you need, and pass
+ * to ftc_comm_create(). Every field left unset is taken from the FTCOMM_*
+ * environment (see docs/environment.md), then from the built-in default.
+ * Strings are copied by ftc_comm_create(); the caller keeps ownership.
+ */
+#define FTC_CONFIG_VERSION 1
+#define FTC_UNSET_INT (-2147483647 - 1)
+typedef struct ftc_config {
+  size_t size;              /* sizeof(ftc_config_t), set by the initializer */
+  unsigned int version;     /* FTC_CONFIG_VERSION, set by the initializer */
+  const char *job;          /* FTCOMM_JOB: job name, in logs and dumps */
+  const char *coordinator;  /* FTCOMM_COORDINATOR: host:port of the coordinator */
+  const char *token;        /* FTCOMM_TOKEN: per-job secret for the coordinator and peers */
+  int slot;                 /* FTCOMM_SLOT: stable slot of this process in the job (0..replicas-1) */
+  int world_size;           /* FTCOMM_WORLD_SIZE: ranks expected at the first epoch */
+  int min_size;             /* FTCOMM_MIN_SIZE: smallest world that may keep training */
+  int joiner;               /* FTCOMM_JOINER: 1 if this process replaces a lost rank */
+  int timeout_ms;           /* FTCOMM_TIMEOUT_MS: default collective timeout */
+  int connect_timeout_ms;   /* FTCOMM_CONNECT_TIMEOUT_MS: bootstrap and peer connection timeout */
+  const char *backend;      /* FTCOMM_BACKEND: "tcp", "nccl" or "auto" */
+  const char *bind_host;    /* FTCOMM_BIND_HOST: address the data plane listens on */
+  const char *advertise_host; /* FTCOMM_ADVERTISE_HOST: address peers use to reach this rank */
+  const char *dump_dir;     /* FTCOMM_DUMP_DIR: where flight-recorder dumps are written */
+  int recorder_entries;     /* FTCOMM_RECORDER_ENTRIES: ring size per communicator, 0 disables */
+} ftc_config_t;
+
+#define FTC_CONFIG_INITIALIZER                                                  \
+  {                                                                             \
+    sizeof(ftc_config_t), FTC_CONFIG_VERSION, NULL, NULL, NULL, FTC_UNSET_INT, \
+        FTC_UNSET_INT, FTC_UNSET_INT, FTC_UNSET_INT, FTC_UNSET_INT,             \
+        FTC_UNSET_INT, NULL, NULL, NULL, NULL, FTC_UNSET_INT                    \
+  }
+
+/* Fill every unset field of *cfg from the environment and the defaults, and
+ * check the ranges. On failure, *cfg may be partly filled and
+ * ftc_last_error() names the variable and the allowed range. String fields
+ * point into the environment or static storage: valid while the environment
+ * is not modified. */
+FTC_API ftc_status_t ftc_config_resolve(ftc_config_t *cfg);
+
+typedef struct ftc_comm ftc_comm_t;
+typedef struct ftc_request ftc_request_t;
+
+/*
+ * Create a communicator: connect to the coordinator, join the job, wait for
+ * the first epoch and connect to the peers. Blocks up to connect_timeout_ms.
+ * cfg may be NULL (everything from the environment). On success *comm owns
+ * the communicator; free it with ftc_comm_destroy(). On failure *comm is NULL.
+ */
+FTC_API ftc_status_t ftc_comm_create(const ftc_config_t *cfg, ftc_comm_t **comm);
+
+/* Leave the job cleanly and free the communicator. Pending requests are
+ * failed with FTC_ERR_ABORTED and must still be freed. NULL is a no-op. */
+FTC_API ftc_status_t ftc_comm_destroy(ftc_comm_t *comm);
+
+/* Abort: fail every pending and future collective with FTC_ERR_ABORTED and
+ * close the peer connections without waiting for anyone. Safe from any
+ * thread, including a signal-free watchdog. The handle must still be
+ * destroyed. */
+FTC_API ftc_status_t ftc_comm_abort(ftc_comm_t *comm);
+
+/* Queries; safe from any thread. Values describe the current epoch. */
+FTC_API ftc_status_t ftc_comm_rank(const ftc_comm_t *comm, int *rank);
+FTC_API ftc_status_t ftc_comm_size(const ftc_comm_t *comm, int *size);
+FTC_API ftc_status_t ftc_comm_epoch(const ftc_comm_t *comm, uint64_t *epoch);
+
+/* The error that broke the communicator, stored by a background thread
+ * (FTC_OK while healthy). Like ncclCommGetAsyncError. */
+FTC_API ftc_status_t ftc_comm_get_async_error(const ftc_comm_t *comm, ftc_status_t *error);
+
+/*
+ * Collectives. Every rank of the epoch calls them in the same order with
+ * matching count, dtype, op and root. In-place: pass the same pointer as
+ * send and recv (for allgather, sendbuf == recvbuf + rank * count elements;
+ * for reduce-scatter, sendbuf == recvbuf is allowed with recvbuf holding
+ * size * count elements). count is in elements, per rank where it says so.
+ * Buffers stay owned by the caller and must stay valid until the call (or
+ * its request) completes.
+ *
+ * Blocking calls wait up to timeout_ms. A collective that times out or loses
+ * a peer fails on every rank that can still be reached, and the communicator
+ * must then be recovered before the next collective (FTC_ERR_REVOKED until
+ * then).
+ */
+FTC_API ftc_status_t ftc_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                   ftc_dtype_t dtype, ftc_op_t op, ftc_comm_t *comm,
+                                   int timeout_ms);
+FTC_API ftc_status_t ftc_broadcast(void *buf, size_t count, ftc_dtype_t dtype, int root,
+                                   ftc_comm_t *comm, int timeout_ms);
+/* recvbuf is only written on root (and may be NULL elsewhere). */
+FTC_API ftc_status_t ftc_reduce(const void *sendbuf, void *recvbuf, size_t count,
+                                ftc_dtype_t dtype, ftc_op_t op, int root, ftc_comm_t *comm,
+                                int timeout_ms);
+/* sendcount elements per rank; recvbuf holds size * sendcount elements. */
+FTC_API ftc_status_t ftc_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                   ftc_dtype_t dtype, ftc_comm_t *comm, int timeout_ms);
+/* sendbuf holds size * recvcount elements; each rank receives its recvcount. */
+FTC_API ftc_status_t ftc_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                        ftc_dtype_t dtype, ftc_op_t op, ftc_comm_t *comm,
+                                        int timeout_ms);
+/* count elements to and from each rank; both buffers hold size * count elements. */
+FTC_API ftc_status_t ftc_alltoall(const void *sendbuf, void *recvbuf, size_t count,
+                                  ftc_dtype_t dtype, ftc_comm_t *comm, int timeout_ms);
+FTC_API ftc_status_t ftc_barrier(ftc_comm_t *comm, int timeout_ms);
+FTC_API ftc_status_t ftc_send(const void *buf, size_t count, ftc_dtype_t dtype, int peer,
+                              ftc_comm_t *comm, int timeout_ms);
+FTC_API ftc_status_t ftc_recv(void *buf, size_t count, ftc_dtype_t dtype, int peer,
+                              ftc_comm_t *comm, int timeout_ms);
+
+/*
+ * Asynchronous collectives: same arguments, no timeout; on success *req owns
+ * a request to complete with ftc_wait()/ftc_test() and free with
+ * ftc_request_free(). The communicator's timeout still applies: a collective
+ * that runs past it fails with FTC_ERR_TIMEOUT. Requests complete in the
+ * order they were started.
+ */
+FTC_API ftc_status_t ftc_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                    ftc_dtype_t dtype, ftc_op_t op, ftc_comm_t *comm,
+                                    ftc_request_t **req);
+FTC_API ftc_status_t ftc_ibroadcast(void *buf, size_t count, ftc_dtype_t dtype, int root,
+                                    ftc_comm_t *comm, ftc_request_t **req);
+FTC_API ftc_status_t ftc_ireduce(const void *sendbuf, void *recvbuf, size_t count,
+                                 ftc_dtype_t dtype, ftc_op_t op, int root, ftc_comm_t *comm,
+                                 ftc_request_t **req);
+FTC_API ftc_status_t ftc_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                    ftc_dtype_t dtype, ftc_comm_t *comm, ftc_request_t **req);
+FTC_API ftc_status_t ftc_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                         ftc_dtype_t dtype, ftc_op_t op, ftc_comm_t *comm,
+                                         ftc_request_t **req);
+FTC_API ftc_status_t ftc_ialltoall(const void *sendbuf, void *recvbuf, size_t count,
+                                   ftc_dtype_t dtype, ftc_comm_t *comm, ftc_request_t **req);
+FTC_API ftc_status_t ftc_ibarrier(ftc_comm_t *comm, ftc_request_t **req);
+FTC_API ftc_status_t ftc_isend(const void *buf, size_t count, ftc_dtype_t dtype, int peer,
+                               ftc_comm_t *comm, ftc_request_t **req);
+FTC_API ftc_status_t ftc_irecv(void *buf, size_t count, ftc_dtype_t dtype, int peer,
+                               ftc_comm_t *comm, ftc_request_t **req);
+
+/* Wait up to timeout_ms for the request. Returns the operation's status, or
+ * FTC_ERR_TIMEOUT if it did not complete in time; a timed-out wait fails the
+ * operation (and the communicator's epoch) like a blocking call would. */
+FTC_API ftc_status_t ftc_wait(ftc_request_t *req, int timeout_ms);
+
+/* Non-destructive poll: *done = 1 and the operation's status once complete,
+ * *done = 0 and FTC_OK while running. */
+FTC_API ftc_status_t ftc_test(ftc_request_t *req, int *done);
+
+/* Free a request. Freeing a request that is still running detaches it: the
+ * collective goes on in the background and its buffers must stay valid until
+ * the communicator is destroyed or a later request completes. NULL is a no-op. */
+FTC_API void ftc_request_free(ftc_request_t *req);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FTCOMM_H */

@@ -1,0 +1,1 @@
+# runtime/ - filled in as the part grows.

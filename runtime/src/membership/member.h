@@ -1,0 +1,77 @@
+/*
+ * member.h - the rank's side of the membership protocol: one WebSocket
+ * session to the job's coordinator (runtime/src/coordinator/).
+ *
+ * The session authenticates with the job token, announces this process
+ * (slot, data-plane address, joiner or not), receives numbered membership
+ * epochs ("views"), and later carries heartbeats, failure reports, dump
+ * requests and dump uploads. It runs its own service thread; the calls below
+ * are safe from any thread. Messages are versioned JSON (docs/protocol.md).
+ *
+ * Contract with the communicator (runtime/src/core/):
+ *   open -> wait_view(0) gives epoch 1 (or the epoch a joiner is admitted
+ *   to) -> the communicator connects its data plane to view->members[*].addr
+ *   -> later epochs are awaited with wait_view(current_epoch).
+ */
+#ifndef FTC_MEMBER_H
+#define FTC_MEMBER_H
+
+#include <stdint.h>
+
+#include "ftcomm.h"
+
+typedef struct ftc__member ftc__member_t;
+
+typedef struct ftc__member_cfg {
+  const char *coordinator; /* host:port */
+  const char *job;
+  const char *token;
+  int slot;
+  int world_size;         /* expected size of the first epoch */
+  int min_size;
+  int joiner;             /* 1: a replacement asking to be admitted */
+  const char *data_addr;  /* host:port where this rank's data plane listens */
+  const char *pod, *node, *host; /* identity for logs and dumps; may be NULL */
+  int connect_timeout_ms; /* for open() */
+  int heartbeat_ms;       /* 0: protocol default */
+} ftc__member_cfg_t;
+
+typedef struct ftc__view_member {
+  int rank;               /* index in members[] */
+  int slot;
+  uint64_t member_id;     /* unique per process incarnation, never reused in a job */
+  uint64_t joined_epoch;  /* epoch at which this member was admitted */
+  char addr[128];         /* data-plane host:port */
+} ftc__view_member_t;
+
+typedef struct ftc__view {
+  uint64_t epoch;         /* numbered by the coordinator, never reused */
+  int size;
+  int my_rank;            /* this process's rank in the epoch, -1 if excluded */
+  uint64_t my_member_id;
+  ftc__view_member_t *members; /* size entries, ordered by rank */
+  char *backend_blob;     /* opaque backend data (e.g. an NCCL unique id, base64), may be NULL */
+} ftc__view_t;
+
+/* Connect, authenticate and register. Blocks up to cfg->connect_timeout_ms.
+ * FTC_ERR_AUTH on a wrong token, FTC_ERR_COORDINATOR if unreachable,
+ * FTC_ERR_PROTOCOL on a malformed answer; ftc_last_error() says which. */
+ftc_status_t ftc__member_open(const ftc__member_cfg_t *cfg, ftc__member_t **out);
+
+/* Wait up to timeout_ms for an epoch newer than `after`. On success *view is
+ * owned by the caller (ftc__view_free). */
+ftc_status_t ftc__member_wait_view(ftc__member_t *m, uint64_t after, int timeout_ms,
+                                   ftc__view_t **view);
+void ftc__view_free(ftc__view_t *v);
+
+/* Tell the coordinator that, in `epoch`, the given ranks failed (`why`). */
+ftc_status_t ftc__member_report_failure(ftc__member_t *m, uint64_t epoch, const int *ranks,
+                                        int n, ftc_status_t why);
+
+/* The session's stored error (FTC_OK while connected and healthy). */
+ftc_status_t ftc__member_error(ftc__member_t *m);
+
+/* Leave the job cleanly (a "leave" message) and free. NULL is a no-op. */
+void ftc__member_close(ftc__member_t *m);
+
+#endif
