@@ -1,1 +1,47 @@
-# runtime/ - filled in as the part grows.
+# runtime/ - libftcomm (shared and static), its tools and examples.
+#   runtime/src/<part>/*.c    the library, one folder per part (core, tcp,
+#                             membership, coordinator, nccl, ...)
+#   runtime/tools/<name>/*.c  one binary per folder, linked with libftcomm
+#   runtime/examples/*.c      one binary per file
+# The recorder's objects (recorder/src) are linked into libftcomm.
+
+RUNTIME_SRCS := $(wildcard runtime/src/*/*.c)
+RUNTIME_OBJS := $(RUNTIME_SRCS:%.c=$(BUILD)/obj/%.o)
+RUNTIME_CPPFLAGS := -Iruntime/src
+RUNTIME_LIBS := -lwebsockets -ljansson -ldl -lm
+
+FTCOMM_SO := $(BUILD)/lib/libftcomm.so
+FTCOMM_A := $(BUILD)/lib/libftcomm.a
+
+$(RUNTIME_OBJS): CPPFLAGS_ALL += $(RUNTIME_CPPFLAGS)
+
+$(FTCOMM_A): $(RUNTIME_OBJS) $(RECORDER_OBJS) $(COMMON_OBJS)
+	@mkdir -p $(dir $@)
+	$(say) AR $@
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(FTCOMM_SO): $(RUNTIME_OBJS) $(RECORDER_OBJS) $(COMMON_OBJS)
+	@mkdir -p $(dir $@)
+	$(say) LD $@
+	$(Q)$(CC) -shared -Wl,-soname,libftcomm.so.0 -Wl,--no-undefined -o $@ $^ $(LDFLAGS_ALL) $(RUNTIME_LIBS)
+
+# Tools: runtime/tools/NAME/*.c -> $(BUILD)/bin/NAME (static libftcomm, so
+# binaries run from the build tree without LD_LIBRARY_PATH).
+RUNTIME_TOOLS := $(notdir $(wildcard runtime/tools/*))
+define runtime_tool
+$(BUILD)/bin/$(1): $$(patsubst %.c,$$(BUILD)/obj/%.o,$$(wildcard runtime/tools/$(1)/*.c)) $$(FTCOMM_A)
+	@mkdir -p $$(dir $$@)
+	$$(say) LD $$@
+	$$(Q)$$(CC) -o $$@ $$^ $$(LDFLAGS_ALL) $$(RUNTIME_LIBS)
+$$(patsubst %.c,$$(BUILD)/obj/%.o,$$(wildcard runtime/tools/$(1)/*.c)): CPPFLAGS_ALL += $$(RUNTIME_CPPFLAGS)
+endef
+$(foreach t,$(RUNTIME_TOOLS),$(eval $(call runtime_tool,$(t))))
+
+RUNTIME_EXAMPLES := $(patsubst runtime/examples/%.c,$(BUILD)/bin/%,$(wildcard runtime/examples/*.c))
+$(BUILD)/bin/%: $(BUILD)/obj/runtime/examples/%.o $(FTCOMM_A)
+	@mkdir -p $(dir $@)
+	$(say) LD $@
+	$(Q)$(CC) -o $@ $^ $(LDFLAGS_ALL) $(RUNTIME_LIBS)
+
+ALL_TARGETS += $(FTCOMM_SO) $(FTCOMM_A) $(addprefix $(BUILD)/bin/,$(RUNTIME_TOOLS)) $(RUNTIME_EXAMPLES)
+INSTALL_BINS += $(addprefix $(BUILD)/bin/,$(RUNTIME_TOOLS))
