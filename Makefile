@@ -99,3 +99,20 @@ clean:
 	rm -rf build
 
 -include $(shell find build -name '*.d' 2>/dev/null)
+
+FTC_VERSION := $(shell sed -n 's/^\#define FTC_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)/\2/p' runtime/include/ftcomm.h | paste -sd.)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
+	install -m 0644 runtime/include/ftcomm.h $(DESTDIR)$(PREFIX)/include/ftcomm.h
+	install -m 0644 $(FTCOMM_A) $(DESTDIR)$(PREFIX)/lib/libftcomm.a
+	install -m 0755 $(FTCOMM_SO) $(DESTDIR)$(PREFIX)/lib/libftcomm.so.$(FTC_VERSION)
+	ln -sf libftcomm.so.$(FTC_VERSION) $(DESTDIR)$(PREFIX)/lib/libftcomm.so.0
+	ln -sf libftcomm.so.0 $(DESTDIR)$(PREFIX)/lib/libftcomm.so
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(FTC_VERSION)|' runtime/ftcomm.pc.in \
+	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ftcomm.pc
+	$(if $(strip $(INSTALL_BINS)),install -m 0755 $(INSTALL_BINS) $(DESTDIR)$(PREFIX)/bin/)
+
+# docs/environment.md is generated from common/ftc_params.def.
+docs-env:
+	@scripts/gen-env-doc.py common/ftc_params.def > docs/environment.md
