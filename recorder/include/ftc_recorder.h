@@ -17,7 +17,8 @@
  * thread) while collectives are recorded. Every recording call accepts a
  * NULL recorder and does nothing, so callers need no "is it enabled" test.
  *
- * Lock order: dump lock -> registry lock. Neither is taken on the hot path.
+ * Lock order: dump lock -> registry lock; the process-info lock is taken
+ * alone. None of them is taken on the hot path.
  */
 #ifndef FTC_RECORDER_H
 #define FTC_RECORDER_H

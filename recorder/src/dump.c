@@ -1,0 +1,359 @@
+/*
+ * dump.c - writes the flight-recorder dump of this process: one JSON file
+ * (docs/dump-format.md) covering every live recorder, and the process
+ * identity shown at its top.
+ *
+ * A dump may be requested from any thread while collectives are recorded,
+ * so it reads the rings through the per-slot generation, writes through one
+ * static buffer under the dump lock (nothing is allocated), and bounds the
+ * file by FTCOMM_DUMP_MAX_BYTES by leaving out the oldest entries. The file
+ * appears atomically: written under a temporary name, fsynced, then linked
+ * to a name that no earlier dump holds (an existing file is never replaced).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ftc_error.h"
+#include "ftc_log.h"
+#include "ftc_param.h"
+#include "ftc_time.h"
+#include "rec_internal.h"
+
+/* Upper bound of one entry's text, used to budget entries against the
+ * size limit (16 numbers of at most 20 digits, names, separators). */
+#define ENTRY_MAX_TEXT 400
+/* Room kept for the header and per-communicator fields. */
+#define HEADER_RESERVE 16384
+#define PER_COMM_RESERVE 1024
+
+static pthread_mutex_t info_lock = PTHREAD_MUTEX_INITIALIZER;
+typedef struct proc_info {
+  char job[FTC_REC_INFO_STR], pod[FTC_REC_INFO_STR], node[FTC_REC_INFO_STR];
+  char backend[FTC_REC_INFO_STR], backend_version[FTC_REC_INFO_STR];
+  char dump_dir[FTC_REC_INFO_STR];
+  int rank, world_size;
+  int64_t epoch;
+} proc_info_t;
+static proc_info_t info = {.rank = -1, .world_size = -1, .epoch = -1};
+
+static void copy_field(char *dst, const char *src) {
+  if (src) snprintf(dst, FTC_REC_INFO_STR, "%s", src);
+}
+
+void ftc_rec_set_process_info(const ftc_rec_process_info_t *in) {
+  if (!in) return;
+  pthread_mutex_lock(&info_lock);
+  copy_field(info.job, in->job);
+  copy_field(info.pod, in->pod);
+  copy_field(info.node, in->node);
+  copy_field(info.backend, in->backend);
+  copy_field(info.backend_version, in->backend_version);
+  copy_field(info.dump_dir, in->dump_dir);
+  if (in->rank >= 0) info.rank = in->rank;
+  if (in->world_size >= 0) info.world_size = in->world_size;
+  if (in->epoch >= 0) info.epoch = in->epoch;
+  pthread_mutex_unlock(&info_lock);
+}
+
+/* Everything below runs under dump_lock, which also guards the buffer. */
+static pthread_mutex_t dump_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t dumps_written;
+
+static struct writer {
+  int fd;
+  int err;          /* errno of the first failed write, 0 if none */
+  size_t len;
+  uint64_t total;
+  char buf[1 << 16];
+} w;
+
+static void w_flush(void) {
+  size_t off = 0;
+  while (off < w.len && !w.err) {
+    ssize_t n = write(w.fd, w.buf + off, w.len - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      w.err = errno;
+      break;
+    }
+    off += (size_t)n;
+  }
+  w.total += w.len;
+  w.len = 0;
+}
+
+static void w_put(const char *s, size_t n) {
+  while (n > 0) {
+    if (w.len == sizeof(w.buf)) w_flush();
+    size_t k = sizeof(w.buf) - w.len < n ? sizeof(w.buf) - w.len : n;
+    memcpy(w.buf + w.len, s, k);
+    w.len += k;
+    s += k;
+    n -= k;
+  }
+}
+
+__attribute__((format(printf, 1, 2))) static void w_printf(const char *fmt, ...) {
+  char tmp[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  w_put(tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
+}
+
+/* A JSON string; control characters escaped, other bytes as they are. */
+static void w_str(const char *s) {
+  w_put("\"", 1);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') {
+      char e[2] = {'\\', (char)c};
+      w_put(e, 2);
+    } else if (c < 0x20) {
+      w_printf("\\u%04x", c);
+    } else {
+      w_put(s, 1);
+    }
+  }
+  w_put("\"", 1);
+}
+
+static void w_key_str(const char *key, const char *val) {
+  w_printf("\"%s\":", key);
+  w_str(val);
+  w_put(",", 1);
+}
+
+/* The process info with unset fields filled from the environment. */
+static void resolve_info(proc_info_t *out) {
+  int64_t v;
+  pthread_mutex_lock(&info_lock);
+  *out = info;
+  pthread_mutex_unlock(&info_lock);
+  if (!out->job[0]) copy_field(out->job, ftc__param_str(FTC_P_JOB));
+  if (!out->pod[0]) copy_field(out->pod, getenv("POD_NAME") ? getenv("POD_NAME") : getenv("HOSTNAME"));
+  if (!out->node[0]) copy_field(out->node, getenv("NODE_NAME"));
+  if (!out->dump_dir[0]) copy_field(out->dump_dir, ftc__param_str(FTC_P_DUMP_DIR));
+  if (out->rank < 0 && ftc__param_int(FTC_P_SLOT, &v) == FTC_OK) out->rank = (int)v;
+  if (out->world_size < 0 && ftc__param_int(FTC_P_WORLD_SIZE, &v) == FTC_OK)
+    out->world_size = (int)v;
+}
+
+static int mkdir_p(const char *dir) {
+  char path[4096];
+  if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  for (char *p = path + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(path, 0755) < 0 && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  if (mkdir(path, 0755) < 0 && errno != EEXIST) return -1;
+  return 0;
+}
+
+static void write_entry(const ftc_rec_entry_t *e, int first) {
+  int64_t dur = e->t_started && e->t_completed ? e->t_completed - e->t_started : -1;
+  w_printf("%s\n[%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",\"%s\",\"%s\",%" PRIu64 ",%" PRIu64
+           ",%d,%d,%d,\"%s\",%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 "]",
+           first ? "" : ",", e->id, e->epoch, e->seq, ftc_rec_op_name(e->op),
+           ftc__rec_dtype_name(e->dtype), e->count, e->bytes, e->peer, e->rank, e->size,
+           ftc_rec_state_name(e->state), e->t_created, e->t_started, e->t_completed, dur,
+           e->timeout_ns);
+}
+
+/* Entries of each recorder that fit: the newest ones, in proportion. */
+static uint64_t entry_budget(uint64_t max_bytes, size_t ncomms, uint64_t total) {
+  uint64_t reserve = HEADER_RESERVE + (uint64_t)ncomms * PER_COMM_RESERVE;
+  uint64_t fit = max_bytes > reserve ? (max_bytes - reserve) / ENTRY_MAX_TEXT : 0;
+  return fit < total ? fit : total;
+}
+
+static const char entry_fields[] =
+    "\"entry_fields\":[\"id\",\"epoch\",\"seq\",\"op\",\"dtype\",\"count\",\"bytes\","
+    "\"peer\",\"rank\",\"size\",\"state\",\"created_ns\",\"started_ns\",\"completed_ns\","
+    "\"duration_ns\",\"timeout_ns\"],\n\"communicators\":[";
+
+static void write_body(const proc_info_t *pi, const char *reason, int64_t wall, int64_t mono, uint64_t max_bytes) {
+  char host[256] = "";
+  gethostname(host, sizeof(host) - 1);
+  time_t secs = (time_t)(wall / 1000000000LL);
+  struct tm tm;
+  gmtime_r(&secs, &tm);
+  char iso[64];
+  snprintf(iso, sizeof(iso), "%04d-%02d-%02dT%02d:%02d:%02d.%09lldZ", tm.tm_year + 1900,
+           tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+           (long long)(wall % 1000000000LL));
+
+  w_printf("{\"format\":\"%s\",\"version\":\"%d.%d\",", FTC_REC_FORMAT_NAME,
+           FTC_REC_FORMAT_MAJOR, FTC_REC_FORMAT_MINOR);
+  w_key_str("job", pi->job);
+  w_key_str("pod", pi->pod);
+  w_key_str("node", pi->node);
+  w_key_str("host", host);
+  w_printf("\"pid\":%ld,\"rank\":%d,\"world_size\":%d,\"epoch\":%" PRId64 ",", (long)getpid(),
+           pi->rank, pi->world_size, pi->epoch);
+  w_key_str("backend", pi->backend[0] ? pi->backend : "unknown");
+  w_key_str("backend_version", pi->backend_version);
+  w_printf("\"ftcomm_version\":\"%d.%d.%d\",", FTC_VERSION_MAJOR, FTC_VERSION_MINOR,
+           FTC_VERSION_PATCH);
+  w_key_str("reason", reason);
+  w_printf("\"trigger_time_ns\":%" PRId64 ",\"trigger_time\":\"%s\",\"trigger_monotonic_ns\":%" PRId64
+           ",",
+           wall, iso, mono);
+  w_put(entry_fields, sizeof(entry_fields) - 1);
+
+  size_t ncomms = 0;
+  uint64_t total = 0;
+  for (struct ftc_rec *r = ftc__rec_registry_head; r; r = r->next) {
+    ftc_rec_progress_t p;
+    ftc_rec_progress(r, &p);
+    ncomms++;
+    total += p.recorded < r->cap ? p.recorded : r->cap;
+  }
+  uint64_t budget = entry_budget(max_bytes, ncomms, total);
+  int truncated = budget < total;
+
+  int first_comm = 1;
+  for (struct ftc_rec *r = ftc__rec_registry_head; r; r = r->next) {
+    ftc_rec_progress_t p;
+    ftc_rec_progress(r, &p);
+    uint64_t held = p.recorded < r->cap ? p.recorded : r->cap;
+    uint64_t keep = total ? held * budget / total : 0;
+    uint64_t ranks = __atomic_load_n(&r->cur_ranks, __ATOMIC_RELAXED);
+    w_printf("%s\n{\"id\":\"%016" PRIx64 "\",", first_comm ? "" : ",", r->comm_id);
+    w_key_str("name", r->name);
+    w_printf("\"epoch\":%" PRIu64 ",\"rank\":%d,\"size\":%d,\"capacity\":%zu,\"recorded\":%" PRIu64
+             ",\"dropped\":%" PRIu64 ",\"last_enqueued_seq\":%" PRIu64
+             ",\"last_started_seq\":%" PRIu64 ",\"last_completed_seq\":%" PRIu64
+             ",\"entries\":[",
+             p.epoch, (int)(int32_t)(uint32_t)ranks, (int)(int32_t)(uint32_t)(ranks >> 32),
+             r->cap, p.recorded, held - keep, p.last_enqueued, p.last_started,
+             p.last_completed);
+    int first = 1;
+    for (uint64_t id = p.recorded - keep; id < p.recorded; id++) {
+      ftc_rec_entry_t e;
+      if (!ftc__rec_read(r, id, &e)) continue;
+      write_entry(&e, first);
+      first = 0;
+    }
+    w_put("]}", 2);
+    first_comm = 0;
+  }
+  w_printf("],\n\"truncated\":%s}\n", truncated ? "true" : "false");
+}
+
+/* Link tmp to a fresh rank-<r>-<stamp>-<pid>-<n>.json; never replaces. */
+static int publish(int dfd, const char *tmp, int rank, int64_t wall, char *name, size_t cap) {
+  time_t secs = (time_t)(wall / 1000000000LL);
+  struct tm tm;
+  gmtime_r(&secs, &tm);
+  char stamp[32];
+  strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
+  for (uint64_t n = dumps_written;; n++) {
+    snprintf(name, cap, "rank-%d-%s-%ld-%" PRIu64 ".json", rank, stamp, (long)getpid(), n);
+    if (linkat(dfd, tmp, dfd, name, 0) == 0) return 0;
+    if (errno == EEXIST) continue;
+    if (errno != EPERM && errno != EOPNOTSUPP && errno != ENOSYS) return -1;
+    /* No hard links on this file system: rename, still refusing to replace. */
+    if (renameat2(dfd, tmp, dfd, name, RENAME_NOREPLACE) == 0) return 1;
+    if (errno != EEXIST) return -1;
+  }
+}
+
+ftc_status_t ftc_rec_dump(const char *dir, const char *reason, char *path, size_t path_len) {
+  ftc_status_t st = FTC_OK;
+  int64_t max_bytes = 0;
+  char tmp[128], name[256], dirbuf[FTC_REC_INFO_STR];
+  int64_t wall = ftc__wall_ns(), mono = ftc__now_ns();
+  if (!reason || !*reason) reason = "api";
+  ftc__param_int(FTC_P_DUMP_MAX_BYTES, &max_bytes);
+
+  proc_info_t pi;
+  resolve_info(&pi);
+  pthread_mutex_lock(&dump_lock);
+  snprintf(dirbuf, sizeof(dirbuf), "%s", dir ? dir : pi.dump_dir);
+  int rank = pi.rank;
+  if (mkdir_p(dirbuf) < 0) {
+    st = ftc__error(FTC_ERR_SYSTEM, "flight recorder: cannot create dump directory %s: %s",
+                    dirbuf, strerror(errno));
+    goto out_unlock_dump;
+  }
+  int dfd = open(dirbuf, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) {
+    st = ftc__error(FTC_ERR_SYSTEM, "flight recorder: cannot open dump directory %s: %s",
+                    dirbuf, strerror(errno));
+    goto out_unlock_dump;
+  }
+  snprintf(tmp, sizeof(tmp), ".rank-%d-%ld-%" PRIu64 ".json.tmp", rank, (long)getpid(),
+           dumps_written);
+  w.fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (w.fd < 0) {
+    st = ftc__error(FTC_ERR_SYSTEM, "flight recorder: cannot create %s/%s: %s", dirbuf, tmp,
+                    strerror(errno));
+    goto out_close_dir;
+  }
+  w.err = 0;
+  w.len = 0;
+  w.total = 0;
+  pthread_mutex_lock(&ftc__rec_registry_lock);
+  write_body(&pi, reason, wall, mono, (uint64_t)max_bytes);
+  pthread_mutex_unlock(&ftc__rec_registry_lock);
+  w_flush();
+  if (!w.err && fsync(w.fd) < 0) w.err = errno;
+  if (w.err) {
+    st = ftc__error(FTC_ERR_SYSTEM, "flight recorder: writing %s/%s failed: %s", dirbuf, tmp,
+                    strerror(w.err));
+    goto out_remove_tmp;
+  }
+  int how = publish(dfd, tmp, rank, wall, name, sizeof(name));
+  if (how < 0) {
+    st = ftc__error(FTC_ERR_SYSTEM, "flight recorder: cannot publish dump in %s: %s", dirbuf,
+                    strerror(errno));
+    goto out_remove_tmp;
+  }
+  if (how == 0) unlinkat(dfd, tmp, 0);
+  fsync(dfd);
+  dumps_written++;
+  if (path && path_len) snprintf(path, path_len, "%s/%s", dirbuf, name);
+  FTC_INFO(FTC_SUB_RECORDER, "flight recorder: wrote %s/%s (%s, %llu bytes)", dirbuf, name,
+           reason, (unsigned long long)w.total);
+  close(w.fd);
+  close(dfd);
+  pthread_mutex_unlock(&dump_lock);
+  return FTC_OK;
+
+out_remove_tmp:
+  close(w.fd);
+  unlinkat(dfd, tmp, 0);
+  FTC_WARN(FTC_SUB_RECORDER, "%s", ftc_last_error());
+  close(dfd);
+  pthread_mutex_unlock(&dump_lock);
+  return st;
+out_close_dir:
+  close(dfd);
+out_unlock_dump:
+  FTC_WARN(FTC_SUB_RECORDER, "%s", ftc_last_error());
+  pthread_mutex_unlock(&dump_lock);
+  return st;
+}
+
+uint64_t ftc_rec_dump_count(void) {
+  pthread_mutex_lock(&dump_lock);
+  uint64_t n = dumps_written;
+  pthread_mutex_unlock(&dump_lock);
+  return n;
+}

@@ -1,0 +1,16 @@
+# tests/recorder/ - flight recorder and ftcomm-trace tests.
+#   test_recorder_*.c   cmocka suites, linked with the recorder and common objects
+#   *.sh                script suites (data-driven cases, generator, HTML in Chromium)
+REC_TEST_PROGS := $(patsubst tests/recorder/%.c,%,$(wildcard tests/recorder/test_recorder_*.c))
+REC_TEST_BINS := $(addprefix $(BUILD)/tests/recorder/,$(REC_TEST_PROGS))
+
+define rec_test
+$(BUILD)/tests/recorder/$(1): $(BUILD)/obj/tests/recorder/$(1).o $$(RECORDER_OBJS) $$(COMMON_OBJS)
+	@mkdir -p $$(dir $$@)
+	$$(say) LD $$@
+	$$(Q)$$(CC) -o $$@ $$^ $$(LDFLAGS_ALL) $$(CMOCKA_LIBS) -ljansson
+endef
+$(foreach t,$(REC_TEST_PROGS),$(eval $(call rec_test,$(t))))
+
+TEST_BINS += $(REC_TEST_BINS)
+TEST_SUITES += $(REC_TEST_BINS)

@@ -1,0 +1,284 @@
+/*
+ * test_recorder_dump.c - dumps: a dump is valid JSON in the documented
+ * format, never replaces an earlier file, leaves no temporary file, stays
+ * under FTCOMM_DUMP_MAX_BYTES by dropping the oldest entries, reports an
+ * unusable directory, and is written by the dump thread on FTCOMM_DUMP_SIGNAL.
+ */
+#include <dirent.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "ftc_param.h"
+#include "ftc_recorder.h"
+
+static char dir[256];
+
+static int setup_dir(void **state) {
+  (void)state;
+  snprintf(dir, sizeof(dir), "/tmp/ftc-rec-dump-XXXXXX");
+  if (!mkdtemp(dir)) return -1;
+  setenv("FTCOMM_DUMP_DIR", dir, 1);
+  ftc__param_reset();
+  return 0;
+}
+
+static int remove_dir(void **state) {
+  (void)state;
+  char cmd[300];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Names in dir (not . or ..), counted; the first `max` copied. */
+static int list_dir(char names[][256], int max) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d))) {
+    if (de->d_name[0] == '.' && (!de->d_name[1] || (de->d_name[1] == '.' && !de->d_name[2])))
+      continue;
+    if (n < max) snprintf(names[n], 256, "%s", de->d_name);
+    n++;
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+static void a_dump_is_valid_json_with_every_communicator(void **state) {
+  (void)state;
+  ftc_rec_process_info_t info = FTC_REC_PROCESS_INFO_INIT;
+  info.job = "train\"x";
+  info.rank = 5;
+  info.world_size = 8;
+  info.epoch = 2;
+  info.backend = "tcp";
+  ftc_rec_set_process_info(&info);
+  ftc_rec_t *a, *b;
+  assert_int_equal(ftc_rec_create(4, 0x11, "world", 2, 5, 8, &a), FTC_OK);
+  assert_int_equal(ftc_rec_create(4, 0x22, "tp", 2, 1, 2, &b), FTC_OK);
+  for (uint64_t s = 1; s <= 6; s++) {
+    uint64_t id = ftc_rec_schedule(a, 2, s, FTC_REC_ALLREDUCE, FTC_BF16, 10, 20, -1, 1000);
+    ftc_rec_started(a, id, 0);
+    if (s < 6) ftc_rec_completed(a, id, 0);
+  }
+  ftc_rec_schedule(b, 2, 1, FTC_REC_BROADCAST, FTC_I64, 3, 24, 0, -1);
+  char path[512];
+  assert_int_equal(ftc_rec_dump(NULL, "api", path, sizeof(path)), FTC_OK);
+  assert_non_null(strstr(path, dir));
+  assert_non_null(strstr(path, "/rank-5-"));
+
+  json_error_t err;
+  json_t *root = json_load_file(path, 0, &err);
+  if (!root) fail_msg("%s: %s at line %d", path, err.text, err.line);
+  assert_string_equal(json_string_value(json_object_get(root, "format")), "ftcomm-flight-recorder");
+  assert_string_equal(json_string_value(json_object_get(root, "version")), "1.0");
+  assert_string_equal(json_string_value(json_object_get(root, "job")), "train\"x");
+  assert_string_equal(json_string_value(json_object_get(root, "reason")), "api");
+  assert_int_equal(json_integer_value(json_object_get(root, "rank")), 5);
+  assert_int_equal(json_integer_value(json_object_get(root, "world_size")), 8);
+  assert_true(json_is_false(json_object_get(root, "truncated")));
+  json_t *fields = json_object_get(root, "entry_fields");
+  assert_int_equal(json_array_size(fields), 16);
+  json_t *comms = json_object_get(root, "communicators");
+  assert_int_equal(json_array_size(comms), 2);
+  size_t i;
+  json_t *c;
+  int seen = 0;
+  json_array_foreach(comms, i, c) {
+    const char *id = json_string_value(json_object_get(c, "id"));
+    if (!strcmp(id, "0000000000000011")) {
+      seen |= 1;
+      assert_int_equal(json_integer_value(json_object_get(c, "last_enqueued_seq")), 6);
+      assert_int_equal(json_integer_value(json_object_get(c, "last_started_seq")), 6);
+      assert_int_equal(json_integer_value(json_object_get(c, "last_completed_seq")), 5);
+      json_t *ents = json_object_get(c, "entries");
+      assert_int_equal(json_array_size(ents), 4);
+      json_t *last = json_array_get(ents, 3);
+      assert_int_equal(json_array_size(last), json_array_size(fields));
+      assert_int_equal(json_integer_value(json_array_get(last, 2)), 6);
+      assert_string_equal(json_string_value(json_array_get(last, 3)), "allreduce");
+      assert_string_equal(json_string_value(json_array_get(last, 4)), "bf16");
+      assert_string_equal(json_string_value(json_array_get(last, 10)), "started");
+    } else if (!strcmp(id, "0000000000000022")) {
+      seen |= 2;
+      assert_string_equal(json_string_value(json_object_get(c, "name")), "tp");
+    }
+  }
+  assert_int_equal(seen, 3);
+  json_decref(root);
+  ftc_rec_destroy(a);
+  ftc_rec_destroy(b);
+}
+
+static void dumps_never_replace_an_earlier_file(void **state) {
+  (void)state;
+  ftc_rec_t *a;
+  assert_int_equal(ftc_rec_create(4, 0x11, "world", 0, 0, 1, &a), FTC_OK);
+  /* Occupy the names the next dump would take in this second and the next. */
+  ftc_rec_process_info_t info = FTC_REC_PROCESS_INFO_INIT;
+  info.rank = 3;
+  ftc_rec_set_process_info(&info);
+  time_t now = time(NULL);
+  char occupied[4][512];
+  for (int k = 0; k < 2; k++) {
+    time_t t = now + k;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    char stamp[32];
+    strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
+    for (int j = 0; j < 2; j++) {
+      snprintf(occupied[2 * k + j], 512, "%s/rank-3-%s-%ld-%llu.json", dir, stamp, (long)getpid(),
+               (unsigned long long)ftc_rec_dump_count() + (unsigned)j);
+      FILE *f = fopen(occupied[2 * k + j], "w");
+      assert_non_null(f);
+      fputs("precious", f);
+      fclose(f);
+    }
+  }
+  char p1[512], p2[512];
+  assert_int_equal(ftc_rec_dump(NULL, "api", p1, sizeof(p1)), FTC_OK);
+  assert_int_equal(ftc_rec_dump(NULL, "api", p2, sizeof(p2)), FTC_OK);
+  assert_string_not_equal(p1, p2);
+  for (int k = 0; k < 4; k++) {
+    assert_string_not_equal(p1, occupied[k]);
+    FILE *f = fopen(occupied[k], "r");
+    char buf[32] = "";
+    assert_non_null(fgets(buf, sizeof(buf), f));
+    fclose(f);
+    assert_string_equal(buf, "precious");
+  }
+  char names[16][256];
+  int n = list_dir(names, 16);
+  assert_int_equal(n, 6); /* 4 occupied + 2 dumps, and no temporary file */
+  for (int k = 0; k < n && k < 16; k++) assert_true(names[k][0] != '.');
+  ftc_rec_destroy(a);
+}
+
+static void a_dump_stays_under_the_size_limit_keeping_the_newest(void **state) {
+  (void)state;
+  setenv("FTCOMM_DUMP_MAX_BYTES", "65536", 1);
+  ftc__param_reset();
+  ftc_rec_t *a;
+  assert_int_equal(ftc_rec_create(5000, 0x33, "big", 0, 0, 1, &a), FTC_OK);
+  for (uint64_t s = 1; s <= 5000; s++)
+    ftc_rec_completed(a, ftc_rec_schedule(a, 0, s, FTC_REC_ALLGATHER, FTC_F64, 1ull << 40,
+                                          1ull << 43, -1, 600000000000),
+                      0);
+  char path[512];
+  assert_int_equal(ftc_rec_dump(NULL, "api", path, sizeof(path)), FTC_OK);
+  struct stat stt;
+  assert_int_equal(stat(path, &stt), 0);
+  assert_true(stt.st_size <= 65536);
+  json_error_t err;
+  json_t *root = json_load_file(path, 0, &err);
+  assert_non_null(root);
+  assert_true(json_is_true(json_object_get(root, "truncated")));
+  json_t *c = json_array_get(json_object_get(root, "communicators"), 0);
+  json_t *ents = json_object_get(c, "entries");
+  assert_true(json_array_size(ents) > 10);
+  assert_int_equal(json_integer_value(json_object_get(c, "dropped")) + json_array_size(ents), 5000);
+  json_t *last = json_array_get(ents, json_array_size(ents) - 1);
+  assert_int_equal(json_integer_value(json_array_get(last, 2)), 5000);
+  json_decref(root);
+  ftc_rec_destroy(a);
+  unsetenv("FTCOMM_DUMP_MAX_BYTES");
+  ftc__param_reset();
+}
+
+static void an_unusable_directory_is_an_error_that_names_it(void **state) {
+  (void)state;
+  char file[300], sub[400];
+  snprintf(file, sizeof(file), "%s/plainfile", dir);
+  FILE *f = fopen(file, "w");
+  fclose(f);
+  snprintf(sub, sizeof(sub), "%s/under", file);
+  assert_int_equal(ftc_rec_dump(sub, "api", NULL, 0), FTC_ERR_SYSTEM);
+  assert_non_null(strstr(ftc_last_error(), "plainfile"));
+}
+
+static void the_dump_signal_makes_the_dump_thread_write_a_dump(void **state) {
+  (void)state;
+  setenv("FTCOMM_DUMP_SIGNAL", "10", 1);
+  ftc__param_reset();
+  ftc_rec_t *a;
+  assert_int_equal(ftc_rec_create(4, 0x44, "sig", 0, 0, 1, &a), FTC_OK);
+  ftc_rec_schedule(a, 0, 1, FTC_REC_BARRIER, FTC_DTYPE_COUNT, 0, 0, -1, -1);
+  uint64_t before = ftc_rec_dump_count();
+  assert_int_equal(raise(SIGUSR1), 0); /* would kill the process without the handler */
+  for (int i = 0; i < 500 && ftc_rec_dump_count() == before; i++) usleep(10000);
+  assert_int_equal(ftc_rec_dump_count(), before + 1);
+  char names[8][256];
+  int n = list_dir(names, 8);
+  assert_int_equal(n, 1);
+  char path[600];
+  snprintf(path, sizeof(path), "%s/%s", dir, names[0]);
+  json_error_t err;
+  json_t *root = json_load_file(path, 0, &err);
+  assert_non_null(root);
+  assert_string_equal(json_string_value(json_object_get(root, "reason")), "signal");
+  json_decref(root);
+  /* The request path (async-signal-safe) works the same way. */
+  assert_int_equal(ftc_rec_request_dump(1), FTC_OK);
+  for (int i = 0; i < 500 && ftc_rec_dump_count() == before + 1; i++) usleep(10000);
+  assert_int_equal(ftc_rec_dump_count(), before + 2);
+  ftc_rec_destroy(a);
+  /* The last recorder restores the default disposition. */
+  struct sigaction cur;
+  sigaction(SIGUSR1, NULL, &cur);
+  assert_true(cur.sa_handler == SIG_DFL);
+  assert_int_equal(ftc_rec_request_dump(0), FTC_ERR_NOT_SUPPORTED);
+}
+
+static volatile sig_atomic_t app_got_signal;
+static void app_handler(int sig) {
+  (void)sig;
+  app_got_signal = 1;
+}
+
+static void an_application_signal_handler_is_left_alone(void **state) {
+  (void)state;
+  setenv("FTCOMM_DUMP_SIGNAL", "10", 1);
+  ftc__param_reset();
+  struct sigaction sa, cur;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = app_handler;
+  sigaction(SIGUSR1, &sa, NULL);
+  ftc_rec_t *a;
+  assert_int_equal(ftc_rec_create(4, 0x55, "app", 0, 0, 1, &a), FTC_OK);
+  sigaction(SIGUSR1, NULL, &cur);
+  assert_true(cur.sa_handler == app_handler);
+  uint64_t before = ftc_rec_dump_count();
+  raise(SIGUSR1);
+  usleep(100000);
+  assert_int_equal(app_got_signal, 1);
+  assert_int_equal(ftc_rec_dump_count(), before);
+  ftc_rec_destroy(a);
+  sigaction(SIGUSR1, NULL, &cur);
+  assert_true(cur.sa_handler == app_handler);
+  signal(SIGUSR1, SIG_DFL);
+}
+
+int main(void) {
+  setenv("FTCOMM_DUMP_SIGNAL", "0", 1);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(a_dump_is_valid_json_with_every_communicator, setup_dir, remove_dir),
+      cmocka_unit_test_setup_teardown(dumps_never_replace_an_earlier_file, setup_dir, remove_dir),
+      cmocka_unit_test_setup_teardown(a_dump_stays_under_the_size_limit_keeping_the_newest, setup_dir, remove_dir),
+      cmocka_unit_test_setup_teardown(an_unusable_directory_is_an_error_that_names_it, setup_dir, remove_dir),
+      cmocka_unit_test_setup_teardown(the_dump_signal_makes_the_dump_thread_write_a_dump, setup_dir, remove_dir),
+      cmocka_unit_test_setup_teardown(an_application_signal_handler_is_left_alone, setup_dir, remove_dir),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
