@@ -1,0 +1,47 @@
+# tests/bench/ - `make bench`: ftcomm-bench side by side with its peers on
+# this host (Open MPI over TCP and shared memory, Gloo over TCP), plus the
+# loopback-TCP and memcpy ceilings. The peer harnesses share the options,
+# data, check and rows of ftcomm-bench through tests/bench/common. Results
+# land in build/bench/ (bench.md, bench.csv, busbw.png); see docs/benchmarks.md.
+
+BENCH_BIN := $(BUILD)/bench
+BENCH_UTIL_OBJ := $(BUILD)/obj/tests/bench/common/bench_util.o
+BENCH_MPI := $(BENCH_BIN)/mpi_bench
+BENCH_GLOO := $(BENCH_BIN)/gloo_bench
+BENCH_CEILINGS := $(BENCH_BIN)/loopback_tcp $(BENCH_BIN)/memcpy_bw
+BENCH_BINS := $(BENCH_MPI) $(BENCH_GLOO) $(BENCH_CEILINGS)
+
+# Expanded only in recipes, so mpicc is not run on every make.
+EXTRA_CFLAGS_tests_bench_mpi_ = $(shell mpicc --showme:compile 2>/dev/null) -Itests/bench/common
+BENCH_MPI_LIBS = $(shell mpicc --showme:link 2>/dev/null)
+
+$(BUILD)/obj/tests/bench/gloo/gloo_bench.o: CPPFLAGS_ALL += -Itests/bench/common
+
+$(BENCH_MPI): $(BUILD)/obj/tests/bench/mpi/mpi_bench.o $(BENCH_UTIL_OBJ)
+	@mkdir -p $(dir $@)
+	$(say) LD $@
+	$(Q)$(CC) -o $@ $^ $(LDFLAGS_ALL) $(BENCH_MPI_LIBS) -lm
+
+$(BENCH_GLOO): $(BUILD)/obj/tests/bench/gloo/gloo_bench.o $(BENCH_UTIL_OBJ)
+	@mkdir -p $(dir $@)
+	$(say) LD $@
+	$(Q)$(CXX) -o $@ $^ $(LDFLAGS_ALL) -lgloo -lm
+
+$(BENCH_CEILINGS): $(BENCH_BIN)/%: $(BUILD)/obj/tests/bench/ceiling/%.o
+	@mkdir -p $(dir $@)
+	$(say) LD $@
+	$(Q)$(CC) -o $@ $^ $(LDFLAGS_ALL)
+
+# ftcomm-bench (runtime/tools/ftcomm-bench) prints its rows with the same code.
+ifneq ($(wildcard runtime/tools/ftcomm-bench/*.c),)
+$(BUILD)/bin/ftcomm-bench: $(BENCH_UTIL_OBJ)
+$(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard runtime/tools/ftcomm-bench/*.c)): CPPFLAGS_ALL += -Itests/bench/common
+endif
+
+.PHONY: bench-bins
+bench-bins: $(BENCH_BINS)
+
+bench:
+	@scripts/deps.sh
+	@$(MAKE) --no-print-directory all bench-bins
+	@BUILD=$(BUILD) tests/bench/run.sh
