@@ -1,0 +1,857 @@
+/*
+ * coordinator.c - the job's membership coordinator: a libwebsockets server
+ * with its own service thread that owns every session, the member table and
+ * the epoch counter. It authenticates hellos, refuses anything malformed
+ * with an error message (and stays up), forms and announces epochs, drops
+ * members that leave, disconnect, stop heartbeating or are reported failed,
+ * admits joiners at the next epoch, and reassembles uploaded dumps.
+ *
+ * Threads and locks: the service thread ("ftc-coord") alone touches the lws
+ * context, sessions, members and epochs. Other threads talk to it through
+ * co->lock, which guards only the published stats snapshot and the command
+ * queue, followed by lws_cancel_service() to wake the service thread. co->lock
+ * is a leaf: nothing else is locked or called into lws while it is held.
+ */
+#include "coordinator/coordinator.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libwebsockets.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ftc_alloc.h"
+#include "ftc_error.h"
+#include "ftc_param.h"
+#include "ftc_time.h"
+#include "proto/proto.h"
+
+#define TICK_MS_MAX 250
+#define DUMP_MAX_TOTAL (256ull * 1024 * 1024)
+
+enum member_state { M_PENDING, M_ACTIVE };
+
+struct session;
+
+/* One process incarnation admitted by a hello. Freed when it leaves the job. */
+typedef struct member {
+  uint64_t id;
+  int slot;
+  int state;
+  int rank; /* in the current view when M_ACTIVE */
+  uint64_t joined_epoch;
+  char addr[FTC__PROTO_MAX_ADDR + 1];
+  char host[64];
+  int64_t pid;
+  struct session *sess; /* NULL once detached */
+  int64_t last_seen_ns;
+} member_t;
+
+/* A dump being reassembled from fragments. */
+typedef struct dump_asm {
+  char incident[FTC__PROTO_MAX_NAME + 1];
+  int rank;
+  char *buf;
+  size_t len, total;
+} dump_asm_t;
+
+/* Per-connection state, allocated and zeroed by lws (per_session_data). */
+typedef struct session {
+  struct lws *wsi;
+  member_t *m; /* set once the hello is accepted */
+  int refused; /* an error is queued; input is ignored until the close */
+  char *rx;
+  size_t rx_len, rx_cap;
+  ftc__frameq_t outq;
+  dump_asm_t *dump;
+  int dump_refused_logged;
+  char peer[64];
+} session_t;
+
+enum cmd_kind { CMD_DUMPS, CMD_SLOT_LOST };
+typedef struct cmd {
+  struct cmd *next;
+  int kind;
+  int slot;
+  char *incident;
+  char *reason;
+} cmd_t;
+
+struct ftc__coord {
+  /* Immutable after create. */
+  char *job, *token, *bind_host, *dump_dir;
+  int world_size, min_size, heartbeat_ms, hb_timeout_ms, hello_timeout_s;
+  int port;
+  struct lws_context *ctx;
+  struct lws_protocols protocols[2];
+  pthread_t thread;
+  int stop; /* atomic */
+
+  /* Owned by the service thread. */
+  lws_sorted_usec_list_t tick;
+  member_t **members;
+  int nmembers, cap;
+  member_t **view; /* current epoch, rank order */
+  int view_n, view_cap;
+  int view_dirty; /* an active member was dropped since the last epoch */
+  uint64_t epoch, max_known_epoch, next_id;
+  int stopping;
+  int below_min_logged;
+  ftc__coord_stats_t counts; /* lost/left/refused tallies */
+  int stats_dirty;
+
+  /* Shared; under lock. */
+  pthread_mutex_t lock;
+  ftc__coord_stats_t stats;
+  cmd_t *cmd_head, *cmd_tail;
+};
+
+static void publish_stats(ftc__coord_t *co) {
+  ftc__coord_stats_t s = co->counts;
+  s.epoch = co->epoch;
+  s.epoch_size = co->view_n;
+  s.connected = 0;
+  s.pending = 0;
+  for (int i = 0; i < co->nmembers; i++) {
+    if (co->members[i]->sess) s.connected++;
+    if (co->members[i]->state == M_PENDING) s.pending++;
+  }
+  pthread_mutex_lock(&co->lock);
+  co->stats = s;
+  pthread_mutex_unlock(&co->lock);
+  co->stats_dirty = 0;
+}
+
+/* ---- sending ---- */
+
+static void kill_session(session_t *s) {
+  lws_set_timeout(s->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+}
+
+/* Queue a message (reference stolen) on a session and ask for a writeable
+ * callback; with close_after the session closes once it is written. */
+static void send_msg(session_t *s, json_t *msg, int close_after) {
+  ftc__frame_t *f = ftc__proto_encode(msg, LWS_PRE);
+  if (!f) {
+    FTC_ERROR(FTC_SUB_COORD, "out of memory encoding a message for %s; closing the session",
+              s->peer);
+    kill_session(s);
+    return;
+  }
+  f->close_after = close_after;
+  ftc__frameq_push(&s->outq, f);
+  lws_callback_on_writable(s->wsi);
+}
+
+/* Refuse what a peer sent: log why, send an error, close the session. */
+static void refuse(ftc__coord_t *co, session_t *s, ftc__perr_t code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void refuse(ftc__coord_t *co, session_t *s, ftc__perr_t code, const char *fmt, ...) {
+  char reason[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(reason, sizeof(reason), fmt, ap);
+  va_end(ap);
+  if (s->refused) return;
+  s->refused = 1;
+  co->counts.refused++;
+  co->stats_dirty = 1;
+  FTC_WARN(FTC_SUB_COORD, "job %s: refusing %s%s: %s: %s", co->job, s->peer,
+           s->m ? " (a member)" : "", ftc__perr_name(code), reason);
+  send_msg(s, ftc__proto_error(code, reason), 1);
+  /* A peer that never reads must not hold the session open. */
+  lws_set_timeout(s->wsi, PENDING_TIMEOUT_USER_OK, 5);
+}
+
+/* ---- members and epochs ---- */
+
+static member_t *find_slot(ftc__coord_t *co, int slot) {
+  for (int i = 0; i < co->nmembers; i++)
+    if (co->members[i]->slot == slot) return co->members[i];
+  return NULL;
+}
+
+/* Remove a member from the job (it left, was lost, timed out or was
+ * reported). Its session, if any, is detached; the caller closes it. The
+ * next epoch is formed by maybe_form_epoch(). */
+static void drop_member(ftc__coord_t *co, member_t *m, int left, const char *why) {
+  if (m->state == M_ACTIVE) co->view_dirty = 1;
+  if (left)
+    co->counts.left++;
+  else
+    co->counts.lost++;
+  if (m->state == M_ACTIVE)
+    FTC_INFO(FTC_SUB_COORD, "job %s: rank %d (slot %d, member %llu) %s in epoch %llu", co->job,
+             m->rank, m->slot, (unsigned long long)m->id, why, (unsigned long long)co->epoch);
+  else
+    FTC_INFO(FTC_SUB_COORD, "job %s: slot %d (member %llu) %s before joining an epoch",
+             co->job, m->slot, (unsigned long long)m->id, why);
+  if (m->sess) m->sess->m = NULL;
+  for (int i = 0; i < co->view_n; i++)
+    if (co->view[i] == m) co->view[i] = NULL;
+  for (int i = 0; i < co->nmembers; i++) {
+    if (co->members[i] == m) {
+      co->members[i] = co->members[--co->nmembers];
+      break;
+    }
+  }
+  ftc__free(m);
+  co->stats_dirty = 1;
+}
+
+static int cmp_slot(const void *a, const void *b) {
+  const member_t *x = *(member_t *const *)a, *y = *(member_t *const *)b;
+  return (x->slot > y->slot) - (x->slot < y->slot);
+}
+
+/* Form and announce the next epoch when the membership changed: the first
+ * once every slot has joined, later ones without dropped members and with
+ * waiting joiners, while at least min_size members remain. */
+static void maybe_form_epoch(ftc__coord_t *co) {
+  int pending = 0;
+  for (int i = 0; i < co->nmembers; i++)
+    if (co->members[i]->state == M_PENDING) pending++;
+  int n = co->nmembers;
+  if (co->epoch == 0 && co->max_known_epoch == 0) {
+    if (n < co->world_size) return;
+  } else {
+    if (!co->view_dirty && pending == 0) return;
+    if (n < co->min_size) {
+      if (!co->below_min_logged)
+        FTC_WARN(FTC_SUB_COORD,
+                 "job %s: %d members remain, below the minimum of %d; waiting for joiners "
+                 "before the next epoch",
+                 co->job, n, co->min_size);
+      co->below_min_logged = 1;
+      return;
+    }
+  }
+  co->below_min_logged = 0;
+  if (n > co->view_cap) {
+    member_t **nv = ftc__realloc(co->view, (size_t)n * sizeof(*nv));
+    if (!nv) {
+      FTC_ERROR(FTC_SUB_COORD, "job %s: out of memory forming an epoch; retrying later",
+                co->job);
+      return;
+    }
+    co->view = nv;
+    co->view_cap = n;
+  }
+  ftc__wire_member_t *wm = ftc__calloc((size_t)n, sizeof(*wm));
+  if (!wm) {
+    FTC_ERROR(FTC_SUB_COORD, "job %s: out of memory forming an epoch; retrying later", co->job);
+    return;
+  }
+  uint64_t e = (co->epoch > co->max_known_epoch ? co->epoch : co->max_known_epoch) + 1;
+  memcpy(co->view, co->members, (size_t)n * sizeof(*co->view));
+  qsort(co->view, (size_t)n, sizeof(*co->view), cmp_slot);
+  for (int r = 0; r < n; r++) {
+    member_t *m = co->view[r];
+    m->rank = r;
+    m->state = M_ACTIVE;
+    if (!m->joined_epoch) m->joined_epoch = e;
+    wm[r] = (ftc__wire_member_t){r, m->slot, m->id, m->joined_epoch, m->addr};
+  }
+  co->view_n = n;
+  co->epoch = e;
+  co->view_dirty = 0;
+  co->stats_dirty = 1;
+  json_t *v = ftc__proto_view(e, wm, n, NULL);
+  ftc__frame_t *f = ftc__proto_encode(v, LWS_PRE);
+  ftc__free(wm);
+  if (!f) {
+    FTC_ERROR(FTC_SUB_COORD, "job %s: out of memory encoding epoch %llu; closing sessions",
+              co->job, (unsigned long long)e);
+  }
+  FTC_INFO(FTC_SUB_COORD, "job %s: epoch %llu formed with %d members (%d joined)", co->job,
+           (unsigned long long)e, n, pending);
+  for (int r = 0; r < n; r++) {
+    session_t *s = co->view[r]->sess;
+    if (!s) continue;
+    ftc__frame_t *c = f ? ftc__malloc(sizeof(*c) + LWS_PRE + f->len) : NULL;
+    if (!c) {
+      kill_session(s);
+      continue;
+    }
+    memcpy(c, f, sizeof(*c) + LWS_PRE + f->len);
+    ftc__frameq_push(&s->outq, c);
+    lws_callback_on_writable(s->wsi);
+  }
+  ftc__free(f);
+}
+
+/* Drop a member the coordinator decided to remove while its session is
+ * still open: tell it why and close. */
+static void exclude_member(ftc__coord_t *co, member_t *m, ftc__perr_t code, const char *why) {
+  session_t *s = m->sess;
+  drop_member(co, m, 0, why);
+  if (s) {
+    s->refused = 1;
+    send_msg(s, ftc__proto_error(code, why), 1);
+    lws_set_timeout(s->wsi, PENDING_TIMEOUT_USER_OK, 5);
+  }
+}
+
+/* ---- message handlers ---- */
+
+static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) {
+  if (!ftc__proto_token_equal(h->token, co->token)) {
+    refuse(co, s, FTC__PERR_AUTH, "the job token was refused (check FTCOMM_TOKEN)");
+    return;
+  }
+  if (strcmp(h->job, co->job) != 0) {
+    refuse(co, s, FTC__PERR_WRONG_JOB, "this coordinator serves job \"%s\", not \"%.64s\"",
+           co->job, h->job);
+    return;
+  }
+  if (h->slot >= co->world_size) {
+    refuse(co, s, FTC__PERR_BAD_SLOT, "slot %d is outside the job's slots 0..%d", h->slot,
+           co->world_size - 1);
+    return;
+  }
+  member_t *old = find_slot(co, h->slot);
+  if (old) {
+    refuse(co, s, FTC__PERR_DUPLICATE_SLOT,
+           "slot %d already has a live member (member %llu, pid %lld, %s)", h->slot,
+           (unsigned long long)old->id, (long long)old->pid, old->addr);
+    return;
+  }
+  if (h->world_size != co->world_size)
+    FTC_WARN(FTC_SUB_COORD, "job %s: slot %d says the world size is %d; the job's is %d",
+             co->job, h->slot, h->world_size, co->world_size);
+  if (h->known_epoch > co->max_known_epoch) {
+    co->max_known_epoch = h->known_epoch;
+    if (h->known_epoch > co->epoch)
+      FTC_INFO(FTC_SUB_COORD, "job %s: slot %d knows epoch %llu; later epochs are numbered above",
+               co->job, h->slot, (unsigned long long)h->known_epoch);
+  }
+  if (co->nmembers == co->cap) {
+    int ncap = co->cap ? co->cap * 2 : 16;
+    member_t **nm = ftc__realloc(co->members, (size_t)ncap * sizeof(*nm));
+    if (!nm) {
+      refuse(co, s, FTC__PERR_INTERNAL, "the coordinator is out of memory");
+      return;
+    }
+    co->members = nm;
+    co->cap = ncap;
+  }
+  member_t *m = ftc__calloc(1, sizeof(*m));
+  if (!m) {
+    refuse(co, s, FTC__PERR_INTERNAL, "the coordinator is out of memory");
+    return;
+  }
+  m->id = ++co->next_id;
+  m->slot = h->slot;
+  m->state = M_PENDING;
+  m->rank = -1;
+  m->pid = h->pid;
+  m->last_seen_ns = ftc__now_ns();
+  snprintf(m->addr, sizeof(m->addr), "%s", h->addr);
+  snprintf(m->host, sizeof(m->host), "%s", h->pod ? h->pod : h->host ? h->host : "");
+  m->sess = s;
+  s->m = m;
+  co->members[co->nmembers++] = m;
+  co->stats_dirty = 1;
+  lws_set_timeout(s->wsi, NO_PENDING_TIMEOUT, 0);
+  FTC_INFO(FTC_SUB_COORD, "job %s: slot %d joined as member %llu from %s (data %s, %s%s)",
+           co->job, m->slot, (unsigned long long)m->id, s->peer, m->addr,
+           h->joiner ? "joiner" : "initial", m->host[0] ? "" : "");
+  send_msg(s, ftc__proto_welcome(m->id, co->epoch, co->heartbeat_ms, FTC__PROTO_MAX_RANK_MSG),
+           0);
+  maybe_form_epoch(co);
+}
+
+static void handle_failure(ftc__coord_t *co, session_t *s, const ftc__msg_t *msg) {
+  member_t *rep = s->m;
+  if (msg->epoch != co->epoch) {
+    FTC_INFO(FTC_SUB_COORD,
+             "job %s: slot %d reports failures in epoch %llu, the current is %llu; ignored",
+             co->job, rep->slot, (unsigned long long)msg->epoch, (unsigned long long)co->epoch);
+    return;
+  }
+  for (int i = 0; i < msg->nranks; i++) {
+    int r = msg->ranks[i];
+    if (r >= co->view_n || !co->view[r] || co->view[r] == rep) continue;
+    char why[160];
+    snprintf(why, sizeof(why), "was reported failed by rank %d (%s)", rep->rank,
+             msg->reason ? msg->reason : ftc_strerror((ftc_status_t)msg->status));
+    exclude_member(co, co->view[r], FTC__PERR_EXCLUDED, why);
+  }
+  maybe_form_epoch(co);
+}
+
+static int safe_name(const char *s) {
+  if (!*s || strcmp(s, ".") == 0 || strcmp(s, "..") == 0) return 0;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+          *s == '-' || *s == '_' || *s == '.'))
+      return 0;
+  return 1;
+}
+
+/* Write a complete dump as DIR/<incident>/rank-<r>.json, atomically and
+ * never over an earlier one. */
+static void store_dump(ftc__coord_t *co, member_t *m, dump_asm_t *d) {
+  char dir[4096], tmp[4200], path[4200];
+  snprintf(dir, sizeof(dir), "%s/%s", co->dump_dir, d->incident);
+  if (mkdir(co->dump_dir, 0755) && errno != EEXIST) goto out_log_errno;
+  if (mkdir(dir, 0755) && errno != EEXIST) goto out_log_errno;
+  snprintf(tmp, sizeof(tmp), "%s/.rank-%d.%llu.tmp", dir, d->rank, (unsigned long long)m->id);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) goto out_log_errno;
+  size_t off = 0;
+  while (off < d->len) {
+    ssize_t w = write(fd, d->buf + off, d->len - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      close(fd);
+      unlink(tmp);
+      goto out_log_errno;
+    }
+    off += (size_t)w;
+  }
+  close(fd);
+  snprintf(path, sizeof(path), "%s/rank-%d.json", dir, d->rank);
+  if (link(tmp, path) != 0) {
+    snprintf(path, sizeof(path), "%s/rank-%d-%llu.json", dir, d->rank,
+             (unsigned long long)m->id);
+    if (link(tmp, path) != 0) {
+      unlink(tmp);
+      goto out_log_errno;
+    }
+  }
+  unlink(tmp);
+  FTC_INFO(FTC_SUB_COORD, "job %s: stored the dump of rank %d (%zu bytes) as %s", co->job,
+           d->rank, d->len, path);
+  return;
+out_log_errno:
+  FTC_ERROR(FTC_SUB_COORD, "job %s: cannot store the dump of rank %d under %s: %s", co->job,
+            d->rank, dir, strerror(errno));
+}
+
+static void dump_free(dump_asm_t *d) {
+  if (!d) return;
+  ftc__free(d->buf);
+  ftc__free(d);
+}
+
+static void handle_dump(ftc__coord_t *co, session_t *s, const ftc__msg_t *msg) {
+  if (!co->dump_dir) {
+    if (!s->dump_refused_logged)
+      FTC_WARN(FTC_SUB_COORD, "job %s: slot %d uploads a dump but no dump directory is set",
+               co->job, s->m->slot);
+    s->dump_refused_logged = 1;
+    return;
+  }
+  if (!safe_name(msg->incident)) {
+    refuse(co, s, FTC__PERR_BAD_MESSAGE, "incident \"%.64s\" is not a plain name",
+           msg->incident);
+    return;
+  }
+  if (msg->total > DUMP_MAX_TOTAL) {
+    refuse(co, s, FTC__PERR_TOO_LARGE, "a dump of %llu bytes is over the limit of %llu",
+           (unsigned long long)msg->total, DUMP_MAX_TOTAL);
+    return;
+  }
+  dump_asm_t *d = s->dump;
+  if (msg->offset == 0) {
+    dump_free(d);
+    d = s->dump = ftc__calloc(1, sizeof(*d));
+    if (d) d->buf = ftc__malloc(msg->total ? msg->total : 1);
+    if (!d || !d->buf) {
+      dump_free(d);
+      s->dump = NULL;
+      refuse(co, s, FTC__PERR_INTERNAL, "the coordinator is out of memory for a dump");
+      return;
+    }
+    snprintf(d->incident, sizeof(d->incident), "%s", msg->incident);
+    d->rank = msg->rank;
+    d->total = msg->total;
+  }
+  if (!d || strcmp(d->incident, msg->incident) != 0 || d->rank != msg->rank ||
+      d->total != msg->total || d->len != msg->offset) {
+    refuse(co, s, FTC__PERR_BAD_MESSAGE, "dump fragment at offset %llu does not continue %s",
+           (unsigned long long)msg->offset, d ? "the upload in progress" : "any upload");
+    return;
+  }
+  memcpy(d->buf + d->len, msg->data, msg->data_len);
+  d->len += msg->data_len;
+  if (msg->last) {
+    store_dump(co, s->m, d);
+    dump_free(d);
+    s->dump = NULL;
+  }
+}
+
+/* Handle one complete text message. Returns -1 to close the session now. */
+static int handle_message(ftc__coord_t *co, session_t *s, const char *text, size_t len) {
+  ftc__msg_t msg;
+  char why[256];
+  ftc__perr_t perr = ftc__proto_decode(text, len, FTC__PROTO_MAX_RANK_MSG, &msg, why, sizeof(why));
+  if (perr != FTC__PERR_NONE) {
+    refuse(co, s, perr, "%s", why);
+    return 0;
+  }
+  int rc = 0;
+  if (!s->m) {
+    if (msg.type == FTC__MSG_HELLO)
+      handle_hello(co, s, &msg.hello);
+    else
+      refuse(co, s, FTC__PERR_NOT_AUTHENTICATED, "a \"%s\" message before hello",
+             ftc__msg_type_name(msg.type));
+    goto out_clear;
+  }
+  s->m->last_seen_ns = ftc__now_ns();
+  switch (msg.type) {
+    case FTC__MSG_HEARTBEAT:
+      send_msg(s, ftc__proto_heartbeat(co->epoch), 0);
+      break;
+    case FTC__MSG_FAILURE: handle_failure(co, s, &msg); break;
+    case FTC__MSG_LEAVE:
+      drop_member(co, s->m, 1, "left");
+      maybe_form_epoch(co);
+      rc = -1;
+      break;
+    case FTC__MSG_DUMP: handle_dump(co, s, &msg); break;
+    case FTC__MSG_ERROR:
+      FTC_WARN(FTC_SUB_COORD, "job %s: slot %d sent error %s: %s", co->job, s->m->slot,
+               msg.code_name, msg.reason ? msg.reason : "");
+      rc = -1;
+      break;
+    default:
+      refuse(co, s, FTC__PERR_UNEXPECTED, "a rank does not send \"%s\" messages%s",
+             ftc__msg_type_name(msg.type), msg.type == FTC__MSG_HELLO ? " twice" : "");
+      break;
+  }
+out_clear:
+  ftc__msg_clear(&msg);
+  return rc;
+}
+
+static int on_receive(ftc__coord_t *co, session_t *s, const void *in, size_t len) {
+  if (s->refused) return 0;
+  if (lws_frame_is_binary(s->wsi)) {
+    refuse(co, s, FTC__PERR_BAD_JSON, "binary frames are not part of the protocol");
+    return 0;
+  }
+  size_t need = s->rx_len + len;
+  if (need + lws_remaining_packet_payload(s->wsi) > FTC__PROTO_MAX_RANK_MSG) {
+    refuse(co, s, FTC__PERR_TOO_LARGE, "a message of more than %d bytes",
+           FTC__PROTO_MAX_RANK_MSG);
+    s->rx_len = 0;
+    return 0;
+  }
+  if (need > s->rx_cap) {
+    size_t ncap = s->rx_cap ? s->rx_cap : 4096;
+    while (ncap < need) ncap *= 2;
+    char *nb = ftc__realloc(s->rx, ncap);
+    if (!nb) {
+      refuse(co, s, FTC__PERR_INTERNAL, "the coordinator is out of memory");
+      return 0;
+    }
+    s->rx = nb;
+    s->rx_cap = ncap;
+  }
+  memcpy(s->rx + s->rx_len, in, len);
+  s->rx_len = need;
+  if (!lws_is_final_fragment(s->wsi) || lws_remaining_packet_payload(s->wsi) > 0) return 0;
+  size_t n = s->rx_len;
+  s->rx_len = 0;
+  return handle_message(co, s, s->rx, n);
+}
+
+static int on_writeable(session_t *s) {
+  ftc__frame_t *f = ftc__frameq_pop(&s->outq);
+  if (!f) return 0;
+  int close_after = f->close_after;
+  int w = lws_write(s->wsi, f->buf + LWS_PRE, f->len, LWS_WRITE_TEXT);
+  int short_write = w < (int)f->len;
+  ftc__free(f);
+  if (short_write) return -1;
+  if (close_after) {
+    static const char bye[] = "refused";
+    lws_close_reason(s->wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, (unsigned char *)bye,
+                     sizeof(bye) - 1);
+    return -1;
+  }
+  if (s->outq.head) lws_callback_on_writable(s->wsi);
+  return 0;
+}
+
+static void run_commands(ftc__coord_t *co) {
+  pthread_mutex_lock(&co->lock);
+  cmd_t *c = co->cmd_head;
+  co->cmd_head = co->cmd_tail = NULL;
+  pthread_mutex_unlock(&co->lock);
+  while (c) {
+    cmd_t *next = c->next;
+    if (c->kind == CMD_DUMPS) {
+      FTC_INFO(FTC_SUB_COORD, "job %s: asking the %d ranks of epoch %llu for dumps (%s)",
+               co->job, co->view_n, (unsigned long long)co->epoch, c->incident);
+      for (int r = 0; r < co->view_n; r++)
+        if (co->view[r] && co->view[r]->sess)
+          send_msg(co->view[r]->sess, ftc__proto_dump_request(c->incident, c->reason, co->epoch),
+                   0);
+    } else {
+      member_t *m = find_slot(co, c->slot);
+      if (m) {
+        exclude_member(co, m, FTC__PERR_EXCLUDED, c->reason ? c->reason : "was declared lost");
+        maybe_form_epoch(co);
+      }
+    }
+    ftc__free(c->incident);
+    ftc__free(c->reason);
+    ftc__free(c);
+    c = next;
+  }
+}
+
+static void on_tick(lws_sorted_usec_list_t *sul) {
+  ftc__coord_t *co = lws_container_of(sul, ftc__coord_t, tick);
+  int64_t now = ftc__now_ns();
+  int dropped = 0;
+  for (int i = 0; i < co->nmembers; i++) {
+    member_t *m = co->members[i];
+    int64_t silent_ms = (now - m->last_seen_ns) / 1000000;
+    if (silent_ms <= co->hb_timeout_ms) continue;
+    char why[96];
+    snprintf(why, sizeof(why), "was silent for %lld ms (heartbeat timeout)", (long long)silent_ms);
+    session_t *s = m->sess;
+    drop_member(co, m, 0, why);
+    if (s) kill_session(s);
+    dropped = 1;
+    i--; /* drop_member moved the last member into slot i */
+  }
+  if (dropped) maybe_form_epoch(co);
+  if (co->stats_dirty) publish_stats(co);
+  int tick_ms = co->heartbeat_ms < TICK_MS_MAX ? co->heartbeat_ms : TICK_MS_MAX;
+  lws_sul_schedule(co->ctx, 0, &co->tick, on_tick, (lws_usec_t)tick_ms * 1000);
+}
+
+static int coord_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
+                          void *in, size_t len) {
+  struct lws_context *ctx = lws_get_context(wsi);
+  ftc__coord_t *co = ctx ? lws_context_user(ctx) : NULL;
+  session_t *s = user;
+  int rc = 0;
+  switch (reason) {
+    case LWS_CALLBACK_ESTABLISHED:
+      memset(s, 0, sizeof(*s));
+      s->wsi = wsi;
+      if (!lws_get_peer_simple(wsi, s->peer, sizeof(s->peer))) snprintf(s->peer, sizeof(s->peer), "?");
+      lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, co->hello_timeout_s);
+      FTC_DEBUG(FTC_SUB_COORD, "job %s: session from %s", co->job, s->peer);
+      break;
+    case LWS_CALLBACK_RECEIVE: rc = on_receive(co, s, in, len); break;
+    case LWS_CALLBACK_SERVER_WRITEABLE: rc = on_writeable(s); break;
+    case LWS_CALLBACK_CLOSED:
+      if (s->m && !co->stopping) {
+        s->m->sess = NULL;
+        drop_member(co, s->m, 0, "lost its session");
+        maybe_form_epoch(co);
+      } else if (s->m) {
+        s->m->sess = NULL;
+      }
+      ftc__frameq_clear(&s->outq);
+      ftc__free(s->rx);
+      dump_free(s->dump);
+      s->rx = NULL;
+      s->dump = NULL;
+      break;
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+      if (co && !co->stopping) run_commands(co);
+      break;
+    default: return lws_callback_http_dummy(wsi, reason, user, in, len);
+  }
+  if (co && co->stats_dirty && !co->stopping) publish_stats(co);
+  return rc;
+}
+
+static void *service_main(void *arg) {
+  ftc__coord_t *co = arg;
+  while (!__atomic_load_n(&co->stop, __ATOMIC_ACQUIRE)) {
+    if (lws_service(co->ctx, 0) < 0) break;
+  }
+  return NULL;
+}
+
+static void free_config(ftc__coord_t *co) {
+  ftc__free(co->job);
+  ftc__free(co->token);
+  ftc__free(co->bind_host);
+  ftc__free(co->dump_dir);
+}
+
+ftc_status_t ftc__coord_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out) {
+  ftc_status_t st = FTC_OK;
+  int64_t v;
+  *out = NULL;
+  if (!cfg || !cfg->job || !cfg->token || !*cfg->token || cfg->world_size < 1 ||
+      cfg->min_size < 0 || cfg->min_size > cfg->world_size || cfg->port < 0 || cfg->port > 65535)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                      "coordinator config needs a job, a non-empty token, world_size >= 1, "
+                      "0 <= min_size <= world_size and a port in 0..65535");
+  ftc__proto_init();
+  ftc__coord_t *co = ftc__calloc(1, sizeof(*co));
+  if (!co) return ftc__error(FTC_ERR_NO_MEMORY, "out of memory creating the coordinator");
+  co->job = ftc__strdup(cfg->job);
+  co->token = ftc__strdup(cfg->token);
+  co->bind_host = ftc__strdup(cfg->bind_host ? cfg->bind_host : "0.0.0.0");
+  co->dump_dir = cfg->dump_dir ? ftc__strdup(cfg->dump_dir) : NULL;
+  if (!co->job || !co->token || !co->bind_host || (cfg->dump_dir && !co->dump_dir)) {
+    st = ftc__error(FTC_ERR_NO_MEMORY, "out of memory creating the coordinator");
+    goto out_free_config;
+  }
+  co->world_size = cfg->world_size;
+  co->min_size = cfg->min_size ? cfg->min_size : cfg->world_size;
+  co->heartbeat_ms = cfg->heartbeat_ms;
+  if (!co->heartbeat_ms) {
+    FTC_CHECK_GOTO(ftc__param_int(FTC_P_HEARTBEAT_MS, &v), st, out_free_config);
+    co->heartbeat_ms = (int)v;
+  }
+  co->hb_timeout_ms = cfg->heartbeat_timeout_ms;
+  if (!co->hb_timeout_ms) {
+    FTC_CHECK_GOTO(ftc__param_int(FTC_P_HEARTBEAT_TIMEOUT_MS, &v), st, out_free_config);
+    co->hb_timeout_ms = (int)v;
+  }
+  int hello_ms = cfg->hello_timeout_ms ? cfg->hello_timeout_ms : 10000;
+  co->hello_timeout_s = (hello_ms + 999) / 1000;
+  co->epoch = cfg->first_epoch;
+  co->next_id = cfg->member_id_base ? cfg->member_id_base : (uint64_t)(ftc__wall_ns() / 1000000000) << 20;
+  pthread_mutex_init(&co->lock, NULL);
+
+  co->protocols[0] = (struct lws_protocols){
+      .name = FTC__PROTO_WS_NAME,
+      .callback = coord_callback,
+      .per_session_data_size = sizeof(session_t),
+      .rx_buffer_size = 0,
+  };
+  struct lws_context_creation_info info;
+  memset(&info, 0, sizeof(info));
+  info.port = cfg->port;
+  info.iface = co->bind_host;
+  info.protocols = co->protocols;
+  info.user = co;
+  info.vhost_name = "ftcomm-coordinator";
+  info.options = LWS_SERVER_OPTION_VALIDATE_UTF8;
+  if (!strchr(co->bind_host, ':')) info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
+  info.count_threads = 1;
+  info.fd_limit_per_thread = 0;
+  co->ctx = lws_create_context(&info);
+  if (!co->ctx) {
+    st = ftc__error(FTC_ERR_SYSTEM,
+                    "the coordinator cannot listen on %s:%d (address in use or not local?)",
+                    co->bind_host, cfg->port);
+    goto out_destroy_lock;
+  }
+  struct lws_vhost *vh = lws_get_vhost_by_name(co->ctx, "ftcomm-coordinator");
+  co->port = vh ? lws_get_vhost_listen_port(vh) : -1;
+  if (co->port <= 0) {
+    st = ftc__error(FTC_ERR_SYSTEM, "the coordinator did not get a port to listen on (%s:%d)",
+                    co->bind_host, cfg->port);
+    goto out_destroy_context;
+  }
+  publish_stats(co);
+  lws_sul_schedule(co->ctx, 0, &co->tick, on_tick, 100 * 1000);
+  int err = pthread_create(&co->thread, NULL, service_main, co);
+  if (err) {
+    st = ftc__error(FTC_ERR_SYSTEM, "cannot start the coordinator thread: %s", strerror(err));
+    goto out_destroy_context;
+  }
+  pthread_setname_np(co->thread, "ftc-coord");
+  FTC_INFO(FTC_SUB_COORD, "job %s: coordinator listening on %s:%d for %d ranks (min %d)",
+           co->job, co->bind_host, co->port, co->world_size, co->min_size);
+  *out = co;
+  return FTC_OK;
+
+out_destroy_context:
+  co->stopping = 1;
+  lws_context_destroy(co->ctx);
+out_destroy_lock:
+  pthread_mutex_destroy(&co->lock);
+out_free_config:
+  free_config(co);
+  ftc__free(co);
+  return st;
+}
+
+int ftc__coord_port(const ftc__coord_t *co) { return co->port; }
+
+void ftc__coord_stats(ftc__coord_t *co, ftc__coord_stats_t *out) {
+  pthread_mutex_lock(&co->lock);
+  *out = co->stats;
+  pthread_mutex_unlock(&co->lock);
+}
+
+static ftc_status_t push_cmd(ftc__coord_t *co, cmd_t *c) {
+  pthread_mutex_lock(&co->lock);
+  if (co->cmd_tail)
+    co->cmd_tail->next = c;
+  else
+    co->cmd_head = c;
+  co->cmd_tail = c;
+  pthread_mutex_unlock(&co->lock);
+  lws_cancel_service(co->ctx);
+  return FTC_OK;
+}
+
+ftc_status_t ftc__coord_request_dumps(ftc__coord_t *co, const char *incident,
+                                      const char *reason) {
+  if (!co || !incident || !safe_name(incident))
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "an incident must be a plain name");
+  cmd_t *c = ftc__calloc(1, sizeof(*c));
+  if (!c) goto out_no_memory;
+  c->kind = CMD_DUMPS;
+  c->incident = ftc__strdup(incident);
+  c->reason = ftc__strdup(reason ? reason : "");
+  if (!c->incident || !c->reason) goto out_free_cmd;
+  return push_cmd(co, c);
+out_free_cmd:
+  ftc__free(c->incident);
+  ftc__free(c->reason);
+  ftc__free(c);
+out_no_memory:
+  return ftc__error(FTC_ERR_NO_MEMORY, "out of memory queueing a dump request");
+}
+
+ftc_status_t ftc__coord_slot_lost(ftc__coord_t *co, int slot, const char *reason) {
+  if (!co || slot < 0) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "bad slot %d", slot);
+  cmd_t *c = ftc__calloc(1, sizeof(*c));
+  if (!c) goto out_no_memory;
+  c->kind = CMD_SLOT_LOST;
+  c->slot = slot;
+  c->reason = ftc__strdup(reason ? reason : "was declared lost");
+  if (!c->reason) goto out_free_cmd;
+  return push_cmd(co, c);
+out_free_cmd:
+  ftc__free(c);
+out_no_memory:
+  return ftc__error(FTC_ERR_NO_MEMORY, "out of memory queueing a lost slot");
+}
+
+void ftc__coord_destroy(ftc__coord_t *co) {
+  if (!co) return;
+  __atomic_store_n(&co->stop, 1, __ATOMIC_RELEASE);
+  lws_cancel_service(co->ctx);
+  pthread_join(co->thread, NULL);
+  co->stopping = 1;
+  lws_context_destroy(co->ctx);
+  for (int i = 0; i < co->nmembers; i++) ftc__free(co->members[i]);
+  ftc__free(co->members);
+  ftc__free(co->view);
+  cmd_t *c = co->cmd_head;
+  while (c) {
+    cmd_t *next = c->next;
+    ftc__free(c->incident);
+    ftc__free(c->reason);
+    ftc__free(c);
+    c = next;
+  }
+  pthread_mutex_destroy(&co->lock);
+  free_config(co);
+  ftc__free(co);
+}

@@ -1,0 +1,73 @@
+/*
+ * coordinator.h - the server side of the membership protocol: one per job,
+ * embedded in ftcomm-run (locally) and in the controller (on Kubernetes).
+ *
+ * The coordinator authenticates ranks with the job token, hands each process
+ * incarnation a member id that is never reused, forms membership epochs
+ * (epoch 1 once world_size slots have joined, ranks in slot order) and
+ * announces them; when a member is lost or leaves it announces the next epoch
+ * without it while at least min_size remain, and admits joiners at the next
+ * epoch. Epoch numbers are never reused. It holds no training data.
+ *
+ * Threads: a coordinator runs its own service thread ("ftc-coord") that owns
+ * all protocol state. The calls below are safe from any thread.
+ */
+#ifndef FTC_COORDINATOR_H
+#define FTC_COORDINATOR_H
+
+#include <stdint.h>
+
+#include "ftcomm.h"
+
+typedef struct ftc__coord ftc__coord_t;
+
+typedef struct ftc__coord_cfg {
+  const char *bind_host;    /* address to listen on; NULL: "0.0.0.0" */
+  int port;                 /* 0: an ephemeral port (see ftc__coord_port) */
+  const char *job;          /* job name ranks must present */
+  const char *token;        /* job secret ranks must present (required, non-empty) */
+  int world_size;           /* ranks of the first epoch: slots 0..world_size-1 */
+  int min_size;             /* smallest epoch after failures; 0: world_size */
+  int heartbeat_ms;         /* interval told to ranks; 0: FTCOMM_HEARTBEAT_MS */
+  int heartbeat_timeout_ms; /* a member silent this long is lost; 0: FTCOMM_HEARTBEAT_TIMEOUT_MS */
+  int hello_timeout_ms;     /* a session without hello this long is closed; 0: 10000 */
+  uint64_t first_epoch;     /* epochs start after this (e.g. restored state); 0: none */
+  uint64_t member_id_base;  /* ids are base + 1, base + 2, ...; 0: from the wall clock */
+  const char *dump_dir;     /* uploaded dumps go to DIR/<incident>/rank-<r>.json; NULL: refused */
+} ftc__coord_cfg_t;
+
+/* Start listening and serving. Strings in cfg are copied. On success *out
+ * owns the coordinator (ftc__coord_destroy); on failure *out is NULL and
+ * ftc_last_error() says why (e.g. the port is taken). */
+ftc_status_t ftc__coord_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out);
+
+/* The TCP port the coordinator listens on (the ephemeral one for port 0). */
+int ftc__coord_port(const ftc__coord_t *co);
+
+typedef struct ftc__coord_stats {
+  uint64_t epoch;     /* last announced epoch, 0 before the first */
+  int epoch_size;     /* members of that epoch */
+  int connected;      /* authenticated sessions now */
+  int pending;        /* members waiting for an epoch (first one, or joiners) */
+  int lost;           /* members lost (session closed without leave, timed out, reported) */
+  int left;           /* members that left cleanly */
+  int refused;        /* sessions refused (auth, malformed, duplicates, ...) */
+} ftc__coord_stats_t;
+
+/* A consistent snapshot of the coordinator's counters. */
+void ftc__coord_stats(ftc__coord_t *co, ftc__coord_stats_t *out);
+
+/* Ask every member of the current epoch to write a flight-recorder dump and
+ * upload it under `incident` (copied). Returns at once. */
+ftc_status_t ftc__coord_request_dumps(ftc__coord_t *co, const char *incident,
+                                      const char *reason);
+
+/* Tell the coordinator that the process holding `slot` is gone (e.g. its pod
+ * died): its member is dropped at once, as if its session had been lost. */
+ftc_status_t ftc__coord_slot_lost(ftc__coord_t *co, int slot, const char *reason);
+
+/* Stop serving (sessions are closed), join the service thread and free.
+ * NULL is a no-op. */
+void ftc__coord_destroy(ftc__coord_t *co);
+
+#endif

@@ -1,0 +1,715 @@
+/*
+ * member.c - the rank's membership session (member.h): a libwebsockets
+ * client with its own service thread ("ftc-member") that connects to the
+ * coordinator (retrying until the connect timeout), says hello, keeps the
+ * latest view, sends heartbeats, failure reports, dump fragments and the
+ * final leave, and stores the session's error for the callers.
+ *
+ * Threads and locks: the service thread alone touches the lws context, the
+ * connection (m->wsi), the receive buffer and the timers. Caller threads and
+ * the service thread share the state under m->lock (session state, error,
+ * member id, latest view, outgoing queue, pending dump request); callers
+ * queue frames under it and wake the service thread with lws_cancel_service(),
+ * which then asks for a writeable callback; frames are written only from
+ * that callback. m->lock is a leaf: never held across an lws call other than
+ * lws_cancel_service() (which only writes to a pipe), never held with
+ * another ftcomm lock. Waiters sleep on m->cond (CLOCK_MONOTONIC).
+ */
+#include "membership/member.h"
+
+#include <errno.h>
+#include <libwebsockets.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ftc_alloc.h"
+#include "ftc_error.h"
+#include "ftc_time.h"
+#include "proto/proto.h"
+
+#define RETRY_FIRST_MS 50
+#define RETRY_MAX_MS 1000
+#define LEAVE_WAIT_MS 1000
+
+enum session_state {
+  S_CONNECTING, /* connecting or waiting for welcome */
+  S_OPEN,       /* welcomed */
+  S_CLOSED,     /* closed: after leave, or with m->error set */
+};
+
+struct ftc__member {
+  /* Immutable after open. */
+  char *coord, *host_name, *job, *token, *data_addr, *pod, *node, *host;
+  int port, slot, world_size, min_size, joiner, cfg_heartbeat_ms;
+  struct lws_context *ctx;
+  struct lws_protocols protocols[2];
+  pthread_t thread;
+  int started;
+  int stop; /* atomic */
+
+  /* Owned by the service thread. */
+  struct lws *wsi;
+  lws_sorted_usec_list_t sul_connect, sul_heartbeat;
+  int retry_ms;
+  int heartbeat_ms;
+  char *rx;
+  size_t rx_len, rx_cap;
+  int rx_skip;
+  char conn_err[160];
+
+  /* Shared; under lock. */
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int state;
+  ftc_status_t error;
+  char error_msg[512];
+  uint64_t member_id;
+  uint64_t known_epoch;
+  ftc__view_t *view;
+  ftc__frameq_t outq;
+  int leaving;
+  char dump_incident[FTC__PROTO_MAX_NAME + 1];
+  char dump_reason[256];
+  uint64_t dump_epoch;
+  int dump_pending;
+};
+
+/* Store the session's error (the first one wins) and wake waiters. Caller
+ * holds m->lock. */
+static void set_error_locked(ftc__member_t *m, ftc_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_error_locked(ftc__member_t *m, ftc_status_t st, const char *fmt, ...) {
+  if (m->error == FTC_OK) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->error_msg, sizeof(m->error_msg), fmt, ap);
+    va_end(ap);
+    m->error = st;
+    FTC_WARN(FTC_SUB_COORD, "slot %d: %s", m->slot, m->error_msg);
+  }
+  m->state = S_CLOSED;
+  pthread_cond_broadcast(&m->cond);
+}
+
+/* Queue a message (reference stolen) and wake the service thread. Fails when
+ * the session is not open. */
+static ftc_status_t queue_msg(ftc__member_t *m, json_t *msg, int close_after) {
+  ftc__frame_t *f = ftc__proto_encode(msg, LWS_PRE);
+  if (!f) return ftc__error(FTC_ERR_NO_MEMORY, "out of memory encoding a message");
+  f->close_after = close_after;
+  pthread_mutex_lock(&m->lock);
+  if (m->state != S_OPEN || m->leaving) {
+    ftc_status_t st = m->error;
+    char msgbuf[512];
+    snprintf(msgbuf, sizeof(msgbuf), "%s", m->error_msg);
+    pthread_mutex_unlock(&m->lock);
+    ftc__free(f);
+    if (st != FTC_OK) return ftc__error(st, "%s", msgbuf);
+    return ftc__error(FTC_ERR_COORDINATOR, "the coordinator session is not open");
+  }
+  ftc__frameq_push(&m->outq, f);
+  pthread_mutex_unlock(&m->lock);
+  lws_cancel_service(m->ctx);
+  return FTC_OK;
+}
+
+/* ---- service thread ---- */
+
+static void try_connect(lws_sorted_usec_list_t *sul);
+
+static void schedule_retry(ftc__member_t *m) {
+  lws_sul_schedule(m->ctx, 0, &m->sul_connect, try_connect, (lws_usec_t)m->retry_ms * 1000);
+  m->retry_ms = m->retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : m->retry_ms * 2;
+}
+
+static void try_connect(lws_sorted_usec_list_t *sul) {
+  ftc__member_t *m = lws_container_of(sul, ftc__member_t, sul_connect);
+  pthread_mutex_lock(&m->lock);
+  int connecting = m->state == S_CONNECTING;
+  pthread_mutex_unlock(&m->lock);
+  if (!connecting || m->wsi) return;
+  struct lws_client_connect_info ci;
+  memset(&ci, 0, sizeof(ci));
+  ci.context = m->ctx;
+  ci.address = m->host_name;
+  ci.port = m->port;
+  ci.path = FTC__PROTO_WS_PATH;
+  ci.host = m->host_name;
+  ci.origin = m->host_name;
+  ci.protocol = FTC__PROTO_WS_NAME;
+  ci.ietf_version_or_minus_one = -1;
+  ci.pwsi = &m->wsi;
+  FTC_DEBUG(FTC_SUB_COORD, "slot %d: connecting to the coordinator at %s", m->slot, m->coord);
+  if (!lws_client_connect_via_info(&ci)) {
+    m->wsi = NULL;
+    schedule_retry(m);
+  }
+}
+
+static void send_heartbeat(lws_sorted_usec_list_t *sul) {
+  ftc__member_t *m = lws_container_of(sul, ftc__member_t, sul_heartbeat);
+  if (!m->wsi) return;
+  pthread_mutex_lock(&m->lock);
+  int open = m->state == S_OPEN && !m->leaving;
+  uint64_t epoch = m->known_epoch;
+  pthread_mutex_unlock(&m->lock);
+  if (!open) return;
+  ftc__frame_t *f = ftc__proto_encode(ftc__proto_heartbeat(epoch), LWS_PRE);
+  if (f) {
+    pthread_mutex_lock(&m->lock);
+    ftc__frameq_push(&m->outq, f);
+    pthread_mutex_unlock(&m->lock);
+    lws_callback_on_writable(m->wsi);
+  }
+  lws_sul_schedule(m->ctx, 0, &m->sul_heartbeat, send_heartbeat,
+                   (lws_usec_t)m->heartbeat_ms * 1000);
+}
+
+static void send_hello(ftc__member_t *m) {
+  pthread_mutex_lock(&m->lock);
+  ftc__hello_t h = {
+      .job = m->job,
+      .token = m->token,
+      .addr = m->data_addr,
+      .pod = m->pod,
+      .node = m->node,
+      .host = m->host,
+      .slot = m->slot,
+      .world_size = m->world_size,
+      .min_size = m->min_size,
+      .joiner = m->joiner,
+      .pid = (int64_t)getpid(),
+      .known_epoch = m->known_epoch,
+      .prev_member_id = m->member_id,
+  };
+  pthread_mutex_unlock(&m->lock);
+  ftc__frame_t *f = ftc__proto_encode(ftc__proto_hello(&h), LWS_PRE);
+  pthread_mutex_lock(&m->lock);
+  if (!f) {
+    set_error_locked(m, FTC_ERR_NO_MEMORY, "out of memory building the hello");
+  } else {
+    ftc__frameq_push(&m->outq, f);
+  }
+  pthread_mutex_unlock(&m->lock);
+  if (f) lws_callback_on_writable(m->wsi);
+}
+
+static ftc__view_t *view_from_msg(const ftc__msg_t *msg, uint64_t my_id) {
+  ftc__view_t *v = ftc__calloc(1, sizeof(*v));
+  if (!v) return NULL;
+  v->epoch = msg->epoch;
+  v->size = msg->nmembers;
+  v->my_rank = -1;
+  v->my_member_id = my_id;
+  v->members = ftc__calloc((size_t)(msg->nmembers ? msg->nmembers : 1), sizeof(*v->members));
+  if (!v->members) goto out_free_view;
+  if (msg->backend && !(v->backend_blob = ftc__strdup(msg->backend))) goto out_free_view;
+  for (int i = 0; i < msg->nmembers; i++) {
+    const ftc__wire_member_t *w = &msg->members[i];
+    ftc__view_member_t *vm = &v->members[i];
+    vm->rank = w->rank;
+    vm->slot = w->slot;
+    vm->member_id = w->member_id;
+    vm->joined_epoch = w->joined_epoch;
+    snprintf(vm->addr, sizeof(vm->addr), "%s", w->addr);
+    if (w->member_id == my_id) v->my_rank = i;
+  }
+  return v;
+out_free_view:
+  ftc__view_free(v);
+  return NULL;
+}
+
+/* Handle one complete message from the coordinator. Returns -1 to close. */
+static int handle_message(ftc__member_t *m, const char *text, size_t len) {
+  ftc__msg_t msg;
+  char why[256];
+  ftc__perr_t perr = ftc__proto_decode(text, len, FTC__PROTO_MAX_COORD_MSG, &msg, why, sizeof(why));
+  int rc = 0;
+  pthread_mutex_lock(&m->lock);
+  if (perr != FTC__PERR_NONE) {
+    set_error_locked(m, FTC_ERR_PROTOCOL, "malformed message from the coordinator at %s: %s: %s",
+                     m->coord, ftc__perr_name(perr), why);
+    pthread_mutex_unlock(&m->lock);
+    return -1;
+  }
+  if (m->state == S_CONNECTING && msg.type != FTC__MSG_WELCOME && msg.type != FTC__MSG_ERROR) {
+    set_error_locked(m, FTC_ERR_PROTOCOL,
+                     "the coordinator at %s sent \"%s\" before welcome", m->coord,
+                     ftc__msg_type_name(msg.type));
+    rc = -1;
+    goto out_unlock;
+  }
+  switch (msg.type) {
+    case FTC__MSG_WELCOME:
+      if (m->state != S_CONNECTING) {
+        set_error_locked(m, FTC_ERR_PROTOCOL, "the coordinator at %s sent a second welcome",
+                         m->coord);
+        rc = -1;
+        break;
+      }
+      m->member_id = msg.member_id;
+      m->state = S_OPEN;
+      m->heartbeat_ms = msg.heartbeat_ms;
+      if (m->cfg_heartbeat_ms > 0 && m->cfg_heartbeat_ms < m->heartbeat_ms)
+        m->heartbeat_ms = m->cfg_heartbeat_ms;
+      FTC_INFO(FTC_SUB_COORD, "slot %d: joined job %s as member %llu (coordinator epoch %llu)",
+               m->slot, m->job, (unsigned long long)m->member_id,
+               (unsigned long long)msg.epoch);
+      pthread_cond_broadcast(&m->cond);
+      lws_sul_schedule(m->ctx, 0, &m->sul_heartbeat, send_heartbeat,
+                       (lws_usec_t)m->heartbeat_ms * 1000);
+      break;
+    case FTC__MSG_VIEW: {
+      if (m->view && msg.epoch <= m->view->epoch) {
+        FTC_WARN(FTC_SUB_COORD, "slot %d: ignoring epoch %llu, not newer than %llu", m->slot,
+                 (unsigned long long)msg.epoch, (unsigned long long)m->view->epoch);
+        break;
+      }
+      ftc__view_t *v = view_from_msg(&msg, m->member_id);
+      if (!v) {
+        set_error_locked(m, FTC_ERR_NO_MEMORY, "out of memory storing epoch %llu",
+                         (unsigned long long)msg.epoch);
+        rc = -1;
+        break;
+      }
+      FTC_INFO(FTC_SUB_COORD, "slot %d: epoch %llu: rank %d of %d", m->slot,
+               (unsigned long long)v->epoch, v->my_rank, v->size);
+      ftc__view_free(m->view);
+      m->view = v;
+      m->known_epoch = v->epoch;
+      pthread_cond_broadcast(&m->cond);
+      break;
+    }
+    case FTC__MSG_HEARTBEAT:
+      if (msg.epoch > m->known_epoch)
+        FTC_DEBUG(FTC_SUB_COORD, "slot %d: the coordinator is at epoch %llu", m->slot,
+                  (unsigned long long)msg.epoch);
+      break;
+    case FTC__MSG_DUMP_REQUEST:
+      snprintf(m->dump_incident, sizeof(m->dump_incident), "%s", msg.incident);
+      snprintf(m->dump_reason, sizeof(m->dump_reason), "%s", msg.reason ? msg.reason : "");
+      m->dump_epoch = msg.epoch;
+      m->dump_pending = 1;
+      FTC_INFO(FTC_SUB_COORD, "slot %d: the coordinator asks for a dump (incident %s)", m->slot,
+               m->dump_incident);
+      pthread_cond_broadcast(&m->cond);
+      break;
+    case FTC__MSG_ERROR: {
+      ftc_status_t st = ftc__perr_status(msg.code);
+      set_error_locked(m, st, "the coordinator at %s refused slot %d: %s (%s)", m->coord,
+                       m->slot, msg.reason ? msg.reason : "", msg.code_name);
+      rc = -1;
+      break;
+    }
+    default:
+      set_error_locked(m, FTC_ERR_PROTOCOL, "the coordinator at %s sent an unexpected \"%s\"",
+                       m->coord, ftc__msg_type_name(msg.type));
+      rc = -1;
+      break;
+  }
+out_unlock:
+  pthread_mutex_unlock(&m->lock);
+  ftc__msg_clear(&msg);
+  return rc;
+}
+
+static int on_receive(ftc__member_t *m, struct lws *wsi, const void *in, size_t len) {
+  if (m->rx_skip) return 0;
+  size_t need = m->rx_len + len;
+  if (need + lws_remaining_packet_payload(wsi) > FTC__PROTO_MAX_COORD_MSG) {
+    pthread_mutex_lock(&m->lock);
+    set_error_locked(m, FTC_ERR_PROTOCOL, "the coordinator at %s sent a message over %d bytes",
+                     m->coord, FTC__PROTO_MAX_COORD_MSG);
+    pthread_mutex_unlock(&m->lock);
+    return -1;
+  }
+  if (need > m->rx_cap) {
+    size_t ncap = m->rx_cap ? m->rx_cap : 4096;
+    while (ncap < need) ncap *= 2;
+    char *nb = ftc__realloc(m->rx, ncap);
+    if (!nb) {
+      pthread_mutex_lock(&m->lock);
+      set_error_locked(m, FTC_ERR_NO_MEMORY, "out of memory receiving from the coordinator");
+      pthread_mutex_unlock(&m->lock);
+      return -1;
+    }
+    m->rx = nb;
+    m->rx_cap = ncap;
+  }
+  memcpy(m->rx + m->rx_len, in, len);
+  m->rx_len = need;
+  if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi) > 0) return 0;
+  size_t n = m->rx_len;
+  m->rx_len = 0;
+  return handle_message(m, m->rx, n);
+}
+
+static int on_writeable(ftc__member_t *m, struct lws *wsi) {
+  pthread_mutex_lock(&m->lock);
+  ftc__frame_t *f = ftc__frameq_pop(&m->outq);
+  int more = m->outq.head != NULL;
+  pthread_mutex_unlock(&m->lock);
+  if (!f) return 0;
+  int close_after = f->close_after;
+  int w = lws_write(wsi, f->buf + LWS_PRE, f->len, LWS_WRITE_TEXT);
+  int short_write = w < (int)f->len;
+  ftc__free(f);
+  if (short_write) {
+    pthread_mutex_lock(&m->lock);
+    set_error_locked(m, FTC_ERR_COORDINATOR, "writing to the coordinator at %s failed", m->coord);
+    pthread_mutex_unlock(&m->lock);
+    return -1;
+  }
+  if (close_after) {
+    static const char bye[] = "leave";
+    lws_close_reason(wsi, LWS_CLOSE_STATUS_NORMAL, (unsigned char *)bye, sizeof(bye) - 1);
+    return -1;
+  }
+  if (more) lws_callback_on_writable(wsi);
+  return 0;
+}
+
+static int member_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
+                           void *in, size_t len) {
+  struct lws_context *ctx = lws_get_context(wsi);
+  ftc__member_t *m = ctx ? lws_context_user(ctx) : NULL;
+  if (!m) return lws_callback_http_dummy(wsi, reason, user, in, len);
+  switch (reason) {
+    case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
+      snprintf(m->conn_err, sizeof(m->conn_err), "%s", in ? (const char *)in : "connection failed");
+      FTC_DEBUG(FTC_SUB_COORD, "slot %d: cannot reach the coordinator at %s: %s", m->slot,
+                m->coord, m->conn_err);
+      m->wsi = NULL;
+      m->rx_len = 0;
+      pthread_mutex_lock(&m->lock);
+      int connecting = m->state == S_CONNECTING;
+      pthread_mutex_unlock(&m->lock);
+      if (connecting && !__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) schedule_retry(m);
+      return 0;
+    case LWS_CALLBACK_CLIENT_ESTABLISHED:
+      m->wsi = wsi;
+      m->rx_len = 0;
+      send_hello(m);
+      return 0;
+    case LWS_CALLBACK_CLIENT_RECEIVE: return on_receive(m, wsi, in, len);
+    case LWS_CALLBACK_CLIENT_WRITEABLE: return on_writeable(m, wsi);
+    case LWS_CALLBACK_CLIENT_CLOSED:
+      m->wsi = NULL;
+      lws_sul_cancel(&m->sul_heartbeat);
+      pthread_mutex_lock(&m->lock);
+      if (m->leaving)
+        m->state = S_CLOSED;
+      else
+        set_error_locked(m, FTC_ERR_COORDINATOR, "the coordinator at %s closed the session",
+                         m->coord);
+      ftc__frameq_clear(&m->outq);
+      pthread_cond_broadcast(&m->cond);
+      pthread_mutex_unlock(&m->lock);
+      return 0;
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED: {
+      pthread_mutex_lock(&m->lock);
+      int has = m->outq.head != NULL;
+      pthread_mutex_unlock(&m->lock);
+      if (has && m->wsi) lws_callback_on_writable(m->wsi);
+      return 0;
+    }
+    default: return lws_callback_http_dummy(wsi, reason, user, in, len);
+  }
+}
+
+static void *service_main(void *arg) {
+  ftc__member_t *m = arg;
+  while (!__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
+    if (lws_service(m->ctx, 0) < 0) break;
+  }
+  return NULL;
+}
+
+/* ---- API ---- */
+
+static void free_strings(ftc__member_t *m) {
+  ftc__free(m->coord);
+  ftc__free(m->host_name);
+  ftc__free(m->job);
+  ftc__free(m->token);
+  ftc__free(m->data_addr);
+  ftc__free(m->pod);
+  ftc__free(m->node);
+  ftc__free(m->host);
+}
+
+/* Split "host:port" or "[v6]:port". */
+static ftc_status_t parse_coord(ftc__member_t *m, const char *s) {
+  const char *colon = strrchr(s, ':');
+  const char *h = s, *hend = colon;
+  if (!colon || colon == s || !colon[1])
+    return ftc__error(FTC_ERR_CONFIG,
+                      "coordinator address \"%s\" is not host:port (set FTCOMM_COORDINATOR)", s);
+  if (*s == '[') {
+    if (colon[-1] != ']')
+      return ftc__error(FTC_ERR_CONFIG, "coordinator address \"%s\" is not [host]:port", s);
+    h = s + 1;
+    hend = colon - 1;
+  }
+  char *end;
+  errno = 0;
+  long p = strtol(colon + 1, &end, 10);
+  if (errno || *end || p < 1 || p > 65535)
+    return ftc__error(FTC_ERR_CONFIG, "coordinator address \"%s\" has no valid port", s);
+  m->port = (int)p;
+  m->host_name = ftc__malloc((size_t)(hend - h) + 1);
+  if (!m->host_name) return ftc__error(FTC_ERR_NO_MEMORY, "out of memory");
+  memcpy(m->host_name, h, (size_t)(hend - h));
+  m->host_name[hend - h] = '\0';
+  return FTC_OK;
+}
+
+static char *dup_opt(const char *s, int *failed) {
+  if (!s) return NULL;
+  char *d = ftc__strdup(s);
+  if (!d) *failed = 1;
+  return d;
+}
+
+/* Stop and join the service thread (idempotent). */
+static void member_stop(ftc__member_t *m) {
+  if (!m->started) return;
+  __atomic_store_n(&m->stop, 1, __ATOMIC_RELEASE);
+  lws_cancel_service(m->ctx);
+  pthread_join(m->thread, NULL);
+  m->started = 0;
+}
+
+/* Stop the service thread if it runs and free everything. */
+static void member_free(ftc__member_t *m) {
+  member_stop(m);
+  if (m->ctx) {
+    pthread_mutex_lock(&m->lock);
+    m->leaving = 1; /* the close while destroying is ours, not an error */
+    pthread_mutex_unlock(&m->lock);
+    lws_context_destroy(m->ctx);
+  }
+  ftc__frameq_clear(&m->outq);
+  ftc__view_free(m->view);
+  ftc__free(m->rx);
+  pthread_cond_destroy(&m->cond);
+  pthread_mutex_destroy(&m->lock);
+  free_strings(m);
+  ftc__free(m);
+}
+
+ftc_status_t ftc__member_open(const ftc__member_cfg_t *cfg, ftc__member_t **out) {
+  ftc_status_t st;
+  if (!out) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc__member_open: out is NULL");
+  *out = NULL;
+  if (!cfg || !cfg->coordinator || !*cfg->coordinator)
+    return ftc__error(FTC_ERR_CONFIG,
+                      "no coordinator address: set FTCOMM_COORDINATOR (ftcomm-run and the "
+                      "controller set it)");
+  if (!cfg->token || !*cfg->token)
+    return ftc__error(FTC_ERR_CONFIG, "no job token: set FTCOMM_TOKEN");
+  if (cfg->slot < 0 || cfg->world_size < 1 || cfg->min_size < 0 ||
+      (cfg->data_addr && strlen(cfg->data_addr) > FTC__PROTO_MAX_ADDR))
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                      "membership config: slot %d, world size %d, min size %d out of range",
+                      cfg->slot, cfg->world_size, cfg->min_size);
+  ftc__proto_init();
+  ftc__member_t *m = ftc__calloc(1, sizeof(*m));
+  if (!m) return ftc__error(FTC_ERR_NO_MEMORY, "out of memory opening the membership session");
+  pthread_mutex_init(&m->lock, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&m->cond, &ca);
+  pthread_condattr_destroy(&ca);
+  int failed = 0;
+  m->coord = dup_opt(cfg->coordinator, &failed);
+  m->job = dup_opt(cfg->job ? cfg->job : "local", &failed);
+  m->token = dup_opt(cfg->token, &failed);
+  m->data_addr = dup_opt(cfg->data_addr ? cfg->data_addr : "", &failed);
+  m->pod = dup_opt(cfg->pod, &failed);
+  m->node = dup_opt(cfg->node, &failed);
+  m->host = dup_opt(cfg->host, &failed);
+  if (failed) {
+    st = ftc__error(FTC_ERR_NO_MEMORY, "out of memory opening the membership session");
+    goto out_free;
+  }
+  FTC_CHECK_GOTO(parse_coord(m, cfg->coordinator), st, out_free);
+  m->slot = cfg->slot;
+  m->world_size = cfg->world_size;
+  m->min_size = cfg->min_size;
+  m->joiner = cfg->joiner;
+  m->cfg_heartbeat_ms = cfg->heartbeat_ms;
+  m->heartbeat_ms = cfg->heartbeat_ms > 0 ? cfg->heartbeat_ms : FTC__PROTO_DEFAULT_HEARTBEAT_MS;
+  m->retry_ms = RETRY_FIRST_MS;
+  m->state = S_CONNECTING;
+
+  m->protocols[0] = (struct lws_protocols){
+      .name = FTC__PROTO_WS_NAME,
+      .callback = member_callback,
+      .per_session_data_size = 0,
+      .rx_buffer_size = 0,
+  };
+  struct lws_context_creation_info info;
+  memset(&info, 0, sizeof(info));
+  info.port = CONTEXT_PORT_NO_LISTEN;
+  info.protocols = m->protocols;
+  info.user = m;
+  info.count_threads = 1;
+  m->ctx = lws_create_context(&info);
+  if (!m->ctx) {
+    st = ftc__error(FTC_ERR_SYSTEM, "cannot create the libwebsockets client context");
+    goto out_free;
+  }
+  /* The first attempt runs on the service thread, like every later one. */
+  lws_sul_schedule(m->ctx, 0, &m->sul_connect, try_connect, 1);
+  int err = pthread_create(&m->thread, NULL, service_main, m);
+  if (err) {
+    st = ftc__error(FTC_ERR_SYSTEM, "cannot start the membership thread: %s", strerror(err));
+    goto out_free;
+  }
+  m->started = 1;
+  pthread_setname_np(m->thread, "ftc-member");
+
+  int timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 60000;
+  int64_t deadline = ftc__deadline_ns(timeout_ms);
+  struct timespec ts = {(time_t)(deadline / 1000000000LL), (long)(deadline % 1000000000LL)};
+  pthread_mutex_lock(&m->lock);
+  while (m->state == S_CONNECTING && ftc__now_ns() < deadline)
+    pthread_cond_timedwait(&m->cond, &m->lock, &ts);
+  int state = m->state;
+  st = m->error;
+  char msg[512];
+  snprintf(msg, sizeof(msg), "%s", m->error_msg);
+  pthread_mutex_unlock(&m->lock);
+  if (state == S_OPEN) {
+    *out = m;
+    return FTC_OK;
+  }
+  if (state == S_CONNECTING) {
+    /* conn_err belongs to the service thread: stop it before reading. */
+    member_stop(m);
+    snprintf(msg, sizeof(msg), "%s", m->conn_err[0] ? m->conn_err : "no welcome");
+    member_free(m);
+    return ftc__error(FTC_ERR_COORDINATOR,
+                      "could not join the coordinator at %s within %d ms (last attempt: %s); "
+                      "is it running, and is FTCOMM_COORDINATOR right?",
+                      cfg->coordinator, timeout_ms, msg);
+  }
+  member_free(m);
+  return ftc__error(st != FTC_OK ? st : FTC_ERR_COORDINATOR, "%s",
+                    msg[0] ? msg : "the coordinator closed the session");
+
+out_free:
+  member_free(m);
+  return st;
+}
+
+ftc_status_t ftc__member_wait_view(ftc__member_t *m, uint64_t after, int timeout_ms,
+                                   ftc__view_t **view) {
+  if (!m || !view) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "wait_view: NULL argument");
+  *view = NULL;
+  int64_t deadline = timeout_ms < 0 ? INT64_MAX : ftc__deadline_ns(timeout_ms);
+  struct timespec ts = {(time_t)(deadline / 1000000000LL), (long)(deadline % 1000000000LL)};
+  ftc_status_t st = FTC_OK;
+  char msg[512] = "";
+  pthread_mutex_lock(&m->lock);
+  for (;;) {
+    if (m->view && m->view->epoch > after) break;
+    if (m->state == S_CLOSED) {
+      st = m->error != FTC_OK ? m->error : FTC_ERR_COORDINATOR;
+      snprintf(msg, sizeof(msg), "%s", m->error_msg[0] ? m->error_msg : "the session is closed");
+      goto out_unlock;
+    }
+    if (ftc__now_ns() >= deadline) {
+      st = FTC_ERR_TIMEOUT;
+      snprintf(msg, sizeof(msg),
+               "no membership epoch after %llu within %d ms (slot %d, job %s)",
+               (unsigned long long)after, timeout_ms, m->slot, m->job);
+      goto out_unlock;
+    }
+    if (deadline == INT64_MAX)
+      pthread_cond_wait(&m->cond, &m->lock);
+    else
+      pthread_cond_timedwait(&m->cond, &m->lock, &ts);
+  }
+  const ftc__view_t *src = m->view;
+  ftc__view_t *v = ftc__calloc(1, sizeof(*v));
+  if (v) {
+    *v = *src;
+    v->members = ftc__malloc((size_t)(src->size ? src->size : 1) * sizeof(*v->members));
+    v->backend_blob = src->backend_blob ? ftc__strdup(src->backend_blob) : NULL;
+    if (!v->members || (src->backend_blob && !v->backend_blob)) {
+      ftc__free(v->members);
+      ftc__free(v->backend_blob);
+      ftc__free(v);
+      v = NULL;
+    } else {
+      memcpy(v->members, src->members, (size_t)src->size * sizeof(*v->members));
+    }
+  }
+  if (!v) {
+    st = FTC_ERR_NO_MEMORY;
+    snprintf(msg, sizeof(msg), "out of memory copying epoch %llu",
+             (unsigned long long)src->epoch);
+  }
+  *view = v;
+out_unlock:
+  pthread_mutex_unlock(&m->lock);
+  if (st != FTC_OK) return ftc__error(st, "%s", msg);
+  return FTC_OK;
+}
+
+void ftc__view_free(ftc__view_t *v) {
+  if (!v) return;
+  ftc__free(v->members);
+  ftc__free(v->backend_blob);
+  ftc__free(v);
+}
+
+ftc_status_t ftc__member_report_failure(ftc__member_t *m, uint64_t epoch, const int *ranks,
+                                        int n, ftc_status_t why) {
+  if (!m || n < 0 || (n > 0 && !ranks) || n > FTC__PROTO_MAX_FAILED)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "report_failure: bad rank list");
+  FTC_INFO(FTC_SUB_COORD, "slot %d: reporting %d failed rank%s in epoch %llu (%s)", m->slot, n,
+           n == 1 ? "" : "s", (unsigned long long)epoch, ftc_strerror(why));
+  return queue_msg(m, ftc__proto_failure(epoch, ranks, n, why), 0);
+}
+
+ftc_status_t ftc__member_error(ftc__member_t *m) {
+  if (!m) return FTC_ERR_INVALID_ARGUMENT;
+  pthread_mutex_lock(&m->lock);
+  ftc_status_t st = m->error;
+  char msg[512];
+  snprintf(msg, sizeof(msg), "%s", m->error_msg);
+  pthread_mutex_unlock(&m->lock);
+  if (st != FTC_OK) return ftc__error(st, "%s", msg);
+  return FTC_OK;
+}
+
+void ftc__member_close(ftc__member_t *m) {
+  if (!m) return;
+  ftc__frame_t *f = ftc__proto_encode(ftc__proto_leave("closed"), LWS_PRE);
+  pthread_mutex_lock(&m->lock);
+  if (f && m->state == S_OPEN && !m->leaving) {
+    f->close_after = 1;
+    ftc__frameq_push(&m->outq, f);
+    f = NULL;
+    m->leaving = 1;
+    pthread_mutex_unlock(&m->lock);
+    lws_cancel_service(m->ctx);
+    int64_t deadline = ftc__deadline_ns(LEAVE_WAIT_MS);
+    struct timespec ts = {(time_t)(deadline / 1000000000LL), (long)(deadline % 1000000000LL)};
+    pthread_mutex_lock(&m->lock);
+    while (m->state != S_CLOSED && ftc__now_ns() < deadline)
+      pthread_cond_timedwait(&m->cond, &m->lock, &ts);
+  }
+  m->leaving = 1;
+  pthread_mutex_unlock(&m->lock);
+  ftc__free(f);
+  member_free(m);
+}

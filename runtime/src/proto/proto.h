@@ -1,0 +1,184 @@
+/*
+ * proto.h - the membership protocol's messages, shared by the rank's client
+ * (runtime/src/membership/) and the coordinator (runtime/src/coordinator/).
+ *
+ * Every message is one WebSocket text message holding one JSON object
+ * {"v":1,"type":"...",...}; docs/protocol.md describes each one. This module
+ * owns the wire names, the bounds, building messages (ftc__proto_*() return
+ * a new JSON object) and decoding a received text into ftc__msg_t with every
+ * field checked, so neither side ever reads an unchecked field.
+ */
+#ifndef FTC_PROTO_H
+#define FTC_PROTO_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ftcomm.h"
+
+#define FTC__PROTO_VERSION 1
+/* WebSocket subprotocol name (Sec-WebSocket-Protocol) and request path. */
+#define FTC__PROTO_WS_NAME "ftcomm.membership.v1"
+#define FTC__PROTO_WS_PATH "/ftcomm/v1"
+/* Largest message the coordinator accepts from a rank; dumps are sent in
+ * fragments of at most FTC__PROTO_DUMP_CHUNK bytes of data to stay below. */
+#define FTC__PROTO_MAX_RANK_MSG (256 * 1024)
+/* Largest message a rank accepts from the coordinator (a view of a big job). */
+#define FTC__PROTO_MAX_COORD_MSG (64 * 1024 * 1024)
+#define FTC__PROTO_DUMP_CHUNK (128 * 1024)
+/* Bounds on strings inside messages. */
+#define FTC__PROTO_MAX_ADDR 127
+#define FTC__PROTO_MAX_NAME 253
+#define FTC__PROTO_MAX_TOKEN 1024
+#define FTC__PROTO_MAX_BLOB (1024 * 1024)
+#define FTC__PROTO_MAX_FAILED 65536
+#define FTC__PROTO_DEFAULT_HEARTBEAT_MS 1000
+
+typedef enum ftc__msg_type {
+  FTC__MSG_NONE = 0,
+  FTC__MSG_HELLO,        /* rank -> coordinator: authenticate and register */
+  FTC__MSG_WELCOME,      /* coordinator -> rank: accepted, member id */
+  FTC__MSG_VIEW,         /* coordinator -> rank: a membership epoch */
+  FTC__MSG_HEARTBEAT,    /* both ways: liveness, and the sender's current epoch */
+  FTC__MSG_FAILURE,      /* rank -> coordinator: ranks of an epoch failed */
+  FTC__MSG_LEAVE,        /* rank -> coordinator: leaving cleanly */
+  FTC__MSG_DUMP_REQUEST, /* coordinator -> rank: write and upload a dump */
+  FTC__MSG_DUMP,         /* rank -> coordinator: one fragment of a dump */
+  FTC__MSG_ERROR,        /* either way: refusal with a code; the sender closes */
+  FTC__MSG_TYPE_COUNT
+} ftc__msg_type_t;
+
+/* Error codes carried by an "error" message. */
+typedef enum ftc__perr {
+  FTC__PERR_NONE = 0,
+  FTC__PERR_BAD_JSON,          /* "bad_json": not a JSON object */
+  FTC__PERR_BAD_VERSION,       /* "bad_version": v missing or not supported */
+  FTC__PERR_TOO_LARGE,         /* "too_large": message over the bound */
+  FTC__PERR_BAD_MESSAGE,       /* "bad_message": unknown type, missing or invalid field */
+  FTC__PERR_NOT_AUTHENTICATED, /* "not_authenticated": a message before hello */
+  FTC__PERR_AUTH,              /* "auth_failed": wrong token */
+  FTC__PERR_WRONG_JOB,         /* "wrong_job": hello for another job */
+  FTC__PERR_BAD_SLOT,          /* "bad_slot": slot outside the job */
+  FTC__PERR_DUPLICATE_SLOT,    /* "duplicate_slot": the slot has a live member */
+  FTC__PERR_UNEXPECTED,        /* "unexpected": a valid message in the wrong state */
+  FTC__PERR_EXCLUDED,          /* "excluded": the member was dropped from the job */
+  FTC__PERR_SHUTTING_DOWN,     /* "shutting_down": the coordinator is stopping */
+  FTC__PERR_INTERNAL,          /* "internal": the peer failed (out of memory, ...) */
+  FTC__PERR_COUNT
+} ftc__perr_t;
+
+const char *ftc__msg_type_name(ftc__msg_type_t t);
+const char *ftc__perr_name(ftc__perr_t e);
+/* The status a rank reports for an error code received from the coordinator. */
+ftc_status_t ftc__perr_status(ftc__perr_t e);
+
+/* One member of a view, as carried on the wire. */
+typedef struct ftc__wire_member {
+  int rank;
+  int slot;
+  uint64_t member_id;
+  uint64_t joined_epoch;
+  const char *addr;
+} ftc__wire_member_t;
+
+/* Fields of a hello (building and decoding). Strings may be NULL when optional. */
+typedef struct ftc__hello {
+  const char *job, *token, *addr;
+  const char *pod, *node, *host; /* optional */
+  int slot, world_size, min_size, joiner;
+  int64_t pid;                   /* optional, 0 if unknown */
+  uint64_t known_epoch;          /* last epoch this process knows; 0 if none */
+  uint64_t prev_member_id;       /* member id of an earlier session of this process; 0 if none */
+} ftc__hello_t;
+
+/*
+ * A decoded message. Strings point into `root` and live until
+ * ftc__msg_clear(); `members` and `ranks` are allocated and freed there too.
+ */
+typedef struct ftc__msg {
+  ftc__msg_type_t type;
+  json_t *root;
+  ftc__hello_t hello;
+  /* welcome */
+  uint64_t member_id;
+  int heartbeat_ms;
+  int max_message;
+  /* welcome, view, heartbeat, failure, dump_request: epoch */
+  uint64_t epoch;
+  /* view */
+  int nmembers;
+  ftc__wire_member_t *members;
+  const char *backend; /* may be NULL */
+  /* failure */
+  int nranks;
+  int *ranks;
+  int status;
+  /* leave, dump_request, error: reason; error: code (wire name, and parsed) */
+  const char *reason;
+  const char *code_name;
+  ftc__perr_t code;
+  /* dump_request, dump */
+  const char *incident;
+  /* dump fragment */
+  uint64_t offset, total;
+  int last;
+  int rank;
+  const char *data;
+  size_t data_len;
+} ftc__msg_t;
+
+/*
+ * Decode one received text of `len` bytes (need not be NUL-terminated).
+ * FTC__PERR_NONE and a filled *msg on success (release with ftc__msg_clear);
+ * otherwise the error code to send back and a reason in why[], and *msg is
+ * left empty. Messages longer than max_len are refused with TOO_LARGE.
+ */
+ftc__perr_t ftc__proto_decode(const char *text, size_t len, size_t max_len, ftc__msg_t *msg,
+                              char *why, size_t whylen);
+void ftc__msg_clear(ftc__msg_t *msg);
+
+/* Builders: a new JSON object (caller owns; NULL when out of memory). */
+json_t *ftc__proto_hello(const ftc__hello_t *h);
+json_t *ftc__proto_welcome(uint64_t member_id, uint64_t epoch, int heartbeat_ms, int max_message);
+json_t *ftc__proto_view(uint64_t epoch, const ftc__wire_member_t *members, int n,
+                        const char *backend);
+json_t *ftc__proto_heartbeat(uint64_t epoch);
+json_t *ftc__proto_failure(uint64_t epoch, const int *ranks, int n, ftc_status_t why);
+json_t *ftc__proto_leave(const char *reason);
+json_t *ftc__proto_dump_request(const char *incident, const char *reason, uint64_t epoch);
+json_t *ftc__proto_dump(const char *incident, int rank, uint64_t offset, uint64_t total,
+                        const char *data, size_t len, int last);
+json_t *ftc__proto_error(ftc__perr_t code, const char *reason);
+
+/*
+ * An encoded message, ready for lws_write(): `headroom` free bytes, then
+ * len bytes of text. Frames form a singly linked FIFO (ftc__frameq_t).
+ */
+typedef struct ftc__frame {
+  struct ftc__frame *next;
+  size_t len;
+  int close_after; /* close the session once this frame is written */
+  unsigned char buf[]; /* headroom + len */
+} ftc__frame_t;
+
+/* Encode `msg` (a reference is stolen, even on failure) into a new frame
+ * with `headroom` bytes before the text. NULL when out of memory. */
+ftc__frame_t *ftc__proto_encode(json_t *msg, size_t headroom);
+
+typedef struct ftc__frameq {
+  ftc__frame_t *head, *tail;
+  size_t count;
+} ftc__frameq_t;
+
+void ftc__frameq_push(ftc__frameq_t *q, ftc__frame_t *f);
+ftc__frame_t *ftc__frameq_pop(ftc__frameq_t *q);
+void ftc__frameq_clear(ftc__frameq_t *q);
+
+/* Route jansson's allocations through ftc__malloc (once per process). */
+void ftc__proto_init(void);
+
+/* Constant-time comparison of two NUL-terminated secrets: 1 if equal. */
+int ftc__proto_token_equal(const char *a, const char *b);
+
+#endif

@@ -1,0 +1,438 @@
+/*
+ * test_coord_join.c - the membership protocol end to end, in one process: a
+ * coordinator on an ephemeral loopback port and real membership clients.
+ * Joining forms epoch 1 in slot order, a wrong token is refused with
+ * FTC_ERR_AUTH while others are still served, an unreachable coordinator
+ * fails within the timeout, and lost, leaving, reported and joining members
+ * produce the next epochs.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "coord_test_util.h"
+#include "coordinator/coordinator.h"
+#include "ftc_error.h"
+#include "ftc_time.h"
+#include "membership/member.h"
+
+#define TOKEN "s3cret-token"
+#define WAIT_MS 10000
+
+typedef struct fixture {
+  ftc__coord_t *co;
+  char addr[64];
+} fixture_t;
+
+static ftc__coord_t *start_coord(int world, int min, fixture_t *fx) {
+  ftc__coord_cfg_t cfg = {
+      .bind_host = "127.0.0.1",
+      .port = 0,
+      .job = "testjob",
+      .token = TOKEN,
+      .world_size = world,
+      .min_size = min,
+      .heartbeat_ms = 100,
+      .heartbeat_timeout_ms = 5000,
+  };
+  assert_int_equal(ftc__coord_create(&cfg, &fx->co), FTC_OK);
+  assert_true(ftc__coord_port(fx->co) > 0);
+  snprintf(fx->addr, sizeof(fx->addr), "127.0.0.1:%d", ftc__coord_port(fx->co));
+  return fx->co;
+}
+
+static ftc__member_cfg_t member_cfg(const fixture_t *fx, int slot, int world) {
+  static __thread char data[32];
+  snprintf(data, sizeof(data), "127.0.0.1:%d", 40000 + slot);
+  ftc__member_cfg_t c = {
+      .coordinator = fx->addr,
+      .job = "testjob",
+      .token = TOKEN,
+      .slot = slot,
+      .world_size = world,
+      .min_size = 1,
+      .data_addr = data,
+      .host = "localhost",
+      .connect_timeout_ms = WAIT_MS,
+  };
+  return c;
+}
+
+static ftc__member_t *join(const fixture_t *fx, int slot, int world) {
+  ftc__member_cfg_t c = member_cfg(fx, slot, world);
+  ftc__member_t *m = NULL;
+  ftc_status_t st = ftc__member_open(&c, &m);
+  if (st != FTC_OK) fail_msg("slot %d: %s: %s", slot, ftc_strerror(st), ftc_last_error());
+  return m;
+}
+
+static ftc__view_t *view_after(ftc__member_t *m, uint64_t after) {
+  ftc__view_t *v = NULL;
+  ftc_status_t st = ftc__member_wait_view(m, after, WAIT_MS, &v);
+  if (st != FTC_OK) fail_msg("wait_view(%llu): %s: %s", (unsigned long long)after,
+                             ftc_strerror(st), ftc_last_error());
+  return v;
+}
+
+/* Wait until the coordinator's stats satisfy `cond` (bounded). */
+#define WAIT_STATS(co, s, cond)                                    \
+  do {                                                             \
+    int64_t dl_ = ftc__deadline_ns(WAIT_MS);                       \
+    for (;;) {                                                     \
+      ftc__coord_stats(co, &(s));                                  \
+      if (cond) break;                                             \
+      if (ftc__now_ns() > dl_) fail_msg("timed out waiting for " #cond); \
+      usleep(10000);                                               \
+    }                                                              \
+  } while (0)
+
+static void join_of_n_forms_epoch_1_with_ranks_in_slot_order(void **state) {
+  (void)state;
+  fixture_t fx;
+  enum { N = 4 };
+  start_coord(N, 0, &fx);
+  ftc__member_t *m[N];
+  /* Join in reverse slot order: ranks still follow slots. */
+  for (int s = N - 1; s >= 0; s--) m[s] = join(&fx, s, N);
+  ftc__view_t *v[N];
+  for (int s = 0; s < N; s++) {
+    v[s] = view_after(m[s], 0);
+    assert_int_equal(v[s]->epoch, 1);
+    assert_int_equal(v[s]->size, N);
+    assert_int_equal(v[s]->my_rank, s);
+    for (int r = 0; r < N; r++) {
+      char want[32];
+      snprintf(want, sizeof(want), "127.0.0.1:%d", 40000 + r);
+      assert_int_equal(v[s]->members[r].rank, r);
+      assert_int_equal(v[s]->members[r].slot, r);
+      assert_int_equal(v[s]->members[r].joined_epoch, 1);
+      assert_string_equal(v[s]->members[r].addr, want);
+      assert_int_equal(v[s]->members[r].member_id, v[0]->members[r].member_id);
+      for (int q = 0; q < r; q++)
+        assert_true(v[s]->members[q].member_id != v[s]->members[r].member_id);
+    }
+    assert_int_equal(v[s]->my_member_id, v[s]->members[s].member_id);
+    assert_int_equal(ftc__member_error(m[s]), FTC_OK);
+  }
+  /* Nothing newer arrives while nobody changes: the wait times out. */
+  ftc__view_t *none = NULL;
+  assert_int_equal(ftc__member_wait_view(m[0], 1, 200, &none), FTC_ERR_TIMEOUT);
+  assert_null(none);
+  ftc__coord_stats_t st;
+  ftc__coord_stats(fx.co, &st);
+  assert_int_equal(st.epoch, 1);
+  assert_int_equal(st.epoch_size, N);
+  for (int s = 0; s < N; s++) {
+    ftc__view_free(v[s]);
+    ftc__member_close(m[s]);
+  }
+  ftc__coord_destroy(fx.co);
+}
+
+static void wrong_token_is_refused_with_auth_and_others_are_served(void **state) {
+  (void)state;
+  fixture_t fx;
+  start_coord(2, 0, &fx);
+  ftc__member_cfg_t c = member_cfg(&fx, 0, 2);
+  c.token = "not-the-token";
+  ftc__member_t *bad = NULL;
+  int64_t t0 = ftc__now_ns();
+  assert_int_equal(ftc__member_open(&c, &bad), FTC_ERR_AUTH);
+  assert_true(ftc__now_ns() - t0 < 5000000000LL); /* refused at once, not at the timeout */
+  assert_null(bad);
+  assert_non_null(strstr(ftc_last_error(), "token"));
+  assert_null(strstr(ftc_last_error(), "not-the-token")); /* never echo secrets */
+  ftc__member_t *a = join(&fx, 0, 2), *b = join(&fx, 1, 2);
+  ftc__view_t *va = view_after(a, 0), *vb = view_after(b, 0);
+  assert_int_equal(va->epoch, 1);
+  assert_int_equal(vb->size, 2);
+  ftc__coord_stats_t st;
+  ftc__coord_stats(fx.co, &st);
+  assert_int_equal(st.refused, 1);
+  ftc__view_free(va);
+  ftc__view_free(vb);
+  ftc__member_close(a);
+  ftc__member_close(b);
+  ftc__coord_destroy(fx.co);
+}
+
+static void wrong_job_and_bad_slot_are_refused_as_config_errors(void **state) {
+  (void)state;
+  fixture_t fx;
+  start_coord(2, 0, &fx);
+  ftc__member_cfg_t c = member_cfg(&fx, 0, 2);
+  c.job = "otherjob";
+  ftc__member_t *m = NULL;
+  assert_int_equal(ftc__member_open(&c, &m), FTC_ERR_CONFIG);
+  assert_non_null(strstr(ftc_last_error(), "otherjob"));
+  c = member_cfg(&fx, 2, 2);
+  assert_int_equal(ftc__member_open(&c, &m), FTC_ERR_CONFIG);
+  assert_non_null(strstr(ftc_last_error(), "slot 2"));
+  ftc__coord_destroy(fx.co);
+}
+
+static void duplicate_of_a_live_slot_is_refused(void **state) {
+  (void)state;
+  fixture_t fx;
+  start_coord(2, 0, &fx);
+  ftc__member_t *a = join(&fx, 0, 2);
+  ftc__member_cfg_t c = member_cfg(&fx, 0, 2);
+  ftc__member_t *dup = NULL;
+  assert_int_equal(ftc__member_open(&c, &dup), FTC_ERR_CONFIG);
+  assert_non_null(strstr(ftc_last_error(), "already has a live member"));
+  /* The first holder of the slot is untouched and the job still forms. */
+  ftc__member_t *b = join(&fx, 1, 2);
+  ftc__view_t *v = view_after(a, 0);
+  assert_int_equal(v->size, 2);
+  ftc__view_free(v);
+  ftc__member_close(a);
+  ftc__member_close(b);
+  ftc__coord_destroy(fx.co);
+}
+
+static void unreachable_coordinator_fails_with_coordinator_error_within_timeout(void **state) {
+  (void)state;
+  fixture_t fx;
+  int port = test_closed_port();
+  assert_true(port > 0);
+  snprintf(fx.addr, sizeof(fx.addr), "127.0.0.1:%d", port);
+  ftc__member_cfg_t c = member_cfg(&fx, 0, 1);
+  c.connect_timeout_ms = 700;
+  ftc__member_t *m = NULL;
+  int64_t t0 = ftc__now_ns();
+  assert_int_equal(ftc__member_open(&c, &m), FTC_ERR_COORDINATOR);
+  int64_t ms = (ftc__now_ns() - t0) / 1000000;
+  assert_null(m);
+  assert_true(ms >= 650);  /* it retried until the timeout ... */
+  assert_true(ms < 3000);  /* ... and not much longer */
+  assert_non_null(strstr(ftc_last_error(), fx.addr));
+}
+
+static void bad_coordinator_address_is_a_config_error(void **state) {
+  (void)state;
+  fixture_t fx;
+  snprintf(fx.addr, sizeof(fx.addr), "no-port-here");
+  ftc__member_cfg_t c = member_cfg(&fx, 0, 1);
+  ftc__member_t *m = NULL;
+  assert_int_equal(ftc__member_open(&c, &m), FTC_ERR_CONFIG);
+  assert_non_null(strstr(ftc_last_error(), "FTCOMM_COORDINATOR"));
+}
+
+/* A rank that joins later than the coordinator starts is still admitted:
+ * the client retries until the coordinator listens. */
+static void late_coordinator_is_reached_by_retrying(void **state) {
+  (void)state;
+  ftc__coord_cfg_t cfg = {.bind_host = "127.0.0.1", .job = "testjob", .token = TOKEN,
+                          .world_size = 1, .heartbeat_ms = 100};
+  int port = test_closed_port();
+  cfg.port = port;
+  fixture_t fx;
+  snprintf(fx.addr, sizeof(fx.addr), "127.0.0.1:%d", port);
+  ftc__member_cfg_t c = member_cfg(&fx, 0, 1);
+  c.connect_timeout_ms = 8000;
+  /* Start the coordinator 300 ms after the rank starts trying. */
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    usleep(300000);
+    ftc__coord_t *co;
+    if (ftc__coord_create(&cfg, &co) != FTC_OK) _exit(2);
+    sleep(3);
+    ftc__coord_destroy(co);
+    _exit(0);
+  }
+  ftc__member_t *m = NULL;
+  ftc_status_t st = ftc__member_open(&c, &m);
+  if (st != FTC_OK) fail_msg("%s: %s", ftc_strerror(st), ftc_last_error());
+  ftc__view_t *v = view_after(m, 0);
+  assert_int_equal(v->epoch, 1);
+  ftc__view_free(v);
+  ftc__member_close(m);
+  int status;
+  waitpid(pid, &status, 0);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+static void lost_member_gives_next_epoch_without_it(void **state) {
+  (void)state;
+  fixture_t fx;
+  start_coord(3, 2, &fx);
+  ftc__member_t *m[3];
+  for (int s = 0; s < 3; s++) m[s] = join(&fx, s, 3);
+  ftc__view_t *v = view_after(m[0], 0);
+  assert_int_equal(v->epoch, 1);
+  uint64_t id2 = v->members[2].member_id;
+  ftc__view_free(v);
+  /* Slot 1 disappears without a leave (its coordinator session is cut). */
+  assert_int_equal(ftc__coord_slot_lost(fx.co, 1, "pod deleted"), FTC_OK);
+  v = view_after(m[0], 1);
+  assert_int_equal(v->epoch, 2);
+  assert_int_equal(v->size, 2);
+  assert_int_equal(v->members[0].slot, 0);
+  assert_int_equal(v->members[1].slot, 2);
+  assert_int_equal(v->members[1].rank, 1);
+  assert_int_equal(v->members[1].member_id, id2);
+  assert_int_equal(v->members[1].joined_epoch, 1);
+  ftc__view_free(v);
+  v = view_after(m[2], 1);
+  assert_int_equal(v->my_rank, 1);
+  ftc__view_free(v);
+  /* The lost member learns it was dropped. */
+  ftc__view_t *none = NULL;
+  assert_int_equal(ftc__member_wait_view(m[1], 1, WAIT_MS, &none), FTC_ERR_COORDINATOR);
+  assert_non_null(strstr(ftc_last_error(), "pod deleted"));
+  assert_int_equal(ftc__member_error(m[1]), FTC_ERR_COORDINATOR);
+  ftc__coord_stats_t st;
+  WAIT_STATS(fx.co, st, st.lost == 1 && st.epoch == 2);
+  for (int s = 0; s < 3; s++) ftc__member_close(m[s]);
+  ftc__coord_destroy(fx.co);
+}
+
+static void leave_then_joiner_gives_two_new_epochs_never_reusing_numbers(void **state) {
+  (void)state;
+  fixture_t fx;
+  start_coord(3, 2, &fx);
+  ftc__member_t *m[3];
+  for (int s = 0; s < 3; s++) m[s] = join(&fx, s, 3);
+  ftc__view_t *v = view_after(m[0], 0);
+  uint64_t old_id1 = v->members[1].member_id;
+  ftc__view_free(v);
+  ftc__member_close(m[1]); /* a clean leave */
+  v = view_after(m[0], 1);
+  assert_int_equal(v->epoch, 2);
+  assert_int_equal(v->size, 2);
+  ftc__view_free(v);
+  ftc__coord_stats_t st;
+  WAIT_STATS(fx.co, st, st.left == 1);
+  assert_int_equal(st.lost, 0);
+  /* A replacement for slot 1 is admitted at epoch 3 with a new member id. */
+  ftc__member_cfg_t c = member_cfg(&fx, 1, 3);
+  c.joiner = 1;
+  ftc__member_t *j = NULL;
+  assert_int_equal(ftc__member_open(&c, &j), FTC_OK);
+  ftc__view_t *vj = view_after(j, 0);
+  assert_int_equal(vj->epoch, 3);
+  assert_int_equal(vj->size, 3);
+  assert_int_equal(vj->my_rank, 1);
+  assert_true(vj->my_member_id != old_id1);
+  assert_int_equal(vj->members[1].joined_epoch, 3);
+  assert_int_equal(vj->members[0].joined_epoch, 1);
+  v = view_after(m[2], 2);
+  assert_int_equal(v->epoch, 3);
+  assert_int_equal(v->members[1].member_id, vj->my_member_id);
+  ftc__view_free(v);
+  ftc__view_free(vj);
+  ftc__member_close(j);
+  ftc__member_close(m[0]);
+  ftc__member_close(m[2]);
+  ftc__coord_destroy(fx.co);
+}
+
+static void reported_failure_excludes_the_rank_and_forms_next_epoch(void **state) {
+  (void)state;
+  fixture_t fx;
+  start_coord(3, 2, &fx);
+  ftc__member_t *m[3];
+  for (int s = 0; s < 3; s++) m[s] = join(&fx, s, 3);
+  ftc__view_t *v = view_after(m[0], 0);
+  ftc__view_free(v);
+  int failed[] = {2};
+  /* A report about an older epoch is ignored ... */
+  assert_int_equal(ftc__member_report_failure(m[0], 0, failed, 1, FTC_ERR_PEER_LOST), FTC_OK);
+  ftc__view_t *none = NULL;
+  assert_int_equal(ftc__member_wait_view(m[1], 1, 300, &none), FTC_ERR_TIMEOUT);
+  /* ... one about the current epoch drops the rank. */
+  assert_int_equal(ftc__member_report_failure(m[0], 1, failed, 1, FTC_ERR_PEER_LOST), FTC_OK);
+  v = view_after(m[1], 1);
+  assert_int_equal(v->epoch, 2);
+  assert_int_equal(v->size, 2);
+  assert_int_equal(v->my_rank, 1);
+  ftc__view_free(v);
+  assert_int_equal(ftc__member_wait_view(m[2], 1, WAIT_MS, &none), FTC_ERR_COORDINATOR);
+  assert_non_null(strstr(ftc_last_error(), "excluded"));
+  /* A closed session refuses further reports. */
+  assert_int_equal(ftc__member_report_failure(m[2], 2, failed, 1, FTC_ERR_PEER_LOST),
+                   FTC_ERR_COORDINATOR);
+  for (int s = 0; s < 3; s++) ftc__member_close(m[s]);
+  ftc__coord_destroy(fx.co);
+}
+
+static void below_min_size_waits_for_a_joiner(void **state) {
+  (void)state;
+  fixture_t fx;
+  start_coord(2, 2, &fx);
+  ftc__member_t *a = join(&fx, 0, 2), *b = join(&fx, 1, 2);
+  ftc__view_t *v = view_after(a, 0);
+  ftc__view_free(v);
+  ftc__member_close(b);
+  ftc__view_t *none = NULL;
+  assert_int_equal(ftc__member_wait_view(a, 1, 300, &none), FTC_ERR_TIMEOUT);
+  ftc__member_cfg_t c = member_cfg(&fx, 1, 2);
+  c.joiner = 1;
+  ftc__member_t *j = NULL;
+  assert_int_equal(ftc__member_open(&c, &j), FTC_OK);
+  v = view_after(a, 1);
+  assert_int_equal(v->epoch, 2);
+  assert_int_equal(v->size, 2);
+  ftc__view_free(v);
+  ftc__member_close(j);
+  ftc__member_close(a);
+  ftc__coord_destroy(fx.co);
+}
+
+static void silent_member_is_dropped_after_the_heartbeat_timeout(void **state) {
+  (void)state;
+  ftc__coord_cfg_t cfg = {.bind_host = "127.0.0.1", .job = "testjob", .token = TOKEN,
+                          .world_size = 2, .min_size = 1, .heartbeat_ms = 50,
+                          .heartbeat_timeout_ms = 400};
+  fixture_t fx;
+  assert_int_equal(ftc__coord_create(&cfg, &fx.co), FTC_OK);
+  snprintf(fx.addr, sizeof(fx.addr), "127.0.0.1:%d", ftc__coord_port(fx.co));
+  ftc__member_t *a = join(&fx, 0, 2);
+  /* Slot 1 says hello over a raw connection and then never speaks again. */
+  int fd = raw_ws_connect(ftc__coord_port(fx.co));
+  assert_true(fd >= 0);
+  char hello[512];
+  snprintf(hello, sizeof(hello),
+           "{\"v\":1,\"type\":\"hello\",\"job\":\"testjob\",\"token\":\"%s\",\"slot\":1,"
+           "\"world_size\":2,\"min_size\":1,\"addr\":\"127.0.0.1:1\"}", TOKEN);
+  assert_int_equal(raw_ws_send_text(fd, hello), 0);
+  ftc__view_t *v = view_after(a, 0);
+  assert_int_equal(v->epoch, 1);
+  ftc__view_free(v);
+  /* The live member keeps heartbeating; the silent one is dropped. */
+  v = view_after(a, 1);
+  assert_int_equal(v->epoch, 2);
+  assert_int_equal(v->size, 1);
+  assert_int_equal(v->my_rank, 0);
+  ftc__view_free(v);
+  assert_true(raw_ws_closed(fd, WAIT_MS));
+  close(fd);
+  ftc__member_close(a);
+  ftc__coord_destroy(fx.co);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(join_of_n_forms_epoch_1_with_ranks_in_slot_order),
+      cmocka_unit_test(wrong_token_is_refused_with_auth_and_others_are_served),
+      cmocka_unit_test(wrong_job_and_bad_slot_are_refused_as_config_errors),
+      cmocka_unit_test(duplicate_of_a_live_slot_is_refused),
+      cmocka_unit_test(unreachable_coordinator_fails_with_coordinator_error_within_timeout),
+      cmocka_unit_test(bad_coordinator_address_is_a_config_error),
+      cmocka_unit_test(late_coordinator_is_reached_by_retrying),
+      cmocka_unit_test(lost_member_gives_next_epoch_without_it),
+      cmocka_unit_test(leave_then_joiner_gives_two_new_epochs_never_reusing_numbers),
+      cmocka_unit_test(reported_failure_excludes_the_rank_and_forms_next_epoch),
+      cmocka_unit_test(below_min_size_waits_for_a_joiner),
+      cmocka_unit_test(silent_member_is_dropped_after_the_heartbeat_timeout),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
