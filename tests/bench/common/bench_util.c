@@ -430,7 +430,7 @@ void bench_print_row(FILE *f, const bench_opts_t *o, int nranks, const bench_geo
   int w, n;
   bench_iterations(o, g->bytes, &w, &n);
   if (o->csv)
-    fprintf(f, "%s,%s,%d,%zu,%zu,%s,%s,%d,%.3f,%.4f,%.4f,%zu,%d\n", o->label,
+    fprintf(f, "%s,%s,%d,%zu,%zu,%s,%s,%d,%.3f,%.6f,%.6f,%zu,%d\n", o->label,
             bench_coll_name(o->coll), nranks, g->bytes, g->count, bench_dtype_name(o->dtype), op,
             root, time_us, algbw, busbw, wrong, n);
   else

@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""report.py - turn the raw rows of tests/bench/run.sh into the benchmark report.
+
+Reads OUT/raw/*.csv (one file per system and rank count, rows as printed by
+ftcomm-bench and its peers), OUT/raw/ceiling.csv, status.csv and meta.txt, and
+writes OUT/bench.csv (all rows), OUT/bench.md (busbw tables per rank count with
+the ftcomm/Gloo and ftcomm/Open MPI TCP ratios, 8-byte latency, ceilings, and
+the targets) and OUT/busbw.png (busbw against size). "Gloo" in the ratios is
+the better of the Gloo algorithms measured at each size. Only measured numbers
+appear; a missing system shows as "-".
+    python3 tests/bench/report.py build/bench
+"""
+import csv
+import glob
+import os
+import sys
+
+FIELDS = ["system", "collective", "ranks", "size", "count", "type", "op", "root",
+          "time_us", "algbw_GBps", "busbw_GBps", "wrong", "iters"]
+ORDER = ["ftcomm-tcp", "openmpi-tcp", "openmpi-shm", "gloo-ring", "gloo-bcube", "gloo-hd"]
+NAMES = {"ftcomm-tcp": "ftcomm TCP", "openmpi-tcp": "Open MPI TCP",
+         "openmpi-shm": "Open MPI shm", "gloo-ring": "Gloo ring",
+         "gloo-bcube": "Gloo bcube", "gloo-hd": "Gloo hd"}
+MIB = 1 << 20
+
+
+def human(n):
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div and n % div == 0:
+            return "%d %s" % (n // div, unit)
+    return "%d B" % n
+
+
+def fmt(v, digits=3):
+    return "-" if v is None else ("%.*f" % (digits, v))
+
+
+def ratio(a, b):
+    if a is None or b is None or b <= 0:
+        return None
+    return a / b
+
+
+def read_rows(out):
+    rows = []
+    for path in sorted(glob.glob(os.path.join(out, "raw", "*.csv"))):
+        base = os.path.basename(path)
+        if base in ("ceiling.csv", "status.csv"):
+            continue
+        with open(path) as f:
+            for rec in csv.reader(f):
+                if len(rec) != len(FIELDS) or rec[0] == "system":
+                    continue
+                try:
+                    r = dict(zip(FIELDS, rec))
+                    for k in ("ranks", "size", "count", "root", "wrong", "iters"):
+                        r[k] = int(r[k])
+                    for k in ("time_us", "algbw_GBps", "busbw_GBps"):
+                        r[k] = float(r[k])
+                except ValueError:
+                    continue
+                rows.append(r)
+    return rows
+
+
+def read_kv(path):
+    kv = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                if "=" in line:
+                    k, v = line.rstrip("\n").split("=", 1)
+                    kv[k] = v
+    return kv
+
+
+def read_ceilings(out):
+    c = {}
+    path = os.path.join(out, "raw", "ceiling.csv")
+    if os.path.exists(path):
+        with open(path) as f:
+            for rec in csv.reader(f):
+                try:
+                    if rec[0] == "loopback_tcp":
+                        c["loopback"] = float(rec[3])
+                        c["loopback_each"] = (float(rec[1]), float(rec[2]))
+                        c["loopback_mode"] = rec[4] if len(rec) > 4 else "?"
+                    elif rec[0] == "memcpy":
+                        c["memcpy"] = float(rec[2])
+                        c["memcpy_bytes"] = int(rec[1])
+                except (IndexError, ValueError):
+                    pass
+    return c
+
+
+def read_status(out):
+    path = os.path.join(out, "raw", "status.csv")
+    st = []
+    if os.path.exists(path):
+        with open(path) as f:
+            st = [r for r in csv.DictReader(f)]
+    return st
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "build/bench"
+    rows = read_rows(out)
+    meta = read_kv(os.path.join(out, "raw", "meta.txt"))
+    ceil = read_ceilings(out)
+    status = read_status(out)
+
+    with open(os.path.join(out, "bench.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(FIELDS)
+        for r in rows:
+            w.writerow([r[k] for k in FIELDS])
+
+    systems = [s for s in ORDER if any(r["system"] == s for r in rows)]
+    systems += sorted({r["system"] for r in rows} - set(systems))
+    glo = [s for s in systems if s.startswith("gloo-")]
+    by = {(r["system"], r["ranks"], r["size"]): r for r in rows if r["collective"] == "allreduce"}
+    ranks = sorted({r["ranks"] for r in rows})
+    loop = ceil.get("loopback")
+
+    def bus(s, n, size):
+        r = by.get((s, n, size))
+        return r["busbw_GBps"] if r else None
+
+    def gloo_best(n, size):
+        vals = [bus(s, n, size) for s in glo if bus(s, n, size) is not None]
+        return max(vals) if vals else None
+
+    md = []
+    md.append("# ftcomm allreduce benchmark (f32 sum)")
+    md.append("")
+    md.append("Measured %s on %s CPUs (%s), kernel %s, commit %s; load average %s before, %s after."
+              % (meta.get("date", "?"), meta.get("host_cpus", "?"), meta.get("cpu_model", "?"),
+                 meta.get("kernel", "?"), meta.get("commit", "?"),
+                 meta.get("load_before", "?"), meta.get("load_after", "?")))
+    md.append("All ranks run on this one host and talk over loopback (or shared memory for "
+              "Open MPI shm); busbw = algbw x 2(n-1)/n as in nccl-tests; time is the slowest "
+              "rank's mean over the timed iterations; the first iteration of every size is "
+              "checked (#wrong). Harness options: `%s`." % meta.get("sweep", "?"))
+    md.append("")
+    md.append("## Ceilings")
+    md.append("")
+    if loop is not None:
+        a, b = ceil["loopback_each"]
+        md.append("- Loopback TCP, one connection streaming both ways at once (1 MiB writes, "
+                  "best of a thread per direction and one poll() thread): **%.3f GB/s per "
+                  "direction** (%.3f and %.3f, %s). Mid-size collectives whose data stays in "
+                  "cache can beat this streaming figure." % (loop, a, b, ceil.get("loopback_mode", "?")))
+    else:
+        md.append("- Loopback TCP: not measured (loopback_tcp failed).")
+    if "memcpy" in ceil:
+        md.append("- memcpy, one thread, %s buffers: **%.3f GB/s**."
+                  % (human(ceil["memcpy_bytes"]), ceil["memcpy"]))
+    else:
+        md.append("- memcpy: not measured (memcpy_bw failed).")
+    md.append("")
+
+    for n in ranks:
+        sizes = sorted({r["size"] for r in rows if r["ranks"] == n})
+        md.append("## %d ranks: busbw (GB/s)" % n)
+        md.append("")
+        head = ["size"] + [NAMES.get(s, s) for s in systems]
+        head += ["ftcomm/Gloo", "ftcomm/OMPI-TCP", "ftcomm/loopback"]
+        md.append("| " + " | ".join(head) + " |")
+        md.append("|" + "|".join(["---:"] * len(head)) + "|")
+        for size in sizes:
+            f = bus("ftcomm-tcp", n, size)
+            cells = [human(size)] + [fmt(bus(s, n, size)) for s in systems]
+            cells += [fmt(ratio(f, gloo_best(n, size)), 2), fmt(ratio(f, bus("openmpi-tcp", n, size)), 2),
+                      fmt(ratio(f, loop), 2)]
+            md.append("| " + " | ".join(cells) + " |")
+        md.append("")
+
+    md.append("## 8-byte allreduce latency (us, slowest rank's mean)")
+    md.append("")
+    head = ["ranks"] + [NAMES.get(s, s) for s in systems]
+    md.append("| " + " | ".join(head) + " |")
+    md.append("|" + "|".join(["---:"] * len(head)) + "|")
+    small = {}
+    for n in ranks:
+        sz = min((r["size"] for r in rows if r["ranks"] == n), default=None)
+        small[n] = sz
+        cells = ["%d" % n]
+        for s in systems:
+            r = by.get((s, n, sz))
+            cells.append(fmt(r["time_us"], 1) if r else "-")
+        md.append("| " + " | ".join(cells) + " |")
+    md.append("")
+
+    md.append("## Targets")
+    md.append("")
+    md.append("| ranks | min ftcomm/Gloo, >= 1 MiB | min ftcomm/OMPI-TCP, >= 1 MiB | "
+              "8 B: ftcomm vs OMPI-TCP (us) | 8 B: ftcomm vs Gloo (us) |")
+    md.append("|---:|---:|---:|---:|---:|")
+    for n in ranks:
+        big = sorted({r["size"] for r in rows if r["ranks"] == n and r["size"] >= MIB})
+        rg = [ratio(bus("ftcomm-tcp", n, s), gloo_best(n, s)) for s in big]
+        ro = [ratio(bus("ftcomm-tcp", n, s), bus("openmpi-tcp", n, s)) for s in big]
+        rg = [x for x in rg if x is not None]
+        ro = [x for x in ro if x is not None]
+
+        def verdict(vals):
+            if not vals:
+                return "-"
+            m = min(vals)
+            return "%.2f (%s)" % (m, "met" if m >= 1.0 else "missed by %.0f%%" % ((1 - m) * 100))
+
+        sz = small[n]
+
+        def lat(s):
+            r = by.get((s, n, sz))
+            return r["time_us"] if r else None
+        f, o = lat("ftcomm-tcp"), lat("openmpi-tcp")
+        gl = [lat(s) for s in glo if lat(s) is not None]
+        g = min(gl) if gl else None
+        lo = "-" if f is None or o is None else "%.1f vs %.1f (%s)" % (
+            f, o, "met" if f <= o else "missed, %.1fx" % (f / o))
+        lg = "-" if f is None or g is None else "%.1f vs %.1f (%.1fx lower)" % (f, g, g / f) \
+            if f < g else "%.1f vs %.1f (not lower)" % (f, g)
+        md.append("| %d | %s | %s | %s | %s |" % (n, verdict(rg), verdict(ro), lo, lg))
+    md.append("")
+
+    wrong = [r for r in rows if r["wrong"]]
+    if wrong:
+        md.append("**Wrong results:** " + ", ".join("%s %d ranks %s: %d" % (
+            r["system"], r["ranks"], human(r["size"]), r["wrong"]) for r in wrong))
+    else:
+        md.append("Every checked first iteration was correct (#wrong = 0 in all %d rows)." % len(rows))
+    bad = [s for s in status if s.get("status") != "ok"]
+    if bad:
+        md.append("")
+        md.append("Runs skipped or failed: " + ", ".join(
+            "%s at %s ranks (%s%s)" % (s["system"], s["ranks"], s["status"],
+                                       ", exit " + s["exit"] if s.get("exit") else "") for s in bad)
+                  + "; see build/bench/raw/ for their logs.")
+    md.append("")
+    md.append("Files: bench.csv (every row), busbw.png (busbw against size), raw/ (per-run "
+              "rows, commands, logs, load averages in status.csv).")
+
+    with open(os.path.join(out, "bench.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("report: matplotlib missing, no plot", file=sys.stderr)
+        return
+    if not ranks:
+        return
+    fig, axes = plt.subplots(1, len(ranks), figsize=(6 * len(ranks), 4.8), squeeze=False)
+    for ax, n in zip(axes[0], ranks):
+        for s in systems:
+            pts = sorted((r["size"], r["busbw_GBps"]) for r in rows
+                         if r["system"] == s and r["ranks"] == n and r["busbw_GBps"] > 0)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3,
+                        label=NAMES.get(s, s))
+        if loop:
+            ax.axhline(loop, color="gray", ls="--", lw=1, label="loopback TCP / direction")
+        if "memcpy" in ceil:
+            ax.axhline(ceil["memcpy"], color="black", ls=":", lw=1, label="memcpy (1 thread)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("size (bytes)")
+        ax.set_ylabel("busbw (GB/s)")
+        ax.set_title("allreduce f32 sum, %d ranks" % n)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "busbw.png"), dpi=110)
+
+
+if __name__ == "__main__":
+    main()

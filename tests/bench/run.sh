@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# run.sh - the `make bench` driver: allreduce f32 sum over a size sweep at
+# several rank counts for ftcomm (TCP, under ftcomm-run), Open MPI (TCP, and
+# shared memory through vader) and Gloo (ring and bcube over TCP), all in this
+# one run on this host, plus the loopback-TCP and memcpy ceilings; then
+# tests/bench/report.py turns the rows into build/bench/bench.md, bench.csv
+# and busbw.png, and the markdown is printed. Every run is bounded by a
+# timeout; a system that fails or is not built is reported, not hidden.
+#   BUILD=build/release tests/bench/run.sh
+# Knobs (environment): BENCH_RANKS ("2 4 8"), BENCH_MIN (8), BENCH_MAX (256M),
+# BENCH_FACTOR (4), BENCH_ITERS (20), BENCH_WARMUP (5), BENCH_ITER_BYTES (1G:
+# iterations at size s are min(iters, max(2, ITER_BYTES/s))), BENCH_SYSTEMS,
+# BENCH_RUN_TIMEOUT (seconds per system and rank count, 600), BENCH_OUT.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+BUILD=${BUILD:-build/release}
+OUT=${BENCH_OUT:-build/bench}
+RANKS=${BENCH_RANKS:-2 4 8}
+MIN=${BENCH_MIN:-8}
+MAX=${BENCH_MAX:-256M}
+FACTOR=${BENCH_FACTOR:-4}
+ITERS=${BENCH_ITERS:-20}
+WARMUP=${BENCH_WARMUP:-5}
+ITER_BYTES=${BENCH_ITER_BYTES:-1G}
+SYSTEMS=${BENCH_SYSTEMS:-ftcomm-tcp openmpi-tcp openmpi-shm gloo-ring gloo-bcube}
+RUN_TIMEOUT=${BENCH_RUN_TIMEOUT:-600}
+BB=$BUILD/bench
+
+mkdir -p "$OUT/raw"
+rm -f "$OUT"/raw/* "$OUT"/bench.md "$OUT"/bench.csv "$OUT"/busbw.png
+
+sweep=(-c allreduce -d f32 -o sum -b "$MIN" -e "$MAX" -f "$FACTOR" -n "$ITERS" -w "$WARMUP"
+       -I "$ITER_BYTES" --csv)
+mpirun_base=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+
+{
+  echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "host_cpus=$(nproc)"
+  echo "cpu_model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+  echo "kernel=$(uname -r)"
+  echo "load_before=$(load)"
+  echo "sweep=${sweep[*]}"
+  echo "ranks=$RANKS"
+} >"$OUT/raw/meta.txt"
+echo "status,system,ranks,exit,seconds,load_before,load_after" >"$OUT/raw/status.csv"
+
+echo "bench: ceilings (loopback TCP both ways, memcpy)"
+timeout -k 5 60 "$BB/loopback_tcp" -t 3 --csv >"$OUT/raw/ceiling.csv" || echo "bench: loopback_tcp failed" >&2
+timeout -k 5 60 "$BB/memcpy_bw" -t 2 --csv >>"$OUT/raw/ceiling.csv" || echo "bench: memcpy_bw failed" >&2
+
+# Prints the command for one system at n ranks, or nothing if it is not built.
+command_for() {
+  local sys=$1 n=$2
+  case $sys in
+    ftcomm-tcp)
+      [ -x "$BUILD/bin/ftcomm-run" ] && [ -x "$BUILD/bin/ftcomm-bench" ] || return 0
+      echo "$BUILD/bin/ftcomm-run -n $n -- $BUILD/bin/ftcomm-bench ${sweep[*]} -l $sys" ;;
+    openmpi-tcp)
+      [ -x "$BB/mpi_bench" ] || return 0
+      echo "${mpirun_base[*]} -np $n --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo $BB/mpi_bench ${sweep[*]} -l $sys" ;;
+    openmpi-shm)
+      [ -x "$BB/mpi_bench" ] || return 0
+      echo "${mpirun_base[*]} -np $n --mca pml ob1 --mca btl vader,self $BB/mpi_bench ${sweep[*]} -l $sys" ;;
+    gloo-ring | gloo-bcube)
+      [ -x "$BB/gloo_bench" ] || return 0
+      echo "$BB/gloo_bench -N $n -A ${sys#gloo-} ${sweep[*]} -l $sys" ;;
+    *) echo "bench: unknown system $sys" >&2 ;;
+  esac
+}
+
+for n in $RANKS; do
+  for sys in $SYSTEMS; do
+    cmd=$(command_for "$sys" "$n")
+    if [ -z "$cmd" ]; then
+      echo "bench: $sys: not built, skipped"
+      echo "skipped,$sys,$n,,,," >>"$OUT/raw/status.csv"
+      continue
+    fi
+    before=$(load)
+    echo "bench: $sys, $n ranks (load $before)"
+    echo "$cmd" >"$OUT/raw/$sys-$n.cmd"
+    start=$(date +%s.%N)
+    rc=0
+    # shellcheck disable=SC2086 # the command is a word list by construction
+    timeout -k 10 "$RUN_TIMEOUT" $cmd >"$OUT/raw/$sys-$n.csv" 2>"$OUT/raw/$sys-$n.log" </dev/null || rc=$?
+    secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    if [ $rc -eq 0 ]; then st=ok; else st=failed; fi
+    [ $rc -eq 124 ] && st=timeout
+    [ $rc -ne 0 ] && { echo "bench: $sys, $n ranks: $st (exit $rc), last lines of its log:"; tail -n 5 "$OUT/raw/$sys-$n.log" | sed 's/^/    /'; }
+    echo "$st,$sys,$n,$rc,$secs,$before,$(load)" >>"$OUT/raw/status.csv"
+  done
+done
+echo "load_after=$(load)" >>"$OUT/raw/meta.txt"
+
+# Debian's python3 has python3-matplotlib; a python3 earlier on PATH may not.
+PYTHON=${PYTHON:-python3}
+[ -x /usr/bin/python3 ] && PYTHON=/usr/bin/python3
+timeout -k 5 120 "$PYTHON" tests/bench/report.py "$OUT"
+
+if [ -x tests/bench/recorder/run.sh ]; then
+  echo "bench: recorder (tests/bench/recorder/run.sh)"
+  {
+    echo
+    echo "## Flight recorder overhead (tests/bench/recorder/run.sh)"
+    echo
+    timeout -k 10 600 tests/bench/recorder/run.sh || echo "_tests/bench/recorder/run.sh failed (exit $?)_"
+  } >>"$OUT/bench.md" 2>"$OUT/raw/recorder.log"
+fi
+
+echo
+cat "$OUT/bench.md"
+echo
+echo "bench: wrote $OUT/bench.md, $OUT/bench.csv, $OUT/busbw.png (raw rows and logs in $OUT/raw)"
