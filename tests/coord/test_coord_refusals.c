@@ -1,0 +1,263 @@
+/*
+ * test_coord_refusals.c - what the coordinator does with a peer that breaks
+ * the protocol, seen from a raw WebSocket client: malformed JSON, an unknown
+ * version, an oversized message, a message before hello, a binary frame, a
+ * second hello. Each gets an error message with its code and a closed
+ * session, and the coordinator keeps serving: a real rank joins afterwards.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "coord_test_util.h"
+#include "coordinator/coordinator.h"
+#include "ftc_error.h"
+#include "membership/member.h"
+#include "proto/proto.h"
+
+#define TOKEN "tok-123"
+
+static ftc__coord_t *co;
+static int port;
+
+static int setup(void **state) {
+  (void)state;
+  ftc__coord_cfg_t cfg = {.bind_host = "127.0.0.1", .job = "rawjob", .token = TOKEN,
+                          .world_size = 1, .heartbeat_ms = 100, .hello_timeout_ms = 1000};
+  if (ftc__coord_create(&cfg, &co) != FTC_OK) return -1;
+  port = ftc__coord_port(co);
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  ftc__coord_destroy(co);
+  return 0;
+}
+
+static const char *hello_json(int slot) {
+  static char buf[512];
+  snprintf(buf, sizeof(buf),
+           "{\"v\":1,\"type\":\"hello\",\"job\":\"rawjob\",\"token\":\"%s\",\"slot\":%d,"
+           "\"world_size\":1,\"min_size\":1,\"addr\":\"127.0.0.1:9\"}",
+           TOKEN, slot);
+  return buf;
+}
+
+/* The next frame is an error with `code`; then the session closes. */
+static void expect_refusal(int fd, const char *code) {
+  char *text = NULL;
+  int op = raw_ws_recv(fd, &text, 5000);
+  if (op != WS_TEXT) fail_msg("expected an error message with code %s, got opcode %d", code, op);
+  json_error_t err;
+  json_t *o = json_loads(text, 0, &err);
+  assert_non_null(o);
+  assert_int_equal(json_integer_value(json_object_get(o, "v")), 1);
+  assert_string_equal(json_string_value(json_object_get(o, "type")), "error");
+  if (strcmp(json_string_value(json_object_get(o, "code")), code) != 0)
+    fail_msg("expected code %s, got %s", code, text);
+  assert_true(json_string_length(json_object_get(o, "reason")) > 0);
+  json_decref(o);
+  free(text);
+  assert_true(raw_ws_closed(fd, 5000));
+  close(fd);
+}
+
+/* The coordinator still serves: a real rank joins and gets epoch 1. */
+static void expect_coordinator_serves(void) {
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+  ftc__member_cfg_t c = {.coordinator = addr, .job = "rawjob", .token = TOKEN, .slot = 0,
+                         .world_size = 1, .min_size = 1, .data_addr = "127.0.0.1:1",
+                         .connect_timeout_ms = 5000};
+  ftc__member_t *m = NULL;
+  ftc_status_t st = ftc__member_open(&c, &m);
+  if (st != FTC_OK) fail_msg("%s: %s", ftc_strerror(st), ftc_last_error());
+  ftc__view_t *v = NULL;
+  assert_int_equal(ftc__member_wait_view(m, 0, 5000, &v), FTC_OK);
+  assert_int_equal(v->size, 1);
+  ftc__view_free(v);
+  ftc__member_close(m);
+}
+
+static int connect_raw(void) {
+  int fd = raw_ws_connect(port);
+  if (fd < 0) fail_msg("cannot open a WebSocket to 127.0.0.1:%d", port);
+  return fd;
+}
+
+static void malformed_json_is_refused_and_coordinator_stays_up(void **state) {
+  (void)state;
+  int fd = connect_raw();
+  assert_int_equal(raw_ws_send_text(fd, "{\"v\":1,\"type\":\"hello\","), 0);
+  expect_refusal(fd, "bad_json");
+  fd = connect_raw();
+  assert_int_equal(raw_ws_send_text(fd, "[1,2,3]"), 0);
+  expect_refusal(fd, "bad_json");
+  expect_coordinator_serves();
+}
+
+static void unknown_version_is_refused_and_coordinator_stays_up(void **state) {
+  (void)state;
+  int fd = connect_raw();
+  assert_int_equal(raw_ws_send_text(fd, "{\"v\":2,\"type\":\"hello\"}"), 0);
+  expect_refusal(fd, "bad_version");
+  fd = connect_raw();
+  assert_int_equal(raw_ws_send_text(fd, "{\"type\":\"hello\"}"), 0);
+  expect_refusal(fd, "bad_version");
+  expect_coordinator_serves();
+}
+
+static void oversized_message_is_refused_and_coordinator_stays_up(void **state) {
+  (void)state;
+  /* One frame declared over the bound: refused from its first bytes. */
+  int fd = connect_raw();
+  char chunk[4096];
+  memset(chunk, ' ', sizeof(chunk));
+  assert_int_equal(raw_ws_send_partial(fd, WS_TEXT, 1, chunk, sizeof(chunk),
+                                       FTC__PROTO_MAX_RANK_MSG + 1),
+                   0);
+  expect_refusal(fd, "too_large");
+  /* A message over the bound made of small fragments. */
+  fd = connect_raw();
+  size_t frag = 32 * 1024, sent = 0;
+  char *big = malloc(frag);
+  memset(big, ' ', frag);
+  int first = 1;
+  while (sent <= FTC__PROTO_MAX_RANK_MSG) {
+    /* opcode 0 = continuation after the first fragment; FIN never set */
+    assert_int_equal(raw_ws_send_partial(fd, first ? WS_TEXT : 0, 0, big, frag, frag), 0);
+    first = 0;
+    sent += frag;
+  }
+  free(big);
+  expect_refusal(fd, "too_large");
+  expect_coordinator_serves();
+}
+
+static void message_before_hello_is_refused_and_coordinator_stays_up(void **state) {
+  (void)state;
+  int fd = connect_raw();
+  assert_int_equal(raw_ws_send_text(fd, "{\"v\":1,\"type\":\"heartbeat\",\"epoch\":0}"), 0);
+  expect_refusal(fd, "not_authenticated");
+  fd = connect_raw();
+  assert_int_equal(raw_ws_send_text(fd, "{\"v\":1,\"type\":\"failure\",\"epoch\":1,\"ranks\":[0]}"),
+                   0);
+  expect_refusal(fd, "not_authenticated");
+  expect_coordinator_serves();
+}
+
+static void invalid_fields_and_unknown_types_are_refused(void **state) {
+  (void)state;
+  static const char *const bad[] = {
+      "{\"v\":1,\"type\":\"launch_missiles\"}",
+      "{\"v\":1,\"type\":\"hello\",\"job\":\"rawjob\",\"token\":\"" TOKEN "\",\"slot\":-1,"
+      "\"world_size\":1,\"min_size\":1,\"addr\":\"x\"}",
+      "{\"v\":1,\"type\":\"hello\",\"job\":\"rawjob\",\"token\":\"" TOKEN "\",\"slot\":\"0\","
+      "\"world_size\":1,\"min_size\":1,\"addr\":\"x\"}",
+      "{\"v\":1,\"type\":\"hello\",\"job\":\"rawjob\",\"slot\":0,\"world_size\":1,"
+      "\"min_size\":1,\"addr\":\"x\"}",
+      "{\"v\":1,\"v\":1,\"type\":\"hello\"}",
+      "{\"v\":1,\"type\":7}",
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    int fd = connect_raw();
+    assert_int_equal(raw_ws_send_text(fd, bad[i]), 0);
+    expect_refusal(fd, strstr(bad[i], "\"v\":1,\"v\"") ? "bad_json" : "bad_message");
+  }
+  expect_coordinator_serves();
+}
+
+static void binary_frame_is_refused(void **state) {
+  (void)state;
+  int fd = connect_raw();
+  assert_int_equal(raw_ws_send(fd, WS_BINARY, "\x01\x02", 2), 0);
+  expect_refusal(fd, "bad_json");
+  expect_coordinator_serves();
+}
+
+static void wrong_token_over_raw_session_gets_auth_failed(void **state) {
+  (void)state;
+  int fd = connect_raw();
+  assert_int_equal(raw_ws_send_text(fd, "{\"v\":1,\"type\":\"hello\",\"job\":\"rawjob\","
+                                        "\"token\":\"nope\",\"slot\":0,\"world_size\":1,"
+                                        "\"min_size\":1,\"addr\":\"x\"}"),
+                   0);
+  expect_refusal(fd, "auth_failed");
+  expect_coordinator_serves();
+}
+
+static void second_hello_is_refused(void **state) {
+  (void)state;
+  int fd = connect_raw();
+  assert_int_equal(raw_ws_send_text(fd, hello_json(0)), 0);
+  char *text = NULL;
+  assert_int_equal(raw_ws_recv(fd, &text, 5000), WS_TEXT);
+  assert_non_null(strstr(text, "\"welcome\""));
+  free(text);
+  assert_int_equal(raw_ws_recv(fd, &text, 5000), WS_TEXT);
+  assert_non_null(strstr(text, "\"view\""));
+  free(text);
+  assert_int_equal(raw_ws_send_text(fd, hello_json(0)), 0);
+  expect_refusal(fd, "unexpected");
+  expect_coordinator_serves();
+}
+
+static void silent_connection_is_closed_after_the_hello_timeout(void **state) {
+  (void)state;
+  int fd = connect_raw();
+  int64_t t0 = ftc__now_ns();
+  assert_true(raw_ws_closed(fd, 5000));
+  int64_t ms = (ftc__now_ns() - t0) / 1000000;
+  assert_true(ms >= 500);
+  close(fd);
+  expect_coordinator_serves();
+}
+
+static void heartbeat_is_answered_with_the_current_epoch(void **state) {
+  (void)state;
+  int fd = connect_raw();
+  assert_int_equal(raw_ws_send_text(fd, hello_json(0)), 0);
+  char *text = NULL;
+  assert_int_equal(raw_ws_recv(fd, &text, 5000), WS_TEXT); /* welcome */
+  free(text);
+  assert_int_equal(raw_ws_recv(fd, &text, 5000), WS_TEXT); /* view */
+  json_t *v = json_loads(text, 0, NULL);
+  json_int_t epoch = json_integer_value(json_object_get(v, "epoch"));
+  json_decref(v);
+  free(text);
+  assert_int_equal(raw_ws_send_text(fd, "{\"v\":1,\"type\":\"heartbeat\",\"epoch\":0}"), 0);
+  assert_int_equal(raw_ws_recv(fd, &text, 5000), WS_TEXT);
+  json_t *hb = json_loads(text, 0, NULL);
+  assert_string_equal(json_string_value(json_object_get(hb, "type")), "heartbeat");
+  assert_int_equal(json_integer_value(json_object_get(hb, "epoch")), epoch);
+  json_decref(hb);
+  free(text);
+  assert_int_equal(raw_ws_send_text(fd, "{\"v\":1,\"type\":\"leave\",\"reason\":\"done\"}"), 0);
+  assert_true(raw_ws_closed(fd, 5000));
+  close(fd);
+  expect_coordinator_serves();
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(malformed_json_is_refused_and_coordinator_stays_up),
+      cmocka_unit_test(unknown_version_is_refused_and_coordinator_stays_up),
+      cmocka_unit_test(oversized_message_is_refused_and_coordinator_stays_up),
+      cmocka_unit_test(message_before_hello_is_refused_and_coordinator_stays_up),
+      cmocka_unit_test(invalid_fields_and_unknown_types_are_refused),
+      cmocka_unit_test(binary_frame_is_refused),
+      cmocka_unit_test(wrong_token_over_raw_session_gets_auth_failed),
+      cmocka_unit_test(second_hello_is_refused),
+      cmocka_unit_test(silent_connection_is_closed_after_the_hello_timeout),
+      cmocka_unit_test(heartbeat_is_answered_with_the_current_epoch),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
