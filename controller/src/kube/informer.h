@@ -1,0 +1,72 @@
+/*
+ * informer.h - a cache of one kind of object kept current by list+watch,
+ * like client-go's shared informer.
+ *
+ * One named thread lists the collection (paginated), then watches from the
+ * list's resourceVersion with bookmarks. A 410 Gone (HTTP or an ERROR event
+ * with code 410) relists; other failures retry with jittered backoff. After
+ * a relist the cache is diffed against the new list, so handlers see adds,
+ * updates and deletes that happened while the watch was down. Every resync
+ * period each cached object is passed to on_update(obj, obj).
+ *
+ * Handlers run on the informer thread, without the cache lock held; they
+ * should only enqueue keys. Objects passed to them are borrowed.
+ */
+#ifndef FTCK_INFORMER_H
+#define FTCK_INFORMER_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "kube_client.h"
+
+typedef struct ftck_handlers {
+  void (*on_add)(json_t *obj, void *ud);
+  void (*on_update)(json_t *old_obj, json_t *new_obj, void *ud);
+  void (*on_delete)(json_t *obj, void *ud);
+  void *ud;
+} ftck_handlers_t;
+
+typedef struct ftck_informer_opts {
+  const char *name;            /* short, for the thread name and logs ("pods") */
+  const char *collection;      /* "/api/v1/pods", "/apis/G/V/namespaces/NS/R", ... */
+  const char *label_selector;  /* may be NULL */
+  const char *field_selector;  /* may be NULL */
+  int64_t resync_ms;           /* 0: never */
+  int watch_timeout_s;         /* server-side timeout of one watch; 0: 300 */
+  long page_size;              /* LIST page size; 0: 500 */
+} ftck_informer_opts_t;
+
+typedef struct ftck_informer ftck_informer_t;
+
+/* Strings in opts are copied. The client must outlive the informer. */
+ftc_status_t ftck_informer_create(ftck_client_t *c, const ftck_informer_opts_t *opts,
+                                  const ftck_handlers_t *handlers, ftck_informer_t **out);
+ftc_status_t ftck_informer_start(ftck_informer_t *inf);
+/* Flag, wake (the watch notices within a second), join. Idempotent. */
+void ftck_informer_stop(ftck_informer_t *inf);
+void ftck_informer_destroy(ftck_informer_t *inf); /* stops first */
+
+/* 1 once the first list has been stored. */
+int ftck_informer_synced(ftck_informer_t *inf);
+/* Wait for the first list; FTC_ERR_TIMEOUT if it has not come in time. */
+ftc_status_t ftck_informer_wait_synced(ftck_informer_t *inf, int64_t timeout_ms);
+
+/* A new reference to the cached object "ns/name", or NULL. */
+json_t *ftck_informer_get(ftck_informer_t *inf, const char *key);
+/* A new array holding every cached object (a snapshot), or NULL (no memory). */
+json_t *ftck_informer_list(ftck_informer_t *inf);
+size_t ftck_informer_size(ftck_informer_t *inf);
+
+/* Counters for metrics: lists done, and watches restarted because of 410
+ * (expired), an error, or a normal end of the stream (closed). */
+typedef struct ftck_informer_stats {
+  uint64_t lists;
+  uint64_t restarts_expired;
+  uint64_t restarts_error;
+  uint64_t restarts_closed;
+} ftck_informer_stats_t;
+void ftck_informer_get_stats(ftck_informer_t *inf, ftck_informer_stats_t *out);
+const char *ftck_informer_name(const ftck_informer_t *inf);
+
+#endif

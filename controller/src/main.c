@@ -1,0 +1,163 @@
+/*
+ * main.c - ftcomm-controller: parse options, load the kube config, serve
+ * /healthz, /readyz and /metrics, fill the caches, take the leader Lease,
+ * reconcile until SIGTERM/SIGINT (or the Lease is lost), then stop in
+ * reverse order and release the Lease so a successor starts at once.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ftc_alloc.h"
+#include "ftc_error.h"
+#include "ftc_log.h"
+#include "httpd.h"
+#include "kube_client.h"
+#include "kube_config.h"
+#include "kube_json.h"
+#include "leader.h"
+#include "metrics.h"
+#include "options.h"
+#include "trainingjob.h"
+
+static volatile sig_atomic_t g_stop;
+static volatile int g_stop_int; /* what the waits poll; mirrors g_stop */
+
+static void on_signal(int sig) {
+  (void)sig;
+  g_stop = 1;
+  g_stop_int = 1;
+}
+
+typedef struct app {
+  ftck_options_t opt;
+  ftck_client_t *client;
+  ftck_reconciler_t *rec;
+  ftck_leader_t *leader;
+  volatile int lost;
+} app_t;
+
+static void on_lost(void *ud) {
+  app_t *a = ud;
+  a->lost = 1;
+  g_stop_int = 1;
+}
+
+static void handle(const char *path, int *status, const char **ctype, char **body, void *ud) {
+  app_t *a = ud;
+  if (!strcmp(path, "/healthz") || !strcmp(path, "/livez")) {
+    *status = a->lost ? 503 : 200;
+    *body = ftc__strdup(a->lost ? "leader lease lost\n" : "ok\n");
+  } else if (!strcmp(path, "/readyz")) {
+    int ready = a->rec && ftck_reconciler_synced(a->rec);
+    *status = ready ? 200 : 503;
+    *body = ftc__strdup(ready ? "ok\n" : "caches not synced\n");
+  } else if (!strcmp(path, "/metrics")) {
+    ftck_metrics_src_t src = {a->client, a->rec, a->leader ? ftck_leader_is_leader(a->leader) : 1};
+    *body = ftck_metrics_render(&src);
+    *status = *body ? 200 : 500;
+    *ctype = "text/plain; version=0.0.4; charset=utf-8";
+  } else {
+    *status = 404;
+    *body = ftc__strdup("not found; try /healthz, /readyz or /metrics\n");
+  }
+}
+
+int main(int argc, char **argv) {
+  app_t a = {0};
+  int rc = 1;
+  ftck_json_use_ftc_alloc();
+  if (ftck_options_parse(argc, argv, &a.opt) != FTC_OK) {
+    fprintf(stderr, "ftcomm-controller: %s\n", ftc_last_error());
+    return 2;
+  }
+  if (a.opt.show_help) {
+    ftck_options_usage(argv[0]);
+    return 0;
+  }
+  ftck_config_t *cfg = NULL;
+  if (ftck_config_load(a.opt.kubeconfig, a.opt.context[0] ? a.opt.context : NULL, &cfg) != FTC_OK) {
+    fprintf(stderr, "ftcomm-controller: %s\n", ftc_last_error());
+    return 2;
+  }
+  if (!a.opt.lease_namespace[0]) snprintf(a.opt.lease_namespace, sizeof a.opt.lease_namespace, "%s", cfg->namespace);
+  if (ftck_client_create(cfg, &a.client) != FTC_OK) {
+    fprintf(stderr, "ftcomm-controller: %s\n", ftc_last_error());
+    goto out_free_config;
+  }
+  struct sigaction sa = {.sa_handler = on_signal};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  ftck_reconciler_opts_t ro = {.watch_namespace = a.opt.watch_namespace,
+                               .env = {.coordinator = a.opt.coordinator_address, .dump_dir = a.opt.dump_dir},
+                               .identity = a.opt.identity,
+                               .workers = a.opt.workers,
+                               .resync_ms = (int64_t)a.opt.resync_s * 1000};
+  if (ftck_reconciler_create(a.client, &ro, &a.rec) != FTC_OK) {
+    fprintf(stderr, "ftcomm-controller: %s\n", ftc_last_error());
+    goto out_destroy_client;
+  }
+  ftck_httpd_t *httpd = NULL;
+  if (ftck_httpd_start(a.opt.listen_addr, handle, &a, &httpd) != FTC_OK) {
+    fprintf(stderr, "ftcomm-controller: %s\n", ftc_last_error());
+    goto out_destroy_reconciler;
+  }
+  fprintf(stderr, "ftcomm-controller: server %s, namespace %s, health and metrics on port %d, identity %s\n",
+          ftck_client_server(a.client), a.opt.watch_namespace[0] ? a.opt.watch_namespace : "(all)",
+          ftck_httpd_port(httpd), a.opt.identity);
+  if (a.opt.leader_elect) {
+    ftck_leader_opts_t lo = {.ns = a.opt.lease_namespace, .name = a.opt.lease_name, .identity = a.opt.identity,
+                             .lease_duration_s = a.opt.lease_duration_s, .renew_deadline_s = a.opt.renew_deadline_s,
+                             .retry_period_s = a.opt.retry_period_s, .on_lost = on_lost, .ud = &a};
+    if (ftck_leader_create(a.client, &lo, &a.leader) != FTC_OK) {
+      fprintf(stderr, "ftcomm-controller: %s\n", ftc_last_error());
+      goto out_stop_httpd;
+    }
+  }
+  /* Caches fill while we wait for the Lease, so a new leader starts warm. */
+  if (ftck_reconciler_start_informers(a.rec) != FTC_OK) {
+    fprintf(stderr, "ftcomm-controller: %s\n", ftc_last_error());
+    goto out_destroy_leader;
+  }
+  if (a.leader) {
+    if (ftck_leader_acquire(a.leader, &g_stop_int) != FTC_OK) {
+      rc = 0; /* stopped while waiting */
+      goto out_stop_reconciler;
+    }
+    fprintf(stderr, "ftcomm-controller: %s leads (Lease %s/%s)\n", a.opt.identity, a.opt.lease_namespace,
+            a.opt.lease_name);
+    if (ftck_leader_start_renewing(a.leader) != FTC_OK) {
+      fprintf(stderr, "ftcomm-controller: %s\n", ftc_last_error());
+      goto out_release;
+    }
+  }
+  while (!g_stop_int && !ftck_reconciler_synced(a.rec)) usleep(50000);
+  if (!g_stop_int && ftck_reconciler_start_workers(a.rec) != FTC_OK) {
+    fprintf(stderr, "ftcomm-controller: %s\n", ftc_last_error());
+    goto out_release;
+  }
+  while (!g_stop_int) usleep(100000);
+  rc = a.lost ? 1 : 0;
+  fprintf(stderr, "ftcomm-controller: %s; shutting down\n", a.lost ? "lost the leader Lease" : "signal received");
+out_release:
+  ftck_reconciler_stop(a.rec);
+  if (a.leader) ftck_leader_release(a.leader);
+out_stop_reconciler:
+  ftck_reconciler_stop(a.rec);
+out_destroy_leader:
+  ftck_leader_destroy(a.leader);
+out_stop_httpd:
+  ftck_httpd_stop(httpd);
+out_destroy_reconciler:
+  ftck_reconciler_destroy(a.rec);
+out_destroy_client:
+  ftck_client_destroy(a.client);
+out_free_config:
+  ftck_config_free(cfg);
+  (void)g_stop;
+  return rc;
+}

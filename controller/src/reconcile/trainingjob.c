@@ -1,0 +1,615 @@
+/*
+ * trainingjob.c - reconcile one TrainingJob at a time per key (the work
+ * queue never hands a key to two workers). Reads come from the informer
+ * caches; writes go to the API server with deterministic names, so a
+ * repeated or concurrent attempt meets 409 AlreadyExists instead of making a
+ * duplicate. A cached view that lags (a pod created but not yet seen) is
+ * settled with a direct GET before anything is replaced.
+ */
+#include "trainingjob.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ftc_alloc.h"
+#include "ftc_error.h"
+#include "ftc_log.h"
+#include "ftc_time.h"
+#include "kube_json.h"
+
+#define MAX_WORKERS 64
+#define MAX_INCIDENTS 20
+
+struct ftck_reconciler {
+  ftck_client_t *c;
+  char *ns;
+  char *coordinator, *dump_dir, *identity;
+  ftck_pod_env_t env;
+  int workers;
+  ftck_workqueue_t *q;
+  ftck_informer_t *jobs, *pods;
+  pthread_t threads[MAX_WORKERS];
+  int nthreads;
+  pthread_mutex_t mu; /* secrets_ok */
+  json_t *secrets_ok;  /* job uid -> true once its Secret exists */
+  ftck_reconciler_stats_t stats; /* atomics */
+};
+
+static void enqueue_obj(ftck_reconciler_t *r, json_t *obj) {
+  char key[512];
+  if (ftck_object_key(obj, key, sizeof key) == 0) ftck_workqueue_add(r->q, key);
+}
+
+static void job_add(json_t *o, void *ud) { enqueue_obj(ud, o); }
+static void job_update(json_t *old, json_t *o, void *ud) { (void)old; enqueue_obj(ud, o); }
+static void job_delete(json_t *o, void *ud) { enqueue_obj(ud, o); }
+
+static void pod_event(ftck_reconciler_t *r, json_t *pod) {
+  const char *job = json_string_value(json_object_get(ftck_jget(pod, "metadata.labels"), FTCK_LABEL_JOB));
+  const char *ns = ftck_jstr(pod, "metadata.namespace");
+  if (!job || !ns) return;
+  char key[512];
+  snprintf(key, sizeof key, "%s/%s", ns, job);
+  ftck_workqueue_add(r->q, key);
+}
+static void pod_add(json_t *o, void *ud) { pod_event(ud, o); }
+static void pod_update(json_t *old, json_t *o, void *ud) { (void)old; pod_event(ud, o); }
+static void pod_delete(json_t *o, void *ud) { pod_event(ud, o); }
+
+ftc_status_t ftck_reconciler_create(ftck_client_t *c, const ftck_reconciler_opts_t *o, ftck_reconciler_t **out) {
+  ftc_status_t st = FTC_OK;
+  *out = NULL;
+  ftck_reconciler_t *r = ftc__calloc(1, sizeof *r);
+  if (!r) return ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
+  pthread_mutex_init(&r->mu, NULL);
+  r->c = c;
+  r->ns = o->watch_namespace && *o->watch_namespace ? ftc__strdup(o->watch_namespace) : NULL;
+  r->coordinator = ftc__strdup(o->env.coordinator ? o->env.coordinator : "");
+  r->dump_dir = ftc__strdup(o->env.dump_dir ? o->env.dump_dir : "/var/run/ftcomm/dumps");
+  r->identity = ftc__strdup(o->identity ? o->identity : "ftcomm-controller");
+  r->secrets_ok = json_object();
+  r->workers = o->workers > 0 ? (o->workers < MAX_WORKERS ? o->workers : MAX_WORKERS) : 2;
+  if ((o->watch_namespace && *o->watch_namespace && !r->ns) || !r->coordinator || !r->dump_dir || !r->identity ||
+      !r->secrets_ok) {
+    st = ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
+    goto out_destroy;
+  }
+  r->env.coordinator = r->coordinator;
+  r->env.dump_dir = r->dump_dir;
+  FTC_CHECK_GOTO(ftck_workqueue_create(200, 300000, &r->q), st, out_destroy);
+  char *jobs_path = ftck_path(FTCK_GROUP, FTCK_VERSION, r->ns, FTCK_PLURAL, NULL);
+  char *pods_path = ftck_path("", "v1", r->ns, "pods", NULL);
+  if (!jobs_path || !pods_path) {
+    ftc__free(jobs_path);
+    ftc__free(pods_path);
+    st = ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
+    goto out_destroy;
+  }
+  ftck_informer_opts_t jo = {.name = "jobs", .collection = jobs_path, .resync_ms = o->resync_ms};
+  ftck_handlers_t jh = {job_add, job_update, job_delete, r};
+  st = ftck_informer_create(c, &jo, &jh, &r->jobs);
+  if (st == FTC_OK) {
+    ftck_informer_opts_t po = {.name = "pods", .collection = pods_path, .label_selector = FTCK_POD_SELECTOR,
+                               .resync_ms = 0};
+    ftck_handlers_t ph = {pod_add, pod_update, pod_delete, r};
+    st = ftck_informer_create(c, &po, &ph, &r->pods);
+  }
+  ftc__free(jobs_path);
+  ftc__free(pods_path);
+  if (st != FTC_OK) goto out_destroy;
+  *out = r;
+  return FTC_OK;
+out_destroy:
+  ftck_reconciler_destroy(r);
+  return st;
+}
+
+/* ---- writes ---- */
+
+static ftc_status_t ensure_secret(ftck_reconciler_t *r, const json_t *job) {
+  const char *uid = ftck_jstr(job, "metadata.uid");
+  const char *name = ftck_jstr(job, "metadata.name");
+  const char *ns = ftck_jstr(job, "metadata.namespace");
+  pthread_mutex_lock(&r->mu);
+  int known = uid && json_object_get(r->secrets_ok, uid) != NULL;
+  pthread_mutex_unlock(&r->mu);
+  if (known) return FTC_OK;
+  char sname[300];
+  if (ftck_secret_name(name, sname, sizeof sname) != 0) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "job name too long");
+  unsigned char raw[32];
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || read(fd, raw, sizeof raw) != (ssize_t)sizeof raw) {
+    if (fd >= 0) close(fd);
+    return ftc__error(FTC_ERR_SYSTEM, "cannot read /dev/urandom for the job token");
+  }
+  close(fd);
+  char hex[65];
+  for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+  char *b64 = ftck_base64_encode((unsigned char *)hex, 64);
+  json_t *owner = ftck_owner_ref(job);
+  json_t *secret = b64 && owner ? json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s, s:s, s:s}, s:[O]}, s:s, s:{s:s}}",
+                                            "apiVersion", "v1", "kind", "Secret", "metadata", "name", sname,
+                                            "namespace", ns, "labels", "app.kubernetes.io/managed-by", FTCK_MANAGER,
+                                            "app.kubernetes.io/instance", name, FTCK_LABEL_JOB, name,
+                                            "ownerReferences", owner, "type", "Opaque", "data", "token", b64)
+                                : NULL;
+  ftc__free(b64);
+  json_decref(owner);
+  if (!secret) return ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
+  char *path = ftck_path("", "v1", ns, "secrets", NULL);
+  long code = 0;
+  ftc_status_t st = path ? ftck_create(r->c, path, secret, &code, NULL) : ftc__error(FTC_ERR_NO_MEMORY, "no memory");
+  ftc__free(path);
+  json_decref(secret);
+  if (st != FTC_OK && code == 409) st = FTC_OK; /* it exists: keep the token the pods already have */
+  if (st == FTC_OK && uid) {
+    if (code != 409) FTC_INFO(FTC_SUB_CTRL, "%s/%s: created token Secret %s", ns, name, sname);
+    pthread_mutex_lock(&r->mu);
+    json_object_set_new(r->secrets_ok, uid, json_true());
+    pthread_mutex_unlock(&r->mu);
+  }
+  return st;
+}
+
+static ftc_status_t create_pod(ftck_reconciler_t *r, const json_t *job, const ftck_job_spec_t *spec, int slot,
+                               int inc, const char *avoid, json_t **created) {
+  const char *ns = ftck_jstr(job, "metadata.namespace");
+  json_t *pod = ftck_build_pod(job, spec, slot, inc, avoid, &r->env);
+  if (!pod) return ftc__error(FTC_ERR_NO_MEMORY, "reconciler: cannot build the pod of slot %d", slot);
+  char *path = ftck_path("", "v1", ns, "pods", NULL);
+  long code = 0;
+  ftc_status_t st = path ? ftck_create(r->c, path, pod, &code, NULL) : ftc__error(FTC_ERR_NO_MEMORY, "no memory");
+  ftc__free(path);
+  if (st == FTC_OK) {
+    __atomic_add_fetch(&r->stats.pods_created, 1, __ATOMIC_RELAXED);
+    FTC_INFO(FTC_SUB_CTRL, "%s/%s: created pod %s", ns, ftck_jstr(job, "metadata.name"),
+             ftck_jstr(pod, "metadata.name"));
+  } else if (code == 409) {
+    FTC_DEBUG(FTC_SUB_CTRL, "%s/%s: pod %s already exists", ns, ftck_jstr(job, "metadata.name"),
+              ftck_jstr(pod, "metadata.name"));
+    st = FTC_OK;
+  }
+  if (st == FTC_OK && created) {
+    json_object_set_new(pod, "status", json_pack("{s:s}", "phase", "Pending"));
+    *created = pod;
+  } else {
+    json_decref(pod);
+  }
+  return st;
+}
+
+static ftc_status_t delete_pod(ftck_reconciler_t *r, const char *ns, const char *name) {
+  char *path = ftck_path("", "v1", ns, "pods", name);
+  long code = 0;
+  ftc_status_t st = path ? ftck_delete(r->c, path, &code) : ftc__error(FTC_ERR_NO_MEMORY, "no memory");
+  ftc__free(path);
+  if (st == FTC_OK) {
+    __atomic_add_fetch(&r->stats.pods_deleted, 1, __ATOMIC_RELAXED);
+    FTC_INFO(FTC_SUB_CTRL, "%s: deleted pod %s", ns, name);
+  }
+  return st == FTC_OK || code == 404 ? FTC_OK : st;
+}
+
+/* ---- status ---- */
+
+typedef struct status_update {
+  const char *uid;
+  json_t *computed;   /* phase, alive, worldSize, replacements, members, conditions to set */
+  json_t *incidents;  /* to append */
+  int64_t generation;
+} status_update_t;
+
+/* Merge the computed status into obj's status; 1 (skip) when nothing changes. */
+static int apply_status(json_t *obj, void *ud) {
+  status_update_t *u = ud;
+  const char *uid = ftck_jstr(obj, "metadata.uid");
+  if (u->uid && uid && strcmp(u->uid, uid) != 0) return 1; /* a different job with the same name */
+  json_t *old = json_object_get(obj, "status");
+  json_t *st = old ? json_deep_copy(old) : json_object();
+  if (!st) return -1;
+  char now[64];
+  ftck_format_time(ftc__wall_ns(), now, sizeof now);
+  const char *k;
+  json_t *v;
+  json_object_foreach(u->computed, k, v) {
+    if (!strcmp(k, "conditions")) continue;
+    json_object_set(st, k, v);
+  }
+  json_t *conds = json_object_get(st, "conditions");
+  if (!json_is_array(conds)) json_object_set_new(st, "conditions", conds = json_array());
+  size_t i;
+  json_t *c;
+  json_array_foreach(json_object_get(u->computed, "conditions"), i, c)
+    ftck_set_condition(conds, json_string_value(json_object_get(c, "type")),
+                       json_string_value(json_object_get(c, "status")), json_string_value(json_object_get(c, "reason")),
+                       json_string_value(json_object_get(c, "message")), u->generation, now);
+  json_t *inc = json_object_get(st, "incidents");
+  if (json_array_size(u->incidents)) {
+    if (!json_is_array(inc)) json_object_set_new(st, "incidents", inc = json_array());
+    json_array_extend(inc, u->incidents);
+    while (json_array_size(inc) > MAX_INCIDENTS) json_array_remove(inc, 0);
+  }
+  json_object_set_new(st, "observedGeneration", json_integer(u->generation));
+  if (old && json_equal(old, st)) {
+    json_decref(st);
+    return 1;
+  }
+  json_object_set_new(obj, "status", st);
+  return 0;
+}
+
+static void add_condition(json_t *conds, const char *type, int status, const char *reason, const char *msg) {
+  json_array_append_new(conds, json_pack("{s:s, s:s, s:s, s:s}", "type", type, "status", status ? "True" : "False",
+                                         "reason", reason, "message", msg));
+}
+
+static const char *member_state(const json_t *pod) {
+  if (!pod) return "Missing";
+  if (ftck_jstr(pod, "metadata.deletionTimestamp")) return "Terminating";
+  const char *phase = ftck_jstr(pod, "status.phase");
+  return phase ? phase : "Pending";
+}
+
+/* ---- reconcile ---- */
+
+typedef struct slot_view {
+  json_t *cur;      /* newest incarnation's pod (borrowed from pods or created) */
+  int inc;          /* its incarnation; -1 none */
+  int state_override; /* 1: Replacing, 2: Failed (budget) */
+} slot_view_t;
+
+static void report_event(ftck_reconciler_t *r, const json_t *job, const char *type, const char *reason,
+                         const char *action, const char *note) {
+  json_t *regarding = json_pack("{s:s, s:s, s:O}", "apiVersion", FTCK_API_VERSION, "kind", FTCK_KIND, "metadata",
+                                json_object_get(job, "metadata"));
+  if (!regarding) return;
+  if (ftck_event(r->c, regarding, type, reason, action, note, FTCK_MANAGER, r->identity) != FTC_OK)
+    FTC_WARN(FTC_SUB_CTRL, "event %s: %s", reason, ftc_last_error());
+  json_decref(regarding);
+}
+
+ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requeue_ms) {
+  ftc_status_t st = FTC_OK;
+  int64_t requeue = -1;
+  char ns[256], name[256], err[256];
+  if (requeue_ms) *requeue_ms = -1;
+  if (ftck_split_key(key, ns, sizeof ns, name, sizeof name) != 0)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "bad key %s", key);
+  json_t *job = ftck_informer_get(r->jobs, key);
+  if (!job) {
+    FTC_DEBUG(FTC_SUB_CTRL, "%s: gone; its pods go with it (owner references)", key);
+    return FTC_OK;
+  }
+  json_t *all_pods = NULL, *created = json_array(), *incidents = json_array(), *computed = NULL, *mine = NULL;
+  slot_view_t *slots = NULL;
+  char *job_path = NULL;
+  if (!created || !incidents) {
+    st = ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
+    goto out_free;
+  }
+  if (ftck_jstr(job, "metadata.deletionTimestamp")) goto out_free;
+  const char *uid = ftck_jstr(job, "metadata.uid");
+  int64_t generation = ftck_jint(job, "metadata.generation", 0);
+  job_path = ftck_path(FTCK_GROUP, FTCK_VERSION, ns, FTCK_PLURAL, name);
+  if (!job_path) {
+    st = ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
+    goto out_free;
+  }
+  ftck_job_spec_t spec;
+  computed = json_object();
+  json_t *conds = json_array();
+  json_object_set_new(computed, "conditions", conds);
+  if (ftck_job_spec_parse(job, &spec, err, sizeof err) != 0) {
+    json_object_set_new(computed, "phase", json_string("Failed"));
+    add_condition(conds, "Failed", 1, "InvalidSpec", err);
+    add_condition(conds, "Ready", 0, "InvalidSpec", err);
+    goto out_write_status;
+  }
+  FTC_CHECK_GOTO(ensure_secret(r, job), st, out_free_path);
+
+  /* This job's pods, by slot. Pods of an older job with the same name
+   * (another uid) are deleted: their names would collide with ours. */
+  all_pods = ftck_informer_list(r->pods);
+  slots = ftc__calloc((size_t)spec.replicas, sizeof *slots);
+  if (!all_pods || !slots) {
+    st = ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
+    goto out_free_path;
+  }
+  for (int s = 0; s < spec.replicas; s++) slots[s].inc = -1;
+  size_t i;
+  json_t *pod;
+  mine = json_array();
+  if (!mine) {
+    st = ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
+    goto out_free_path;
+  }
+  json_array_foreach(all_pods, i, pod) {
+    const char *pj = json_string_value(json_object_get(ftck_jget(pod, "metadata.labels"), FTCK_LABEL_JOB));
+    const char *pns = ftck_jstr(pod, "metadata.namespace");
+    if (!pj || !pns || strcmp(pj, name) || strcmp(pns, ns)) continue;
+    const char *owner_uid = ftck_jstr(json_array_get(ftck_jget(pod, "metadata.ownerReferences"), 0), "uid");
+    if (owner_uid && uid && strcmp(owner_uid, uid) != 0) {
+      if (!ftck_jstr(pod, "metadata.deletionTimestamp"))
+        FTC_CHECK_GOTO(delete_pod(r, ns, ftck_jstr(pod, "metadata.name")), st, out_free_mine);
+      continue;
+    }
+    json_array_append(mine, pod);
+    int s = ftck_pod_slot(pod), inc = ftck_pod_incarnation(pod);
+    if (s < 0 || s >= spec.replicas || spec.suspend) {
+      if (!ftck_jstr(pod, "metadata.deletionTimestamp"))
+        FTC_CHECK_GOTO(delete_pod(r, ns, ftck_jstr(pod, "metadata.name")), st, out_free_mine);
+      continue;
+    }
+    if (inc > slots[s].inc) {
+      slots[s].inc = inc;
+      slots[s].cur = pod;
+    }
+  }
+
+  /* Replacements used so far: the sum of the newest incarnations, counting
+   * what status remembers for slots whose pods are gone. */
+  json_t *members = ftck_jget(job, "status.members");
+  int used = 0;
+  for (int s = 0; s < spec.replicas; s++) {
+    int remembered = ftck_incarnation_from_name(name, s, ftck_jstr(json_array_get(members, (size_t)s), "pod"));
+    used += slots[s].inc > remembered ? slots[s].inc : remembered > 0 ? remembered : 0;
+  }
+  int exhausted = 0, replacing = 0, ever_lost = used > 0;
+  int64_t now = ftc__wall_ns();
+  for (int s = 0; s < spec.replicas && !spec.suspend; s++) {
+    json_t *member = json_array_get(members, (size_t)s);
+    json_t *lost = NULL, *fetched = NULL;
+    int lost_inc = -1;
+    if (!slots[s].cur) {
+      const char *prev = ftck_jstr(member, "pod");
+      int prev_inc = ftck_incarnation_from_name(name, s, prev);
+      if (prev_inc < 0) {
+        json_t *np = NULL;
+        FTC_CHECK_GOTO(create_pod(r, job, &spec, s, 0, "", &np), st, out_free_mine);
+        json_array_append_new(created, np);
+        slots[s].cur = np;
+        slots[s].inc = 0;
+        continue;
+      }
+      /* The cache has no pod where status had one: ask the server. */
+      char *pp = ftck_path("", "v1", ns, "pods", prev);
+      long code = 0;
+      st = pp ? ftck_get(r->c, pp, &code, &fetched) : ftc__error(FTC_ERR_NO_MEMORY, "no memory");
+      ftc__free(pp);
+      if (st != FTC_OK && code != 404) goto out_free_mine;
+      st = FTC_OK;
+      if (fetched) {
+        json_array_append_new(created, fetched);
+        slots[s].cur = fetched;
+        slots[s].inc = prev_inc;
+        if (!ftck_pod_is_lost(fetched)) continue;
+        lost = fetched;
+      } else {
+        /* Deleted behind our back: a loss like any other. */
+        lost = json_pack("{s:{s:s}, s:{s:s?}}", "metadata", "name", prev, "spec", "nodeName",
+                         ftck_jstr(member, "node"));
+        json_array_append_new(created, lost);
+        slots[s].inc = prev_inc;
+      }
+      lost_inc = prev_inc;
+    } else if (ftck_pod_is_lost(slots[s].cur)) {
+      lost = slots[s].cur;
+      lost_inc = slots[s].inc;
+    } else {
+      continue;
+    }
+    ever_lost = 1;
+    const char *lost_name = ftck_jstr(lost, "metadata.name");
+    const char *lost_node = ftck_jstr(lost, "spec.nodeName");
+    if (used >= spec.max_replacements) {
+      exhausted = 1;
+      slots[s].state_override = 2;
+      continue;
+    }
+    int shift = lost_inc < 6 ? lost_inc : 6;
+    int64_t delay_ms = (int64_t)spec.backoff_s * 1000 * (1LL << shift);
+    if (delay_ms > 600000) delay_ms = 600000;
+    int64_t wait_ms = (ftck_pod_failed_at(lost, now) - now) / 1000000 + delay_ms;
+    if (wait_ms > 0) {
+      slots[s].state_override = 1;
+      replacing = 1;
+      if (requeue < 0 || wait_ms < requeue) requeue = wait_ms;
+      continue;
+    }
+    char avoid[2048] = "";
+    const char *prev_avoid = json_string_value(json_object_get(ftck_jget(lost, "metadata.annotations"), FTCK_ANNOT_AVOID));
+    if (spec.avoid_failed_nodes) {
+      if (prev_avoid && *prev_avoid) snprintf(avoid, sizeof avoid, "%s", prev_avoid);
+      if (lost_node && *lost_node && !strstr(avoid, lost_node)) {
+        size_t al = strlen(avoid);
+        snprintf(avoid + al, sizeof avoid - al, "%s%s", al ? "," : "", lost_node);
+      }
+    }
+    json_t *np = NULL;
+    FTC_CHECK_GOTO(create_pod(r, job, &spec, s, lost_inc + 1, avoid, &np), st, out_free_mine);
+    json_array_append_new(created, np);
+    used++;
+    __atomic_add_fetch(&r->stats.replacements, 1, __ATOMIC_RELAXED);
+    const char *reason = ftck_jstr(lost, "status.reason");
+    char msg[1024], tbuf[64];
+    snprintf(msg, sizeof msg, "slot %d: pod %s %s%s%s%s%s; replaced by %s (replacement %d of %d)", s, lost_name,
+             ftck_jstr(lost, "metadata.deletionTimestamp") ? "was deleted" : fetched || slots[s].cur == lost ? "failed" : "disappeared",
+             lost_node ? " on node " : "", lost_node ? lost_node : "", reason ? ": " : "", reason ? reason : "",
+             ftck_jstr(np, "metadata.name"), used, spec.max_replacements);
+    ftck_format_time(now, tbuf, sizeof tbuf);
+    json_array_append_new(incidents, json_pack("{s:s, s:s, s:s, s:s}", "time", tbuf, "kind", "PodFailed", "culprit",
+                                               lost_name, "message", msg));
+    FTC_WARN(FTC_SUB_CTRL, "%s: %s", key, msg);
+    report_event(r, job, "Warning", "MemberReplaced", "Replace", msg);
+    if (ftck_jstr(lost, "metadata.uid") && !ftck_jstr(lost, "metadata.deletionTimestamp"))
+      FTC_CHECK_GOTO(delete_pod(r, ns, lost_name), st, out_free_mine);
+    slots[s].cur = np;
+    slots[s].inc = lost_inc + 1;
+    replacing = 1;
+  }
+  /* Older incarnations of a slot are no longer needed. */
+  json_array_foreach(mine, i, pod) {
+    int s = ftck_pod_slot(pod);
+    if (s < 0 || s >= spec.replicas || spec.suspend) continue;
+    if (ftck_pod_incarnation(pod) < slots[s].inc && !ftck_jstr(pod, "metadata.deletionTimestamp"))
+      FTC_CHECK_GOTO(delete_pod(r, ns, ftck_jstr(pod, "metadata.name")), st, out_free_mine);
+  }
+
+  /* Status. */
+  int alive = 0, succeeded = 0;
+  json_t *mlist = json_array();
+  for (int s = 0; s < spec.replicas && !spec.suspend; s++) {
+    json_t *p = slots[s].cur;
+    const char *state = slots[s].state_override == 1 ? "Replacing" : slots[s].state_override == 2 ? "Failed"
+                                                                                                  : member_state(p);
+    if (!strcmp(state, "Running")) alive++;
+    if (!strcmp(state, "Succeeded")) succeeded++;
+    json_t *m = json_pack("{s:i, s:s?, s:s?, s:s}", "slot", s, "pod", ftck_jstr(p, "metadata.name"), "node",
+                          ftck_jstr(p, "spec.nodeName"), "state", state);
+    json_t *old = json_array_get(members, (size_t)s);
+    if (m && old && json_is_integer(json_object_get(old, "rank")) && ftck_jstr(p, "metadata.name") &&
+        ftck_jstr(old, "pod") && !strcmp(ftck_jstr(old, "pod"), ftck_jstr(p, "metadata.name")))
+      json_object_set(m, "rank", json_object_get(old, "rank"));
+    json_array_append_new(mlist, m);
+  }
+  const char *phase = spec.suspend           ? "Suspended"
+                      : exhausted            ? "Failed"
+                      : succeeded == spec.replicas ? "Succeeded"
+                      : alive == spec.replicas     ? "Running"
+                      : ever_lost && alive >= spec.min_replicas ? "Degraded"
+                                                               : "Pending";
+  char msg[256];
+  snprintf(msg, sizeof msg, "%d of %d members running (minimum %d)", alive, spec.replicas, spec.min_replicas);
+  json_object_set_new(computed, "phase", json_string(phase));
+  json_object_set_new(computed, "alive", json_integer(alive));
+  json_object_set_new(computed, "worldSize", json_integer(alive));
+  json_object_set_new(computed, "replacements", json_integer(used));
+  json_object_set_new(computed, "members", mlist);
+  add_condition(conds, "Ready", alive == spec.replicas, alive == spec.replicas ? "AllMembersRunning" : replacing ? "MemberReplacing" : "MembersNotRunning", msg);
+  add_condition(conds, "Degraded", !strcmp(phase, "Degraded"), replacing ? "MemberReplacing" : ever_lost ? "MemberLost" : "NoLoss", msg);
+  if (exhausted) {
+    snprintf(msg, sizeof msg, "all %d replacements of spec.failurePolicy.maxReplacements are used; raise it to replace more pods",
+             spec.max_replacements);
+    add_condition(conds, "Failed", 1, "ReplacementBudgetExhausted", msg);
+  } else {
+    add_condition(conds, "Failed", 0, "WithinBudget", "replacements left");
+  }
+  add_condition(conds, "Suspended", spec.suspend, spec.suspend ? "SpecSuspend" : "NotSuspended",
+                spec.suspend ? "spec.suspend is true: the job's pods are deleted" : "running");
+  if (exhausted && strcmp(ftck_jstr(job, "status.phase") ? ftck_jstr(job, "status.phase") : "", "Failed") != 0)
+    report_event(r, job, "Warning", "ReplacementBudgetExhausted", "Fail", msg);
+
+out_write_status:;
+  status_update_t u = {.uid = uid, .computed = computed, .incidents = incidents, .generation = generation};
+  /* Skip the API round trip when the cached status already says it. */
+  json_t *probe = json_deep_copy(job);
+  int unchanged = probe && apply_status(probe, &u) == 1;
+  json_decref(probe);
+  if (!unchanged) {
+    st = ftck_update_retry(r->c, job_path, "/status", apply_status, &u, 5, NULL);
+    if (st != FTC_OK)
+      FTC_WARN(FTC_SUB_CTRL, "%s: status update failed: %s", key, ftc_last_error());
+  }
+  if (requeue_ms) *requeue_ms = requeue;
+out_free_mine:
+  json_decref(mine);
+out_free_path:
+  ftc__free(job_path);
+out_free:
+  ftc__free(slots);
+  json_decref(all_pods);
+  json_decref(created);
+  json_decref(incidents);
+  json_decref(computed);
+  json_decref(job);
+  return st;
+}
+
+/* ---- workers and lifecycle ---- */
+
+static void *worker_main(void *arg) {
+  ftck_reconciler_t *r = arg;
+  for (;;) {
+    char *key = NULL;
+    ftc_status_t st = ftck_workqueue_get(r->q, -1, &key);
+    if (st == FTC_ERR_ABORTED) break;
+    if (st != FTC_OK) continue;
+    int64_t requeue = -1;
+    st = ftck_reconcile(r, key, &requeue);
+    if (st == FTC_OK) {
+      __atomic_add_fetch(&r->stats.reconciles_ok, 1, __ATOMIC_RELAXED);
+      ftck_workqueue_forget(r->q, key);
+      if (requeue >= 0) ftck_workqueue_add_after(r->q, key, requeue);
+    } else {
+      __atomic_add_fetch(&r->stats.reconciles_error, 1, __ATOMIC_RELAXED);
+      FTC_WARN(FTC_SUB_CTRL, "reconcile %s failed (attempt %d): %s", key, ftck_workqueue_requeues(r->q, key) + 1,
+               ftc_last_error());
+      ftck_workqueue_add_rate_limited(r->q, key);
+    }
+    ftck_workqueue_done(r->q, key);
+    ftc__free(key);
+  }
+  return NULL;
+}
+
+ftc_status_t ftck_reconciler_start_informers(ftck_reconciler_t *r) {
+  ftc_status_t st = ftck_informer_start(r->pods);
+  if (st == FTC_OK) st = ftck_informer_start(r->jobs);
+  return st;
+}
+
+ftc_status_t ftck_reconciler_start_workers(ftck_reconciler_t *r) {
+  for (int i = r->nthreads; i < r->workers; i++) {
+    int rc = pthread_create(&r->threads[i], NULL, worker_main, r);
+    if (rc != 0) return ftc__error(FTC_ERR_SYSTEM, "reconciler: cannot start worker %d: %s", i, strerror(rc));
+    char tname[32];
+    snprintf(tname, sizeof tname, "ftck-worker-%d", i % 100);
+    tname[15] = '\0';
+    pthread_setname_np(r->threads[i], tname);
+    r->nthreads = i + 1;
+  }
+  return FTC_OK;
+}
+
+int ftck_reconciler_synced(ftck_reconciler_t *r) {
+  return ftck_informer_synced(r->jobs) && ftck_informer_synced(r->pods);
+}
+
+void ftck_reconciler_stop(ftck_reconciler_t *r) {
+  if (!r) return;
+  if (r->q) ftck_workqueue_shutdown(r->q);
+  for (int i = 0; i < r->nthreads; i++) pthread_join(r->threads[i], NULL);
+  r->nthreads = 0;
+  ftck_informer_stop(r->jobs);
+  ftck_informer_stop(r->pods);
+}
+
+void ftck_reconciler_destroy(ftck_reconciler_t *r) {
+  if (!r) return;
+  ftck_reconciler_stop(r);
+  ftck_informer_destroy(r->jobs);
+  ftck_informer_destroy(r->pods);
+  ftck_workqueue_destroy(r->q);
+  json_decref(r->secrets_ok);
+  pthread_mutex_destroy(&r->mu);
+  ftc__free(r->ns);
+  ftc__free(r->coordinator);
+  ftc__free(r->dump_dir);
+  ftc__free(r->identity);
+  ftc__free(r);
+}
+
+void ftck_reconciler_get_stats(ftck_reconciler_t *r, ftck_reconciler_stats_t *out) {
+  out->reconciles_ok = __atomic_load_n(&r->stats.reconciles_ok, __ATOMIC_RELAXED);
+  out->reconciles_error = __atomic_load_n(&r->stats.reconciles_error, __ATOMIC_RELAXED);
+  out->pods_created = __atomic_load_n(&r->stats.pods_created, __ATOMIC_RELAXED);
+  out->pods_deleted = __atomic_load_n(&r->stats.pods_deleted, __ATOMIC_RELAXED);
+  out->replacements = __atomic_load_n(&r->stats.replacements, __ATOMIC_RELAXED);
+}
+
+ftck_workqueue_t *ftck_reconciler_queue(ftck_reconciler_t *r) { return r->q; }
+ftck_informer_t *ftck_reconciler_informer(ftck_reconciler_t *r, int which) { return which ? r->pods : r->jobs; }

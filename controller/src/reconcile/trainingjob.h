@@ -1,0 +1,51 @@
+/*
+ * trainingjob.h - the TrainingJob reconciler: informers on TrainingJobs and
+ * on the pods the controller manages, a rate-limited work queue of job keys,
+ * and worker threads ("ftck-worker-N") that bring each job's pods and status
+ * in line with its spec: a token Secret, one pod per slot with the runtime
+ * environment, replacements for lost pods (budget, backoff, away from the
+ * failed node), status with conditions, members and incidents, and Events.
+ */
+#ifndef FTCK_TRAININGJOB_H
+#define FTCK_TRAININGJOB_H
+
+#include <stdint.h>
+
+#include "informer.h"
+#include "jobspec.h"
+#include "kube_client.h"
+#include "workqueue.h"
+
+typedef struct ftck_reconciler_opts {
+  const char *watch_namespace; /* NULL or "": all namespaces */
+  ftck_pod_env_t env;
+  const char *identity;        /* Events' reportingInstance */
+  int workers;
+  int64_t resync_ms;
+} ftck_reconciler_opts_t;
+
+typedef struct ftck_reconciler_stats {
+  uint64_t reconciles_ok, reconciles_error;
+  uint64_t pods_created, pods_deleted, replacements;
+} ftck_reconciler_stats_t;
+
+typedef struct ftck_reconciler ftck_reconciler_t;
+
+ftc_status_t ftck_reconciler_create(ftck_client_t *c, const ftck_reconciler_opts_t *o, ftck_reconciler_t **out);
+/* Start the informers and, once both have listed, the workers. */
+ftc_status_t ftck_reconciler_start_informers(ftck_reconciler_t *r);
+ftc_status_t ftck_reconciler_start_workers(ftck_reconciler_t *r);
+/* 1 when both caches have synced. */
+int ftck_reconciler_synced(ftck_reconciler_t *r);
+/* Reconcile one "ns/name" key now, on the calling thread (tests, workers).
+ * *requeue_ms (may be NULL) gets a delay after which to look again, or -1. */
+ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requeue_ms);
+/* Shut the queue, join the workers, stop the informers. Idempotent. */
+void ftck_reconciler_stop(ftck_reconciler_t *r);
+void ftck_reconciler_destroy(ftck_reconciler_t *r);
+
+void ftck_reconciler_get_stats(ftck_reconciler_t *r, ftck_reconciler_stats_t *out);
+ftck_workqueue_t *ftck_reconciler_queue(ftck_reconciler_t *r);
+ftck_informer_t *ftck_reconciler_informer(ftck_reconciler_t *r, int which); /* 0 jobs, 1 pods */
+
+#endif

@@ -1,0 +1,117 @@
+/*
+ * metrics.c - renders the counters that the client, the informers, the work
+ * queue and the reconciler keep into Prometheus text.
+ */
+#include "metrics.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ftc_alloc.h"
+
+typedef struct out {
+  char *p;
+  size_t len, cap;
+  int failed;
+} out_t;
+
+static void put(out_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(out_t *o, const char *fmt, ...) {
+  if (o->failed) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(o->p + o->len, o->cap - o->len, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+      o->failed = 1;
+      return;
+    }
+    if ((size_t)n < o->cap - o->len) {
+      o->len += (size_t)n;
+      return;
+    }
+    size_t cap = o->cap * 2 + (size_t)n;
+    char *np = ftc__realloc(o->p, cap);
+    if (!np) {
+      o->failed = 1;
+      return;
+    }
+    o->p = np;
+    o->cap = cap;
+  }
+}
+
+static void api_stat(const char *verb, long code, uint64_t n, void *ud) {
+  put(ud, "ftcomm_controller_api_requests_total{verb=\"%s\",code=\"%ld\"} %llu\n", verb, code, (unsigned long long)n);
+}
+
+char *ftck_metrics_render(const ftck_metrics_src_t *src) {
+  out_t o = {.cap = 4096};
+  o.p = ftc__malloc(o.cap);
+  if (!o.p) return NULL;
+  o.p[0] = '\0';
+  ftck_reconciler_stats_t rs = {0};
+  if (src->reconciler) ftck_reconciler_get_stats(src->reconciler, &rs);
+  put(&o, "# HELP ftcomm_controller_reconciles_total TrainingJob reconciles by result.\n"
+          "# TYPE ftcomm_controller_reconciles_total counter\n"
+          "ftcomm_controller_reconciles_total{result=\"success\"} %llu\n"
+          "ftcomm_controller_reconciles_total{result=\"error\"} %llu\n",
+      (unsigned long long)rs.reconciles_ok, (unsigned long long)rs.reconciles_error);
+  if (src->reconciler) {
+    ftck_workqueue_t *q = ftck_reconciler_queue(src->reconciler);
+    put(&o, "# HELP ftcomm_controller_workqueue_depth Job keys ready to be reconciled.\n"
+            "# TYPE ftcomm_controller_workqueue_depth gauge\n"
+            "ftcomm_controller_workqueue_depth %zu\n"
+            "# HELP ftcomm_controller_workqueue_waiting Job keys waiting for a backoff or requeue delay.\n"
+            "# TYPE ftcomm_controller_workqueue_waiting gauge\n"
+            "ftcomm_controller_workqueue_waiting %zu\n",
+        ftck_workqueue_len(q), ftck_workqueue_waiting(q));
+  }
+  put(&o, "# HELP ftcomm_controller_api_requests_total Requests to the API server by verb and HTTP code (0: no answer).\n"
+          "# TYPE ftcomm_controller_api_requests_total counter\n");
+  if (src->client) ftck_client_each_stat(src->client, api_stat, &o);
+  put(&o, "# HELP ftcomm_controller_watch_restarts_total Watches restarted, by informer and reason (expired: 410 Gone).\n"
+          "# TYPE ftcomm_controller_watch_restarts_total counter\n");
+  for (int w = 0; src->reconciler && w < 2; w++) {
+    ftck_informer_t *inf = ftck_reconciler_informer(src->reconciler, w);
+    ftck_informer_stats_t s;
+    ftck_informer_get_stats(inf, &s);
+    const char *n = ftck_informer_name(inf);
+    put(&o, "ftcomm_controller_watch_restarts_total{informer=\"%s\",reason=\"expired\"} %llu\n", n,
+        (unsigned long long)s.restarts_expired);
+    put(&o, "ftcomm_controller_watch_restarts_total{informer=\"%s\",reason=\"error\"} %llu\n", n,
+        (unsigned long long)s.restarts_error);
+    put(&o, "ftcomm_controller_watch_restarts_total{informer=\"%s\",reason=\"closed\"} %llu\n", n,
+        (unsigned long long)s.restarts_closed);
+  }
+  put(&o, "# HELP ftcomm_controller_lists_total Full lists done by each informer.\n"
+          "# TYPE ftcomm_controller_lists_total counter\n");
+  for (int w = 0; src->reconciler && w < 2; w++) {
+    ftck_informer_t *inf = ftck_reconciler_informer(src->reconciler, w);
+    ftck_informer_stats_t s;
+    ftck_informer_get_stats(inf, &s);
+    put(&o, "ftcomm_controller_lists_total{informer=\"%s\"} %llu\n", ftck_informer_name(inf),
+        (unsigned long long)s.lists);
+  }
+  put(&o, "# HELP ftcomm_controller_pods_created_total Pods created.\n"
+          "# TYPE ftcomm_controller_pods_created_total counter\n"
+          "ftcomm_controller_pods_created_total %llu\n"
+          "# HELP ftcomm_controller_pods_deleted_total Pods deleted.\n"
+          "# TYPE ftcomm_controller_pods_deleted_total counter\n"
+          "ftcomm_controller_pods_deleted_total %llu\n"
+          "# HELP ftcomm_controller_replacements_total Lost pods replaced.\n"
+          "# TYPE ftcomm_controller_replacements_total counter\n"
+          "ftcomm_controller_replacements_total %llu\n"
+          "# HELP ftcomm_controller_leader 1 while this instance holds the leader Lease.\n"
+          "# TYPE ftcomm_controller_leader gauge\n"
+          "ftcomm_controller_leader %d\n",
+      (unsigned long long)rs.pods_created, (unsigned long long)rs.pods_deleted, (unsigned long long)rs.replacements,
+      src->leader);
+  if (o.failed) {
+    ftc__free(o.p);
+    return NULL;
+  }
+  return o.p;
+}

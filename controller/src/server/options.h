@@ -1,0 +1,37 @@
+/*
+ * options.h - the controller's command line and environment.
+ *
+ * Flags win over the environment; the environment uses the names operators
+ * already set: KUBECONFIG, WATCH_NAMESPACE (empty: all namespaces),
+ * POD_NAME (leader identity) and POD_NAMESPACE (lease namespace).
+ */
+#ifndef FTCK_OPTIONS_H
+#define FTCK_OPTIONS_H
+
+#include "ftcomm.h"
+
+typedef struct ftck_options {
+  char kubeconfig[1024];        /* empty: $KUBECONFIG, in-cluster, ~/.kube/config */
+  char context[256];            /* empty: current-context */
+  char watch_namespace[256];    /* empty: all namespaces */
+  char listen_addr[256];        /* health and metrics, host:port */
+  int leader_elect;             /* 1: hold a Lease before reconciling */
+  char lease_name[256];
+  char lease_namespace[256];    /* empty: POD_NAMESPACE, else the kubeconfig's namespace */
+  char identity[256];           /* leader identity; empty: POD_NAME, else hostname_pid */
+  int lease_duration_s;
+  int renew_deadline_s;
+  int retry_period_s;
+  int workers;
+  int resync_s;
+  char coordinator_address[256]; /* FTCOMM_COORDINATOR injected into pods */
+  char dump_dir[512];            /* FTCOMM_DUMP_DIR injected into pods */
+  int show_help;
+} ftck_options_t;
+
+/* Defaults, then environment, then argv. FTC_ERR_CONFIG with a message
+ * naming the flag on a bad or unknown flag. */
+ftc_status_t ftck_options_parse(int argc, char **argv, ftck_options_t *o);
+void ftck_options_usage(const char *argv0);
+
+#endif
