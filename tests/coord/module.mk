@@ -20,3 +20,20 @@ $(foreach t,$(COORD_TEST_PROGS),$(eval $(call coord_test,$(t))))
 
 TEST_BINS += $(COORD_TEST_BINS)
 TEST_SUITES += $(COORD_TEST_BINS)
+
+# member_probe: a rank that only joins (for the ftcomm-run suite).
+COORD_PROBE := $(BUILD)/tests/coord/member_probe
+$(BUILD)/obj/tests/coord/member_probe.o: CPPFLAGS_ALL += -Iruntime/src
+$(COORD_PROBE): $(BUILD)/obj/tests/coord/member_probe.o $(COORD_LIB_OBJS) $(COMMON_OBJS)
+	@mkdir -p $(dir $@)
+	$(say) LD $@
+	$(Q)$(CC) -o $@ $^ $(LDFLAGS_ALL) -lwebsockets -ljansson
+
+# The script suite, run against this build's binaries.
+COORD_RUN_SUITE := $(BUILD)/tests/coord/ftcomm_run
+$(COORD_RUN_SUITE): tests/coord/ftcomm_run.sh
+	@mkdir -p $(dir $@)
+	$(Q)printf '#!/bin/sh\nexec tests/coord/ftcomm_run.sh %s\n' '$(BUILD)' >$@ && chmod +x $@
+
+TEST_BINS += $(COORD_PROBE) $(COORD_RUN_SUITE) $(BUILD)/bin/ftcomm-run
+TEST_SUITES += $(COORD_RUN_SUITE)

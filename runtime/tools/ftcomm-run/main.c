@@ -1,0 +1,605 @@
+/*
+ * main.c - ftcomm-run, the local launcher: hosts the job's coordinator on
+ * 127.0.0.1 (an ephemeral port, a fresh random token), starts N ranks with
+ * the FTCOMM_* environment, prefixes their output lines with the slot, shows
+ * a status line on a terminal, forwards SIGINT/SIGTERM, kills stragglers
+ * after the first failure (a grace period, then SIGKILL) and exits with the
+ * first failing rank's code, saying which rank it was and how it died.
+ *
+ * One thread (main) runs the event loop: poll() over the ranks' output pipes
+ * and a self-pipe fed by the signal handlers. The coordinator runs its own
+ * thread; main only reads its stats. Ranks start with posix_spawnp in their
+ * own process groups, so a terminal's Ctrl-C reaches ftcomm-run alone and is
+ * forwarded once to each rank's whole group.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "coordinator/coordinator.h"
+#include "ftc_alloc.h"
+#include "ftc_error.h"
+#include "ftc_log.h"
+#include "ftc_param.h"
+#include "ftc_time.h"
+#include "options.h"
+
+extern char **environ;
+
+#define LINE_MAX_BYTES 65536
+#define STATUS_PERIOD_MS 250
+#define DRAIN_AFTER_EXIT_MS 300
+#define EXIT_TIMEOUT 124
+
+typedef struct stream {
+  int fd;            /* -1 once closed */
+  int out_fd;        /* where its lines go: 1 or 2 */
+  size_t len;
+  char buf[LINE_MAX_BYTES];
+} stream_t;
+
+typedef struct rank {
+  int slot;
+  pid_t pid;         /* 0 once reaped */
+  int status;        /* from waitpid, valid once reaped */
+  int killed_by_us;  /* SIGKILL sent by the launcher */
+  stream_t out, err;
+} rank_t;
+
+typedef struct run {
+  run_opts_t o;
+  ftc__coord_t *co;
+  char token[65];
+  char coord_addr[64];
+  char dump_dir[PATH_MAX];
+  rank_t *ranks;
+  int alive;
+  int first_fail;          /* slot of the first failing rank, -1 */
+  int stopping;            /* a failure, signal or timeout started the shutdown */
+  int signals;             /* SIGINT/SIGTERM received */
+  int timed_out;
+  int64_t kill_at_ns;      /* SIGKILL the survivors then; 0: not planned */
+  int64_t start_ns;
+  int status_tty;
+  int status_shown;
+  int64_t status_next_ns;
+} run_t;
+
+static int sig_pipe[2] = {-1, -1};
+
+static void on_signal(int sig) {
+  int saved = errno;
+  unsigned char b = (unsigned char)sig;
+  ssize_t w = write(sig_pipe[1], &b, 1);
+  (void)w;
+  errno = saved;
+}
+
+/* ---- output ---- */
+
+static void write_all(int fd, const char *p, size_t n) {
+  while (n) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return; /* a closed stdout loses output, not the run */
+    p += w;
+    n -= (size_t)w;
+  }
+}
+
+static void status_clear(run_t *r) {
+  if (r->status_shown) write_all(2, "\r\033[K", 4);
+  r->status_shown = 0;
+}
+
+static void status_draw(run_t *r) {
+  if (!r->status_tty || r->o.quiet) return;
+  int64_t now = ftc__now_ns();
+  if (now < r->status_next_ns) return;
+  r->status_next_ns = now + STATUS_PERIOD_MS * 1000000LL;
+  ftc__coord_stats_t st;
+  ftc__coord_stats(r->co, &st);
+  char line[256];
+  int n;
+  if (st.epoch)
+    n = snprintf(line, sizeof(line), "\r\033[K[ftcomm-run] %s: %d/%d ranks alive, epoch %llu (%d members), %llds%s",
+                 r->o.job, r->alive, r->o.nranks, (unsigned long long)st.epoch, st.epoch_size,
+                 (long long)((now - r->start_ns) / 1000000000LL), r->stopping ? ", stopping" : "");
+  else
+    n = snprintf(line, sizeof(line), "\r\033[K[ftcomm-run] %s: %d/%d ranks alive, %d joined, %llds%s",
+                 r->o.job, r->alive, r->o.nranks, st.connected,
+                 (long long)((now - r->start_ns) / 1000000000LL), r->stopping ? ", stopping" : "");
+  if (n > 0) write_all(2, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+  r->status_shown = 1;
+}
+
+static void say(run_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(run_t *r, const char *fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, sizeof(buf) - 1, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if ((size_t)n > sizeof(buf) - 2) n = (int)sizeof(buf) - 2;
+  buf[n++] = '\n';
+  status_clear(r);
+  write_all(2, "ftcomm-run: ", 12);
+  write_all(2, buf, (size_t)n);
+}
+
+/* Emit the complete lines in s->buf as "[slot] line"; with `all`, also the
+ * unterminated rest (end of stream, or a line longer than the buffer). */
+static void emit_lines(run_t *r, int slot, stream_t *s, int all) {
+  char prefix[24];
+  int pl = snprintf(prefix, sizeof(prefix), "[%d] ", slot);
+  size_t start = 0;
+  for (;;) {
+    char *nl = memchr(s->buf + start, '\n', s->len - start);
+    size_t end = nl ? (size_t)(nl - s->buf) + 1 : s->len;
+    if (!nl && (!all || start == s->len)) break;
+    status_clear(r);
+    write_all(s->out_fd, prefix, (size_t)pl);
+    write_all(s->out_fd, s->buf + start, end - start);
+    if (!nl) write_all(s->out_fd, "\n", 1);
+    start = end;
+  }
+  memmove(s->buf, s->buf + start, s->len - start);
+  s->len -= start;
+}
+
+static void read_stream(run_t *r, int slot, stream_t *s) {
+  ssize_t n = read(s->fd, s->buf + s->len, sizeof(s->buf) - s->len);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (n <= 0) {
+    emit_lines(r, slot, s, 1);
+    close(s->fd);
+    s->fd = -1;
+    return;
+  }
+  s->len += (size_t)n;
+  emit_lines(r, slot, s, s->len == sizeof(s->buf));
+}
+
+/* ---- ranks ---- */
+
+static void describe(int status, char *buf, size_t len) {
+  if (WIFEXITED(status))
+    snprintf(buf, len, "exited with code %d", WEXITSTATUS(status));
+  else if (WIFSIGNALED(status))
+    snprintf(buf, len, "was killed by signal %d (%s)", WTERMSIG(status),
+             strsignal(WTERMSIG(status)));
+  else
+    snprintf(buf, len, "ended with status 0x%x", status);
+}
+
+static int failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
+
+static void signal_ranks(run_t *r, int sig) {
+  for (int i = 0; i < r->o.nranks; i++) {
+    rank_t *k = &r->ranks[i];
+    if (!k->pid) continue;
+    if (sig == SIGKILL) k->killed_by_us = 1;
+    /* The rank leads its own process group: reach its children too. */
+    if (kill(-k->pid, sig) && errno == ESRCH) kill(k->pid, sig);
+  }
+}
+
+static void begin_stop(run_t *r, double grace_s) {
+  if (r->kill_at_ns) return;
+  r->stopping = 1;
+  r->kill_at_ns = ftc__now_ns() + (int64_t)(grace_s * 1e9);
+}
+
+static void reap(run_t *r) {
+  int status;
+  pid_t pid;
+  while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+    for (int i = 0; i < r->o.nranks; i++) {
+      rank_t *k = &r->ranks[i];
+      if (k->pid != pid) continue;
+      k->pid = 0;
+      k->status = status;
+      r->alive--;
+      /* After --timeout, ranks die of the launcher's signals: not failures. */
+      if (failed(status) && r->first_fail < 0 && !k->killed_by_us && !r->timed_out) {
+        char how[128];
+        describe(status, how, sizeof(how));
+        r->first_fail = i;
+        if (!r->signals && !r->timed_out) {
+          say(r, "rank %d %s; stopping the other ranks in %.3g s", i, how, r->o.grace_s);
+          begin_stop(r, r->o.grace_s);
+        }
+      }
+    }
+  }
+}
+
+static ftc_status_t make_dirs(const char *path) {
+  char p[PATH_MAX];
+  snprintf(p, sizeof(p), "%s", path);
+  for (char *s = p + 1; *s; s++) {
+    if (*s != '/') continue;
+    *s = '\0';
+    if (mkdir(p, 0755) && errno != EEXIST)
+      return ftc__error(FTC_ERR_SYSTEM, "cannot create %s: %s", p, strerror(errno));
+    *s = '/';
+  }
+  if (mkdir(p, 0755) && errno != EEXIST)
+    return ftc__error(FTC_ERR_SYSTEM, "cannot create %s: %s", p, strerror(errno));
+  return FTC_OK;
+}
+
+/* The environment of one rank: ours, minus FTCOMM_* set here, plus those. */
+static char **rank_env(run_t *r, int slot) {
+  static const char *const ours[] = {"FTCOMM_JOB=", "FTCOMM_COORDINATOR=", "FTCOMM_TOKEN=",
+                                     "FTCOMM_SLOT=", "FTCOMM_WORLD_SIZE=", "FTCOMM_MIN_SIZE=",
+                                     "FTCOMM_DUMP_DIR=", "FTCOMM_JOINER="};
+  size_t n = 0;
+  while (environ[n]) n++;
+  char **env = ftc__calloc(n + 16, sizeof(char *));
+  if (!env) return NULL;
+  size_t k = 0;
+  int have_bind = 0, have_adv = 0;
+  for (size_t i = 0; i < n; i++) {
+    int skip = 0;
+    for (size_t j = 0; j < sizeof(ours) / sizeof(ours[0]); j++)
+      if (strncmp(environ[i], ours[j], strlen(ours[j])) == 0) skip = 1;
+    if (strncmp(environ[i], "FTCOMM_BIND_HOST=", 17) == 0) have_bind = 1;
+    if (strncmp(environ[i], "FTCOMM_ADVERTISE_HOST=", 22) == 0) have_adv = 1;
+    if (!skip) env[k++] = ftc__strdup(environ[i]);
+  }
+  char buf[PATH_MAX + 32];
+#define ADD(...)                                \
+  do {                                          \
+    snprintf(buf, sizeof(buf), __VA_ARGS__);    \
+    env[k++] = ftc__strdup(buf);                \
+  } while (0)
+  ADD("FTCOMM_JOB=%s", r->o.job);
+  ADD("FTCOMM_COORDINATOR=%s", r->coord_addr);
+  ADD("FTCOMM_TOKEN=%s", r->token);
+  ADD("FTCOMM_SLOT=%d", slot);
+  ADD("FTCOMM_WORLD_SIZE=%d", r->o.nranks);
+  ADD("FTCOMM_MIN_SIZE=%d", r->o.min_size ? r->o.min_size : r->o.nranks);
+  ADD("FTCOMM_DUMP_DIR=%s", r->dump_dir);
+  /* Everything is on this machine: keep the data plane on loopback. */
+  if (!have_bind) ADD("FTCOMM_BIND_HOST=127.0.0.1");
+  if (!have_adv) ADD("FTCOMM_ADVERTISE_HOST=127.0.0.1");
+#undef ADD
+  env[k] = NULL;
+  for (size_t i = 0; i < k; i++) {
+    if (!env[i]) {
+      for (size_t j = 0; j < k; j++) ftc__free(env[j]);
+      ftc__free(env);
+      return NULL;
+    }
+  }
+  return env;
+}
+
+static void free_env(char **env) {
+  if (!env) return;
+  for (size_t i = 0; env[i]; i++) ftc__free(env[i]);
+  ftc__free(env);
+}
+
+static ftc_status_t spawn_rank(run_t *r, int slot) {
+  rank_t *k = &r->ranks[slot];
+  int out[2], err[2];
+  ftc_status_t st = FTC_OK;
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  if (pipe2(out, O_CLOEXEC)) return ftc__error(FTC_ERR_SYSTEM, "pipe: %s", strerror(errno));
+  if (pipe2(err, O_CLOEXEC)) {
+    st = ftc__error(FTC_ERR_SYSTEM, "pipe: %s", strerror(errno));
+    goto out_close_out;
+  }
+  char **env = rank_env(r, slot);
+  if (!env) {
+    st = ftc__error(FTC_ERR_NO_MEMORY, "out of memory building the environment");
+    goto out_close_err;
+  }
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  posix_spawnattr_init(&attr);
+  sigset_t none, dfl;
+  sigemptyset(&none);
+  sigemptyset(&dfl);
+  sigaddset(&dfl, SIGINT);
+  sigaddset(&dfl, SIGTERM);
+  sigaddset(&dfl, SIGPIPE);
+  sigaddset(&dfl, SIGCHLD);
+  sigaddset(&dfl, SIGHUP);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &dfl);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+                                      POSIX_SPAWN_SETPGROUP);
+  int e = posix_spawnp(&k->pid, r->o.argv[0], &fa, &attr, r->o.argv, env);
+  posix_spawnattr_destroy(&attr);
+  posix_spawn_file_actions_destroy(&fa);
+  free_env(env);
+  if (e) {
+    k->pid = 0;
+    st = ftc__error(FTC_ERR_SYSTEM, "cannot run %s: %s", r->o.argv[0], strerror(e));
+    goto out_close_err;
+  }
+  close(out[1]);
+  close(err[1]);
+  k->out.fd = out[0];
+  k->err.fd = err[0];
+  r->alive++;
+  return FTC_OK;
+
+out_close_err:
+  close(err[0]);
+  close(err[1]);
+out_close_out:
+  close(out[0]);
+  close(out[1]);
+  return st;
+}
+
+/* ---- the run ---- */
+
+static void handle_signals(run_t *r) {
+  unsigned char sigs[64];
+  ssize_t n = read(sig_pipe[0], sigs, sizeof(sigs));
+  for (ssize_t i = 0; i < n; i++) {
+    int sig = sigs[i];
+    if (sig == SIGCHLD) continue;
+    r->signals++;
+    if (r->signals == 1) {
+      say(r, "got %s; forwarding it to the ranks (again to kill them now)", strsignal(sig));
+      signal_ranks(r, sig);
+      begin_stop(r, r->o.grace_s);
+    } else {
+      say(r, "got %s again; killing the ranks", strsignal(sig));
+      signal_ranks(r, SIGKILL);
+    }
+  }
+  reap(r);
+}
+
+static int open_streams(const run_t *r) {
+  int n = 0;
+  for (int i = 0; i < r->o.nranks; i++) n += (r->ranks[i].out.fd >= 0) + (r->ranks[i].err.fd >= 0);
+  return n;
+}
+
+static void event_loop(run_t *r) {
+  int nfds_max = 2 * r->o.nranks + 1;
+  struct pollfd *pfd = ftc__calloc((size_t)nfds_max, sizeof(*pfd));
+  stream_t **who = ftc__calloc((size_t)nfds_max, sizeof(*who));
+  int *whose = ftc__calloc((size_t)nfds_max, sizeof(*whose));
+  if (!pfd || !who || !whose) {
+    say(r, "out of memory; killing the ranks");
+    signal_ranks(r, SIGKILL);
+    goto out_free;
+  }
+  int64_t deadline = r->o.timeout_s > 0 ? r->start_ns + (int64_t)(r->o.timeout_s * 1e9) : 0;
+  int64_t drain_until = 0;
+  for (;;) {
+    int64_t now = ftc__now_ns();
+    if (r->alive == 0) {
+      if (!drain_until) drain_until = now + DRAIN_AFTER_EXIT_MS * 1000000LL;
+      /* Output left by grandchildren that outlive their rank is cut here. */
+      if (open_streams(r) == 0 || now >= drain_until) break;
+    }
+    if (deadline && now >= deadline && !r->timed_out && r->alive) {
+      r->timed_out = 1;
+      say(r, "timed out after %.3g s; stopping the ranks", r->o.timeout_s);
+      signal_ranks(r, SIGTERM);
+      begin_stop(r, r->o.grace_s < 2 ? r->o.grace_s : 2);
+    }
+    if (r->kill_at_ns && now >= r->kill_at_ns && r->alive) {
+      int stragglers = 0;
+      for (int i = 0; i < r->o.nranks; i++) stragglers += r->ranks[i].pid != 0;
+      say(r, "killing %d rank%s still running after the grace period", stragglers,
+          stragglers == 1 ? "" : "s");
+      signal_ranks(r, SIGKILL);
+      r->kill_at_ns = INT64_MAX; /* once */
+    }
+    int n = 0;
+    pfd[n++] = (struct pollfd){sig_pipe[0], POLLIN, 0};
+    for (int i = 0; i < r->o.nranks; i++) {
+      stream_t *ss[2] = {&r->ranks[i].out, &r->ranks[i].err};
+      for (int j = 0; j < 2; j++) {
+        if (ss[j]->fd < 0) continue;
+        who[n] = ss[j];
+        whose[n] = i;
+        pfd[n++] = (struct pollfd){ss[j]->fd, POLLIN, 0};
+      }
+    }
+    int64_t wake = now + STATUS_PERIOD_MS * 1000000LL;
+    if (deadline && deadline < wake && !r->timed_out) wake = deadline;
+    if (r->kill_at_ns && r->kill_at_ns < wake) wake = r->kill_at_ns;
+    if (drain_until && drain_until < wake) wake = drain_until;
+    int timeout = (int)((wake - now + 999999) / 1000000);
+    int rc = poll(pfd, (nfds_t)n, timeout < 0 ? 0 : timeout);
+    if (rc < 0 && errno != EINTR) {
+      say(r, "poll: %s; killing the ranks", strerror(errno));
+      signal_ranks(r, SIGKILL);
+      break;
+    }
+    for (int i = 1; rc > 0 && i < n; i++)
+      if (pfd[i].revents) read_stream(r, whose[i], who[i]);
+    if (rc > 0 && pfd[0].revents) handle_signals(r);
+    reap(r);
+    status_draw(r);
+  }
+  /* Wait for anything killed but not yet reaped. */
+  while (r->alive > 0) {
+    int status;
+    pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid < 0) break;
+    for (int i = 0; i < r->o.nranks; i++)
+      if (r->ranks[i].pid == pid) {
+        r->ranks[i].pid = 0;
+        r->ranks[i].status = status;
+        r->alive--;
+      }
+  }
+out_free:
+  ftc__free(pfd);
+  ftc__free(who);
+  ftc__free(whose);
+}
+
+static int install_signals(void) {
+  if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK)) return -1;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
+  sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+  sigaction(SIGCHLD, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  return 0;
+}
+
+static int exit_code(run_t *r) {
+  status_clear(r);
+  if (r->first_fail >= 0) {
+    rank_t *k = &r->ranks[r->first_fail];
+    char how[128];
+    describe(k->status, how, sizeof(how));
+    int others = 0;
+    for (int i = 0; i < r->o.nranks; i++)
+      others += i != r->first_fail && failed(r->ranks[i].status);
+    say(r, "rank %d failed first: it %s%s", r->first_fail, how,
+        others ? " (other ranks failed or were stopped after it)" : "");
+    if (r->timed_out) return EXIT_TIMEOUT;
+    return WIFEXITED(k->status) ? WEXITSTATUS(k->status) : 128 + WTERMSIG(k->status);
+  }
+  if (r->timed_out) {
+    say(r, "the run timed out after %.3g s (--timeout); its ranks were stopped", r->o.timeout_s);
+    return EXIT_TIMEOUT;
+  }
+  for (int i = 0; i < r->o.nranks; i++) {
+    if (failed(r->ranks[i].status)) {
+      char how[128];
+      describe(r->ranks[i].status, how, sizeof(how));
+      say(r, "rank %d %s", i, how);
+      return WIFEXITED(r->ranks[i].status) ? WEXITSTATUS(r->ranks[i].status)
+                                          : 128 + WTERMSIG(r->ranks[i].status);
+    }
+  }
+  if (r->signals) return 130;
+  return 0;
+}
+
+static ftc_status_t make_token(char *out, size_t len) {
+  unsigned char raw[32];
+  size_t got = 0;
+  while (got < sizeof(raw)) {
+    ssize_t n = getrandom(raw + got, sizeof(raw) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ftc__error(FTC_ERR_SYSTEM, "getrandom: %s", strerror(errno));
+    got += (size_t)n;
+  }
+  for (size_t i = 0; i < sizeof(raw) && 2 * i + 2 < len; i++)
+    snprintf(out + 2 * i, 3, "%02x", raw[i]);
+  return FTC_OK;
+}
+
+int main(int argc, char **argv) {
+  run_t r;
+  memset(&r, 0, sizeof(r));
+  r.first_fail = -1;
+  int pr = run_opts_parse(argc, argv, &r.o);
+  if (pr == RUN_OPTS_EXIT) return 0;
+  if (pr != RUN_OPTS_OK) return 2;
+  ftc__log_set_prefix("ftcomm-run");
+  int rc = 1;
+  ftc_status_t st;
+
+  const char *dd = r.o.dump_dir ? r.o.dump_dir : ftc__param_str(FTC_P_DUMP_DIR);
+  if (!dd || !*dd) dd = "/tmp/ftcomm-dumps";
+  if (dd[0] != '/') {
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof(cwd))) cwd[0] = '\0';
+    snprintf(r.dump_dir, sizeof(r.dump_dir), "%s/%s", cwd, dd);
+  } else {
+    snprintf(r.dump_dir, sizeof(r.dump_dir), "%s", dd);
+  }
+  if ((st = make_dirs(r.dump_dir)) != FTC_OK) {
+    fprintf(stderr, "ftcomm-run: %s (--dump-dir)\n", ftc_last_error());
+    return 1;
+  }
+  if ((st = make_token(r.token, sizeof(r.token))) != FTC_OK) {
+    fprintf(stderr, "ftcomm-run: %s\n", ftc_last_error());
+    return 1;
+  }
+  if (install_signals()) {
+    fprintf(stderr, "ftcomm-run: cannot set up signal handling: %s\n", strerror(errno));
+    return 1;
+  }
+  ftc__coord_cfg_t cc = {
+      .bind_host = "127.0.0.1",
+      .port = 0,
+      .job = r.o.job,
+      .token = r.token,
+      .world_size = r.o.nranks,
+      .min_size = r.o.min_size,
+      .dump_dir = r.dump_dir,
+  };
+  if ((st = ftc__coord_create(&cc, &r.co)) != FTC_OK) {
+    fprintf(stderr, "ftcomm-run: cannot start the coordinator: %s\n", ftc_last_error());
+    goto out_close_signals;
+  }
+  snprintf(r.coord_addr, sizeof(r.coord_addr), "127.0.0.1:%d", ftc__coord_port(r.co));
+  r.ranks = ftc__calloc((size_t)r.o.nranks, sizeof(*r.ranks));
+  if (!r.ranks) {
+    fprintf(stderr, "ftcomm-run: out of memory\n");
+    goto out_destroy_coord;
+  }
+  for (int i = 0; i < r.o.nranks; i++) {
+    r.ranks[i].slot = i;
+    r.ranks[i].out = (stream_t){.fd = -1, .out_fd = 1};
+    r.ranks[i].err = (stream_t){.fd = -1, .out_fd = 2};
+  }
+  r.status_tty = isatty(2);
+  r.start_ns = ftc__now_ns();
+  for (int i = 0; i < r.o.nranks; i++) {
+    if ((st = spawn_rank(&r, i)) != FTC_OK) {
+      say(&r, "rank %d: %s", i, ftc_last_error());
+      signal_ranks(&r, SIGKILL);
+      event_loop(&r);
+      rc = st == FTC_ERR_SYSTEM && strstr(ftc_last_error(), "No such file") ? 127 : 1;
+      goto out_free_ranks;
+    }
+  }
+  event_loop(&r);
+  rc = exit_code(&r);
+
+out_free_ranks:
+  for (int i = 0; i < r.o.nranks; i++) {
+    if (r.ranks[i].out.fd >= 0) close(r.ranks[i].out.fd);
+    if (r.ranks[i].err.fd >= 0) close(r.ranks[i].err.fd);
+  }
+  ftc__free(r.ranks);
+out_destroy_coord:
+  ftc__coord_destroy(r.co);
+out_close_signals:
+  close(sig_pipe[0]);
+  close(sig_pipe[1]);
+  return rc;
+}

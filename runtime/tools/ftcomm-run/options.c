@@ -1,0 +1,222 @@
+/*
+ * options.c - ftcomm-run's option table, its parser (getopt_long built from
+ * the table) and the --help text generated from the same rows.
+ */
+#include "options.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ftcomm.h"
+
+typedef int (*setter_t)(run_opts_t *o, const char *arg, char *err, size_t errlen);
+
+typedef struct opt_row {
+  const char *name;  /* long name */
+  int key;           /* short letter, or a value above 255 for long-only options */
+  const char *arg;   /* argument name in --help; NULL for a flag */
+  const char *help;
+  setter_t set;      /* NULL for --help and --version */
+} opt_row_t;
+
+static int parse_int(const char *arg, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(arg, &end, 10);
+  if (errno || end == arg || *end || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_seconds(const char *arg, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(arg, &end);
+  if (errno || end == arg || *end || !isfinite(v) || v < 0 || v > 31536000) return -1;
+  *out = v;
+  return 0;
+}
+
+static int set_n(run_opts_t *o, const char *arg, char *err, size_t errlen) {
+  long v;
+  if (parse_int(arg, 1, 1048576, &v)) {
+    snprintf(err, errlen, "-n needs a number of ranks in 1..1048576, not '%s'", arg);
+    return -1;
+  }
+  o->nranks = (int)v;
+  return 0;
+}
+
+static int set_min_size(run_opts_t *o, const char *arg, char *err, size_t errlen) {
+  long v;
+  if (parse_int(arg, 1, 1048576, &v)) {
+    snprintf(err, errlen, "--min-size needs a number of ranks in 1..1048576, not '%s'", arg);
+    return -1;
+  }
+  o->min_size = (int)v;
+  return 0;
+}
+
+static int set_job(run_opts_t *o, const char *arg, char *err, size_t errlen) {
+  size_t n = strlen(arg);
+  if (n == 0 || n > 63 || strspn(arg, "abcdefghijklmnopqrstuvwxyz0123456789-._") != n) {
+    snprintf(err, errlen,
+             "--job needs a name of 1..63 lowercase letters, digits, '-', '.' or '_', not '%s'",
+             arg);
+    return -1;
+  }
+  o->job = arg;
+  return 0;
+}
+
+static int set_dump_dir(run_opts_t *o, const char *arg, char *err, size_t errlen) {
+  if (!*arg) {
+    snprintf(err, errlen, "--dump-dir needs a directory");
+    return -1;
+  }
+  o->dump_dir = arg;
+  return 0;
+}
+
+static int set_timeout(run_opts_t *o, const char *arg, char *err, size_t errlen) {
+  if (parse_seconds(arg, &o->timeout_s) || o->timeout_s == 0) {
+    snprintf(err, errlen, "--timeout needs a positive number of seconds, not '%s'", arg);
+    return -1;
+  }
+  return 0;
+}
+
+static int set_grace(run_opts_t *o, const char *arg, char *err, size_t errlen) {
+  if (parse_seconds(arg, &o->grace_s)) {
+    snprintf(err, errlen, "--grace needs a number of seconds, not '%s'", arg);
+    return -1;
+  }
+  return 0;
+}
+
+static int set_quiet(run_opts_t *o, const char *arg, char *err, size_t errlen) {
+  (void)arg, (void)err, (void)errlen;
+  o->quiet = 1;
+  return 0;
+}
+
+enum { KEY_JOB = 256, KEY_TIMEOUT, KEY_DUMP_DIR, KEY_MIN_SIZE, KEY_GRACE, KEY_VERSION };
+
+static const opt_row_t rows[] = {
+    {"np", 'n', "N", "start N ranks (slots 0..N-1); required", set_n},
+    {"job", KEY_JOB, "NAME", "job name (default: local)", set_job},
+    {"min-size", KEY_MIN_SIZE, "M", "keep training while at least M ranks remain (default: N)",
+     set_min_size},
+    {"timeout", KEY_TIMEOUT, "SECONDS", "stop the whole run after SECONDS (exit code 124)",
+     set_timeout},
+    {"grace", KEY_GRACE, "SECONDS",
+     "after the first failure or a signal, wait SECONDS before SIGKILL (default: 5)", set_grace},
+    {"dump-dir", KEY_DUMP_DIR, "DIR",
+     "where ranks write flight-recorder dumps (default: $FTCOMM_DUMP_DIR or /tmp/ftcomm-dumps)",
+     set_dump_dir},
+    {"quiet", 'q', NULL, "no status line and no closing summary", set_quiet},
+    {"help", 'h', NULL, "show this help and exit", NULL},
+    {"version", KEY_VERSION, NULL, "show the version and exit", NULL},
+};
+#define NROWS (sizeof(rows) / sizeof(rows[0]))
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "Usage: ftcomm-run -n N [OPTION]... [--] PROGRAM [ARG]...\n"
+          "Run N ranks of PROGRAM on this machine with an in-process ftcomm coordinator.\n"
+          "Each rank gets FTCOMM_JOB, FTCOMM_COORDINATOR, FTCOMM_TOKEN, FTCOMM_SLOT,\n"
+          "FTCOMM_WORLD_SIZE, FTCOMM_MIN_SIZE and FTCOMM_DUMP_DIR; its output lines are\n"
+          "prefixed with its slot (\"[3] ...\").\n\nOptions:\n");
+  for (size_t i = 0; i < NROWS; i++) {
+    char left[64];
+    if (rows[i].key < 256)
+      snprintf(left, sizeof(left), "-%c, --%s%s%s", rows[i].key, rows[i].name,
+               rows[i].arg ? " " : "", rows[i].arg ? rows[i].arg : "");
+    else
+      snprintf(left, sizeof(left), "    --%s%s%s", rows[i].name, rows[i].arg ? " " : "",
+               rows[i].arg ? rows[i].arg : "");
+    fprintf(f, "  %-26s %s\n", left, rows[i].help);
+  }
+  fprintf(f,
+          "\nExit status: 0 when every rank exits 0; otherwise the exit code of the first\n"
+          "rank that failed (128+N if it was killed by signal N), 124 on --timeout, 2 for a\n"
+          "bad command line, 1 when ftcomm-run itself fails. SIGINT and SIGTERM are\n"
+          "forwarded to the ranks; a second one kills them at once.\n");
+}
+
+int run_opts_parse(int argc, char **argv, run_opts_t *o) {
+  memset(o, 0, sizeof(*o));
+  o->job = "local";
+  o->grace_s = 5;
+  struct option longopts[NROWS + 1];
+  char shortopts[2 * NROWS + 2];
+  size_t k = 0;
+  shortopts[k++] = '+'; /* stop at the program: its options are its own */
+  for (size_t i = 0; i < NROWS; i++) {
+    longopts[i] = (struct option){rows[i].name, rows[i].arg ? required_argument : no_argument,
+                                  NULL, rows[i].key};
+    if (rows[i].key < 256) {
+      shortopts[k++] = (char)rows[i].key;
+      if (rows[i].arg) shortopts[k++] = ':';
+    }
+  }
+  longopts[NROWS] = (struct option){0, 0, 0, 0};
+  shortopts[k] = '\0';
+  opterr = 0;
+  optind = 1;
+  int c;
+  while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+    if (c == '?' || c == ':') {
+      const char *bad = argv[optind - 1];
+      const opt_row_t *row = NULL;
+      for (size_t i = 0; i < NROWS; i++)
+        if (optopt && rows[i].key == optopt) row = &rows[i];
+      if (row && row->key < 256)
+        fprintf(stderr, "ftcomm-run: option -%c needs an argument (%s)\n", row->key, row->arg);
+      else if (row)
+        fprintf(stderr, "ftcomm-run: option --%s needs an argument (%s)\n", row->name, row->arg);
+      else if (optopt && optopt < 256)
+        fprintf(stderr, "ftcomm-run: option -%c is not known\n", optopt);
+      else
+        fprintf(stderr, "ftcomm-run: option '%s' is not known\n", bad);
+      fprintf(stderr, "Try 'ftcomm-run --help'.\n");
+      return RUN_OPTS_USAGE;
+    }
+    if (c == 'h') {
+      usage(stdout);
+      return RUN_OPTS_EXIT;
+    }
+    if (c == KEY_VERSION) {
+      printf("ftcomm-run (ftcomm) %d.%d.%d\n", FTC_VERSION_MAJOR, FTC_VERSION_MINOR,
+             FTC_VERSION_PATCH);
+      return RUN_OPTS_EXIT;
+    }
+    for (size_t i = 0; i < NROWS; i++) {
+      if (rows[i].key != c || !rows[i].set) continue;
+      char err[256];
+      if (rows[i].set(o, optarg, err, sizeof(err))) {
+        fprintf(stderr, "ftcomm-run: %s\nTry 'ftcomm-run --help'.\n", err);
+        return RUN_OPTS_USAGE;
+      }
+    }
+  }
+  if (o->nranks == 0) {
+    fprintf(stderr, "ftcomm-run: say how many ranks to start with -n N\nTry 'ftcomm-run --help'.\n");
+    return RUN_OPTS_USAGE;
+  }
+  if (o->min_size > o->nranks) {
+    fprintf(stderr, "ftcomm-run: --min-size %d is larger than -n %d\n", o->min_size, o->nranks);
+    return RUN_OPTS_USAGE;
+  }
+  if (optind >= argc) {
+    fprintf(stderr, "ftcomm-run: no program to run (ftcomm-run -n N -- PROGRAM ARGS)\n"
+                    "Try 'ftcomm-run --help'.\n");
+    return RUN_OPTS_USAGE;
+  }
+  o->argv = argv + optind;
+  return RUN_OPTS_OK;
+}

@@ -1,0 +1,31 @@
+/*
+ * options.h - ftcomm-run's command line. Every option is one row of a table
+ * (options.c) with its help text and a setter, so --help, the error messages
+ * and the parser cannot drift apart, and a new flag (--replace, --inject
+ * kill:R@STEP, ...) is one row and one setter.
+ */
+#ifndef FTC_RUN_OPTIONS_H
+#define FTC_RUN_OPTIONS_H
+
+typedef struct run_opts {
+  int nranks;           /* -n: ranks to start (the world size) */
+  int min_size;         /* --min-size: smallest world after failures; 0: nranks */
+  const char *job;      /* --job: job name */
+  const char *dump_dir; /* --dump-dir: NULL: FTCOMM_DUMP_DIR or its default */
+  double timeout_s;     /* --timeout: whole run; 0: none */
+  double grace_s;       /* --grace: after the first failure, before SIGKILL */
+  int quiet;            /* --quiet: no status line, no closing summary */
+  char **argv;          /* the program and its arguments (points into main's argv) */
+} run_opts_t;
+
+enum {
+  RUN_OPTS_OK = 0,     /* run the program */
+  RUN_OPTS_EXIT = 1,   /* --help or --version was printed: exit 0 */
+  RUN_OPTS_USAGE = 2,  /* bad command line: the error was printed; exit 2 */
+};
+
+/* Parse argv into *o (defaults first). Prints --help/--version to stdout and
+ * errors to stderr. */
+int run_opts_parse(int argc, char **argv, run_opts_t *o);
+
+#endif
