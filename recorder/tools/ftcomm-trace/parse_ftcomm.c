@@ -1,0 +1,442 @@
+/*
+ * parse_ftcomm.c - the fast reader of ftcomm dumps (docs/dump-format.md).
+ *
+ * A job of 4096 ranks leaves about a gigabyte of dumps, so this reader is a
+ * single pass over the file held in memory: strings are unescaped in place,
+ * numbers converted as they are met, and entries stored straight into the
+ * 64-byte model. Unknown keys and unknown entry columns are skipped, as the
+ * format asks of readers. Any syntax error makes the caller re-read the file
+ * with jansson, which names the line and column.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ftc_recorder.h"
+#include "trace.h"
+
+typedef struct parser {
+  char *p, *end, *base;
+  jmp_buf fail;
+  char *why;
+  size_t whylen;
+} parser_t;
+
+static void fail(parser_t *P, const char *msg) {
+  snprintf(P->why, P->whylen, "%s at byte %ld", msg, (long)(P->p - P->base));
+  longjmp(P->fail, 1);
+}
+
+static inline void ws(parser_t *P) {
+  while (P->p < P->end && (*P->p == ' ' || *P->p == '\n' || *P->p == '\r' || *P->p == '\t'))
+    P->p++;
+}
+
+static inline char peek(parser_t *P) {
+  ws(P);
+  if (P->p >= P->end) fail(P, "unexpected end of file");
+  return *P->p;
+}
+
+static inline void expect(parser_t *P, char c) {
+  if (peek(P) != c) {
+    char m[64];
+    snprintf(m, sizeof(m), "expected '%c'", c);
+    fail(P, m);
+  }
+  P->p++;
+}
+
+/* Accept ',' and return 1, or the closing character and return 0. */
+static inline int more(parser_t *P, char close) {
+  char c = peek(P);
+  P->p++;
+  if (c == ',') return 1;
+  if (c == close) return 0;
+  fail(P, close == ']' ? "expected ',' or ']'" : "expected ',' or '}'");
+  return 0;
+}
+
+static int hexval(parser_t *P, char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  fail(P, "bad \\u escape");
+  return 0;
+}
+
+static unsigned read_u4(parser_t *P) {
+  if (P->end - P->p < 4) fail(P, "truncated \\u escape");
+  unsigned v = 0;
+  for (int i = 0; i < 4; i++) v = v << 4 | (unsigned)hexval(P, *P->p++);
+  return v;
+}
+
+/* A string, unescaped in place and NUL-terminated; *n its length. */
+static char *str(parser_t *P, size_t *n) {
+  expect(P, '"');
+  char *start = P->p, *w = P->p;
+  for (;;) {
+    if (P->p >= P->end) fail(P, "unterminated string");
+    char c = *P->p++;
+    if (c == '"') break;
+    if ((unsigned char)c < 0x20) fail(P, "control character in string");
+    if (c != '\\') {
+      *w++ = c;
+      continue;
+    }
+    if (P->p >= P->end) fail(P, "unterminated string");
+    c = *P->p++;
+    switch (c) {
+      case '"': case '\\': case '/': *w++ = c; break;
+      case 'b': *w++ = '\b'; break;
+      case 'f': *w++ = '\f'; break;
+      case 'n': *w++ = '\n'; break;
+      case 'r': *w++ = '\r'; break;
+      case 't': *w++ = '\t'; break;
+      case 'u': {
+        unsigned cp = read_u4(P);
+        if (cp >= 0xd800 && cp < 0xdc00 && P->end - P->p >= 6 && P->p[0] == '\\' && P->p[1] == 'u') {
+          P->p += 2;
+          unsigned lo = read_u4(P);
+          cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+        }
+        if (cp < 0x80) *w++ = (char)cp;
+        else if (cp < 0x800) { *w++ = (char)(0xc0 | cp >> 6); *w++ = (char)(0x80 | (cp & 0x3f)); }
+        else if (cp < 0x10000) {
+          *w++ = (char)(0xe0 | cp >> 12); *w++ = (char)(0x80 | ((cp >> 6) & 0x3f));
+          *w++ = (char)(0x80 | (cp & 0x3f));
+        } else {
+          *w++ = (char)(0xf0 | cp >> 18); *w++ = (char)(0x80 | ((cp >> 12) & 0x3f));
+          *w++ = (char)(0x80 | ((cp >> 6) & 0x3f)); *w++ = (char)(0x80 | (cp & 0x3f));
+        }
+        break;
+      }
+      default: fail(P, "bad escape in string");
+    }
+  }
+  *w = '\0';
+  *n = (size_t)(w - start);
+  return start;
+}
+
+/* Past a string without changing it (a skipped region may be read again). */
+static void skip_str(parser_t *P) {
+  expect(P, '"');
+  for (;;) {
+    if (P->p >= P->end) fail(P, "unterminated string");
+    char c = *P->p++;
+    if (c == '"') return;
+    if ((unsigned char)c < 0x20) fail(P, "control character in string");
+    if (c == '\\') {
+      if (P->p >= P->end) fail(P, "unterminated string");
+      P->p++;
+    }
+  }
+}
+
+static int lit(parser_t *P, const char *word) {
+  size_t n = strlen(word);
+  if ((size_t)(P->end - P->p) >= n && !memcmp(P->p, word, n)) {
+    P->p += n;
+    return 1;
+  }
+  return 0;
+}
+
+/* An integer; a fraction or exponent is converted; null gives dflt. */
+static int64_t num(parser_t *P, int64_t dflt) {
+  char c = peek(P);
+  if (c == 'n') {
+    if (!lit(P, "null")) fail(P, "bad literal");
+    return dflt;
+  }
+  char *s = P->p;
+  int neg = 0;
+  if (*P->p == '-') { neg = 1; P->p++; }
+  if (P->p >= P->end || *P->p < '0' || *P->p > '9') fail(P, "expected a number");
+  uint64_t v = 0;
+  while (P->p < P->end && *P->p >= '0' && *P->p <= '9') v = v * 10 + (uint64_t)(*P->p++ - '0');
+  if (P->p < P->end && (*P->p == '.' || *P->p == 'e' || *P->p == 'E')) {
+    char tmp[64];
+    while (P->p < P->end && strchr("0123456789.eE+-", *P->p)) P->p++;
+    size_t k = (size_t)(P->p - s) < sizeof(tmp) - 1 ? (size_t)(P->p - s) : sizeof(tmp) - 1;
+    memcpy(tmp, s, k);
+    tmp[k] = '\0';
+    return (int64_t)strtod(tmp, NULL);
+  }
+  return neg ? -(int64_t)v : (int64_t)v;
+}
+
+static void skip(parser_t *P, int depth) {
+  if (depth > 64) fail(P, "nesting too deep");
+  char c = peek(P);
+  if (c == '"') { skip_str(P); return; }
+  if (c == '{') {
+    P->p++;
+    if (peek(P) == '}') { P->p++; return; }
+    do { skip_str(P); expect(P, ':'); skip(P, depth + 1); } while (more(P, '}'));
+    return;
+  }
+  if (c == '[') {
+    P->p++;
+    if (peek(P) == ']') { P->p++; return; }
+    do skip(P, depth + 1); while (more(P, ']'));
+    return;
+  }
+  if (lit(P, "true") || lit(P, "false") || lit(P, "null")) return;
+  num(P, 0);
+}
+
+/* A string or null (NULL); copied. Numbers are accepted and kept as text. */
+static char *dup_str(parser_t *P) {
+  size_t n;
+  char c = peek(P);
+  if (c == 'n' && lit(P, "null")) return NULL;
+  if (c != '"') {
+    char *s = P->p;
+    skip(P, 0);
+    return tr_xstrndup(s, (size_t)(P->p - s));
+  }
+  char *s = str(P, &n);
+  return tr_xstrndup(s, n);
+}
+
+static int boolean(parser_t *P) {
+  peek(P);
+  if (lit(P, "true")) return 1;
+  if (lit(P, "false") || lit(P, "null")) return 0;
+  return num(P, 0) != 0;
+}
+
+enum col {
+  C_SKIP = 0, C_EPOCH, C_SEQ, C_OP, C_DTYPE, C_COUNT, C_PEER, C_RANK, C_SIZE, C_STATE,
+  C_CREATED, C_STARTED, C_COMPLETED, C_TIMEOUT
+};
+static const struct { const char *name; enum col col; } known_cols[] = {
+    {"epoch", C_EPOCH}, {"seq", C_SEQ}, {"op", C_OP}, {"dtype", C_DTYPE},
+    {"count", C_COUNT}, {"peer", C_PEER}, {"rank", C_RANK}, {"size", C_SIZE},
+    {"state", C_STATE}, {"created_ns", C_CREATED}, {"started_ns", C_STARTED},
+    {"completed_ns", C_COMPLETED}, {"timeout_ns", C_TIMEOUT},
+};
+#define MAX_COLS 64
+
+typedef struct cols {
+  enum col c[MAX_COLS];
+  int n;  /* -1: entry_fields not seen yet */
+} cols_t;
+
+/* Interned string with a one-slot cache per column (ops repeat). */
+static int intern_cached(const char *s, size_t n, int *cache) {
+  if (*cache >= 0) {
+    const char *c = tr_str(*cache);
+    if (strlen(c) == n && !memcmp(c, s, n)) return *cache;
+  }
+  *cache = tr_intern(s, n);
+  return *cache;
+}
+
+static int state_of(const char *s) {
+  int st = ftc_rec_state_from_name(s);
+  return st < 0 ? TR_SCHEDULED : st;
+}
+
+static void entries(parser_t *P, const cols_t *cols, tr_comm_t *c) {
+  int op_cache = -1, dt_cache = -1;
+  expect(P, '[');
+  if (peek(P) == ']') { P->p++; return; }
+  do {
+    if (c->n == c->cap_e) {
+      c->cap_e = c->cap_e ? 2 * c->cap_e : (c->capacity && c->capacity < 1048576 ? c->capacity : 256);
+      c->e = tr_xrealloc(c->e, c->cap_e * sizeof(*c->e));
+    }
+    tr_entry_t *e = &c->e[c->n];
+    memset(e, 0, sizeof(*e));
+    e->peer = -1;
+    e->rank = -1;
+    e->size = -1;
+    e->timeout_ns = -1;
+    e->op = (uint8_t)tr_intern("unknown", 7);
+    e->dtype = (uint8_t)tr_intern("none", 4);
+    expect(P, '[');
+    int k = 0;
+    if (peek(P) != ']') {
+      do {
+        size_t n;
+        enum col col = k < cols->n ? cols->c[k] : C_SKIP;
+        k++;
+        switch (col) {
+          case C_EPOCH: e->epoch = (uint32_t)num(P, 0); break;
+          case C_SEQ: e->seq = (uint64_t)num(P, 0); break;
+          case C_COUNT: e->count = (uint64_t)num(P, 0); break;
+          case C_PEER: e->peer = (int32_t)num(P, -1); break;
+          case C_RANK: e->rank = (int32_t)num(P, -1); break;
+          case C_SIZE: e->size = (int32_t)num(P, -1); break;
+          case C_CREATED: e->t_created = num(P, 0); break;
+          case C_STARTED: e->t_started = num(P, 0); break;
+          case C_COMPLETED: e->t_completed = num(P, 0); break;
+          case C_TIMEOUT: e->timeout_ns = num(P, -1); break;
+          case C_OP: {
+            char *s = str(P, &n);
+            e->op = (uint8_t)intern_cached(s, n, &op_cache);
+            e->p2p = !strcmp(s, "send") || !strcmp(s, "recv");
+            break;
+          }
+          case C_DTYPE: {
+            char *s = str(P, &n);
+            e->dtype = (uint8_t)intern_cached(s, n, &dt_cache);
+            break;
+          }
+          case C_STATE: e->state = (uint8_t)state_of(str(P, &n)); break;
+          default: skip(P, 1);
+        }
+      } while (more(P, ']'));
+    } else {
+      P->p++;
+    }
+    c->n++;
+  } while (more(P, ']'));
+}
+
+static void communicators(parser_t *P, const cols_t *cols, tr_dump_t *d) {
+  size_t cap = 0;
+  expect(P, '[');
+  if (peek(P) == ']') { P->p++; return; }
+  do {
+    if (d->ncomms == cap) {
+      cap = cap ? 2 * cap : 4;
+      d->comms = tr_xrealloc(d->comms, cap * sizeof(*d->comms));
+    }
+    tr_comm_t *c = &d->comms[d->ncomms++];
+    memset(c, 0, sizeof(*c));
+    c->rank = c->size = -1;
+    c->last_enqueued = c->last_started = c->last_completed = -1;
+    expect(P, '{');
+    if (peek(P) != '}') {
+      do {
+        size_t n;
+        char *k = str(P, &n);
+        expect(P, ':');
+        if (!strcmp(k, "id")) c->id = dup_str(P);
+        else if (!strcmp(k, "name")) c->name = dup_str(P);
+        else if (!strcmp(k, "epoch")) c->epoch = (uint64_t)num(P, 0);
+        else if (!strcmp(k, "rank")) c->rank = (int)num(P, -1);
+        else if (!strcmp(k, "size")) c->size = (int)num(P, -1);
+        else if (!strcmp(k, "capacity")) c->capacity = (uint64_t)num(P, 0);
+        else if (!strcmp(k, "recorded")) c->recorded = (uint64_t)num(P, 0);
+        else if (!strcmp(k, "dropped")) c->dropped = (uint64_t)num(P, 0);
+        else if (!strcmp(k, "last_enqueued_seq")) c->last_enqueued = num(P, -1);
+        else if (!strcmp(k, "last_started_seq")) c->last_started = num(P, -1);
+        else if (!strcmp(k, "last_completed_seq")) c->last_completed = num(P, -1);
+        else if (!strcmp(k, "entries")) entries(P, cols, c);
+        else
+          skip(P, 1);
+      } while (more(P, '}'));
+    } else {
+      P->p++;
+    }
+    if (!c->id) fail(P, "a communicator without \"id\"");
+    if (!c->name) c->name = tr_xstrndup("", 0);
+    /* Entries take rank and size from their communicator when they lack
+     * them (its keys may come after the entries). */
+    for (size_t i = 0; i < c->n; i++) {
+      if (c->e[i].rank < 0 && c->e[i].epoch == c->epoch) c->e[i].rank = c->rank;
+      if (c->e[i].size < 0 && c->e[i].epoch == c->epoch) c->e[i].size = c->size;
+    }
+  } while (more(P, ']'));
+}
+
+/* Returns 0 parsed, 1 not an ftcomm dump (try other readers), -1 broken. */
+int tr_parse_ftcomm(char *buf, size_t len, tr_dump_t *d, char *why, size_t whylen) {
+  parser_t P = {.p = buf, .end = buf + len, .base = buf, .why = why, .whylen = whylen};
+  cols_t cols = {.n = -1};
+  /* Kept across the longjmp of a parse error. */
+  char *volatile comms_at = NULL;
+  volatile int is_ftcomm = 0, foreign = 0;
+  d->rank = d->world_size = -1;
+  d->epoch = -1;
+  if (setjmp(P.fail)) return -1;
+  expect(&P, '{');
+  if (peek(&P) != '}') {
+    do {
+      size_t n;
+      char *k = str(&P, &n);
+      expect(&P, ':');
+      if (!strcmp(k, "format")) {
+        char *v = dup_str(&P);
+        is_ftcomm = v && !strcmp(v, FTC_REC_FORMAT_NAME);
+        free(v);
+      } else if (!strcmp(k, "version")) {
+        char *v = dup_str(&P);
+        snprintf(d->version, sizeof(d->version), "%s", v ? v : "");
+        free(v);
+      } else if (!strcmp(k, "job")) d->job = dup_str(&P);
+      else if (!strcmp(k, "pod")) d->pod = dup_str(&P);
+      else if (!strcmp(k, "node")) d->node = dup_str(&P);
+      else if (!strcmp(k, "host")) d->host = dup_str(&P);
+      else if (!strcmp(k, "backend")) d->backend = dup_str(&P);
+      else if (!strcmp(k, "backend_version")) d->backend_version = dup_str(&P);
+      else if (!strcmp(k, "reason")) d->reason = dup_str(&P);
+      else if (!strcmp(k, "rank")) d->rank = (int)num(&P, -1);
+      else if (!strcmp(k, "world_size")) d->world_size = (int)num(&P, -1);
+      else if (!strcmp(k, "epoch")) d->epoch = num(&P, -1);
+      else if (!strcmp(k, "trigger_time_ns")) d->trigger_wall_ns = num(&P, 0);
+      else if (!strcmp(k, "trigger_monotonic_ns")) d->trigger_mono_ns = num(&P, 0);
+      else if (!strcmp(k, "truncated")) d->truncated = boolean(&P);
+      else if (!strcmp(k, "entry_fields")) {
+        cols.n = 0;
+        expect(&P, '[');
+        if (peek(&P) != ']') {
+          do {
+            char *f = str(&P, &n);
+            enum col col = C_SKIP;
+            for (size_t i = 0; i < sizeof(known_cols) / sizeof(known_cols[0]); i++)
+              if (!strcmp(f, known_cols[i].name)) col = known_cols[i].col;
+            if (cols.n < MAX_COLS) cols.c[cols.n++] = col;
+          } while (more(&P, ']'));
+        } else {
+          P.p++;
+        }
+      } else if (!strcmp(k, "communicators")) {
+        if (cols.n >= 0 && !d->comms) {
+          communicators(&P, &cols, d);
+        } else {
+          comms_at = P.p; /* columns not known yet: read it at the end */
+          skip(&P, 0);
+        }
+      } else {
+        if (!strcmp(k, "pg_config") || !strcmp(k, "pg_status") || !strcmp(k, "nccl_comm_state"))
+          foreign = 1;
+        skip(&P, 0);
+      }
+    } while (more(&P, '}'));
+  } else {
+    P.p++;
+  }
+  ws(&P);
+  if (P.p != P.end) fail(&P, "text after the end of the top-level object");
+  if (!is_ftcomm || foreign) return 1;
+  int major = atoi(d->version);
+  if (!d->version[0] || major < 1) {
+    snprintf(why, whylen, "dump format version \"%s\" is not valid (want \"%d.x\")", d->version,
+             FTC_REC_FORMAT_MAJOR);
+    return -1;
+  }
+  if (major > FTC_REC_FORMAT_MAJOR) {
+    snprintf(why, whylen,
+             "dump format version %s is newer than this ftcomm-trace understands (%d.x); "
+             "use the ftcomm-trace of the release that wrote it",
+             d->version, FTC_REC_FORMAT_MAJOR);
+    return -1;
+  }
+  if (cols.n < 0 && comms_at) {
+    snprintf(why, whylen, "\"communicators\" present but \"entry_fields\" missing");
+    return -1;
+  }
+  if (comms_at) {
+    P.p = comms_at;
+    communicators(&P, &cols, d);
+  }
+  return 0;
+}

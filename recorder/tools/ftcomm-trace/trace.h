@@ -1,0 +1,171 @@
+/*
+ * trace.h - what ftcomm-trace's parts share: the dumps as loaded (ftcomm
+ * and PyTorch Flight Recorder formats, one model), the findings of the
+ * analysis, and the entry points of the loader, analyzer and reports.
+ */
+#ifndef FTC_TRACE_H
+#define FTC_TRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Exit statuses of the tool. */
+enum { TR_EXIT_HEALTHY = 0, TR_EXIT_FINDING = 1, TR_EXIT_UNUSABLE = 2 };
+
+enum tr_state { TR_SCHEDULED = 0, TR_STARTED = 1, TR_COMPLETED = 2, TR_FAILED = 3 };
+
+/* One recorded collective, 64 bytes; strings are interned (tr_intern). */
+typedef struct tr_entry {
+  uint64_t seq;
+  uint64_t count;
+  int64_t t_created, t_started, t_completed;
+  int64_t timeout_ns; /* -1: none */
+  uint32_t epoch;
+  int32_t peer;  /* root or peer, -1 none */
+  int32_t rank;  /* rank in the communicator at that epoch, -1 unknown */
+  int32_t size;  /* communicator size at that epoch, -1 unknown */
+  uint8_t op;    /* interned op name */
+  uint8_t dtype; /* interned dtype name */
+  uint8_t state;
+  uint8_t p2p;
+  uint32_t pad;
+} tr_entry_t;
+
+/* One process's view of one communicator. */
+typedef struct tr_comm {
+  char *id;   /* matches the same communicator across ranks */
+  char *name;
+  uint64_t epoch;
+  int rank, size;
+  uint64_t capacity, recorded, dropped;
+  int64_t last_enqueued, last_started, last_completed; /* -1 unknown */
+  tr_entry_t *e;
+  size_t n, cap_e;
+} tr_comm_t;
+
+enum tr_format { TR_FMT_FTCOMM = 1, TR_FMT_PYTORCH = 2 };
+
+typedef struct tr_dump {
+  char *path;    /* as found in the directory */
+  const char *file; /* basename, into path */
+  int format;
+  char version[32];
+  char *job, *pod, *node, *host, *backend, *backend_version, *reason;
+  int rank, world_size;
+  int64_t epoch;
+  int64_t trigger_wall_ns, trigger_mono_ns; /* 0 unknown */
+  int truncated;
+  tr_comm_t *comms;
+  size_t ncomms;
+  int superseded; /* an older dump of a rank that has a newer one */
+} tr_dump_t;
+
+/* A file that could not be used, and why. */
+typedef struct tr_bad {
+  char *path;
+  const char *file;
+  int rank_guess; /* from the name, -1 if none */
+  int skipped;    /* 1: not a dump at all (ignored), 0: a broken dump */
+  char why[512];
+} tr_bad_t;
+
+typedef struct tr_set {
+  tr_dump_t *d;
+  size_t nd;
+  tr_bad_t *bad;
+  size_t nbad;
+} tr_set_t;
+
+/* Interned short strings (op and dtype names); index < 256. */
+int tr_intern(const char *s, size_t n);
+const char *tr_str(int idx);
+
+/* Load every dump in dir. Returns 0, or -1 with a message on stderr when the
+ * directory itself cannot be read. Files that fail go to set->bad. */
+int tr_load_dir(const char *dir, tr_set_t *set);
+void tr_set_free(tr_set_t *set);
+
+/* Parse one file held in buf (len bytes; buf[len] must be writable).
+ * Returns 0 and fills *d, or -1 with *bad filled. */
+int tr_parse_ftcomm(char *buf, size_t len, tr_dump_t *d, char *why, size_t whylen);
+int tr_parse_pytorch(const char *buf, size_t len, int rank, tr_dump_t *d, char *why,
+                     size_t whylen);
+
+/* Findings. */
+enum tr_kind {
+  TR_K_MISMATCH = 0, /* op, dtype, count or root differ from the majority */
+  TR_K_NEVER_ENTERED,
+  TR_K_MISSING_DUMP, /* a member of the communicator has no usable dump */
+  TR_K_FAILED,
+  TR_K_STUCK,        /* entered, not completed, while others completed */
+  TR_K_ALL_STUCK,    /* every member in it past its timeout */
+  TR_K_STRAGGLER,
+  TR_K_BROKEN_FILE,
+  TR_K_COUNT
+};
+
+typedef struct tr_finding {
+  int kind;
+  int group; /* index into groups, -1 if not about one */
+  uint64_t seq;
+  int *ranks; /* global ranks (or comm ranks for members without a dump) */
+  size_t nranks;
+  char what[512];  /* one-line description */
+} tr_finding_t;
+
+/* One communicator at one epoch, as seen by its members. */
+typedef struct tr_member {
+  int dump;      /* index into set->d, -1 if no dump */
+  int comm;      /* index into that dump's comms */
+  int comm_rank;
+  int grank;     /* global rank of the dump, or -1 */
+  size_t a, b;   /* collective entries of this epoch: e[a..b) sorted by seq */
+} tr_member_t;
+
+typedef struct tr_group {
+  const char *comm_id, *comm_name;
+  uint64_t epoch;
+  int latest;   /* the newest epoch of this communicator: decides the status */
+  int size;
+  tr_member_t *m;
+  size_t nm;
+  uint64_t lo, hi;  /* aligned window of sequence numbers */
+  int diverged;
+  uint64_t div_seq; /* first divergent seq when diverged */
+  /* Expected (majority) call at div_seq. */
+  int exp_op, exp_dtype, exp_peer;
+  uint64_t exp_count;
+  char note[256];
+} tr_group_t;
+
+typedef struct tr_report {
+  tr_group_t *g;
+  size_t ng;
+  tr_finding_t *f;
+  size_t nf;
+  int primary;       /* finding that makes the headline, -1 if healthy */
+  int world_size;    /* majority over dumps */
+  int ranks_present;
+  int *missing;      /* global ranks without a usable dump */
+  size_t nmissing;
+  int exit_status;
+  char headline[1024];
+} tr_report_t;
+
+void tr_analyze(tr_set_t *set, tr_report_t *rep);
+void tr_report_free(tr_report_t *rep);
+
+void tr_print_text(FILE *out, const tr_set_t *set, const tr_report_t *rep, int verbose);
+int tr_print_json(FILE *out, const tr_set_t *set, const tr_report_t *rep);
+int tr_write_html(const char *path, const tr_set_t *set, const tr_report_t *rep);
+
+/* "3", "0-4,6" ... into buf; long lists end with "... (N ranks)". */
+const char *tr_rank_list(const int *ranks, size_t n, char *buf, size_t len);
+
+void *tr_xmalloc(size_t n);
+void *tr_xcalloc(size_t n, size_t k);
+void *tr_xrealloc(void *p, size_t n);
+char *tr_xstrndup(const char *s, size_t n);
+
+#endif
