@@ -419,6 +419,73 @@ static void silent_member_is_dropped_after_the_heartbeat_timeout(void **state) {
   ftc__coord_destroy(fx.co);
 }
 
+static void dump_request_reaches_every_rank_and_fragmented_uploads_are_stored(void **state) {
+  (void)state;
+  char dir[] = "/tmp/ftc-coord-dumps-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  ftc__coord_cfg_t cfg = {.bind_host = "127.0.0.1", .job = "testjob", .token = TOKEN,
+                          .world_size = 2, .heartbeat_ms = 100, .dump_dir = dir};
+  fixture_t fx;
+  assert_int_equal(ftc__coord_create(&cfg, &fx.co), FTC_OK);
+  snprintf(fx.addr, sizeof(fx.addr), "127.0.0.1:%d", ftc__coord_port(fx.co));
+  ftc__member_t *m[2] = {join(&fx, 0, 2), join(&fx, 1, 2)};
+  ftc__view_t *v = view_after(m[0], 0);
+  ftc__view_free(v);
+  char incident[64];
+  assert_int_equal(ftc__member_take_dump_request(m[0], incident, sizeof(incident)), 0);
+  assert_int_equal(ftc__coord_request_dumps(fx.co, "hang-1", "rank 1 is stuck"), FTC_OK);
+  assert_int_equal(ftc__coord_request_dumps(fx.co, "../escape", "x"), FTC_ERR_INVALID_ARGUMENT);
+  /* A dump of several fragments, with multi-byte UTF-8 characters across the
+   * fragment boundaries and characters JSON must escape. */
+  size_t len = 3 * 32 * 1024 + 1000;
+  char *dump = malloc(len + 1);
+  for (size_t i = 0; i < len; i++) dump[i] = "{\"\\\n abc"[i % 8];
+  for (size_t i = 32 * 1024 - 2; i + 3 < len; i += 32 * 1024) memcpy(dump + i, "\xe2\x82\xac", 3);
+  dump[len] = '\0';
+  for (int r = 0; r < 2; r++) {
+    int64_t dl = ftc__deadline_ns(WAIT_MS);
+    while (!ftc__member_take_dump_request(m[r], incident, sizeof(incident))) {
+      if (ftc__now_ns() > dl) fail_msg("rank %d got no dump request", r);
+      usleep(10000);
+    }
+    assert_string_equal(incident, "hang-1");
+    assert_int_equal(ftc__member_upload_dump(m[r], incident, r, dump, r ? 5 : len), FTC_OK);
+  }
+  for (int r = 0; r < 2; r++) {
+    char path[256];
+    snprintf(path, sizeof(path), "%s/hang-1/rank-%d.json", dir, r);
+    size_t want = r ? 5 : len;
+    int64_t dl = ftc__deadline_ns(WAIT_MS);
+    FILE *f;
+    while (!(f = fopen(path, "rb"))) {
+      if (ftc__now_ns() > dl) fail_msg("no %s", path);
+      usleep(10000);
+    }
+    char *got = malloc(want + 16);
+    size_t n = fread(got, 1, want + 16, f);
+    fclose(f);
+    assert_int_equal(n, want);
+    assert_memory_equal(got, dump, want);
+    free(got);
+    unlink(path);
+  }
+  /* Text that is not UTF-8, or holds a NUL, cannot be uploaded (and the
+   * session survives: the coordinator would refuse it). */
+  assert_int_equal(ftc__member_upload_dump(m[0], "hang-1", 0, "\xff\xfe", 2),
+                   FTC_ERR_INVALID_ARGUMENT);
+  assert_int_equal(ftc__member_upload_dump(m[0], "hang-1", 0, "a\0b", 3),
+                   FTC_ERR_INVALID_ARGUMENT);
+  assert_int_equal(ftc__member_error(m[0]), FTC_OK);
+  free(dump);
+  char sub[128];
+  snprintf(sub, sizeof(sub), "%s/hang-1", dir);
+  rmdir(sub);
+  rmdir(dir);
+  ftc__member_close(m[0]);
+  ftc__member_close(m[1]);
+  ftc__coord_destroy(fx.co);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(join_of_n_forms_epoch_1_with_ranks_in_slot_order),
@@ -433,6 +500,7 @@ int main(void) {
       cmocka_unit_test(reported_failure_excludes_the_rank_and_forms_next_epoch),
       cmocka_unit_test(below_min_size_waits_for_a_joiner),
       cmocka_unit_test(silent_member_is_dropped_after_the_heartbeat_timeout),
+      cmocka_unit_test(dump_request_reaches_every_rank_and_fragmented_uploads_are_stored),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

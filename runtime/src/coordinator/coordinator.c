@@ -99,6 +99,7 @@ struct ftc__coord {
   int view_n, view_cap;
   int view_dirty; /* an active member was dropped since the last epoch */
   uint64_t epoch, max_known_epoch, next_id;
+  int formed; /* this coordinator has announced an epoch */
   int stopping;
   int below_min_logged;
   ftc__coord_stats_t counts; /* lost/left/refused tallies */
@@ -216,7 +217,9 @@ static void maybe_form_epoch(ftc__coord_t *co) {
   for (int i = 0; i < co->nmembers; i++)
     if (co->members[i]->state == M_PENDING) pending++;
   int n = co->nmembers;
-  if (co->epoch == 0 && co->max_known_epoch == 0) {
+  if (!co->formed) {
+    /* The first epoch of this coordinator (also after a restart, when ranks
+     * bring their known epoch) waits for every slot. */
     if (n < co->world_size) return;
   } else {
     if (!co->view_dirty && pending == 0) return;
@@ -258,6 +261,7 @@ static void maybe_form_epoch(ftc__coord_t *co) {
   }
   co->view_n = n;
   co->epoch = e;
+  co->formed = 1;
   co->view_dirty = 0;
   co->stats_dirty = 1;
   json_t *v = ftc__proto_view(e, wm, n, NULL);

@@ -680,6 +680,57 @@ ftc_status_t ftc__member_report_failure(ftc__member_t *m, uint64_t epoch, const 
   return queue_msg(m, ftc__proto_failure(epoch, ranks, n, why), 0);
 }
 
+int ftc__member_take_dump_request(ftc__member_t *m, char *incident, size_t len) {
+  if (!m) return 0;
+  pthread_mutex_lock(&m->lock);
+  int got = m->dump_pending;
+  if (got && incident && len) snprintf(incident, len, "%s", m->dump_incident);
+  m->dump_pending = 0;
+  pthread_mutex_unlock(&m->lock);
+  return got;
+}
+
+ftc_status_t ftc__member_upload_dump(ftc__member_t *m, const char *incident, int rank,
+                                     const char *data, size_t len) {
+  if (!m || !incident || !*incident || rank < 0 || (!data && len))
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "upload_dump: bad arguments");
+  if (len && memchr(data, '\0', len))
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "a dump is text and holds no NUL byte");
+  /* Encode every fragment first, so a dump is queued whole or not at all. */
+  ftc__frameq_t q = {0};
+  size_t off = 0;
+  do {
+    size_t n = ftc__proto_utf8_cut(data + off, len - off, FTC__PROTO_DUMP_CHUNK);
+    int last = off + n == len;
+    ftc__frame_t *f = ftc__proto_encode(
+        ftc__proto_dump(incident, rank, off, len, data ? data + off : "", n, last), LWS_PRE);
+    if (!f) {
+      ftc__frameq_clear(&q);
+      return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                        "cannot encode the dump for incident %s at byte %zu: out of memory or "
+                        "not UTF-8 text",
+                        incident, off);
+    }
+    ftc__frameq_push(&q, f);
+    off += n;
+  } while (off < len);
+  pthread_mutex_lock(&m->lock);
+  if (m->state != S_OPEN || m->leaving) {
+    ftc_status_t st = m->error != FTC_OK ? m->error : FTC_ERR_COORDINATOR;
+    pthread_mutex_unlock(&m->lock);
+    ftc__frameq_clear(&q);
+    return ftc__error(st, "cannot upload the dump: the coordinator session is closed");
+  }
+  size_t nfrag = q.count;
+  ftc__frame_t *f;
+  while ((f = ftc__frameq_pop(&q))) ftc__frameq_push(&m->outq, f);
+  pthread_mutex_unlock(&m->lock);
+  lws_cancel_service(m->ctx);
+  FTC_INFO(FTC_SUB_COORD, "slot %d: uploading a dump of %zu bytes in %zu fragments (%s)",
+           m->slot, len, nfrag, incident);
+  return FTC_OK;
+}
+
 ftc_status_t ftc__member_error(ftc__member_t *m) {
   if (!m) return FTC_ERR_INVALID_ARGUMENT;
   pthread_mutex_lock(&m->lock);

@@ -68,6 +68,19 @@ void ftc__view_free(ftc__view_t *v);
 ftc_status_t ftc__member_report_failure(ftc__member_t *m, uint64_t epoch, const int *ranks,
                                         int n, ftc_status_t why);
 
+/* A dump request from the coordinator (e.g. because some rank hangs, every
+ * rank is asked): 1 when one arrived since the last call, with its incident
+ * name copied into incident[len] (a plain name: letters, digits, - _ .);
+ * 0 when none. Non-blocking; for the watchdog's periodic check. */
+int ftc__member_take_dump_request(ftc__member_t *m, char *incident, size_t len);
+
+/* Upload a dump (UTF-8 JSON text, `len` bytes, copied) under `incident` as
+ * `rank`. It is sent in fragments (dump messages) after whatever is queued;
+ * returns once queued. The coordinator stores it as
+ * <dump dir>/<incident>/rank-<rank>.json. */
+ftc_status_t ftc__member_upload_dump(ftc__member_t *m, const char *incident, int rank,
+                                     const char *data, size_t len);
+
 /* The session's stored error (FTC_OK while connected and healthy). */
 ftc_status_t ftc__member_error(ftc__member_t *m);
 

@@ -275,6 +275,14 @@ void ftc__frameq_clear(ftc__frameq_t *q) {
   while ((f = ftc__frameq_pop(q))) ftc__free(f);
 }
 
+size_t ftc__proto_utf8_cut(const char *data, size_t len, size_t max) {
+  if (len <= max) return len;
+  size_t cut = max;
+  /* Back off continuation bytes (10xxxxxx) to the start of a character. */
+  while (cut > 0 && ((unsigned char)data[cut] & 0xC0) == 0x80 && max - cut < 4) cut--;
+  return cut ? cut : max;
+}
+
 /* ---- decoding ---- */
 
 typedef struct dec {

@@ -22,11 +22,12 @@
 #define FTC__PROTO_WS_NAME "ftcomm.membership.v1"
 #define FTC__PROTO_WS_PATH "/ftcomm/v1"
 /* Largest message the coordinator accepts from a rank; dumps are sent in
- * fragments of at most FTC__PROTO_DUMP_CHUNK bytes of data to stay below. */
+ * fragments of at most FTC__PROTO_DUMP_CHUNK bytes of data, which stay below
+ * it even when JSON escaping makes every byte six. */
 #define FTC__PROTO_MAX_RANK_MSG (256 * 1024)
 /* Largest message a rank accepts from the coordinator (a view of a big job). */
 #define FTC__PROTO_MAX_COORD_MSG (64 * 1024 * 1024)
-#define FTC__PROTO_DUMP_CHUNK (128 * 1024)
+#define FTC__PROTO_DUMP_CHUNK (32 * 1024)
 /* Bounds on strings inside messages. */
 #define FTC__PROTO_MAX_ADDR 127
 #define FTC__PROTO_MAX_NAME 253
@@ -174,6 +175,10 @@ typedef struct ftc__frameq {
 void ftc__frameq_push(ftc__frameq_t *q, ftc__frame_t *f);
 ftc__frame_t *ftc__frameq_pop(ftc__frameq_t *q);
 void ftc__frameq_clear(ftc__frameq_t *q);
+
+/* The length of the longest prefix of data[0..len) of at most max bytes
+ * that does not split a UTF-8 sequence (for dump fragments). */
+size_t ftc__proto_utf8_cut(const char *data, size_t len, size_t max);
 
 /* Route jansson's allocations through ftc__malloc (once per process). */
 void ftc__proto_init(void);

@@ -1,0 +1,344 @@
+/*
+ * comm.c - the communicator's lifecycle: configuration, the data-plane
+ * listener, joining the job through the membership client, bringing the TCP
+ * transport up for a view, the failed/aborted state machine, the query
+ * calls, destroy. ftc__comm_create_from_view() is the same bring-up without
+ * a coordinator, for tests that exchange addresses themselves.
+ *
+ * States: healthy (error 0) -> failed (error = the first failure; new
+ * collectives get FTC_ERR_REVOKED) -> healthy again when a rebuild for a new
+ * epoch succeeds. Aborted is terminal: everything gets FTC_ERR_ABORTED.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "core/comm.h"
+#include "ftc_alloc.h"
+#include "ftc_error.h"
+#include "ftc_param.h"
+#include "ftc_time.h"
+
+const char *ftc__coll_name(ftc__coll_t coll) {
+  static const char *const names[FTC__COLL_COUNT] = {
+      "allreduce", "broadcast", "reduce", "allgather", "reduce_scatter",
+      "alltoall",  "barrier",   "send",   "recv"};
+  if ((int)coll < 0 || coll >= FTC__COLL_COUNT) return "?";
+  return names[coll];
+}
+
+static ftc__view_t *view_copy(const ftc__view_t *v) {
+  ftc__view_t *c = ftc__calloc(1, sizeof(*c));
+  if (!c) return NULL;
+  *c = *v;
+  c->backend_blob = NULL;
+  c->members = ftc__calloc((size_t)v->size, sizeof(*c->members));
+  if (!c->members) {
+    ftc__free(c);
+    return NULL;
+  }
+  memcpy(c->members, v->members, (size_t)v->size * sizeof(*c->members));
+  if (v->backend_blob && !(c->backend_blob = ftc__strdup(v->backend_blob))) {
+    ftc__free(c->members);
+    ftc__free(c);
+    return NULL;
+  }
+  return c;
+}
+
+static void view_copy_free(ftc__view_t *v) {
+  if (!v) return;
+  ftc__free(v->members);
+  ftc__free(v->backend_blob);
+  ftc__free(v);
+}
+
+static ftc_status_t copy_str(ftc_comm_t *c, int slot, const char **field) {
+  if (!*field) return FTC_OK;
+  c->strs[slot] = ftc__strdup(*field);
+  if (!c->strs[slot]) return ftc__error(FTC_ERR_NO_MEMORY, "copying the configuration");
+  *field = c->strs[slot];
+  return FTC_OK;
+}
+
+static void comm_free(ftc_comm_t *c) {
+  if (!c) return;
+  ftc__engine_stop(c);
+  if (!__atomic_load_n(&c->error, __ATOMIC_ACQUIRE)) ftc__tcp_say_goodbye(c->tp);
+  ftc__tcp_destroy(c->tp);
+  ftc_rec_destroy(c->rec);
+  if (c->member) ftc__member_close(c->member);
+  if (c->listen_fd >= 0) close(c->listen_fd);
+  if (c->wake_fd >= 0) close(c->wake_fd);
+  view_copy_free(c->view);
+  ftc__free(c->p2p_seq);
+  for (size_t i = 0; i < sizeof(c->strs) / sizeof(c->strs[0]); i++) ftc__free(c->strs[i]);
+  pthread_mutex_destroy(&c->lock);
+  ftc__free(c);
+}
+
+/* Resolve the configuration and allocate a communicator with no view yet. */
+static ftc_status_t comm_new(const ftc_config_t *cfg_in, ftc_comm_t **out) {
+  ftc_config_t cfg = FTC_CONFIG_INITIALIZER;
+  ftc_status_t st;
+  *out = NULL;
+  if (cfg_in) {
+    if (cfg_in->size != sizeof(ftc_config_t) || cfg_in->version != FTC_CONFIG_VERSION)
+      return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                        "config has size %zu version %u, this library expects size %zu version %d; "
+                        "initialize it with FTC_CONFIG_INITIALIZER",
+                        cfg_in->size, cfg_in->version, sizeof(ftc_config_t), FTC_CONFIG_VERSION);
+    cfg = *cfg_in;
+  }
+  if ((st = ftc_config_resolve(&cfg)) != FTC_OK) return st;
+  if (strcasecmp(cfg.backend, "nccl") == 0)
+    return ftc__error(FTC_ERR_NOT_SUPPORTED,
+                      "FTCOMM_BACKEND=nccl: this build runs the TCP backend only; use tcp or auto");
+  ftc_comm_t *c = ftc__calloc(1, sizeof(*c));
+  if (!c) return ftc__error(FTC_ERR_NO_MEMORY, "allocating a communicator");
+  c->listen_fd = -1;
+  c->wake_fd = -1;
+  pthread_mutex_init(&c->lock, NULL);
+  c->cfg = cfg;
+  const char **fields[] = {&c->cfg.job, &c->cfg.coordinator, &c->cfg.token, &c->cfg.backend,
+                           &c->cfg.bind_host, &c->cfg.advertise_host, &c->cfg.dump_dir};
+  for (int i = 0; i < 7; i++)
+    if ((st = copy_str(c, i, fields[i])) != FTC_OK) goto out_free;
+  int64_t spin;
+  if ((st = ftc__param_int(FTC_P_SPIN_US, &spin)) != FTC_OK) goto out_free;
+  c->spin_us = (int)spin;
+  if ((st = ftc__tcp_cfg_from_env(&c->tcfg)) != FTC_OK) goto out_free;
+  c->tcfg.token = c->cfg.token;
+  c->tcfg.connect_timeout_ms = c->cfg.connect_timeout_ms;
+  c->tcfg.interrupt = &c->interrupt;
+  c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (c->wake_fd < 0) {
+    st = ftc__error(FTC_ERR_SYSTEM, "eventfd: %s", strerror(errno));
+    goto out_free;
+  }
+  *out = c;
+  return FTC_OK;
+
+out_free:
+  comm_free(c);
+  return st;
+}
+
+static uint64_t comm_id_hash(const char *job) {
+  uint64_t h = 1469598103934665603ULL; /* FNV-1a of the job name: the same on every rank */
+  for (const char *p = job ? job : ""; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ULL;
+  return h;
+}
+
+ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view) {
+  ftc_status_t st;
+  ftc__view_t *copy = view_copy(view);
+  uint64_t *seqs = ftc__calloc(2 * (size_t)view->size, sizeof(*seqs));
+  ftc__tcp_t *tp = NULL;
+  if (!copy || !seqs) {
+    st = ftc__error(FTC_ERR_NO_MEMORY, "copying the view of epoch %llu", (unsigned long long)view->epoch);
+    goto out_free;
+  }
+  if ((st = ftc__tcp_connect(&comm->tcfg, view, comm->listen_fd, &tp)) != FTC_OK) goto out_free;
+  pthread_mutex_lock(&comm->lock);
+  ftc__tcp_t *old = comm->tp;
+  comm->tp = tp;
+  pthread_mutex_unlock(&comm->lock);
+  ftc__tcp_destroy(old);
+  view_copy_free(comm->view);
+  comm->view = copy;
+  ftc__free(comm->p2p_seq);
+  comm->p2p_seq = seqs;
+  comm->seq = 0;
+  __atomic_store_n(&comm->rank, view->my_rank, __ATOMIC_RELEASE);
+  __atomic_store_n(&comm->size, view->size, __ATOMIC_RELEASE);
+  __atomic_store_n(&comm->epoch, view->epoch, __ATOMIC_RELEASE);
+  ftc_rec_set_epoch(comm->rec, view->epoch, view->my_rank, view->size);
+  return FTC_OK;
+
+out_free:
+  view_copy_free(copy);
+  ftc__free(seqs);
+  return st;
+}
+
+/* Connect for the first view, create the recorder and start the engine. */
+static ftc_status_t comm_bring_up(ftc_comm_t *c, const ftc__view_t *view) {
+  ftc_status_t st;
+  if (!view || view->size < 1 || view->my_rank < 0 || view->my_rank >= view->size || !view->members)
+    return ftc__error(FTC_ERR_PROTOCOL, "the view does not include this process (rank %d of %d)",
+                      view ? view->my_rank : -1, view ? view->size : 0);
+  if ((st = ftc_rec_create(c->cfg.recorder_entries, comm_id_hash(c->cfg.job), "world", view->epoch,
+                           view->my_rank, view->size, &c->rec)) != FTC_OK)
+    return st;
+  char prefix[64];
+  snprintf(prefix, sizeof(prefix), "rank %d", view->my_rank);
+  ftc__log_set_prefix(prefix);
+  if ((st = ftc__comm_connect_view(c, view)) != FTC_OK) return st;
+  ftc_rec_process_info_t info = FTC_REC_PROCESS_INFO_INIT;
+  info.job = c->cfg.job;
+  info.backend = "tcp";
+  info.dump_dir = c->cfg.dump_dir;
+  info.rank = view->my_rank;
+  info.world_size = view->size;
+  info.epoch = (int64_t)view->epoch;
+  ftc_rec_set_process_info(&info);
+  return ftc__engine_start(c);
+}
+
+ftc_status_t ftc__comm_create_from_view(const ftc_config_t *cfg, const ftc__view_t *view,
+                                        int listen_fd, ftc_comm_t **out) {
+  ftc_comm_t *c;
+  ftc_status_t st;
+  if (!out) {
+    close(listen_fd);
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "comm output pointer is NULL");
+  }
+  *out = NULL;
+  if ((st = comm_new(cfg, &c)) != FTC_OK) {
+    close(listen_fd);
+    return st;
+  }
+  c->listen_fd = listen_fd;
+  if ((st = comm_bring_up(c, view)) != FTC_OK) goto out_free;
+  *out = c;
+  return FTC_OK;
+
+out_free:
+  comm_free(c);
+  return st;
+}
+
+ftc_status_t ftc_comm_create(const ftc_config_t *cfg, ftc_comm_t **out) {
+  ftc_comm_t *c;
+  ftc__view_t *view = NULL;
+  ftc_status_t st;
+  char hostname[256] = "";
+  if (!out) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "comm output pointer is NULL; pass &comm");
+  *out = NULL;
+  if ((st = comm_new(cfg, &c)) != FTC_OK) return st;
+  if (!c->cfg.coordinator || !*c->cfg.coordinator) {
+    st = ftc__error(FTC_ERR_CONFIG,
+                    "FTCOMM_COORDINATOR is not set; start the ranks with ftcomm-run or under the "
+                    "controller, or set cfg.coordinator to host:port");
+    goto out_free;
+  }
+  if ((st = ftc__tcp_listen(c->cfg.bind_host, c->cfg.advertise_host, c->tcfg.socket_buffer,
+                            &c->listen_fd, c->data_addr, sizeof(c->data_addr))) != FTC_OK)
+    goto out_free;
+  gethostname(hostname, sizeof(hostname) - 1);
+  ftc__member_cfg_t mcfg = {
+      .coordinator = c->cfg.coordinator,
+      .job = c->cfg.job,
+      .token = c->cfg.token,
+      .slot = c->cfg.slot,
+      .world_size = c->cfg.world_size,
+      .min_size = c->cfg.min_size,
+      .joiner = c->cfg.joiner,
+      .data_addr = c->data_addr,
+      .pod = getenv("POD_NAME"),
+      .node = getenv("NODE_NAME"),
+      .host = hostname,
+      .connect_timeout_ms = c->cfg.connect_timeout_ms,
+  };
+  int64_t t0 = ftc__now_ns();
+  if ((st = ftc__member_open(&mcfg, &c->member)) != FTC_OK) goto out_free;
+  int64_t left_ms = c->cfg.connect_timeout_ms - (ftc__now_ns() - t0) / 1000000;
+  if (left_ms < 1) left_ms = 1;
+  if ((st = ftc__member_wait_view(c->member, 0, (int)left_ms, &view)) != FTC_OK) goto out_free;
+  st = comm_bring_up(c, view);
+  ftc__view_free(view);
+  if (st != FTC_OK) goto out_free;
+  FTC_INFO(FTC_SUB_INIT, "communicator up: rank %d of %d, epoch %llu, data plane %s", c->rank,
+           c->size, (unsigned long long)c->epoch, c->data_addr);
+  *out = c;
+  return FTC_OK;
+
+out_free:
+  comm_free(c);
+  return st;
+}
+
+void ftc__comm_fail(ftc_comm_t *comm, ftc_status_t why, const char *detail) {
+  int expected = 0;
+  if (__atomic_compare_exchange_n(&comm->error, &expected, (int)why, 0, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_ACQUIRE)) {
+    FTC_WARN(FTC_SUB_COLL, "epoch %llu failed: %s: %s", (unsigned long long)comm->epoch,
+             ftc_strerror(why), detail ? detail : "");
+  }
+  expected = 0;
+  __atomic_compare_exchange_n(&comm->interrupt, &expected, (int)why, 0, __ATOMIC_ACQ_REL,
+                              __ATOMIC_ACQUIRE);
+  pthread_mutex_lock(&comm->lock);
+  ftc__tcp_shutdown(comm->tp);
+  pthread_mutex_unlock(&comm->lock);
+  if (comm->member) {
+    int peer = ftc__tcp_failed_peer(comm->tp);
+    ftc__member_report_failure(comm->member, __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE),
+                               &peer, peer >= 0 ? 1 : 0, why);
+  }
+}
+
+ftc_status_t ftc__comm_gate(ftc_comm_t *comm) {
+  if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
+    return ftc__error(FTC_ERR_ABORTED, "the communicator was aborted; destroy it");
+  int e = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
+  if (e)
+    return ftc__error(FTC_ERR_REVOKED,
+                      "epoch %llu failed earlier (%s); recover the communicator before the next "
+                      "collective",
+                      (unsigned long long)__atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE),
+                      ftc_strerror((ftc_status_t)e));
+  return FTC_OK;
+}
+
+ftc_status_t ftc_comm_abort(ftc_comm_t *comm) {
+  if (!comm) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "comm is NULL");
+  __atomic_store_n(&comm->aborted, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&comm->interrupt, (int)FTC_ERR_ABORTED, __ATOMIC_RELEASE);
+  int expected = 0;
+  __atomic_compare_exchange_n(&comm->error, &expected, (int)FTC_ERR_ABORTED, 0, __ATOMIC_ACQ_REL,
+                              __ATOMIC_ACQUIRE);
+  pthread_mutex_lock(&comm->lock);
+  ftc__tcp_shutdown(comm->tp);
+  ftc__engine_drain_locked(comm, FTC_ERR_ABORTED, "the communicator was aborted");
+  pthread_mutex_unlock(&comm->lock);
+  ftc__engine_wake(comm);
+  FTC_INFO(FTC_SUB_COLL, "communicator aborted");
+  return FTC_OK;
+}
+
+ftc_status_t ftc_comm_destroy(ftc_comm_t *comm) {
+  if (!comm) return FTC_OK;
+  comm_free(comm);
+  return FTC_OK;
+}
+
+ftc_status_t ftc_comm_rank(const ftc_comm_t *comm, int *rank) {
+  if (!comm || !rank) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "comm and rank must not be NULL");
+  *rank = __atomic_load_n(&comm->rank, __ATOMIC_ACQUIRE);
+  return FTC_OK;
+}
+
+ftc_status_t ftc_comm_size(const ftc_comm_t *comm, int *size) {
+  if (!comm || !size) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "comm and size must not be NULL");
+  *size = __atomic_load_n(&comm->size, __ATOMIC_ACQUIRE);
+  return FTC_OK;
+}
+
+ftc_status_t ftc_comm_epoch(const ftc_comm_t *comm, uint64_t *epoch) {
+  if (!comm || !epoch) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "comm and epoch must not be NULL");
+  *epoch = __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
+  return FTC_OK;
+}
+
+ftc_status_t ftc_comm_get_async_error(const ftc_comm_t *comm, ftc_status_t *error) {
+  if (!comm || !error)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "comm and error must not be NULL");
+  *error = (ftc_status_t)__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
+  return FTC_OK;
+}

@@ -1,0 +1,71 @@
+/*
+ * config.c - resolution of ftc_config_t: every field the caller left unset
+ * is taken from the FTCOMM_* table (environment, then default), and every
+ * value is range-checked against the table so a bad value is reported with
+ * the variable's name and its allowed range. Also ftc_version().
+ */
+#include <string.h>
+#include <strings.h>
+
+#include "ftc_error.h"
+#include "ftc_param.h"
+#include "ftcomm.h"
+
+int ftc_version(void) { return FTC_VERSION_CODE; }
+
+static ftc_status_t resolve_int(int *field, ftc_param_id_t id) {
+  const ftc_param_desc_t *d = ftc__param_desc(id);
+  if (*field == FTC_UNSET_INT) {
+    int64_t v;
+    ftc_status_t st = ftc__param_int(id, &v);
+    if (st != FTC_OK) return st;
+    *field = (int)v;
+    return FTC_OK;
+  }
+  if (*field < d->lo || *field > d->hi)
+    return ftc__error(FTC_ERR_CONFIG,
+                      "config field for %s is %d, out of range; set it to a value in [%lld, %lld]",
+                      d->name, *field, (long long)d->lo, (long long)d->hi);
+  return FTC_OK;
+}
+
+static void resolve_str(const char **field, ftc_param_id_t id) {
+  if (!*field) *field = ftc__param_str(id);
+}
+
+ftc_status_t ftc_config_resolve(ftc_config_t *cfg) {
+  ftc_status_t st;
+  if (!cfg) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "cfg is NULL; pass a ftc_config_t filled with FTC_CONFIG_INITIALIZER");
+  if (cfg->size != sizeof(ftc_config_t) || cfg->version != FTC_CONFIG_VERSION)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                      "config has size %zu version %u, this library expects size %zu version %d; "
+                      "initialize it with FTC_CONFIG_INITIALIZER",
+                      cfg->size, cfg->version, sizeof(ftc_config_t), FTC_CONFIG_VERSION);
+  resolve_str(&cfg->job, FTC_P_JOB);
+  resolve_str(&cfg->coordinator, FTC_P_COORDINATOR);
+  resolve_str(&cfg->token, FTC_P_TOKEN);
+  resolve_str(&cfg->backend, FTC_P_BACKEND);
+  resolve_str(&cfg->bind_host, FTC_P_BIND_HOST);
+  resolve_str(&cfg->advertise_host, FTC_P_ADVERTISE_HOST);
+  resolve_str(&cfg->dump_dir, FTC_P_DUMP_DIR);
+  if ((st = resolve_int(&cfg->slot, FTC_P_SLOT)) != FTC_OK) return st;
+  if ((st = resolve_int(&cfg->world_size, FTC_P_WORLD_SIZE)) != FTC_OK) return st;
+  if ((st = resolve_int(&cfg->min_size, FTC_P_MIN_SIZE)) != FTC_OK) return st;
+  if ((st = resolve_int(&cfg->joiner, FTC_P_JOINER)) != FTC_OK) return st;
+  if ((st = resolve_int(&cfg->timeout_ms, FTC_P_TIMEOUT_MS)) != FTC_OK) return st;
+  if ((st = resolve_int(&cfg->connect_timeout_ms, FTC_P_CONNECT_TIMEOUT_MS)) != FTC_OK) return st;
+  if ((st = resolve_int(&cfg->recorder_entries, FTC_P_RECORDER_ENTRIES)) != FTC_OK) return st;
+  if (cfg->backend && strcasecmp(cfg->backend, "tcp") != 0 && strcasecmp(cfg->backend, "nccl") != 0 &&
+      strcasecmp(cfg->backend, "auto") != 0)
+    return ftc__error(FTC_ERR_CONFIG, "FTCOMM_BACKEND=\"%s\" is not one of tcp, nccl, auto",
+                      cfg->backend);
+  if (cfg->slot >= cfg->world_size && !cfg->joiner)
+    return ftc__error(FTC_ERR_CONFIG,
+                      "FTCOMM_SLOT=%d is not below FTCOMM_WORLD_SIZE=%d; slots are 0 .. world size - 1",
+                      cfg->slot, cfg->world_size);
+  if (cfg->min_size > cfg->world_size)
+    return ftc__error(FTC_ERR_CONFIG,
+                      "FTCOMM_MIN_SIZE=%d is larger than FTCOMM_WORLD_SIZE=%d; lower it",
+                      cfg->min_size, cfg->world_size);
+  return FTC_OK;
+}

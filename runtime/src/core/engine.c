@@ -1,0 +1,425 @@
+/*
+ * engine.c - requests and the per-communicator progress thread
+ * ("ftc-progress"). Asynchronous collectives are queued and run in order by
+ * the progress thread; a blocking collective finding the queue empty runs on
+ * the calling thread (no handoff, which is what the small-message latency
+ * needs), else it is queued and waited for. Waiters spin FTCOMM_SPIN_US,
+ * then sleep on the request's condition variable. While idle, the progress
+ * thread sleeps in poll() on its eventfd, the listener (strangers are
+ * refused) and its peer sockets (a peer that closes between collectives
+ * fails the epoch at once, unless it said goodbye).
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/comm.h"
+#include "ftc_alloc.h"
+#include "ftc_error.h"
+#include "ftc_time.h"
+
+#define WAIT_GRACE_NS (250 * 1000000LL)
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+void ftc__engine_wake(ftc_comm_t *comm) {
+  uint64_t one = 1;
+  ssize_t n = write(comm->wake_fd, &one, sizeof(one));
+  (void)n;
+}
+
+/* ---- requests ---- */
+
+static ftc_request_t *req_new(ftc_comm_t *comm, const ftc__op_t *op) {
+  ftc_request_t *req = ftc__calloc(1, sizeof(*req));
+  if (!req) return NULL;
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&req->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_mutex_init(&req->mu, NULL);
+  req->comm = comm;
+  if (op) req->op = *op;
+  req->refs = 2;
+  req->rec_id = FTC_REC_NO_ID;
+  return req;
+}
+
+static void req_unref(ftc_request_t *req) {
+  if (__atomic_sub_fetch(&req->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+  pthread_cond_destroy(&req->cv);
+  pthread_mutex_destroy(&req->mu);
+  ftc__free(req);
+}
+
+/* Publish the result and drop the engine's reference. */
+static void req_complete(ftc_request_t *req, ftc_status_t st, const char *err) {
+  pthread_mutex_lock(&req->mu);
+  req->status = st;
+  snprintf(req->err, sizeof(req->err), "%s", st == FTC_OK ? "" : err);
+  __atomic_store_n(&req->state, REQ_DONE, __ATOMIC_RELEASE);
+  pthread_cond_broadcast(&req->cv);
+  pthread_mutex_unlock(&req->mu);
+  req_unref(req);
+}
+
+void ftc__engine_drain_locked(ftc_comm_t *comm, ftc_status_t status, const char *why) {
+  ftc_request_t *req;
+  while ((req = comm->head) != NULL) {
+    comm->head = req->next;
+    ftc__record_end(comm, req->rec_id, status);
+    req_complete(req, status, why);
+  }
+  comm->tail = NULL;
+}
+
+static void enqueue_locked(ftc_comm_t *comm, ftc_request_t *req) {
+  req->next = NULL;
+  if (comm->tail)
+    comm->tail->next = req;
+  else
+    comm->head = req;
+  comm->tail = req;
+}
+
+/* ---- running one collective ---- */
+
+static uint64_t next_seq_locked(ftc_comm_t *comm, const ftc__op_t *op) {
+  if (op->coll == FTC__SEND) return ++comm->p2p_seq[2 * op->peer];
+  if (op->coll == FTC__RECV) return ++comm->p2p_seq[2 * op->peer + 1];
+  return ++comm->seq;
+}
+
+/* Run op on this thread, which owns the data plane (comm->busy). */
+static ftc_status_t execute(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq, uint64_t rec_id,
+                            int64_t deadline) {
+  ftc__record_start(comm, rec_id);
+  ftc_status_t st = ftc__tcp_run(comm->tp, op, deadline);
+  if (st != FTC_OK) {
+    char detail[384];
+    snprintf(detail, sizeof(detail), "%s #%llu (%zu x %s%s%s) on rank %d: %s", ftc__coll_name(op->coll),
+             (unsigned long long)seq, op->count, ftc_dtype_name(op->dtype),
+             op->coll == FTC__ALLREDUCE || op->coll == FTC__REDUCE || op->coll == FTC__REDUCE_SCATTER ? " " : "",
+             op->coll == FTC__ALLREDUCE || op->coll == FTC__REDUCE || op->coll == FTC__REDUCE_SCATTER ? ftc_op_name(op->op) : "",
+             comm->rank, ftc_last_error());
+    ftc__comm_fail(comm, st, detail);
+    ftc__error(st, "%s", detail);
+  }
+  ftc__record_end(comm, rec_id, st);
+  return st;
+}
+
+static int64_t timeout_ns_of(const ftc_comm_t *comm, int timeout_ms) {
+  if (timeout_ms == FTC_TIMEOUT_INFINITE) return -1;
+  if (timeout_ms == FTC_TIMEOUT_DEFAULT) return (int64_t)comm->cfg.timeout_ms * 1000000LL;
+  return (int64_t)timeout_ms * 1000000LL;
+}
+
+/* Wait for req until deadline; on expiry the epoch fails with TIMEOUT. */
+static ftc_status_t wait_req(ftc_request_t *req, int64_t deadline, int spin_us) {
+  int64_t spin_end = ftc__now_ns() + (int64_t)spin_us * 1000;
+  while (__atomic_load_n(&req->state, __ATOMIC_ACQUIRE) != REQ_DONE && ftc__now_ns() < spin_end)
+    cpu_relax();
+  pthread_mutex_lock(&req->mu);
+  while (__atomic_load_n(&req->state, __ATOMIC_ACQUIRE) != REQ_DONE) {
+    if (deadline == INT64_MAX) {
+      pthread_cond_wait(&req->cv, &req->mu);
+      continue;
+    }
+    struct timespec ts = {deadline / 1000000000LL, deadline % 1000000000LL};
+    if (pthread_cond_timedwait(&req->cv, &req->mu, &ts) == ETIMEDOUT) break;
+  }
+  int done = __atomic_load_n(&req->state, __ATOMIC_ACQUIRE) == REQ_DONE;
+  ftc_status_t st = req->status;
+  char err[sizeof(req->err)];
+  memcpy(err, req->err, sizeof(err));
+  pthread_mutex_unlock(&req->mu);
+  if (done) return st == FTC_OK ? FTC_OK : ftc__error(st, "%s", err);
+  char detail[256];
+  snprintf(detail, sizeof(detail), "%s #%llu did not complete before the wait's timeout",
+           ftc__coll_name(req->op.coll), (unsigned long long)req->seq);
+  ftc__comm_fail(req->comm, FTC_ERR_TIMEOUT, detail);
+  return ftc__error(FTC_ERR_TIMEOUT, "%s; the epoch is failed, recover before the next collective", detail);
+}
+
+ftc_status_t ftc__submit_blocking(ftc_comm_t *comm, const ftc__op_t *op, int timeout_ms) {
+  int64_t tns = timeout_ns_of(comm, timeout_ms);
+  int64_t deadline = tns < 0 ? INT64_MAX : ftc__now_ns() + tns;
+  ftc_status_t st;
+  pthread_mutex_lock(&comm->lock);
+  if ((st = ftc__comm_gate(comm)) != FTC_OK) {
+    pthread_mutex_unlock(&comm->lock);
+    return st;
+  }
+  uint64_t seq = next_seq_locked(comm, op);
+  uint64_t rec_id = ftc__record_schedule(comm, op, seq, tns);
+  if (!comm->head && !comm->busy) {
+    comm->busy = 1;
+    pthread_mutex_unlock(&comm->lock);
+    st = execute(comm, op, seq, rec_id, deadline);
+    pthread_mutex_lock(&comm->lock);
+    comm->busy = 0;
+    int more = comm->head != NULL;
+    pthread_mutex_unlock(&comm->lock);
+    if (more) ftc__engine_wake(comm);
+    return st;
+  }
+  ftc_request_t *req = req_new(comm, op);
+  if (!req) {
+    pthread_mutex_unlock(&comm->lock);
+    ftc__record_end(comm, rec_id, FTC_ERR_NO_MEMORY);
+    return ftc__error(FTC_ERR_NO_MEMORY, "allocating a request");
+  }
+  req->deadline = deadline;
+  req->seq = seq;
+  req->rec_id = rec_id;
+  enqueue_locked(comm, req);
+  pthread_mutex_unlock(&comm->lock);
+  ftc__engine_wake(comm);
+  st = wait_req(req, deadline == INT64_MAX ? INT64_MAX : deadline + WAIT_GRACE_NS, comm->spin_us);
+  req_unref(req);
+  return st;
+}
+
+ftc_status_t ftc__submit_async(ftc_comm_t *comm, const ftc__op_t *op, ftc_request_t **out) {
+  ftc_status_t st;
+  pthread_mutex_lock(&comm->lock);
+  if ((st = ftc__comm_gate(comm)) != FTC_OK) {
+    pthread_mutex_unlock(&comm->lock);
+    return st;
+  }
+  ftc_request_t *req = req_new(comm, op);
+  if (!req) {
+    pthread_mutex_unlock(&comm->lock);
+    return ftc__error(FTC_ERR_NO_MEMORY, "allocating a request");
+  }
+  req->seq = next_seq_locked(comm, op);
+  req->rec_id = ftc__record_schedule(comm, op, req->seq, timeout_ns_of(comm, FTC_TIMEOUT_DEFAULT));
+  enqueue_locked(comm, req);
+  pthread_mutex_unlock(&comm->lock);
+  ftc__engine_wake(comm);
+  *out = req;
+  return FTC_OK;
+}
+
+ftc_status_t ftc__comm_rebuild(ftc_comm_t *comm, const ftc__view_t *view) {
+  ftc_request_t *req = req_new(comm, NULL);
+  if (!req) return ftc__error(FTC_ERR_NO_MEMORY, "allocating a rebuild request");
+  req->rebuild_view = view;
+  pthread_mutex_lock(&comm->lock);
+  if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE)) {
+    pthread_mutex_unlock(&comm->lock);
+    req_unref(req);
+    req_unref(req);
+    return ftc__error(FTC_ERR_ABORTED, "the communicator was aborted; destroy it");
+  }
+  enqueue_locked(comm, req);
+  pthread_mutex_unlock(&comm->lock);
+  ftc__engine_wake(comm);
+  ftc_status_t st = wait_req(req, INT64_MAX, comm->spin_us);
+  req_unref(req);
+  return st;
+}
+
+/* On the progress thread, between collectives: new transport, clean state. */
+static ftc_status_t do_rebuild(ftc_comm_t *comm, const ftc__view_t *view) {
+  __atomic_store_n(&comm->interrupt, 0, __ATOMIC_RELEASE);
+  ftc_status_t st = ftc__comm_connect_view(comm, view);
+  if (st != FTC_OK) {
+    __atomic_store_n(&comm->interrupt, (int)st, __ATOMIC_RELEASE);
+    return st;
+  }
+  __atomic_store_n(&comm->error, 0, __ATOMIC_RELEASE);
+  FTC_INFO(FTC_SUB_RECOVERY, "data plane rebuilt for epoch %llu: rank %d of %d",
+           (unsigned long long)view->epoch, view->my_rank, view->size);
+  return FTC_OK;
+}
+
+/* ---- the progress thread ---- */
+
+/* Sleep until woken; meanwhile refuse strangers and notice peers that go
+ * away between collectives. ignore[] marks peers already dealt with. */
+static void idle_wait(ftc_comm_t *comm, unsigned char *ignore, int nignore) {
+  enum { MAXP = 256 };
+  struct pollfd pfd[2 + MAXP];
+  int fds[MAXP], ranks[MAXP];
+  int n = 0, base;
+  pfd[n++] = (struct pollfd){comm->wake_fd, POLLIN, 0};
+  if (comm->listen_fd >= 0) pfd[n++] = (struct pollfd){comm->listen_fd, POLLIN, 0};
+  base = n;
+  int np = 0;
+  if (!__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE)) {
+    np = ftc__tcp_peer_fds(comm->tp, fds, ranks, MAXP);
+    for (int i = 0; i < np; i++)
+      if (ranks[i] >= nignore || !ignore[ranks[i]])
+        pfd[n++] = (struct pollfd){fds[i], POLLRDHUP, 0};
+  }
+  if (poll(pfd, (nfds_t)n, -1) <= 0) return;
+  if (pfd[0].revents & POLLIN) {
+    uint64_t v;
+    ssize_t r = read(comm->wake_fd, &v, sizeof(v));
+    (void)r;
+  }
+  if (base == 2 && (pfd[1].revents & POLLIN)) ftc__tcp_refuse_pending(comm->listen_fd);
+  for (int i = base; i < n; i++) {
+    if (!pfd[i].revents) continue;
+    int rank = -1;
+    for (int k = 0; k < np; k++)
+      if (fds[k] == pfd[i].fd) rank = ranks[k];
+    if (rank < 0 || rank >= nignore) continue;
+    ignore[rank] = 1;
+    unsigned char buf[2];
+    ssize_t got = recv(pfd[i].fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
+    if (got == 1 && buf[0] == FTC__TCP_GOODBYE) {
+      FTC_INFO(FTC_SUB_NET, "rank %d left the communicator", rank);
+      continue;
+    }
+    /* A peer that is ahead may have sent data for collectives this rank
+     * has not started, then left: the collective that needs more than
+     * what is buffered will see the end of the stream itself. */
+    if (got > 0) continue;
+    pthread_mutex_lock(&comm->lock);
+    int busy = comm->busy;
+    pthread_mutex_unlock(&comm->lock);
+    if (busy) continue; /* the running collective sees it itself */
+    char detail[128];
+    snprintf(detail, sizeof(detail), "rank %d closed its connection between collectives", rank);
+    ftc__comm_fail(comm, FTC_ERR_PEER_LOST, detail);
+  }
+}
+
+static void *progress_main(void *arg) {
+  ftc_comm_t *comm = arg;
+  int nignore = comm->size;
+  unsigned char *ignore = ftc__calloc((size_t)(nignore > 0 ? nignore : 1), 1);
+  pthread_mutex_lock(&comm->lock);
+  while (!comm->stop) {
+    ftc_request_t *req = comm->head;
+    if (!req || comm->busy) {
+      pthread_mutex_unlock(&comm->lock);
+      if (ignore) idle_wait(comm, ignore, nignore);
+      else {
+        struct pollfd p = {comm->wake_fd, POLLIN, 0};
+        if (poll(&p, 1, -1) > 0) {
+          uint64_t v;
+          ssize_t r = read(comm->wake_fd, &v, sizeof(v));
+          (void)r;
+        }
+      }
+      pthread_mutex_lock(&comm->lock);
+      continue;
+    }
+    comm->head = req->next;
+    if (!comm->head) comm->tail = NULL;
+    ftc_status_t st = ftc__comm_gate(comm);
+    if (req->rebuild_view && !__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE)) st = FTC_OK;
+    if (st != FTC_OK) {
+      ftc__record_end(comm, req->rec_id, st);
+      req_complete(req, st, ftc_last_error());
+      continue;
+    }
+    comm->busy = 1;
+    __atomic_store_n(&req->state, REQ_RUNNING, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&comm->lock);
+    if (req->rebuild_view) {
+      st = do_rebuild(comm, req->rebuild_view);
+      if (st == FTC_OK && comm->size != nignore) {
+        ftc__free(ignore);
+        nignore = comm->size;
+        ignore = ftc__calloc((size_t)nignore, 1);
+      } else if (ignore) {
+        memset(ignore, 0, (size_t)nignore);
+      }
+    } else {
+      int64_t deadline = req->deadline;
+      if (!deadline) {
+        int64_t tns = timeout_ns_of(comm, FTC_TIMEOUT_DEFAULT);
+        deadline = tns < 0 ? INT64_MAX : ftc__now_ns() + tns;
+      }
+      st = execute(comm, &req->op, req->seq, req->rec_id, deadline);
+    }
+    pthread_mutex_lock(&comm->lock);
+    comm->busy = 0;
+    req_complete(req, st, ftc_last_error());
+  }
+  pthread_mutex_unlock(&comm->lock);
+  ftc__free(ignore);
+  return NULL;
+}
+
+ftc_status_t ftc__engine_start(ftc_comm_t *comm) {
+  int rc = pthread_create(&comm->thread, NULL, progress_main, comm);
+  if (rc != 0) return ftc__error(FTC_ERR_SYSTEM, "starting the progress thread: %s", strerror(rc));
+  pthread_setname_np(comm->thread, "ftc-progress");
+  comm->thread_started = 1;
+  return FTC_OK;
+}
+
+void ftc__engine_stop(ftc_comm_t *comm) {
+  if (!comm->thread_started) return;
+  pthread_mutex_lock(&comm->lock);
+  comm->stop = 1;
+  if (comm->busy || comm->head) {
+    int expected = 0;
+    __atomic_compare_exchange_n(&comm->interrupt, &expected, (int)FTC_ERR_ABORTED, 0,
+                                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    ftc__tcp_shutdown(comm->tp);
+  }
+  ftc__engine_drain_locked(comm, FTC_ERR_ABORTED, "the communicator was destroyed");
+  pthread_mutex_unlock(&comm->lock);
+  ftc__engine_wake(comm);
+  pthread_join(comm->thread, NULL);
+  comm->thread_started = 0;
+}
+
+/* ---- public request calls ---- */
+
+ftc_status_t ftc_wait(ftc_request_t *req, int timeout_ms) {
+  if (!req) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "req is NULL");
+  if (timeout_ms < FTC_TIMEOUT_INFINITE)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                      "timeout_ms %d: use milliseconds >= 0, FTC_TIMEOUT_DEFAULT or FTC_TIMEOUT_INFINITE",
+                      timeout_ms);
+  if (__atomic_load_n(&req->state, __ATOMIC_ACQUIRE) == REQ_DONE) {
+    ftc_status_t st = req->status;
+    return st == FTC_OK ? FTC_OK : ftc__error(st, "%s", req->err);
+  }
+  ftc_comm_t *comm = req->comm;
+  int64_t deadline;
+  if (timeout_ms == FTC_TIMEOUT_INFINITE)
+    deadline = INT64_MAX;
+  else if (timeout_ms == FTC_TIMEOUT_DEFAULT)
+    deadline = ftc__now_ns() + timeout_ns_of(comm, FTC_TIMEOUT_DEFAULT) + WAIT_GRACE_NS;
+  else
+    deadline = ftc__now_ns() + (int64_t)timeout_ms * 1000000LL;
+  return wait_req(req, deadline, comm->spin_us);
+}
+
+ftc_status_t ftc_test(ftc_request_t *req, int *done) {
+  if (!req || !done) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "req and done must not be NULL");
+  if (__atomic_load_n(&req->state, __ATOMIC_ACQUIRE) != REQ_DONE) {
+    *done = 0;
+    return FTC_OK;
+  }
+  *done = 1;
+  pthread_mutex_lock(&req->mu);
+  ftc_status_t st = req->status;
+  char err[sizeof(req->err)];
+  memcpy(err, req->err, sizeof(err));
+  pthread_mutex_unlock(&req->mu);
+  return st == FTC_OK ? FTC_OK : ftc__error(st, "%s", err);
+}
+
+void ftc_request_free(ftc_request_t *req) {
+  if (req) req_unref(req);
+}

@@ -1,0 +1,31 @@
+/*
+ * record.c - the communicator's seam to the flight recorder: every
+ * collective is recorded when it is scheduled (by the calling thread), when
+ * it starts, and when it completes or fails (by whichever thread ran it).
+ */
+#include "core/comm.h"
+#include "ftc_time.h"
+
+uint64_t ftc__record_schedule(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq,
+                              int64_t timeout_ns) {
+  size_t es = ftc_dtype_size(op->dtype);
+  uint64_t bytes = (uint64_t)op->count * es;
+  int size = comm->size;
+  if (op->coll == FTC__ALLTOALL || op->coll == FTC__REDUCE_SCATTER) bytes *= (uint64_t)size;
+  if (op->coll == FTC__RECV) bytes = 0;
+  return ftc_rec_schedule(comm->rec, comm->epoch, seq, (ftc_rec_op_t)op->coll,
+                          op->coll == FTC__BARRIER ? FTC_DTYPE_COUNT : (int)op->dtype,
+                          op->count, bytes, op->peer, timeout_ns);
+}
+
+void ftc__record_start(ftc_comm_t *comm, uint64_t id) {
+  if (id != FTC_REC_NO_ID) ftc_rec_started(comm->rec, id, 0);
+}
+
+void ftc__record_end(ftc_comm_t *comm, uint64_t id, ftc_status_t st) {
+  if (id == FTC_REC_NO_ID) return;
+  if (st == FTC_OK)
+    ftc_rec_completed(comm->rec, id, 0);
+  else
+    ftc_rec_failed(comm->rec, id, 0);
+}

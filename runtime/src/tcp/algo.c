@@ -1,0 +1,348 @@
+/*
+ * algo.c - the collective algorithms of the TCP backend, expressed as runs
+ * of the stream engine (xfer.c):
+ *   allreduce       recursive doubling with the non-power-of-two fold below
+ *                   FTCOMM_RING_THRESHOLD bytes; above it a ring
+ *                   reduce-scatter + allgather as one pipelined stream per
+ *                   neighbour (a block is forwarded chunk by chunk as soon
+ *                   as it is reduced)
+ *   broadcast       binomial tree (small) or pipelined chain (large)
+ *   reduce          binomial tree (small) or pipelined chain (large)
+ *   allgather       ring, received straight into the result (zero copy)
+ *   reduce_scatter  ring, reduced through the staging chunk
+ *   alltoall        pairwise exchange with every pair in flight at once
+ *   barrier         dissemination, one byte per round
+ *   send/recv       one in-order byte stream per peer and direction
+ * Every rank of a view runs the same sequence of runs, which is what keeps
+ * the byte streams between two ranks aligned without any framing.
+ */
+#include <string.h>
+
+#include "core/reduce.h"
+#include "ftc_error.h"
+#include "tcp/tcp_int.h"
+
+static inline int mod(int a, int n) { return ((a % n) + n) % n; }
+
+static inline size_t blk_off(size_t count, int n, int b) {
+  size_t q = count / (size_t)n, r = count % (size_t)n;
+  return (size_t)b * q + ((size_t)b < r ? (size_t)b : r);
+}
+static inline size_t blk_len(size_t count, int n, int b) {
+  return count / (size_t)n + ((size_t)b < count % (size_t)n ? 1 : 0);
+}
+
+static ftc__stream_t *stream_at(ftc__tcp_t *tp, int i, int peer, int send, ftc__seg_t *segs,
+                                int nseg) {
+  ftc__stream_t *s = &tp->streams[i];
+  memset(s, 0, sizeof(*s));
+  s->peer = peer;
+  s->send = send;
+  s->segs = segs;
+  s->nseg = nseg;
+  s->dep = -1;
+  return s;
+}
+
+/* One send to `to` and one receive from `from`, plain bytes, together. */
+static ftc_status_t sendrecv(ftc__tcp_t *tp, int to, const void *sbuf, size_t slen, int from,
+                             void *rbuf, size_t rlen, const ftc__red_t *red, int64_t deadline) {
+  ftc__seg_t *g = tp->segs;
+  int n = 0;
+  if (to >= 0) {
+    g[0] = (ftc__seg_t){.src = sbuf, .len = slen};
+    stream_at(tp, n++, to, 1, &g[0], 1);
+  }
+  if (from >= 0) {
+    g[1] = (ftc__seg_t){.dst = rbuf, .len = rlen};
+    stream_at(tp, n++, from, 0, &g[1], 1);
+  }
+  return ftc__xfer_run(tp, tp->streams, n, red, deadline);
+}
+
+/* Receive from `from` and reduce into dst (dst = local op incoming). */
+static ftc_status_t recv_reduce(ftc__tcp_t *tp, int from, char *dst, const char *local, size_t len,
+                                int finish, const ftc__red_t *red, int64_t deadline) {
+  tp->segs[0] = (ftc__seg_t){.dst = dst, .src = local, .len = len, .reduce = 1, .finish = (unsigned char)finish};
+  stream_at(tp, 0, from, 0, &tp->segs[0], 1);
+  return ftc__xfer_run(tp, tp->streams, 1, red, deadline);
+}
+
+static ftc_status_t allreduce_rd(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red_t *red,
+                                 int64_t deadline) {
+  const int n = tp->size, r = tp->rank;
+  const size_t bytes = op->count * red->esize;
+  char *buf = op->recvbuf, *tmp;
+  ftc_status_t st;
+  if ((st = ftc__tcp_scratch(tp, bytes, &tmp)) != FTC_OK) return st;
+  if (op->sendbuf != buf) memcpy(buf, op->sendbuf, bytes);
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const int rem = n - p;
+  int vr;
+  if (r < 2 * rem) {
+    if (r % 2 == 0) {
+      if ((st = sendrecv(tp, r + 1, buf, bytes, -1, NULL, 0, red, deadline)) != FTC_OK) return st;
+      vr = -1;
+    } else {
+      if ((st = sendrecv(tp, -1, NULL, 0, r - 1, tmp, bytes, red, deadline)) != FTC_OK) return st;
+      ftc__reduce(buf, tmp, buf, op->count, red->dtype, red->op);
+      vr = r / 2;
+    }
+  } else {
+    vr = r - rem;
+  }
+  if (vr >= 0) {
+    for (int mask = 1; mask < p; mask <<= 1) {
+      int pv = vr ^ mask;
+      int partner = pv < rem ? pv * 2 + 1 : pv + rem;
+      if ((st = sendrecv(tp, partner, buf, bytes, partner, tmp, bytes, red, deadline)) != FTC_OK)
+        return st;
+      /* Lower rank's operand first, so every rank rounds identically. */
+      if (partner < r)
+        ftc__reduce(buf, tmp, buf, op->count, red->dtype, red->op);
+      else
+        ftc__reduce(buf, buf, tmp, op->count, red->dtype, red->op);
+    }
+    if (red->op == FTC_AVG) ftc__reduce_avg_finish(buf, op->count, red->dtype, n);
+  }
+  if (r < 2 * rem) {
+    if (r % 2 == 1)
+      st = sendrecv(tp, r - 1, buf, bytes, -1, NULL, 0, red, deadline);
+    else
+      st = sendrecv(tp, -1, NULL, 0, r + 1, buf, bytes, red, deadline);
+  }
+  return st;
+}
+
+static ftc_status_t allreduce_ring(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red_t *red,
+                                   int64_t deadline) {
+  const int n = tp->size, r = tp->rank;
+  const size_t es = red->esize, count = op->count;
+  const char *sb = op->sendbuf;
+  char *rb = op->recvbuf;
+  const int nseg = 2 * (n - 1);
+  ftc__seg_t *ss = tp->segs, *rs = tp->segs + nseg;
+#define OFF(b) (blk_off(count, n, (b)) * es)
+#define LEN(b) (blk_len(count, n, (b)) * es)
+  for (int s = 0; s < n - 1; s++) {
+    int b = mod(r - s, n);
+    ss[s] = (ftc__seg_t){.src = (s == 0 ? sb : rb) + OFF(b), .len = LEN(b)};
+    int b2 = mod(r - s - 1, n);
+    rs[s] = (ftc__seg_t){.dst = rb + OFF(b2), .src = sb + OFF(b2), .len = LEN(b2), .reduce = 1,
+                         .finish = (unsigned char)(s == n - 2)};
+  }
+  for (int k = 0; k < n - 1; k++) {
+    int b = mod(r + 1 - k, n);
+    ss[n - 1 + k] = (ftc__seg_t){.src = rb + OFF(b), .len = LEN(b)};
+    int b2 = mod(r - k, n);
+    rs[n - 1 + k] = (ftc__seg_t){.dst = rb + OFF(b2), .len = LEN(b2)};
+  }
+  stream_at(tp, 0, mod(r - 1, n), 0, rs, nseg);
+  ftc__stream_t *snd = stream_at(tp, 1, mod(r + 1, n), 1, ss, nseg);
+  snd->dep = 0;
+  snd->lag = LEN(r);
+#undef OFF
+#undef LEN
+  return ftc__xfer_run(tp, tp->streams, 2, red, deadline);
+}
+
+static ftc_status_t reduce_scatter_ring(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red_t *red,
+                                        int64_t deadline) {
+  const int n = tp->size, r = tp->rank;
+  const size_t blk = op->count * red->esize;
+  const char *sb = op->sendbuf;
+  char *rb = op->recvbuf, *work;
+  const int in_place = (const void *)sb == (void *)rb;
+  ftc_status_t st;
+  if (in_place)
+    work = rb;
+  else if ((st = ftc__tcp_scratch(tp, blk * (size_t)n, &work)) != FTC_OK)
+    return st;
+  ftc__seg_t *ss = tp->segs, *rs = tp->segs + (n - 1);
+  for (int s = 0; s < n - 1; s++) {
+    int bs = mod(r - 1 - s, n);
+    ss[s] = (ftc__seg_t){.src = (s == 0 ? sb : work) + (size_t)bs * blk, .len = blk};
+    int br = mod(r - 2 - s, n);
+    int last = s == n - 2;
+    rs[s] = (ftc__seg_t){.dst = (last && !in_place) ? rb : work + (size_t)br * blk,
+                         .src = sb + (size_t)br * blk, .len = blk, .reduce = 1,
+                         .finish = (unsigned char)last};
+  }
+  stream_at(tp, 0, mod(r - 1, n), 0, rs, n - 1);
+  ftc__stream_t *snd = stream_at(tp, 1, mod(r + 1, n), 1, ss, n - 1);
+  snd->dep = 0;
+  snd->lag = blk;
+  if ((st = ftc__xfer_run(tp, tp->streams, 2, red, deadline)) != FTC_OK) return st;
+  if (in_place && r != 0) memmove(rb, rb + (size_t)r * blk, blk);
+  return FTC_OK;
+}
+
+static ftc_status_t allgather_ring(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red_t *red,
+                                   int64_t deadline) {
+  const int n = tp->size, r = tp->rank;
+  const size_t blk = op->count * red->esize;
+  char *rb = op->recvbuf;
+  if ((const char *)op->sendbuf != rb + (size_t)r * blk) memmove(rb + (size_t)r * blk, op->sendbuf, blk);
+  ftc__seg_t *ss = tp->segs, *rs = tp->segs + (n - 1);
+  for (int k = 0; k < n - 1; k++) {
+    ss[k] = (ftc__seg_t){.src = rb + (size_t)mod(r - k, n) * blk, .len = blk};
+    rs[k] = (ftc__seg_t){.dst = rb + (size_t)mod(r - k - 1, n) * blk, .len = blk};
+  }
+  stream_at(tp, 0, mod(r - 1, n), 0, rs, n - 1);
+  ftc__stream_t *snd = stream_at(tp, 1, mod(r + 1, n), 1, ss, n - 1);
+  snd->dep = 0;
+  snd->lag = blk;
+  return ftc__xfer_run(tp, tp->streams, 2, red, deadline);
+}
+
+static ftc_status_t broadcast(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red_t *red,
+                              int64_t deadline) {
+  const int n = tp->size, v = mod(tp->rank - op->peer, n);
+  const size_t bytes = op->count * red->esize;
+  char *buf = op->recvbuf;
+  int ns = 0, have_recv = 0;
+  ftc__seg_t *g = tp->segs;
+  g[0] = (ftc__seg_t){.dst = buf, .src = buf, .len = bytes};
+#define REAL(x) mod((x) + op->peer, n)
+  if (bytes >= tp->cfg.ring_threshold) {
+    /* Pipelined chain root -> root+1 -> ...: each rank forwards what it
+     * has received as soon as it lands. */
+    if (v > 0) {
+      stream_at(tp, ns++, REAL(v - 1), 0, g, 1);
+      have_recv = 1;
+    }
+    if (v < n - 1) {
+      ftc__stream_t *s = stream_at(tp, ns++, REAL(v + 1), 1, g, 1);
+      s->dep = have_recv ? 0 : -1;
+    }
+  } else {
+    int mask = 1;
+    while (mask < n) {
+      if (v & mask) {
+        stream_at(tp, ns++, REAL(v - mask), 0, g, 1);
+        have_recv = 1;
+        break;
+      }
+      mask <<= 1;
+    }
+    for (mask >>= 1; mask > 0; mask >>= 1) {
+      if (v + mask >= n) continue;
+      ftc__stream_t *s = stream_at(tp, ns++, REAL(v + mask), 1, g, 1);
+      s->dep = have_recv ? 0 : -1;
+    }
+  }
+#undef REAL
+  return ftc__xfer_run(tp, tp->streams, ns, red, deadline);
+}
+
+static ftc_status_t reduce(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red_t *red,
+                           int64_t deadline) {
+  const int n = tp->size, v = mod(tp->rank - op->peer, n);
+  const size_t bytes = op->count * red->esize;
+  const char *sb = op->sendbuf;
+  char *work;
+  ftc_status_t st;
+#define REAL(x) mod((x) + op->peer, n)
+  if (v == 0)
+    work = op->recvbuf;
+  else if ((st = ftc__tcp_scratch(tp, bytes, &work)) != FTC_OK)
+    return st;
+  if (bytes >= tp->cfg.ring_threshold) {
+    /* Pipelined chain n-1 -> ... -> 1 -> root: each rank reduces what
+     * arrives with its own data and forwards each reduced chunk. */
+    if (v == n - 1) return sendrecv(tp, REAL(v - 1), sb, bytes, -1, NULL, 0, red, deadline);
+    tp->segs[0] = (ftc__seg_t){.dst = work, .src = sb, .len = bytes, .reduce = 1,
+                               .finish = (unsigned char)(v == 0)};
+    tp->segs[1] = (ftc__seg_t){.src = work, .len = bytes};
+    stream_at(tp, 0, REAL(v + 1), 0, &tp->segs[0], 1);
+    if (v > 0) stream_at(tp, 1, REAL(v - 1), 1, &tp->segs[1], 1)->dep = 0;
+    return ftc__xfer_run(tp, tp->streams, v > 0 ? 2 : 1, red, deadline);
+  }
+  if (work != sb) memcpy(work, sb, bytes);
+  for (int mask = 1; mask < n; mask <<= 1) {
+    if (v & mask) return sendrecv(tp, REAL(v - mask), work, bytes, -1, NULL, 0, red, deadline);
+    if (v + mask < n &&
+        (st = recv_reduce(tp, REAL(v + mask), work, work, bytes, 0, red, deadline)) != FTC_OK)
+      return st;
+  }
+#undef REAL
+  if (red->op == FTC_AVG) ftc__reduce_avg_finish(work, op->count, red->dtype, n);
+  return FTC_OK;
+}
+
+static ftc_status_t alltoall(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red_t *red,
+                             int64_t deadline) {
+  const int n = tp->size, r = tp->rank;
+  const size_t blk = op->count * red->esize;
+  const char *src = op->sendbuf;
+  char *rb = op->recvbuf;
+  ftc_status_t st;
+  if ((const void *)src == (void *)rb) {
+    char *copy;
+    if ((st = ftc__tcp_scratch(tp, blk * (size_t)n, &copy)) != FTC_OK) return st;
+    memcpy(copy, src, blk * (size_t)n);
+    src = copy;
+  } else {
+    memcpy(rb + (size_t)r * blk, src + (size_t)r * blk, blk);
+  }
+  int ns = 0;
+  for (int k = 1; k < n; k++) {
+    int to = mod(r + k, n), from = mod(r - k, n);
+    tp->segs[2 * k] = (ftc__seg_t){.src = src + (size_t)to * blk, .len = blk};
+    tp->segs[2 * k + 1] = (ftc__seg_t){.dst = rb + (size_t)from * blk, .len = blk};
+    stream_at(tp, ns++, to, 1, &tp->segs[2 * k], 1);
+    stream_at(tp, ns++, from, 0, &tp->segs[2 * k + 1], 1);
+  }
+  return ftc__xfer_run(tp, tp->streams, ns, red, deadline);
+}
+
+static ftc_status_t barrier(ftc__tcp_t *tp, const ftc__red_t *red, int64_t deadline) {
+  const int n = tp->size, r = tp->rank;
+  static const char token = 'B';
+  char got;
+  for (int dist = 1; dist < n; dist <<= 1) {
+    ftc_status_t st = sendrecv(tp, mod(r + dist, n), &token, 1, mod(r - dist, n), &got, 1, red, deadline);
+    if (st != FTC_OK) return st;
+  }
+  return FTC_OK;
+}
+
+ftc_status_t ftc__tcp_run(ftc__tcp_t *tp, const ftc__op_t *op, int64_t deadline_ns) {
+  ftc__red_t red = {op->dtype, op->op, ftc_dtype_size(op->dtype), tp->size};
+  const size_t bytes = op->count * red.esize;
+  if (tp->cfg.interrupt) {
+    int iv = __atomic_load_n(tp->cfg.interrupt, __ATOMIC_ACQUIRE);
+    if (iv) return ftc__error((ftc_status_t)iv, "the communicator was stopped: %s", ftc_strerror((ftc_status_t)iv));
+  }
+  if (op->coll == FTC__BARRIER) return barrier(tp, &red, deadline_ns);
+  if (op->count == 0) return FTC_OK;
+  if (tp->size == 1) {
+    /* A world of one: every collective is a copy. */
+    switch (op->coll) {
+      case FTC__ALLREDUCE:
+      case FTC__ALLGATHER:
+      case FTC__REDUCE_SCATTER:
+      case FTC__ALLTOALL:
+      case FTC__REDUCE:
+        if (op->recvbuf != op->sendbuf) memmove(op->recvbuf, op->sendbuf, bytes);
+        return FTC_OK;
+      default:
+        return FTC_OK;
+    }
+  }
+  switch (op->coll) {
+    case FTC__ALLREDUCE:
+      if (bytes < tp->cfg.ring_threshold || op->count < (size_t)tp->size)
+        return allreduce_rd(tp, op, &red, deadline_ns);
+      return allreduce_ring(tp, op, &red, deadline_ns);
+    case FTC__BROADCAST: return broadcast(tp, op, &red, deadline_ns);
+    case FTC__REDUCE: return reduce(tp, op, &red, deadline_ns);
+    case FTC__ALLGATHER: return allgather_ring(tp, op, &red, deadline_ns);
+    case FTC__REDUCE_SCATTER: return reduce_scatter_ring(tp, op, &red, deadline_ns);
+    case FTC__ALLTOALL: return alltoall(tp, op, &red, deadline_ns);
+    case FTC__SEND: return sendrecv(tp, op->peer, op->sendbuf, bytes, -1, NULL, 0, &red, deadline_ns);
+    case FTC__RECV: return sendrecv(tp, -1, NULL, 0, op->peer, op->recvbuf, bytes, &red, deadline_ns);
+    default: return ftc__error(FTC_ERR_INTERNAL, "unknown collective %d", (int)op->coll);
+  }
+}

@@ -1,0 +1,668 @@
+/*
+ * net.c - TCP connection management of the data plane: the listener and the
+ * address it advertises, the authenticated bootstrap that connects one
+ * socket per peer pair for a view (the higher rank connects, the lower
+ * accepts), refusal of strangers, socket options, and teardown.
+ *
+ * Handshake (64-byte messages, little-endian): the acceptor sends a 16-byte
+ * random nonce; the connector answers HELLO {magic, protocol, epoch,
+ * member_id, rank, size, HMAC-SHA256(token, nonce || header)}; the acceptor
+ * checks the MAC, the epoch and that (rank, member_id) is that member of its
+ * view, and answers ACK, MACed the same way, which the connector checks in
+ * turn. Anything else is refused (closed) and logged.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <limits.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ftc_alloc.h"
+#include "ftc_error.h"
+#include "ftc_param.h"
+#include "ftc_time.h"
+#include "tcp/tcp_int.h"
+
+#define MAX_PENDING_ACCEPTS 64
+#define RETRY_NS (20 * 1000000LL)
+
+ftc_status_t ftc__tcp_cfg_from_env(ftc__tcp_cfg_t *cfg) {
+  int64_t v;
+  ftc_status_t st;
+  if ((st = ftc__param_int(FTC_P_SOCKET_BUFFER, &v)) != FTC_OK) return st;
+  cfg->socket_buffer = v;
+  if ((st = ftc__param_int(FTC_P_CHUNK_BYTES, &v)) != FTC_OK) return st;
+  cfg->chunk_bytes = (size_t)v & ~(size_t)63;
+  if ((st = ftc__param_int(FTC_P_RING_THRESHOLD, &v)) != FTC_OK) return st;
+  cfg->ring_threshold = (size_t)v;
+  if ((st = ftc__param_int(FTC_P_SPIN_US, &v)) != FTC_OK) return st;
+  cfg->spin_us = (int)v;
+  return FTC_OK;
+}
+
+/* ---- handshake messages ---- */
+
+static void put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8); }
+static void put_u32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put_u64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint32_t get_u32(const uint8_t *p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+  return v;
+}
+static uint64_t get_u64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+static void hello_mac(const uint8_t header[32], const char *token,
+                      const uint8_t nonce[FTC__TCP_NONCE_SIZE], uint8_t mac[32]) {
+  uint8_t msg[FTC__TCP_NONCE_SIZE + 32];
+  memcpy(msg, nonce, FTC__TCP_NONCE_SIZE);
+  memcpy(msg + FTC__TCP_NONCE_SIZE, header, 32);
+  ftc__hmac_sha256(token ? token : "", token ? strlen(token) : 0, msg, sizeof(msg), mac);
+}
+
+void ftc__tcp_hello_encode(uint8_t out[FTC__TCP_HELLO_SIZE], const ftc__tcp_hello_t *h,
+                           const char *token, const uint8_t nonce[FTC__TCP_NONCE_SIZE]) {
+  put_u32(out, FTC__TCP_MAGIC);
+  put_u16(out + 4, FTC__TCP_PROTO);
+  put_u16(out + 6, h->kind);
+  put_u64(out + 8, h->epoch);
+  put_u64(out + 16, h->member_id);
+  put_u32(out + 24, h->rank);
+  put_u32(out + 28, h->size);
+  hello_mac(out, token, nonce, out + 32);
+}
+
+int ftc__tcp_hello_decode(const uint8_t in[FTC__TCP_HELLO_SIZE], ftc__tcp_hello_t *h,
+                          const char *token, const uint8_t nonce[FTC__TCP_NONCE_SIZE]) {
+  if (get_u32(in) != FTC__TCP_MAGIC || get_u16(in + 4) != FTC__TCP_PROTO) return -1;
+  uint8_t mac[32], diff = 0;
+  hello_mac(in, token, nonce, mac);
+  for (int i = 0; i < 32; i++) diff |= (uint8_t)(mac[i] ^ in[32 + i]);
+  if (diff) return -2;
+  h->kind = get_u16(in + 6);
+  h->epoch = get_u64(in + 8);
+  h->member_id = get_u64(in + 16);
+  h->rank = get_u32(in + 24);
+  h->size = get_u32(in + 28);
+  return 0;
+}
+
+/* ---- sockets ---- */
+
+static void set_sockopts(int fd, int64_t bufsize) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (bufsize > 0) {
+    int b = bufsize > INT_MAX ? INT_MAX : (int)bufsize;
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b));
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof(b));
+  }
+}
+
+static void describe_peer(int fd, char *buf, size_t len) {
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof(ss);
+  char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?";
+  if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0)
+    getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), serv, sizeof(serv),
+                NI_NUMERICHOST | NI_NUMERICSERV);
+  snprintf(buf, len, "%s:%s", host, serv);
+}
+
+static int first_ipv4(char *out, size_t len) {
+  struct ifaddrs *ifs, *i;
+  int found = 0;
+  if (getifaddrs(&ifs) != 0) return 0;
+  for (i = ifs; i && !found; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+    if ((i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP)) continue;
+    struct sockaddr_in *sin = (struct sockaddr_in *)i->ifa_addr;
+    if (inet_ntop(AF_INET, &sin->sin_addr, out, (socklen_t)len)) found = 1;
+  }
+  freeifaddrs(ifs);
+  return found;
+}
+
+static int is_wildcard(const char *h) {
+  return !h || !*h || strcmp(h, "0.0.0.0") == 0 || strcmp(h, "::") == 0 || strcmp(h, "*") == 0;
+}
+
+ftc_status_t ftc__tcp_listen(const char *bind_host, const char *advertise_host,
+                             int64_t socket_buffer, int *fd_out, char *addr, size_t addrlen) {
+  struct addrinfo hints = {0}, *ai = NULL;
+  ftc_status_t st;
+  int fd = -1, one = 1, rc;
+  const char *bh = is_wildcard(bind_host) ? NULL : bind_host;
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  if ((rc = getaddrinfo(bh, "0", &hints, &ai)) != 0)
+    return ftc__error(FTC_ERR_CONFIG, "FTCOMM_BIND_HOST=%s cannot be resolved: %s",
+                      bind_host ? bind_host : "", gai_strerror(rc));
+  fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    st = ftc__error(FTC_ERR_SYSTEM, "socket: %s", strerror(errno));
+    goto out_free_ai;
+  }
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  set_sockopts(fd, socket_buffer);
+  if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+    st = ftc__error(FTC_ERR_SYSTEM, "binding the data plane to %s: %s (check FTCOMM_BIND_HOST)",
+                    bind_host ? bind_host : "0.0.0.0", strerror(errno));
+    goto out_close_fd;
+  }
+  if (listen(fd, 128) != 0) {
+    st = ftc__error(FTC_ERR_SYSTEM, "listen: %s", strerror(errno));
+    goto out_close_fd;
+  }
+  struct sockaddr_in sin;
+  socklen_t sl = sizeof(sin);
+  if (getsockname(fd, (struct sockaddr *)&sin, &sl) != 0) {
+    st = ftc__error(FTC_ERR_SYSTEM, "getsockname: %s", strerror(errno));
+    goto out_close_fd;
+  }
+  char host[128];
+  const char *pod_ip = getenv("POD_IP");
+  if (advertise_host && *advertise_host)
+    snprintf(host, sizeof(host), "%s", advertise_host);
+  else if (pod_ip && *pod_ip)
+    snprintf(host, sizeof(host), "%s", pod_ip);
+  else if (bh)
+    snprintf(host, sizeof(host), "%s", bh);
+  else if (!first_ipv4(host, sizeof(host)))
+    snprintf(host, sizeof(host), "127.0.0.1");
+  snprintf(addr, addrlen, "%s:%u", host, (unsigned)ntohs(sin.sin_port));
+  freeaddrinfo(ai);
+  *fd_out = fd;
+  FTC_DEBUG(FTC_SUB_NET, "data plane listening, advertised as %s", addr);
+  return FTC_OK;
+
+out_close_fd:
+  close(fd);
+out_free_ai:
+  freeaddrinfo(ai);
+  return st;
+}
+
+void ftc__tcp_refuse_pending(int listen_fd) {
+  for (;;) {
+    int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    char who[96];
+    describe_peer(fd, who, sizeof(who));
+    FTC_WARN(FTC_SUB_NET, "refused a data-plane connection from %s: no view is being connected",
+             who);
+    close(fd);
+  }
+}
+
+/* ---- bootstrap ---- */
+
+enum pend_state { P_IDLE, P_RETRY, P_CONNECTING, P_WAIT_NONCE, P_WAIT_ACK, P_WAIT_HELLO, P_DONE };
+
+typedef struct pend {
+  int fd;
+  enum pend_state state;
+  int rank; /* connectors: the lower rank; accepted: -1 until its hello */
+  uint8_t nonce[FTC__TCP_NONCE_SIZE];
+  uint8_t buf[FTC__TCP_HELLO_SIZE];
+  size_t have;
+  int64_t retry_at;
+} pend_t;
+
+typedef struct boot {
+  ftc__tcp_t *tp;
+  const ftc__view_t *view;
+  pend_t *conn;                         /* size entries, used for ranks below ours */
+  pend_t acc[MAX_PENDING_ACCEPTS];
+  int nacc;
+  int connected;
+  char last_problem[256];
+} boot_t;
+
+static int parse_addr(const char *addr, struct sockaddr_storage *ss, socklen_t *sl) {
+  char host[128];
+  const char *colon = strrchr(addr, ':');
+  if (!colon || (size_t)(colon - addr) >= sizeof(host)) return -1;
+  memcpy(host, addr, (size_t)(colon - addr));
+  host[colon - addr] = '\0';
+  char *h = host;
+  size_t hl = strlen(h);
+  if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') h[hl - 1] = '\0', h++;
+  struct addrinfo hints = {0}, *ai = NULL;
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(h, colon + 1, &hints, &ai) != 0 || !ai) return -1;
+  memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+  *sl = ai->ai_addrlen;
+  freeaddrinfo(ai);
+  return 0;
+}
+
+static void pend_close(pend_t *p) {
+  if (p->fd >= 0) close(p->fd);
+  p->fd = -1;
+  p->have = 0;
+}
+
+static void conn_retry(boot_t *b, pend_t *p, const char *why) {
+  snprintf(b->last_problem, sizeof(b->last_problem), "rank %d (%s): %s", p->rank,
+           b->view->members[p->rank].addr, why);
+  FTC_DEBUG(FTC_SUB_NET, "connecting to %s; retrying", b->last_problem);
+  pend_close(p);
+  p->state = P_RETRY;
+  p->retry_at = ftc__now_ns() + RETRY_NS;
+}
+
+static void conn_start(boot_t *b, pend_t *p) {
+  struct sockaddr_storage ss;
+  socklen_t sl;
+  if (parse_addr(b->view->members[p->rank].addr, &ss, &sl) != 0) {
+    conn_retry(b, p, "address cannot be resolved");
+    return;
+  }
+  p->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (p->fd < 0) {
+    conn_retry(b, p, strerror(errno));
+    return;
+  }
+  set_sockopts(p->fd, b->tp->cfg.socket_buffer);
+  p->have = 0;
+  if (connect(p->fd, (struct sockaddr *)&ss, sl) == 0)
+    p->state = P_WAIT_NONCE;
+  else if (errno == EINPROGRESS)
+    p->state = P_CONNECTING;
+  else
+    conn_retry(b, p, strerror(errno));
+}
+
+/* Read into p->buf until `need` bytes; 1 when complete, 0 when more is
+ * needed, -1 on EOF or error. */
+static int read_some(pend_t *p, size_t need) {
+  while (p->have < need) {
+    ssize_t n = recv(p->fd, p->buf + p->have, need - p->have, MSG_DONTWAIT);
+    if (n > 0) {
+      p->have += (size_t)n;
+    } else if (n == 0) {
+      return -1;
+    } else {
+      if (errno == EINTR) continue;
+      return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+    }
+  }
+  return 1;
+}
+
+static int write_all_small(int fd, const void *buf, size_t n) {
+  return send(fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)n ? 0 : -1;
+}
+
+static void refuse(boot_t *b, pend_t *p, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void refuse(boot_t *b, pend_t *p, const char *fmt, ...) {
+  char why[192], who[96];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof(why), fmt, ap);
+  va_end(ap);
+  describe_peer(p->fd, who, sizeof(who));
+  FTC_WARN(FTC_SUB_NET, "rank %d refused a data-plane connection from %s: %s", b->tp->rank, who,
+           why);
+  pend_close(p);
+  p->state = P_IDLE;
+}
+
+static void conn_event(boot_t *b, pend_t *p, short revents) {
+  ftc__tcp_t *tp = b->tp;
+  if (p->state == P_CONNECTING) {
+    int err = 0;
+    socklen_t el = sizeof(err);
+    if (getsockopt(p->fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0) err = errno;
+    if (err) {
+      conn_retry(b, p, strerror(err));
+      return;
+    }
+    p->state = P_WAIT_NONCE;
+    p->have = 0;
+    return;
+  }
+  if (!(revents & (POLLIN | POLLHUP | POLLERR))) return;
+  if (p->state == P_WAIT_NONCE) {
+    int r = read_some(p, FTC__TCP_NONCE_SIZE);
+    if (r < 0) {
+      conn_retry(b, p, "connection closed before the handshake");
+      return;
+    }
+    if (r == 0) return;
+    memcpy(p->nonce, p->buf, FTC__TCP_NONCE_SIZE);
+    ftc__tcp_hello_t h = {FTC__TCP_HELLO, b->view->epoch, b->view->my_member_id,
+                          (uint32_t)tp->rank, (uint32_t)tp->size};
+    uint8_t msg[FTC__TCP_HELLO_SIZE];
+    ftc__tcp_hello_encode(msg, &h, tp->cfg.token, p->nonce);
+    if (write_all_small(p->fd, msg, sizeof(msg)) != 0) {
+      conn_retry(b, p, "sending the handshake failed");
+      return;
+    }
+    p->have = 0;
+    p->state = P_WAIT_ACK;
+    return;
+  }
+  if (p->state == P_WAIT_ACK) {
+    int r = read_some(p, FTC__TCP_HELLO_SIZE);
+    if (r < 0) {
+      conn_retry(b, p, "the peer closed the connection during the handshake (wrong job token or epoch?)");
+      return;
+    }
+    if (r == 0) return;
+    ftc__tcp_hello_t h;
+    const ftc__view_member_t *m = &b->view->members[p->rank];
+    int d = ftc__tcp_hello_decode(p->buf, &h, tp->cfg.token, p->nonce);
+    if (d != 0 || h.kind != FTC__TCP_ACK || h.epoch != b->view->epoch ||
+        h.rank != (uint32_t)p->rank || h.member_id != m->member_id) {
+      FTC_WARN(FTC_SUB_NET, "rank %d: the process at %s is not rank %d of epoch %llu (%s); retrying",
+               tp->rank, m->addr, p->rank, (unsigned long long)b->view->epoch,
+               d == -2 ? "bad token MAC" : d == -1 ? "not an ftcomm peer" : "wrong identity");
+      conn_retry(b, p, "the acceptor is not the expected member");
+      return;
+    }
+    tp->peers[p->rank].fd = p->fd;
+    tp->peers[p->rank].member_id = h.member_id;
+    p->fd = -1;
+    p->state = P_DONE;
+    b->connected++;
+    FTC_DEBUG(FTC_SUB_NET, "rank %d connected to rank %d", tp->rank, p->rank);
+  }
+}
+
+static void acc_event(boot_t *b, pend_t *p, short revents) {
+  ftc__tcp_t *tp = b->tp;
+  if (!(revents & (POLLIN | POLLHUP | POLLERR))) return;
+  int r = read_some(p, FTC__TCP_HELLO_SIZE);
+  if (r < 0) {
+    refuse(b, p, "closed before completing the handshake");
+    return;
+  }
+  if (r == 0) return;
+  ftc__tcp_hello_t h;
+  int d = ftc__tcp_hello_decode(p->buf, &h, tp->cfg.token, p->nonce);
+  if (d == -1) { refuse(b, p, "not an ftcomm data-plane handshake (bad magic or protocol version)"); return; }
+  if (d == -2) { refuse(b, p, "the handshake is not signed with this job's token"); return; }
+  if (h.kind != FTC__TCP_HELLO) { refuse(b, p, "unexpected message kind %u", h.kind); return; }
+  if (h.epoch != b->view->epoch)
+    { refuse(b, p, "epoch %llu, this view is epoch %llu", (unsigned long long)h.epoch,
+                  (unsigned long long)b->view->epoch); return; }
+  if (h.rank <= (uint32_t)tp->rank || h.rank >= (uint32_t)tp->size)
+    { refuse(b, p, "rank %u may not connect to rank %d in a view of %d", h.rank, tp->rank,
+                  tp->size); return; }
+  if (h.member_id != b->view->members[h.rank].member_id)
+    { refuse(b, p, "member %llu is not rank %u of epoch %llu (expected member %llu)",
+                  (unsigned long long)h.member_id, h.rank, (unsigned long long)h.epoch,
+                  (unsigned long long)b->view->members[h.rank].member_id); return; }
+  if (tp->peers[h.rank].fd >= 0) { refuse(b, p, "rank %u is already connected", h.rank); return; }
+  ftc__tcp_hello_t ack = {FTC__TCP_ACK, b->view->epoch, b->view->my_member_id, (uint32_t)tp->rank,
+                          (uint32_t)tp->size};
+  uint8_t msg[FTC__TCP_HELLO_SIZE];
+  ftc__tcp_hello_encode(msg, &ack, tp->cfg.token, p->nonce);
+  if (write_all_small(p->fd, msg, sizeof(msg)) != 0) { refuse(b, p, "sending the answer failed"); return; }
+  tp->peers[h.rank].fd = p->fd;
+  tp->peers[h.rank].member_id = h.member_id;
+  p->fd = -1;
+  p->state = P_IDLE;
+  b->connected++;
+  FTC_DEBUG(FTC_SUB_NET, "rank %d accepted rank %u", tp->rank, h.rank);
+}
+
+static void accept_new(boot_t *b, int listen_fd) {
+  for (;;) {
+    int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;
+    pend_t *p = NULL;
+    for (int i = 0; i < b->nacc; i++)
+      if (b->acc[i].state == P_IDLE) p = &b->acc[i];
+    if (!p && b->nacc < MAX_PENDING_ACCEPTS) p = &b->acc[b->nacc++];
+    if (!p) {
+      pend_t tmp = {.fd = fd};
+      refuse(b, &tmp, "too many handshakes in progress");
+      continue;
+    }
+    memset(p, 0, sizeof(*p));
+    p->fd = fd;
+    p->rank = -1;
+    set_sockopts(fd, b->tp->cfg.socket_buffer);
+    if (getrandom(p->nonce, sizeof(p->nonce), 0) != (ssize_t)sizeof(p->nonce) ||
+        write_all_small(fd, p->nonce, sizeof(p->nonce)) != 0) {
+      refuse(b, p, "sending the nonce failed");
+      continue;
+    }
+    p->state = P_WAIT_HELLO;
+  }
+}
+
+static ftc_status_t bootstrap(boot_t *b, int listen_fd, int64_t deadline) {
+  ftc__tcp_t *tp = b->tp;
+  int need = tp->size - 1;
+  int npfd_max = 1 + tp->size + MAX_PENDING_ACCEPTS;
+  struct pollfd *pfd = ftc__calloc((size_t)npfd_max, sizeof(*pfd));
+  pend_t **owner = ftc__calloc((size_t)npfd_max, sizeof(*owner));
+  ftc_status_t st = FTC_OK;
+  if (!pfd || !owner) {
+    st = ftc__error(FTC_ERR_NO_MEMORY, "allocating the bootstrap poll set");
+    goto out_free;
+  }
+  for (int r = 0; r < tp->rank; r++) {
+    b->conn[r].rank = r;
+    conn_start(b, &b->conn[r]);
+  }
+  while (b->connected < need) {
+    int64_t now = ftc__now_ns();
+    if (now >= deadline) {
+      char missing[256] = "";
+      size_t len = 0;
+      for (int r = 0; r < tp->size && len < sizeof(missing) - 16; r++)
+        if (r != tp->rank && tp->peers[r].fd < 0)
+          len += (size_t)snprintf(missing + len, sizeof(missing) - len, "%s%d", len ? ", " : "", r);
+      st = ftc__error(FTC_ERR_TIMEOUT,
+                      "rank %d of epoch %llu: no data-plane connection with rank(s) %s within "
+                      "FTCOMM_CONNECT_TIMEOUT_MS=%d%s%s",
+                      tp->rank, (unsigned long long)b->view->epoch, missing,
+                      tp->cfg.connect_timeout_ms, b->last_problem[0] ? "; last problem: " : "",
+                      b->last_problem);
+      goto out_free;
+    }
+    int64_t wake = deadline;
+    int n = 0;
+    if (tp->rank < tp->size - 1) {
+      pfd[n] = (struct pollfd){listen_fd, POLLIN, 0};
+      owner[n++] = NULL;
+    }
+    for (int r = 0; r < tp->rank; r++) {
+      pend_t *p = &b->conn[r];
+      if (p->state == P_RETRY) {
+        if (p->retry_at <= now)
+          conn_start(b, p);
+        else if (p->retry_at < wake)
+          wake = p->retry_at;
+      }
+      if (p->state == P_CONNECTING || p->state == P_WAIT_NONCE || p->state == P_WAIT_ACK) {
+        pfd[n] = (struct pollfd){p->fd, p->state == P_CONNECTING ? POLLOUT : POLLIN, 0};
+        owner[n++] = p;
+      } else if (p->state == P_RETRY && p->retry_at < wake) {
+        wake = p->retry_at;
+      }
+    }
+    for (int i = 0; i < b->nacc; i++) {
+      if (b->acc[i].state != P_WAIT_HELLO) continue;
+      pfd[n] = (struct pollfd){b->acc[i].fd, POLLIN, 0};
+      owner[n++] = &b->acc[i];
+    }
+    int64_t wait_ns = wake - now;
+    int timeout = wait_ns <= 0 ? 0 : (int)((wait_ns + 999999) / 1000000);
+    if (timeout > 1000) timeout = 1000;
+    int rc = poll(pfd, (nfds_t)n, timeout);
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      st = ftc__error(FTC_ERR_SYSTEM, "poll during the data-plane bootstrap: %s", strerror(errno));
+      goto out_free;
+    }
+    if (tp->cfg.interrupt && __atomic_load_n(tp->cfg.interrupt, __ATOMIC_ACQUIRE)) {
+      st = ftc__error((ftc_status_t)__atomic_load_n(tp->cfg.interrupt, __ATOMIC_ACQUIRE),
+                      "the communicator was stopped while connecting to its peers");
+      goto out_free;
+    }
+    for (int i = 0; i < n; i++) {
+      if (!pfd[i].revents) continue;
+      if (!owner[i])
+        accept_new(b, listen_fd);
+      else if (owner[i]->state == P_WAIT_HELLO)
+        acc_event(b, owner[i], pfd[i].revents);
+      else
+        conn_event(b, owner[i], pfd[i].revents);
+    }
+  }
+out_free:
+  for (int i = 0; i < b->nacc; i++)
+    if (b->acc[i].fd >= 0 && b->acc[i].state == P_WAIT_HELLO) {
+      if (st == FTC_OK) refuse(b, &b->acc[i], "did not complete the handshake");
+      pend_close(&b->acc[i]);
+    }
+  for (int r = 0; r < tp->rank; r++) pend_close(&b->conn[r]);
+  ftc__free(owner);
+  ftc__free(pfd);
+  return st;
+}
+
+ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view, int listen_fd,
+                              ftc__tcp_t **out) {
+  ftc_status_t st;
+  *out = NULL;
+  if (view->my_rank < 0 || view->my_rank >= view->size)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "this process is not a member of epoch %llu",
+                      (unsigned long long)view->epoch);
+  ftc__tcp_t *tp = ftc__calloc(1, sizeof(*tp));
+  if (!tp) return ftc__error(FTC_ERR_NO_MEMORY, "allocating the TCP transport");
+  tp->cfg = *cfg;
+  if (tp->cfg.chunk_bytes < 4096) tp->cfg.chunk_bytes = 4096;
+  tp->epoch = view->epoch;
+  tp->rank = view->my_rank;
+  tp->size = view->size;
+  tp->peers = ftc__calloc((size_t)view->size, sizeof(*tp->peers));
+  tp->pfd = ftc__calloc((size_t)view->size, sizeof(*tp->pfd));
+  tp->pidx = ftc__calloc((size_t)view->size, sizeof(*tp->pidx));
+  tp->stage_cap = tp->cfg.chunk_bytes;
+  tp->stage = ftc__malloc(tp->stage_cap);
+  tp->seg_cap = 4 * view->size + 8;
+  tp->segs = ftc__calloc((size_t)tp->seg_cap, sizeof(*tp->segs));
+  tp->stream_cap = 2 * view->size + 8;
+  tp->streams = ftc__calloc((size_t)tp->stream_cap, sizeof(*tp->streams));
+  if (!tp->peers || !tp->pfd || !tp->pidx || !tp->stage || !tp->segs || !tp->streams) {
+    st = ftc__error(FTC_ERR_NO_MEMORY, "allocating the TCP transport for %d ranks", view->size);
+    goto out_destroy;
+  }
+  tp->failed_peer = -1;
+  for (int r = 0; r < view->size; r++) {
+    tp->peers[r].fd = -1;
+    tp->peers[r].member_id = view->members[r].member_id;
+  }
+  if (view->size > 1) {
+    boot_t *b = ftc__calloc(1, sizeof(*b));
+    if (!b) {
+      st = ftc__error(FTC_ERR_NO_MEMORY, "allocating the bootstrap state");
+      goto out_destroy;
+    }
+    b->tp = tp;
+    b->view = view;
+    b->conn = ftc__calloc((size_t)view->size, sizeof(*b->conn));
+    if (!b->conn) {
+      ftc__free(b);
+      st = ftc__error(FTC_ERR_NO_MEMORY, "allocating the bootstrap state");
+      goto out_destroy;
+    }
+    for (int r = 0; r < view->size; r++) b->conn[r].fd = -1;
+    st = bootstrap(b, listen_fd, ftc__deadline_ns(cfg->connect_timeout_ms));
+    ftc__free(b->conn);
+    ftc__free(b);
+    if (st != FTC_OK) goto out_destroy;
+  }
+  FTC_INFO(FTC_SUB_NET, "rank %d: data plane of epoch %llu connected to %d peers", tp->rank,
+           (unsigned long long)tp->epoch, tp->size - 1);
+  *out = tp;
+  return FTC_OK;
+
+out_destroy:
+  ftc__tcp_destroy(tp);
+  return st;
+}
+
+void ftc__tcp_shutdown(ftc__tcp_t *tp) {
+  if (!tp) return;
+  for (int r = 0; r < tp->size; r++)
+    if (tp->peers[r].fd >= 0) shutdown(tp->peers[r].fd, SHUT_RDWR);
+}
+
+void ftc__tcp_destroy(ftc__tcp_t *tp) {
+  if (!tp) return;
+  if (tp->peers)
+    for (int r = 0; r < tp->size; r++)
+      if (tp->peers[r].fd >= 0) close(tp->peers[r].fd);
+  ftc__free(tp->peers);
+  ftc__free(tp->pfd);
+  ftc__free(tp->pidx);
+  ftc__free(tp->stage);
+  ftc__free(tp->scratch);
+  ftc__free(tp->segs);
+  ftc__free(tp->streams);
+  ftc__free(tp);
+}
+
+int ftc__tcp_failed_peer(const ftc__tcp_t *tp) {
+  return tp ? __atomic_load_n(&tp->failed_peer, __ATOMIC_ACQUIRE) : -1;
+}
+
+void ftc__tcp_say_goodbye(ftc__tcp_t *tp) {
+  static const unsigned char bye = FTC__TCP_GOODBYE;
+  if (!tp) return;
+  for (int r = 0; r < tp->size; r++)
+    if (tp->peers[r].fd >= 0) {
+      ssize_t n = send(tp->peers[r].fd, &bye, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+      (void)n;
+    }
+}
+
+int ftc__tcp_peer_fds(const ftc__tcp_t *tp, int *fds, int *ranks, int max) {
+  int n = 0;
+  for (int r = 0; tp && r < tp->size && n < max; r++) {
+    if (tp->peers[r].fd < 0) continue;
+    fds[n] = tp->peers[r].fd;
+    ranks[n++] = r;
+  }
+  return n;
+}
+
+ftc_status_t ftc__tcp_scratch(ftc__tcp_t *tp, size_t n, char **out) {
+  if (n > tp->scratch_cap) {
+    char *p = ftc__malloc(n);
+    if (!p) return ftc__error(FTC_ERR_NO_MEMORY, "allocating %zu bytes of collective scratch", n);
+    ftc__free(tp->scratch);
+    tp->scratch = p;
+    tp->scratch_cap = n;
+  }
+  *out = tp->scratch;
+  return FTC_OK;
+}

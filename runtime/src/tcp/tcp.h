@@ -1,0 +1,100 @@
+/*
+ * tcp.h - the TCP data plane as the core sees it: a listener created before
+ * the membership view is known, a transport connected to every peer of one
+ * view (one socket per pair, authenticated), and ftc__tcp_run() which runs
+ * one collective to completion on the calling thread.
+ *
+ * Threading: ftc__tcp_run() is called by one thread at a time (the progress
+ * thread, or the application thread on the direct path). ftc__tcp_shutdown()
+ * may be called from any thread: it shuts every peer socket down, which wakes
+ * a run blocked in poll(); the run then returns the status stored in
+ * *cfg.interrupt. ftc__tcp_destroy() only after the running thread is gone.
+ */
+#ifndef FTC_TCP_H
+#define FTC_TCP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/op.h"
+#include "ftcomm.h"
+#include "membership/member.h"
+
+#define FTC__TCP_MAGIC 0x46544344u /* "FTCD" */
+#define FTC__TCP_PROTO 1
+#define FTC__TCP_NONCE_SIZE 16
+#define FTC__TCP_HELLO_SIZE 64
+#define FTC__TCP_HELLO 1
+#define FTC__TCP_ACK 2
+
+typedef struct ftc__tcp_cfg {
+  const char *token;        /* job token (NULL: empty); MACs the handshake */
+  int connect_timeout_ms;   /* bound on connecting to every peer */
+  int64_t socket_buffer;    /* SO_SNDBUF/SO_RCVBUF, 0 keeps autotuning */
+  size_t chunk_bytes;       /* pipeline and staging chunk */
+  size_t ring_threshold;    /* bytes from which ring/chain algorithms are used */
+  int spin_us;              /* busy-poll before sleeping in poll() */
+  const int *interrupt;     /* atomic; nonzero stops a run with that status */
+} ftc__tcp_cfg_t;
+
+/* Defaults for the tunables from the FTCOMM_* table (token and interrupt
+ * untouched). */
+ftc_status_t ftc__tcp_cfg_from_env(ftc__tcp_cfg_t *cfg);
+
+typedef struct ftc__tcp ftc__tcp_t;
+
+/* Listen on bind_host (ephemeral port). *addr gets "host:port" with the host
+ * peers should use: advertise_host, else $POD_IP, else bind_host when it is
+ * a specific address, else the first non-loopback IPv4, else 127.0.0.1. */
+ftc_status_t ftc__tcp_listen(const char *bind_host, const char *advertise_host,
+                             int64_t socket_buffer, int *fd, char *addr, size_t addrlen);
+
+/* Connect to every peer of view (lower rank accepts, higher connects), with
+ * the authenticated handshake; strangers are refused and logged. Blocks up
+ * to cfg->connect_timeout_ms (FTC_ERR_TIMEOUT naming the missing ranks).
+ * listen_fd stays owned by the caller. cfg is copied. */
+ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view, int listen_fd,
+                              ftc__tcp_t **out);
+void ftc__tcp_destroy(ftc__tcp_t *tp);
+void ftc__tcp_shutdown(ftc__tcp_t *tp);
+
+/* Run one collective; deadline is monotonic ns (INT64_MAX: none). */
+ftc_status_t ftc__tcp_run(ftc__tcp_t *tp, const ftc__op_t *op, int64_t deadline_ns);
+
+/* The peer whose connection broke or timed out in the last failed run, -1
+ * if none (or tp is NULL). */
+int ftc__tcp_failed_peer(const ftc__tcp_t *tp);
+
+/* Best effort, before closing: tell every peer this rank is leaving on
+ * purpose (one byte the peer's idle watch recognises), so a peer that is
+ * still between collectives does not take it for a crash. */
+void ftc__tcp_say_goodbye(ftc__tcp_t *tp);
+#define FTC__TCP_GOODBYE 0xFF
+
+/* Peer sockets, for the idle watch (POLLRDHUP) of the progress thread.
+ * Returns how many were written (at most max). */
+int ftc__tcp_peer_fds(const ftc__tcp_t *tp, int *fds, int *ranks, int max);
+
+/* Accept every pending connection on listen_fd and refuse it: no view is
+ * being built, so any caller is a stranger. */
+void ftc__tcp_refuse_pending(int listen_fd);
+
+/* Handshake messages (exposed for tests that play a stranger). */
+typedef struct ftc__tcp_hello {
+  uint16_t kind; /* FTC__TCP_HELLO or FTC__TCP_ACK */
+  uint64_t epoch;
+  uint64_t member_id;
+  uint32_t rank;
+  uint32_t size;
+} ftc__tcp_hello_t;
+void ftc__tcp_hello_encode(uint8_t out[FTC__TCP_HELLO_SIZE], const ftc__tcp_hello_t *h,
+                           const char *token, const uint8_t nonce[FTC__TCP_NONCE_SIZE]);
+/* 0 when well-formed and MACed with token over nonce; -1 bad magic or
+ * version, -2 bad MAC. */
+int ftc__tcp_hello_decode(const uint8_t in[FTC__TCP_HELLO_SIZE], ftc__tcp_hello_t *h,
+                          const char *token, const uint8_t nonce[FTC__TCP_NONCE_SIZE]);
+
+void ftc__sha256(const void *data, size_t n, uint8_t out[32]);
+void ftc__hmac_sha256(const void *key, size_t keylen, const void *msg, size_t n, uint8_t out[32]);
+
+#endif

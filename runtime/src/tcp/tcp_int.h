@@ -1,0 +1,74 @@
+/*
+ * tcp_int.h - the TCP transport's state and the stream engine shared by the
+ * connection code (net.c), the engine (xfer.c) and the algorithms (algo.c).
+ *
+ * A collective is a sequence of runs; a run is a set of byte streams, at most
+ * one per (peer, direction), progressed together over nonblocking sockets
+ * with poll(). A send stream may depend on a receive stream: it may only send
+ * up to `lag` bytes ahead of what that stream has landed (and reduced), which
+ * is how the ring and chain pipelines forward chunk by chunk.
+ */
+#ifndef FTC_TCP_INT_H
+#define FTC_TCP_INT_H
+
+#include <poll.h>
+
+#include "tcp/tcp.h"
+
+typedef struct ftc__tcp_peer {
+  int fd;             /* -1 for self */
+  uint64_t member_id;
+} ftc__tcp_peer_t;
+
+struct ftc__tcp {
+  ftc__tcp_cfg_t cfg;
+  uint64_t epoch;
+  int rank, size;
+  ftc__tcp_peer_t *peers; /* size entries */
+  char *stage;            /* reduction staging chunk */
+  size_t stage_cap;
+  char *scratch;          /* per-collective work area, grown on demand */
+  size_t scratch_cap;
+  struct pollfd *pfd;     /* size entries, for the engine's poll */
+  int *pidx;              /* peer -> pfd index in the current run */
+  struct ftc__seg *segs;  /* segment and stream tables for the algorithms */
+  int seg_cap;
+  struct ftc__stream *streams;
+  int stream_cap;
+  int failed_peer;        /* see ftc__tcp_failed_peer() */
+};
+
+typedef struct ftc__seg {
+  char *dst;       /* recv: where bytes land, or where the reduction goes */
+  const char *src; /* send: the bytes; reducing recv: the local operand */
+  size_t len;
+  unsigned char reduce; /* recv: dst = src op incoming */
+  unsigned char finish; /* reducing recv: apply the AVG division */
+} ftc__seg_t;
+
+typedef struct ftc__stream {
+  int peer;
+  int send;   /* 1 send, 0 receive */
+  ftc__seg_t *segs;
+  int nseg;
+  int dep;    /* send: index of the receive stream it follows, -1 for none */
+  size_t lag; /* send: bytes it may run ahead of that stream */
+  /* engine state */
+  int cur;
+  size_t off, done, total, fill;
+} ftc__stream_t;
+
+/* Reduction parameters for the reducing segments of a run. */
+typedef struct ftc__red {
+  ftc_dtype_t dtype;
+  ftc_op_t op;
+  size_t esize;
+  int nranks; /* AVG divisor */
+} ftc__red_t;
+
+ftc_status_t ftc__xfer_run(ftc__tcp_t *tp, ftc__stream_t *st, int n, const ftc__red_t *red,
+                           int64_t deadline_ns);
+/* A scratch area of at least n bytes, valid until the next call. */
+ftc_status_t ftc__tcp_scratch(ftc__tcp_t *tp, size_t n, char **out);
+
+#endif

@@ -1,0 +1,216 @@
+/*
+ * xfer.c - the stream engine: progresses a run's send and receive streams
+ * together over nonblocking sockets, so sends and receives to different
+ * peers (and both directions with one peer) move at once and two ranks that
+ * send each other large messages cannot deadlock. Plain receives land
+ * straight in the destination (zero copy); reducing receives go through one
+ * staging chunk and are reduced chunk by chunk as they arrive, which is what
+ * a dependent send forwards. The engine busy-polls for FTCOMM_SPIN_US after
+ * the last progress, then sleeps in poll() until data, the deadline, or a
+ * shutdown of the sockets by ftc__tcp_shutdown().
+ */
+#include <errno.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "core/reduce.h"
+#include "ftc_error.h"
+#include "ftc_time.h"
+#include "tcp/tcp_int.h"
+
+#define POLL_CAP_MS 500
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+static inline size_t stream_allowed(const ftc__stream_t *s, const ftc__stream_t *all) {
+  if (!s->send || s->dep < 0) return s->total;
+  size_t a = s->lag + all[s->dep].done;
+  return a < s->total ? a : s->total;
+}
+
+static inline void skip_empty(ftc__stream_t *s) {
+  while (s->cur < s->nseg && s->off == s->segs[s->cur].len) {
+    s->cur++;
+    s->off = 0;
+  }
+}
+
+/* Returns 1 if bytes moved, 0 if the socket would block, -1 on a broken
+ * connection (errno-like code in *err, 0 for an orderly close). */
+static int pump_send(ftc__tcp_t *tp, ftc__stream_t *s, const ftc__stream_t *all, int *err) {
+  int moved = 0;
+  int fd = tp->peers[s->peer].fd;
+  size_t allowed = stream_allowed(s, all);
+  while (s->done < allowed) {
+    skip_empty(s);
+    const ftc__seg_t *g = &s->segs[s->cur];
+    size_t want = g->len - s->off;
+    if (want > allowed - s->done) want = allowed - s->done;
+    ssize_t n = send(fd, g->src + s->off, want, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      *err = errno;
+      return -1;
+    }
+    s->off += (size_t)n;
+    s->done += (size_t)n;
+    moved = 1;
+  }
+  skip_empty(s);
+  return moved;
+}
+
+static int pump_recv(ftc__tcp_t *tp, ftc__stream_t *s, const ftc__red_t *red, int *err) {
+  int moved = 0;
+  int fd = tp->peers[s->peer].fd;
+  while (s->done < s->total) {
+    skip_empty(s);
+    const ftc__seg_t *g = &s->segs[s->cur];
+    ssize_t n;
+    if (!g->reduce) {
+      n = recv(fd, g->dst + s->off, g->len - s->off, MSG_DONTWAIT);
+      if (n > 0) {
+        s->off += (size_t)n;
+        s->done += (size_t)n;
+      }
+    } else {
+      size_t piece = g->len - s->off;
+      if (piece > tp->stage_cap) piece = tp->stage_cap;
+      n = recv(fd, tp->stage + s->fill, piece - s->fill, MSG_DONTWAIT);
+      if (n > 0) {
+        s->fill += (size_t)n;
+        if (s->fill == piece) {
+          size_t cnt = piece / red->esize;
+          ftc__reduce(g->dst + s->off, g->src + s->off, tp->stage, cnt, red->dtype, red->op);
+          if (g->finish && red->op == FTC_AVG)
+            ftc__reduce_avg_finish(g->dst + s->off, cnt, red->dtype, red->nranks);
+          s->off += piece;
+          s->done += piece;
+          s->fill = 0;
+        }
+      }
+    }
+    if (n > 0) {
+      moved = 1;
+      continue;
+    }
+    if (n == 0) {
+      *err = 0;
+      return -1;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    *err = errno;
+    return -1;
+  }
+  skip_empty(s);
+  return moved;
+}
+
+static ftc_status_t broken(ftc__tcp_t *tp, const ftc__stream_t *s, int err) {
+  int iv = tp->cfg.interrupt ? __atomic_load_n(tp->cfg.interrupt, __ATOMIC_ACQUIRE) : 0;
+  if (iv) return ftc__error((ftc_status_t)iv, "the communicator was stopped: %s", ftc_strerror((ftc_status_t)iv));
+  __atomic_store_n(&tp->failed_peer, s->peer, __ATOMIC_RELEASE);
+  if (err == 0)
+    return ftc__error(FTC_ERR_PEER_LOST, "rank %d closed its connection (%s %zu of %zu bytes)",
+                      s->peer, s->send ? "sent" : "received", s->done, s->total);
+  return ftc__error(FTC_ERR_PEER_LOST, "connection to rank %d broke: %s (%s %zu of %zu bytes)",
+                    s->peer, strerror(err), s->send ? "sent" : "received", s->done, s->total);
+}
+
+ftc_status_t ftc__xfer_run(ftc__tcp_t *tp, ftc__stream_t *st, int n, const ftc__red_t *red,
+                           int64_t deadline_ns) {
+  int pending = 0;
+  for (int i = 0; i < n; i++) {
+    ftc__stream_t *s = &st[i];
+    s->cur = 0, s->off = 0, s->done = 0, s->fill = 0, s->total = 0;
+    for (int k = 0; k < s->nseg; k++) s->total += s->segs[k].len;
+    if (s->total) pending++;
+  }
+  if (!pending) return FTC_OK;
+  const int64_t spin_ns = (int64_t)tp->cfg.spin_us * 1000;
+  int64_t spin_until = ftc__now_ns() + spin_ns;
+  for (;;) {
+    int moved = 0, err = 0;
+    pending = 0;
+    for (int i = 0; i < n; i++) {
+      ftc__stream_t *s = &st[i];
+      if (s->done == s->total) continue;
+      int r = s->send ? pump_send(tp, s, st, &err) : pump_recv(tp, s, red, &err);
+      if (r < 0) return broken(tp, s, err);
+      moved |= r;
+      if (s->done < s->total) pending++;
+    }
+    if (!pending) return FTC_OK;
+    if (tp->cfg.interrupt) {
+      int iv = __atomic_load_n(tp->cfg.interrupt, __ATOMIC_ACQUIRE);
+      if (iv)
+        return ftc__error((ftc_status_t)iv, "the communicator was stopped: %s",
+                          ftc_strerror((ftc_status_t)iv));
+    }
+    int64_t now = ftc__now_ns();
+    if (now >= deadline_ns) {
+      for (int i = 0; i < n; i++)
+        if (st[i].done < st[i].total) {
+          __atomic_store_n(&tp->failed_peer, st[i].peer, __ATOMIC_RELEASE);
+          return ftc__error(FTC_ERR_TIMEOUT, "timed out waiting for rank %d (%s %zu of %zu bytes)",
+                            st[i].peer, st[i].send ? "sent" : "received", st[i].done, st[i].total);
+        }
+    }
+    if (moved) {
+      spin_until = now + spin_ns;
+      continue;
+    }
+    if (now < spin_until) {
+      cpu_relax();
+      continue;
+    }
+    int np = 0;
+    for (int i = 0; i < n; i++) tp->pidx[st[i].peer] = -1;
+    for (int i = 0; i < n; i++) {
+      ftc__stream_t *s = &st[i];
+      if (s->done == s->total) continue;
+      short ev;
+      if (s->send) {
+        if (stream_allowed(s, st) == s->done) continue; /* waiting on its receive stream */
+        ev = POLLOUT;
+      } else {
+        ev = POLLIN;
+      }
+      int k = tp->pidx[s->peer];
+      if (k < 0) {
+        k = tp->pidx[s->peer] = np++;
+        tp->pfd[k] = (struct pollfd){tp->peers[s->peer].fd, 0, 0};
+      }
+      tp->pfd[k].events |= ev;
+    }
+    int64_t left = deadline_ns - now;
+    int timeout = left / 1000000 >= POLL_CAP_MS ? POLL_CAP_MS : (int)((left + 999999) / 1000000);
+    int rc = poll(tp->pfd, (nfds_t)np, timeout);
+    if (rc < 0 && errno != EINTR)
+      return ftc__error(FTC_ERR_SYSTEM, "poll on the data plane: %s", strerror(errno));
+    if (rc <= 0) continue;
+    /* An error or hangup on a socket we only send on (a receive would see it
+     * as end of file) means the peer is gone. */
+    for (int i = 0; i < n; i++) {
+      ftc__stream_t *s = &st[i];
+      if (!s->send || s->done == s->total) continue;
+      int k = tp->pidx[s->peer];
+      if (k >= 0 && (tp->pfd[k].revents & (POLLERR | POLLHUP)) && !(tp->pfd[k].revents & POLLOUT)) {
+        int soerr = 0;
+        socklen_t sl = sizeof(soerr);
+        getsockopt(tp->peers[s->peer].fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+        return broken(tp, s, soerr);
+      }
+    }
+    spin_until = ftc__now_ns() + spin_ns;
+  }
+}
