@@ -1,0 +1,46 @@
+/*
+ * harness.h - multi-rank test harness without a coordinator: the parent
+ * creates one data-plane listener per rank, builds the epoch-1 view from
+ * their addresses, and forks one process per rank, each of which brings its
+ * communicator up with ftc__comm_create_from_view() and runs the test body.
+ * A rank passes by returning 0; the parent reaps every rank within a time
+ * limit (killing stragglers) and reports which ranks failed.
+ */
+#ifndef FTC_TEST_HARNESS_H
+#define FTC_TEST_HARNESS_H
+
+#include <stdio.h>
+
+#include "core/comm.h"
+#include "ftcomm.h"
+#include "membership/member.h"
+
+#define HARNESS_TOKEN "unit-test-token"
+
+typedef int (*rank_body_fn)(ftc_comm_t *comm, int rank, int size, void *arg);
+
+typedef struct harness_opts {
+  int time_limit_s;       /* whole run; 0: 60 */
+  int timeout_ms;         /* collective timeout; 0: 20000 */
+  int connect_timeout_ms; /* 0: 10000 */
+  const char *env[8];     /* "NAME=value" set in every rank before creation */
+} harness_opts_t;
+
+/* Run body on n forked ranks; returns how many ranks failed (0: pass). */
+int harness_run(int n, rank_body_fn body, void *arg, const harness_opts_t *opts);
+
+/* A view of n members at 127.0.0.1 listeners created here (fds[] out), for
+ * tests that play some ranks themselves. members get ids 1000 + rank.
+ * Free with harness_view_free. */
+ftc__view_t *harness_view(int n, int my_rank, uint64_t epoch, int *fds);
+void harness_view_free(ftc__view_t *v);
+
+/* A configuration for tests: token, timeouts, recorder off. */
+void harness_config(ftc_config_t *cfg, int timeout_ms, int connect_timeout_ms);
+
+/* Report a failed check from a rank and return 1 (for `return fail(...)`). */
+#define RANK_FAIL(rank, ...)                                                      \
+  (fprintf(stderr, "rank %d: %s:%d: ", (rank), __FILE__, __LINE__),               \
+   fprintf(stderr, __VA_ARGS__), fprintf(stderr, "\n"), 1)
+
+#endif

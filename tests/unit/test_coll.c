@@ -1,0 +1,382 @@
+/*
+ * test_coll.c - every collective, every dtype and (for reductions) every op,
+ * against the serial reference, at world sizes 1, 2, 3, 4, 7 and 8 (forked
+ * ranks): counts 0, 1, odd, both sides of the recursive-doubling/ring
+ * cutover and around the pipeline chunk, in place and not, blocking and
+ * asynchronous. The chunk and the cutover are made small
+ * (FTCOMM_CHUNK_BYTES=4096, FTCOMM_RING_THRESHOLD=2048) so small buffers
+ * cross every code path. Big buffers are sampled: 64 MiB f32 sum allreduce
+ * at 2 and 4 ranks with the default chunk.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "core/op.h"
+#include "ftc_time.h"
+#include "harness.h"
+#include "refdata.h"
+
+static const harness_opts_t small_opts = {
+    .time_limit_s = 120,
+    .env = {"FTCOMM_CHUNK_BYTES=4096", "FTCOMM_RING_THRESHOLD=2048", "FTCOMM_SPIN_US=0"},
+};
+
+#define NCOUNTS 6
+static void counts_for(int n, size_t c[NCOUNTS]) {
+  c[0] = 0, c[1] = 1, c[2] = 7, c[3] = 300;
+  c[4] = (size_t)n * 1024;         /* f32 blocks of exactly one chunk */
+  c[5] = 2 * (size_t)n * 1024 + 5; /* blocks that straddle chunks, uneven */
+}
+
+/* Run one collective blocking or async. */
+static ftc_status_t run(ftc__coll_t coll, const void *s, void *r, size_t count, ftc_dtype_t dt,
+                        ftc_op_t op, int root, ftc_comm_t *comm, int async) {
+  if (!async) {
+    switch (coll) {
+      case FTC__ALLREDUCE: return ftc_allreduce(s, r, count, dt, op, comm, FTC_TIMEOUT_DEFAULT);
+      case FTC__BROADCAST: return ftc_broadcast(r, count, dt, root, comm, FTC_TIMEOUT_DEFAULT);
+      case FTC__REDUCE: return ftc_reduce(s, r, count, dt, op, root, comm, FTC_TIMEOUT_DEFAULT);
+      case FTC__ALLGATHER: return ftc_allgather(s, r, count, dt, comm, FTC_TIMEOUT_DEFAULT);
+      case FTC__REDUCE_SCATTER:
+        return ftc_reduce_scatter(s, r, count, dt, op, comm, FTC_TIMEOUT_DEFAULT);
+      case FTC__ALLTOALL: return ftc_alltoall(s, r, count, dt, comm, FTC_TIMEOUT_DEFAULT);
+      default: return FTC_ERR_INTERNAL;
+    }
+  }
+  ftc_request_t *req = NULL;
+  ftc_status_t st;
+  switch (coll) {
+    case FTC__ALLREDUCE: st = ftc_iallreduce(s, r, count, dt, op, comm, &req); break;
+    case FTC__BROADCAST: st = ftc_ibroadcast(r, count, dt, root, comm, &req); break;
+    case FTC__REDUCE: st = ftc_ireduce(s, r, count, dt, op, root, comm, &req); break;
+    case FTC__ALLGATHER: st = ftc_iallgather(s, r, count, dt, comm, &req); break;
+    case FTC__REDUCE_SCATTER: st = ftc_ireduce_scatter(s, r, count, dt, op, comm, &req); break;
+    case FTC__ALLTOALL: st = ftc_ialltoall(s, r, count, dt, comm, &req); break;
+    default: return FTC_ERR_INTERNAL;
+  }
+  if (st != FTC_OK) return st;
+  st = ftc_wait(req, FTC_TIMEOUT_DEFAULT);
+  ftc_request_free(req);
+  return st;
+}
+
+/* One case: fills inputs, runs, checks. Returns 0 on success. */
+static int one_case(ftc_comm_t *comm, int rank, int n, ftc__coll_t coll, ftc_dtype_t dt,
+                    ftc_op_t op, size_t count, int in_place, int async, int iter) {
+  size_t es = ftc_dtype_size(dt);
+  size_t nb = (coll == FTC__ALLGATHER || coll == FTC__REDUCE_SCATTER || coll == FTC__ALLTOALL)
+                  ? (size_t)n * count
+                  : count;
+  char *send = malloc(nb * es + 1), *recv = malloc(nb * es + 1), *want = malloc(nb * es + 1),
+       *orig = malloc(nb * es + 1);
+  int root = iter % n, bad = 0;
+  char what[160];
+  snprintf(what, sizeof(what), "%s %s %s count %zu%s%s", ftc__coll_name(coll), ftc_dtype_name(dt),
+           ftc_op_name(op), count, in_place ? " in-place" : "", async ? " async" : "");
+  memset(recv, 0x5a, nb * es);
+  const void *s = send;
+  void *r = recv;
+  size_t want_n = count;
+  switch (coll) {
+    case FTC__ALLREDUCE:
+    case FTC__REDUCE:
+      gen_fill(dt, op, rank, send, count, 0);
+      ref_fill(dt, op, n, want, count, 0);
+      if (in_place) memcpy(recv, send, count * es), s = recv;
+      if (coll == FTC__REDUCE && rank != root) {
+        memcpy(want, recv, count * es); /* untouched off the root */
+        if (!in_place && (iter & 1)) r = NULL;
+      }
+      break;
+    case FTC__BROADCAST:
+      if (rank == root) gen_fill(dt, op, root, recv, count, 0);
+      gen_fill(dt, op, root, want, count, 0);
+      break;
+    case FTC__ALLGATHER:
+      gen_fill(dt, op, rank, send, count, 0);
+      for (int q = 0; q < n; q++) gen_fill(dt, op, q, want + (size_t)q * count * es, count, 0);
+      if (in_place) memcpy(recv + (size_t)rank * count * es, send, count * es),
+                    s = recv + (size_t)rank * count * es;
+      want_n = nb;
+      break;
+    case FTC__REDUCE_SCATTER:
+      gen_fill(dt, op, rank, send, nb, 0);
+      ref_fill(dt, op, n, want, count, (size_t)rank * count);
+      if (in_place) memcpy(recv, send, nb * es), s = recv;
+      break;
+    case FTC__ALLTOALL:
+      gen_fill(dt, op, rank, send, nb, 0);
+      for (int q = 0; q < n; q++)
+        gen_fill(dt, op, q, want + (size_t)q * count * es, count, (size_t)rank * count);
+      if (in_place) memcpy(recv, send, nb * es), s = recv;
+      want_n = nb;
+      break;
+    default: break;
+  }
+  memcpy(orig, send, nb * es);
+  ftc_status_t st = run(coll, s, r, count, dt, op, root, comm, async);
+  if (st != FTC_OK) {
+    bad = RANK_FAIL(rank, "%s: %s: %s", what, ftc_strerror(st), ftc_last_error());
+  } else {
+    bad = compare(what, rank, dt, recv, want, want_n);
+    if (!bad && !in_place && memcmp(orig, send, nb * es) != 0)
+      bad = RANK_FAIL(rank, "%s modified its send buffer", what);
+  }
+  free(send), free(recv), free(want), free(orig);
+  return bad;
+}
+
+static int is_reduction(ftc__coll_t c) {
+  return c == FTC__ALLREDUCE || c == FTC__REDUCE || c == FTC__REDUCE_SCATTER;
+}
+
+static int matrix_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  ftc__coll_t coll = (ftc__coll_t)(intptr_t)arg;
+  size_t counts[NCOUNTS];
+  counts_for(n, counts);
+  int iter = 0;
+  for (int dt = 0; dt < FTC_DTYPE_COUNT; dt++) {
+    int nops = is_reduction(coll) ? FTC_OP_COUNT : 1;
+    for (int op = 0; op < nops; op++) {
+      for (int c = 0; c < NCOUNTS; c++) {
+        for (int variant = 0; variant < 4; variant++) {
+          /* Every variant for the small counts; one rotating variant for the
+           * larger ones to bound the run time. */
+          if (c >= 4 && variant != (iter % 4)) {
+            iter++;
+            continue;
+          }
+          if (one_case(comm, rank, n, coll, (ftc_dtype_t)dt, (ftc_op_t)op, counts[c], variant & 1,
+                       variant >> 1, iter++))
+            return 1;
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+#define MATRIX_TEST(name, coll, n)                                                          \
+  static void name(void **state) {                                                          \
+    (void)state;                                                                            \
+    assert_int_equal(harness_run(n, matrix_body, (void *)(intptr_t)(coll), &small_opts), 0); \
+  }
+
+#define MATRIX_SET(prefix, coll)   \
+  MATRIX_TEST(prefix##_1, coll, 1) \
+  MATRIX_TEST(prefix##_2, coll, 2) \
+  MATRIX_TEST(prefix##_3, coll, 3) \
+  MATRIX_TEST(prefix##_4, coll, 4) \
+  MATRIX_TEST(prefix##_7, coll, 7) \
+  MATRIX_TEST(prefix##_8, coll, 8)
+
+MATRIX_SET(allreduce_matches_reference_at_size, FTC__ALLREDUCE)
+MATRIX_SET(broadcast_delivers_root_data_at_size, FTC__BROADCAST)
+MATRIX_SET(reduce_matches_reference_on_root_at_size, FTC__REDUCE)
+MATRIX_SET(allgather_concatenates_in_rank_order_at_size, FTC__ALLGATHER)
+MATRIX_SET(reduce_scatter_gives_each_rank_its_block_at_size, FTC__REDUCE_SCATTER)
+MATRIX_SET(alltoall_transposes_blocks_at_size, FTC__ALLTOALL)
+
+/* ---- barrier ---- */
+
+static int barrier_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)arg;
+  if (ftc_barrier(comm, FTC_TIMEOUT_DEFAULT) != FTC_OK)
+    return RANK_FAIL(rank, "barrier: %s", ftc_last_error());
+  for (int i = 0; i < 3; i++) {
+    usleep((useconds_t)rank * 30000);
+    int64_t t0 = ftc__now_ns();
+    ftc_status_t st = ftc_barrier(comm, FTC_TIMEOUT_DEFAULT);
+    if (st != FTC_OK) return RANK_FAIL(rank, "barrier: %s", ftc_last_error());
+    /* Nobody leaves before the last rank (which slept longest) arrives. */
+    int64_t waited_ms = (ftc__now_ns() - t0) / 1000000;
+    if (rank == 0 && waited_ms < (n - 1) * 30 - 20)
+      return RANK_FAIL(rank, "left the barrier after %lld ms, before rank %d arrived",
+                       (long long)waited_ms, n - 1);
+  }
+  ftc_request_t *req;
+  if (ftc_ibarrier(comm, &req) != FTC_OK || ftc_wait(req, FTC_TIMEOUT_DEFAULT) != FTC_OK)
+    return RANK_FAIL(rank, "ibarrier: %s", ftc_last_error());
+  ftc_request_free(req);
+  return 0;
+}
+
+static void barrier_waits_for_the_last_rank(void **state) {
+  (void)state;
+  for (int n = 1; n <= 8; n++) assert_int_equal(harness_run(n, barrier_body, NULL, &small_opts), 0);
+}
+
+/* ---- send / recv ---- */
+
+static int p2p_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)arg;
+  if (n < 2) return 0;
+  int right = (rank + 1) % n, left = (rank + n - 1) % n;
+  size_t counts[NCOUNTS];
+  counts_for(n, counts);
+  for (int dt = 0; dt < FTC_DTYPE_COUNT; dt++) {
+    for (int c = 0; c < NCOUNTS; c++) {
+      size_t count = counts[c], es = ftc_dtype_size((ftc_dtype_t)dt);
+      char *out = malloc(count * es + 1), *in = malloc(count * es + 1), *want = malloc(count * es + 1);
+      gen_fill((ftc_dtype_t)dt, FTC_SUM, rank, out, count, 0);
+      gen_fill((ftc_dtype_t)dt, FTC_SUM, left, want, count, 0);
+      ftc_status_t s1, s2;
+      int async = (c + dt) & 1;
+      /* Even ranks send first, odd ranks receive first: no cycle of
+       * blocked senders even for a ring of odd size. */
+      if (async) {
+        ftc_request_t *a, *b;
+        if (rank % 2 == 0) {
+          s1 = ftc_isend(out, count, (ftc_dtype_t)dt, right, comm, &a);
+          s2 = ftc_irecv(in, count, (ftc_dtype_t)dt, left, comm, &b);
+        } else {
+          s2 = ftc_irecv(in, count, (ftc_dtype_t)dt, left, comm, &b);
+          s1 = ftc_isend(out, count, (ftc_dtype_t)dt, right, comm, &a);
+        }
+        if (s1 == FTC_OK) s1 = ftc_wait(a, FTC_TIMEOUT_DEFAULT), ftc_request_free(a);
+        if (s2 == FTC_OK) s2 = ftc_wait(b, FTC_TIMEOUT_DEFAULT), ftc_request_free(b);
+      } else if (rank % 2 == 0) {
+        s1 = ftc_send(out, count, (ftc_dtype_t)dt, right, comm, FTC_TIMEOUT_DEFAULT);
+        s2 = ftc_recv(in, count, (ftc_dtype_t)dt, left, comm, FTC_TIMEOUT_DEFAULT);
+      } else {
+        s2 = ftc_recv(in, count, (ftc_dtype_t)dt, left, comm, FTC_TIMEOUT_DEFAULT);
+        s1 = ftc_send(out, count, (ftc_dtype_t)dt, right, comm, FTC_TIMEOUT_DEFAULT);
+      }
+      int bad = 0;
+      if (s1 != FTC_OK || s2 != FTC_OK)
+        bad = RANK_FAIL(rank, "send/recv %zu: %s", count, ftc_last_error());
+      else
+        bad = compare("recv", rank, (ftc_dtype_t)dt, in, want, count);
+      free(out), free(in), free(want);
+      if (bad) return 1;
+    }
+  }
+  return 0;
+}
+
+static void send_recv_deliver_in_a_ring(void **state) {
+  (void)state;
+  for (int n = 2; n <= 8; n++) {
+    if (n == 5 || n == 6) continue;
+    assert_int_equal(harness_run(n, p2p_body, NULL, &small_opts), 0);
+  }
+}
+
+static int p2p_order_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)arg, (void)n;
+  int32_t v[3] = {11, 22, 33}, got[3] = {0};
+  if (rank == 0) {
+    for (int i = 0; i < 3; i++)
+      if (ftc_send(&v[i], 1, FTC_I32, 1, comm, FTC_TIMEOUT_DEFAULT) != FTC_OK)
+        return RANK_FAIL(rank, "send: %s", ftc_last_error());
+  } else {
+    for (int i = 0; i < 3; i++)
+      if (ftc_recv(&got[i], 1, FTC_I32, 0, comm, FTC_TIMEOUT_DEFAULT) != FTC_OK)
+        return RANK_FAIL(rank, "recv: %s", ftc_last_error());
+    if (got[0] != 11 || got[1] != 22 || got[2] != 33)
+      return RANK_FAIL(rank, "messages arrived as %d %d %d", got[0], got[1], got[2]);
+  }
+  return 0;
+}
+
+static void messages_between_two_ranks_arrive_in_order(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(2, p2p_order_body, NULL, &small_opts), 0);
+}
+
+/* ---- many requests in flight ---- */
+
+static int inflight_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)arg;
+  enum { K = 16 };
+  size_t count = 5000;
+  float *buf[K], want[5000];
+  ftc_request_t *req[K];
+  ref_fill(FTC_F32, FTC_SUM, n, want, count, 0);
+  for (int k = 0; k < K; k++) {
+    buf[k] = malloc(count * sizeof(float));
+    gen_fill(FTC_F32, FTC_SUM, rank, buf[k], count, 0);
+    if (ftc_iallreduce(buf[k], buf[k], count, FTC_F32, FTC_SUM, comm, &req[k]) != FTC_OK)
+      return RANK_FAIL(rank, "iallreduce: %s", ftc_last_error());
+  }
+  /* A blocking call behind the queue waits its turn. */
+  float one = 1.0f;
+  if (ftc_allreduce(&one, &one, 1, FTC_F32, FTC_SUM, comm, FTC_TIMEOUT_DEFAULT) != FTC_OK ||
+      one != (float)n)
+    return RANK_FAIL(rank, "blocking allreduce behind the queue: %s", ftc_last_error());
+  int bad = 0;
+  for (int k = K - 1; k >= 0; k--) {
+    int done = 0;
+    if (ftc_test(req[k], &done) != FTC_OK || !done)
+      bad |= RANK_FAIL(rank, "request %d not complete after a later blocking call", k);
+    if (ftc_wait(req[k], FTC_TIMEOUT_DEFAULT) != FTC_OK)
+      bad |= RANK_FAIL(rank, "wait %d: %s", k, ftc_last_error());
+    bad |= compare("iallreduce in flight", rank, FTC_F32, buf[k], want, count);
+    ftc_request_free(req[k]);
+    free(buf[k]);
+  }
+  return bad;
+}
+
+static void requests_complete_in_the_order_started(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(3, inflight_body, NULL, &small_opts), 0);
+  assert_int_equal(harness_run(4, inflight_body, NULL, &small_opts), 0);
+}
+
+/* ---- big buffers ---- */
+
+static int big_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  size_t count = (size_t)(uintptr_t)arg;
+  float *buf = calloc(count, sizeof(float));
+  for (size_t i = 0; i < count; i++) buf[i] = (float)((rank + 1) * ((i % 13) + 1));
+  ftc_status_t st = ftc_allreduce(buf, buf, count, FTC_F32, FTC_SUM, comm, FTC_TIMEOUT_DEFAULT);
+  if (st != FTC_OK) return RANK_FAIL(rank, "64 MiB allreduce: %s", ftc_last_error());
+  float tri = (float)(n * (n + 1) / 2);
+  for (size_t i = 0; i < count; i++)
+    if (buf[i] != tri * (float)((i % 13) + 1))
+      return RANK_FAIL(rank, "element %zu is %g, expected %g", i, buf[i], tri * (float)((i % 13) + 1));
+  free(buf);
+  return 0;
+}
+
+static const harness_opts_t big_opts = {.time_limit_s = 120, .env = {"FTCOMM_SPIN_US=0"}};
+
+static void allreduce_of_64_mib_is_exact_at_2_ranks(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(2, big_body, (void *)(uintptr_t)(16u << 20), &big_opts), 0);
+}
+
+static void allreduce_of_64_mib_is_exact_at_4_ranks(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(4, big_body, (void *)(uintptr_t)(16u << 20), &big_opts), 0);
+}
+
+#define SET_ENTRIES(prefix)                                                          \
+  cmocka_unit_test(prefix##_1), cmocka_unit_test(prefix##_2), cmocka_unit_test(prefix##_3), \
+      cmocka_unit_test(prefix##_4), cmocka_unit_test(prefix##_7), cmocka_unit_test(prefix##_8)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      SET_ENTRIES(allreduce_matches_reference_at_size),
+      SET_ENTRIES(broadcast_delivers_root_data_at_size),
+      SET_ENTRIES(reduce_matches_reference_on_root_at_size),
+      SET_ENTRIES(allgather_concatenates_in_rank_order_at_size),
+      SET_ENTRIES(reduce_scatter_gives_each_rank_its_block_at_size),
+      SET_ENTRIES(alltoall_transposes_blocks_at_size),
+      cmocka_unit_test(barrier_waits_for_the_last_rank),
+      cmocka_unit_test(send_recv_deliver_in_a_ring),
+      cmocka_unit_test(messages_between_two_ranks_arrive_in_order),
+      cmocka_unit_test(requests_complete_in_the_order_started),
+      cmocka_unit_test(allreduce_of_64_mib_is_exact_at_2_ranks),
+      cmocka_unit_test(allreduce_of_64_mib_is_exact_at_4_ranks),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
