@@ -37,6 +37,7 @@ struct ftck_client {
   char *token;
   stat_entry_t stats[MAX_STATS];
   int nstats;
+  uint64_t connections; /* new connections opened (the rest were reused) */
 };
 
 typedef struct dynbuf {
@@ -162,6 +163,14 @@ void ftck_client_each_stat(ftck_client_t *c, void (*fn)(const char *, long, uint
   for (int i = 0; i < n; i++) fn(copy[i].verb, copy[i].code, copy[i].n, ud);
 }
 
+static void count_connects(ftck_client_t *c, CURL *e) {
+  long n = 0;
+  if (curl_easy_getinfo(e, CURLINFO_NUM_CONNECTS, &n) == CURLE_OK && n > 0)
+    __atomic_add_fetch(&c->connections, (uint64_t)n, __ATOMIC_RELAXED);
+}
+
+uint64_t ftck_client_connections(ftck_client_t *c) { return __atomic_load_n(&c->connections, __ATOMIC_RELAXED); }
+
 static size_t write_buf(char *data, size_t size, size_t nmemb, void *ud) {
   return dyn_append(ud, data, size * nmemb) == 0 ? size * nmemb : 0;
 }
@@ -264,6 +273,7 @@ ftc_status_t ftck_request(ftck_client_t *c, const char *verb, const char *path, 
     CURLcode rc = curl_easy_perform(e);
     http = 0;
     if (rc == CURLE_OK) curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &http);
+    count_connects(c, e);
     curl_easy_cleanup(e);
     curl_slist_free_all(headers);
     count(c, verb, http);
@@ -586,6 +596,7 @@ ftc_status_t ftck_watch(ftck_client_t *c, const char *collection, const char *la
   long http = 0;
   curl_easy_getinfo(w.easy, CURLINFO_RESPONSE_CODE, &http);
   if (code) *code = http;
+  count_connects(c, w.easy);
   count(c, "WATCH", rc == CURLE_OK || http ? http : 0);
   if (w.st != FTC_OK) {
     st = w.st;
@@ -619,11 +630,12 @@ ftc_status_t ftck_event(ftck_client_t *c, const json_t *regarding, const char *t
   const char *ns = json_string_value(json_object_get(meta, "namespace"));
   const char *name = json_string_value(json_object_get(meta, "name"));
   if (!ns || !name) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "event: the object has no namespace or name");
-  char now[64], gen[300];
-  ftck_format_microtime(ftc__wall_ns(), now, sizeof now);
-  snprintf(gen, sizeof gen, "%s.", name);
+  char now[64], evname[300];
+  int64_t wall = ftc__wall_ns();
+  ftck_format_microtime(wall, now, sizeof now);
+  snprintf(evname, sizeof evname, "%s.%llx", name, (unsigned long long)wall); /* client-go's naming */
   json_t *ev = json_pack("{s:s, s:s, s:{s:s, s:s}, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:{s:s?, s:s?, s:s, s:s, s:s?, s:s?}}",
-                         "apiVersion", "events.k8s.io/v1", "kind", "Event", "metadata", "generateName", gen,
+                         "apiVersion", "events.k8s.io/v1", "kind", "Event", "metadata", "name", evname,
                          "namespace", ns, "eventTime", now, "reportingController", reporting_controller,
                          "reportingInstance", reporting_instance, "action", action, "reason", reason, "note",
                          note, "type", type, "regarding", "apiVersion",

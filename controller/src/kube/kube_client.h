@@ -83,6 +83,9 @@ ftc_status_t ftck_event(ftck_client_t *c, const json_t *regarding, const char *t
 void ftck_client_each_stat(ftck_client_t *c, void (*fn)(const char *verb, long code, uint64_t n, void *ud),
                            void *ud);
 
+/* Connections opened so far; every other request reused a pooled one. */
+uint64_t ftck_client_connections(ftck_client_t *c);
+
 /* ---- paths, selectors, times ---- */
 
 /* Percent-encode for a query value (RFC 3986 unreserved kept). Owned. */

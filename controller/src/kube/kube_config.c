@@ -192,6 +192,7 @@ static ftc_status_t load_blob(kc_t *k, yaml_node_t *m, const char *base, const c
   const char *data = scalar(map_get(k, m, data_key));
   if (data) {
     ftc_status_t st = ftck_base64_decode(data, &blob->data, &blob->len);
+    if (st == FTC_ERR_NO_MEMORY) return st;
     if (st != FTC_OK)
       return ftc__error(FTC_ERR_CONFIG, "kubeconfig %s: %s field %s is not valid base64 (%s)", k->path,
                         owner, data_key, ftc_last_error());

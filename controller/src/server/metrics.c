@@ -72,6 +72,10 @@ char *ftck_metrics_render(const ftck_metrics_src_t *src) {
   put(&o, "# HELP ftcomm_controller_api_requests_total Requests to the API server by verb and HTTP code (0: no answer).\n"
           "# TYPE ftcomm_controller_api_requests_total counter\n");
   if (src->client) ftck_client_each_stat(src->client, api_stat, &o);
+  put(&o, "# HELP ftcomm_controller_api_connections_total Connections opened to the API server (others are reused).\n"
+          "# TYPE ftcomm_controller_api_connections_total counter\n"
+          "ftcomm_controller_api_connections_total %llu\n",
+      src->client ? (unsigned long long)ftck_client_connections(src->client) : 0ULL);
   put(&o, "# HELP ftcomm_controller_watch_restarts_total Watches restarted, by informer and reason (expired: 410 Gone).\n"
           "# TYPE ftcomm_controller_watch_restarts_total counter\n");
   for (int w = 0; src->reconciler && w < 2; w++) {

@@ -1,0 +1,217 @@
+/*
+ * test_jobspec.c - TrainingJob defaults, the pod of a slot (name, labels,
+ * owner, restart policy, the FTCOMM_* environment, affinity away from
+ * failed nodes), pod bookkeeping, and Kubernetes-style conditions.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ftc_alloc.h"
+#include "jobspec.h"
+#include "kube_json.h"
+
+static json_t *job_from(const char *spec_json) {
+  char buf[4096];
+  snprintf(buf, sizeof buf,
+           "{\"apiVersion\":\"ftcomm.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"llm\","
+           "\"namespace\":\"team\",\"uid\":\"u-1\",\"generation\":2},\"spec\":%s}", spec_json);
+  json_error_t e;
+  json_t *j = json_loads(buf, 0, &e);
+  if (!j) fail_msg("bad test JSON: %s", e.text);
+  return j;
+}
+
+#define TEMPLATE "\"template\":{\"metadata\":{\"labels\":{\"team\":\"x\"}},\"spec\":{\"containers\":[{\"name\":\"a\",\"image\":\"i\",\"env\":[{\"name\":\"FTCOMM_SLOT\",\"value\":\"99\"},{\"name\":\"MINE\",\"value\":\"1\"}]},{\"name\":\"b\",\"image\":\"i\"}]}}"
+
+static const char *env_value(json_t *container, const char *name) {
+  size_t i;
+  json_t *e;
+  json_array_foreach(json_object_get(container, "env"), i, e) {
+    if (!strcmp(json_string_value(json_object_get(e, "name")), name)) {
+      const char *v = json_string_value(json_object_get(e, "value"));
+      return v ? v : "<valueFrom>";
+    }
+  }
+  return NULL;
+}
+
+static void test_defaults_follow_the_crd(void **state) {
+  (void)state;
+  json_t *j = job_from("{" TEMPLATE "}");
+  ftck_job_spec_t s;
+  char err[128];
+  assert_int_equal(ftck_job_spec_parse(j, &s, err, sizeof err), 0);
+  assert_int_equal(s.replicas, 1);
+  assert_int_equal(s.min_replicas, 1);
+  assert_string_equal(s.backend, "auto");
+  assert_int_equal(s.collective_timeout_s, 600);
+  assert_int_equal(s.max_replacements, 10);
+  assert_int_equal(s.backoff_s, 10);
+  assert_true(s.avoid_failed_nodes);
+  assert_int_equal(s.on_hang, FTCK_ON_HANG_REPLACE);
+  assert_int_equal(s.mode, FTCK_MODE_REPLACE);
+  assert_true(s.recorder_enabled);
+  assert_int_equal(s.recorder_entries, 2000);
+  json_decref(j);
+  j = job_from("{\"replicas\":8," TEMPLATE "}");
+  assert_int_equal(ftck_job_spec_parse(j, &s, err, sizeof err), 0);
+  assert_int_equal(s.min_replicas, 8); /* minReplicas defaults to replicas */
+  json_decref(j);
+}
+
+static void test_unusable_specs_say_what_to_fix(void **state) {
+  (void)state;
+  struct { const char *spec, *msg; } cases[] = {
+      {"{\"replicas\":2,\"minReplicas\":3," TEMPLATE "}", "spec.minReplicas must be in [1, spec.replicas]"},
+      {"{\"replicas\":0," TEMPLATE "}", "spec.replicas must be at least 1"},
+      {"{\"replicas\":2}", "spec.template.spec is required"},
+      {"{\"template\":{\"spec\":{\"containers\":[]}}}", "at least one container"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    json_t *j = job_from(cases[i].spec);
+    ftck_job_spec_t s;
+    char err[128] = "";
+    assert_int_equal(ftck_job_spec_parse(j, &s, err, sizeof err), -1);
+    if (!strstr(err, cases[i].msg)) fail_msg("case %zu: \"%s\" lacks \"%s\"", i, err, cases[i].msg);
+    json_decref(j);
+  }
+}
+
+static void test_pod_of_a_slot_carries_identity_owner_and_environment(void **state) {
+  (void)state;
+  json_t *j = job_from("{\"replicas\":4,\"minReplicas\":3,\"backend\":\"tcp\",\"timeouts\":{\"collectiveTimeoutSeconds\":30},"
+                       "\"recorder\":{\"enabled\":false}," TEMPLATE "}");
+  ftck_job_spec_t s;
+  char err[128];
+  assert_int_equal(ftck_job_spec_parse(j, &s, err, sizeof err), 0);
+  ftck_pod_env_t env = {.coordinator = "ctl.ftcomm-system.svc:7470", .dump_dir = "/dumps"};
+  json_t *pod = ftck_build_pod(j, &s, 2, 0, "", &env);
+  assert_non_null(pod);
+  assert_string_equal(ftck_jstr(pod, "metadata.name"), "llm-2-0");
+  assert_string_equal(ftck_jstr(pod, "metadata.namespace"), "team");
+  json_t *labels = ftck_jget(pod, "metadata.labels");
+  assert_string_equal(json_string_value(json_object_get(labels, "ftcomm.dev/job")), "llm");
+  assert_string_equal(json_string_value(json_object_get(labels, "ftcomm.dev/slot")), "2");
+  assert_string_equal(json_string_value(json_object_get(labels, "ftcomm.dev/incarnation")), "0");
+  assert_string_equal(json_string_value(json_object_get(labels, "app.kubernetes.io/managed-by")), "ftcomm-controller");
+  assert_string_equal(json_string_value(json_object_get(labels, "app.kubernetes.io/instance")), "llm");
+  assert_string_equal(json_string_value(json_object_get(labels, "team")), "x"); /* template labels kept */
+  json_t *owner = json_array_get(ftck_jget(pod, "metadata.ownerReferences"), 0);
+  assert_string_equal(ftck_jstr(owner, "kind"), "TrainingJob");
+  assert_string_equal(ftck_jstr(owner, "uid"), "u-1");
+  assert_true(json_is_true(json_object_get(owner, "controller")));
+  assert_string_equal(ftck_jstr(pod, "spec.restartPolicy"), "Never");
+  assert_null(ftck_jget(pod, "spec.affinity"));
+  json_t *containers = ftck_jget(pod, "spec.containers");
+  for (size_t c = 0; c < 2; c++) {
+    json_t *ct = json_array_get(containers, c);
+    assert_string_equal(env_value(ct, "FTCOMM_JOB"), "llm");
+    assert_string_equal(env_value(ct, "FTCOMM_SLOT"), "2");
+    assert_string_equal(env_value(ct, "FTCOMM_WORLD_SIZE"), "4");
+    assert_string_equal(env_value(ct, "FTCOMM_MIN_SIZE"), "3");
+    assert_string_equal(env_value(ct, "FTCOMM_JOINER"), "0");
+    assert_string_equal(env_value(ct, "FTCOMM_COORDINATOR"), "ctl.ftcomm-system.svc:7470");
+    assert_string_equal(env_value(ct, "FTCOMM_DUMP_DIR"), "/dumps");
+    assert_string_equal(env_value(ct, "FTCOMM_TIMEOUT_MS"), "30000");
+    assert_string_equal(env_value(ct, "FTCOMM_BACKEND"), "tcp");
+    assert_string_equal(env_value(ct, "FTCOMM_RECORDER_ENTRIES"), "0");
+    assert_string_equal(env_value(ct, "FTCOMM_TOKEN"), "<valueFrom>");
+  }
+  json_t *tok = NULL;
+  size_t i;
+  json_t *e;
+  json_array_foreach(json_object_get(json_array_get(containers, 0), "env"), i, e)
+    if (!strcmp(json_string_value(json_object_get(e, "name")), "FTCOMM_TOKEN")) tok = e;
+  assert_string_equal(ftck_jstr(tok, "valueFrom.secretKeyRef.name"), "llm-ftcomm-token");
+  assert_string_equal(ftck_jstr(tok, "valueFrom.secretKeyRef.key"), "token");
+  assert_string_equal(env_value(json_array_get(containers, 0), "MINE"), "1"); /* user env kept */
+  /* The template itself is untouched (its FTCOMM_SLOT stays 99). */
+  assert_string_equal(env_value(json_array_get(ftck_jget(j, "spec.template.spec.containers"), 0), "FTCOMM_SLOT"), "99");
+  json_decref(pod);
+  json_decref(j);
+}
+
+static void test_replacement_joins_and_avoids_failed_nodes_in_every_term(void **state) {
+  (void)state;
+  json_t *j = job_from("{\"replicas\":2,\"template\":{\"spec\":{\"containers\":[{\"name\":\"a\",\"image\":\"i\"}],"
+                       "\"affinity\":{\"nodeAffinity\":{\"requiredDuringSchedulingIgnoredDuringExecution\":{"
+                       "\"nodeSelectorTerms\":[{\"matchExpressions\":[{\"key\":\"gpu\",\"operator\":\"Exists\"}]},"
+                       "{\"matchExpressions\":[{\"key\":\"tpu\",\"operator\":\"Exists\"}]}]}}}}}}");
+  ftck_job_spec_t s;
+  char err[128];
+  assert_int_equal(ftck_job_spec_parse(j, &s, err, sizeof err), 0);
+  ftck_pod_env_t env = {.coordinator = "c:1", .dump_dir = "/d"};
+  json_t *pod = ftck_build_pod(j, &s, 1, 3, "node-a,node-b", &env);
+  assert_string_equal(ftck_jstr(pod, "metadata.name"), "llm-1-3");
+  assert_string_equal(env_value(json_array_get(ftck_jget(pod, "spec.containers"), 0), "FTCOMM_JOINER"), "1");
+  assert_string_equal(json_string_value(json_object_get(ftck_jget(pod, "metadata.annotations"), "ftcomm.dev/avoid-nodes")),
+                      "node-a,node-b");
+  json_t *terms = ftck_jget(pod, "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms");
+  assert_int_equal(json_array_size(terms), 2);
+  for (size_t t = 0; t < 2; t++) {
+    json_t *me = json_object_get(json_array_get(terms, t), "matchExpressions");
+    assert_int_equal(json_array_size(me), 2);
+    json_t *x = json_array_get(me, 1);
+    assert_string_equal(ftck_jstr(x, "key"), "kubernetes.io/hostname");
+    assert_string_equal(ftck_jstr(x, "operator"), "NotIn");
+    assert_string_equal(json_string_value(json_array_get(json_object_get(x, "values"), 1)), "node-b");
+  }
+  json_decref(pod);
+  json_decref(j);
+}
+
+static void test_pod_bookkeeping(void **state) {
+  (void)state;
+  assert_int_equal(ftck_incarnation_from_name("llm", 2, "llm-2-7"), 7);
+  assert_int_equal(ftck_incarnation_from_name("llm", 2, "llm-3-7"), -1);
+  assert_int_equal(ftck_incarnation_from_name("llm", 2, "llm-2-"), -1);
+  assert_int_equal(ftck_incarnation_from_name("llm", 2, "llm-2-7x"), -1);
+  assert_int_equal(ftck_incarnation_from_name("llm", 2, NULL), -1);
+  json_t *p = json_loads("{\"metadata\":{\"labels\":{\"ftcomm.dev/slot\":\"5\",\"ftcomm.dev/incarnation\":\"2\"}},"
+                         "\"status\":{\"phase\":\"Failed\",\"containerStatuses\":["
+                         "{\"state\":{\"terminated\":{\"finishedAt\":\"2026-01-01T00:00:10Z\"}}},"
+                         "{\"state\":{\"terminated\":{\"finishedAt\":\"2026-01-01T00:00:20Z\"}}}]}}", 0, NULL);
+  assert_int_equal(ftck_pod_slot(p), 5);
+  assert_int_equal(ftck_pod_incarnation(p), 2);
+  assert_true(ftck_pod_is_lost(p));
+  assert_int_equal(ftck_pod_failed_at(p, 0), 1767225620LL * 1000000000LL);
+  json_object_set_new(json_object_get(p, "status"), "phase", json_string("Running"));
+  assert_false(ftck_pod_is_lost(p));
+  json_object_set_new(json_object_get(p, "metadata"), "deletionTimestamp", json_string("2026-01-01T00:00:30Z"));
+  assert_true(ftck_pod_is_lost(p)); /* going away counts as lost */
+  json_decref(p);
+}
+
+static void test_condition_transition_time_changes_only_with_status(void **state) {
+  (void)state;
+  json_t *c = json_array();
+  ftck_set_condition(c, "Ready", "False", "MembersNotRunning", "0 of 2", 1, "T1");
+  ftck_set_condition(c, "Ready", "False", "MembersNotRunning", "1 of 2", 2, "T2");
+  assert_int_equal(json_array_size(c), 1);
+  json_t *r = json_array_get(c, 0);
+  assert_string_equal(ftck_jstr(r, "lastTransitionTime"), "T1");
+  assert_string_equal(ftck_jstr(r, "message"), "1 of 2");
+  assert_int_equal(ftck_jint(r, "observedGeneration", 0), 2);
+  ftck_set_condition(c, "Ready", "True", "AllMembersRunning", "2 of 2", 2, "T3");
+  assert_string_equal(ftck_jstr(r, "lastTransitionTime"), "T3");
+  ftck_set_condition(c, "Failed", "False", "WithinBudget", "ok", 2, "T3");
+  assert_int_equal(json_array_size(c), 2);
+  json_decref(c);
+}
+
+int main(void) {
+  ftck_json_use_ftc_alloc();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_defaults_follow_the_crd),
+      cmocka_unit_test(test_unusable_specs_say_what_to_fix),
+      cmocka_unit_test(test_pod_of_a_slot_carries_identity_owner_and_environment),
+      cmocka_unit_test(test_replacement_joins_and_avoids_failed_nodes_in_every_term),
+      cmocka_unit_test(test_pod_bookkeeping),
+      cmocka_unit_test(test_condition_transition_time_changes_only_with_status),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
