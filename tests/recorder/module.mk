@@ -12,5 +12,16 @@ $(BUILD)/tests/recorder/$(1): $(BUILD)/obj/tests/recorder/$(1).o $$(RECORDER_OBJ
 endef
 $(foreach t,$(REC_TEST_PROGS),$(eval $(call rec_test,$(t))))
 
-TEST_BINS += $(REC_TEST_BINS)
-TEST_SUITES += $(REC_TEST_BINS)
+# The script suites find the binaries of this build through these.
+export FTC_REC_TRACE := $(CURDIR)/$(BUILD)/bin/ftcomm-trace
+export FTC_REC_GEN := $(CURDIR)/$(BUILD)/tests/recorder/ftcomm-trace-gen
+
+# The scenario generator, linked with the recorder for --via-recorder.
+$(BUILD)/tests/recorder/ftcomm-trace-gen: $(BUILD)/obj/tests/recorder/ftcomm-trace-gen.o $(RECORDER_OBJS) $(COMMON_OBJS)
+	@mkdir -p $(dir $@)
+	$(say) LD $@
+	$(Q)$(CC) -o $@ $^ $(LDFLAGS_ALL)
+
+TEST_BINS += $(REC_TEST_BINS) $(BUILD)/bin/ftcomm-trace $(BUILD)/tests/recorder/ftcomm-trace-gen
+TEST_SUITES += $(REC_TEST_BINS) tests/recorder/run-cases.sh tests/recorder/generated.sh \
+               tests/recorder/html-chromium.sh

@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 #include <jansson.h>
+#include <pthread.h>
 
 #include "ftc_param.h"
 #include "ftc_recorder.h"
@@ -241,6 +242,51 @@ static void the_dump_signal_makes_the_dump_thread_write_a_dump(void **state) {
   assert_int_equal(ftc_rec_request_dump(0), FTC_ERR_NOT_SUPPORTED);
 }
 
+/* Dumps taken while another thread records: every dumped entry is whole. */
+static ftc_rec_t *busy_rec;
+static int busy_stop;
+
+static void *busy_writer(void *arg) {
+  (void)arg;
+  for (uint64_t s = 1; !__atomic_load_n(&busy_stop, __ATOMIC_ACQUIRE); s++) {
+    uint64_t id = ftc_rec_schedule(busy_rec, 0, s, FTC_REC_ALLREDUCE, FTC_F32, 3 * s, 12 * s, -1, (int64_t)s);
+    ftc_rec_started(busy_rec, id, 0);
+    ftc_rec_completed(busy_rec, id, 0);
+  }
+  return NULL;
+}
+
+static void dumps_taken_while_recording_hold_whole_entries(void **state) {
+  (void)state;
+  assert_int_equal(ftc_rec_create(256, 0x66, "busy", 0, 0, 1, &busy_rec), FTC_OK);
+  __atomic_store_n(&busy_stop, 0, __ATOMIC_RELEASE);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, busy_writer, NULL), 0);
+  size_t checked = 0;
+  for (int k = 0; k < 20; k++) {
+    char path[512];
+    assert_int_equal(ftc_rec_dump(NULL, "api", path, sizeof(path)), FTC_OK);
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    assert_non_null(root);
+    json_t *ents = json_object_get(json_array_get(json_object_get(root, "communicators"), 0), "entries");
+    size_t i;
+    json_t *e;
+    json_array_foreach(ents, i, e) {
+      json_int_t seq = json_integer_value(json_array_get(e, 2));
+      assert_int_equal(json_integer_value(json_array_get(e, 5)), 3 * seq);
+      assert_int_equal(json_integer_value(json_array_get(e, 6)), 12 * seq);
+      assert_int_equal(json_integer_value(json_array_get(e, 15)), seq);
+      checked++;
+    }
+    json_decref(root);
+  }
+  __atomic_store_n(&busy_stop, 1, __ATOMIC_RELEASE);
+  pthread_join(t, NULL);
+  assert_true(checked > 0);
+  ftc_rec_destroy(busy_rec);
+}
+
 static volatile sig_atomic_t app_got_signal;
 static void app_handler(int sig) {
   (void)sig;
@@ -277,6 +323,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(dumps_never_replace_an_earlier_file, setup_dir, remove_dir),
       cmocka_unit_test_setup_teardown(a_dump_stays_under_the_size_limit_keeping_the_newest, setup_dir, remove_dir),
       cmocka_unit_test_setup_teardown(an_unusable_directory_is_an_error_that_names_it, setup_dir, remove_dir),
+      cmocka_unit_test_setup_teardown(dumps_taken_while_recording_hold_whole_entries, setup_dir, remove_dir),
       cmocka_unit_test_setup_teardown(the_dump_signal_makes_the_dump_thread_write_a_dump, setup_dir, remove_dir),
       cmocka_unit_test_setup_teardown(an_application_signal_handler_is_left_alone, setup_dir, remove_dir),
   };

@@ -521,8 +521,11 @@ void tr_analyze(tr_set_t *set, tr_report_t *rep) {
 
   if (nactive == 0) {
     rep->exit_status = TR_EXIT_UNUSABLE;
-    snprintf(rep->headline, sizeof(rep->headline), "unusable: no readable dump (%zu file%s broken)",
-             set->nbad, set->nbad == 1 ? "" : "s");
+    size_t broken = 0;
+    for (size_t i = 0; i < set->nbad; i++) broken += !set->bad[i].skipped;
+    snprintf(rep->headline, sizeof(rep->headline),
+             "unusable: no readable flight-recorder dump (%zu broken, %zu other file%s ignored)", broken,
+             set->nbad - broken, set->nbad - broken == 1 ? "" : "s");
     return;
   }
   /* Missing and broken dumps. */
