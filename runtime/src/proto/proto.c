@@ -344,10 +344,6 @@ static const char *get_str(dec_t *d, json_t *o, const char *k, size_t maxlen, in
     fail(d, "field \"%s\" is too long", k);
     return NULL;
   }
-  if (strlen(json_string_value(v)) != json_string_length(v)) {
-    fail(d, "field \"%s\" holds a NUL character", k);
-    return NULL;
-  }
   return json_string_value(v);
 }
 

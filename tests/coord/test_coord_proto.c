@@ -1,0 +1,291 @@
+/*
+ * test_coord_proto.c - the protocol codec on its own: the data-driven cases
+ * of proto_cases.txt (each text decodes to a type or to the error code the
+ * coordinator sends back), builders that decode to what they were given,
+ * the size bound, the constant-time token comparison, UTF-8-safe fragment
+ * cuts, and allocation failures at every step of decoding and of creating a
+ * coordinator.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "coordinator/coordinator.h"
+#include "ftc_alloc.h"
+#include "ftc_error.h"
+#include "proto/proto.h"
+
+static void decode_cases_from_file(void **state) {
+  (void)state;
+  const char *path = getenv("FTC_PROTO_CASES");
+  if (!path) path = "tests/coord/proto_cases.txt";
+  FILE *f = fopen(path, "r");
+  if (!f) fail_msg("cannot open %s (run from the repository root)", path);
+  char line[8192];
+  int n = 0, lineno = 0;
+  while (fgets(line, sizeof(line), f)) {
+    lineno++;
+    size_t len = strlen(line);
+    if (len && line[len - 1] == '\n') line[--len] = '\0';
+    if (!len || line[0] == '#') continue;
+    char *tab = strchr(line, '\t');
+    if (!tab) fail_msg("%s:%d: no tab", path, lineno);
+    *tab = '\0';
+    const char *expect = line, *text = tab + 1;
+    ftc__msg_t msg;
+    char why[256] = "";
+    ftc__perr_t e = ftc__proto_decode(text, strlen(text), 4096, &msg, why, sizeof(why));
+    char got[64];
+    if (e == FTC__PERR_NONE)
+      snprintf(got, sizeof(got), "ok:%s", ftc__msg_type_name(msg.type));
+    else
+      snprintf(got, sizeof(got), "%s", ftc__perr_name(e));
+    if (strcmp(got, expect) != 0)
+      fail_msg("%s:%d: expected %s, got %s (%s) for %s", path, lineno, expect, got, why, text);
+    if (e != FTC__PERR_NONE) {
+      assert_true(why[0] != '\0'); /* every refusal says why */
+      assert_null(msg.root);
+    }
+    ftc__msg_clear(&msg);
+    n++;
+  }
+  fclose(f);
+  assert_true(n >= 40);
+}
+
+static void oversized_text_is_too_large_before_parsing(void **state) {
+  (void)state;
+  char text[] = "{\"v\":1,\"type\":\"heartbeat\"}";
+  ftc__msg_t msg;
+  char why[128];
+  assert_int_equal(ftc__proto_decode(text, strlen(text), 10, &msg, why, sizeof(why)),
+                   FTC__PERR_TOO_LARGE);
+  assert_non_null(strstr(why, "over the limit"));
+  assert_int_equal(ftc__proto_decode(text, strlen(text), strlen(text), &msg, why, sizeof(why)),
+                   FTC__PERR_NONE);
+  ftc__msg_clear(&msg);
+}
+
+static ftc__msg_t roundtrip(json_t *built, ftc__msg_type_t type) {
+  assert_non_null(built);
+  ftc__frame_t *f = ftc__proto_encode(built, 16);
+  assert_non_null(f);
+  ftc__msg_t msg;
+  char why[256];
+  ftc__perr_t e = ftc__proto_decode((const char *)f->buf + 16, f->len, FTC__PROTO_MAX_COORD_MSG,
+                                    &msg, why, sizeof(why));
+  if (e != FTC__PERR_NONE) fail_msg("%s: %s", ftc__perr_name(e), why);
+  ftc__free(f);
+  assert_int_equal(msg.type, type);
+  return msg;
+}
+
+static void built_messages_decode_to_what_they_carry(void **state) {
+  (void)state;
+  ftc__hello_t h = {.job = "job", .token = "tok", .addr = "10.1.2.3:5000", .pod = "pod-1",
+                    .node = "node-a", .host = "h", .slot = 3, .world_size = 8, .min_size = 4,
+                    .joiner = 1, .pid = 1234, .known_epoch = 17, .prev_member_id = 99};
+  ftc__msg_t m = roundtrip(ftc__proto_hello(&h), FTC__MSG_HELLO);
+  assert_string_equal(m.hello.job, "job");
+  assert_string_equal(m.hello.token, "tok");
+  assert_string_equal(m.hello.addr, "10.1.2.3:5000");
+  assert_string_equal(m.hello.pod, "pod-1");
+  assert_string_equal(m.hello.node, "node-a");
+  assert_int_equal(m.hello.slot, 3);
+  assert_int_equal(m.hello.world_size, 8);
+  assert_int_equal(m.hello.min_size, 4);
+  assert_int_equal(m.hello.joiner, 1);
+  assert_int_equal(m.hello.pid, 1234);
+  assert_int_equal(m.hello.known_epoch, 17);
+  assert_int_equal(m.hello.prev_member_id, 99);
+  ftc__msg_clear(&m);
+
+  m = roundtrip(ftc__proto_welcome(1ull << 52, 6, 250, 262144), FTC__MSG_WELCOME);
+  assert_int_equal(m.member_id, 1ull << 52);
+  assert_int_equal(m.epoch, 6);
+  assert_int_equal(m.heartbeat_ms, 250);
+  ftc__msg_clear(&m);
+
+  ftc__wire_member_t wm[3] = {{0, 0, 11, 1, "a:1"}, {1, 2, 12, 1, "b:2"}, {2, 5, 31, 4, "c:3"}};
+  m = roundtrip(ftc__proto_view(4, wm, 3, "blob=="), FTC__MSG_VIEW);
+  assert_int_equal(m.epoch, 4);
+  assert_int_equal(m.nmembers, 3);
+  assert_int_equal(m.members[2].slot, 5);
+  assert_int_equal(m.members[2].member_id, 31);
+  assert_int_equal(m.members[2].joined_epoch, 4);
+  assert_string_equal(m.members[1].addr, "b:2");
+  assert_string_equal(m.backend, "blob==");
+  ftc__msg_clear(&m);
+
+  int ranks[] = {1, 4};
+  m = roundtrip(ftc__proto_failure(9, ranks, 2, FTC_ERR_TIMEOUT), FTC__MSG_FAILURE);
+  assert_int_equal(m.epoch, 9);
+  assert_int_equal(m.nranks, 2);
+  assert_int_equal(m.ranks[1], 4);
+  assert_int_equal(m.status, FTC_ERR_TIMEOUT);
+  ftc__msg_clear(&m);
+
+  m = roundtrip(ftc__proto_dump("inc", 2, 10, 14, "a\"\xc3\xa9", 4, 0), FTC__MSG_DUMP);
+  assert_int_equal(m.data_len, 4);
+  assert_memory_equal(m.data, "a\"\xc3\xa9", 4);
+  ftc__msg_clear(&m);
+
+  m = roundtrip(ftc__proto_error(FTC__PERR_DUPLICATE_SLOT, "slot 1 taken"), FTC__MSG_ERROR);
+  assert_int_equal(m.code, FTC__PERR_DUPLICATE_SLOT);
+  assert_string_equal(m.reason, "slot 1 taken");
+  ftc__msg_clear(&m);
+
+  m = roundtrip(ftc__proto_dump_request("hang-2", "why", 3), FTC__MSG_DUMP_REQUEST);
+  assert_string_equal(m.incident, "hang-2");
+  ftc__msg_clear(&m);
+  m = roundtrip(ftc__proto_leave("bye"), FTC__MSG_LEAVE);
+  ftc__msg_clear(&m);
+  m = roundtrip(ftc__proto_heartbeat(2), FTC__MSG_HEARTBEAT);
+  ftc__msg_clear(&m);
+}
+
+static void error_codes_map_to_statuses(void **state) {
+  (void)state;
+  assert_int_equal(ftc__perr_status(FTC__PERR_AUTH), FTC_ERR_AUTH);
+  assert_int_equal(ftc__perr_status(FTC__PERR_BAD_JSON), FTC_ERR_PROTOCOL);
+  assert_int_equal(ftc__perr_status(FTC__PERR_DUPLICATE_SLOT), FTC_ERR_CONFIG);
+  assert_int_equal(ftc__perr_status(FTC__PERR_SHUTTING_DOWN), FTC_ERR_COORDINATOR);
+  assert_int_equal(ftc__perr_status(FTC__PERR_COUNT), FTC_ERR_PROTOCOL); /* unknown code */
+  for (int e = 1; e < FTC__PERR_COUNT; e++) assert_string_not_equal(ftc__perr_name(e), "?");
+}
+
+static void token_comparison_is_exact(void **state) {
+  (void)state;
+  assert_true(ftc__proto_token_equal("abc", "abc"));
+  assert_false(ftc__proto_token_equal("abd", "abc"));
+  assert_false(ftc__proto_token_equal("ab", "abc"));
+  assert_false(ftc__proto_token_equal("abcd", "abc"));
+  assert_false(ftc__proto_token_equal("", "abc"));
+  assert_true(ftc__proto_token_equal("", ""));
+}
+
+static void utf8_cut_never_splits_a_character(void **state) {
+  (void)state;
+  const char *s = "ab\xe2\x82\xac" "cd"; /* a b EURO c d */
+  assert_int_equal(ftc__proto_utf8_cut(s, 7, 100), 7);
+  assert_int_equal(ftc__proto_utf8_cut(s, 7, 2), 2);
+  assert_int_equal(ftc__proto_utf8_cut(s, 7, 3), 2);
+  assert_int_equal(ftc__proto_utf8_cut(s, 7, 4), 2);
+  assert_int_equal(ftc__proto_utf8_cut(s, 7, 5), 5);
+}
+
+static void frame_queue_is_fifo(void **state) {
+  (void)state;
+  ftc__frameq_t q = {0};
+  ftc__frame_t *a = ftc__proto_encode(ftc__proto_heartbeat(1), 0);
+  ftc__frame_t *b = ftc__proto_encode(ftc__proto_heartbeat(2), 0);
+  ftc__frameq_push(&q, a);
+  ftc__frameq_push(&q, b);
+  assert_int_equal(q.count, 2);
+  assert_ptr_equal(ftc__frameq_pop(&q), a);
+  ftc__frameq_push(&q, a);
+  assert_ptr_equal(ftc__frameq_pop(&q), b);
+  assert_ptr_equal(ftc__frameq_pop(&q), a);
+  assert_null(ftc__frameq_pop(&q));
+  ftc__free(a);
+  ftc__free(b);
+  ftc__frameq_push(&q, ftc__proto_encode(ftc__proto_heartbeat(3), 0));
+  ftc__frameq_clear(&q);
+  assert_int_equal(q.count, 0);
+}
+
+/* Fail each allocation of decoding a view in turn: every failure is a clean
+ * refusal (no crash, no leak under ASan), and the loop ends in success. */
+static void decoding_survives_every_allocation_failure(void **state) {
+  (void)state;
+  ftc__proto_init();
+  const char *text =
+      "{\"v\":1,\"type\":\"view\",\"epoch\":1,\"members\":[{\"rank\":0,\"slot\":0,"
+      "\"member_id\":1,\"joined_epoch\":1,\"addr\":\"a:1\"},{\"rank\":1,\"slot\":1,"
+      "\"member_id\":2,\"joined_epoch\":1,\"addr\":\"b:1\"}],\"backend\":\"x\"}";
+  int failures = 0;
+  for (long n = 1; n < 1000; n++) {
+    ftc__alloc_fail_at(n);
+    ftc__msg_t msg;
+    char why[256];
+    ftc__perr_t e = ftc__proto_decode(text, strlen(text), 4096, &msg, why, sizeof(why));
+    long used = ftc__alloc_count();
+    ftc__alloc_fail_at(0);
+    if (e == FTC__PERR_NONE) {
+      assert_int_equal(msg.nmembers, 2);
+      ftc__msg_clear(&msg);
+      if (used < n) break; /* nothing failed: done */
+      continue;
+    }
+    failures++;
+    assert_null(msg.root);
+  }
+  assert_true(failures > 3);
+}
+
+static void coordinator_creation_survives_every_allocation_failure(void **state) {
+  (void)state;
+  ftc__coord_cfg_t cfg = {.bind_host = "127.0.0.1", .job = "j", .token = "t", .world_size = 2,
+                          .heartbeat_ms = 100, .heartbeat_timeout_ms = 1000};
+  int failures = 0;
+  for (long n = 1; n < 100; n++) {
+    ftc__coord_t *co = NULL;
+    ftc__alloc_fail_at(n);
+    ftc_status_t st = ftc__coord_create(&cfg, &co);
+    ftc__alloc_fail_at(0);
+    if (st == FTC_OK) {
+      ftc__coord_destroy(co);
+      break;
+    }
+    assert_int_equal(st, FTC_ERR_NO_MEMORY);
+    assert_null(co);
+    failures++;
+  }
+  assert_true(failures >= 4);
+}
+
+static void coordinator_config_is_checked(void **state) {
+  (void)state;
+  ftc__coord_t *co = NULL;
+  ftc__coord_cfg_t cfg = {.job = "j", .token = "", .world_size = 2};
+  assert_int_equal(ftc__coord_create(&cfg, &co), FTC_ERR_INVALID_ARGUMENT);
+  cfg.token = "t";
+  cfg.min_size = 3;
+  assert_int_equal(ftc__coord_create(&cfg, &co), FTC_ERR_INVALID_ARGUMENT);
+  cfg.min_size = 0;
+  cfg.world_size = 0;
+  assert_int_equal(ftc__coord_create(&cfg, &co), FTC_ERR_INVALID_ARGUMENT);
+  assert_null(co);
+  /* A port already taken is a clear error, not a crash. */
+  cfg.world_size = 1;
+  cfg.bind_host = "127.0.0.1";
+  ftc__coord_t *first = NULL;
+  assert_int_equal(ftc__coord_create(&cfg, &first), FTC_OK);
+  cfg.port = ftc__coord_port(first);
+  assert_int_equal(ftc__coord_create(&cfg, &co), FTC_ERR_SYSTEM);
+  assert_non_null(strstr(ftc_last_error(), "cannot listen"));
+  ftc__coord_destroy(first);
+  ftc__coord_destroy(NULL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(decode_cases_from_file),
+      cmocka_unit_test(oversized_text_is_too_large_before_parsing),
+      cmocka_unit_test(built_messages_decode_to_what_they_carry),
+      cmocka_unit_test(error_codes_map_to_statuses),
+      cmocka_unit_test(token_comparison_is_exact),
+      cmocka_unit_test(utf8_cut_never_splits_a_character),
+      cmocka_unit_test(frame_queue_is_fifo),
+      cmocka_unit_test(decoding_survives_every_allocation_failure),
+      cmocka_unit_test(coordinator_creation_survives_every_allocation_failure),
+      cmocka_unit_test(coordinator_config_is_checked),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
