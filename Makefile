@@ -116,3 +116,8 @@ install: all
 # docs/environment.md is generated from common/ftc_params.def.
 docs-env:
 	@scripts/gen-env-doc.py common/ftc_params.def > docs/environment.md
+
+demo:
+	@scripts/deps.sh
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) scripts/demo.sh
