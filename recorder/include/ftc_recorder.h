@@ -113,6 +113,13 @@ uint64_t ftc_rec_schedule(ftc_rec_t *rec, uint64_t epoch, uint64_t seq, ftc_rec_
                           int dtype, uint64_t count, uint64_t bytes, int peer,
                           int64_t timeout_ns);
 
+/* The same, with the creation time given (a monotonic ftc__now_ns() the
+ * caller already read, e.g. for the collective's deadline): saves the one
+ * clock read of ftc_rec_schedule(), which costs 20-45 ns on some VMs. */
+uint64_t ftc_rec_schedule_at(ftc_rec_t *rec, int64_t t_created_ns, uint64_t epoch, uint64_t seq,
+                             ftc_rec_op_t op, int dtype, uint64_t count, uint64_t bytes, int peer,
+                             int64_t timeout_ns);
+
 /* State changes of a recorded entry; t_ns is a monotonic time
  * (ftc__now_ns()), 0 means now. A call for an id whose slot has since been
  * reused by a newer entry is ignored, and a state never goes backwards. */

@@ -150,9 +150,16 @@ uint64_t ftc_rec_schedule(ftc_rec_t *rec, uint64_t epoch, uint64_t seq, ftc_rec_
                           int dtype, uint64_t count, uint64_t bytes, int peer,
                           int64_t timeout_ns) {
   if (!rec || !rec->ring) return FTC_REC_NO_ID;
+  return ftc_rec_schedule_at(rec, ftc__now_ns(), epoch, seq, op, dtype, count, bytes, peer,
+                             timeout_ns);
+}
+
+uint64_t ftc_rec_schedule_at(ftc_rec_t *rec, int64_t now, uint64_t epoch, uint64_t seq,
+                             ftc_rec_op_t op, int dtype, uint64_t count, uint64_t bytes, int peer,
+                             int64_t timeout_ns) {
+  if (!rec || !rec->ring) return FTC_REC_NO_ID;
   uint64_t id = __atomic_fetch_add(&rec->next_id, 1, __ATOMIC_RELAXED);
   ftc__rec_slot_t *s = &rec->ring[id % rec->cap];
-  int64_t now = ftc__now_ns();
   STORE(&s->gen, 2 * id + 1);
   STORE_REL(&s->epoch, epoch);
   STORE_REL(&s->seq, seq);

@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -268,8 +270,17 @@ static void coordinator_config_is_checked(void **state) {
   ftc__coord_t *first = NULL;
   assert_int_equal(ftc__coord_create(&cfg, &first), FTC_OK);
   cfg.port = ftc__coord_port(first);
-  assert_int_equal(ftc__coord_create(&cfg, &co), FTC_ERR_SYSTEM);
-  assert_non_null(strstr(ftc_last_error(), "cannot listen"));
+  /* In a child that leaves with _exit(): libwebsockets 4.1.6 leaks 72 bytes
+   * when a context fails to bind, which LeakSanitizer would report. */
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    ftc_status_t st = ftc__coord_create(&cfg, &co);
+    _exit(st == FTC_ERR_SYSTEM && !co && strstr(ftc_last_error(), "cannot listen") ? 0 : 1);
+  }
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   ftc__coord_destroy(first);
   ftc__coord_destroy(NULL);
 }
