@@ -98,6 +98,7 @@ struct ftc__coord {
   member_t **view; /* current epoch, rank order */
   int view_n, view_cap;
   int view_dirty; /* an active member was dropped since the last epoch */
+  int lost_since_epoch; /* ... and not by a clean leave */
   uint64_t epoch, max_known_epoch, next_id;
   int formed; /* this coordinator has announced an epoch */
   int stopping;
@@ -181,10 +182,12 @@ static member_t *find_slot(ftc__coord_t *co, int slot) {
  * next epoch is formed by maybe_form_epoch(). */
 static void drop_member(ftc__coord_t *co, member_t *m, int left, const char *why) {
   if (m->state == M_ACTIVE) co->view_dirty = 1;
-  if (left)
+  if (left) {
     co->counts.left++;
-  else
+  } else {
     co->counts.lost++;
+    co->lost_since_epoch = 1;
+  }
   if (m->state == M_ACTIVE)
     FTC_INFO(FTC_SUB_COORD, "job %s: rank %d (slot %d, member %llu) %s in epoch %llu", co->job,
              m->rank, m->slot, (unsigned long long)m->id, why, (unsigned long long)co->epoch);
@@ -224,11 +227,12 @@ static void maybe_form_epoch(ftc__coord_t *co) {
   } else {
     if (!co->view_dirty && pending == 0) return;
     if (n < co->min_size) {
+      /* Ranks leaving cleanly at the end of a job are no cause for alarm. */
       if (!co->below_min_logged)
-        FTC_WARN(FTC_SUB_COORD,
-                 "job %s: %d members remain, below the minimum of %d; waiting for joiners "
-                 "before the next epoch",
-                 co->job, n, co->min_size);
+        FTC_LOG(co->lost_since_epoch ? FTC_LOG_WARN : FTC_LOG_INFO, FTC_SUB_COORD,
+                "job %s: %d members remain, below the minimum of %d; waiting for joiners "
+                "before the next epoch",
+                co->job, n, co->min_size);
       co->below_min_logged = 1;
       return;
     }
@@ -263,6 +267,7 @@ static void maybe_form_epoch(ftc__coord_t *co) {
   co->epoch = e;
   co->formed = 1;
   co->view_dirty = 0;
+  co->lost_since_epoch = 0;
   co->stats_dirty = 1;
   json_t *v = ftc__proto_view(e, wm, n, NULL);
   ftc__frame_t *f = ftc__proto_encode(v, LWS_PRE);
@@ -361,9 +366,9 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
   co->members[co->nmembers++] = m;
   co->stats_dirty = 1;
   lws_set_timeout(s->wsi, NO_PENDING_TIMEOUT, 0);
-  FTC_INFO(FTC_SUB_COORD, "job %s: slot %d joined as member %llu from %s (data %s, %s%s)",
-           co->job, m->slot, (unsigned long long)m->id, s->peer, m->addr,
-           h->joiner ? "joiner" : "initial", m->host[0] ? "" : "");
+  FTC_INFO(FTC_SUB_COORD, "job %s: slot %d joined as member %llu from %s%s%s (data %s, %s)",
+           co->job, m->slot, (unsigned long long)m->id, m->host[0] ? m->host : "",
+           m->host[0] ? " at " : "", s->peer, m->addr, h->joiner ? "joiner" : "initial");
   send_msg(s, ftc__proto_welcome(m->id, co->epoch, co->heartbeat_ms, FTC__PROTO_MAX_RANK_MSG),
            0);
   maybe_form_epoch(co);
