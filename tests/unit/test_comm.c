@@ -1,0 +1,608 @@
+/*
+ * test_comm.c - the communicator's contract outside the happy path: bad
+ * arguments are refused with a message saying what to fix; a peer that
+ * never arrives is a timeout within the connect timeout; strangers are
+ * refused on the data plane; a collective that times out or loses a peer
+ * fails and revokes the epoch; abort fails everything promptly from another
+ * thread; requests survive destroy; the data plane can be rebuilt for a new
+ * epoch; the flight recorder sees every collective.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "ftc_time.h"
+#include "harness.h"
+#include "tcp/tcp.h"
+
+static int64_t ms_since(int64_t t0) { return (ftc__now_ns() - t0) / 1000000; }
+
+/* A communicator of one rank, in this process. */
+static ftc_comm_t *solo_comm(void) {
+  int fd;
+  ftc__view_t *v = harness_view(1, 0, 1, &fd);
+  ftc_config_t cfg;
+  harness_config(&cfg, 5000, 2000);
+  ftc_comm_t *comm = NULL;
+  assert_int_equal(ftc__comm_create_from_view(&cfg, v, fd, &comm), FTC_OK);
+  harness_view_free(v);
+  return comm;
+}
+
+#define ASSERT_INVALID(call, needle)                                  \
+  do {                                                                \
+    assert_int_equal((call), FTC_ERR_INVALID_ARGUMENT);               \
+    if (!strstr(ftc_last_error(), (needle)))                          \
+      fail_msg("last error \"%s\" does not mention \"%s\"", ftc_last_error(), (needle)); \
+  } while (0)
+
+/* ---- bad input ---- */
+
+static void a_null_comm_is_an_invalid_argument(void **state) {
+  (void)state;
+  float x = 0;
+  ftc_request_t *req;
+  ASSERT_INVALID(ftc_allreduce(&x, &x, 1, FTC_F32, FTC_SUM, NULL, 100), "comm is NULL");
+  ASSERT_INVALID(ftc_broadcast(&x, 1, FTC_F32, 0, NULL, 100), "comm is NULL");
+  ASSERT_INVALID(ftc_barrier(NULL, 100), "comm is NULL");
+  ASSERT_INVALID(ftc_iallgather(&x, &x, 1, FTC_F32, NULL, &req), "comm is NULL");
+  int r;
+  ASSERT_INVALID(ftc_comm_rank(NULL, &r), "NULL");
+  ASSERT_INVALID(ftc_comm_abort(NULL), "NULL");
+  assert_int_equal(ftc_comm_destroy(NULL), FTC_OK);
+  ftc_request_free(NULL);
+  ASSERT_INVALID(ftc_wait(NULL, 0), "req is NULL");
+}
+
+static void null_buffers_are_refused_unless_count_is_zero(void **state) {
+  (void)state;
+  ftc_comm_t *comm = solo_comm();
+  float x = 1;
+  ASSERT_INVALID(ftc_allreduce(NULL, &x, 1, FTC_F32, FTC_SUM, comm, 100), "sendbuf is NULL");
+  ASSERT_INVALID(ftc_allreduce(&x, NULL, 1, FTC_F32, FTC_SUM, comm, 100), "recvbuf is NULL");
+  ASSERT_INVALID(ftc_allgather(&x, NULL, 4, FTC_F32, comm, 100), "recvbuf is NULL");
+  ASSERT_INVALID(ftc_reduce(&x, NULL, 1, FTC_F32, FTC_SUM, 0, comm, 100), "recvbuf (on the root)");
+  assert_int_equal(ftc_allreduce(NULL, NULL, 0, FTC_F32, FTC_SUM, comm, 100), FTC_OK);
+  assert_int_equal(ftc_broadcast(NULL, 0, FTC_I32, 0, comm, 100), FTC_OK);
+  ftc_comm_destroy(comm);
+}
+
+static void unknown_dtypes_and_ops_are_refused(void **state) {
+  (void)state;
+  ftc_comm_t *comm = solo_comm();
+  float x = 1;
+  ASSERT_INVALID(ftc_allreduce(&x, &x, 1, (ftc_dtype_t)7, FTC_SUM, comm, 100), "dtype 7");
+  ASSERT_INVALID(ftc_allreduce(&x, &x, 1, (ftc_dtype_t)-1, FTC_SUM, comm, 100), "dtype -1");
+  ASSERT_INVALID(ftc_reduce_scatter(&x, &x, 1, FTC_F32, (ftc_op_t)5, comm, 100), "op 5");
+  ASSERT_INVALID(ftc_alltoall(&x, &x, 1, (ftc_dtype_t)42, comm, 100), "dtype 42");
+  ftc_comm_destroy(comm);
+}
+
+static void a_count_that_overflows_size_t_is_refused(void **state) {
+  (void)state;
+  ftc_comm_t *comm = solo_comm();
+  float x = 1;
+  ASSERT_INVALID(ftc_allreduce(&x, &x, SIZE_MAX / 2, FTC_F32, FTC_SUM, comm, 100), "overflows");
+  ASSERT_INVALID(ftc_allgather(&x, &x, SIZE_MAX / 8 + 1, FTC_F64, comm, 100), "overflows");
+  ftc_comm_destroy(comm);
+}
+
+static void roots_and_peers_out_of_range_are_refused(void **state) {
+  (void)state;
+  ftc_comm_t *comm = solo_comm();
+  float x = 1;
+  ftc_request_t *req;
+  ASSERT_INVALID(ftc_broadcast(&x, 1, FTC_F32, 1, comm, 100), "root 1 is out of range");
+  ASSERT_INVALID(ftc_reduce(&x, &x, 1, FTC_F32, FTC_SUM, -1, comm, 100), "root -1");
+  ASSERT_INVALID(ftc_send(&x, 1, FTC_F32, 3, comm, 100), "peer 3");
+  ASSERT_INVALID(ftc_irecv(&x, 1, FTC_F32, 0, comm, &req), "this rank");
+  ftc_comm_destroy(comm);
+}
+
+static void a_missing_request_pointer_or_bad_timeout_is_refused(void **state) {
+  (void)state;
+  ftc_comm_t *comm = solo_comm();
+  float x = 1;
+  ASSERT_INVALID(ftc_iallreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, NULL), "req is NULL");
+  ASSERT_INVALID(ftc_ibarrier(comm, NULL), "req is NULL");
+  ASSERT_INVALID(ftc_allreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, -7), "timeout_ms -7");
+  ftc_comm_destroy(comm);
+}
+
+static void create_without_a_coordinator_says_how_to_start(void **state) {
+  (void)state;
+  ftc_config_t cfg;
+  harness_config(&cfg, 1000, 1000);
+  ftc_comm_t *comm = (ftc_comm_t *)&cfg;
+  unsetenv("FTCOMM_COORDINATOR");
+  assert_int_equal(ftc_comm_create(&cfg, &comm), FTC_ERR_CONFIG);
+  assert_null(comm);
+  assert_non_null(strstr(ftc_last_error(), "FTCOMM_COORDINATOR"));
+  ASSERT_INVALID(ftc_comm_create(&cfg, NULL), "NULL");
+}
+
+static void a_world_of_one_reports_rank_size_epoch(void **state) {
+  (void)state;
+  ftc_comm_t *comm = solo_comm();
+  int r = -1, s = -1;
+  uint64_t e = 0;
+  ftc_status_t err = FTC_ERR_INTERNAL;
+  assert_int_equal(ftc_comm_rank(comm, &r), FTC_OK);
+  assert_int_equal(ftc_comm_size(comm, &s), FTC_OK);
+  assert_int_equal(ftc_comm_epoch(comm, &e), FTC_OK);
+  assert_int_equal(ftc_comm_get_async_error(comm, &err), FTC_OK);
+  assert_int_equal(r, 0);
+  assert_int_equal(s, 1);
+  assert_int_equal(e, 1);
+  assert_int_equal(err, FTC_OK);
+  ftc_comm_destroy(comm);
+}
+
+/* ---- bootstrap ---- */
+
+static void a_peer_that_never_connects_times_out_within_the_connect_timeout(void **state) {
+  (void)state;
+  int fds[2];
+  ftc__view_t *v = harness_view(2, 0, 1, fds); /* rank 1's listener exists; nobody runs it */
+  ftc_config_t cfg;
+  harness_config(&cfg, 1000, 300);
+  ftc_comm_t *comm = NULL;
+  int64_t t0 = ftc__now_ns();
+  assert_int_equal(ftc__comm_create_from_view(&cfg, v, fds[0], &comm), FTC_ERR_TIMEOUT);
+  int64_t took = ms_since(t0);
+  assert_true(took >= 250 && took < 2000);
+  assert_null(comm);
+  assert_non_null(strstr(ftc_last_error(), "rank(s) 1"));
+  assert_non_null(strstr(ftc_last_error(), "FTCOMM_CONNECT_TIMEOUT_MS"));
+  close(fds[1]);
+  harness_view_free(v);
+}
+
+static void a_peer_that_never_answers_times_out_within_the_connect_timeout(void **state) {
+  (void)state;
+  int fds[2];
+  ftc__view_t *v = harness_view(2, 1, 1, fds); /* rank 0 listens but never accepts */
+  ftc_config_t cfg;
+  harness_config(&cfg, 1000, 300);
+  ftc_comm_t *comm = NULL;
+  int64_t t0 = ftc__now_ns();
+  assert_int_equal(ftc__comm_create_from_view(&cfg, v, fds[1], &comm), FTC_ERR_TIMEOUT);
+  assert_true(ms_since(t0) < 2000);
+  assert_non_null(strstr(ftc_last_error(), "rank(s) 0"));
+  close(fds[0]);
+  harness_view_free(v);
+}
+
+static void a_peer_address_where_nobody_listens_times_out(void **state) {
+  (void)state;
+  int fds[2];
+  ftc__view_t *v = harness_view(2, 1, 1, fds);
+  close(fds[0]); /* connection refused, retried until the deadline */
+  ftc_config_t cfg;
+  harness_config(&cfg, 1000, 300);
+  ftc_comm_t *comm = NULL;
+  int64_t t0 = ftc__now_ns();
+  assert_int_equal(ftc__comm_create_from_view(&cfg, v, fds[1], &comm), FTC_ERR_TIMEOUT);
+  assert_true(ms_since(t0) < 2000);
+  assert_non_null(strstr(ftc_last_error(), "refused"));
+  harness_view_free(v);
+}
+
+typedef struct creator {
+  ftc__view_t *view;
+  int fd;
+  ftc_comm_t *comm;
+  ftc_status_t st;
+} creator_t;
+
+static void *create_thread(void *arg) {
+  creator_t *c = arg;
+  ftc_config_t cfg;
+  harness_config(&cfg, 2000, 5000);
+  c->st = ftc__comm_create_from_view(&cfg, c->view, c->fd, &c->comm);
+  return NULL;
+}
+
+static int dial(const char *addr) {
+  char host[128];
+  snprintf(host, sizeof(host), "%s", addr);
+  char *colon = strrchr(host, ':');
+  *colon = '\0';
+  struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+  inet_pton(AF_INET, host, &sin.sin_addr);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct timeval tv = {2, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  assert_int_equal(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+  return fd;
+}
+
+static int read_full(int fd, void *buf, size_t n) {
+  size_t have = 0;
+  while (have < n) {
+    ssize_t r = recv(fd, (char *)buf + have, n - have, 0);
+    if (r <= 0) return -1;
+    have += (size_t)r;
+  }
+  return 0;
+}
+
+/* Dial rank 0 and say hello as `h` signed with `token`; 1 if it answered
+ * with a valid ACK, 0 if it closed the connection. The socket is returned
+ * through *keep when accepted. */
+static int say_hello(const char *addr, const ftc__tcp_hello_t *h, const char *token, int *keep) {
+  int fd = dial(addr);
+  uint8_t nonce[FTC__TCP_NONCE_SIZE], msg[FTC__TCP_HELLO_SIZE];
+  assert_int_equal(read_full(fd, nonce, sizeof(nonce)), 0);
+  ftc__tcp_hello_encode(msg, h, token, nonce);
+  assert_int_equal(send(fd, msg, sizeof(msg), 0), (ssize_t)sizeof(msg));
+  if (read_full(fd, msg, sizeof(msg)) != 0) {
+    close(fd);
+    return 0;
+  }
+  ftc__tcp_hello_t ack;
+  assert_int_equal(ftc__tcp_hello_decode(msg, &ack, token, nonce), 0);
+  assert_int_equal(ack.kind, FTC__TCP_ACK);
+  assert_int_equal(ack.rank, 0);
+  assert_int_equal(ack.member_id, 1000);
+  *keep = fd;
+  return 1;
+}
+
+static void strangers_are_refused_and_the_real_peer_is_accepted(void **state) {
+  (void)state;
+  int fds[2];
+  creator_t c = {.view = harness_view(2, 0, 7, fds)};
+  c.fd = fds[0];
+  close(fds[1]);
+  pthread_t t;
+  pthread_create(&t, NULL, create_thread, &c);
+  const char *addr = c.view->members[0].addr;
+  int keep = -1;
+  ftc__tcp_hello_t good = {FTC__TCP_HELLO, 7, 1001, 1, 2};
+  ftc__tcp_hello_t h = good;
+  assert_int_equal(say_hello(addr, &h, "wrong-token", &keep), 0);
+  h.epoch = 6;
+  assert_int_equal(say_hello(addr, &h, HARNESS_TOKEN, &keep), 0);
+  h = good;
+  h.member_id = 4242; /* not the member the view has at rank 1 */
+  assert_int_equal(say_hello(addr, &h, HARNESS_TOKEN, &keep), 0);
+  h = good;
+  h.rank = 0; /* rank 0 cannot be connected to by rank 0 */
+  h.member_id = 1000;
+  assert_int_equal(say_hello(addr, &h, HARNESS_TOKEN, &keep), 0);
+  int raw = dial(addr); /* not even a handshake */
+  uint8_t junk[FTC__TCP_HELLO_SIZE + FTC__TCP_NONCE_SIZE];
+  memset(junk, 'x', sizeof(junk));
+  assert_int_equal(send(raw, junk, FTC__TCP_HELLO_SIZE, 0), FTC__TCP_HELLO_SIZE);
+  assert_true(recv(raw, junk, sizeof(junk), 0) == FTC__TCP_NONCE_SIZE || 1);
+  close(raw);
+  assert_int_equal(say_hello(addr, &good, HARNESS_TOKEN, &keep), 1);
+  pthread_join(t, NULL);
+  assert_int_equal(c.st, FTC_OK);
+  ftc_comm_destroy(c.comm);
+  close(keep);
+  harness_view_free(c.view);
+}
+
+static int stranger_after_bootstrap_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)n, (void)arg;
+  if (rank == 1) {
+    int fd = dial(comm->view->members[0].addr);
+    char b;
+    ssize_t r = recv(fd, &b, 1, 0); /* refused: closed without a nonce */
+    close(fd);
+    if (r != 0) return RANK_FAIL(rank, "the stranger was not refused (recv gave %zd)", r);
+  }
+  int32_t x = rank + 1;
+  if (ftc_allreduce(&x, &x, 1, FTC_I32, FTC_SUM, comm, 5000) != FTC_OK || x != 3)
+    return RANK_FAIL(rank, "allreduce after the stranger: %s", ftc_last_error());
+  return 0;
+}
+
+static void a_stranger_after_bootstrap_is_refused_and_training_goes_on(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(2, stranger_after_bootstrap_body, NULL, NULL), 0);
+}
+
+/* A rank that arrives after its peer gave up must not hang: its collective
+ * may still complete from data the peer sent before failing, but by the
+ * next one at the latest it sees the failure. */
+static int late_rank_sees_the_failure(ftc_comm_t *comm, int rank) {
+  float x = 1;
+  for (int i = 0; i < 2; i++) {
+    ftc_status_t st = ftc_allreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, 2000);
+    if (st == FTC_ERR_PEER_LOST || st == FTC_ERR_REVOKED) return 0;
+    if (st != FTC_OK) return RANK_FAIL(rank, "late rank got %s", ftc_strerror(st));
+  }
+  return RANK_FAIL(rank, "two collectives with a failed peer succeeded");
+}
+
+/* ---- failures ---- */
+
+static int timeout_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)n, (void)arg;
+  float x = 1;
+  if (rank == 1) {
+    usleep(800 * 1000);
+    return late_rank_sees_the_failure(comm, rank);
+  }
+  int64_t t0 = ftc__now_ns();
+  ftc_status_t st = ftc_allreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, 200);
+  int64_t took = ms_since(t0);
+  if (st != FTC_ERR_TIMEOUT) return RANK_FAIL(rank, "got %s, expected a timeout", ftc_strerror(st));
+  if (took < 150 || took > 700) return RANK_FAIL(rank, "timed out after %lld ms, not ~200", (long long)took);
+  if (!strstr(ftc_last_error(), "rank 1") || !strstr(ftc_last_error(), "allreduce"))
+    return RANK_FAIL(rank, "the error does not name the collective and the peer: %s", ftc_last_error());
+  ftc_status_t async;
+  ftc_comm_get_async_error(comm, &async);
+  if (async != FTC_ERR_TIMEOUT) return RANK_FAIL(rank, "async error %s", ftc_strerror(async));
+  if (ftc_barrier(comm, 100) != FTC_ERR_REVOKED)
+    return RANK_FAIL(rank, "a collective after the failure was not revoked");
+  ftc_request_t *req;
+  if (ftc_ibarrier(comm, &req) != FTC_ERR_REVOKED) return RANK_FAIL(rank, "ibarrier not revoked");
+  ftc_rec_entry_t e[8];
+  size_t ne = ftc_rec_snapshot(comm->rec, e, 8);
+  if (ne < 1 || e[ne - 1].state != FTC_REC_FAILED || e[ne - 1].op != FTC_REC_ALLREDUCE)
+    return RANK_FAIL(rank, "the recorder does not show the failed allreduce");
+  return 0;
+}
+
+static void a_collective_past_its_timeout_fails_and_revokes_the_epoch(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(2, timeout_body, NULL, NULL), 0);
+}
+
+static int peer_lost_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)n, (void)arg;
+  if (rank == 2) {
+    usleep(200 * 1000);
+    _exit(0); /* dies without a word */
+  }
+  double x[1000] = {0};
+  int64_t t0 = ftc__now_ns();
+  ftc_status_t st = ftc_allreduce(x, x, 1000, FTC_F64, FTC_SUM, comm, 10000);
+  if (st != FTC_ERR_PEER_LOST) return RANK_FAIL(rank, "got %s, expected peer lost", ftc_strerror(st));
+  if (ms_since(t0) > 3000) return RANK_FAIL(rank, "took %lld ms to notice", (long long)ms_since(t0));
+  return 0;
+}
+
+static void a_dead_peer_fails_the_collective_with_peer_lost(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(3, peer_lost_body, NULL, NULL), 0);
+}
+
+static int idle_peer_lost_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)n, (void)arg;
+  if (rank == 1) _exit(0);
+  usleep(300 * 1000); /* between collectives */
+  ftc_status_t async;
+  ftc_comm_get_async_error(comm, &async);
+  if (async != FTC_ERR_PEER_LOST) return RANK_FAIL(rank, "async error %s", ftc_strerror(async));
+  if (ftc_barrier(comm, 1000) != FTC_ERR_REVOKED) return RANK_FAIL(rank, "barrier not revoked");
+  return 0;
+}
+
+static void a_peer_dying_between_collectives_sets_the_async_error(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(2, idle_peer_lost_body, NULL, NULL), 0);
+}
+
+typedef struct aborter {
+  ftc_comm_t *comm;
+  int delay_ms;
+} aborter_t;
+
+static void *abort_thread(void *arg) {
+  aborter_t *a = arg;
+  usleep((useconds_t)a->delay_ms * 1000);
+  ftc_comm_abort(a->comm);
+  return NULL;
+}
+
+static int abort_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)n, (void)arg;
+  float x[4] = {0};
+  if (rank == 1) {
+    usleep(1200 * 1000);
+    return late_rank_sees_the_failure(comm, rank);
+  }
+  ftc_request_t *queued[3];
+  for (int i = 0; i < 3; i++)
+    if (ftc_iallreduce(x, x, 4, FTC_F32, FTC_SUM, comm, &queued[i]) != FTC_OK)
+      return RANK_FAIL(rank, "iallreduce: %s", ftc_last_error());
+  aborter_t a = {comm, 200};
+  pthread_t t;
+  pthread_create(&t, NULL, abort_thread, &a);
+  int64_t t0 = ftc__now_ns();
+  ftc_status_t st = ftc_allreduce(x, x, 4, FTC_F32, FTC_SUM, comm, FTC_TIMEOUT_INFINITE);
+  int64_t took = ms_since(t0);
+  pthread_join(t, NULL);
+  if (st != FTC_ERR_ABORTED) return RANK_FAIL(rank, "blocking call got %s", ftc_strerror(st));
+  if (took > 1000) return RANK_FAIL(rank, "abort took %lld ms to land", (long long)took);
+  for (int i = 0; i < 3; i++) {
+    if (ftc_wait(queued[i], 1000) != FTC_ERR_ABORTED)
+      return RANK_FAIL(rank, "queued request %d: %s", i, ftc_last_error());
+    ftc_request_free(queued[i]);
+  }
+  if (ftc_barrier(comm, 100) != FTC_ERR_ABORTED) return RANK_FAIL(rank, "later barrier not aborted");
+  ftc_request_t *req;
+  if (ftc_ibarrier(comm, &req) != FTC_ERR_ABORTED) return RANK_FAIL(rank, "later ibarrier not aborted");
+  ftc_status_t async;
+  ftc_comm_get_async_error(comm, &async);
+  if (async != FTC_ERR_ABORTED) return RANK_FAIL(rank, "async error %s", ftc_strerror(async));
+  return 0;
+}
+
+static void abort_from_another_thread_fails_everything_promptly(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(2, abort_body, NULL, NULL), 0);
+}
+
+static int wait_timeout_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)n, (void)arg;
+  int32_t x = 1;
+  if (rank == 1) {
+    usleep(800 * 1000);
+    return late_rank_sees_the_failure(comm, rank);
+  }
+  ftc_request_t *req;
+  if (ftc_iallreduce(&x, &x, 1, FTC_I32, FTC_SUM, comm, &req) != FTC_OK)
+    return RANK_FAIL(rank, "iallreduce: %s", ftc_last_error());
+  int done = 1;
+  if (ftc_test(req, &done) != FTC_OK || done) return RANK_FAIL(rank, "test says done too early");
+  int64_t t0 = ftc__now_ns();
+  if (ftc_wait(req, 200) != FTC_ERR_TIMEOUT) return RANK_FAIL(rank, "wait did not time out");
+  if (ms_since(t0) > 700) return RANK_FAIL(rank, "wait took %lld ms", (long long)ms_since(t0));
+  if (ftc_wait(req, 2000) != FTC_ERR_TIMEOUT) return RANK_FAIL(rank, "the request did not fail with the timeout");
+  if (ftc_test(req, &done) != FTC_ERR_TIMEOUT || !done) return RANK_FAIL(rank, "test after failure");
+  ftc_request_free(req);
+  if (ftc_barrier(comm, 100) != FTC_ERR_REVOKED) return RANK_FAIL(rank, "epoch not revoked");
+  return 0;
+}
+
+static void a_timed_out_wait_fails_the_request_and_the_epoch(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(2, wait_timeout_body, NULL, NULL), 0);
+}
+
+static int detached_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)arg;
+  int64_t *x = malloc(sizeof(int64_t) * 3000);
+  for (int i = 0; i < 3000; i++) x[i] = rank + i;
+  ftc_request_t *req;
+  if (ftc_iallreduce(x, x, 3000, FTC_I64, FTC_SUM, comm, &req) != FTC_OK)
+    return RANK_FAIL(rank, "iallreduce: %s", ftc_last_error());
+  ftc_request_free(req); /* detached: goes on in the background */
+  int64_t y = 1;
+  if (ftc_allreduce(&y, &y, 1, FTC_I64, FTC_SUM, comm, 5000) != FTC_OK || y != n)
+    return RANK_FAIL(rank, "blocking allreduce: %s", ftc_last_error());
+  for (int i = 0; i < 3000; i++)
+    if (x[i] != (int64_t)n * (n - 1) / 2 + (int64_t)n * i)
+      return RANK_FAIL(rank, "detached result %d is %lld", i, (long long)x[i]);
+  free(x);
+  return 0;
+}
+
+static void a_freed_request_still_completes_in_order(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(3, detached_body, NULL, NULL), 0);
+}
+
+static int destroy_pending_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)n, (void)arg;
+  if (rank == 1) {
+    usleep(300 * 1000);
+    return 0;
+  }
+  float x = 1;
+  ftc_request_t *req;
+  if (ftc_iallreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, &req) != FTC_OK)
+    return RANK_FAIL(rank, "iallreduce: %s", ftc_last_error());
+  usleep(50 * 1000);
+  int64_t t0 = ftc__now_ns();
+  ftc_comm_destroy(comm);
+  if (ms_since(t0) > 1000) return RANK_FAIL(rank, "destroy took %lld ms", (long long)ms_since(t0));
+  ftc_status_t st = ftc_wait(req, 100);
+  ftc_request_free(req);
+  if (st != FTC_ERR_ABORTED) return RANK_FAIL(rank, "pending request got %s", ftc_strerror(st));
+  _exit(0); /* the harness would destroy the communicator again */
+}
+
+static void destroy_fails_pending_requests_with_aborted(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(2, destroy_pending_body, NULL, NULL), 0);
+}
+
+static int rebuild_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)arg;
+  int32_t x = 1;
+  /* Break epoch 1: rank 1 arrives after rank 0's timeout. */
+  if (rank == 1) {
+    usleep(500 * 1000);
+    if (late_rank_sees_the_failure(comm, rank)) return 1;
+  } else if (ftc_allreduce(&x, &x, 1, FTC_I32, FTC_SUM, comm, 200) != FTC_ERR_TIMEOUT) {
+    return RANK_FAIL(rank, "epoch 1 did not time out");
+  }
+  ftc__view_t v2 = *comm->view;
+  ftc__view_member_t members[2];
+  memcpy(members, comm->view->members, sizeof(members));
+  v2.members = members;
+  v2.epoch = 2;
+  if (ftc__comm_rebuild(comm, &v2) != FTC_OK) return RANK_FAIL(rank, "rebuild: %s", ftc_last_error());
+  uint64_t e;
+  ftc_status_t async;
+  ftc_comm_epoch(comm, &e);
+  ftc_comm_get_async_error(comm, &async);
+  if (e != 2 || async != FTC_OK) return RANK_FAIL(rank, "epoch %llu, async %d", (unsigned long long)e, async);
+  x = rank + 1;
+  if (ftc_allreduce(&x, &x, 1, FTC_I32, FTC_SUM, comm, 5000) != FTC_OK || x != n * (n + 1) / 2)
+    return RANK_FAIL(rank, "allreduce in epoch 2: %s (x=%d)", ftc_last_error(), x);
+  return 0;
+}
+
+static void the_data_plane_can_be_rebuilt_for_a_new_epoch(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(2, rebuild_body, NULL, NULL), 0);
+}
+
+static void the_recorder_sees_every_collective(void **state) {
+  (void)state;
+  ftc_comm_t *comm = solo_comm();
+  float x = 1;
+  ftc_request_t *req;
+  assert_int_equal(ftc_allreduce(&x, &x, 1, FTC_F32, FTC_MAX, comm, 100), FTC_OK);
+  assert_int_equal(ftc_broadcast(&x, 1, FTC_F32, 0, comm, 100), FTC_OK);
+  assert_int_equal(ftc_ibarrier(comm, &req), FTC_OK);
+  assert_int_equal(ftc_wait(req, 1000), FTC_OK);
+  ftc_request_free(req);
+  ftc_rec_entry_t e[8];
+  assert_int_equal(ftc_rec_snapshot(comm->rec, e, 8), 3);
+  assert_int_equal(e[0].op, FTC_REC_ALLREDUCE);
+  assert_int_equal(e[1].op, FTC_REC_BROADCAST);
+  assert_int_equal(e[2].op, FTC_REC_BARRIER);
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(e[i].seq, (uint64_t)i + 1);
+    assert_int_equal(e[i].state, FTC_REC_COMPLETED);
+    assert_true(e[i].t_started >= e[i].t_created && e[i].t_completed >= e[i].t_started);
+  }
+  ftc_comm_destroy(comm);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(a_null_comm_is_an_invalid_argument),
+      cmocka_unit_test(null_buffers_are_refused_unless_count_is_zero),
+      cmocka_unit_test(unknown_dtypes_and_ops_are_refused),
+      cmocka_unit_test(a_count_that_overflows_size_t_is_refused),
+      cmocka_unit_test(roots_and_peers_out_of_range_are_refused),
+      cmocka_unit_test(a_missing_request_pointer_or_bad_timeout_is_refused),
+      cmocka_unit_test(create_without_a_coordinator_says_how_to_start),
+      cmocka_unit_test(a_world_of_one_reports_rank_size_epoch),
+      cmocka_unit_test(a_peer_that_never_connects_times_out_within_the_connect_timeout),
+      cmocka_unit_test(a_peer_that_never_answers_times_out_within_the_connect_timeout),
+      cmocka_unit_test(a_peer_address_where_nobody_listens_times_out),
+      cmocka_unit_test(strangers_are_refused_and_the_real_peer_is_accepted),
+      cmocka_unit_test(a_stranger_after_bootstrap_is_refused_and_training_goes_on),
+      cmocka_unit_test(a_collective_past_its_timeout_fails_and_revokes_the_epoch),
+      cmocka_unit_test(a_dead_peer_fails_the_collective_with_peer_lost),
+      cmocka_unit_test(a_peer_dying_between_collectives_sets_the_async_error),
+      cmocka_unit_test(abort_from_another_thread_fails_everything_promptly),
+      cmocka_unit_test(a_timed_out_wait_fails_the_request_and_the_epoch),
+      cmocka_unit_test(a_freed_request_still_completes_in_order),
+      cmocka_unit_test(destroy_fails_pending_requests_with_aborted),
+      cmocka_unit_test(the_data_plane_can_be_rebuilt_for_a_new_epoch),
+      cmocka_unit_test(the_recorder_sees_every_collective),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,144 @@
+/*
+ * test_config.c - ftc_config_resolve(): unset fields come from FTCOMM_*,
+ * then from the defaults; explicit fields win; a bad variable or field is
+ * FTC_ERR_CONFIG naming it and its range.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ftc_param.h"
+#include "ftcomm.h"
+
+static int clean_env(void **state) {
+  (void)state;
+  const char *vars[] = {"FTCOMM_JOB", "FTCOMM_TIMEOUT_MS", "FTCOMM_WORLD_SIZE", "FTCOMM_SLOT",
+                        "FTCOMM_MIN_SIZE", "FTCOMM_BACKEND", "FTCOMM_CONNECT_TIMEOUT_MS",
+                        "FTCOMM_COORDINATOR", "FTCOMM_TOKEN"};
+  for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) unsetenv(vars[i]);
+  ftc__param_reset();
+  return 0;
+}
+
+static void unset_fields_take_the_defaults(void **state) {
+  (void)state;
+  ftc_config_t cfg = FTC_CONFIG_INITIALIZER;
+  assert_int_equal(ftc_config_resolve(&cfg), FTC_OK);
+  assert_string_equal(cfg.job, "local");
+  assert_int_equal(cfg.timeout_ms, 600000);
+  assert_int_equal(cfg.world_size, 1);
+  assert_int_equal(cfg.slot, 0);
+  assert_int_equal(cfg.recorder_entries, 2000);
+  assert_string_equal(cfg.backend, "auto");
+  assert_null(cfg.coordinator);
+}
+
+static void unset_fields_come_from_the_environment(void **state) {
+  (void)state;
+  setenv("FTCOMM_JOB", "resnet", 1);
+  setenv("FTCOMM_TIMEOUT_MS", "1234", 1);
+  setenv("FTCOMM_WORLD_SIZE", "8", 1);
+  setenv("FTCOMM_SLOT", "5", 1);
+  ftc__param_reset();
+  ftc_config_t cfg = FTC_CONFIG_INITIALIZER;
+  assert_int_equal(ftc_config_resolve(&cfg), FTC_OK);
+  assert_string_equal(cfg.job, "resnet");
+  assert_int_equal(cfg.timeout_ms, 1234);
+  assert_int_equal(cfg.world_size, 8);
+  assert_int_equal(cfg.slot, 5);
+}
+
+static void explicit_fields_win_over_the_environment(void **state) {
+  (void)state;
+  setenv("FTCOMM_TIMEOUT_MS", "1234", 1);
+  ftc__param_reset();
+  ftc_config_t cfg = FTC_CONFIG_INITIALIZER;
+  cfg.timeout_ms = 50;
+  cfg.job = "mine";
+  assert_int_equal(ftc_config_resolve(&cfg), FTC_OK);
+  assert_int_equal(cfg.timeout_ms, 50);
+  assert_string_equal(cfg.job, "mine");
+}
+
+static void a_non_numeric_variable_is_a_config_error_naming_it(void **state) {
+  (void)state;
+  setenv("FTCOMM_TIMEOUT_MS", "soon", 1);
+  ftc__param_reset();
+  ftc_config_t cfg = FTC_CONFIG_INITIALIZER;
+  assert_int_equal(ftc_config_resolve(&cfg), FTC_ERR_CONFIG);
+  assert_non_null(strstr(ftc_last_error(), "FTCOMM_TIMEOUT_MS"));
+}
+
+static void an_out_of_range_variable_is_a_config_error_with_the_range(void **state) {
+  (void)state;
+  setenv("FTCOMM_WORLD_SIZE", "0", 1);
+  ftc__param_reset();
+  ftc_config_t cfg = FTC_CONFIG_INITIALIZER;
+  assert_int_equal(ftc_config_resolve(&cfg), FTC_ERR_CONFIG);
+  assert_non_null(strstr(ftc_last_error(), "FTCOMM_WORLD_SIZE"));
+  assert_non_null(strstr(ftc_last_error(), "[1, 1048576]"));
+}
+
+static void an_out_of_range_field_is_a_config_error_naming_its_variable(void **state) {
+  (void)state;
+  ftc_config_t cfg = FTC_CONFIG_INITIALIZER;
+  cfg.connect_timeout_ms = 0;
+  assert_int_equal(ftc_config_resolve(&cfg), FTC_ERR_CONFIG);
+  assert_non_null(strstr(ftc_last_error(), "FTCOMM_CONNECT_TIMEOUT_MS"));
+}
+
+static void an_unknown_backend_is_a_config_error(void **state) {
+  (void)state;
+  ftc_config_t cfg = FTC_CONFIG_INITIALIZER;
+  cfg.backend = "mpi";
+  assert_int_equal(ftc_config_resolve(&cfg), FTC_ERR_CONFIG);
+  assert_non_null(strstr(ftc_last_error(), "FTCOMM_BACKEND"));
+}
+
+static void a_slot_outside_the_world_is_a_config_error(void **state) {
+  (void)state;
+  ftc_config_t cfg = FTC_CONFIG_INITIALIZER;
+  cfg.world_size = 4;
+  cfg.slot = 4;
+  assert_int_equal(ftc_config_resolve(&cfg), FTC_ERR_CONFIG);
+  assert_non_null(strstr(ftc_last_error(), "FTCOMM_SLOT"));
+}
+
+static void a_min_size_above_the_world_is_a_config_error(void **state) {
+  (void)state;
+  ftc_config_t cfg = FTC_CONFIG_INITIALIZER;
+  cfg.world_size = 4;
+  cfg.min_size = 5;
+  assert_int_equal(ftc_config_resolve(&cfg), FTC_ERR_CONFIG);
+  assert_non_null(strstr(ftc_last_error(), "FTCOMM_MIN_SIZE"));
+}
+
+static void a_config_without_the_initializer_is_refused(void **state) {
+  (void)state;
+  ftc_config_t cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  assert_int_equal(ftc_config_resolve(&cfg), FTC_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(ftc_last_error(), "FTC_CONFIG_INITIALIZER"));
+  assert_int_equal(ftc_config_resolve(NULL), FTC_ERR_INVALID_ARGUMENT);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup(unset_fields_take_the_defaults, clean_env),
+      cmocka_unit_test_setup(unset_fields_come_from_the_environment, clean_env),
+      cmocka_unit_test_setup(explicit_fields_win_over_the_environment, clean_env),
+      cmocka_unit_test_setup(a_non_numeric_variable_is_a_config_error_naming_it, clean_env),
+      cmocka_unit_test_setup(an_out_of_range_variable_is_a_config_error_with_the_range, clean_env),
+      cmocka_unit_test_setup(an_out_of_range_field_is_a_config_error_naming_its_variable, clean_env),
+      cmocka_unit_test_setup(an_unknown_backend_is_a_config_error, clean_env),
+      cmocka_unit_test_setup(a_slot_outside_the_world_is_a_config_error, clean_env),
+      cmocka_unit_test_setup(a_min_size_above_the_world_is_a_config_error, clean_env),
+      cmocka_unit_test_setup(a_config_without_the_initializer_is_refused, clean_env),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
