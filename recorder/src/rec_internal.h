@@ -31,7 +31,8 @@ typedef struct ftc__rec_slot {
 
 struct ftc_rec {
   /* Written on the hot path. */
-  uint64_t next_id;
+  uint64_t next_id;      /* ids handed out; written by the scheduling thread */
+  size_t next_slot;      /* next_id % cap, kept by the scheduling thread only */
   uint64_t last_enqueued;
   uint64_t last_started;
   uint64_t last_completed;

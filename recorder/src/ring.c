@@ -158,8 +158,12 @@ uint64_t ftc_rec_schedule_at(ftc_rec_t *rec, int64_t now, uint64_t epoch, uint64
                              ftc_rec_op_t op, int dtype, uint64_t count, uint64_t bytes, int peer,
                              int64_t timeout_ns) {
   if (!rec || !rec->ring) return FTC_REC_NO_ID;
-  uint64_t id = __atomic_fetch_add(&rec->next_id, 1, __ATOMIC_RELAXED);
-  ftc__rec_slot_t *s = &rec->ring[id % rec->cap];
+  /* One scheduling thread at a time (see the header): no locked add, no
+   * division, just the next slot. */
+  uint64_t id = LOAD(&rec->next_id);
+  size_t slot = rec->next_slot;
+  rec->next_slot = slot + 1 == rec->cap ? 0 : slot + 1;
+  ftc__rec_slot_t *s = &rec->ring[slot];
   STORE(&s->gen, 2 * id + 1);
   STORE_REL(&s->epoch, epoch);
   STORE_REL(&s->seq, seq);
@@ -174,6 +178,7 @@ uint64_t ftc_rec_schedule_at(ftc_rec_t *rec, int64_t now, uint64_t epoch, uint64
   STORE_REL(&s->t_completed, 0);
   STORE_REL(&s->timeout_ns, timeout_ns);
   __atomic_store_n(&s->gen, 2 * id + 2, __ATOMIC_RELEASE);
+  __atomic_store_n(&rec->next_id, id + 1, __ATOMIC_RELEASE);
   if (!is_p2p(op) && epoch == LOAD(&rec->cur_epoch)) STORE(&rec->last_enqueued, seq);
   return id;
 }

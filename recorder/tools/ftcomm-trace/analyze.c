@@ -108,9 +108,20 @@ static void add_finding(tr_report_t *rep, size_t *cap, int kind, int group, uint
   snprintf(f->what, sizeof(f->what), "%s", what);
 }
 
+/* Per interned op: 1 rooted (broadcast, reduce), 0 not, -1 not known yet. */
+static signed char rooted[256];
+static int rooted_ready;
+
 static int is_rooted(int op) {
-  const char *s = tr_str(op);
-  return !strcmp(s, "broadcast") || !strcmp(s, "reduce");
+  if (!rooted_ready) {
+    memset(rooted, -1, sizeof(rooted));
+    rooted_ready = 1;
+  }
+  if (rooted[op & 255] < 0) {
+    const char *s = tr_str(op);
+    rooted[op & 255] = !strcmp(s, "broadcast") || !strcmp(s, "reduce");
+  }
+  return rooted[op & 255];
 }
 
 typedef struct sig {

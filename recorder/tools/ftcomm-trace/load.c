@@ -1,8 +1,9 @@
 /*
  * load.c - finds and reads the dumps of a directory for ftcomm-trace.
  *
- * Every regular file that is not hidden is tried: the fast ftcomm reader
- * first, then the PyTorch Flight Recorder reader (jansson). A file that is
+ * Every regular file that is not hidden is tried, on a few threads: the
+ * fast ftcomm reader first, then the PyTorch Flight Recorder reader
+ * (jansson). A file that is
  * broken (not JSON, truncated, a newer format) is kept in the list of bad
  * files with the reason, by name, and the others are still analyzed. When
  * a rank left several dumps, the newest one counts and the others are
@@ -11,6 +12,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -55,20 +57,30 @@ char *tr_xstrndup(const char *s, size_t n) {
   return d;
 }
 
+/* Interned names, shared by the loader threads. Readers cache the index
+ * they got, so the lock is taken a few times per file. */
 static char *interned[256];
 static int ninterned;
+static pthread_mutex_t intern_lock = PTHREAD_MUTEX_INITIALIZER;
 
 int tr_intern(const char *s, size_t n) {
-  for (int i = 0; i < ninterned; i++)
-    if (strlen(interned[i]) == n && !memcmp(interned[i], s, n)) return i;
-  if (ninterned == 255) return 255; /* "other": more distinct names than any dump has */
-  interned[ninterned] = tr_xstrndup(s, n);
-  return ninterned++;
+  pthread_mutex_lock(&intern_lock);
+  int i;
+  for (i = 0; i < ninterned; i++)
+    if (strlen(interned[i]) == n && !memcmp(interned[i], s, n)) break;
+  if (i == ninterned && ninterned < 255) {
+    interned[i] = tr_xstrndup(s, n);
+    __atomic_store_n(&ninterned, i + 1, __ATOMIC_RELEASE);
+  }
+  /* At 255 names, index 255 stands for "other". */
+  pthread_mutex_unlock(&intern_lock);
+  return i;
 }
 
 const char *tr_str(int idx) {
-  if (idx == 255 && ninterned == 255) return "other";
-  return idx >= 0 && idx < ninterned ? interned[idx] : "?";
+  int n = __atomic_load_n(&ninterned, __ATOMIC_ACQUIRE);
+  if (idx == 255 && n == 255) return "other";
+  return idx >= 0 && idx < n ? interned[idx] : "?";
 }
 
 static void dump_free(tr_dump_t *d) {
@@ -194,6 +206,79 @@ static int by_rank_then_time(const void *a, const void *b) {
   return strcmp(x->file, y->file);
 }
 
+/* What became of one file. */
+enum { F_SKIP = 0, F_DUMP, F_BAD, F_IGNORED };
+typedef struct job {
+  const char *dir;
+  char **names;
+  size_t nn;
+  size_t next; /* next file to take, atomically */
+  tr_dump_t *d;
+  int *status;
+  char (*why)[512];
+} job_t;
+
+static int load_one(const char *dir, const char *name, tr_dump_t *d, char *why, size_t whylen,
+                    char **buf, size_t *bufcap) {
+  char path[4096];
+  size_t len;
+  snprintf(path, sizeof(path), "%s/%s", dir, name);
+  struct stat st;
+  if (stat(path, &st) < 0 || !S_ISREG(st.st_mode)) return F_SKIP;
+  const char *ext = strrchr(name, '.');
+  if (ext && (!strcmp(ext, ".html") || !strcmp(ext, ".txt") || !strcmp(ext, ".md") ||
+              !strcmp(ext, ".tmp")))
+    return F_SKIP;
+  memset(d, 0, sizeof(*d));
+  why[0] = '\0';
+  if (read_file(path, buf, bufcap, &len, why, whylen) < 0) return F_BAD;
+  int rc = tr_parse_ftcomm(*buf, len, d, why, whylen);
+  if (rc == 1) {
+    /* Not ours. The fast reader may have unescaped strings in place: read
+     * the file again for jansson. */
+    dump_free(d);
+    if (read_file(path, buf, bufcap, &len, why, whylen) < 0) return F_BAD;
+    rc = tr_parse_pytorch(*buf, len, rank_from_name(name), d, why, whylen);
+    if (rc == 1) {
+      dump_free(d);
+      snprintf(why, whylen, "not a flight-recorder dump (ignored)");
+      return F_IGNORED;
+    }
+  } else if (rc < 0 && strstr(why, " at byte ")) {
+    /* A syntax error: let jansson say where, in its words. */
+    char mine[512];
+    snprintf(mine, sizeof(mine), "%s", why);
+    why[0] = '\0';
+    if (read_file(path, buf, bufcap, &len, why, whylen) == 0) json_why(*buf, len, why, whylen);
+    if (!why[0]) snprintf(why, whylen, "%s", mine);
+  }
+  if (rc < 0) {
+    dump_free(d);
+    return F_BAD;
+  }
+  if (d->rank < 0) {
+    dump_free(d);
+    snprintf(why, whylen, "the dump does not say which rank wrote it");
+    return F_BAD;
+  }
+  d->path = tr_xstrndup(path, strlen(path));
+  d->file = strrchr(d->path, '/') + 1;
+  return F_DUMP;
+}
+
+static void *loader(void *arg) {
+  job_t *j = arg;
+  char *buf = NULL;
+  size_t bufcap = 0;
+  for (;;) {
+    size_t i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+    if (i >= j->nn) break;
+    j->status[i] = load_one(j->dir, j->names[i], &j->d[i], j->why[i], sizeof(j->why[i]), &buf, &bufcap);
+  }
+  ftc__free(buf);
+  return NULL;
+}
+
 int tr_load_dir(const char *dir, tr_set_t *set) {
   memset(set, 0, sizeof(*set));
   DIR *dh = opendir(dir);
@@ -202,7 +287,7 @@ int tr_load_dir(const char *dir, tr_set_t *set) {
     return -1;
   }
   char **names = NULL;
-  size_t nn = 0, capn = 0, capd = 0, capb = 0;
+  size_t nn = 0, capn = 0, capb = 0;
   struct dirent *de;
   while ((de = readdir(dh))) {
     if (de->d_name[0] == '.') continue; /* ., .., and temporary dump files */
@@ -215,65 +300,33 @@ int tr_load_dir(const char *dir, tr_set_t *set) {
   closedir(dh);
   qsort(names, nn, sizeof(*names), by_name);
 
-  char *buf = NULL;
-  size_t bufcap = 0, len;
-  char path[4096], why[512];
+  /* Files are independent: read them on a few threads, then keep the
+   * results in name order. */
+  job_t j = {.dir = dir, .names = names, .nn = nn};
+  j.d = tr_xcalloc(nn ? nn : 1, sizeof(*j.d));
+  j.status = tr_xcalloc(nn ? nn : 1, sizeof(int));
+  j.why = tr_xcalloc(nn ? nn : 1, sizeof(*j.why));
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  size_t nthreads = cpus < 1 ? 1 : cpus > 8 ? 8 : (size_t)cpus;
+  if (nthreads > nn / 16 + 1) nthreads = nn / 16 + 1;
+  json_object_seed(0); /* before threads: jansson seeds its hash once */
+  pthread_t tids[8];
+  size_t started = 0;
+  for (size_t t = 1; t < nthreads; t++)
+    if (pthread_create(&tids[started], NULL, loader, &j) == 0) started++;
+  loader(&j);
+  for (size_t t = 0; t < started; t++) pthread_join(tids[t], NULL);
+
+  set->d = j.d;
   for (size_t i = 0; i < nn; i++) {
+    char path[4096];
     snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
-    struct stat st;
-    if (stat(path, &st) < 0 || !S_ISREG(st.st_mode)) continue;
-    const char *ext = strrchr(names[i], '.');
-    if (ext && (!strcmp(ext, ".html") || !strcmp(ext, ".txt") || !strcmp(ext, ".md") ||
-                !strcmp(ext, ".tmp")))
-      continue;
-    if (set->nd == capd) {
-      capd = capd ? 2 * capd : 64;
-      set->d = tr_xrealloc(set->d, capd * sizeof(*set->d));
-    }
-    tr_dump_t *d = &set->d[set->nd];
-    memset(d, 0, sizeof(*d));
-    why[0] = '\0';
-    if (read_file(path, &buf, &bufcap, &len, why, sizeof(why)) < 0) {
-      add_bad(set, &capb, path, 0, why);
-      continue;
-    }
-    int rc = tr_parse_ftcomm(buf, len, d, why, sizeof(why));
-    if (rc == 1) {
-      /* Not ours: the buffer is unchanged outside skipped strings, so a
-       * fresh read is not needed for jansson, but the dump is reset. */
-      dump_free(d);
-      if (read_file(path, &buf, &bufcap, &len, why, sizeof(why)) < 0) {
-        add_bad(set, &capb, path, 0, why);
-        continue;
-      }
-      rc = tr_parse_pytorch(buf, len, rank_from_name(names[i]), d, why, sizeof(why));
-      if (rc == 1) {
-        dump_free(d);
-        add_bad(set, &capb, path, 1, "not a flight-recorder dump (ignored)");
-        continue;
-      }
-    } else if (rc < 0 && strstr(why, " at byte ")) {
-      /* A syntax error: let jansson say where, in its words. */
-      char mine[512];
-      snprintf(mine, sizeof(mine), "%s", why);
-      if (read_file(path, &buf, &bufcap, &len, why, sizeof(why)) == 0) json_why(buf, len, why, sizeof(why));
-      if (!why[0]) snprintf(why, sizeof(why), "%s", mine);
-    }
-    if (rc < 0) {
-      dump_free(d);
-      add_bad(set, &capb, path, 0, why);
-      continue;
-    }
-    d->path = tr_xstrndup(path, strlen(path));
-    d->file = strrchr(d->path, '/') + 1;
-    if (d->rank < 0) {
-      dump_free(d);
-      add_bad(set, &capb, path, 0, "the dump does not say which rank wrote it");
-      continue;
-    }
-    set->nd++;
+    if (j.status[i] == F_DUMP) set->d[set->nd++] = j.d[i];
+    else if (j.status[i] == F_BAD || j.status[i] == F_IGNORED)
+      add_bad(set, &capb, path, j.status[i] == F_IGNORED, j.why[i]);
   }
-  ftc__free(buf);
+  ftc__free(j.status);
+  ftc__free(j.why);
   for (size_t i = 0; i < nn; i++) ftc__free(names[i]);
   ftc__free(names);
 

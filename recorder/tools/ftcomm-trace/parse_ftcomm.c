@@ -227,23 +227,44 @@ typedef struct cols {
   int n;  /* -1: entry_fields not seen yet */
 } cols_t;
 
-/* Interned string with a one-slot cache per column (ops repeat). */
-static int intern_cached(const char *s, size_t n, int *cache) {
-  if (*cache >= 0) {
-    const char *c = tr_str(*cache);
-    if (strlen(c) == n && !memcmp(c, s, n)) return *cache;
+/* Interned names with a small cache per reader, so the shared table (and
+ * its lock) is touched a few times per file, not per entry. */
+typedef struct name_cache {
+  struct { char s[24]; size_t n; int idx, p2p; } e[16];
+  int n;
+} name_cache_t;
+
+static int intern_cached(const char *s, size_t n, name_cache_t *c, int *p2p) {
+  for (int i = 0; i < c->n; i++)
+    if (c->e[i].n == n && !memcmp(c->e[i].s, s, n)) {
+      if (p2p) *p2p = c->e[i].p2p;
+      return c->e[i].idx;
+    }
+  int idx = tr_intern(s, n);
+  int is_p2p = !strcmp(s, "send") || !strcmp(s, "recv");
+  if (p2p) *p2p = is_p2p;
+  if (c->n < 16 && n < sizeof(c->e[0].s)) {
+    memcpy(c->e[c->n].s, s, n);
+    c->e[c->n].n = n;
+    c->e[c->n].idx = idx;
+    c->e[c->n].p2p = is_p2p;
+    c->n++;
   }
-  *cache = tr_intern(s, n);
-  return *cache;
+  return idx;
 }
 
 static int state_of(const char *s) {
-  int st = ftc_rec_state_from_name(s);
-  return st < 0 ? TR_SCHEDULED : st;
+  switch (s[0]) {
+    case 'c': return !strcmp(s, "completed") ? TR_COMPLETED : TR_SCHEDULED;
+    case 'f': return !strcmp(s, "failed") ? TR_FAILED : TR_SCHEDULED;
+    case 's': return !strcmp(s, "started") ? TR_STARTED : TR_SCHEDULED;
+    default: return TR_SCHEDULED; /* unknown states read as merely scheduled */
+  }
 }
 
 static void entries(parser_t *P, const cols_t *cols, tr_comm_t *c) {
-  int op_cache = -1, dt_cache = -1;
+  name_cache_t ops = {.n = 0}, dtypes = {.n = 0};
+  int unknown_op = tr_intern("unknown", 7), no_dtype = tr_intern("none", 4);
   expect(P, '[');
   if (peek(P) == ']') { P->p++; return; }
   do {
@@ -257,8 +278,8 @@ static void entries(parser_t *P, const cols_t *cols, tr_comm_t *c) {
     e->rank = -1;
     e->size = -1;
     e->timeout_ns = -1;
-    e->op = (uint8_t)tr_intern("unknown", 7);
-    e->dtype = (uint8_t)tr_intern("none", 4);
+    e->op = (uint8_t)unknown_op;
+    e->dtype = (uint8_t)no_dtype;
     expect(P, '[');
     int k = 0;
     if (peek(P) != ']') {
@@ -279,13 +300,14 @@ static void entries(parser_t *P, const cols_t *cols, tr_comm_t *c) {
           case C_TIMEOUT: e->timeout_ns = num(P, -1); break;
           case C_OP: {
             char *s = str(P, &n);
-            e->op = (uint8_t)intern_cached(s, n, &op_cache);
-            e->p2p = !strcmp(s, "send") || !strcmp(s, "recv");
+            int p2p;
+            e->op = (uint8_t)intern_cached(s, n, &ops, &p2p);
+            e->p2p = (uint8_t)p2p;
             break;
           }
           case C_DTYPE: {
             char *s = str(P, &n);
-            e->dtype = (uint8_t)intern_cached(s, n, &dt_cache);
+            e->dtype = (uint8_t)intern_cached(s, n, &dtypes, NULL);
             break;
           }
           case C_STATE: e->state = (uint8_t)state_of(str(P, &n)); break;
