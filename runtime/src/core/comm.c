@@ -276,11 +276,10 @@ void ftc__comm_fail(ftc_comm_t *comm, ftc_status_t why, const char *detail) {
   pthread_mutex_lock(&comm->lock);
   ftc__tcp_shutdown(comm->tp);
   pthread_mutex_unlock(&comm->lock);
-  if (comm->member) {
-    int peer = ftc__tcp_failed_peer(comm->tp);
-    ftc__member_report_failure(comm->member, __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE),
-                               &peer, peer >= 0 ? 1 : 0, why);
-  }
+  /* Not reported to the coordinator from here: after this rank shuts its
+   * sockets, its peers see it close and would blame it. The coordinator
+   * learns of dead ranks from their sessions; the recovery path decides
+   * with ftc__tcp_failed_peer() as one input. */
 }
 
 ftc_status_t ftc__comm_gate(ftc_comm_t *comm) {

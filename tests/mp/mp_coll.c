@@ -1,0 +1,151 @@
+/*
+ * mp_coll.c - one rank of a multi-process test under ftcomm-run: joins the
+ * job through the real path (ftc_comm_create: coordinator, view, data
+ * plane), then runs what its first argument names and exits 0 on success.
+ *   all        every collective x dtype (x op for reductions) at a few
+ *              counts, against the serial reference, blocking and async
+ *   die        rank 1 exits after one allreduce without destroying its
+ *              communicator; the others must see the failure (peer lost or
+ *              revoked) within seconds and print "survivor saw <status>"
+ *   latency    prints the mean 8-byte allreduce latency (rank 0)
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/op.h"
+#include "ftc_time.h"
+#include "ftcomm.h"
+#include "refdata.h"
+
+#define CHECK(cond, ...)                                                \
+  do {                                                                  \
+    if (!(cond)) {                                                      \
+      fprintf(stderr, "rank %d: ", rank);                               \
+      fprintf(stderr, __VA_ARGS__);                                     \
+      fprintf(stderr, " (%s)\n", ftc_last_error());                     \
+      exit(1);                                                          \
+    }                                                                   \
+  } while (0)
+
+static int rank, size;
+
+static void run_all(ftc_comm_t *comm) {
+  const size_t counts[] = {0, 1, 13, 5000, 70001};
+  for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+    size_t count = counts[ci];
+    for (int dt = 0; dt < FTC_DTYPE_COUNT; dt++) {
+      size_t es = ftc_dtype_size((ftc_dtype_t)dt), nb = count * (size_t)size;
+      char *a = malloc(nb * es + 1), *b = malloc(nb * es + 1), *w = malloc(nb * es + 1);
+      for (int op = 0; op < FTC_OP_COUNT; op++) {
+        int async = (op + dt) & 1;
+        gen_fill((ftc_dtype_t)dt, (ftc_op_t)op, rank, a, count, 0);
+        ref_fill((ftc_dtype_t)dt, (ftc_op_t)op, size, w, count, 0);
+        ftc_status_t st;
+        if (async) {
+          ftc_request_t *req;
+          st = ftc_iallreduce(a, a, count, (ftc_dtype_t)dt, (ftc_op_t)op, comm, &req);
+          if (st == FTC_OK) st = ftc_wait(req, FTC_TIMEOUT_DEFAULT), ftc_request_free(req);
+        } else {
+          st = ftc_allreduce(a, b, count, (ftc_dtype_t)dt, (ftc_op_t)op, comm, FTC_TIMEOUT_DEFAULT);
+          memcpy(a, b, count * es);
+        }
+        CHECK(st == FTC_OK, "allreduce %s %s %zu failed", ftc_dtype_name(dt), ftc_op_name(op), count);
+        CHECK(compare("allreduce", rank, (ftc_dtype_t)dt, a, w, count) == 0, "allreduce mismatch");
+        int root = (int)(ci + (size_t)op) % size;
+        gen_fill((ftc_dtype_t)dt, (ftc_op_t)op, rank, a, count, 0);
+        st = ftc_reduce(a, b, count, (ftc_dtype_t)dt, (ftc_op_t)op, root, comm, FTC_TIMEOUT_DEFAULT);
+        CHECK(st == FTC_OK, "reduce failed");
+        if (rank == root) CHECK(compare("reduce", rank, (ftc_dtype_t)dt, b, w, count) == 0, "reduce mismatch");
+        gen_fill((ftc_dtype_t)dt, (ftc_op_t)op, rank, a, nb, 0);
+        ref_fill((ftc_dtype_t)dt, (ftc_op_t)op, size, w, count, (size_t)rank * count);
+        st = ftc_reduce_scatter(a, b, count, (ftc_dtype_t)dt, (ftc_op_t)op, comm, FTC_TIMEOUT_DEFAULT);
+        CHECK(st == FTC_OK && compare("reduce_scatter", rank, (ftc_dtype_t)dt, b, w, count) == 0,
+              "reduce_scatter");
+      }
+      int root = (int)ci % size;
+      gen_fill((ftc_dtype_t)dt, FTC_SUM, root, w, count, 0);
+      if (rank == root) memcpy(a, w, count * es);
+      CHECK(ftc_broadcast(a, count, (ftc_dtype_t)dt, root, comm, FTC_TIMEOUT_DEFAULT) == FTC_OK &&
+                compare("broadcast", rank, (ftc_dtype_t)dt, a, w, count) == 0, "broadcast");
+      gen_fill((ftc_dtype_t)dt, FTC_SUM, rank, a, count, 0);
+      for (int q = 0; q < size; q++) gen_fill((ftc_dtype_t)dt, FTC_SUM, q, w + (size_t)q * count * es, count, 0);
+      CHECK(ftc_allgather(a, b, count, (ftc_dtype_t)dt, comm, FTC_TIMEOUT_DEFAULT) == FTC_OK &&
+                compare("allgather", rank, (ftc_dtype_t)dt, b, w, nb) == 0, "allgather");
+      gen_fill((ftc_dtype_t)dt, FTC_SUM, rank, a, nb, 0);
+      for (int q = 0; q < size; q++)
+        gen_fill((ftc_dtype_t)dt, FTC_SUM, q, w + (size_t)q * count * es, count, (size_t)rank * count);
+      CHECK(ftc_alltoall(a, b, count, (ftc_dtype_t)dt, comm, FTC_TIMEOUT_DEFAULT) == FTC_OK &&
+                compare("alltoall", rank, (ftc_dtype_t)dt, b, w, nb) == 0, "alltoall");
+      free(a), free(b), free(w);
+    }
+  }
+  if (size > 1) {
+    int32_t token = rank, got = -1;
+    int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    if (rank % 2 == 0) {
+      CHECK(ftc_send(&token, 1, FTC_I32, right, comm, FTC_TIMEOUT_DEFAULT) == FTC_OK, "send");
+      CHECK(ftc_recv(&got, 1, FTC_I32, left, comm, FTC_TIMEOUT_DEFAULT) == FTC_OK, "recv");
+    } else {
+      CHECK(ftc_recv(&got, 1, FTC_I32, left, comm, FTC_TIMEOUT_DEFAULT) == FTC_OK, "recv");
+      CHECK(ftc_send(&token, 1, FTC_I32, right, comm, FTC_TIMEOUT_DEFAULT) == FTC_OK, "send");
+    }
+    CHECK(got == left, "received %d from rank %d", got, left);
+  }
+  CHECK(ftc_barrier(comm, FTC_TIMEOUT_DEFAULT) == FTC_OK, "barrier");
+  if (rank == 0) printf("all collectives matched the reference at %d ranks\n", size);
+}
+
+static int run_die(ftc_comm_t *comm) {
+  float x = 1;
+  CHECK(ftc_allreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, 5000) == FTC_OK, "first allreduce");
+  if (rank == 1) {
+    usleep(100 * 1000);
+    _exit(3);
+  }
+  int64_t t0 = ftc__now_ns();
+  ftc_status_t st = FTC_OK;
+  for (int i = 0; i < 3 && st == FTC_OK; i++) st = ftc_allreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, 5000);
+  CHECK(st == FTC_ERR_PEER_LOST || st == FTC_ERR_REVOKED, "survivor got %s", ftc_strerror(st));
+  printf("survivor saw %s after %lld ms\n", ftc_strerror(st), (long long)((ftc__now_ns() - t0) / 1000000));
+  fflush(stdout);
+  return 0;
+}
+
+static void run_latency(ftc_comm_t *comm) {
+  double x = 1;
+  for (int i = 0; i < 200; i++) ftc_allreduce(&x, &x, 1, FTC_F64, FTC_SUM, comm, 5000);
+  const int iters = 2000;
+  int64_t t0 = ftc__now_ns();
+  for (int i = 0; i < iters; i++)
+    CHECK(ftc_allreduce(&x, &x, 1, FTC_F64, FTC_SUM, comm, 5000) == FTC_OK, "allreduce");
+  double us = (double)(ftc__now_ns() - t0) / iters / 1000.0;
+  if (rank == 0) printf("8-byte allreduce: %.2f us mean over %d iterations at %d ranks\n", us, iters, size);
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "all";
+  ftc_comm_t *comm;
+  rank = -1;
+  ftc_status_t st = ftc_comm_create(NULL, &comm);
+  if (st != FTC_OK) {
+    fprintf(stderr, "ftc_comm_create: %s: %s\n", ftc_strerror(st), ftc_last_error());
+    return 1;
+  }
+  ftc_comm_rank(comm, &rank);
+  ftc_comm_size(comm, &size);
+  const char *ws = getenv("FTCOMM_WORLD_SIZE");
+  CHECK(ws && atoi(ws) == size, "size %d, FTCOMM_WORLD_SIZE %s", size, ws ? ws : "unset");
+  if (strcmp(mode, "all") == 0)
+    run_all(comm);
+  else if (strcmp(mode, "die") == 0)
+    run_die(comm);
+  else if (strcmp(mode, "latency") == 0)
+    run_latency(comm);
+  else
+    CHECK(0, "unknown mode %s", mode);
+  ftc_comm_destroy(comm);
+  return 0;
+}
