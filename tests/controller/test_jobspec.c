@@ -178,11 +178,15 @@ static void test_pod_bookkeeping(void **state) {
   assert_int_equal(ftck_pod_slot(p), 5);
   assert_int_equal(ftck_pod_incarnation(p), 2);
   assert_true(ftck_pod_is_lost(p));
-  assert_int_equal(ftck_pod_failed_at(p, 0), 1767225620LL * 1000000000LL);
+  assert_int_equal(ftck_pod_failed_at(p, INT64_MAX), 1767225620LL * 1000000000LL);
+  assert_int_equal(ftck_pod_failed_at(p, 5), 5); /* never in the future */
   json_object_set_new(json_object_get(p, "status"), "phase", json_string("Running"));
   assert_false(ftck_pod_is_lost(p));
   json_object_set_new(json_object_get(p, "metadata"), "deletionTimestamp", json_string("2026-01-01T00:00:30Z"));
+  json_object_set_new(json_object_get(p, "metadata"), "deletionGracePeriodSeconds", json_integer(30));
   assert_true(ftck_pod_is_lost(p)); /* going away counts as lost */
+  json_object_del(json_object_get(p, "status"), "containerStatuses");
+  assert_int_equal(ftck_pod_failed_at(p, INT64_MAX), 1767225600LL * 1000000000LL); /* when the deletion began */
   json_decref(p);
 }
 

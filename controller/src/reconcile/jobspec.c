@@ -231,8 +231,12 @@ int64_t ftck_pod_failed_at(const json_t *pod, int64_t now_ns) {
     int64_t t = ftck_parse_time(ftck_jstr(cs, "state.terminated.finishedAt"));
     if (t > best) best = t;
   }
-  if (best < 0) best = ftck_parse_time(ftck_jstr(pod, "metadata.deletionTimestamp"));
-  return best < 0 ? now_ns : best;
+  if (best < 0) {
+    /* deletionTimestamp is when the grace period ends; the loss began when it started. */
+    best = ftck_parse_time(ftck_jstr(pod, "metadata.deletionTimestamp"));
+    if (best >= 0) best -= ftck_jint(pod, "metadata.deletionGracePeriodSeconds", 0) * 1000000000LL;
+  }
+  return best < 0 || best > now_ns ? now_ns : best;
 }
 
 void ftck_set_condition(json_t *conditions, const char *type, const char *status, const char *reason,

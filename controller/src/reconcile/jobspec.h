@@ -78,8 +78,9 @@ int ftck_pod_incarnation(const json_t *pod);
 int ftck_incarnation_from_name(const char *job, int slot, const char *pod_name);
 /* 1 when the pod has failed or is going away (phase Failed, or being deleted). */
 int ftck_pod_is_lost(const json_t *pod);
-/* Wall ns when the pod failed (latest container finishedAt, else the
- * deletion timestamp, else now_ns). */
+/* Wall ns when the pod failed: latest container finishedAt, else when its
+ * deletion began (deletionTimestamp - deletionGracePeriodSeconds), else
+ * now_ns; never later than now_ns. */
 int64_t ftck_pod_failed_at(const json_t *pod, int64_t now_ns);
 
 /* Set or update one condition in a conditions array (Kubernetes style):

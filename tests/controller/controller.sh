@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# controller.sh - ftcomm-controller against a real kube-apiserver, running with
+# exactly the RBAC in deploy/ (a ServiceAccount token, not the admin one):
+#   - the RBAC is least privilege (no wildcards; what it must not do is denied)
+#   - the client library's live checks (pagination, watch, informer, 409 retry, Events)
+#   - a TrainingJob gets a token Secret and one pod per slot with the runtime env
+#   - status follows the pods (members, alive, conditions)
+#   - a pod patched to Failed is replaced (new incarnation, joiner, away from its node,
+#     incident, Event); a deleted pod is replaced too
+#   - a controller restart creates no duplicate pods; SIGTERM releases the Lease
+#   - the budget runs out -> Failed with a message saying what to raise
+#   - API server restart after an etcd compaction: watches get 410, caches relist,
+#     and the controller keeps working
+. "$(dirname "$0")/lib.sh"
+start_cluster
+ctl=$build/bin/ftcomm-controller
+live=$build/tests/controller/kube_live
+[ -x "$ctl" ] && [ -x "$live" ] || { echo "FAIL - build first: make test-bins"; exit 1; }
+
+check "CRD, namespace and RBAC apply" kc apply -f "$root/crds/ftcomm.dev_trainingjobs.yaml" -f "$root/deploy/namespace.yaml" -f "$root/deploy/rbac.yaml"
+kc wait --for=condition=Established crd/trainingjobs.ftcomm.dev --timeout=20s >/dev/null
+
+# --- RBAC: least privilege -----------------------------------------------------
+check_out "deploy/rbac.yaml has no wildcard" '^0$' grep -c '\*' "$root/deploy/rbac.yaml"
+sa=system:serviceaccount:ftcomm-system:ftcomm-controller
+can() { kc auth can-i "$@" --as=$sa; }
+for allowed in "create pods -n any" "delete pods -n any" "watch pods -A" "list trainingjobs.ftcomm.dev -A" \
+               "update trainingjobs.ftcomm.dev --subresource=status -n any" "create secrets -n any" \
+               "create events.events.k8s.io -n any" "update leases.coordination.k8s.io -n ftcomm-system"; do
+  # shellcheck disable=SC2086
+  check_out "RBAC allows: $allowed" '(^|'$'\n'')yes$' can $allowed
+done
+for denied in "list secrets -n any" "get secrets -A" "delete trainingjobs.ftcomm.dev -n any" "update trainingjobs.ftcomm.dev -n any" \
+              "update pods -n any" "create leases.coordination.k8s.io -n default" "create deployments.apps -n any" \
+              "create pods --subresource=exec -n any" "update pods --subresource=status -n any" "list nodes"; do
+  # shellcheck disable=SC2086
+  check_out "RBAC denies: $denied" '(^|'$'\n'')no$' can $denied
+done
+
+token=$(kc -n ftcomm-system create token ftcomm-controller --duration=1h)
+sa_kubeconfig=$work/sa.kubeconfig
+cat >"$sa_kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+current-context: ftcomm
+contexts:
+- name: ftcomm
+  context: {cluster: local, user: ftcomm-controller, namespace: ftcomm-system}
+clusters:
+- name: local
+  cluster: {server: "$FTC_APISERVER_URL", certificate-authority: "$FTC_CA_FILE"}
+users:
+- name: ftcomm-controller
+  user: {token: "$token"}
+KC
+
+# --- the client library against this server ---------------------------------------
+echo "# kube_live basic (admin credentials)"
+if timeout 120 "$live" basic ftck-live >"$work/live.log" 2>&1; then ok "kube_live basic ($(grep -c '^ok' "$work/live.log") checks)"; else bad "kube_live basic"; sed 's/^/       /' "$work/live.log"; fi
+
+# --- the controller -----------------------------------------------------------------
+ctrl_log=$work/controller.log
+port=
+start_controller() {
+  : >"$ctrl_log"
+  FTCOMM_LOG_LEVEL=info "$ctl" --kubeconfig "$sa_kubeconfig" --listen-address 127.0.0.1:0 --identity "ctl-$1" \
+    --lease-duration 4 --renew-deadline 3 --retry-period 1 --coordinator-address coord.test:7470 --dump-dir /dumps \
+    >>"$ctrl_log" 2>&1 &
+  ctrl_pid=$!
+  eventually 10 grep -q 'health and metrics on port' "$ctrl_log"
+  port=$(sed -n 's/.*health and metrics on port \([0-9]*\).*/\1/p' "$ctrl_log" | head -1)
+  eventually 20 curl -sf "http://127.0.0.1:$port/readyz"
+}
+metric() { curl -s "http://127.0.0.1:$port/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
+stop_controller() {
+  kill -TERM "$ctrl_pid"
+  local t0; t0=$(date +%s%N)
+  wait "$ctrl_pid"; local rc=$?
+  ctrl_pid=
+  stop_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  return $rc
+}
+
+if start_controller 1; then ok "controller starts with the ServiceAccount token and becomes ready"; else bad "controller start"; cat "$ctrl_log"; fi
+check_out "/healthz answers ok" '^ok$' curl -s "http://127.0.0.1:$port/healthz"
+check_out "it holds the Lease" '^ctl-1$' kc -n ftcomm-system get lease ftcomm-controller -o jsonpath='{.spec.holderIdentity}'
+
+kc create namespace ml >/dev/null
+cat >"$work/job.yaml" <<'YAML'
+apiVersion: ftcomm.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: llm, namespace: ml}
+spec:
+  replicas: 3
+  minReplicas: 2
+  backend: tcp
+  timeouts: {collectiveTimeoutSeconds: 45, hangTimeoutSeconds: 30}
+  failurePolicy: {maxReplacements: 2, backoffSeconds: 0}
+  template:
+    metadata: {labels: {team: research}}
+    spec:
+      containers:
+      - name: trainer
+        image: example.com/trainer:1
+        env: [{name: USER_SETTING, value: keep-me}]
+YAML
+check "a TrainingJob applies" kc apply -f "$work/job.yaml"
+pods() { kc get pods -n ml -l ftcomm.dev/job=llm -o jsonpath='{range .items[*]}{.metadata.name}{" "}{end}'; }
+have_pods() { [ "$(pods)" = "$*" ]; }
+check "one pod per slot: llm-0-0 llm-1-0 llm-2-0" eventually 20 have_pods "llm-0-0 llm-1-0 llm-2-0 "
+check_out "token Secret holds a 64-hex-digit token" '^[0-9a-f]{64}$' bash -c "$FTC_KUBECTL get secret llm-ftcomm-token -n ml -o jsonpath='{.data.token}' | base64 -d"
+envof() { kc get pod "$1" -n ml -o jsonpath="{range .spec.containers[0].env[*]}{.name}={.value}{.valueFrom.secretKeyRef.name}{.valueFrom.fieldRef.fieldPath};{end}"; }
+check_out "pod env: job, slot, sizes, token from the Secret, coordinator, dumps, timeout, backend" \
+  'USER_SETTING=keep-me;FTCOMM_JOB=llm;FTCOMM_SLOT=1;FTCOMM_WORLD_SIZE=3;FTCOMM_MIN_SIZE=2;FTCOMM_JOINER=0;FTCOMM_TOKEN=llm-ftcomm-token;FTCOMM_COORDINATOR=coord.test:7470;FTCOMM_DUMP_DIR=/dumps;FTCOMM_TIMEOUT_MS=45000;FTCOMM_BACKEND=tcp;FTCOMM_RECORDER_ENTRIES=2000;FTCOMM_ADVERTISE_HOST=status.podIP;' \
+  envof llm-1-0
+check_out "pod labels and restartPolicy" 'ftcomm.dev/job=llm ftcomm.dev/slot=1 ftcomm.dev/incarnation=0 managed-by=ftcomm-controller team=research Never' \
+  kc get pod llm-1-0 -n ml -o jsonpath='ftcomm.dev/job={.metadata.labels.ftcomm\.dev/job} ftcomm.dev/slot={.metadata.labels.ftcomm\.dev/slot} ftcomm.dev/incarnation={.metadata.labels.ftcomm\.dev/incarnation} managed-by={.metadata.labels.app\.kubernetes\.io/managed-by} team={.metadata.labels.team} {.spec.restartPolicy}'
+check_out "pods are owned by the TrainingJob" '^TrainingJob llm true$' \
+  kc get pod llm-0-0 -n ml -o jsonpath='{.metadata.ownerReferences[0].kind} {.metadata.ownerReferences[0].name} {.metadata.ownerReferences[0].controller}'
+phase() { kc get tj llm -n ml -o jsonpath='{.status.phase}'; }
+is_phase() { [ "$(phase)" = "$1" ]; }
+check "status: Pending while pods are not running" eventually 10 is_phase Pending
+check_out "status lists the members" '^0:llm-0-0:Pending 1:llm-1-0:Pending 2:llm-2-0:Pending $' \
+  kc get tj llm -n ml -o jsonpath='{range .status.members[*]}{.slot}:{.pod}:{.state}{" "}{end}'
+
+# Play the scheduler and the kubelet: bind each pod to a node, mark it Running.
+bind_run() {  # bind_run POD NODE
+  printf '{"apiVersion":"v1","kind":"Binding","metadata":{"name":"%s"},"target":{"apiVersion":"v1","kind":"Node","name":"%s"}}' "$1" "$2" >"$work/binding.json"
+  kc create --raw "/api/v1/namespaces/ml/pods/$1/binding" -f "$work/binding.json" >/dev/null &&
+    kc patch pod "$1" -n ml --subresource=status --type=merge -p '{"status":{"phase":"Running"}}' >/dev/null
+}
+for i in 0 1 2; do bind_run "llm-$i-0" "node-$i"; done
+check "status: Running once every member runs" eventually 10 is_phase Running
+check_out "Ready=True, alive 3, nodes in members" '^True AllMembersRunning 3 node-0 node-1 node-2$' \
+  kc get tj llm -n ml -o jsonpath='{.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].reason} {.status.alive} {.status.members[0].node} {.status.members[1].node} {.status.members[2].node}'
+
+# --- a failed pod is replaced ----------------------------------------------------------
+check "pod llm-1-0 patched to Failed" kc patch pod llm-1-0 -n ml --subresource=status --type=merge \
+  -p '{"status":{"phase":"Failed","reason":"Evicted","message":"GPU fell off the bus"}}'
+check "replacement llm-1-1 created and llm-1-0 removed" eventually 20 have_pods "llm-0-0 llm-1-1 llm-2-0 "
+check_out "the replacement joins the running job" 'FTCOMM_SLOT=1;.*FTCOMM_JOINER=1;' envof llm-1-1
+check_out "the replacement avoids the failed node" '^kubernetes.io/hostname NotIn \["node-1"\] node-1$' \
+  kc get pod llm-1-1 -n ml -o jsonpath='{.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key} {.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator} {.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].values} {.metadata.annotations.ftcomm\.dev/avoid-nodes}'
+check_out "status: Degraded, 1 replacement, an incident naming the culprit" '^Degraded 1 PodFailed llm-1-0 slot 1: pod llm-1-0 failed on node node-1: Evicted; replaced by llm-1-1' \
+  kc get tj llm -n ml -o jsonpath='{.status.phase} {.status.replacements} {.status.incidents[0].kind} {.status.incidents[0].culprit} {.status.incidents[0].message}'
+check_out "an Event MemberReplaced on the TrainingJob" 'MemberReplaced.*TrainingJob.*llm' \
+  kc get events.events.k8s.io -n ml -o custom-columns=R:.reason,K:.regarding.kind,N:.regarding.name,NOTE:.note
+bind_run llm-1-1 node-3
+check "Running again once the replacement runs" eventually 10 is_phase Running
+
+# --- a deleted pod is replaced (no kubelet: it stays Terminating) -------------------------
+check "pod llm-2-0 deleted" kc delete pod llm-2-0 -n ml --wait=false
+has_pod() { kc get pod "$1" -n ml >/dev/null 2>&1; }
+check "replacement llm-2-1 created for the deleted pod" eventually 20 has_pod llm-2-1
+kc delete pod llm-2-0 -n ml --grace-period=0 --force >/dev/null 2>&1
+bind_run llm-2-1 node-4
+
+# --- restart: no duplicates; SIGTERM releases the Lease -----------------------------------
+before=$(pods)
+created_before=$(metric ftcomm_controller_pods_created_total)
+if stop_controller; then ok "SIGTERM: the controller exits 0"; else bad "SIGTERM: the controller exits 0"; fi
+check "... within 5 s ($stop_ms ms)" test "$stop_ms" -lt 5000
+check_out "... and released the Lease" '^$' kc -n ftcomm-system get lease ftcomm-controller -o jsonpath='{.spec.holderIdentity}'
+if start_controller 2; then ok "restarted controller becomes ready"; else bad "controller restart"; cat "$ctrl_log"; fi
+check_out "it takes the released Lease at once" '^ctl-2$' kc -n ftcomm-system get lease ftcomm-controller -o jsonpath='{.spec.holderIdentity}'
+reconciled() { [ "$(metric 'ftcomm_controller_reconciles_total{result="success"}')" -ge 1 ]; }
+eventually 10 reconciled
+sleep 2
+check_out "after the restart the same pods, no duplicates" "^$before\$" pods
+check_out "the restarted controller created no pod" '^0$' metric ftcomm_controller_pods_created_total
+check_out "status still counts 2 replacements" '^2 Running$' kc get tj llm -n ml -o jsonpath='{.status.replacements} {.status.phase}'
+echo "# (first controller had created $created_before pods)"
+
+# --- the budget runs out ---------------------------------------------------------------
+kc patch pod llm-0-0 -n ml --subresource=status --type=merge -p '{"status":{"phase":"Failed","reason":"Error"}}' >/dev/null
+check "budget used up: Failed" eventually 10 is_phase Failed
+check_out "condition Failed says what to raise" '^True ReplacementBudgetExhausted all 2 replacements of spec.failurePolicy.maxReplacements are used; raise it' \
+  kc get tj llm -n ml -o jsonpath='{.status.conditions[?(@.type=="Failed")].status} {.status.conditions[?(@.type=="Failed")].reason} {.status.conditions[?(@.type=="Failed")].message}'
+check_out "no replacement beyond the budget" "^$before\$" pods
+
+# --- API server restart after a compaction: 410, relist, still working ----------------
+old_rv=$("$live" list-rv ml)
+lists_before=$(metric 'ftcomm_controller_lists_total{informer="pods"}')
+for i in 1 2 3; do kc create configmap "filler-$i" -n ml --from-literal=a=b >/dev/null; done
+rev=$(curl -s -X POST "$FTC_ETCD_URL/v3/kv/range" -d '{"key":"AA=="}' | sed -n 's/.*"revision":"\([0-9]*\)".*/\1/p')
+check "etcd compacted to revision $rev" curl -sf -X POST "$FTC_ETCD_URL/v3/kv/compaction" -d "{\"revision\": $rev}"
+check "kube-apiserver restarted" timeout 120 "$cluster" restart-apiserver "$dir"
+. "$dir/env"
+check_out "a watch from the old resourceVersion gets 410" 'ok +- watch from resourceVersion' timeout 30 "$live" expired ml "$old_rv"
+relisted() { [ "$(metric 'ftcomm_controller_lists_total{informer="pods"}')" -gt "$lists_before" ]; }
+check "the controller's pod cache relisted after the restart" eventually 60 relisted
+check_out "watch restarts are counted" 'ftcomm_controller_watch_restarts_total\{informer="pods",reason="(expired|error)"\} [1-9]' curl -s "http://127.0.0.1:$port/metrics"
+check "raise the budget" kc patch tj llm -n ml --type=merge -p '{"spec":{"failurePolicy":{"maxReplacements":5}}}'
+check "after the API server restart the controller still replaces: llm-0-1" eventually 30 has_pod llm-0-1
+check_out "status observed the new generation" '^2$' kc get tj llm -n ml -o jsonpath='{.status.observedGeneration}'
+
+check_out "metrics: API requests by verb and code" 'ftcomm_controller_api_requests_total\{verb="POST",code="201"\} [0-9]+' curl -s "http://127.0.0.1:$port/metrics"
+check_out "metrics: queue depth" 'ftcomm_controller_workqueue_depth [0-9]+' curl -s "http://127.0.0.1:$port/metrics"
+if grep -q 'forbidden' "$ctrl_log"; then bad "the controller was refused something by RBAC"; grep forbidden "$ctrl_log" | head -5 | sed 's/^/       /'; else ok "no request of the controller was forbidden"; fi
+if stop_controller; then ok "SIGTERM at the end: exit 0"; else bad "SIGTERM at the end: exit 0"; fi
+finish
