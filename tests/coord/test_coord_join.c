@@ -9,6 +9,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -486,6 +487,114 @@ static void dump_request_reaches_every_rank_and_fragmented_uploads_are_stored(vo
   ftc__coord_destroy(fx.co);
 }
 
+typedef struct joiner_arg {
+  const fixture_t *fx;
+  int slot, world;
+  ftc__member_t *m;
+  ftc__view_t *v;
+  ftc_status_t st;
+} joiner_arg_t;
+
+static void *join_thread(void *p) {
+  joiner_arg_t *a = p;
+  ftc__member_cfg_t c = member_cfg(a->fx, a->slot, a->world);
+  a->st = ftc__member_open(&c, &a->m);
+  if (a->st == FTC_OK) a->st = ftc__member_wait_view(a->m, 0, WAIT_MS, &a->v);
+  return NULL;
+}
+
+static void many_ranks_joining_at_once_agree_on_epoch_1(void **state) {
+  (void)state;
+  enum { N = 32 };
+  fixture_t fx;
+  start_coord(N, 0, &fx);
+  joiner_arg_t a[N];
+  pthread_t t[N];
+  for (int i = 0; i < N; i++) {
+    a[i] = (joiner_arg_t){.fx = &fx, .slot = i, .world = N};
+    assert_int_equal(pthread_create(&t[i], NULL, join_thread, &a[i]), 0);
+  }
+  for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < N; i++) {
+    if (a[i].st != FTC_OK) fail_msg("slot %d: %s", i, ftc_strerror(a[i].st));
+    assert_int_equal(a[i].v->epoch, 1);
+    assert_int_equal(a[i].v->size, N);
+    assert_int_equal(a[i].v->my_rank, i);
+    for (int r = 0; r < N; r++)
+      assert_int_equal(a[i].v->members[r].member_id, a[0].v->members[r].member_id);
+  }
+  for (int i = 0; i < N; i++) {
+    ftc__view_free(a[i].v);
+    ftc__member_close(a[i].m);
+  }
+  ftc__coord_destroy(fx.co);
+}
+
+typedef struct hammer_arg {
+  ftc__member_t *m;
+  int which;
+  int64_t until;
+  int errors;
+} hammer_arg_t;
+
+static void *hammer(void *p) {
+  hammer_arg_t *h = p;
+  char inc[64];
+  int stale[] = {0};
+  while (ftc__now_ns() < h->until) {
+    ftc__view_t *v = NULL;
+    switch (h->which % 4) {
+      case 0:
+        if (ftc__member_wait_view(h->m, 0, 10, &v) != FTC_OK || v->epoch != 1) h->errors++;
+        ftc__view_free(v);
+        break;
+      case 1:
+        /* Reports about epoch 0 are stale: the coordinator ignores them. */
+        if (ftc__member_report_failure(h->m, 0, stale, 1, FTC_ERR_PEER_LOST) != FTC_OK)
+          h->errors++;
+        break;
+      case 2:
+        if (ftc__member_wait_view(h->m, 1, 5, &v) != FTC_ERR_TIMEOUT) h->errors++;
+        break;
+      default:
+        if (ftc__member_error(h->m) != FTC_OK) h->errors++;
+        ftc__member_take_dump_request(h->m, inc, sizeof(inc));
+        break;
+    }
+  }
+  return NULL;
+}
+
+static void calls_from_many_threads_on_one_session_are_safe(void **state) {
+  (void)state;
+  enum { T = 8 };
+  fixture_t fx;
+  start_coord(2, 0, &fx);
+  ftc__member_t *m0 = join(&fx, 0, 2), *m1 = join(&fx, 1, 2);
+  ftc__view_t *v = view_after(m0, 0);
+  ftc__view_free(v);
+  hammer_arg_t h[T];
+  pthread_t t[T];
+  int64_t until = ftc__now_ns() + 400 * 1000000LL;
+  for (int i = 0; i < T; i++) {
+    h[i] = (hammer_arg_t){.m = m0, .which = i, .until = until};
+    assert_int_equal(pthread_create(&t[i], NULL, hammer, &h[i]), 0);
+  }
+  for (int i = 0; i < T; i++) {
+    pthread_join(t[i], NULL);
+    assert_int_equal(h[i].errors, 0);
+  }
+  /* The session is healthy and the job unchanged. */
+  assert_int_equal(ftc__member_error(m0), FTC_OK);
+  ftc__coord_stats_t st;
+  ftc__coord_stats(fx.co, &st);
+  assert_int_equal(st.epoch, 1);
+  assert_int_equal(st.lost, 0);
+  ftc__member_close(m0);
+  ftc__member_close(m1);
+  ftc__coord_destroy(fx.co);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(join_of_n_forms_epoch_1_with_ranks_in_slot_order),
@@ -501,6 +610,8 @@ int main(void) {
       cmocka_unit_test(below_min_size_waits_for_a_joiner),
       cmocka_unit_test(silent_member_is_dropped_after_the_heartbeat_timeout),
       cmocka_unit_test(dump_request_reaches_every_rank_and_fragmented_uploads_are_stored),
+      cmocka_unit_test(many_ranks_joining_at_once_agree_on_epoch_1),
+      cmocka_unit_test(calls_from_many_threads_on_one_session_are_safe),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -246,6 +246,20 @@ static void heartbeat_is_answered_with_the_current_epoch(void **state) {
   expect_coordinator_serves();
 }
 
+static void peer_that_never_reads_is_disconnected(void **state) {
+  (void)state;
+  int fd = connect_raw();
+  assert_int_equal(raw_ws_send_text(fd, hello_json(0)), 0);
+  /* Heartbeats are answered; never reading the answers fills the socket,
+   * then the coordinator's queue for this session, which it bounds. */
+  const char *hb = "{\"v\":1,\"type\":\"heartbeat\",\"epoch\":0}";
+  int closed = 0;
+  for (int i = 0; i < 2000000 && !closed; i++) closed = raw_ws_send_text(fd, hb) != 0;
+  assert_true(closed);
+  close(fd);
+  expect_coordinator_serves();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(malformed_json_is_refused_and_coordinator_stays_up),
@@ -258,6 +272,7 @@ int main(void) {
       cmocka_unit_test(second_hello_is_refused),
       cmocka_unit_test(silent_connection_is_closed_after_the_hello_timeout),
       cmocka_unit_test(heartbeat_is_answered_with_the_current_epoch),
+      cmocka_unit_test(peer_that_never_reads_is_disconnected),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

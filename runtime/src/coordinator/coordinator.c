@@ -32,6 +32,7 @@
 
 #define TICK_MS_MAX 250
 #define DUMP_MAX_TOTAL (256ull * 1024 * 1024)
+#define MAX_QUEUED 4096 /* messages waiting for one session's writeable callback */
 
 enum member_state { M_PENDING, M_ACTIVE };
 
@@ -145,6 +146,15 @@ static void send_msg(session_t *s, json_t *msg, int close_after) {
     return;
   }
   f->close_after = close_after;
+  if (s->outq.count >= MAX_QUEUED && !close_after) {
+    /* A peer that does not read its messages is not followed forever. */
+    FTC_WARN(FTC_SUB_COORD, "%s does not read its messages (%zu queued); closing the session",
+             s->peer, s->outq.count);
+    ftc__free(f);
+    s->refused = 1; /* ignore what it still sends until the close */
+    kill_session(s);
+    return;
+  }
   ftc__frameq_push(&s->outq, f);
   lws_callback_on_writable(s->wsi);
 }

@@ -145,6 +145,10 @@ static void try_connect(lws_sorted_usec_list_t *sul) {
   FTC_DEBUG(FTC_SUB_COORD, "slot %d: connecting to the coordinator at %s", m->slot, m->coord);
   if (!lws_client_connect_via_info(&ci)) {
     m->wsi = NULL;
+    if (!m->conn_err[0] || strstr(m->conn_err, "cannot start"))
+      snprintf(m->conn_err, sizeof(m->conn_err),
+               "cannot start a connection to %s port %d (does the host name resolve?)",
+               m->host_name, m->port);
     schedule_retry(m);
   }
 }
