@@ -7,10 +7,13 @@
 # and busbw.png, and the markdown is printed. Every run is bounded by a
 # timeout; a system that fails or is not built is reported, not hidden.
 #   BUILD=build/release tests/bench/run.sh
+# The host is shared, so every system runs BENCH_REPEAT times per rank count,
+# in alternating order (A B C, then C B A, ...), and the report keeps each
+# system's best row per size; every pass stays in bench.csv.
 # Knobs (environment): BENCH_RANKS ("2 4 8"), BENCH_MIN (8), BENCH_MAX (256M),
-# BENCH_FACTOR (4), BENCH_ITERS (20), BENCH_WARMUP (5), BENCH_ITER_BYTES (1G:
-# iterations at size s are min(iters, max(2, ITER_BYTES/s))), BENCH_SYSTEMS,
-# BENCH_RUN_TIMEOUT (seconds per system and rank count, 600), BENCH_OUT.
+# BENCH_FACTOR (4), BENCH_ITERS (20), BENCH_WARMUP (5), BENCH_ITER_BYTES (512M:
+# iterations at size s are min(iters, max(2, ITER_BYTES/s))), BENCH_REPEAT (2),
+# BENCH_SYSTEMS, BENCH_RUN_TIMEOUT (seconds per run, 600), BENCH_OUT.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -22,7 +25,8 @@ MAX=${BENCH_MAX:-256M}
 FACTOR=${BENCH_FACTOR:-4}
 ITERS=${BENCH_ITERS:-20}
 WARMUP=${BENCH_WARMUP:-5}
-ITER_BYTES=${BENCH_ITER_BYTES:-1G}
+ITER_BYTES=${BENCH_ITER_BYTES:-512M}
+REPEAT=${BENCH_REPEAT:-2}
 SYSTEMS=${BENCH_SYSTEMS:-ftcomm-tcp openmpi-tcp openmpi-shm gloo-ring gloo-bcube}
 RUN_TIMEOUT=${BENCH_RUN_TIMEOUT:-600}
 BB=$BUILD/bench
@@ -45,8 +49,9 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
   echo "load_before=$(load)"
   echo "sweep=${sweep[*]}"
   echo "ranks=$RANKS"
+  echo "repeat=$REPEAT"
 } >"$OUT/raw/meta.txt"
-echo "status,system,ranks,exit,seconds,load_before,load_after" >"$OUT/raw/status.csv"
+echo "status,system,ranks,pass,exit,seconds,load_before,load_after" >"$OUT/raw/status.csv"
 
 echo "bench: ceilings (loopback TCP both ways, memcpy)"
 timeout -k 5 60 "$BB/loopback_tcp" -t 3 --csv >"$OUT/raw/ceiling.csv" || echo "bench: loopback_tcp failed" >&2
@@ -73,25 +78,32 @@ command_for() {
 }
 
 for n in $RANKS; do
-  for sys in $SYSTEMS; do
-    cmd=$(command_for "$sys" "$n")
-    if [ -z "$cmd" ]; then
-      echo "bench: $sys: not built, skipped"
-      echo "skipped,$sys,$n,,,," >>"$OUT/raw/status.csv"
-      continue
-    fi
-    before=$(load)
-    echo "bench: $sys, $n ranks (load $before)"
-    echo "$cmd" >"$OUT/raw/$sys-$n.cmd"
-    start=$(date +%s.%N)
-    rc=0
-    # shellcheck disable=SC2086 # the command is a word list by construction
-    timeout -k 10 "$RUN_TIMEOUT" $cmd >"$OUT/raw/$sys-$n.csv" 2>"$OUT/raw/$sys-$n.log" </dev/null || rc=$?
-    secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-    if [ $rc -eq 0 ]; then st=ok; else st=failed; fi
-    [ $rc -eq 124 ] && st=timeout
-    [ $rc -ne 0 ] && { echo "bench: $sys, $n ranks: $st (exit $rc), last lines of its log:"; tail -n 5 "$OUT/raw/$sys-$n.log" | sed 's/^/    /'; }
-    echo "$st,$sys,$n,$rc,$secs,$before,$(load)" >>"$OUT/raw/status.csv"
+  for pass in $(seq 1 "$REPEAT"); do
+    order=$SYSTEMS
+    [ $((pass % 2)) -eq 0 ] && order=$(echo "$SYSTEMS" | tr ' ' '\n' | tac | tr '\n' ' ')
+    for sys in $order; do
+      cmd=$(command_for "$sys" "$n")
+      if [ -z "$cmd" ]; then
+        echo "bench: $sys: not built, skipped"
+        echo "skipped,$sys,$n,$pass,,,," >>"$OUT/raw/status.csv"
+        continue
+      fi
+      before=$(load)
+      echo "bench: $sys, $n ranks, pass $pass (load $before)"
+      base=$OUT/raw/$sys-$n-p$pass
+      echo "$cmd" >"$base.cmd"
+      start=$(date +%s.%N)
+      rc=0
+      # shellcheck disable=SC2086 # the command is a word list by construction
+      timeout -k 10 "$RUN_TIMEOUT" $cmd >"$base.csv" 2>"$base.log" </dev/null || rc=$?
+      secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+      if [ $rc -eq 0 ]; then st=ok; elif [ $rc -eq 124 ]; then st=timeout; else st=failed; fi
+      if [ $rc -ne 0 ]; then
+        echo "bench: $sys, $n ranks: $st (exit $rc), last lines of its log:"
+        tail -n 5 "$base.log" | sed 's/^/    /'
+      fi
+      echo "$st,$sys,$n,$pass,$rc,$secs,$before,$(load)" >>"$OUT/raw/status.csv"
+    done
   done
 done
 echo "load_after=$(load)" >>"$OUT/raw/meta.txt"
@@ -107,7 +119,8 @@ if [ -x tests/bench/recorder/run.sh ]; then
     echo
     echo "## Flight recorder overhead (tests/bench/recorder/run.sh)"
     echo
-    timeout -k 10 600 tests/bench/recorder/run.sh || echo "_tests/bench/recorder/run.sh failed (exit $?)_"
+    # BENCH_RANKS means analyzer sizes to that script, not rank counts
+    env -u BENCH_RANKS BUILD="$BUILD" timeout -k 10 600 tests/bench/recorder/run.sh || echo "_tests/bench/recorder/run.sh failed (exit $?)_"
   } >>"$OUT/bench.md" 2>"$OUT/raw/recorder.log"
 fi
 
