@@ -8,6 +8,8 @@
  *              communicator; the others must see the failure (peer lost or
  *              revoked) within seconds and print "survivor saw <status>"
  *   latency    prints the mean 8-byte allreduce latency (rank 0)
+ *   sweep      prints "bytes us" rows of f32 sum allreduce from 8 B to 4 MiB
+ *              (rank 0), for measuring the algorithm cutover
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -125,6 +127,23 @@ static void run_latency(ftc_comm_t *comm) {
   if (rank == 0) printf("8-byte allreduce: %.2f us mean over %d iterations at %d ranks\n", us, iters, size);
 }
 
+static void run_sweep(ftc_comm_t *comm) {
+  size_t max = 4u << 20;
+  float *buf = calloc(max / sizeof(float), sizeof(float));
+  for (size_t bytes = 8; bytes <= max; bytes *= 2) {
+    size_t count = bytes / sizeof(float);
+    int iters = bytes <= 65536 ? 300 : (int)(20u * 1048576u / bytes) + 5;
+    for (int i = 0; i < 10; i++) ftc_allreduce(buf, buf, count, FTC_F32, FTC_SUM, comm, 30000);
+    CHECK(ftc_barrier(comm, 30000) == FTC_OK, "barrier");
+    int64_t t0 = ftc__now_ns();
+    for (int i = 0; i < iters; i++)
+      CHECK(ftc_allreduce(buf, buf, count, FTC_F32, FTC_SUM, comm, 30000) == FTC_OK, "allreduce");
+    double us = (double)(ftc__now_ns() - t0) / iters / 1000.0;
+    if (rank == 0) printf("%zu %.2f\n", bytes, us);
+  }
+  free(buf);
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "all";
   ftc_comm_t *comm;
@@ -144,6 +163,8 @@ int main(int argc, char **argv) {
     run_die(comm);
   else if (strcmp(mode, "latency") == 0)
     run_latency(comm);
+  else if (strcmp(mode, "sweep") == 0)
+    run_sweep(comm);
   else
     CHECK(0, "unknown mode %s", mode);
   ftc_comm_destroy(comm);

@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -22,14 +23,6 @@
 #include "ftc_time.h"
 
 #define WAIT_GRACE_NS (250 * 1000000LL)
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
 
 void ftc__engine_wake(ftc_comm_t *comm) {
   uint64_t one = 1;
@@ -129,7 +122,7 @@ static int64_t timeout_ns_of(const ftc_comm_t *comm, int timeout_ms) {
 static ftc_status_t wait_req(ftc_request_t *req, int64_t deadline, int spin_us) {
   int64_t spin_end = ftc__now_ns() + (int64_t)spin_us * 1000;
   while (__atomic_load_n(&req->state, __ATOMIC_ACQUIRE) != REQ_DONE && ftc__now_ns() < spin_end)
-    cpu_relax();
+    sched_yield(); /* the progress thread may need this core */
   pthread_mutex_lock(&req->mu);
   while (__atomic_load_n(&req->state, __ATOMIC_ACQUIRE) != REQ_DONE) {
     if (deadline == INT64_MAX) {

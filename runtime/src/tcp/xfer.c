@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/socket.h>
 
 #include "core/reduce.h"
@@ -20,14 +21,6 @@
 #include "tcp/tcp_int.h"
 
 #define POLL_CAP_MS 500
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
 
 static inline size_t stream_allowed(const ftc__stream_t *s, const ftc__stream_t *all) {
   if (!s->send || s->dep < 0) return s->total;
@@ -170,7 +163,9 @@ ftc_status_t ftc__xfer_run(ftc__tcp_t *tp, ftc__stream_t *st, int n, const ftc__
       continue;
     }
     if (now < spin_until) {
-      cpu_relax();
+      /* Yield rather than pause: on a machine with more ranks than idle
+       * cores, the peer this rank waits for may need this core. */
+      sched_yield();
       continue;
     }
     int np = 0;
