@@ -164,9 +164,10 @@ int tr_parse_pytorch(const char *buf, size_t len, int rank, tr_dump_t *d, char *
     t->t_created = int_of(json_object_get(e, "time_created_ns"), 0);
     t->t_started = int_of(json_object_get(e, "time_discovered_started_ns"), 0);
     t->t_completed = int_of(json_object_get(e, "time_discovered_completed_ns"), 0);
+    /* With timing on, duration_ms measures the kernel: prefer it. */
     json_t *dur = json_object_get(e, "duration_ms");
-    if (json_is_number(dur) && t->t_started) t->t_completed = t->t_started + (int64_t)(json_number_value(dur) * 1e6);
-    else if (json_is_number(dur) && t->t_completed == 0) t->t_completed = 0;
+    if (json_is_number(dur) && t->t_started)
+      t->t_completed = t->t_started + (int64_t)(json_number_value(dur) * 1e6);
     t->timeout_ns = json_is_number(json_object_get(e, "timeout_ms"))
                         ? (int64_t)(json_number_value(json_object_get(e, "timeout_ms")) * 1e6)
                         : -1;
@@ -175,8 +176,8 @@ int tr_parse_pytorch(const char *buf, size_t len, int rank, tr_dump_t *d, char *
                : !strcmp(state, "completed") ? TR_COMPLETED
                : !strcmp(state, "started") ? TR_STARTED
                : TR_SCHEDULED;
-    if (json_is_true(json_object_get(e, "retired")) && t->state != TR_COMPLETED && !state)
-      t->state = TR_COMPLETED;
+    /* Dumps without "state" (older 2.x): a retired entry has completed. */
+    if (!state && json_is_true(json_object_get(e, "retired"))) t->state = TR_COMPLETED;
   }
   /* pg_status is keyed by the rank-local pg_id: find each id's group name
    * through the entries. */
