@@ -36,6 +36,9 @@ $(BENCH_CEILINGS): $(BENCH_BIN)/%: $(BUILD)/obj/tests/bench/ceiling/%.o
 ifneq ($(wildcard runtime/tools/ftcomm-bench/*.c),)
 $(BUILD)/bin/ftcomm-bench: $(BENCH_UTIL_OBJ)
 $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard runtime/tools/ftcomm-bench/*.c)): CPPFLAGS_ALL += -Itests/bench/common
+# A behaviour test (rows well-formed, #wrong = 0 at 2 ranks), not a timing one.
+TEST_SUITES += tests/bench/ftcomm_bench_test.sh
+test: export BUILD := $(BUILD)
 endif
 
 .PHONY: bench-bins

@@ -53,7 +53,9 @@ def read_rows(out):
         m = re.search(r"-p(\d+)\.csv$", base)
         npass = int(m.group(1)) if m else 1
         with open(path) as f:
-            for rec in csv.reader(f):
+            # ftcomm-run prefixes each rank's lines with "[slot] "
+            lines = [re.sub(r"^\[\d+\] ", "", line) for line in f]
+            for rec in csv.reader(lines):
                 if len(rec) != len(FIELDS) or rec[0] == "system":
                     continue
                 try:

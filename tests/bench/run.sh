@@ -63,7 +63,7 @@ command_for() {
   case $sys in
     ftcomm-tcp)
       [ -x "$BUILD/bin/ftcomm-run" ] && [ -x "$BUILD/bin/ftcomm-bench" ] || return 0
-      echo "$BUILD/bin/ftcomm-run -n $n -- $BUILD/bin/ftcomm-bench ${sweep[*]} -l $sys" ;;
+      echo "$BUILD/bin/ftcomm-run -q -n $n --timeout $RUN_TIMEOUT -- $BUILD/bin/ftcomm-bench ${sweep[*]} -l $sys" ;;
     openmpi-tcp)
       [ -x "$BB/mpi_bench" ] || return 0
       echo "${mpirun_base[*]} -np $n --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo $BB/mpi_bench ${sweep[*]} -l $sys" ;;
