@@ -11,7 +11,8 @@
  * atomically and never over an earlier one (format: docs/dump-format.md).
  *
  * Thread safety: ftc_rec_schedule() is called by the thread that issues
- * collectives on the communicator (one at a time, like the communicator);
+ * collectives on the communicator, never by two threads at once for the
+ * same recorder (it is single-writer, like the communicator itself);
  * ftc_rec_started/completed/failed() may be called from any thread (e.g. a
  * progress thread); dumps may run from any thread (the watchdog, the signal
  * thread) while collectives are recorded. Every recording call accepts a
