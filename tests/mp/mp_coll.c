@@ -8,8 +8,8 @@
  *              communicator; the others must see the failure (peer lost or
  *              revoked) within seconds and print "survivor saw <status>"
  *   latency    prints the mean 8-byte allreduce latency (rank 0)
- *   sweep      prints "bytes us" rows of f32 sum allreduce from 8 B to 4 MiB
- *              (rank 0), for measuring the algorithm cutover
+ *   sweep [MAX] prints "bytes us" rows of f32 sum allreduce from 8 B to MAX
+ *              bytes (default 4 MiB; rank 0), for measuring the cutover
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -127,8 +127,7 @@ static void run_latency(ftc_comm_t *comm) {
   if (rank == 0) printf("8-byte allreduce: %.2f us mean over %d iterations at %d ranks\n", us, iters, size);
 }
 
-static void run_sweep(ftc_comm_t *comm) {
-  size_t max = 4u << 20;
+static void run_sweep(ftc_comm_t *comm, size_t max) {
   float *buf = calloc(max / sizeof(float), sizeof(float));
   for (size_t bytes = 8; bytes <= max; bytes *= 2) {
     size_t count = bytes / sizeof(float);
@@ -164,7 +163,7 @@ int main(int argc, char **argv) {
   else if (strcmp(mode, "latency") == 0)
     run_latency(comm);
   else if (strcmp(mode, "sweep") == 0)
-    run_sweep(comm);
+    run_sweep(comm, argc > 2 ? (size_t)strtoull(argv[2], NULL, 0) : (4u << 20));
   else
     CHECK(0, "unknown mode %s", mode);
   ftc_comm_destroy(comm);
