@@ -64,7 +64,7 @@ port=
 start_controller() {
   : >"$ctrl_log"
   FTCOMM_LOG_LEVEL=info "$ctl" --kubeconfig "$sa_kubeconfig" --listen-address 127.0.0.1:0 --identity "ctl-$1" \
-    --lease-duration 4 --renew-deadline 3 --retry-period 1 --coordinator-address coord.test:7470 --dump-dir /dumps \
+    --lease-duration 40 --renew-deadline 30 --retry-period 1 --coordinator-address coord.test:7470 --dump-dir /dumps \
     >>"$ctrl_log" 2>&1 &
   ctrl_pid=$!
   eventually 10 grep -q 'health and metrics on port' "$ctrl_log"

@@ -131,14 +131,17 @@ static void apply_list(ftck_informer_t *inf, json_t *items) {
   json_decref(inf->cache);
   inf->cache = fresh;
   fresh = NULL;
-  inf->synced = 1;
   inf->stats.lists++;
-  pthread_cond_broadcast(&inf->cv);
   pthread_mutex_unlock(&inf->mu);
   if (inf->h.on_add) json_array_foreach(added, i, obj) inf->h.on_add(obj, inf->h.ud);
   if (inf->h.on_update)
     json_array_foreach(updated_new, i, obj) inf->h.on_update(json_array_get(updated_old, i), obj, inf->h.ud);
   if (inf->h.on_delete) json_array_foreach(removed, i, obj) inf->h.on_delete(obj, inf->h.ud);
+  /* Synced only once the handlers have seen the first list (client-go's HasSynced). */
+  pthread_mutex_lock(&inf->mu);
+  inf->synced = 1;
+  pthread_cond_broadcast(&inf->cv);
+  pthread_mutex_unlock(&inf->mu);
 out_free:
   json_decref(fresh);
   json_decref(added);
