@@ -10,6 +10,8 @@
 # where <key> hashes the go.mod/go.sum files, this script and the Go version, so a
 # change to any of them builds afresh and an unchanged tree skips the build.
 # The normal GOMODCACHE and GOCACHE are used: only the first build is slow.
+# After a version change: tests/cluster/gen-replaces.sh (k8s) or go get + go mod tidy
+# in tools/ or tools/kwok/, then commit go.mod and go.sum.
 # The last line printed on stdout is the bin directory; everything else is on stderr.
 # FTC_CLUSTER_NO_KWOK=1 skips kwok.
 set -euo pipefail
@@ -27,7 +29,7 @@ command -v sha256sum >/dev/null || die "no sha256sum"
 key=$( { go env GOVERSION GOOS GOARCH; cat "$tools/go.mod" "$tools/go.sum" "$0";
          [ -d "$tools/kwok" ] && cat "$tools/kwok/go.mod" "$tools/kwok/go.sum";
          echo "kwok=${FTC_CLUSTER_NO_KWOK:-0}"; } | sha256sum | cut -c1-16)
-bin=${FTC_CLUSTER_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/ftcomm/cluster-bin/$key}
+bin=${FTC_CLUSTER_BIN:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/ftcomm/cluster-bin/$key}
 mkdir -p "$bin"
 
 # One build at a time per bin directory (make test-bins and smoke.sh may both ask).
@@ -41,7 +43,8 @@ if [ $force = 0 ] && [ -f "$bin/.key" ] && [ "$(cat "$bin/.key")" = "$key" ]; th
 fi
 rm -f "$bin/.key"
 
-export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod"
+# readonly: go.mod and go.sum are committed; a stale go.sum must fail, not be rewritten.
+export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=readonly"
 t0=$(date +%s)
 modver() { (cd "$1" && go list -m -f '{{if .Replace}}{{.Replace.Version}}{{else}}{{.Version}}{{end}}' "$2"); }
 
@@ -84,5 +87,12 @@ fi
 
 for f in "$tmp"/*; do mv -f "$f" "$bin/"; done
 echo "$key" >"$bin/.key"
+# Each set is ~320 MB: in the default cache keep this one and the newest other.
+if [ -z "${FTC_CLUSTER_BIN:-}" ]; then
+  ls -1dt "$(dirname "$bin")"/*/ 2>/dev/null | sed 's:/$::' | grep -vxF "$bin" | tail -n +2 |
+    while read -r old; do
+      [ -f "$old/.key" ] && [[ $(basename "$old") =~ ^[0-9a-f]{16}$ ]] && { say "removing old $old"; rm -rf "$old"; }
+    done
+fi
 say "done in $(( $(date +%s) - t0 ))s: $(cd "$bin" && echo *)"
 echo "$bin"

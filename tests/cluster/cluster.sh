@@ -54,7 +54,8 @@ declare -A used_ports=()
 free_port() {
   local p i
   for i in $(seq 1 200); do
-    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
+    # 20000-31999: below Linux's ephemeral range, so no outgoing connection takes it.
+    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 12000 ))
     [ -n "${used_ports[$p]:-}" ] && continue
     if [ -z "$(ss -Htan "( sport = :$p )" 2>/dev/null)" ]; then
       used_ports[$p]=1
