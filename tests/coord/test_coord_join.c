@@ -595,6 +595,192 @@ static void calls_from_many_threads_on_one_session_are_safe(void **state) {
   ftc__coord_destroy(fx.co);
 }
 
+static ftc__coord_t *coord_on_port(int world, int min, int port, int hb_timeout_ms) {
+  ftc__coord_cfg_t cfg = {.bind_host = "127.0.0.1", .port = port, .job = "testjob",
+                          .token = TOKEN, .world_size = world, .min_size = min,
+                          .heartbeat_ms = 100, .heartbeat_timeout_ms = hb_timeout_ms};
+  ftc__coord_t *co = NULL;
+  /* The old listener's port may take a moment to be free again. */
+  int64_t dl = ftc__deadline_ns(WAIT_MS);
+  while (ftc__coord_create(&cfg, &co) != FTC_OK) {
+    if (ftc__now_ns() > dl) fail_msg("cannot listen on port %d again: %s", port, ftc_last_error());
+    usleep(50000);
+  }
+  return co;
+}
+
+static void all_saw_epoch_1(ftc__member_t **m, int n) {
+  for (int s = 0; s < n; s++) {
+    ftc__view_t *v = view_after(m[s], 0);
+    assert_int_equal(v->epoch, 1);
+    ftc__view_free(v);
+  }
+}
+
+/* Send a raw hello and read the welcome; returns the member id given. */
+static long long raw_hello(int fd, int slot, const char *extra) {
+  char hello[1024];
+  snprintf(hello, sizeof(hello),
+           "{\"v\":1,\"type\":\"hello\",\"job\":\"testjob\",\"token\":\"%s\",\"slot\":%d,"
+           "\"world_size\":2,\"min_size\":1,\"addr\":\"127.0.0.1:%d\"%s}",
+           TOKEN, slot, 50000 + slot, extra);
+  assert_int_equal(raw_ws_send_text(fd, hello), 0);
+  char *text = NULL;
+  assert_int_equal(raw_ws_recv(fd, &text, WAIT_MS), WS_TEXT);
+  const char *id = strstr(text, "\"member_id\":");
+  if (!strstr(text, "\"welcome\"") || !id) fail_msg("expected a welcome, got %s", text);
+  long long v = atoll(id + strlen("\"member_id\":"));
+  free(text);
+  return v;
+}
+
+/* The coordinator restarted before every rank had seen the last epoch: a
+ * rank without a view comes back first, one with the view second. The
+ * coordinator keeps the first one's id, adopts the epoch from the second and
+ * sends it to the first. */
+static void rank_that_missed_the_epoch_learns_it_from_the_adopting_coordinator(void **state) {
+  (void)state;
+  fixture_t fx;
+  start_coord(2, 1, &fx);
+  int a = raw_ws_connect(ftc__coord_port(fx.co)), b = raw_ws_connect(ftc__coord_port(fx.co));
+  assert_true(a >= 0 && b >= 0);
+  assert_int_equal(raw_hello(b, 1, ",\"prev_member_id\":500,\"known_epoch\":0"), 500);
+  assert_int_equal(raw_hello(a, 0, ",\"prev_member_id\":400,\"known_epoch\":7,\"view\":["
+                                   "{\"rank\":0,\"slot\":0,\"member_id\":400,\"joined_epoch\":1,"
+                                   "\"addr\":\"127.0.0.1:50000\"},{\"rank\":1,\"slot\":1,"
+                                   "\"member_id\":500,\"joined_epoch\":3,\"addr\":\"127.0.0.1:50001\"}]"),
+                   400);
+  char *text = NULL;
+  assert_int_equal(raw_ws_recv(b, &text, WAIT_MS), WS_TEXT);
+  if (!strstr(text, "\"view\"") || !strstr(text, "\"epoch\":7") ||
+      !strstr(text, "\"joined_epoch\":3"))
+    fail_msg("expected the adopted epoch 7, got %s", text);
+  free(text);
+  ftc__coord_stats_t st;
+  ftc__coord_stats(fx.co, &st);
+  assert_int_equal(st.epoch, 7);
+  assert_int_equal(st.epoch_size, 2);
+  /* Changes go on above it: slot 0 leaves, slot 1 gets epoch 8. */
+  assert_int_equal(raw_ws_send_text(a, "{\"v\":1,\"type\":\"leave\"}"), 0);
+  assert_int_equal(raw_ws_recv(b, &text, WAIT_MS), WS_TEXT);
+  if (!strstr(text, "\"epoch\":8") || !strstr(text, "\"member_id\":500"))
+    fail_msg("expected epoch 8 with member 500, got %s", text);
+  free(text);
+  close(a);
+  close(b);
+  ftc__coord_destroy(fx.co);
+}
+
+static void ranks_reconnect_to_a_restarted_coordinator_which_adopts_their_epoch(void **state) {
+  (void)state;
+  fixture_t fx;
+  start_coord(3, 2, &fx);
+  int port = ftc__coord_port(fx.co);
+  ftc__member_t *m[3];
+  for (int s = 0; s < 3; s++) m[s] = join(&fx, s, 3);
+  ftc__view_t *v1 = view_after(m[0], 0);
+  assert_int_equal(v1->epoch, 1);
+  all_saw_epoch_1(m, 3);
+  ftc__coord_destroy(fx.co); /* the coordinator goes away; the ranks keep going */
+  usleep(300000);
+  for (int s = 0; s < 3; s++) assert_int_equal(ftc__member_error(m[s]), FTC_OK);
+  fx.co = coord_on_port(3, 2, port, 5000);
+  ftc__coord_stats_t st;
+  WAIT_STATS(fx.co, st, st.connected == 3);
+  /* Same epoch, same members: nothing was announced. */
+  assert_int_equal(st.epoch, 1);
+  assert_int_equal(st.epoch_size, 3);
+  assert_int_equal(st.lost, 0);
+  ftc__view_t *none = NULL;
+  assert_int_equal(ftc__member_wait_view(m[1], 1, 200, &none), FTC_ERR_TIMEOUT);
+  /* Failures and changes go on from there: numbering continues above 1, and
+   * member ids are the old ones. */
+  ftc__member_close(m[2]);
+  ftc__view_t *v2 = view_after(m[0], 1);
+  assert_int_equal(v2->epoch, 2);
+  assert_int_equal(v2->size, 2);
+  assert_int_equal(v2->members[0].member_id, v1->members[0].member_id);
+  assert_int_equal(v2->members[1].member_id, v1->members[1].member_id);
+  assert_int_equal(v2->my_rank, 0);
+  ftc__view_free(v1);
+  ftc__view_free(v2);
+  ftc__member_close(m[0]);
+  ftc__member_close(m[1]);
+  ftc__coord_destroy(fx.co);
+}
+
+static void restarted_coordinator_drops_a_member_that_never_returns(void **state) {
+  (void)state;
+  fixture_t fx;
+  start_coord(3, 2, &fx);
+  int port = ftc__coord_port(fx.co);
+  ftc__member_t *m[3];
+  for (int s = 0; s < 3; s++) m[s] = join(&fx, s, 3);
+  all_saw_epoch_1(m, 3);
+  ftc__view_t *v = NULL;
+  ftc__coord_destroy(fx.co);
+  ftc__member_close(m[1]); /* dies while there is no coordinator */
+  fx.co = coord_on_port(3, 2, port, 800);
+  ftc__coord_stats_t st;
+  WAIT_STATS(fx.co, st, st.connected == 2);
+  v = view_after(m[2], 1);
+  assert_int_equal(v->epoch, 2);
+  assert_int_equal(v->size, 2);
+  assert_int_equal(v->members[0].slot, 0);
+  assert_int_equal(v->members[1].slot, 2);
+  assert_int_equal(v->my_rank, 1);
+  ftc__view_free(v);
+  ftc__member_close(m[0]);
+  ftc__member_close(m[2]);
+  ftc__coord_destroy(fx.co);
+}
+
+static void failure_report_after_a_restart_drops_the_reported_rank(void **state) {
+  (void)state;
+  fixture_t fx;
+  start_coord(3, 2, &fx);
+  int port = ftc__coord_port(fx.co);
+  ftc__member_t *m[3];
+  for (int s = 0; s < 3; s++) m[s] = join(&fx, s, 3);
+  all_saw_epoch_1(m, 3);
+  ftc__view_t *v = NULL;
+  ftc__coord_destroy(fx.co);
+  fx.co = coord_on_port(3, 2, port, 5000);
+  ftc__coord_stats_t st;
+  WAIT_STATS(fx.co, st, st.connected == 3);
+  int failed[] = {1};
+  assert_int_equal(ftc__member_report_failure(m[0], 1, failed, 1, FTC_ERR_PEER_LOST), FTC_OK);
+  v = view_after(m[2], 1);
+  assert_int_equal(v->epoch, 2);
+  assert_int_equal(v->size, 2);
+  assert_int_equal(v->members[1].slot, 2);
+  ftc__view_free(v);
+  ftc__view_t *none = NULL;
+  assert_int_equal(ftc__member_wait_view(m[1], 1, WAIT_MS, &none), FTC_ERR_COORDINATOR);
+  for (int s = 0; s < 3; s++) ftc__member_close(m[s]);
+  ftc__coord_destroy(fx.co);
+}
+
+static void a_coordinator_that_stays_away_fails_the_session_after_the_timeout(void **state) {
+  (void)state;
+  fixture_t fx;
+  start_coord(1, 0, &fx);
+  ftc__member_cfg_t c = member_cfg(&fx, 0, 1);
+  c.connect_timeout_ms = 600;
+  ftc__member_t *m = NULL;
+  assert_int_equal(ftc__member_open(&c, &m), FTC_OK);
+  ftc__view_t *v = view_after(m, 0);
+  ftc__view_free(v);
+  int64_t t0 = ftc__now_ns();
+  ftc__coord_destroy(fx.co);
+  ftc__view_t *none = NULL;
+  assert_int_equal(ftc__member_wait_view(m, 1, WAIT_MS, &none), FTC_ERR_COORDINATOR);
+  int64_t ms = (ftc__now_ns() - t0) / 1000000;
+  assert_true(ms >= 550 && ms < 4000);
+  assert_non_null(strstr(ftc_last_error(), "could not reconnect"));
+  ftc__member_close(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(join_of_n_forms_epoch_1_with_ranks_in_slot_order),
@@ -612,6 +798,11 @@ int main(void) {
       cmocka_unit_test(dump_request_reaches_every_rank_and_fragmented_uploads_are_stored),
       cmocka_unit_test(many_ranks_joining_at_once_agree_on_epoch_1),
       cmocka_unit_test(calls_from_many_threads_on_one_session_are_safe),
+      cmocka_unit_test(ranks_reconnect_to_a_restarted_coordinator_which_adopts_their_epoch),
+      cmocka_unit_test(rank_that_missed_the_epoch_learns_it_from_the_adopting_coordinator),
+      cmocka_unit_test(restarted_coordinator_drops_a_member_that_never_returns),
+      cmocka_unit_test(failure_report_after_a_restart_drops_the_reported_rank),
+      cmocka_unit_test(a_coordinator_that_stays_away_fails_the_session_after_the_timeout),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

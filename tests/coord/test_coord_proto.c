@@ -126,11 +126,29 @@ static void built_messages_decode_to_what_they_carry(void **state) {
   ftc__msg_clear(&m);
 
   int ranks[] = {1, 4};
-  m = roundtrip(ftc__proto_failure(9, ranks, 2, FTC_ERR_TIMEOUT), FTC__MSG_FAILURE);
+  m = roundtrip(ftc__proto_failure(9, ranks, NULL, 2, FTC_ERR_TIMEOUT), FTC__MSG_FAILURE);
   assert_int_equal(m.epoch, 9);
   assert_int_equal(m.nranks, 2);
   assert_int_equal(m.ranks[1], 4);
   assert_int_equal(m.status, FTC_ERR_TIMEOUT);
+  assert_int_equal(m.nmember_ids, 0);
+  ftc__msg_clear(&m);
+  uint64_t ids[] = {1ull << 40, 7};
+  m = roundtrip(ftc__proto_failure(9, ranks, ids, 2, FTC_ERR_PEER_LOST), FTC__MSG_FAILURE);
+  assert_int_equal(m.nmember_ids, 2);
+  assert_int_equal(m.member_ids[0], 1ull << 40);
+  assert_int_equal(m.member_ids[1], 7);
+  ftc__msg_clear(&m);
+
+  /* A reconnecting rank's hello carries its view. */
+  ftc__hello_t back = {.job = "job", .token = "tok", .addr = "a:1", .slot = 5, .world_size = 8,
+                       .min_size = 1, .known_epoch = 4, .prev_member_id = 31, .view = wm,
+                       .view_n = 3};
+  m = roundtrip(ftc__proto_hello(&back), FTC__MSG_HELLO);
+  assert_int_equal(m.hello.view_n, 3);
+  assert_int_equal(m.hello.view[2].member_id, 31);
+  assert_int_equal(m.hello.view[2].slot, 5);
+  assert_string_equal(m.hello.view[0].addr, "a:1");
   ftc__msg_clear(&m);
 
   m = roundtrip(ftc__proto_dump("inc", 2, 10, 14, "a\"\xc3\xa9", 4, 0), FTC__MSG_DUMP);

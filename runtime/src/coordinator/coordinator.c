@@ -187,6 +187,115 @@ static member_t *find_slot(ftc__coord_t *co, int slot) {
   return NULL;
 }
 
+static member_t *find_id(ftc__coord_t *co, uint64_t id) {
+  for (int i = 0; i < co->nmembers; i++)
+    if (co->members[i]->id == id) return co->members[i];
+  return NULL;
+}
+
+static int reserve_members(ftc__coord_t *co, int more) {
+  if (co->nmembers + more <= co->cap) return 0;
+  int ncap = co->cap ? co->cap : 16;
+  while (ncap < co->nmembers + more) ncap *= 2;
+  member_t **nm = ftc__realloc(co->members, (size_t)ncap * sizeof(*nm));
+  if (!nm) return -1;
+  co->members = nm;
+  co->cap = ncap;
+  return 0;
+}
+
+/* Send the current epoch to one session (a member that reconnected after
+ * missing it). Nothing while the epoch has dropped members not yet replaced
+ * by the next one. */
+static void send_current_view(ftc__coord_t *co, session_t *s) {
+  ftc__wire_member_t *wm = ftc__calloc((size_t)(co->view_n ? co->view_n : 1), sizeof(*wm));
+  if (!wm) return;
+  for (int r = 0; r < co->view_n; r++) {
+    member_t *m = co->view[r];
+    if (!m) {
+      ftc__free(wm);
+      return;
+    }
+    wm[r] = (ftc__wire_member_t){r, m->slot, m->id, m->joined_epoch, m->addr};
+  }
+  send_msg(s, ftc__proto_view(co->epoch, wm, co->view_n, NULL), 0);
+  ftc__free(wm);
+}
+
+/* A coordinator that has formed no epoch yet meets a rank of a running job
+ * (it restarted, the ranks kept training): take the rank's view as the
+ * current epoch. Its members are active and wait for their ranks to
+ * reconnect; one that does not within the heartbeat timeout is lost. Ranks
+ * that returned before, without a view (they had missed the epoch), are
+ * taken in if the view names them, and are sent it. Anyone else already
+ * here makes the view unusable: the rank then joins as a new member. */
+static void adopt_view(ftc__coord_t *co, const ftc__hello_t *h) {
+  if (co->formed || h->view_n <= 0 || h->known_epoch == 0) return;
+  int self = 0;
+  for (int i = 0; i < h->view_n; i++) {
+    const ftc__wire_member_t *w = &h->view[i];
+    if (w->slot >= co->world_size || w->member_id == 0) return;
+    for (int j = 0; j < i; j++)
+      if (h->view[j].slot >= w->slot || h->view[j].member_id == w->member_id) return;
+    if (w->member_id == h->prev_member_id && w->slot == h->slot) self = 1;
+  }
+  if (!self) return;
+  for (int k = 0; k < co->nmembers; k++) {
+    member_t *m = co->members[k];
+    int named = 0;
+    for (int i = 0; i < h->view_n; i++)
+      if (h->view[i].member_id == m->id && h->view[i].slot == m->slot) named = 1;
+    if (!named || m->state != M_PENDING) return;
+  }
+  int earlier = co->nmembers;
+  if (reserve_members(co, h->view_n)) return;
+  member_t **nv = ftc__realloc(co->view, (size_t)h->view_n * sizeof(*nv));
+  if (!nv) return;
+  co->view = nv;
+  co->view_cap = h->view_n;
+  member_t **fresh = ftc__calloc((size_t)h->view_n, sizeof(*fresh));
+  if (!fresh) return;
+  for (int i = 0; i < h->view_n; i++) {
+    if (find_id(co, h->view[i].member_id)) continue;
+    if (!(fresh[i] = ftc__calloc(1, sizeof(member_t)))) {
+      /* Undo: nothing was announced, the rank becomes an ordinary joiner. */
+      for (int j = 0; j < i; j++) ftc__free(fresh[j]);
+      ftc__free(fresh);
+      return;
+    }
+  }
+  int64_t now = ftc__now_ns();
+  for (int i = 0; i < h->view_n; i++) {
+    const ftc__wire_member_t *w = &h->view[i];
+    member_t *m = find_id(co, w->member_id);
+    if (!m) {
+      m = fresh[i];
+      m->id = w->member_id;
+      m->slot = w->slot;
+      m->last_seen_ns = now;
+      snprintf(m->addr, sizeof(m->addr), "%s", w->addr);
+      co->members[co->nmembers++] = m;
+    }
+    m->state = M_ACTIVE;
+    m->rank = i;
+    m->joined_epoch = w->joined_epoch;
+    co->view[i] = m;
+    if (m->id > co->next_id) co->next_id = m->id;
+  }
+  ftc__free(fresh);
+  co->view_n = h->view_n;
+  co->epoch = h->known_epoch;
+  co->formed = 1;
+  co->stats_dirty = 1;
+  FTC_WARN(FTC_SUB_COORD,
+           "job %s: adopted running epoch %llu (%d members) from slot %d; waiting for its ranks "
+           "to reconnect",
+           co->job, (unsigned long long)co->epoch, co->view_n, h->slot);
+  /* Those that came back without a view learn the epoch now. */
+  for (int k = 0; k < earlier; k++)
+    if (co->members[k]->sess) send_current_view(co, co->members[k]->sess);
+}
+
 /* Remove a member from the job (it left, was lost, timed out or was
  * reported). Its session, if any, is detached; the caller closes it. The
  * next epoch is formed by maybe_form_epoch(). */
@@ -332,6 +441,28 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
            co->world_size - 1);
     return;
   }
+  if (h->prev_member_id) {
+    adopt_view(co, h);
+    member_t *back = find_id(co, h->prev_member_id);
+    if (back && !back->sess && back->slot == h->slot) {
+      /* The same process returns to its place: same id, same epoch. */
+      back->sess = s;
+      s->m = back;
+      back->pid = h->pid;
+      back->last_seen_ns = ftc__now_ns();
+      snprintf(back->host, sizeof(back->host), "%s", h->pod ? h->pod : h->host ? h->host : "");
+      co->stats_dirty = 1;
+      lws_set_timeout(s->wsi, NO_PENDING_TIMEOUT, 0);
+      FTC_INFO(FTC_SUB_COORD, "job %s: slot %d (member %llu) reconnected from %s at epoch %llu",
+               co->job, back->slot, (unsigned long long)back->id, s->peer,
+               (unsigned long long)h->known_epoch);
+      send_msg(s,
+               ftc__proto_welcome(back->id, co->epoch, co->heartbeat_ms, FTC__PROTO_MAX_RANK_MSG),
+               0);
+      if (back->state == M_ACTIVE && h->known_epoch < co->epoch) send_current_view(co, s);
+      return;
+    }
+  }
   member_t *old = find_slot(co, h->slot);
   if (old) {
     refuse(co, s, FTC__PERR_DUPLICATE_SLOT,
@@ -348,22 +479,24 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
       FTC_INFO(FTC_SUB_COORD, "job %s: slot %d knows epoch %llu; later epochs are numbered above",
                co->job, h->slot, (unsigned long long)h->known_epoch);
   }
-  if (co->nmembers == co->cap) {
-    int ncap = co->cap ? co->cap * 2 : 16;
-    member_t **nm = ftc__realloc(co->members, (size_t)ncap * sizeof(*nm));
-    if (!nm) {
-      refuse(co, s, FTC__PERR_INTERNAL, "the coordinator is out of memory");
-      return;
-    }
-    co->members = nm;
-    co->cap = ncap;
+  if (reserve_members(co, 1)) {
+    refuse(co, s, FTC__PERR_INTERNAL, "the coordinator is out of memory");
+    return;
   }
   member_t *m = ftc__calloc(1, sizeof(*m));
   if (!m) {
     refuse(co, s, FTC__PERR_INTERNAL, "the coordinator is out of memory");
     return;
   }
-  m->id = ++co->next_id;
+  /* A process that returns to a coordinator which has not formed an epoch
+   * keeps its id (it is the same incarnation), so that a view brought by
+   * another rank can name it; otherwise ids are fresh. */
+  if (h->prev_member_id && !co->formed && !find_id(co, h->prev_member_id)) {
+    m->id = h->prev_member_id;
+    if (m->id > co->next_id) co->next_id = m->id;
+  } else {
+    m->id = ++co->next_id;
+  }
   m->slot = h->slot;
   m->state = M_PENDING;
   m->rank = -1;
@@ -393,12 +526,18 @@ static void handle_failure(ftc__coord_t *co, session_t *s, const ftc__msg_t *msg
     return;
   }
   for (int i = 0; i < msg->nranks; i++) {
-    int r = msg->ranks[i];
-    if (r >= co->view_n || !co->view[r] || co->view[r] == rep) continue;
+    member_t *x = NULL;
+    if (msg->nmember_ids == msg->nranks) {
+      x = find_id(co, msg->member_ids[i]);
+      if (x && x->state != M_ACTIVE) x = NULL;
+    } else if (msg->ranks[i] < co->view_n) {
+      x = co->view[msg->ranks[i]];
+    }
+    if (!x || x == rep) continue;
     char why[160];
     snprintf(why, sizeof(why), "was reported failed by rank %d (%s)", rep->rank,
              msg->reason ? msg->reason : ftc_strerror((ftc_status_t)msg->status));
-    exclude_member(co, co->view[r], FTC__PERR_EXCLUDED, why);
+    exclude_member(co, x, FTC__PERR_EXCLUDED, why);
   }
   maybe_form_epoch(co);
 }
@@ -740,7 +879,10 @@ ftc_status_t ftc__coord_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out) 
   int hello_ms = cfg->hello_timeout_ms ? cfg->hello_timeout_ms : 10000;
   co->hello_timeout_s = (hello_ms + 999) / 1000;
   co->epoch = cfg->first_epoch;
-  co->next_id = cfg->member_id_base ? cfg->member_id_base : (uint64_t)(ftc__wall_ns() / 1000000000) << 20;
+  /* Ids of a restarted coordinator must not repeat its predecessor's: the
+   * default base is the start time in microseconds (far more than a job
+   * ever hands out ids per microsecond of its coordinator's life). */
+  co->next_id = cfg->member_id_base ? cfg->member_id_base : (uint64_t)(ftc__wall_ns() / 1000);
   pthread_mutex_init(&co->lock, NULL);
 
   co->protocols[0] = (struct lws_protocols){

@@ -35,15 +35,17 @@
 #define LEAVE_WAIT_MS 1000
 
 enum session_state {
-  S_CONNECTING, /* connecting or waiting for welcome */
-  S_OPEN,       /* welcomed */
-  S_CLOSED,     /* closed: after leave, or with m->error set */
+  S_CONNECTING,   /* first connection: connecting or waiting for welcome */
+  S_OPEN,         /* welcomed */
+  S_RECONNECTING, /* the connection dropped without a refusal (e.g. the
+                   * coordinator restarted): reconnecting, views kept */
+  S_CLOSED,       /* closed: after leave, or with m->error set */
 };
 
 struct ftc__member {
   /* Immutable after open. */
   char *coord, *host_name, *job, *token, *data_addr, *pod, *node, *host;
-  int port, slot, world_size, min_size, joiner, cfg_heartbeat_ms;
+  int port, slot, world_size, min_size, joiner, cfg_heartbeat_ms, connect_timeout_ms;
   struct lws_context *ctx;
   struct lws_protocols protocols[2];
   pthread_t thread;
@@ -54,6 +56,7 @@ struct ftc__member {
   struct lws *wsi;
   lws_sorted_usec_list_t sul_connect, sul_heartbeat;
   int retry_ms;
+  int64_t reconnect_deadline_ns; /* 0 while connected */
   int heartbeat_ms;
   char *rx;
   size_t rx_len, rx_cap;
@@ -101,7 +104,8 @@ static ftc_status_t queue_msg(ftc__member_t *m, json_t *msg, int close_after) {
   if (!f) return ftc__error(FTC_ERR_NO_MEMORY, "out of memory encoding a message");
   f->close_after = close_after;
   pthread_mutex_lock(&m->lock);
-  if (m->state != S_OPEN || m->leaving) {
+  /* While reconnecting, messages wait for the new session. */
+  if ((m->state != S_OPEN && m->state != S_RECONNECTING) || m->leaving) {
     ftc_status_t st = m->error;
     char msgbuf[512];
     snprintf(msgbuf, sizeof(msgbuf), "%s", m->error_msg);
@@ -128,7 +132,7 @@ static void schedule_retry(ftc__member_t *m) {
 static void try_connect(lws_sorted_usec_list_t *sul) {
   ftc__member_t *m = lws_container_of(sul, ftc__member_t, sul_connect);
   pthread_mutex_lock(&m->lock);
-  int connecting = m->state == S_CONNECTING;
+  int connecting = m->state == S_CONNECTING || m->state == S_RECONNECTING;
   pthread_mutex_unlock(&m->lock);
   if (!connecting || m->wsi) return;
   struct lws_client_connect_info ci;
@@ -173,6 +177,7 @@ static void send_heartbeat(lws_sorted_usec_list_t *sul) {
 }
 
 static void send_hello(ftc__member_t *m) {
+  ftc__wire_member_t *wm = NULL;
   pthread_mutex_lock(&m->lock);
   ftc__hello_t h = {
       .job = m->job,
@@ -189,15 +194,26 @@ static void send_hello(ftc__member_t *m) {
       .known_epoch = m->known_epoch,
       .prev_member_id = m->member_id,
   };
-  pthread_mutex_unlock(&m->lock);
+  /* A reconnecting rank brings its view: a restarted coordinator learns the
+   * running epoch from it. */
+  if (m->view && m->view->size > 0 && (wm = ftc__calloc((size_t)m->view->size, sizeof(*wm)))) {
+    for (int i = 0; i < m->view->size; i++) {
+      const ftc__view_member_t *vm = &m->view->members[i];
+      wm[i] = (ftc__wire_member_t){vm->rank, vm->slot, vm->member_id, vm->joined_epoch, vm->addr};
+    }
+    h.view = wm;
+    h.view_n = m->view->size;
+    h.known_epoch = m->view->epoch;
+  }
   ftc__frame_t *f = ftc__proto_encode(ftc__proto_hello(&h), LWS_PRE);
-  pthread_mutex_lock(&m->lock);
   if (!f) {
     set_error_locked(m, FTC_ERR_NO_MEMORY, "out of memory building the hello");
   } else {
-    ftc__frameq_push(&m->outq, f);
+    /* First on the new connection, before messages kept from the old one. */
+    ftc__frameq_push_front(&m->outq, f);
   }
   pthread_mutex_unlock(&m->lock);
+  ftc__free(wm);
   if (f) lws_callback_on_writable(m->wsi);
 }
 
@@ -240,7 +256,8 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
     pthread_mutex_unlock(&m->lock);
     return -1;
   }
-  if (m->state == S_CONNECTING && msg.type != FTC__MSG_WELCOME && msg.type != FTC__MSG_ERROR) {
+  if ((m->state == S_CONNECTING || m->state == S_RECONNECTING) &&
+      msg.type != FTC__MSG_WELCOME && msg.type != FTC__MSG_ERROR) {
     set_error_locked(m, FTC_ERR_PROTOCOL,
                      "the coordinator at %s sent \"%s\" before welcome", m->coord,
                      ftc__msg_type_name(msg.type));
@@ -249,14 +266,22 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
   }
   switch (msg.type) {
     case FTC__MSG_WELCOME:
-      if (m->state != S_CONNECTING) {
+      if (m->state != S_CONNECTING && m->state != S_RECONNECTING) {
         set_error_locked(m, FTC_ERR_PROTOCOL, "the coordinator at %s sent a second welcome",
                          m->coord);
         rc = -1;
         break;
       }
+      if (m->state == S_RECONNECTING) {
+        FTC_WARN(FTC_SUB_COORD,
+                 "slot %d: reconnected to the coordinator at %s (member %llu%s, its epoch %llu)",
+                 m->slot, m->coord, (unsigned long long)msg.member_id,
+                 msg.member_id == m->member_id ? ", kept" : ", new", (unsigned long long)msg.epoch);
+      }
       m->member_id = msg.member_id;
       m->state = S_OPEN;
+      m->reconnect_deadline_ns = 0;
+      m->retry_ms = RETRY_FIRST_MS;
       m->heartbeat_ms = msg.heartbeat_ms;
       if (m->cfg_heartbeat_ms > 0 && m->cfg_heartbeat_ms < m->heartbeat_ms)
         m->heartbeat_ms = m->cfg_heartbeat_ms;
@@ -377,6 +402,43 @@ static int on_writeable(ftc__member_t *m, struct lws *wsi) {
   return 0;
 }
 
+/* The connection failed or closed. The first connection retries until
+ * open()'s deadline (open() gives up); a welcomed session that drops without
+ * a refusal reconnects for up to connect_timeout_ms, keeping its views and
+ * queued messages; after a leave or a refusal the session is closed. */
+static void connection_lost(ftc__member_t *m) {
+  int retry = 0;
+  pthread_mutex_lock(&m->lock);
+  if (m->leaving || m->state == S_CLOSED || __atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
+    m->state = S_CLOSED;
+    ftc__frameq_clear(&m->outq);
+    pthread_cond_broadcast(&m->cond);
+  } else if (m->state == S_CONNECTING) {
+    retry = 1;
+  } else {
+    int64_t now = ftc__now_ns();
+    if (m->state == S_OPEN) {
+      m->state = S_RECONNECTING;
+      m->reconnect_deadline_ns = now + (int64_t)m->connect_timeout_ms * 1000000LL;
+      m->retry_ms = RETRY_FIRST_MS;
+      FTC_WARN(FTC_SUB_COORD,
+               "slot %d: lost the coordinator at %s (%s); reconnecting for up to %d ms",
+               m->slot, m->coord, m->conn_err, m->connect_timeout_ms);
+    }
+    if (now < m->reconnect_deadline_ns) {
+      retry = 1;
+    } else {
+      set_error_locked(m, FTC_ERR_COORDINATOR,
+                       "lost the coordinator at %s and could not reconnect within %d ms (last "
+                       "attempt: %s)",
+                       m->coord, m->connect_timeout_ms, m->conn_err);
+      ftc__frameq_clear(&m->outq);
+    }
+  }
+  pthread_mutex_unlock(&m->lock);
+  if (retry) schedule_retry(m);
+}
+
 static int member_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
                            void *in, size_t len) {
   struct lws_context *ctx = lws_get_context(wsi);
@@ -389,10 +451,7 @@ static int member_callback(struct lws *wsi, enum lws_callback_reasons reason, vo
                 m->coord, m->conn_err);
       m->wsi = NULL;
       m->rx_len = 0;
-      pthread_mutex_lock(&m->lock);
-      int connecting = m->state == S_CONNECTING;
-      pthread_mutex_unlock(&m->lock);
-      if (connecting && !__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) schedule_retry(m);
+      connection_lost(m);
       return 0;
     case LWS_CALLBACK_CLIENT_ESTABLISHED:
       m->wsi = wsi;
@@ -403,16 +462,10 @@ static int member_callback(struct lws *wsi, enum lws_callback_reasons reason, vo
     case LWS_CALLBACK_CLIENT_WRITEABLE: return on_writeable(m, wsi);
     case LWS_CALLBACK_CLIENT_CLOSED:
       m->wsi = NULL;
+      m->rx_len = 0;
+      snprintf(m->conn_err, sizeof(m->conn_err), "the connection closed");
       lws_sul_cancel(&m->sul_heartbeat);
-      pthread_mutex_lock(&m->lock);
-      if (m->leaving)
-        m->state = S_CLOSED;
-      else
-        set_error_locked(m, FTC_ERR_COORDINATOR, "the coordinator at %s closed the session",
-                         m->coord);
-      ftc__frameq_clear(&m->outq);
-      pthread_cond_broadcast(&m->cond);
-      pthread_mutex_unlock(&m->lock);
+      connection_lost(m);
       return 0;
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED: {
       pthread_mutex_lock(&m->lock);
@@ -548,6 +601,7 @@ ftc_status_t ftc__member_open(const ftc__member_cfg_t *cfg, ftc__member_t **out)
   m->min_size = cfg->min_size;
   m->joiner = cfg->joiner;
   m->cfg_heartbeat_ms = cfg->heartbeat_ms;
+  m->connect_timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 60000;
   m->heartbeat_ms = cfg->heartbeat_ms > 0 ? cfg->heartbeat_ms : FTC__PROTO_DEFAULT_HEARTBEAT_MS;
   m->retry_ms = RETRY_FIRST_MS;
   m->state = S_CONNECTING;
@@ -681,7 +735,24 @@ ftc_status_t ftc__member_report_failure(ftc__member_t *m, uint64_t epoch, const 
     return ftc__error(FTC_ERR_INVALID_ARGUMENT, "report_failure: bad rank list");
   FTC_INFO(FTC_SUB_COORD, "slot %d: reporting %d failed rank%s in epoch %llu (%s)", m->slot, n,
            n == 1 ? "" : "s", (unsigned long long)epoch, ftc_strerror(why));
-  return queue_msg(m, ftc__proto_failure(epoch, ranks, n, why), 0);
+  /* Name the ranks by member id too when this is the epoch we hold: a
+   * coordinator that restarted since may number them differently. */
+  uint64_t *ids = n > 0 ? ftc__calloc((size_t)n, sizeof(*ids)) : NULL;
+  int have_ids = 0;
+  if (ids) {
+    pthread_mutex_lock(&m->lock);
+    if (m->view && m->view->epoch == epoch) {
+      have_ids = 1;
+      for (int i = 0; i < n && have_ids; i++) {
+        if (ranks[i] < 0 || ranks[i] >= m->view->size) have_ids = 0;
+        else ids[i] = m->view->members[ranks[i]].member_id;
+      }
+    }
+    pthread_mutex_unlock(&m->lock);
+  }
+  json_t *msg = ftc__proto_failure(epoch, ranks, have_ids ? ids : NULL, n, why);
+  ftc__free(ids);
+  return queue_msg(m, msg, 0);
 }
 
 int ftc__member_take_dump_request(ftc__member_t *m, char *incident, size_t len) {

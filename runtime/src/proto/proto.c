@@ -119,6 +119,21 @@ static json_t *finish(json_t *o, int err) {
   return o;
 }
 
+static json_t *members_array(const ftc__wire_member_t *members, int n) {
+  json_t *arr = json_array();
+  for (int i = 0; arr && i < n; i++) {
+    json_t *m = json_pack("{s:i,s:i,s:I,s:I,s:s}", "rank", members[i].rank, "slot",
+                          members[i].slot, "member_id", (json_int_t)members[i].member_id,
+                          "joined_epoch", (json_int_t)members[i].joined_epoch, "addr",
+                          members[i].addr ? members[i].addr : "");
+    if (!m || json_array_append_new(arr, m)) {
+      json_decref(arr);
+      return NULL;
+    }
+  }
+  return arr;
+}
+
 json_t *ftc__proto_hello(const ftc__hello_t *h) {
   json_t *o = msg_new(FTC__MSG_HELLO);
   if (!o) return NULL;
@@ -137,6 +152,7 @@ json_t *ftc__proto_hello(const ftc__hello_t *h) {
   err |= set(o, "known_epoch", json_integer((json_int_t)h->known_epoch));
   if (h->prev_member_id)
     err |= set(o, "prev_member_id", json_integer((json_int_t)h->prev_member_id));
+  if (h->view_n > 0) err |= set(o, "view", members_array(h->view, h->view_n));
   return finish(o, err);
 }
 
@@ -158,15 +174,7 @@ json_t *ftc__proto_view(uint64_t epoch, const ftc__wire_member_t *members, int n
   if (!o) return NULL;
   int err = 0;
   err |= set(o, "epoch", json_integer((json_int_t)epoch));
-  json_t *arr = json_array();
-  for (int i = 0; arr && i < n; i++) {
-    json_t *m = json_pack("{s:i,s:i,s:I,s:I,s:s}", "rank", members[i].rank, "slot",
-                          members[i].slot, "member_id", (json_int_t)members[i].member_id,
-                          "joined_epoch", (json_int_t)members[i].joined_epoch, "addr",
-                          members[i].addr ? members[i].addr : "");
-    if (!m || json_array_append_new(arr, m)) err = -1;
-  }
-  err |= set(o, "members", arr);
+  err |= set(o, "members", members_array(members, n));
   err |= set(o, "backend", backend ? json_string(backend) : json_null());
   return finish(o, err);
 }
@@ -177,7 +185,8 @@ json_t *ftc__proto_heartbeat(uint64_t epoch) {
   return finish(o, set(o, "epoch", json_integer((json_int_t)epoch)));
 }
 
-json_t *ftc__proto_failure(uint64_t epoch, const int *ranks, int n, ftc_status_t why) {
+json_t *ftc__proto_failure(uint64_t epoch, const int *ranks, const uint64_t *member_ids, int n,
+                           ftc_status_t why) {
   json_t *o = msg_new(FTC__MSG_FAILURE);
   if (!o) return NULL;
   int err = 0;
@@ -186,6 +195,12 @@ json_t *ftc__proto_failure(uint64_t epoch, const int *ranks, int n, ftc_status_t
   for (int i = 0; arr && i < n; i++)
     if (json_array_append_new(arr, json_integer(ranks[i]))) err = -1;
   err |= set(o, "ranks", arr);
+  if (member_ids) {
+    json_t *ids = json_array();
+    for (int i = 0; ids && i < n; i++)
+      if (json_array_append_new(ids, json_integer((json_int_t)member_ids[i]))) err = -1;
+    err |= set(o, "member_ids", ids);
+  }
   err |= set(o, "status", json_integer(why));
   err |= set(o, "reason", json_string(ftc_strerror(why)));
   return finish(o, err);
@@ -248,6 +263,13 @@ ftc__frame_t *ftc__proto_encode(json_t *msg, size_t headroom) {
 out_decref:
   json_decref(msg);
   return f;
+}
+
+void ftc__frameq_push_front(ftc__frameq_t *q, ftc__frame_t *f) {
+  f->next = q->head;
+  q->head = f;
+  if (!q->tail) q->tail = f;
+  q->count++;
 }
 
 void ftc__frameq_push(ftc__frameq_t *q, ftc__frame_t *f) {
@@ -360,29 +382,27 @@ static int get_bool(dec_t *d, json_t *o, const char *k, int optional) {
   return json_is_true(v);
 }
 
-static void decode_view(dec_t *d, ftc__msg_t *m) {
-  m->epoch = get_u64(d, d->o, "epoch", 0);
-  m->backend = get_str(d, d->o, "backend", FTC__PROTO_MAX_BLOB, 1);
-  json_t *arr = json_object_get(d->o, "members");
+/* A members array (of a view, or of a reconnecting rank's hello). */
+static void decode_members(dec_t *d, json_t *arr, const char *name, ftc__msg_t *m) {
   if (!json_is_array(arr)) {
-    fail(d, "field \"%s\" must be an array", "members");
+    fail(d, "field \"%s\" must be an array", name);
     return;
   }
   size_t n = json_array_size(arr);
   if (n > 1048576) {
-    fail(d, "field \"%s\" has too many entries", "members");
+    fail(d, "field \"%s\" has too many entries", name);
     return;
   }
   m->members = ftc__calloc(n ? n : 1, sizeof(*m->members));
   if (!m->members) {
-    fail(d, "out of memory decoding %s", "members");
+    fail(d, "out of memory decoding %s", name);
     return;
   }
   m->nmembers = (int)n;
   for (size_t i = 0; i < n && !d->bad; i++) {
     json_t *e = json_array_get(arr, i);
     if (!json_is_object(e)) {
-      fail(d, "entries of \"%s\" must be objects", "members");
+      fail(d, "entries of \"%s\" must be objects", name);
       return;
     }
     ftc__wire_member_t *w = &m->members[i];
@@ -391,8 +411,14 @@ static void decode_view(dec_t *d, ftc__msg_t *m) {
     w->member_id = get_u64(d, e, "member_id", 0);
     w->joined_epoch = get_u64(d, e, "joined_epoch", 0);
     w->addr = get_str(d, e, "addr", FTC__PROTO_MAX_ADDR, 0);
-    if (!d->bad && w->rank != (int)i) fail(d, "\"%s\" must be ordered by rank", "members");
+    if (!d->bad && w->rank != (int)i) fail(d, "\"%s\" must be ordered by rank", name);
   }
+}
+
+static void decode_view(dec_t *d, ftc__msg_t *m) {
+  m->epoch = get_u64(d, d->o, "epoch", 0);
+  m->backend = get_str(d, d->o, "backend", FTC__PROTO_MAX_BLOB, 1);
+  decode_members(d, json_object_get(d->o, "members"), "members", m);
 }
 
 static void decode_failure(dec_t *d, ftc__msg_t *m) {
@@ -422,6 +448,26 @@ static void decode_failure(dec_t *d, ftc__msg_t *m) {
       return;
     }
     m->ranks[i] = (int)json_integer_value(e);
+  }
+  json_t *ids = json_object_get(d->o, "member_ids");
+  if (!ids) return;
+  if (!json_is_array(ids) || json_array_size(ids) != n) {
+    fail(d, "field \"%s\" must be an array as long as ranks", "member_ids");
+    return;
+  }
+  m->member_ids = ftc__calloc(n ? n : 1, sizeof(uint64_t));
+  if (!m->member_ids) {
+    fail(d, "out of memory decoding %s", "member_ids");
+    return;
+  }
+  m->nmember_ids = (int)n;
+  for (size_t i = 0; i < n; i++) {
+    json_t *e = json_array_get(ids, i);
+    if (!json_is_integer(e) || json_integer_value(e) <= 0) {
+      fail(d, "entries of \"%s\" must be member ids", "member_ids");
+      return;
+    }
+    m->member_ids[i] = (uint64_t)json_integer_value(e);
   }
 }
 
@@ -483,6 +529,11 @@ ftc__perr_t ftc__proto_decode(const char *text, size_t len, size_t max_len, ftc_
       h->pid = pid;
       h->known_epoch = get_u64(&d, o, "known_epoch", 1);
       h->prev_member_id = get_u64(&d, o, "prev_member_id", 1);
+      if (!d.bad && json_object_get(o, "view")) {
+        decode_members(&d, json_object_get(o, "view"), "view", msg);
+        h->view = msg->members;
+        h->view_n = msg->nmembers;
+      }
       break;
     }
     case FTC__MSG_WELCOME:
@@ -542,6 +593,7 @@ void ftc__msg_clear(ftc__msg_t *msg) {
   if (!msg) return;
   ftc__free(msg->members);
   ftc__free(msg->ranks);
+  ftc__free(msg->member_ids);
   json_decref(msg->root);
   memset(msg, 0, sizeof(*msg));
 }

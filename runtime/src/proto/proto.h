@@ -91,6 +91,10 @@ typedef struct ftc__hello {
   int64_t pid;                   /* optional, 0 if unknown */
   uint64_t known_epoch;          /* last epoch this process knows; 0 if none */
   uint64_t prev_member_id;       /* member id of an earlier session of this process; 0 if none */
+  /* A reconnecting rank's current view (epoch known_epoch), so that a
+   * restarted coordinator learns the running epoch; view_n 0: none. */
+  const ftc__wire_member_t *view;
+  int view_n;
 } ftc__hello_t;
 
 /*
@@ -111,9 +115,11 @@ typedef struct ftc__msg {
   int nmembers;
   ftc__wire_member_t *members;
   const char *backend; /* may be NULL */
-  /* failure */
+  /* failure; member_ids (optional, nmember_ids == nranks) name the same ranks */
   int nranks;
   int *ranks;
+  int nmember_ids;
+  uint64_t *member_ids;
   int status;
   /* leave, dump_request, error: reason; error: code (wire name, and parsed) */
   const char *reason;
@@ -145,7 +151,9 @@ json_t *ftc__proto_welcome(uint64_t member_id, uint64_t epoch, int heartbeat_ms,
 json_t *ftc__proto_view(uint64_t epoch, const ftc__wire_member_t *members, int n,
                         const char *backend);
 json_t *ftc__proto_heartbeat(uint64_t epoch);
-json_t *ftc__proto_failure(uint64_t epoch, const int *ranks, int n, ftc_status_t why);
+/* member_ids may be NULL; else n ids of the failed ranks in that epoch. */
+json_t *ftc__proto_failure(uint64_t epoch, const int *ranks, const uint64_t *member_ids, int n,
+                           ftc_status_t why);
 json_t *ftc__proto_leave(const char *reason);
 json_t *ftc__proto_dump_request(const char *incident, const char *reason, uint64_t epoch);
 json_t *ftc__proto_dump(const char *incident, int rank, uint64_t offset, uint64_t total,
@@ -173,6 +181,7 @@ typedef struct ftc__frameq {
 } ftc__frameq_t;
 
 void ftc__frameq_push(ftc__frameq_t *q, ftc__frame_t *f);
+void ftc__frameq_push_front(ftc__frameq_t *q, ftc__frame_t *f);
 ftc__frame_t *ftc__frameq_pop(ftc__frameq_t *q);
 void ftc__frameq_clear(ftc__frameq_t *q);
 
