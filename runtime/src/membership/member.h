@@ -8,6 +8,14 @@
  * requests and dump uploads. It runs its own service thread; the calls below
  * are safe from any thread. Messages are versioned JSON (docs/protocol.md).
  *
+ * When the connection drops without a refusal (the coordinator restarted or
+ * the network blinked), the client reconnects for up to connect_timeout_ms,
+ * bringing its member id and current view; views already received stay,
+ * messages queued meanwhile are sent after the new welcome, and
+ * ftc__member_error() stays FTC_OK. Only a refusal (an "error" message, e.g.
+ * when the coordinator excluded this member) or the end of that time closes
+ * the session with an error.
+ *
  * Contract with the communicator (runtime/src/core/):
  *   open -> wait_view(0) gives epoch 1 (or the epoch a joiner is admitted
  *   to) -> the communicator connects its data plane to view->members[*].addr
@@ -64,7 +72,10 @@ ftc_status_t ftc__member_wait_view(ftc__member_t *m, uint64_t after, int timeout
                                    ftc__view_t **view);
 void ftc__view_free(ftc__view_t *v);
 
-/* Tell the coordinator that, in `epoch`, the given ranks failed (`why`). */
+/* Tell the coordinator that, in `epoch`, the given ranks failed (`why`).
+ * Queued (also while reconnecting); FTC_ERR_COORDINATOR (or the session's
+ * error) once the session is closed. Like every failing call it sets
+ * ftc_last_error(). */
 ftc_status_t ftc__member_report_failure(ftc__member_t *m, uint64_t epoch, const int *ranks,
                                         int n, ftc_status_t why);
 
