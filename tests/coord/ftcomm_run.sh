@@ -96,6 +96,17 @@ rc=$?
 check "a second SIGINT kills the ranks at once" $([ $rc != 0 ] && [ $(($(date +%s) - t0)) -lt 10 ]; echo $?) "rc=$rc"
 check "says it kills them" $(has "$T/err" "again; killing the ranks") "no message"
 
+# SIGUSR1 is forwarded and the run goes on.
+"$RUN" -n 2 -- sh -c 'trap "echo got USR1" USR1; echo ready; sleep 2 & wait $!; wait $!; echo done' >"$T/out" 2>"$T/err" &
+pid=$!
+for _ in $(seq 100); do [ "$(grep -c ready "$T/out")" = 2 ] && break; sleep 0.1; done
+kill -USR1 $pid
+wait $pid
+rc=$?
+ok=$([ $rc = 0 ]; echo $?)
+for s in 0 1; do grep -qx "\[$s\] got USR1" "$T/out" && grep -qx "\[$s\] done" "$T/out" || ok=1; done
+check "SIGUSR1 reaches every rank and does not stop the run" $ok "rc=$rc"
+
 # 6. After the first failure, stragglers are killed after the grace period.
 t0=$(date +%s%N)
 timeout 60 "$RUN" -n 3 --grace 1 -- sh -c 'trap "" TERM; [ $FTCOMM_SLOT = 0 ] && exit 3; sleep 51.7' >"$T/out" 2>"$T/err"

@@ -2,7 +2,8 @@
  * main.c - ftcomm-run, the local launcher: hosts the job's coordinator on
  * 127.0.0.1 (an ephemeral port, a fresh random token), starts N ranks with
  * the FTCOMM_* environment, prefixes their output lines with the slot, shows
- * a status line on a terminal, forwards SIGINT/SIGTERM, kills stragglers
+ * a status line on a terminal, forwards SIGINT/SIGTERM (and SIGUSR1/2, which
+ * do not stop the run), kills stragglers
  * after the first failure (a grace period, then SIGKILL) and exits with the
  * first failing rank's code, saying which rank it was and how it died.
  *
@@ -322,6 +323,8 @@ static ftc_status_t spawn_rank(run_t *r, int slot) {
   sigaddset(&dfl, SIGPIPE);
   sigaddset(&dfl, SIGCHLD);
   sigaddset(&dfl, SIGHUP);
+  sigaddset(&dfl, SIGUSR1);
+  sigaddset(&dfl, SIGUSR2);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &dfl);
   posix_spawnattr_setpgroup(&attr, 0);
@@ -360,6 +363,12 @@ static void handle_signals(run_t *r) {
   for (ssize_t i = 0; i < n; i++) {
     int sig = sigs[i];
     if (sig == SIGCHLD) continue;
+    if (sig == SIGUSR1 || sig == SIGUSR2) {
+      /* Not a stop: e.g. SIGUSR1 makes every rank dump its flight recorder. */
+      say(r, "forwarding %s to the ranks", strsignal(sig));
+      signal_ranks(r, sig);
+      continue;
+    }
     r->signals++;
     if (r->signals == 1) {
       say(r, "got %s; forwarding it to the ranks (again to kill them now)", strsignal(sig));
@@ -469,6 +478,8 @@ static int install_signals(void) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGHUP, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL);
+  sigaction(SIGUSR2, &sa, NULL);
   sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
   sigaction(SIGCHLD, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);

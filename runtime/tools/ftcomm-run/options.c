@@ -145,7 +145,8 @@ static void usage(FILE *f) {
           "\nExit status: 0 when every rank exits 0; otherwise the exit code of the first\n"
           "rank that failed (128+N if it was killed by signal N), 124 on --timeout, 2 for a\n"
           "bad command line, 1 when ftcomm-run itself fails. SIGINT and SIGTERM are\n"
-          "forwarded to the ranks; a second one kills them at once.\n");
+          "forwarded to the ranks; a second one kills them at once. SIGUSR1 and SIGUSR2\n"
+          "are forwarded without stopping the run (SIGUSR1: every rank writes a dump).\n");
 }
 
 int run_opts_parse(int argc, char **argv, run_opts_t *o) {
