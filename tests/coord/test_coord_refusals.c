@@ -260,6 +260,87 @@ static void peer_that_never_reads_is_disconnected(void **state) {
   expect_coordinator_serves();
 }
 
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(uint32_t n) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return (uint32_t)(rng_state % n);
+}
+
+/* Mutate a valid message in place (len bytes, cap capacity); returns the new length. */
+static size_t mutate(char *b, size_t len, size_t cap) {
+  static const char *const tokens[] = {"{", "}", "[", "]", "\"", ":", ",", "null", "-1",
+                                       "99999999999999999999", "1e308", "\\u0000", "\xff",
+                                       "\"v\":2", "true", "\"\"", "\\"};
+  int rounds = 1 + (int)rnd(3);
+  for (int r = 0; r < rounds && len > 0; r++) {
+    size_t at = rnd((uint32_t)len);
+    switch (rnd(5)) {
+      case 0: b[at] = (char)rnd(256); break;             /* flip a byte */
+      case 1: len = at; break;                            /* truncate */
+      case 2: {                                           /* delete a span */
+        size_t n = 1 + rnd(8);
+        if (at + n > len) n = len - at;
+        memmove(b + at, b + at + n, len - at - n);
+        len -= n;
+        break;
+      }
+      default: {                                          /* insert a token */
+        const char *t = tokens[rnd(sizeof(tokens) / sizeof(tokens[0]))];
+        size_t n = strlen(t);
+        if (len + n >= cap) break;
+        memmove(b + at + n, b + at, len - at);
+        memcpy(b + at, t, n);
+        len += n;
+        break;
+      }
+    }
+  }
+  return len;
+}
+
+/* Mutated messages, before and after a valid hello: the coordinator answers
+ * each (or not) and keeps serving; a real rank joins afterwards. */
+static void mutated_messages_never_bring_the_coordinator_down(void **state) {
+  (void)state;
+  const char *seeds[] = {
+      hello_json(0),
+      "{\"v\":1,\"type\":\"heartbeat\",\"epoch\":3}",
+      "{\"v\":1,\"type\":\"failure\",\"epoch\":1,\"ranks\":[0,1],\"member_ids\":[5,6],\"status\":5}",
+      "{\"v\":1,\"type\":\"dump\",\"incident\":\"i-1\",\"rank\":0,\"offset\":0,\"total\":3,"
+      "\"last\":true,\"data\":\"abc\"}",
+      "{\"v\":1,\"type\":\"leave\",\"reason\":\"x\"}",
+      "{\"v\":1,\"type\":\"view\",\"epoch\":1,\"members\":[{\"rank\":0,\"slot\":0,"
+      "\"member_id\":1,\"joined_epoch\":1,\"addr\":\"a\"}],\"backend\":null}",
+  };
+  char hello0[512];
+  snprintf(hello0, sizeof(hello0), "%s", hello_json(0));
+  seeds[0] = hello0;
+  enum { ITER = 600 };
+  for (int i = 0; i < ITER; i++) {
+    int fd = connect_raw();
+    if (rnd(2)) assert_int_equal(raw_ws_send_text(fd, hello0), 0);
+    char buf[1024];
+    const char *seed = seeds[rnd(sizeof(seeds) / sizeof(seeds[0]))];
+    size_t len = strlen(seed);
+    memcpy(buf, seed, len);
+    len = mutate(buf, len, sizeof(buf));
+    raw_ws_send(fd, rnd(10) ? WS_TEXT : WS_BINARY, buf, len); /* may fail: refused already */
+    close(fd);
+  }
+  /* Let the coordinator see the last close before slot 0 joins again. */
+  ftc__coord_stats_t st;
+  int64_t dl = ftc__deadline_ns(5000);
+  do {
+    usleep(10000);
+    ftc__coord_stats(co, &st);
+  } while (st.connected > 0 && ftc__now_ns() < dl);
+  expect_coordinator_serves();
+  ftc__coord_stats(co, &st);
+  assert_true(st.refused > ITER / 4);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(malformed_json_is_refused_and_coordinator_stays_up),
@@ -273,6 +354,7 @@ int main(void) {
       cmocka_unit_test(silent_connection_is_closed_after_the_hello_timeout),
       cmocka_unit_test(heartbeat_is_answered_with_the_current_epoch),
       cmocka_unit_test(peer_that_never_reads_is_disconnected),
+      cmocka_unit_test(mutated_messages_never_bring_the_coordinator_down),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
