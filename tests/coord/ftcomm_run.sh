@@ -38,6 +38,16 @@ timeout 60 "$RUN" -n 2 -- true >"$T/out" 2>"$T/err"
 rc=$?
 check "all ranks exit 0 gives 0" $([ $rc = 0 ]; echo $?) "rc=$rc"
 
+# With --min-size below -n, losing ranks is survivable until the minimum.
+timeout 60 "$RUN" -n 3 --min-size 2 -- sh -c '[ $FTCOMM_SLOT = 1 ] && exit 9; sleep 1; echo survived' >"$T/out" 2>"$T/err"
+rc=$?
+check "a tolerated failure does not stop the job (exit 0)" $([ $rc = 0 ] && [ "$(grep -c survived "$T/out")" = 2 ]; echo $?) "rc=$rc"
+check "says the job went on" $(has "$T/err" "rank 1 exited with code 9; the job goes on with 2 of 3 ranks") "no message"
+timeout 60 "$RUN" -n 3 --min-size 2 --grace 0.5 -- sh -c '[ $FTCOMM_SLOT = 0 ] && exec sleep 30; exit $((FTCOMM_SLOT + 10))' >"$T/out" 2>"$T/err"
+rc=$?
+check "going below --min-size stops the job with the first failure's code" $([ $rc = 11 ] || [ $rc = 12 ]; echo $?) "rc=$rc"
+check "says it stops" $(has "$T/err" "stopping the other ranks") "no message"
+
 # 2. Output lines carry the slot, on the stream the rank wrote them to.
 timeout 60 "$RUN" -n 3 -- sh -c 'echo "line one"; echo "line two"; echo "oops $FTCOMM_SLOT" >&2; printf "no newline"' >"$T/out" 2>"$T/err"
 ok=0

@@ -66,6 +66,8 @@ typedef struct run {
   rank_t *ranks;
   int alive;
   int first_fail;          /* slot of the first failing rank, -1 */
+  int failures;            /* ranks that failed on their own */
+  int failure_stop;        /* a failure took the job below its minimum: stopping */
   int stopping;            /* a failure, signal or timeout started the shutdown */
   int signals;             /* SIGINT/SIGTERM received */
   int timed_out;
@@ -213,14 +215,22 @@ static void reap(run_t *r) {
       k->status = status;
       r->alive--;
       /* After --timeout, ranks die of the launcher's signals: not failures. */
-      if (failed(status) && r->first_fail < 0 && !k->killed_by_us && !r->timed_out) {
-        char how[128];
-        describe(status, how, sizeof(how));
-        r->first_fail = i;
-        if (!r->signals && !r->timed_out) {
-          say(r, "rank %d %s; stopping the other ranks in %.3g s", i, how, r->o.grace_s);
-          begin_stop(r, r->o.grace_s);
-        }
+      if (!failed(status) || k->killed_by_us || r->timed_out) continue;
+      r->failures++;
+      if (r->first_fail < 0) r->first_fail = i;
+      if (r->signals || r->stopping) continue;
+      char how[128];
+      describe(status, how, sizeof(how));
+      /* With --min-size below -n, the job survives losing ranks: only going
+       * below the minimum stops it. */
+      int min = r->o.min_size ? r->o.min_size : r->o.nranks;
+      if (r->o.nranks - r->failures >= min) {
+        say(r, "rank %d %s; the job goes on with %d of %d ranks (--min-size %d)", i, how,
+            r->o.nranks - r->failures, r->o.nranks, min);
+      } else {
+        r->failure_stop = 1;
+        say(r, "rank %d %s; stopping the other ranks in %.3g s", i, how, r->o.grace_s);
+        begin_stop(r, r->o.grace_s);
       }
     }
   }
@@ -488,6 +498,14 @@ static int install_signals(void) {
 
 static int exit_code(run_t *r) {
   status_clear(r);
+  if (r->first_fail >= 0 && !r->failure_stop && !r->signals && !r->timed_out) {
+    char how[128];
+    describe(r->ranks[r->first_fail].status, how, sizeof(how));
+    say(r, "%d rank%s failed (first rank %d, which %s); the job finished with the other %d",
+        r->failures, r->failures == 1 ? "" : "s", r->first_fail, how,
+        r->o.nranks - r->failures);
+    return 0;
+  }
   if (r->first_fail >= 0) {
     rank_t *k = &r->ranks[r->first_fail];
     char how[128];

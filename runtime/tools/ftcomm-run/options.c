@@ -118,7 +118,7 @@ static const opt_row_t rows[] = {
     {"dump-dir", KEY_DUMP_DIR, "DIR",
      "where ranks write flight-recorder dumps (default: $FTCOMM_DUMP_DIR or /tmp/ftcomm-dumps)",
      set_dump_dir},
-    {"quiet", 'q', NULL, "no status line and no closing summary", set_quiet},
+    {"quiet", 'q', NULL, "no status line on the terminal", set_quiet},
     {"help", 'h', NULL, "show this help and exit", NULL},
     {"version", KEY_VERSION, NULL, "show the version and exit", NULL},
 };
@@ -142,11 +142,15 @@ static void usage(FILE *f) {
     fprintf(f, "  %-26s %s\n", left, rows[i].help);
   }
   fprintf(f,
-          "\nExit status: 0 when every rank exits 0; otherwise the exit code of the first\n"
-          "rank that failed (128+N if it was killed by signal N), 124 on --timeout, 2 for a\n"
-          "bad command line, 1 when ftcomm-run itself fails. SIGINT and SIGTERM are\n"
-          "forwarded to the ranks; a second one kills them at once. SIGUSR1 and SIGUSR2\n"
-          "are forwarded without stopping the run (SIGUSR1: every rank writes a dump).\n");
+          "\nA failing rank stops the run (the others get --grace seconds, then SIGKILL),\n"
+          "unless --min-size M < N and at least M ranks have not failed: the job goes on.\n"
+          "\nExit status: 0 when every rank exits 0 (or only tolerated ranks failed);\n"
+          "otherwise the exit code of the first rank that failed (128+N if it was killed\n"
+          "by signal N); 124 on --timeout; 127 if PROGRAM cannot be run; 2 for a bad\n"
+          "command line; 1 when ftcomm-run itself fails.\n"
+          "\nSIGINT and SIGTERM are forwarded to the ranks; a second one kills them at\n"
+          "once. SIGUSR1 and SIGUSR2 are forwarded without stopping the run (with the\n"
+          "default FTCOMM_DUMP_SIGNAL, SIGUSR1 makes every rank write a dump).\n");
 }
 
 int run_opts_parse(int argc, char **argv, run_opts_t *o) {

@@ -14,7 +14,7 @@ typedef struct run_opts {
   const char *dump_dir; /* --dump-dir: NULL: FTCOMM_DUMP_DIR or its default */
   double timeout_s;     /* --timeout: whole run; 0: none */
   double grace_s;       /* --grace: after the first failure, before SIGKILL */
-  int quiet;            /* --quiet: no status line, no closing summary */
+  int quiet;            /* --quiet: no status line */
   char **argv;          /* the program and its arguments (points into main's argv) */
 } run_opts_t;
 
