@@ -5,7 +5,7 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cluster=$root/tests/cluster/cluster.sh
-build=${BUILD:-$root/build/release}
+build=$root/${FTC_BUILD_DIR:-build/release}  # FTC_BUILD_DIR=build/address runs the sanitized binaries
 pass=0 fail=0
 ok() { pass=$((pass + 1)); echo "ok   - $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL - $*"; }

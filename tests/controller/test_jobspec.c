@@ -89,7 +89,7 @@ static void test_pod_of_a_slot_carries_identity_owner_and_environment(void **sta
   char err[128];
   assert_int_equal(ftck_job_spec_parse(j, &s, err, sizeof err), 0);
   ftck_pod_env_t env = {.coordinator = "ctl.ftcomm-system.svc:7470", .dump_dir = "/dumps"};
-  json_t *pod = ftck_build_pod(j, &s, 2, 0, "", &env);
+  json_t *pod = ftck_build_pod(j, &s, 2, 0, 0, "", &env);
   assert_non_null(pod);
   assert_string_equal(ftck_jstr(pod, "metadata.name"), "llm-2-0");
   assert_string_equal(ftck_jstr(pod, "metadata.namespace"), "team");
@@ -145,7 +145,7 @@ static void test_replacement_joins_and_avoids_failed_nodes_in_every_term(void **
   char err[128];
   assert_int_equal(ftck_job_spec_parse(j, &s, err, sizeof err), 0);
   ftck_pod_env_t env = {.coordinator = "c:1", .dump_dir = "/d"};
-  json_t *pod = ftck_build_pod(j, &s, 1, 3, "node-a,node-b", &env);
+  json_t *pod = ftck_build_pod(j, &s, 1, 3, 1, "node-a,node-b", &env);
   assert_string_equal(ftck_jstr(pod, "metadata.name"), "llm-1-3");
   assert_string_equal(env_value(json_array_get(ftck_jget(pod, "spec.containers"), 0), "FTCOMM_JOINER"), "1");
   assert_string_equal(json_string_value(json_object_get(ftck_jget(pod, "metadata.annotations"), "ftcomm.dev/avoid-nodes")),

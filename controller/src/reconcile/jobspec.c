@@ -125,8 +125,8 @@ static int add_avoid_affinity(json_t *podspec, const char *avoid) {
   return rc;
 }
 
-json_t *ftck_build_pod(const json_t *job, const ftck_job_spec_t *spec, int slot, int incarnation, const char *avoid,
-                       const ftck_pod_env_t *env) {
+json_t *ftck_build_pod(const json_t *job, const ftck_job_spec_t *spec, int slot, int incarnation, int joiner,
+                       const char *avoid, const ftck_pod_env_t *env) {
   const char *job_name = ftck_jstr(job, "metadata.name");
   const char *ns = ftck_jstr(job, "metadata.namespace");
   char name[300], secret[300], sbuf[16], ibuf[16];
@@ -170,7 +170,7 @@ json_t *ftck_build_pod(const json_t *job, const ftck_job_spec_t *spec, int slot,
     bad |= set_env_int(envs, "FTCOMM_SLOT", slot);
     bad |= set_env_int(envs, "FTCOMM_WORLD_SIZE", spec->replicas);
     bad |= set_env_int(envs, "FTCOMM_MIN_SIZE", spec->min_replicas);
-    bad |= set_env_int(envs, "FTCOMM_JOINER", incarnation > 0);
+    bad |= set_env_int(envs, "FTCOMM_JOINER", joiner != 0);
     bad |= set_env(envs, "FTCOMM_TOKEN",
                    json_pack("{s:s, s:{s:{s:s, s:s}}}", "name", "FTCOMM_TOKEN", "valueFrom", "secretKeyRef", "name",
                              secret, "key", "token"));

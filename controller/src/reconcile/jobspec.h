@@ -66,9 +66,10 @@ json_t *ftck_owner_ref(const json_t *job);
 
 /* The pod of one slot and incarnation, from spec.template, with labels,
  * owner reference, restartPolicy Never, the runtime environment in every
- * container, and (when avoid is non-empty) a required node affinity away
- * from the comma-separated nodes in avoid. New object, NULL on no memory. */
-json_t *ftck_build_pod(const json_t *job, const ftck_job_spec_t *spec, int slot, int incarnation,
+ * container (FTCOMM_JOINER=1 when joiner: it joins a running job), and
+ * (when avoid is non-empty) a required node affinity away from the
+ * comma-separated nodes in avoid. New object, NULL on no memory. */
+json_t *ftck_build_pod(const json_t *job, const ftck_job_spec_t *spec, int slot, int incarnation, int joiner,
                        const char *avoid, const ftck_pod_env_t *env);
 
 /* Slot and incarnation of a managed pod (labels); -1 when absent. */

@@ -156,9 +156,9 @@ static ftc_status_t ensure_secret(ftck_reconciler_t *r, const json_t *job) {
 }
 
 static ftc_status_t create_pod(ftck_reconciler_t *r, const json_t *job, const ftck_job_spec_t *spec, int slot,
-                               int inc, const char *avoid, json_t **created) {
+                               int inc, int joiner, const char *avoid, json_t **created) {
   const char *ns = ftck_jstr(job, "metadata.namespace");
-  json_t *pod = ftck_build_pod(job, spec, slot, inc, avoid, &r->env);
+  json_t *pod = ftck_build_pod(job, spec, slot, inc, joiner, avoid, &r->env);
   if (!pod) return ftc__error(FTC_ERR_NO_MEMORY, "reconciler: cannot build the pod of slot %d", slot);
   char *path = ftck_path("", "v1", ns, "pods", NULL);
   long code = 0;
@@ -198,7 +198,7 @@ static ftc_status_t delete_pod(ftck_reconciler_t *r, const char *ns, const char 
 
 typedef struct status_update {
   const char *uid;
-  json_t *computed;   /* phase, alive, worldSize, replacements, members, conditions to set */
+  json_t *computed;   /* phase, alive, worldSize, members, conditions to set; replacementsDelta to add */
   json_t *incidents;  /* to append */
   int64_t generation;
 } status_update_t;
@@ -216,9 +216,11 @@ static int apply_status(json_t *obj, void *ud) {
   const char *k;
   json_t *v;
   json_object_foreach(u->computed, k, v) {
-    if (!strcmp(k, "conditions")) continue;
+    if (!strcmp(k, "conditions") || !strcmp(k, "replacementsDelta")) continue;
     json_object_set(st, k, v);
   }
+  json_object_set_new(st, "replacements", json_integer(ftck_jint(st, "replacements", 0) +
+                                                      ftck_jint(u->computed, "replacementsDelta", 0)));
   json_t *conds = json_object_get(st, "conditions");
   if (!json_is_array(conds)) json_object_set_new(st, "conditions", conds = json_array());
   size_t i;
@@ -350,15 +352,19 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
     }
   }
 
-  /* Replacements used so far: the sum of the newest incarnations, counting
-   * what status remembers for slots whose pods are gone. */
+  /* Replacements used so far come from status; those made now are added to
+   * the stored count when status is written (a delta, so a stale cache
+   * cannot undo them). The newest incarnation of each slot comes from its
+   * pods or, when they are gone, from the pod name status remembers. */
   json_t *members = ftck_jget(job, "status.members");
-  int used = 0;
+  int used = (int)ftck_jint(job, "status.replacements", 0), used_now = 0, max_inc = 0;
   for (int s = 0; s < spec.replicas; s++) {
     int remembered = ftck_incarnation_from_name(name, s, ftck_jstr(json_array_get(members, (size_t)s), "pod"));
-    used += slots[s].inc > remembered ? slots[s].inc : remembered > 0 ? remembered : 0;
+    int newest = slots[s].inc > remembered ? slots[s].inc : remembered;
+    if (newest > max_inc) max_inc = newest;
   }
   int exhausted = 0, replacing = 0, ever_lost = used > 0;
+  json_t *restart_cause = NULL; /* restartAll: the first lost pod (borrowed) */
   int64_t now = ftc__wall_ns();
   for (int s = 0; s < spec.replicas && !spec.suspend; s++) {
     json_t *member = json_array_get(members, (size_t)s);
@@ -367,12 +373,14 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
     if (!slots[s].cur) {
       const char *prev = ftck_jstr(member, "pod");
       int prev_inc = ftck_incarnation_from_name(name, s, prev);
-      if (prev_inc < 0) {
+      const char *prev_state = ftck_jstr(member, "state");
+      if (prev_inc < 0 || (prev_state && !strcmp(prev_state, "Suspended"))) {
+        /* A new slot, or the job resumes: a fresh start, not a replacement. */
         json_t *np = NULL;
-        FTC_CHECK_GOTO(create_pod(r, job, &spec, s, 0, "", &np), st, out_free_mine);
+        FTC_CHECK_GOTO(create_pod(r, job, &spec, s, prev_inc + 1, 0, "", &np), st, out_free_mine);
         json_array_append_new(created, np);
         slots[s].cur = np;
-        slots[s].inc = 0;
+        slots[s].inc = prev_inc + 1;
         continue;
       }
       /* The cache has no pod where status had one: ask the server. */
@@ -405,6 +413,11 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
     ever_lost = 1;
     const char *lost_name = ftck_jstr(lost, "metadata.name");
     const char *lost_node = ftck_jstr(lost, "spec.nodeName");
+    if (spec.mode == FTCK_MODE_RESTART_ALL) {
+      if (!restart_cause) restart_cause = lost;
+      slots[s].state_override = 1;
+      continue;
+    }
     if (used >= spec.max_replacements) {
       exhausted = 1;
       slots[s].state_override = 2;
@@ -430,9 +443,10 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
       }
     }
     json_t *np = NULL;
-    FTC_CHECK_GOTO(create_pod(r, job, &spec, s, lost_inc + 1, avoid, &np), st, out_free_mine);
+    FTC_CHECK_GOTO(create_pod(r, job, &spec, s, lost_inc + 1, 1, avoid, &np), st, out_free_mine);
     json_array_append_new(created, np);
     used++;
+    used_now++;
     __atomic_add_fetch(&r->stats.replacements, 1, __ATOMIC_RELAXED);
     const char *reason = ftck_jstr(lost, "status.reason");
     char msg[1024], tbuf[64];
@@ -451,6 +465,46 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
     slots[s].inc = lost_inc + 1;
     replacing = 1;
   }
+  /* restartAll: every slot starts again at the next incarnation. */
+  if (restart_cause) {
+    int shift = used < 6 ? used : 6;
+    int64_t delay_ms = (int64_t)spec.backoff_s * 1000 * (1LL << shift);
+    if (delay_ms > 600000) delay_ms = 600000;
+    int64_t wait_ms = (ftck_pod_failed_at(restart_cause, now) - now) / 1000000 + delay_ms;
+    if (used >= spec.max_replacements) {
+      exhausted = 1;
+      for (int s = 0; s < spec.replicas; s++)
+        if (slots[s].state_override == 1) slots[s].state_override = 2;
+    } else if (wait_ms > 0) {
+      replacing = 1;
+      if (requeue < 0 || wait_ms < requeue) requeue = wait_ms;
+    } else {
+      int target = max_inc + 1;
+      for (int s = 0; s < spec.replicas; s++) {
+        json_t *np = NULL;
+        FTC_CHECK_GOTO(create_pod(r, job, &spec, s, target, 0, "", &np), st, out_free_mine);
+        json_array_append_new(created, np);
+        slots[s].cur = np;
+        slots[s].inc = target;
+        slots[s].state_override = 0;
+      }
+      used++;
+      used_now++;
+      __atomic_add_fetch(&r->stats.replacements, 1, __ATOMIC_RELAXED);
+      const char *cname = ftck_jstr(restart_cause, "metadata.name");
+      const char *reason = ftck_jstr(restart_cause, "status.reason");
+      char msg[1024], tbuf[64];
+      snprintf(msg, sizeof msg, "pod %s lost%s%s; failurePolicy.mode restartAll: every pod restarted at incarnation %d "
+               "(restart %d of %d)", cname ? cname : "?", reason ? ": " : "", reason ? reason : "", target, used,
+               spec.max_replacements);
+      ftck_format_time(now, tbuf, sizeof tbuf);
+      json_array_append_new(incidents, json_pack("{s:s, s:s, s:s?, s:s}", "time", tbuf, "kind", "PodFailed", "culprit",
+                                                 cname, "message", msg));
+      FTC_WARN(FTC_SUB_CTRL, "%s: %s", key, msg);
+      report_event(r, job, "Warning", "JobRestarted", "RestartAll", msg);
+      replacing = 1;
+    }
+  }
   /* Older incarnations of a slot are no longer needed. */
   json_array_foreach(mine, i, pod) {
     int s = ftck_pod_slot(pod);
@@ -462,6 +516,12 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
   /* Status. */
   int alive = 0, succeeded = 0;
   json_t *mlist = json_array();
+  for (int s = 0; s < spec.replicas && spec.suspend; s++) {
+    /* Suspended: remember each slot's last pod, so resuming continues its incarnations. */
+    json_t *old = json_array_get(members, (size_t)s);
+    json_array_append_new(mlist, json_pack("{s:i, s:s?, s:s}", "slot", s, "pod", ftck_jstr(old, "pod"), "state",
+                                           "Suspended"));
+  }
   for (int s = 0; s < spec.replicas && !spec.suspend; s++) {
     json_t *p = slots[s].cur;
     const char *state = slots[s].state_override == 1 ? "Replacing" : slots[s].state_override == 2 ? "Failed"
@@ -487,7 +547,7 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
   json_object_set_new(computed, "phase", json_string(phase));
   json_object_set_new(computed, "alive", json_integer(alive));
   json_object_set_new(computed, "worldSize", json_integer(alive));
-  json_object_set_new(computed, "replacements", json_integer(used));
+  json_object_set_new(computed, "replacementsDelta", json_integer(used_now));
   json_object_set_new(computed, "members", mlist);
   add_condition(conds, "Ready", alive == spec.replicas, alive == spec.replicas ? "AllMembersRunning" : replacing ? "MemberReplacing" : "MembersNotRunning", msg);
   add_condition(conds, "Degraded", !strcmp(phase, "Degraded"), replacing ? "MemberReplacing" : ever_lost ? "MemberLost" : "NoLoss", msg);
