@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -576,6 +577,13 @@ int main(int argc, char **argv) {
   if ((st = make_token(r.token, sizeof(r.token))) != FTC_OK) {
     fprintf(stderr, "ftcomm-run: %s\n", ftc_last_error());
     return 1;
+  }
+  /* Two pipes per rank and the coordinator's sessions: lift the soft limit
+   * on open files to the hard one, so -n in the hundreds works. */
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
   }
   if (install_signals()) {
     fprintf(stderr, "ftcomm-run: cannot set up signal handling: %s\n", strerror(errno));
