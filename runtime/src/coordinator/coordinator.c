@@ -102,6 +102,7 @@ struct ftc__coord {
   int lost_since_epoch; /* ... and not by a clean leave */
   uint64_t epoch, max_known_epoch, next_id;
   int formed; /* this coordinator has announced an epoch */
+  int form_retry; /* forming the next epoch ran out of memory: the tick retries */
   int stopping;
   int below_min_logged;
   ftc__coord_stats_t counts; /* lost/left/refused tallies */
@@ -362,6 +363,7 @@ static void maybe_form_epoch(ftc__coord_t *co) {
     if (!nv) {
       FTC_ERROR(FTC_SUB_COORD, "job %s: out of memory forming an epoch; retrying later",
                 co->job);
+      co->form_retry = 1;
       return;
     }
     co->view = nv;
@@ -370,6 +372,7 @@ static void maybe_form_epoch(ftc__coord_t *co) {
   ftc__wire_member_t *wm = ftc__calloc((size_t)n, sizeof(*wm));
   if (!wm) {
     FTC_ERROR(FTC_SUB_COORD, "job %s: out of memory forming an epoch; retrying later", co->job);
+    co->form_retry = 1;
     return;
   }
   uint64_t e = (co->epoch > co->max_known_epoch ? co->epoch : co->max_known_epoch) + 1;
@@ -784,7 +787,10 @@ static void on_tick(lws_sorted_usec_list_t *sul) {
     dropped = 1;
     i--; /* drop_member moved the last member into slot i */
   }
-  if (dropped) maybe_form_epoch(co);
+  if (dropped || co->form_retry) {
+    co->form_retry = 0;
+    maybe_form_epoch(co);
+  }
   if (co->stats_dirty) publish_stats(co);
   int tick_ms = co->heartbeat_ms < TICK_MS_MAX ? co->heartbeat_ms : TICK_MS_MAX;
   lws_sul_schedule(co->ctx, 0, &co->tick, on_tick, (lws_usec_t)tick_ms * 1000);
