@@ -302,6 +302,35 @@ static void messages_between_two_ranks_arrive_in_order(void **state) {
   assert_int_equal(harness_run(2, p2p_order_body, NULL, &small_opts), 0);
 }
 
+static int exchange_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)arg;
+  size_t count = 4u << 20; /* 16 MiB of f32 each way: far more than the socket buffers */
+  float *out = malloc(count * sizeof(float)), *in = calloc(count, sizeof(float));
+  int right = (rank + 1) % n, left = (rank + n - 1) % n;
+  for (size_t i = 0; i < count; i++) out[i] = (float)(rank * 1000 + (int)(i % 997));
+  ftc_request_t *s, *r;
+  /* Every rank sends first: only safe because queued sends and receives
+   * progress together. */
+  if (ftc_isend(out, count, FTC_F32, right, comm, &s) != FTC_OK ||
+      ftc_irecv(in, count, FTC_F32, left, comm, &r) != FTC_OK)
+    return RANK_FAIL(rank, "isend/irecv: %s", ftc_last_error());
+  if (ftc_wait(s, 20000) != FTC_OK || ftc_wait(r, 20000) != FTC_OK)
+    return RANK_FAIL(rank, "exchange: %s", ftc_last_error());
+  ftc_request_free(s);
+  ftc_request_free(r);
+  for (size_t i = 0; i < count; i++)
+    if (in[i] != (float)(left * 1000 + (int)(i % 997)))
+      return RANK_FAIL(rank, "element %zu is %g", i, in[i]);
+  free(out), free(in);
+  return 0;
+}
+
+static void queued_sends_and_receives_of_large_messages_do_not_deadlock(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(2, exchange_body, NULL, &small_opts), 0);
+  assert_int_equal(harness_run(3, exchange_body, NULL, &small_opts), 0);
+}
+
 /* ---- many requests in flight ---- */
 
 static int inflight_body(ftc_comm_t *comm, int rank, int n, void *arg) {
@@ -385,6 +414,7 @@ int main(void) {
       cmocka_unit_test(barrier_waits_for_the_last_rank),
       cmocka_unit_test(send_recv_deliver_in_a_ring),
       cmocka_unit_test(messages_between_two_ranks_arrive_in_order),
+      cmocka_unit_test(queued_sends_and_receives_of_large_messages_do_not_deadlock),
       cmocka_unit_test(requests_complete_in_the_order_started),
       cmocka_unit_test(allreduce_of_64_mib_is_exact_at_2_ranks),
       cmocka_unit_test(allreduce_of_64_mib_is_exact_at_4_ranks),

@@ -112,6 +112,40 @@ static ftc_status_t execute(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq,
   return st;
 }
 
+static int is_p2p(const ftc_request_t *r) {
+  return !r->rebuild_view && (r->op.coll == FTC__SEND || r->op.coll == FTC__RECV);
+}
+
+/* The progress thread's state for one batch of send/recv requests. */
+typedef struct p2p_batch {
+  ftc_comm_t *comm;
+  ftc_request_t **reqs; /* reqs[i] runs ops[i] */
+  int n;
+} p2p_batch_t;
+
+static int p2p_take_more(void *arg, const ftc__op_t **ops, int n, int cap);
+
+/* Run the batch's send/recv requests together (see ftc__tcp_run_p2p),
+ * taking in those queued while it runs. */
+static ftc_status_t execute_p2p(ftc_comm_t *comm, p2p_batch_t *b, const ftc__op_t **ops, int cap,
+                                int64_t deadline) {
+  for (int i = 0; i < b->n; i++) {
+    ops[i] = &b->reqs[i]->op;
+    ftc__record_start(comm, b->reqs[i]->rec_id);
+  }
+  ftc_status_t st = ftc__tcp_run_p2p(comm->tp, ops, b->n, cap, deadline, p2p_take_more, b,
+                                     comm->wake_fd);
+  if (st != FTC_OK) {
+    char detail[384];
+    snprintf(detail, sizeof(detail), "%d send/recv operation(s) from #%llu on rank %d: %s", b->n,
+             (unsigned long long)b->reqs[0]->seq, comm->rank, ftc_last_error());
+    ftc__comm_fail(comm, st, detail);
+    ftc__error(st, "%s", detail);
+  }
+  for (int i = 0; i < b->n; i++) ftc__record_end(comm, b->reqs[i]->rec_id, st);
+  return st;
+}
+
 static int64_t timeout_ns_of(const ftc_comm_t *comm, int timeout_ms) {
   if (timeout_ms == FTC_TIMEOUT_INFINITE) return -1;
   if (timeout_ms == FTC_TIMEOUT_DEFAULT) return (int64_t)comm->cfg.timeout_ms * 1000000LL;
@@ -291,17 +325,75 @@ static void idle_wait(ftc_comm_t *comm, unsigned char *ignore, int nignore) {
   }
 }
 
+/* Per-epoch scratch of the progress thread. */
+typedef struct progress_scratch {
+  int n;                  /* the epoch's size */
+  unsigned char *ignore;  /* peers the idle watch has dealt with */
+  ftc_request_t **batch;  /* send/recv requests run together */
+  const ftc__op_t **ops;
+} progress_scratch_t;
+
+static void scratch_free(progress_scratch_t *ps) {
+  ftc__free(ps->ignore);
+  ftc__free(ps->batch);
+  ftc__free(ps->ops);
+  memset(ps, 0, sizeof(*ps));
+}
+
+static int scratch_init(progress_scratch_t *ps, int n) {
+  scratch_free(ps);
+  ps->n = n;
+  ps->ignore = ftc__calloc((size_t)n, 1);
+  ps->batch = ftc__calloc(2 * (size_t)n, sizeof(*ps->batch));
+  ps->ops = ftc__calloc(2 * (size_t)n, sizeof(*ps->ops));
+  return ps->ignore && ps->batch && ps->ops;
+}
+
+/* Take the send/recv requests queued behind the batch, one per peer and
+ * direction at most, up to cap (lock held). */
+static void gather_p2p_locked(ftc_comm_t *comm, p2p_batch_t *b, int cap) {
+  while (b->n < cap && comm->head && is_p2p(comm->head)) {
+    ftc_request_t *nx = comm->head;
+    for (int k = 0; k < b->n; k++)
+      if (b->reqs[k]->op.peer == nx->op.peer && b->reqs[k]->op.coll == nx->op.coll) return;
+    comm->head = nx->next;
+    if (!comm->head) comm->tail = NULL;
+    __atomic_store_n(&nx->state, REQ_RUNNING, __ATOMIC_RELEASE);
+    b->reqs[b->n++] = nx;
+  }
+}
+
+static int p2p_take_more(void *arg, const ftc__op_t **ops, int n, int cap) {
+  p2p_batch_t *b = arg;
+  ftc_comm_t *comm = b->comm;
+  pthread_mutex_lock(&comm->lock);
+  gather_p2p_locked(comm, b, cap);
+  pthread_mutex_unlock(&comm->lock);
+  for (int i = n; i < b->n; i++) {
+    ops[i] = &b->reqs[i]->op;
+    ftc__record_start(comm, b->reqs[i]->rec_id);
+  }
+  return b->n;
+}
+
+static int64_t request_deadline(const ftc_comm_t *comm, const ftc_request_t *req) {
+  if (req->deadline) return req->deadline;
+  int64_t tns = timeout_ns_of(comm, FTC_TIMEOUT_DEFAULT);
+  return tns < 0 ? INT64_MAX : ftc__now_ns() + tns;
+}
+
 static void *progress_main(void *arg) {
   ftc_comm_t *comm = arg;
-  int nignore = comm->size;
-  unsigned char *ignore = ftc__calloc((size_t)(nignore > 0 ? nignore : 1), 1);
+  progress_scratch_t ps = {0};
+  int have_scratch = scratch_init(&ps, comm->size);
   pthread_mutex_lock(&comm->lock);
   while (!comm->stop) {
     ftc_request_t *req = comm->head;
     if (!req || comm->busy) {
       pthread_mutex_unlock(&comm->lock);
-      if (ignore) idle_wait(comm, ignore, nignore);
-      else {
+      if (have_scratch) {
+        idle_wait(comm, ps.ignore, ps.n);
+      } else {
         struct pollfd p = {comm->wake_fd, POLLIN, 0};
         if (poll(&p, 1, -1) > 0) {
           uint64_t v;
@@ -323,30 +415,32 @@ static void *progress_main(void *arg) {
     }
     comm->busy = 1;
     __atomic_store_n(&req->state, REQ_RUNNING, __ATOMIC_RELEASE);
+    p2p_batch_t b = {comm, ps.batch, 1};
+    if (have_scratch && is_p2p(req)) {
+      ps.batch[0] = req;
+      gather_p2p_locked(comm, &b, 2 * ps.n);
+    }
     pthread_mutex_unlock(&comm->lock);
     if (req->rebuild_view) {
       st = do_rebuild(comm, req->rebuild_view);
-      if (st == FTC_OK && comm->size != nignore) {
-        ftc__free(ignore);
-        nignore = comm->size;
-        ignore = ftc__calloc((size_t)nignore, 1);
-      } else if (ignore) {
-        memset(ignore, 0, (size_t)nignore);
+      have_scratch = scratch_init(&ps, comm->size);
+    } else if (have_scratch && is_p2p(req)) {
+      int64_t deadline = INT64_MAX;
+      for (int i = 0; i < b.n; i++) {
+        int64_t d = request_deadline(comm, ps.batch[i]);
+        if (d < deadline) deadline = d;
       }
+      st = execute_p2p(comm, &b, ps.ops, 2 * ps.n, deadline);
     } else {
-      int64_t deadline = req->deadline;
-      if (!deadline) {
-        int64_t tns = timeout_ns_of(comm, FTC_TIMEOUT_DEFAULT);
-        deadline = tns < 0 ? INT64_MAX : ftc__now_ns() + tns;
-      }
-      st = execute(comm, &req->op, req->seq, req->rec_id, deadline);
+      st = execute(comm, &req->op, req->seq, req->rec_id, request_deadline(comm, req));
     }
     pthread_mutex_lock(&comm->lock);
     comm->busy = 0;
     req_complete(req, st, ftc_last_error());
+    for (int i = 1; i < b.n; i++) req_complete(ps.batch[i], st, ftc_last_error());
   }
   pthread_mutex_unlock(&comm->lock);
-  ftc__free(ignore);
+  scratch_free(&ps);
   return NULL;
 }
 

@@ -346,3 +346,40 @@ ftc_status_t ftc__tcp_run(ftc__tcp_t *tp, const ftc__op_t *op, int64_t deadline_
     default: return ftc__error(FTC_ERR_INTERNAL, "unknown collective %d", (int)op->coll);
   }
 }
+
+typedef struct p2p_run {
+  ftc__tcp_t *tp;
+  const ftc__op_t **ops;
+  int cap;
+  ftc__tcp_more_fn more;
+  void *ctx;
+} p2p_run_t;
+
+static void p2p_stream(ftc__tcp_t *tp, int i, const ftc__op_t *op) {
+  size_t bytes = op->count * ftc_dtype_size(op->dtype);
+  if (op->coll == FTC__SEND)
+    tp->segs[i] = (ftc__seg_t){.src = op->sendbuf, .len = bytes};
+  else
+    tp->segs[i] = (ftc__seg_t){.dst = op->recvbuf, .len = bytes};
+  stream_at(tp, i, op->peer, op->coll == FTC__SEND, &tp->segs[i], 1);
+}
+
+static int p2p_more(void *arg, ftc__stream_t *st, int n) {
+  p2p_run_t *r = arg;
+  (void)st;
+  int n2 = r->more(r->ctx, r->ops, n, r->cap);
+  for (int i = n; i < n2; i++) p2p_stream(r->tp, i, r->ops[i]);
+  return n2;
+}
+
+ftc_status_t ftc__tcp_run_p2p(ftc__tcp_t *tp, const ftc__op_t **ops, int n, int cap,
+                              int64_t deadline_ns, ftc__tcp_more_fn more, void *ctx, int wake_fd) {
+  ftc__red_t red = {FTC_U8, FTC_SUM, 1, tp->size};
+  if (cap > tp->stream_cap) cap = tp->stream_cap;
+  if (cap > tp->seg_cap) cap = tp->seg_cap;
+  if (n > cap) return ftc__error(FTC_ERR_INTERNAL, "%d point-to-point operations in one run", n);
+  for (int i = 0; i < n; i++) p2p_stream(tp, i, ops[i]);
+  p2p_run_t r = {tp, ops, cap, more, ctx};
+  ftc__xfer_more_t m = {p2p_more, &r, wake_fd};
+  return ftc__xfer_run_more(tp, tp->streams, n, &red, deadline_ns, more ? &m : NULL);
+}

@@ -61,6 +61,16 @@ void ftc__tcp_shutdown(ftc__tcp_t *tp);
 /* Run one collective; deadline is monotonic ns (INT64_MAX: none). */
 ftc_status_t ftc__tcp_run(ftc__tcp_t *tp, const ftc__op_t *op, int64_t deadline_ns);
 
+/* Run several send/recv operations together, each on its own stream (at
+ * most one per peer and direction, at most 2 * size operations), so that
+ * exchanges queued back to back cannot block each other. While it runs,
+ * more(ctx, ops, n, cap) is asked for operations queued meanwhile: it
+ * appends them to ops[n..cap-1] and returns the new count; wake_fd wakes the
+ * run when one is queued. */
+typedef int (*ftc__tcp_more_fn)(void *ctx, const ftc__op_t **ops, int n, int cap);
+ftc_status_t ftc__tcp_run_p2p(ftc__tcp_t *tp, const ftc__op_t **ops, int n, int cap,
+                              int64_t deadline_ns, ftc__tcp_more_fn more, void *ctx, int wake_fd);
+
 /* The peer whose connection broke or timed out in the last failed run, -1
  * if none (or tp is NULL). */
 int ftc__tcp_failed_peer(const ftc__tcp_t *tp);

@@ -68,6 +68,17 @@ typedef struct ftc__red {
 
 ftc_status_t ftc__xfer_run(ftc__tcp_t *tp, ftc__stream_t *st, int n, const ftc__red_t *red,
                            int64_t deadline_ns);
+
+/* A run that may grow while it runs: before each round fn() may append
+ * streams after st[n - 1] and returns the new count; wake_fd (or -1) is
+ * polled too, so a new stream wakes a sleeping run. */
+typedef struct ftc__xfer_more {
+  int (*fn)(void *ctx, ftc__stream_t *st, int n);
+  void *ctx;
+  int wake_fd;
+} ftc__xfer_more_t;
+ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const ftc__red_t *red,
+                                int64_t deadline_ns, const ftc__xfer_more_t *more);
 /* A scratch area of at least n bytes, valid until the next call. */
 ftc_status_t ftc__tcp_scratch(ftc__tcp_t *tp, size_t n, char **out);
 

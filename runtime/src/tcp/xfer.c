@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sched.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "core/reduce.h"
 #include "ftc_error.h"
@@ -119,20 +120,33 @@ static ftc_status_t broken(ftc__tcp_t *tp, const ftc__stream_t *s, int err) {
                     s->peer, strerror(err), s->send ? "sent" : "received", s->done, s->total);
 }
 
+static void stream_init(ftc__stream_t *s) {
+  s->cur = 0, s->off = 0, s->done = 0, s->fill = 0, s->total = 0;
+  for (int k = 0; k < s->nseg; k++) s->total += s->segs[k].len;
+}
+
 ftc_status_t ftc__xfer_run(ftc__tcp_t *tp, ftc__stream_t *st, int n, const ftc__red_t *red,
                            int64_t deadline_ns) {
+  return ftc__xfer_run_more(tp, st, n, red, deadline_ns, NULL);
+}
+
+ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const ftc__red_t *red,
+                                int64_t deadline_ns, const ftc__xfer_more_t *more) {
   int pending = 0;
   for (int i = 0; i < n; i++) {
-    ftc__stream_t *s = &st[i];
-    s->cur = 0, s->off = 0, s->done = 0, s->fill = 0, s->total = 0;
-    for (int k = 0; k < s->nseg; k++) s->total += s->segs[k].len;
-    if (s->total) pending++;
+    stream_init(&st[i]);
+    if (st[i].total) pending++;
   }
-  if (!pending) return FTC_OK;
+  if (!pending && !more) return FTC_OK;
   const int64_t spin_ns = (int64_t)tp->cfg.spin_us * 1000;
   int64_t spin_until = ftc__now_ns() + spin_ns;
   for (;;) {
     int moved = 0, err = 0;
+    if (more) {
+      int n2 = more->fn(more->ctx, st, n);
+      for (int i = n; i < n2; i++) stream_init(&st[i]);
+      n = n2;
+    }
     pending = 0;
     for (int i = 0; i < n; i++) {
       ftc__stream_t *s = &st[i];
@@ -187,12 +201,18 @@ ftc_status_t ftc__xfer_run(ftc__tcp_t *tp, ftc__stream_t *st, int n, const ftc__
       }
       tp->pfd[k].events |= ev;
     }
+    if (more && more->wake_fd >= 0) tp->pfd[np++] = (struct pollfd){more->wake_fd, POLLIN, 0};
     int64_t left = deadline_ns - now;
     int timeout = left / 1000000 >= POLL_CAP_MS ? POLL_CAP_MS : (int)((left + 999999) / 1000000);
     int rc = poll(tp->pfd, (nfds_t)np, timeout);
     if (rc < 0 && errno != EINTR)
       return ftc__error(FTC_ERR_SYSTEM, "poll on the data plane: %s", strerror(errno));
     if (rc <= 0) continue;
+    if (more && more->wake_fd >= 0 && (tp->pfd[np - 1].revents & POLLIN)) {
+      uint64_t v;
+      ssize_t r = read(more->wake_fd, &v, sizeof(v));
+      (void)r;
+    }
     /* An error or hangup on a socket we only send on (a receive would see it
      * as end of file) means the peer is gone. */
     for (int i = 0; i < n; i++) {
