@@ -94,8 +94,9 @@ struct ftc__coord {
 
   /* Owned by the service thread. */
   lws_sorted_usec_list_t tick;
-  member_t **members;
+  member_t **members;     /* every member, in no order */
   int nmembers, cap;
+  member_t **by_slot;     /* world_size entries: the member holding each slot */
   member_t **view; /* current epoch, rank order */
   int view_n, view_cap;
   int view_dirty; /* an active member was dropped since the last epoch */
@@ -175,17 +176,21 @@ static void refuse(ftc__coord_t *co, session_t *s, ftc__perr_t code, const char 
   co->stats_dirty = 1;
   FTC_WARN(FTC_SUB_COORD, "job %s: refusing %s%s: %s: %s", co->job, s->peer,
            s->m ? " (a member)" : "", ftc__perr_name(code), reason);
-  send_msg(s, ftc__proto_error(code, reason), 1);
-  /* A peer that never reads must not hold the session open. */
+  /* A peer that never reads must not hold the session open (set first: a
+   * failing send_msg kills the session at once instead). */
   lws_set_timeout(s->wsi, PENDING_TIMEOUT_USER_OK, 5);
+  send_msg(s, ftc__proto_error(code, reason), 1);
 }
 
 /* ---- members and epochs ---- */
 
 static member_t *find_slot(ftc__coord_t *co, int slot) {
-  for (int i = 0; i < co->nmembers; i++)
-    if (co->members[i]->slot == slot) return co->members[i];
-  return NULL;
+  return slot >= 0 && slot < co->world_size ? co->by_slot[slot] : NULL;
+}
+
+static void add_member(ftc__coord_t *co, member_t *m) {
+  co->members[co->nmembers++] = m;
+  co->by_slot[m->slot] = m;
 }
 
 static member_t *find_id(ftc__coord_t *co, uint64_t id) {
@@ -275,7 +280,7 @@ static void adopt_view(ftc__coord_t *co, const ftc__hello_t *h) {
       m->slot = w->slot;
       m->last_seen_ns = now;
       snprintf(m->addr, sizeof(m->addr), "%s", w->addr);
-      co->members[co->nmembers++] = m;
+      add_member(co, m);
     }
     m->state = M_ACTIVE;
     m->rank = i;
@@ -320,6 +325,7 @@ static void drop_member(ftc__coord_t *co, member_t *m, int left, const char *why
   for (int i = 0; i < co->nmembers; i++) {
     if (co->members[i] == m) {
       co->members[i] = co->members[--co->nmembers];
+      co->by_slot[m->slot] = NULL;
       break;
     }
   }
@@ -422,8 +428,8 @@ static void exclude_member(ftc__coord_t *co, member_t *m, ftc__perr_t code, cons
   drop_member(co, m, 0, why);
   if (s) {
     s->refused = 1;
-    send_msg(s, ftc__proto_error(code, why), 1);
     lws_set_timeout(s->wsi, PENDING_TIMEOUT_USER_OK, 5);
+    send_msg(s, ftc__proto_error(code, why), 1);
   }
 }
 
@@ -509,7 +515,7 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
   snprintf(m->host, sizeof(m->host), "%s", h->pod ? h->pod : h->host ? h->host : "");
   m->sess = s;
   s->m = m;
-  co->members[co->nmembers++] = m;
+  add_member(co, m);
   co->stats_dirty = 1;
   lws_set_timeout(s->wsi, NO_PENDING_TIMEOUT, 0);
   FTC_INFO(FTC_SUB_COORD, "job %s: slot %d joined as member %llu from %s%s%s (data %s, %s)",
@@ -844,6 +850,7 @@ static void *service_main(void *arg) {
 }
 
 static void free_config(ftc__coord_t *co) {
+  ftc__free(co->by_slot);
   ftc__free(co->job);
   ftc__free(co->token);
   ftc__free(co->bind_host);
@@ -866,7 +873,9 @@ ftc_status_t ftc__coord_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out) 
   co->token = ftc__strdup(cfg->token);
   co->bind_host = ftc__strdup(cfg->bind_host ? cfg->bind_host : "0.0.0.0");
   co->dump_dir = cfg->dump_dir ? ftc__strdup(cfg->dump_dir) : NULL;
-  if (!co->job || !co->token || !co->bind_host || (cfg->dump_dir && !co->dump_dir)) {
+  co->by_slot = ftc__calloc((size_t)cfg->world_size, sizeof(*co->by_slot));
+  if (!co->job || !co->token || !co->bind_host || (cfg->dump_dir && !co->dump_dir) ||
+      !co->by_slot) {
     st = ftc__error(FTC_ERR_NO_MEMORY, "out of memory creating the coordinator");
     goto out_free_config;
   }
