@@ -201,7 +201,7 @@ static void basic(void) {
   ftc__free(wp);
   CHECK(wait_for(&s, &s.deleted, 1, 5000), "watch sees DELETED");
   int64_t t0 = ftc__now_ns();
-  s.stop = 1;
+  __atomic_store_n(&s.stop, 1, __ATOMIC_RELEASE);
   pthread_join(t, NULL);
   int64_t stop_ms = (ftc__now_ns() - t0) / 1000000;
   CHECK(wa.st == FTC_OK && stop_ms < 2500, "watch ends %lld ms after the stop flag", (long long)stop_ms);

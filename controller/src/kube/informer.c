@@ -200,7 +200,15 @@ static int on_event(const char *type, json_t *obj, void *ud) {
 }
 
 static void resync(ftck_informer_t *inf) {
-  json_t *all = ftck_informer_list(inf);
+  /* On the informer thread, which alone holds references to cached objects. */
+  json_t *all = json_array();
+  if (all) {
+    pthread_mutex_lock(&inf->mu);
+    const char *k;
+    json_t *v;
+    json_object_foreach(inf->cache, k, v) json_array_append(all, v);
+    pthread_mutex_unlock(&inf->mu);
+  }
   size_t i;
   json_t *obj;
   if (inf->h.on_update && all) json_array_foreach(all, i, obj) inf->h.on_update(obj, obj, inf->h.ud);
@@ -332,19 +340,25 @@ ftc_status_t ftck_informer_wait_synced(ftck_informer_t *inf, int64_t timeout_ms)
 
 json_t *ftck_informer_get(ftck_informer_t *inf, const char *key) {
   pthread_mutex_lock(&inf->mu);
-  json_t *o = json_incref(json_object_get(inf->cache, key));
+  json_t *v = json_object_get(inf->cache, key);
+  json_t *o = v ? json_deep_copy(v) : NULL;
   pthread_mutex_unlock(&inf->mu);
   return o;
 }
 
-json_t *ftck_informer_list(ftck_informer_t *inf) {
+json_t *ftck_informer_select(ftck_informer_t *inf, const char *ns, const char *label, const char *value) {
   json_t *arr = json_array();
   if (!arr) return NULL;
   pthread_mutex_lock(&inf->mu);
   const char *k;
   json_t *v;
   json_object_foreach(inf->cache, k, v) {
-    if (json_array_append(arr, v) != 0) {
+    if (ns && strcmp(ftck_jstr(v, "metadata.namespace") ? ftck_jstr(v, "metadata.namespace") : "", ns) != 0) continue;
+    if (label) {
+      const char *lv = json_string_value(json_object_get(ftck_jget(v, "metadata.labels"), label));
+      if (!lv || !value || strcmp(lv, value) != 0) continue;
+    }
+    if (json_array_append_new(arr, json_deep_copy(v)) != 0) {
       json_decref(arr);
       arr = NULL;
       break;
@@ -353,6 +367,8 @@ json_t *ftck_informer_list(ftck_informer_t *inf) {
   pthread_mutex_unlock(&inf->mu);
   return arr;
 }
+
+json_t *ftck_informer_list(ftck_informer_t *inf) { return ftck_informer_select(inf, NULL, NULL, NULL); }
 
 size_t ftck_informer_size(ftck_informer_t *inf) {
   pthread_mutex_lock(&inf->mu);

@@ -52,10 +52,17 @@ int ftck_informer_synced(ftck_informer_t *inf);
 /* Wait for the first list; FTC_ERR_TIMEOUT if it has not come in time. */
 ftc_status_t ftck_informer_wait_synced(ftck_informer_t *inf, int64_t timeout_ms);
 
-/* A new reference to the cached object "ns/name", or NULL. */
+/* Cached objects are shared only inside the informer thread: jansson's
+ * reference counts are not safe to share between threads (its decrement has
+ * no acquire fence), so readers get deep copies, owned by the caller. */
+
+/* A copy of the cached object "ns/name", or NULL. */
 json_t *ftck_informer_get(ftck_informer_t *inf, const char *key);
-/* A new array holding every cached object (a snapshot), or NULL (no memory). */
+/* A new array with copies of every cached object, or NULL (no memory). */
 json_t *ftck_informer_list(ftck_informer_t *inf);
+/* Copies of the objects in namespace ns (NULL: any) whose label `label`
+ * equals value (label NULL: every object); NULL on no memory. */
+json_t *ftck_informer_select(ftck_informer_t *inf, const char *ns, const char *label, const char *value);
 size_t ftck_informer_size(ftck_informer_t *inf);
 
 /* Counters for metrics: lists done, and watches restarted because of 410

@@ -561,7 +561,7 @@ static int watch_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut,
   (void)ut;
   (void)un;
   watch_ctx_t *w = ud;
-  return w->stop && *w->stop ? 1 : 0;
+  return w->stop && __atomic_load_n(w->stop, __ATOMIC_ACQUIRE) ? 1 : 0;
 }
 
 ftc_status_t ftck_watch(ftck_client_t *c, const char *collection, const char *label_selector,

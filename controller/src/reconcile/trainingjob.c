@@ -315,7 +315,7 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
 
   /* This job's pods, by slot. Pods of an older job with the same name
    * (another uid) are deleted: their names would collide with ours. */
-  all_pods = ftck_informer_list(r->pods);
+  all_pods = ftck_informer_select(r->pods, ns, FTCK_LABEL_JOB, name);
   slots = ftc__calloc((size_t)spec.replicas, sizeof *slots);
   if (!all_pods || !slots) {
     st = ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
