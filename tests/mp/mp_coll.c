@@ -7,6 +7,9 @@
  *   die        rank 1 exits after one allreduce without destroying its
  *              communicator; the others must see the failure (peer lost or
  *              revoked) within seconds and print "survivor saw <status>"
+ *   absent     slot 1 never joins; slot 0's ftc_comm_create must fail with
+ *              FTC_ERR_TIMEOUT within FTCOMM_CONNECT_TIMEOUT_MS (+1 s) and
+ *              print "create timed out after N ms"
  *   latency    prints the mean 8-byte allreduce latency (rank 0)
  *   sweep [MAX] prints "bytes us" rows of f32 sum allreduce from 8 B to MAX
  *              bytes (default 4 MiB; rank 0), for measuring the cutover
@@ -147,6 +150,22 @@ int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "all";
   ftc_comm_t *comm;
   rank = -1;
+  if (strcmp(mode, "absent") == 0) {
+    const char *slot = getenv("FTCOMM_SLOT"), *ct = getenv("FTCOMM_CONNECT_TIMEOUT_MS");
+    if (slot && atoi(slot) == 1) {
+      sleep(4);
+      return 0;
+    }
+    int64_t t0 = ftc__now_ns();
+    ftc_status_t st = ftc_comm_create(NULL, &comm);
+    long long ms = (long long)((ftc__now_ns() - t0) / 1000000);
+    if (st != FTC_ERR_TIMEOUT || !ct || ms > atoll(ct) + 1000) {
+      fprintf(stderr, "create gave %s after %lld ms: %s\n", ftc_strerror(st), ms, ftc_last_error());
+      return 1;
+    }
+    printf("create timed out after %lld ms: %s\n", ms, ftc_last_error());
+    return 0;
+  }
   ftc_status_t st = ftc_comm_create(NULL, &comm);
   if (st != FTC_OK) {
     fprintf(stderr, "ftc_comm_create: %s: %s\n", ftc_strerror(st), ftc_last_error());

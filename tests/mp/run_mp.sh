@@ -34,5 +34,10 @@ survivors=$(grep -c "survivor saw" "$T/out")
 check "a rank that dies makes every survivor fail instead of hanging" \
   $([ $rc = 3 ] && [ "$survivors" = 3 ]; echo $?) "rc=$rc (want 3, the dead rank's code), survivors reporting: $survivors of 3"
 
+FTCOMM_CONNECT_TIMEOUT_MS=1500 timeout -k 5 60 "$RUN" -q -n 2 --timeout 30 -- "$PROG" absent >"$T/out" 2>"$T/err"
+rc=$?
+check "a rank that never joins makes ftc_comm_create time out, not hang" \
+  $([ $rc = 0 ] && grep -q "create timed out after" "$T/out"; echo $?) "rc=$rc"
+
 echo "mp: $pass passed, $fail failed"
 [ $fail = 0 ]

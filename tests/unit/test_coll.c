@@ -399,6 +399,28 @@ static void allreduce_of_64_mib_is_exact_at_4_ranks(void **state) {
   assert_int_equal(harness_run(4, big_body, (void *)(uintptr_t)(16u << 20), &big_opts), 0);
 }
 
+static int huge_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)arg;
+  size_t count = (256u << 20) + 3; /* u8: just past 256 MiB, not a multiple of anything */
+  uint8_t *buf = malloc(count);
+  for (size_t i = 0; i < count; i++) buf[i] = (uint8_t)((i + (size_t)rank) % 7);
+  ftc_status_t st = ftc_allreduce(buf, buf, count, FTC_U8, FTC_MAX, comm, FTC_TIMEOUT_DEFAULT);
+  if (st != FTC_OK) return RANK_FAIL(rank, "256 MiB allreduce: %s", ftc_last_error());
+  for (size_t i = 0; i < count; i++) {
+    uint8_t want = 0;
+    for (int r = 0; r < n; r++)
+      if ((uint8_t)((i + (size_t)r) % 7) > want) want = (uint8_t)((i + (size_t)r) % 7);
+    if (buf[i] != want) return RANK_FAIL(rank, "byte %zu is %u, expected %u", i, buf[i], want);
+  }
+  free(buf);
+  return 0;
+}
+
+static void allreduce_past_256_mib_is_exact(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(2, huge_body, NULL, &big_opts), 0);
+}
+
 #define SET_ENTRIES(prefix)                                                          \
   cmocka_unit_test(prefix##_1), cmocka_unit_test(prefix##_2), cmocka_unit_test(prefix##_3), \
       cmocka_unit_test(prefix##_4), cmocka_unit_test(prefix##_7), cmocka_unit_test(prefix##_8)
@@ -418,6 +440,7 @@ int main(void) {
       cmocka_unit_test(requests_complete_in_the_order_started),
       cmocka_unit_test(allreduce_of_64_mib_is_exact_at_2_ranks),
       cmocka_unit_test(allreduce_of_64_mib_is_exact_at_4_ranks),
+      cmocka_unit_test(allreduce_past_256_mib_is_exact),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "ftc_alloc.h"
 #include "ftc_time.h"
 #include "harness.h"
 #include "tcp/tcp.h"
@@ -579,6 +580,60 @@ static void the_recorder_sees_every_collective(void **state) {
   ftc_comm_destroy(comm);
 }
 
+static void creation_fails_cleanly_at_every_allocation_then_succeeds(void **state) {
+  (void)state;
+  ftc_config_t cfg;
+  harness_config(&cfg, 5000, 2000);
+  ftc_status_t st = FTC_ERR_NO_MEMORY;
+  int failures = 0;
+  for (long n = 1; st != FTC_OK && n < 1000; n++) {
+    int fd;
+    ftc__view_t *v = harness_view(1, 0, 1, &fd);
+    ftc_comm_t *comm = NULL;
+    ftc__alloc_fail_at(n);
+    st = ftc__comm_create_from_view(&cfg, v, fd, &comm);
+    ftc__alloc_fail_at(0);
+    harness_view_free(v);
+    if (st == FTC_OK) {
+      float x = 2;
+      assert_int_equal(ftc_allreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, 100), FTC_OK);
+      ftc_comm_destroy(comm);
+    } else {
+      assert_int_equal(st, FTC_ERR_NO_MEMORY);
+      assert_null(comm);
+      failures++;
+    }
+  }
+  assert_int_equal(st, FTC_OK);
+  assert_true(failures > 5); /* the loop really went through the allocations */
+}
+
+static void a_request_that_cannot_be_allocated_leaves_the_communicator_usable(void **state) {
+  (void)state;
+  ftc_comm_t *comm = solo_comm();
+  float x = 3;
+  int refused = 0;
+  ftc_status_t st = FTC_ERR_NO_MEMORY;
+  for (long n = 1; st != FTC_OK && n < 50; n++) {
+    ftc_request_t *req = (ftc_request_t *)&x;
+    ftc__alloc_fail_at(n);
+    st = ftc_iallreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, &req);
+    ftc__alloc_fail_at(0);
+    if (st == FTC_ERR_NO_MEMORY) {
+      assert_null(req);
+      refused++;
+      continue;
+    }
+    assert_int_equal(st, FTC_OK);
+    assert_int_equal(ftc_wait(req, 1000), FTC_OK);
+    ftc_request_free(req);
+  }
+  assert_true(refused >= 1);
+  assert_true(x == 3);
+  assert_int_equal(ftc_barrier(comm, 100), FTC_OK);
+  ftc_comm_destroy(comm);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_null_comm_is_an_invalid_argument),
@@ -603,6 +658,8 @@ int main(void) {
       cmocka_unit_test(destroy_fails_pending_requests_with_aborted),
       cmocka_unit_test(the_data_plane_can_be_rebuilt_for_a_new_epoch),
       cmocka_unit_test(the_recorder_sees_every_collective),
+      cmocka_unit_test(creation_fails_cleanly_at_every_allocation_then_succeeds),
+      cmocka_unit_test(a_request_that_cannot_be_allocated_leaves_the_communicator_usable),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
