@@ -248,7 +248,7 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
   ftc__msg_t msg;
   char why[256];
   ftc__perr_t perr = ftc__proto_decode(text, len, FTC__PROTO_MAX_COORD_MSG, &msg, why, sizeof(why));
-  int rc = 0;
+  int rc = 0, start_heartbeats = 0;
   pthread_mutex_lock(&m->lock);
   if (perr != FTC__PERR_NONE) {
     set_error_locked(m, FTC_ERR_PROTOCOL, "malformed message from the coordinator at %s: %s: %s",
@@ -289,8 +289,7 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
                m->slot, m->job, (unsigned long long)m->member_id,
                (unsigned long long)msg.epoch);
       pthread_cond_broadcast(&m->cond);
-      lws_sul_schedule(m->ctx, 0, &m->sul_heartbeat, send_heartbeat,
-                       (lws_usec_t)m->heartbeat_ms * 1000);
+      start_heartbeats = 1; /* after the unlock: no lws call under m->lock */
       break;
     case FTC__MSG_VIEW: {
       if (m->view && msg.epoch <= m->view->epoch) {
@@ -343,6 +342,9 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
 out_unlock:
   pthread_mutex_unlock(&m->lock);
   ftc__msg_clear(&msg);
+  if (start_heartbeats)
+    lws_sul_schedule(m->ctx, 0, &m->sul_heartbeat, send_heartbeat,
+                     (lws_usec_t)m->heartbeat_ms * 1000);
   return rc;
 }
 

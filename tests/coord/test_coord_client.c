@@ -1,0 +1,257 @@
+/*
+ * test_coord_client.c - the rank's membership client against a scripted
+ * peer: a small libwebsockets server (a test double of the coordinator) that
+ * answers the client's hello with a fixed list of frames, 200 ms apart. A client handed
+ * garbage, a message of an unknown version, a view before its welcome or an
+ * unknown error code fails with FTC_ERR_PROTOCOL and says why; one handed
+ * refusals gets the status that goes with each code.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <libwebsockets.h>
+#include <pthread.h>
+
+#include "ftc_error.h"
+#include "ftc_time.h"
+#include "membership/member.h"
+
+#define WAIT_MS 5000
+
+/* The scripted peer: after the first message from a client (its hello) it
+ * sends script[0], script[1], ... one frame each, then keeps the session. */
+typedef struct fake {
+  struct lws_context *ctx;
+  struct lws_protocols protocols[2];
+  pthread_t thread;
+  int stop;
+  int port;
+  const char *const *script;
+  int next;
+  int got_hello;
+} fake_t;
+
+static int fake_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
+                         void *in, size_t len) {
+  fake_t *f = lws_context_user(lws_get_context(wsi));
+  switch (reason) {
+    case LWS_CALLBACK_RECEIVE:
+      if (!f->got_hello && in && memmem(in, len, "\"hello\"", 7)) {
+        f->got_hello = 1;
+        lws_callback_on_writable(wsi);
+      }
+      return 0;
+    case LWS_CALLBACK_SERVER_WRITEABLE: {
+      const char *msg = f->script[f->next];
+      if (!msg) return 0;
+      f->next++;
+      size_t n = strlen(msg);
+      unsigned char *buf = malloc(LWS_PRE + n);
+      memcpy(buf + LWS_PRE, msg, n);
+      int w = lws_write(wsi, buf + LWS_PRE, n, LWS_WRITE_TEXT);
+      free(buf);
+      if (w < (int)n) return -1;
+      /* Later frames come 200 ms apart: open() has returned by then. */
+      if (f->script[f->next]) lws_set_timer_usecs(wsi, 200000);
+      return 0;
+    }
+    case LWS_CALLBACK_TIMER: lws_callback_on_writable(wsi); return 0;
+    default: return lws_callback_http_dummy(wsi, reason, user, in, len);
+  }
+}
+
+static void *fake_main(void *p) {
+  fake_t *f = p;
+  while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE)) lws_service(f->ctx, 0);
+  return NULL;
+}
+
+static fake_t *fake_start(const char *const *script) {
+  fake_t *f = calloc(1, sizeof(*f));
+  f->script = script;
+  f->protocols[0] = (struct lws_protocols){.name = "ftcomm.membership.v1",
+                                           .callback = fake_callback};
+  struct lws_context_creation_info info;
+  memset(&info, 0, sizeof(info));
+  info.port = 0;
+  info.iface = "127.0.0.1";
+  info.protocols = f->protocols;
+  info.user = f;
+  info.vhost_name = "fake";
+  info.options = LWS_SERVER_OPTION_DISABLE_IPV6;
+  f->ctx = lws_create_context(&info);
+  assert_non_null(f->ctx);
+  f->port = lws_get_vhost_listen_port(lws_get_vhost_by_name(f->ctx, "fake"));
+  assert_true(f->port > 0);
+  assert_int_equal(pthread_create(&f->thread, NULL, fake_main, f), 0);
+  return f;
+}
+
+static void fake_stop(fake_t *f) {
+  __atomic_store_n(&f->stop, 1, __ATOMIC_RELEASE);
+  lws_cancel_service(f->ctx);
+  pthread_join(f->thread, NULL);
+  lws_context_destroy(f->ctx);
+  free(f);
+}
+
+static ftc_status_t open_against(fake_t *f, ftc__member_t **m) {
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", f->port);
+  ftc__member_cfg_t c = {.coordinator = addr, .job = "j", .token = "t", .slot = 0,
+                         .world_size = 1, .min_size = 1, .data_addr = "127.0.0.1:1",
+                         .connect_timeout_ms = WAIT_MS};
+  *m = NULL;
+  return ftc__member_open(&c, m);
+}
+
+#define WELCOME "{\"v\":1,\"type\":\"welcome\",\"member_id\":77,\"epoch\":0,\"heartbeat_ms\":1000}"
+
+/* The client's open() fails with `want` and a message containing `says`. */
+static void expect_open_fails(const char *const *script, ftc_status_t want, const char *says) {
+  fake_t *f = fake_start(script);
+  ftc__member_t *m;
+  int64_t t0 = ftc__now_ns();
+  ftc_status_t st = ftc__member_open(NULL, &m); /* a NULL config is refused, not a crash */
+  assert_int_equal(st, FTC_ERR_CONFIG);
+  st = open_against(f, &m);
+  if (st != want)
+    fail_msg("expected %s, got %s: %s", ftc_strerror(want), ftc_strerror(st), ftc_last_error());
+  if (!strstr(ftc_last_error(), says)) fail_msg("\"%s\" does not say \"%s\"", ftc_last_error(), says);
+  assert_null(m);
+  assert_true(ftc__now_ns() - t0 < (int64_t)WAIT_MS * 1000000 / 2); /* at once, not at the timeout */
+  fake_stop(f);
+}
+
+/* open() succeeds; the next wait_view fails with `want` saying `says`. */
+static void expect_session_fails(const char *const *script, ftc_status_t want, const char *says) {
+  fake_t *f = fake_start(script);
+  ftc__member_t *m;
+  ftc_status_t st = open_against(f, &m);
+  if (st != FTC_OK) fail_msg("open: %s: %s", ftc_strerror(st), ftc_last_error());
+  ftc__view_t *v = NULL;
+  st = ftc__member_wait_view(m, 0, WAIT_MS, &v);
+  if (st != want)
+    fail_msg("expected %s, got %s: %s", ftc_strerror(want), ftc_strerror(st), ftc_last_error());
+  if (!strstr(ftc_last_error(), says)) fail_msg("\"%s\" does not say \"%s\"", ftc_last_error(), says);
+  assert_null(v);
+  assert_int_equal(ftc__member_error(m), want);
+  ftc__member_close(m);
+  fake_stop(f);
+}
+
+static void garbage_instead_of_welcome_is_a_protocol_error(void **state) {
+  (void)state;
+  static const char *const script[] = {"this is not json", NULL};
+  expect_open_fails(script, FTC_ERR_PROTOCOL, "malformed");
+}
+
+static void unknown_version_from_the_coordinator_is_a_protocol_error(void **state) {
+  (void)state;
+  static const char *const script[] = {
+      "{\"v\":9,\"type\":\"welcome\",\"member_id\":1,\"epoch\":0}", NULL};
+  expect_open_fails(script, FTC_ERR_PROTOCOL, "version 9");
+}
+
+static void view_before_welcome_is_a_protocol_error(void **state) {
+  (void)state;
+  static const char *const script[] = {"{\"v\":1,\"type\":\"view\",\"epoch\":1,\"members\":[]}",
+                                       NULL};
+  expect_open_fails(script, FTC_ERR_PROTOCOL, "before welcome");
+}
+
+static void unknown_error_code_is_a_protocol_error(void **state) {
+  (void)state;
+  static const char *const script[] = {
+      "{\"v\":1,\"type\":\"error\",\"code\":\"flux_capacitor\",\"reason\":\"no\"}", NULL};
+  expect_open_fails(script, FTC_ERR_PROTOCOL, "flux_capacitor");
+}
+
+static void refusal_codes_map_to_statuses(void **state) {
+  (void)state;
+  static const char *const auth[] = {
+      "{\"v\":1,\"type\":\"error\",\"code\":\"auth_failed\",\"reason\":\"bad token\"}", NULL};
+  expect_open_fails(auth, FTC_ERR_AUTH, "bad token");
+  static const char *const dup[] = {
+      "{\"v\":1,\"type\":\"error\",\"code\":\"duplicate_slot\",\"reason\":\"taken\"}", NULL};
+  expect_open_fails(dup, FTC_ERR_CONFIG, "taken");
+  static const char *const down[] = {
+      "{\"v\":1,\"type\":\"error\",\"code\":\"shutting_down\",\"reason\":\"bye\"}", NULL};
+  expect_open_fails(down, FTC_ERR_COORDINATOR, "bye");
+}
+
+static void malformed_view_after_welcome_fails_the_session(void **state) {
+  (void)state;
+  static const char *const script[] = {
+      WELCOME,
+      "{\"v\":1,\"type\":\"view\",\"epoch\":1,\"members\":[{\"rank\":3,\"slot\":0,"
+      "\"member_id\":77,\"joined_epoch\":1,\"addr\":\"a\"}]}",
+      NULL};
+  expect_session_fails(script, FTC_ERR_PROTOCOL, "ordered by rank");
+}
+
+static void second_welcome_fails_the_session(void **state) {
+  (void)state;
+  static const char *const script[] = {WELCOME, WELCOME, NULL};
+  expect_session_fails(script, FTC_ERR_PROTOCOL, "second welcome");
+}
+
+static void message_a_coordinator_never_sends_fails_the_session(void **state) {
+  (void)state;
+  static const char *const script[] = {WELCOME, "{\"v\":1,\"type\":\"leave\"}", NULL};
+  expect_session_fails(script, FTC_ERR_PROTOCOL, "unexpected");
+}
+
+static void a_view_finds_this_rank_by_member_id(void **state) {
+  (void)state;
+  static const char *const script[] = {
+      WELCOME,
+      "{\"v\":1,\"type\":\"view\",\"epoch\":5,\"members\":["
+      "{\"rank\":0,\"slot\":2,\"member_id\":70,\"joined_epoch\":1,\"addr\":\"h:1\"},"
+      "{\"rank\":1,\"slot\":0,\"member_id\":77,\"joined_epoch\":4,\"addr\":\"h:2\"}],"
+      "\"backend\":\"blob\"}",
+      "{\"v\":1,\"type\":\"view\",\"epoch\":4,\"members\":[]}", /* older: ignored */
+      "{\"v\":1,\"type\":\"dump_request\",\"incident\":\"inc-9\",\"epoch\":5}",
+      NULL};
+  fake_t *f = fake_start(script);
+  ftc__member_t *m;
+  assert_int_equal(open_against(f, &m), FTC_OK);
+  ftc__view_t *v = NULL;
+  assert_int_equal(ftc__member_wait_view(m, 0, WAIT_MS, &v), FTC_OK);
+  assert_int_equal(v->epoch, 5);
+  assert_int_equal(v->my_rank, 1);
+  assert_int_equal(v->my_member_id, 77);
+  assert_int_equal(v->members[0].slot, 2);
+  assert_string_equal(v->members[1].addr, "h:2");
+  assert_string_equal(v->backend_blob, "blob");
+  ftc__view_free(v);
+  char inc[32];
+  int64_t dl = ftc__deadline_ns(WAIT_MS);
+  while (!ftc__member_take_dump_request(m, inc, sizeof(inc)) && ftc__now_ns() < dl) usleep(5000);
+  assert_string_equal(inc, "inc-9");
+  assert_int_equal(ftc__member_wait_view(m, 5, 100, &v), FTC_ERR_TIMEOUT);
+  assert_int_equal(ftc__member_error(m), FTC_OK);
+  ftc__member_close(m);
+  fake_stop(f);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(garbage_instead_of_welcome_is_a_protocol_error),
+      cmocka_unit_test(unknown_version_from_the_coordinator_is_a_protocol_error),
+      cmocka_unit_test(view_before_welcome_is_a_protocol_error),
+      cmocka_unit_test(unknown_error_code_is_a_protocol_error),
+      cmocka_unit_test(refusal_codes_map_to_statuses),
+      cmocka_unit_test(malformed_view_after_welcome_fails_the_session),
+      cmocka_unit_test(second_welcome_fails_the_session),
+      cmocka_unit_test(message_a_coordinator_never_sends_fails_the_session),
+      cmocka_unit_test(a_view_finds_this_rank_by_member_id),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
