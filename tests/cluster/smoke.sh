@@ -51,6 +51,17 @@ set -a; . "$dir/env"; set +a
 k() { timeout 60 "$FTC_KUBECTL" --request-timeout=30s "$@"; }
 not() { ! "$@"; }
 anyrc() { "$@" || true; }
+# running PGID...: print the groups that still have a running process (an exited
+# process that init has not reaped yet, a zombie with no thread left, does not count).
+running() {
+  local g pid st out=""
+  for g in "$@"; do
+    while read -r pid st; do
+      if [[ $st != Z* ]] || [ "$(ls "/proc/$pid/task" 2>/dev/null | wc -l)" -gt 1 ]; then out="$out $g"; break; fi
+    done < <(ps -o pid=,stat= --sid "$g" 2>/dev/null || true)
+  done
+  echo "$out"
+}
 
 check_out "kubectl version (client and server v1.34)" 'Client Version: v1\.34\..*Server Version: v1\.34\.' k version
 check_out "kubectl is the one we built, not /usr/bin/kubectl" "^$bin/kubectl\$" echo "$FTC_KUBECTL"
@@ -103,8 +114,14 @@ check_out "helm list" 'smoke-rel' timeout 60 "$FTC_HELM" list -n smoke
 check "helm uninstall" timeout 90 "$FTC_HELM" uninstall smoke-rel -n smoke --wait --timeout 60s
 
 # The API server restarts with its data kept (etcd stays up).
+s=$(date +%s)
 check "restart-apiserver" timeout 120 "$cluster" restart-apiserver "$dir"
+echo "# restart took $(( $(date +%s) - s ))s"
 check_out "data survives the restart" '^hello$' k -n smoke get configmap smoke -o 'jsonpath={.data.greeting}'
+check "stop-apiserver --kill (a crash)" timeout 60 "$cluster" stop-apiserver --kill "$dir"
+check "no API server while it is down" not timeout 10 "$FTC_KUBECTL" --request-timeout=3s get ns smoke
+check "start-apiserver" timeout 120 "$cluster" start-apiserver "$dir"
+check_out "data survives the crash" '^hello$' k -n smoke get configmap smoke -o 'jsonpath={.data.greeting}'
 
 if [ -n "$FTC_KWOK_RUNNING" ] && [ "$FTC_KWOK_RUNNING" = 1 ]; then
   cat >"$work/node.yaml" <<'EOF'
@@ -150,10 +167,9 @@ pgids=$(cat "$dir"/run/*.pid)
 s=$(date +%s)
 check "stop" timeout 120 "$cluster" stop "$dir"
 echo "# stop took $(( $(date +%s) - s ))s"
-left=""
-for g in $pgids; do kill -0 -- "-$g" 2>/dev/null && left="$left $g"; done
-if [ -z "$left" ] && ! pgrep -f "$dir" >/dev/null; then ok "no process left after stop"; else
-  bad "processes left after stop (groups:$left)"; pgrep -af "$dir" || true; fi
+left=$(running $pgids)
+if [ -z "$left" ]; then ok "no process left after stop"; else
+  bad "processes left after stop (groups:$left)"; ps -o pid,sid,stat,args --sid "${left// /,}" || true; fi
 
 # A test that dies without calling stop: the watchdog stops its cluster.
 d2=$work/c2
@@ -162,16 +178,15 @@ if [ -f "$d2/run/kube-apiserver.pid" ] || [ -f "$d2/run/ports" ]; then
   g2=$(cat "$d2"/run/*.pid 2>/dev/null || true)
   s=$(date +%s)
   for i in $(seq 1 600); do
-    left=""
-    for g in $g2; do kill -0 -- "-$g" 2>/dev/null && left="$left $g"; done
+    left=$(running $g2)
     [ -z "$left" ] && [ ! -f "$d2/run/ports" ] && break
     sleep 0.1
   done
   echo "# watchdog cleanup took $(( $(date +%s) - s ))s"
-  if [ ! -f "$d2/run/ports" ] && [ -z "$left" ] && ! pgrep -f "$d2" >/dev/null; then
+  if [ ! -f "$d2/run/ports" ] && [ -z "$left" ]; then
     ok "watchdog stopped the cluster of a dead owner"
   else
-    bad "watchdog left processes (groups:$left)"; pgrep -af "$d2" || true
+    bad "watchdog left processes (groups:$left)"; ps -o pid,sid,stat,args --sid "${left// /,}" || true
   fi
 else
   bad "second cluster did not start"; tail -n 20 "$d2"/logs/*.log 2>/dev/null || true
