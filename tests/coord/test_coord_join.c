@@ -146,6 +146,26 @@ static void join_of_n_forms_epoch_1_with_ranks_in_slot_order(void **state) {
   ftc__coord_destroy(fx.co);
 }
 
+static void restored_coordinator_numbers_epochs_after_first_epoch(void **state) {
+  (void)state;
+  ftc__coord_cfg_t cfg = {.bind_host = "127.0.0.1", .job = "testjob", .token = TOKEN,
+                          .world_size = 2, .heartbeat_ms = 100, .first_epoch = 41,
+                          .member_id_base = 1000};
+  fixture_t fx;
+  assert_int_equal(ftc__coord_create(&cfg, &fx.co), FTC_OK);
+  snprintf(fx.addr, sizeof(fx.addr), "127.0.0.1:%d", ftc__coord_port(fx.co));
+  ftc__member_t *a = join(&fx, 0, 2), *b = join(&fx, 1, 2);
+  ftc__view_t *v = view_after(a, 0);
+  assert_int_equal(v->epoch, 42);
+  assert_int_equal(v->members[0].member_id, 1001);
+  assert_int_equal(v->members[1].member_id, 1002);
+  assert_int_equal(v->members[1].joined_epoch, 42);
+  ftc__view_free(v);
+  ftc__member_close(a);
+  ftc__member_close(b);
+  ftc__coord_destroy(fx.co);
+}
+
 static void wrong_token_is_refused_with_auth_and_others_are_served(void **state) {
   (void)state;
   fixture_t fx;
@@ -833,6 +853,7 @@ static void joining_survives_an_allocation_failure_anywhere(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(join_of_n_forms_epoch_1_with_ranks_in_slot_order),
+      cmocka_unit_test(restored_coordinator_numbers_epochs_after_first_epoch),
       cmocka_unit_test(wrong_token_is_refused_with_auth_and_others_are_served),
       cmocka_unit_test(wrong_job_and_bad_slot_are_refused_as_config_errors),
       cmocka_unit_test(duplicate_of_a_live_slot_is_refused),
