@@ -340,12 +340,13 @@ kwok=$kwok
 EOF
   # From here on a failure stops what has started.
   trap 'say "start failed; stopping what started"; cmd_stop_dir' EXIT
+  trap 'exit 143' TERM INT HUP  # so that the EXIT trap runs when start is killed
   start_watchdog "$owner"
   start_etcd || die "etcd did not start"
   start_apiserver || die "kube-apiserver did not start"
   write_files
   if [ "$kwok" = 1 ]; then start_kwok || die "kwok did not start"; fi
-  trap - EXIT
+  trap - EXIT TERM INT HUP
   say "ready in $(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }')s:" \
       "apiserver https://127.0.0.1:$api_port, etcd http://127.0.0.1:$etcd_port$( [ "$kwok" = 1 ] && echo ", kwok" ); env in $dir/env"
 }
