@@ -399,6 +399,26 @@ static void a_peer_dying_between_collectives_sets_the_async_error(void **state) 
   assert_int_equal(harness_run(2, idle_peer_lost_body, NULL, NULL), 0);
 }
 
+static int goodbye_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)n, (void)arg;
+  if (rank == 1) return 0; /* destroys its communicator at once: says goodbye */
+  usleep(300 * 1000);
+  ftc_status_t async;
+  ftc_comm_get_async_error(comm, &async);
+  if (async != FTC_OK) return RANK_FAIL(rank, "a clean leave counted as a failure: %s", ftc_strerror(async));
+  uint8_t b = 0;
+  ftc_status_t st = ftc_recv(&b, 1, FTC_U8, 1, comm, 1000);
+  if (st != FTC_ERR_PEER_LOST || !strstr(ftc_last_error(), "left"))
+    return RANK_FAIL(rank, "receiving from a rank that left gave %s (byte %u): %s", ftc_strerror(st), b,
+                     ftc_last_error());
+  return 0;
+}
+
+static void a_rank_that_left_is_not_a_failure_until_someone_needs_it(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(2, goodbye_body, NULL, NULL), 0);
+}
+
 typedef struct aborter {
   ftc_comm_t *comm;
   int delay_ms;
@@ -652,6 +672,7 @@ int main(void) {
       cmocka_unit_test(a_collective_past_its_timeout_fails_and_revokes_the_epoch),
       cmocka_unit_test(a_dead_peer_fails_the_collective_with_peer_lost),
       cmocka_unit_test(a_peer_dying_between_collectives_sets_the_async_error),
+      cmocka_unit_test(a_rank_that_left_is_not_a_failure_until_someone_needs_it),
       cmocka_unit_test(abort_from_another_thread_fails_everything_promptly),
       cmocka_unit_test(a_timed_out_wait_fails_the_request_and_the_epoch),
       cmocka_unit_test(a_freed_request_still_completes_in_order),

@@ -109,11 +109,44 @@ struct ftc__coord {
   ftc__coord_stats_t counts; /* lost/left/refused tallies */
   int stats_dirty;
 
+  ftc__coord_event_fn on_event;
+  void *event_arg;
+
   /* Shared; under lock. */
   pthread_mutex_t lock;
   ftc__coord_stats_t stats;
+  ftc__coord_view_t pub_view; /* the current epoch, for ftc__coord_get_view */
   cmd_t *cmd_head, *cmd_tail;
 };
+
+static void emit(ftc__coord_t *co, const ftc__coord_event_t *ev) {
+  if (co->on_event && !co->stopping) co->on_event(co->event_arg, ev);
+}
+
+/* Publish the current epoch for ftc__coord_get_view (membership, and who is
+ * connected). Keeps the previous copy when out of memory. */
+static void publish_view(ftc__coord_t *co) {
+  ftc__coord_member_t *mm = ftc__calloc((size_t)(co->view_n ? co->view_n : 1), sizeof(*mm));
+  if (!mm) return;
+  int n = 0;
+  for (int r = 0; r < co->view_n; r++) {
+    const member_t *m = co->view[r];
+    if (!m) continue;
+    ftc__coord_member_t *c = &mm[n++];
+    c->rank = r;
+    c->slot = m->slot;
+    c->member_id = m->id;
+    c->joined_epoch = m->joined_epoch;
+    c->connected = m->sess != NULL;
+    snprintf(c->addr, sizeof(c->addr), "%s", m->addr);
+    snprintf(c->host, sizeof(c->host), "%s", m->host);
+  }
+  pthread_mutex_lock(&co->lock);
+  ftc__coord_member_t *old = co->pub_view.members;
+  co->pub_view = (ftc__coord_view_t){co->formed ? co->epoch : 0, n, mm};
+  pthread_mutex_unlock(&co->lock);
+  ftc__free(old);
+}
 
 static void publish_stats(ftc__coord_t *co) {
   ftc__coord_stats_t s = co->counts;
@@ -129,6 +162,7 @@ static void publish_stats(ftc__coord_t *co) {
   co->stats = s;
   pthread_mutex_unlock(&co->lock);
   co->stats_dirty = 0;
+  publish_view(co);
 }
 
 /* ---- sending ---- */
@@ -319,6 +353,10 @@ static void drop_member(ftc__coord_t *co, member_t *m, int left, const char *why
   else
     FTC_INFO(FTC_SUB_COORD, "job %s: slot %d (member %llu) %s before joining an epoch",
              co->job, m->slot, (unsigned long long)m->id, why);
+  ftc__coord_event_t ev = {.kind = FTC__COORD_EV_DROPPED, .epoch = co->epoch,
+                           .slot = m->slot, .rank = m->state == M_ACTIVE ? m->rank : -1,
+                           .member_id = m->id, .left = left, .reason = why};
+  emit(co, &ev);
   if (m->sess) m->sess->m = NULL;
   for (int i = 0; i < co->view_n; i++)
     if (co->view[i] == m) co->view[i] = NULL;
@@ -354,11 +392,14 @@ static void maybe_form_epoch(ftc__coord_t *co) {
     if (!co->view_dirty && pending == 0) return;
     if (n < co->min_size) {
       /* Ranks leaving cleanly at the end of a job are no cause for alarm. */
-      if (!co->below_min_logged)
+      if (!co->below_min_logged) {
         FTC_LOG(co->lost_since_epoch ? FTC_LOG_WARN : FTC_LOG_INFO, FTC_SUB_COORD,
                 "job %s: %d members remain, below the minimum of %d; waiting for joiners "
                 "before the next epoch",
                 co->job, n, co->min_size);
+        ftc__coord_event_t ev = {.kind = FTC__COORD_EV_BELOW_MIN, .epoch = co->epoch, .size = n};
+        emit(co, &ev);
+      }
       co->below_min_logged = 1;
       return;
     }
@@ -406,6 +447,8 @@ static void maybe_form_epoch(ftc__coord_t *co) {
   }
   FTC_INFO(FTC_SUB_COORD, "job %s: epoch %llu formed with %d members (%d joined)", co->job,
            (unsigned long long)e, n, pending);
+  ftc__coord_event_t ev = {.kind = FTC__COORD_EV_EPOCH, .epoch = e, .size = n, .joined = pending};
+  emit(co, &ev);
   for (int r = 0; r < n; r++) {
     session_t *s = co->view[r]->sess;
     if (!s) continue;
@@ -894,6 +937,8 @@ ftc_status_t ftc__coord_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out) 
   int hello_ms = cfg->hello_timeout_ms ? cfg->hello_timeout_ms : 10000;
   co->hello_timeout_s = (hello_ms + 999) / 1000;
   co->epoch = cfg->first_epoch;
+  co->on_event = cfg->on_event;
+  co->event_arg = cfg->event_arg;
   /* Ids of a restarted coordinator must not repeat its predecessor's: the
    * default base is the start time in microseconds (far more than a job
    * ever hands out ids per microsecond of its coordinator's life). */
@@ -956,6 +1001,34 @@ out_free_config:
 }
 
 int ftc__coord_port(const ftc__coord_t *co) { return co->port; }
+
+ftc_status_t ftc__coord_get_view(ftc__coord_t *co, ftc__coord_view_t **out) {
+  if (!co || !out) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "get_view: NULL argument");
+  *out = NULL;
+  ftc__coord_view_t *v = ftc__calloc(1, sizeof(*v));
+  if (!v) return ftc__error(FTC_ERR_NO_MEMORY, "out of memory copying the epoch");
+  pthread_mutex_lock(&co->lock);
+  size_t n = (size_t)co->pub_view.size;
+  v->members = ftc__malloc((n ? n : 1) * sizeof(*v->members));
+  if (v->members) {
+    v->epoch = co->pub_view.epoch;
+    v->size = co->pub_view.size;
+    if (n) memcpy(v->members, co->pub_view.members, n * sizeof(*v->members));
+  }
+  pthread_mutex_unlock(&co->lock);
+  if (!v->members) {
+    ftc__free(v);
+    return ftc__error(FTC_ERR_NO_MEMORY, "out of memory copying the epoch");
+  }
+  *out = v;
+  return FTC_OK;
+}
+
+void ftc__coord_view_free(ftc__coord_view_t *v) {
+  if (!v) return;
+  ftc__free(v->members);
+  ftc__free(v);
+}
 
 void ftc__coord_stats(ftc__coord_t *co, ftc__coord_stats_t *out) {
   pthread_mutex_lock(&co->lock);
@@ -1027,6 +1100,7 @@ void ftc__coord_destroy(ftc__coord_t *co) {
     ftc__free(c);
     c = next;
   }
+  ftc__free(co->pub_view.members);
   pthread_mutex_destroy(&co->lock);
   free_config(co);
   ftc__free(co);

@@ -21,6 +21,31 @@
 
 typedef struct ftc__coord ftc__coord_t;
 
+/* What the coordinator decided, for its host (the controller updates the
+ * TrainingJob status and records incidents; ftcomm-run tells the user). */
+typedef enum ftc__coord_event_kind {
+  FTC__COORD_EV_EPOCH = 1,  /* an epoch was formed and announced */
+  FTC__COORD_EV_DROPPED,    /* a member left the job (left = 1) or was lost */
+  FTC__COORD_EV_BELOW_MIN,  /* fewer than min_size members remain: waiting for joiners */
+} ftc__coord_event_kind_t;
+
+typedef struct ftc__coord_event {
+  ftc__coord_event_kind_t kind;
+  uint64_t epoch;     /* EPOCH: the new epoch; others: the current one */
+  int size;           /* EPOCH: its members; BELOW_MIN: members remaining */
+  int joined;         /* EPOCH: members admitted in it */
+  int slot;           /* DROPPED */
+  int rank;           /* DROPPED: rank in the current epoch, -1 if it had none */
+  uint64_t member_id; /* DROPPED */
+  int left;           /* DROPPED: 1 for a clean leave */
+  const char *reason; /* DROPPED: e.g. "lost its session"; valid during the call */
+} ftc__coord_event_t;
+
+/* Called on the coordinator's service thread, in order. It must return
+ * quickly and must not call the coordinator (hand the event to your own
+ * thread, e.g. through a queue or a pipe). */
+typedef void (*ftc__coord_event_fn)(void *arg, const ftc__coord_event_t *ev);
+
 typedef struct ftc__coord_cfg {
   const char *bind_host;    /* address to listen on; NULL: "0.0.0.0" */
   int port;                 /* 0: an ephemeral port (see ftc__coord_port) */
@@ -34,6 +59,8 @@ typedef struct ftc__coord_cfg {
   uint64_t first_epoch;     /* epochs start after this (e.g. restored state); 0: none */
   uint64_t member_id_base;  /* ids are base + 1, base + 2, ...; 0: from the wall clock */
   const char *dump_dir;     /* uploaded dumps go to DIR/<incident>/rank-<r>.json; NULL: refused */
+  ftc__coord_event_fn on_event; /* may be NULL */
+  void *event_arg;
 } ftc__coord_cfg_t;
 
 /* Start listening and serving. Strings in cfg are copied. On success *out
@@ -56,6 +83,25 @@ typedef struct ftc__coord_stats {
 
 /* A consistent snapshot of the coordinator's counters. */
 void ftc__coord_stats(ftc__coord_t *co, ftc__coord_stats_t *out);
+
+/* The current epoch as announced: members in rank order. */
+typedef struct ftc__coord_member {
+  int rank, slot;
+  uint64_t member_id, joined_epoch;
+  int connected;       /* its session is open (after a restart: it has come back) */
+  char addr[128];      /* data-plane host:port */
+  char host[64];       /* pod or host name it gave, may be "" */
+} ftc__coord_member_t;
+
+typedef struct ftc__coord_view {
+  uint64_t epoch;      /* 0 before the first */
+  int size;
+  ftc__coord_member_t *members;
+} ftc__coord_view_t;
+
+/* A copy of the current epoch; *out is the caller's (ftc__coord_view_free). */
+ftc_status_t ftc__coord_get_view(ftc__coord_t *co, ftc__coord_view_t **out);
+void ftc__coord_view_free(ftc__coord_view_t *v);
 
 /* Ask every member of the current epoch to write a flight-recorder dump and
  * upload it under `incident` (copied). Returns at once. */

@@ -309,6 +309,7 @@ static void idle_wait(ftc_comm_t *comm, unsigned char *ignore, int nignore) {
     ssize_t got = recv(pfd[i].fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
     if (got == 1 && buf[0] == FTC__TCP_GOODBYE) {
       FTC_INFO(FTC_SUB_NET, "rank %d left the communicator", rank);
+      ftc__tcp_mark_left(comm->tp, rank);
       continue;
     }
     /* A peer that is ahead may have sent data for collectives this rank

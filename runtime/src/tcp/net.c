@@ -635,6 +635,10 @@ int ftc__tcp_failed_peer(const ftc__tcp_t *tp) {
   return tp ? __atomic_load_n(&tp->failed_peer, __ATOMIC_ACQUIRE) : -1;
 }
 
+void ftc__tcp_mark_left(ftc__tcp_t *tp, int rank) {
+  if (tp && rank >= 0 && rank < tp->size) __atomic_store_n(&tp->peers[rank].left, 1, __ATOMIC_RELEASE);
+}
+
 void ftc__tcp_say_goodbye(ftc__tcp_t *tp) {
   static const unsigned char bye = FTC__TCP_GOODBYE;
   if (!tp) return;

@@ -81,6 +81,10 @@ int ftc__tcp_failed_peer(const ftc__tcp_t *tp);
 void ftc__tcp_say_goodbye(ftc__tcp_t *tp);
 #define FTC__TCP_GOODBYE 0xFF
 
+/* The idle watch saw `rank` say goodbye: later runs that need that peer
+ * fail with FTC_ERR_PEER_LOST instead of reading the goodbye as data. */
+void ftc__tcp_mark_left(ftc__tcp_t *tp, int rank);
+
 /* Peer sockets, for the idle watch (POLLRDHUP) of the progress thread.
  * Returns how many were written (at most max). */
 int ftc__tcp_peer_fds(const ftc__tcp_t *tp, int *fds, int *ranks, int max);

@@ -18,6 +18,7 @@
 typedef struct ftc__tcp_peer {
   int fd;             /* -1 for self */
   uint64_t member_id;
+  int left;           /* atomic: said goodbye (ftc__tcp_mark_left) */
 } ftc__tcp_peer_t;
 
 struct ftc__tcp {

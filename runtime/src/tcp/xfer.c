@@ -136,6 +136,11 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
   for (int i = 0; i < n; i++) {
     stream_init(&st[i]);
     if (st[i].total) pending++;
+    if (st[i].total && __atomic_load_n(&tp->peers[st[i].peer].left, __ATOMIC_ACQUIRE)) {
+      __atomic_store_n(&tp->failed_peer, st[i].peer, __ATOMIC_RELEASE);
+      return ftc__error(FTC_ERR_PEER_LOST, "rank %d left the communicator (it was destroyed)",
+                        st[i].peer);
+    }
   }
   if (!pending && !more) return FTC_OK;
   const int64_t spin_ns = (int64_t)tp->cfg.spin_us * 1000;
