@@ -159,6 +159,8 @@ def main():
               % ("Each system ran %d times per rank count in alternating order; the tables "
                  "show its best pass per size." % npasses if npasses > 1 else "One pass.",
                  meta.get("sweep", "?")))
+    if meta.get("nice", "0") not in ("", "0"):
+        md.append("Every run had nice %s (above the host's other work)." % meta["nice"])
     md.append("")
     md.append("## Ceilings")
     md.append("")
