@@ -71,7 +71,7 @@ step() {  # step NAME DIR LDFLAGS PKG...
   local name=$1 dir=$2 ld=$3; shift 3
   local s; s=$(date +%s)
   say "building $name ..."
-  (cd "$dir" && go build -trimpath -tags selinux,notest -ldflags "$ld" -o "$tmp/" "$@") \
+  (cd "$dir" && go build -trimpath -buildvcs=false -tags selinux,notest -ldflags "$ld" -o "$tmp/" "$@") \
     || die "go build of $name failed (see above)"
   say "built $name in $(( $(date +%s) - s ))s"
 }
