@@ -25,14 +25,14 @@ check_out "deploy/rbac.yaml has no wildcard" '^0$' grep -c '\*' "$root/deploy/rb
 sa=system:serviceaccount:ftcomm-system:ftcomm-controller
 can() { kc auth can-i "$@" --as=$sa; }
 for allowed in "create pods -n any" "delete pods -n any" "watch pods -A" "list trainingjobs.ftcomm.dev -A" \
-               "update trainingjobs.ftcomm.dev --subresource=status -n any" "create secrets -n any" \
+               "update trainingjobs.ftcomm.dev --subresource=status -n any" "create secrets -n any" "watch nodes" \
                "create events.events.k8s.io -n any" "update leases.coordination.k8s.io -n ftcomm-system"; do
   # shellcheck disable=SC2086
   check_out "RBAC allows: $allowed" '(^|'$'\n'')yes$' can $allowed
 done
 for denied in "list secrets -n any" "get secrets -A" "delete trainingjobs.ftcomm.dev -n any" "update trainingjobs.ftcomm.dev -n any" \
               "update pods -n any" "create leases.coordination.k8s.io -n default" "create deployments.apps -n any" \
-              "create pods --subresource=exec -n any" "update pods --subresource=status -n any" "list nodes"; do
+              "create pods --subresource=exec -n any" "update pods --subresource=status -n any" "update nodes" "delete nodes"; do
   # shellcheck disable=SC2086
   check_out "RBAC denies: $denied" '(^|'$'\n'')no$' can $denied
 done
@@ -195,6 +195,25 @@ check "raise the budget" kc patch tj llm -n ml --type=merge -p '{"spec":{"failur
 check "after the API server restart the controller still replaces: llm-0-1" eventually 30 has_pod llm-0-1
 check_out "status observed the new generation" '^2$' kc get tj llm -n ml -o jsonpath='{.status.observedGeneration}'
 
+# --- node loss: a pod whose node stops being Ready is replaced away from it -------------
+cat >"$work/node.yaml" <<'YAML'
+apiVersion: v1
+kind: Node
+metadata: {name: node-x, labels: {kubernetes.io/hostname: node-x}}
+YAML
+check "a Node node-x registers" kc apply -f "$work/node.yaml"
+check "node-x reports Ready" kc patch node node-x --subresource=status --type=merge -p '{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","message":"ok"}]}}'
+bind_run llm-0-1 node-x
+member0() { [ "$(kc get tj llm -n ml -o jsonpath='{.status.members[0].node} {.status.members[0].state}')" = "node-x Running" ]; }
+check "llm-0-1 runs on node-x" eventually 10 member0
+check "node-x goes NotReady" kc patch node node-x --subresource=status --type=merge -p '{"status":{"conditions":[{"type":"Ready","status":"Unknown","reason":"NodeStatusUnknown","message":"Kubelet stopped posting node status."}]}}'
+check "the pod on the lost node is replaced: llm-0-2" eventually 20 has_pod llm-0-2
+check_out "... away from node-x" 'node-x$' kc get pod llm-0-2 -n ml -o jsonpath='{.metadata.annotations.ftcomm\.dev/avoid-nodes}'
+check_out "... with a NodeLost incident" 'NodeLost llm-0-1 slot 0: pod llm-0-1 was lost with its node on node node-x' \
+  kc get tj llm -n ml -o jsonpath='{range .status.incidents[*]}{.kind} {.culprit} {.message}{"\n"}{end}'
+check_out "the pod on the lost node is being deleted" '^[0-9]{4}-' kc get pod llm-0-1 -n ml -o jsonpath='{.metadata.deletionTimestamp}'
+kc delete pod llm-0-1 -n ml --grace-period=0 --force >/dev/null 2>&1  # what the pod GC does for a dead node
+
 # --- failurePolicy.mode restartAll, then suspend and resume ------------------------------
 cat >"$work/classic.yaml" <<'YAML'
 apiVersion: ftcomm.dev/v1alpha1
@@ -235,7 +254,7 @@ ctrl_pid=$standby_pid port=$standby_port
 holder() { [ "$(kc -n ftcomm-system get lease ftcomm-controller -o jsonpath='{.spec.holderIdentity}')" = "$1" ]; }
 check "the standby takes the Lease" eventually 10 holder ctl-3
 check "the new leader reports it" eventually 5 bash -c "curl -s http://127.0.0.1:$port/metrics | grep -qx 'ftcomm_controller_leader 1'"
-check_out "the new leader made no duplicates" "^llm-0-1 llm-1-1 llm-2-1 \$" pods
+check_out "the new leader made no duplicates" "^llm-0-2 llm-1-1 llm-2-1 \$" pods
 
 check_out "metrics: API requests by verb and code" 'ftcomm_controller_api_requests_total\{verb="PUT",code="200"\} [1-9]' curl -s "http://127.0.0.1:$port/metrics"
 check_out "metrics: queue depth" 'ftcomm_controller_workqueue_depth [0-9]+' curl -s "http://127.0.0.1:$port/metrics"

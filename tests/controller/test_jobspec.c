@@ -6,6 +6,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -190,6 +191,22 @@ static void test_pod_bookkeeping(void **state) {
   json_decref(p);
 }
 
+static void test_node_readiness_from_its_ready_condition(void **state) {
+  (void)state;
+  const char *cases[][2] = {
+      {"{\"status\":{\"conditions\":[{\"type\":\"MemoryPressure\",\"status\":\"False\"},{\"type\":\"Ready\",\"status\":\"True\"}]}}", "1"},
+      {"{\"status\":{\"conditions\":[{\"type\":\"Ready\",\"status\":\"False\"}]}}", "0"},
+      {"{\"status\":{\"conditions\":[{\"type\":\"Ready\",\"status\":\"Unknown\"}]}}", "0"},
+      {"{\"metadata\":{\"name\":\"n\"}}", "-1"}, /* no report yet: not judged */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    json_t *n = json_loads(cases[i][0], 0, NULL);
+    assert_non_null(n);
+    assert_int_equal(ftck_node_ready(n), atoi(cases[i][1]));
+    json_decref(n);
+  }
+}
+
 static void test_condition_transition_time_changes_only_with_status(void **state) {
   (void)state;
   json_t *c = json_array();
@@ -215,6 +232,7 @@ int main(void) {
       cmocka_unit_test(test_pod_of_a_slot_carries_identity_owner_and_environment),
       cmocka_unit_test(test_replacement_joins_and_avoids_failed_nodes_in_every_term),
       cmocka_unit_test(test_pod_bookkeeping),
+      cmocka_unit_test(test_node_readiness_from_its_ready_condition),
       cmocka_unit_test(test_condition_transition_time_changes_only_with_status),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

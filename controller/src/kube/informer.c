@@ -370,6 +370,14 @@ json_t *ftck_informer_select(ftck_informer_t *inf, const char *ns, const char *l
 
 json_t *ftck_informer_list(ftck_informer_t *inf) { return ftck_informer_select(inf, NULL, NULL, NULL); }
 
+void ftck_informer_each(ftck_informer_t *inf, void (*fn)(const json_t *obj, void *ud), void *ud) {
+  pthread_mutex_lock(&inf->mu);
+  const char *k;
+  json_t *v;
+  json_object_foreach(inf->cache, k, v) fn(v, ud);
+  pthread_mutex_unlock(&inf->mu);
+}
+
 size_t ftck_informer_size(ftck_informer_t *inf) {
   pthread_mutex_lock(&inf->mu);
   size_t n = json_object_size(inf->cache);

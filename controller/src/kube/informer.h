@@ -64,6 +64,9 @@ json_t *ftck_informer_list(ftck_informer_t *inf);
  * equals value (label NULL: every object); NULL on no memory. */
 json_t *ftck_informer_select(ftck_informer_t *inf, const char *ns, const char *label, const char *value);
 size_t ftck_informer_size(ftck_informer_t *inf);
+/* Call fn on every cached object, under the cache lock: fn only reads (no
+ * references kept, no calls back into this informer). */
+void ftck_informer_each(ftck_informer_t *inf, void (*fn)(const json_t *obj, void *ud), void *ud);
 
 /* Counters for metrics: lists done, and watches restarted because of 410
  * (expired), an error, or a normal end of the stream (closed). */

@@ -239,6 +239,19 @@ int64_t ftck_pod_failed_at(const json_t *pod, int64_t now_ns) {
   return best < 0 || best > now_ns ? now_ns : best;
 }
 
+int ftck_node_ready(const json_t *node) {
+  size_t i;
+  json_t *c;
+  json_array_foreach(ftck_jget(node, "status.conditions"), i, c) {
+    const char *t = json_string_value(json_object_get(c, "type"));
+    if (t && !strcmp(t, "Ready")) {
+      const char *st = json_string_value(json_object_get(c, "status"));
+      return st && !strcmp(st, "True") ? 1 : 0;
+    }
+  }
+  return -1;
+}
+
 void ftck_set_condition(json_t *conditions, const char *type, const char *status, const char *reason,
                         const char *message, int64_t observed_generation, const char *now) {
   size_t i;

@@ -84,6 +84,10 @@ int ftck_pod_is_lost(const json_t *pod);
  * now_ns; never later than now_ns. */
 int64_t ftck_pod_failed_at(const json_t *pod, int64_t now_ns);
 
+/* 1 when the Node's Ready condition is True, 0 when False or Unknown, -1
+ * when it has none (a node without a kubelet's report: not judged). */
+int ftck_node_ready(const json_t *node);
+
 /* Set or update one condition in a conditions array (Kubernetes style):
  * lastTransitionTime changes only when status changes. */
 void ftck_set_condition(json_t *conditions, const char *type, const char *status, const char *reason,

@@ -31,7 +31,7 @@ struct ftck_reconciler {
   ftck_pod_env_t env;
   int workers;
   ftck_workqueue_t *q;
-  ftck_informer_t *jobs, *pods;
+  ftck_informer_t *jobs, *pods, *nodes;
   pthread_t threads[MAX_WORKERS];
   int nthreads;
   pthread_mutex_t mu; /* secrets_ok */
@@ -56,6 +56,30 @@ static void pod_event(ftck_reconciler_t *r, json_t *pod) {
   snprintf(key, sizeof key, "%s/%s", ns, job);
   ftck_workqueue_add(r->q, key);
 }
+/* A node that stops being Ready (or goes away) makes its pods lost: queue
+ * the jobs that have a pod there. Runs on the nodes informer thread; reads
+ * the pod cache under its lock. */
+typedef struct node_scan {
+  ftck_reconciler_t *r;
+  const char *node;
+} node_scan_t;
+
+static void enqueue_if_on_node(const json_t *pod, void *ud) {
+  node_scan_t *ns = ud;
+  const char *n = ftck_jstr(pod, "spec.nodeName");
+  if (n && !strcmp(n, ns->node)) pod_event(ns->r, (json_t *)pod);
+}
+
+static void node_changed(ftck_reconciler_t *r, const json_t *node) {
+  node_scan_t scan = {r, ftck_jstr(node, "metadata.name")};
+  if (scan.node) ftck_informer_each(r->pods, enqueue_if_on_node, &scan);
+}
+
+static void node_update(json_t *old, json_t *o, void *ud) {
+  if (old == o || ftck_node_ready(old) != ftck_node_ready(o)) node_changed(ud, o);
+}
+static void node_delete(json_t *o, void *ud) { node_changed(ud, o); }
+
 static void pod_add(json_t *o, void *ud) { pod_event(ud, o); }
 static void pod_update(json_t *old, json_t *o, void *ud) { (void)old; pod_event(ud, o); }
 static void pod_delete(json_t *o, void *ud) { pod_event(ud, o); }
@@ -97,6 +121,11 @@ ftc_status_t ftck_reconciler_create(ftck_client_t *c, const ftck_reconciler_opts
                                .resync_ms = 0};
     ftck_handlers_t ph = {pod_add, pod_update, pod_delete, r};
     st = ftck_informer_create(c, &po, &ph, &r->pods);
+  }
+  if (st == FTC_OK) {
+    ftck_informer_opts_t no = {.name = "nodes", .collection = "/api/v1/nodes", .resync_ms = 0};
+    ftck_handlers_t nh = {NULL, node_update, node_delete, r};
+    st = ftck_informer_create(c, &no, &nh, &r->nodes);
   }
   ftc__free(jobs_path);
   ftc__free(pods_path);
@@ -369,7 +398,7 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
   for (int s = 0; s < spec.replicas && !spec.suspend; s++) {
     json_t *member = json_array_get(members, (size_t)s);
     json_t *lost = NULL, *fetched = NULL;
-    int lost_inc = -1;
+    int lost_inc = -1, lost_node_down = 0;
     if (!slots[s].cur) {
       const char *prev = ftck_jstr(member, "pod");
       int prev_inc = ftck_incarnation_from_name(name, s, prev);
@@ -407,6 +436,17 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
     } else if (ftck_pod_is_lost(slots[s].cur)) {
       lost = slots[s].cur;
       lost_inc = slots[s].inc;
+    } else if (ftck_jstr(slots[s].cur, "spec.nodeName")) {
+      /* Running on a node that is no longer Ready: lost too. */
+      char nkey[300];
+      snprintf(nkey, sizeof nkey, "%s", ftck_jstr(slots[s].cur, "spec.nodeName"));
+      json_t *node = ftck_informer_get(r->nodes, nkey);
+      int node_lost = node && ftck_node_ready(node) == 0;
+      json_decref(node);
+      if (!node_lost) continue;
+      lost = slots[s].cur;
+      lost_inc = slots[s].inc;
+      lost_node_down = 1;
     } else {
       continue;
     }
@@ -451,12 +491,14 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
     const char *reason = ftck_jstr(lost, "status.reason");
     char msg[1024], tbuf[64];
     snprintf(msg, sizeof msg, "slot %d: pod %s %s%s%s%s%s; replaced by %s (replacement %d of %d)", s, lost_name,
-             ftck_jstr(lost, "metadata.deletionTimestamp") ? "was deleted" : fetched || slots[s].cur == lost ? "failed" : "disappeared",
+             lost_node_down ? "was lost with its node" : ftck_jstr(lost, "metadata.deletionTimestamp") ? "was deleted"
+             : fetched || slots[s].cur == lost ? "failed" : "disappeared",
              lost_node ? " on node " : "", lost_node ? lost_node : "", reason ? ": " : "", reason ? reason : "",
              ftck_jstr(np, "metadata.name"), used, spec.max_replacements);
     ftck_format_time(now, tbuf, sizeof tbuf);
-    json_array_append_new(incidents, json_pack("{s:s, s:s, s:s, s:s}", "time", tbuf, "kind", "PodFailed", "culprit",
-                                               lost_name, "message", msg));
+    json_array_append_new(incidents, json_pack("{s:s, s:s, s:s, s:s}", "time", tbuf, "kind",
+                                               lost_node_down ? "NodeLost" : "PodFailed", "culprit", lost_name,
+                                               "message", msg));
     FTC_WARN(FTC_SUB_CTRL, "%s: %s", key, msg);
     report_event(r, job, "Warning", "MemberReplaced", "Replace", msg);
     if (ftck_jstr(lost, "metadata.uid") && !ftck_jstr(lost, "metadata.deletionTimestamp"))
@@ -618,6 +660,7 @@ static void *worker_main(void *arg) {
 
 ftc_status_t ftck_reconciler_start_informers(ftck_reconciler_t *r) {
   ftc_status_t st = ftck_informer_start(r->pods);
+  if (st == FTC_OK) st = ftck_informer_start(r->nodes);
   if (st == FTC_OK) st = ftck_informer_start(r->jobs);
   return st;
 }
@@ -636,7 +679,7 @@ ftc_status_t ftck_reconciler_start_workers(ftck_reconciler_t *r) {
 }
 
 int ftck_reconciler_synced(ftck_reconciler_t *r) {
-  return ftck_informer_synced(r->jobs) && ftck_informer_synced(r->pods);
+  return ftck_informer_synced(r->jobs) && ftck_informer_synced(r->pods) && ftck_informer_synced(r->nodes);
 }
 
 void ftck_reconciler_stop(ftck_reconciler_t *r) {
@@ -646,6 +689,7 @@ void ftck_reconciler_stop(ftck_reconciler_t *r) {
   r->nthreads = 0;
   ftck_informer_stop(r->jobs);
   ftck_informer_stop(r->pods);
+  ftck_informer_stop(r->nodes);
 }
 
 void ftck_reconciler_destroy(ftck_reconciler_t *r) {
@@ -653,6 +697,7 @@ void ftck_reconciler_destroy(ftck_reconciler_t *r) {
   ftck_reconciler_stop(r);
   ftck_informer_destroy(r->jobs);
   ftck_informer_destroy(r->pods);
+  ftck_informer_destroy(r->nodes);
   ftck_workqueue_destroy(r->q);
   json_decref(r->secrets_ok);
   pthread_mutex_destroy(&r->mu);
@@ -672,4 +717,6 @@ void ftck_reconciler_get_stats(ftck_reconciler_t *r, ftck_reconciler_stats_t *ou
 }
 
 ftck_workqueue_t *ftck_reconciler_queue(ftck_reconciler_t *r) { return r->q; }
-ftck_informer_t *ftck_reconciler_informer(ftck_reconciler_t *r, int which) { return which ? r->pods : r->jobs; }
+ftck_informer_t *ftck_reconciler_informer(ftck_reconciler_t *r, int which) {
+  return which == 0 ? r->jobs : which == 1 ? r->pods : r->nodes;
+}
