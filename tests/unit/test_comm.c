@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -399,6 +400,44 @@ static void a_peer_dying_between_collectives_sets_the_async_error(void **state) 
   assert_int_equal(harness_run(2, idle_peer_lost_body, NULL, NULL), 0);
 }
 
+static int64_t cpu_ms(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru); /* every thread of the process */
+  return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000LL +
+         (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000;
+}
+
+static int idle_cpu_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)n, (void)arg;
+  float x = 1;
+  if (rank == 1) {
+    usleep(1000 * 1000);
+    ftc_status_t a = ftc_allreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, 5000);
+    usleep(1000 * 1000);
+    ftc_status_t b = ftc_allreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, 5000);
+    return a == FTC_OK && b == FTC_OK ? 0 : RANK_FAIL(rank, "allreduce: %s", ftc_last_error());
+  }
+  int64_t c0 = cpu_ms();
+  if (ftc_allreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, 5000) != FTC_OK)
+    return RANK_FAIL(rank, "blocking allreduce: %s", ftc_last_error());
+  int64_t c1 = cpu_ms();
+  ftc_request_t *req;
+  if (ftc_iallreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, &req) != FTC_OK || ftc_wait(req, 5000) != FTC_OK)
+    return RANK_FAIL(rank, "iallreduce: %s", ftc_last_error());
+  ftc_request_free(req);
+  int64_t c2 = cpu_ms();
+  /* About a second of waiting each; a spinning rank would use about as much CPU. */
+  if (c1 - c0 > 150 || c2 - c1 > 150)
+    return RANK_FAIL(rank, "waiting burned %lld ms and %lld ms of CPU", (long long)(c1 - c0),
+                     (long long)(c2 - c1));
+  return 0;
+}
+
+static void a_rank_waiting_for_a_late_peer_does_not_burn_a_core(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(2, idle_cpu_body, NULL, NULL), 0);
+}
+
 static int goodbye_body(ftc_comm_t *comm, int rank, int n, void *arg) {
   (void)n, (void)arg;
   if (rank == 1) return 0; /* destroys its communicator at once: says goodbye */
@@ -673,6 +712,7 @@ int main(void) {
       cmocka_unit_test(a_dead_peer_fails_the_collective_with_peer_lost),
       cmocka_unit_test(a_peer_dying_between_collectives_sets_the_async_error),
       cmocka_unit_test(a_rank_that_left_is_not_a_failure_until_someone_needs_it),
+      cmocka_unit_test(a_rank_waiting_for_a_late_peer_does_not_burn_a_core),
       cmocka_unit_test(abort_from_another_thread_fails_everything_promptly),
       cmocka_unit_test(a_timed_out_wait_fails_the_request_and_the_epoch),
       cmocka_unit_test(a_freed_request_still_completes_in_order),
