@@ -77,7 +77,8 @@ int main(int argc, char **argv) {
     return 0;
   }
   ftck_config_t *cfg = NULL;
-  if (ftck_config_load(a.opt.kubeconfig, a.opt.context[0] ? a.opt.context : NULL, &cfg) != FTC_OK) {
+  if (ftck_config_load(a.opt.kubeconfig, a.opt.context[0] ? a.opt.context : NULL,
+                       a.opt.service_account_dir[0] ? a.opt.service_account_dir : NULL, &cfg) != FTC_OK) {
     fprintf(stderr, "ftcomm-controller: %s\n", ftc_last_error());
     return 2;
   }

@@ -61,9 +61,19 @@ if timeout 120 "$live" basic ftck-live >"$work/live.log" 2>&1; then ok "kube_liv
 # --- the controller -----------------------------------------------------------------
 ctrl_log=$work/controller.log
 port=
-start_controller() {
-  echo "=== controller $1" >>"$ctrl_log"
-  FTCOMM_LOG_LEVEL=info "$ctl" --kubeconfig "$sa_kubeconfig" --listen-address 127.0.0.1:0 --identity "ctl-$1" \
+# The same ServiceAccount as files, the way a pod sees them (in-cluster mode).
+sa_dir=$work/serviceaccount
+mkdir -p "$sa_dir"
+printf '%s' "$token" >"$sa_dir/token"
+cp "$FTC_CA_FILE" "$sa_dir/ca.crt"
+printf 'ftcomm-system' >"$sa_dir/namespace"
+
+start_controller() {  # start_controller ID [in-cluster]
+  local how=(--kubeconfig "$sa_kubeconfig")
+  [ "${2:-}" = in-cluster ] && how=(--service-account-dir "$sa_dir")
+  echo "=== controller $1 ${2:-}" >>"$ctrl_log"
+  KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT=$FTC_APISERVER_PORT KUBECONFIG= \
+  FTCOMM_LOG_LEVEL=info "$ctl" "${how[@]}" --listen-address 127.0.0.1:0 --identity "ctl-$1" \
     --lease-duration 40 --renew-deadline 30 --retry-period 1 --coordinator-address coord.test:7470 --dump-dir /dumps \
     >>"$ctrl_log" 2>&1 &
   ctrl_pid=$!
@@ -161,7 +171,8 @@ created_before=$(metric ftcomm_controller_pods_created_total)
 if stop_controller; then ok "SIGTERM: the controller exits 0"; else bad "SIGTERM: the controller exits 0"; fi
 check "... within 5 s ($stop_ms ms)" test "$stop_ms" -lt 5000
 check_out "... and released the Lease" '^$' kc -n ftcomm-system get lease ftcomm-controller -o jsonpath='{.spec.holderIdentity}'
-if start_controller 2; then ok "restarted controller becomes ready"; else bad "controller restart"; cat "$ctrl_log"; fi
+if start_controller 2 in-cluster; then ok "restarted controller (in-cluster config: service-account files) becomes ready"; else bad "controller restart"; cat "$ctrl_log"; fi
+check_out "in-cluster mode found the server from KUBERNETES_SERVICE_HOST/PORT" "server https://127.0.0.1:$FTC_APISERVER_PORT, .*identity ctl-2" tail -5 "$ctrl_log"
 check_out "it takes the released Lease at once" '^ctl-2$' kc -n ftcomm-system get lease ftcomm-controller -o jsonpath='{.spec.holderIdentity}'
 reconciled() { [ "$(metric 'ftcomm_controller_reconciles_total{result="success"}')" -ge 1 ]; }
 eventually 10 reconciled

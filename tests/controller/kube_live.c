@@ -263,7 +263,7 @@ int main(int argc, char **argv) {
   ftck_json_use_ftc_alloc();
   ns = argv[2];
   ftck_config_t *cfg = NULL;
-  if (ftck_config_load(NULL, NULL, &cfg) != FTC_OK || ftck_client_create(cfg, &c) != FTC_OK) {
+  if (ftck_config_load(NULL, NULL, NULL, &cfg) != FTC_OK || ftck_client_create(cfg, &c) != FTC_OK) {
     fprintf(stderr, "kube_live: %s\n", ftc_last_error());
     return 1;
   }

@@ -397,7 +397,8 @@ out_free_cfg:
   return st;
 }
 
-ftc_status_t ftck_config_load(const char *kubeconfig, const char *context, ftck_config_t **out) {
+ftc_status_t ftck_config_load(const char *kubeconfig, const char *context, const char *sa_dir,
+                              ftck_config_t **out) {
   if (kubeconfig && *kubeconfig) return ftck_config_from_kubeconfig(kubeconfig, context, out);
   const char *env = getenv("KUBECONFIG");
   if (env && *env) {
@@ -407,7 +408,7 @@ ftc_status_t ftck_config_load(const char *kubeconfig, const char *context, ftck_
     if (colon) *colon = '\0';
     return ftck_config_from_kubeconfig(first, context, out);
   }
-  if (getenv("KUBERNETES_SERVICE_HOST")) return ftck_config_in_cluster(NULL, out);
+  if (getenv("KUBERNETES_SERVICE_HOST")) return ftck_config_in_cluster(sa_dir, out);
   const char *home = getenv("HOME");
   if (!home)
     return ftc__error(FTC_ERR_CONFIG, "no kubeconfig: pass --kubeconfig, set KUBECONFIG, or run in a pod");

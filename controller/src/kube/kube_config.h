@@ -41,8 +41,9 @@ ftc_status_t ftck_config_from_kubeconfig(const char *path, const char *context,
 ftc_status_t ftck_config_in_cluster(const char *sa_dir, ftck_config_t **out);
 
 /* The usual order: explicit kubeconfig path, else $KUBECONFIG (first entry),
- * else in-cluster when KUBERNETES_SERVICE_HOST is set, else ~/.kube/config. */
-ftc_status_t ftck_config_load(const char *kubeconfig, const char *context,
+ * else in-cluster (service-account files in sa_dir, NULL: the standard
+ * folder) when KUBERNETES_SERVICE_HOST is set, else ~/.kube/config. */
+ftc_status_t ftck_config_load(const char *kubeconfig, const char *context, const char *sa_dir,
                               ftck_config_t **out);
 
 /* Re-read token_file into token; FTC_OK and no change when there is none. */

@@ -29,6 +29,7 @@ typedef struct flag {
 static const flag_t flags[] = {
     {"kubeconfig", S(kubeconfig), "kubeconfig file (default $KUBECONFIG, in-cluster, ~/.kube/config)"},
     {"context", S(context), "kubeconfig context (default current-context)"},
+    {"service-account-dir", S(service_account_dir), "in-cluster token, ca.crt and namespace (default /var/run/secrets/kubernetes.io/serviceaccount)"},
     {"namespace", S(watch_namespace), "watch only this namespace (default $WATCH_NAMESPACE; empty: all)"},
     {"listen-address", S(listen_addr), "host:port of /healthz, /readyz and /metrics (default :8080; port 0 picks one)"},
     {"leader-elect", B(leader_elect), "hold a coordination.k8s.io Lease before reconciling (default true)"},

@@ -13,6 +13,7 @@
 typedef struct ftck_options {
   char kubeconfig[1024];        /* empty: $KUBECONFIG, in-cluster, ~/.kube/config */
   char context[256];            /* empty: current-context */
+  char service_account_dir[512]; /* in-cluster files; empty: the standard folder */
   char watch_namespace[256];    /* empty: all namespaces */
   char listen_addr[256];        /* health and metrics, host:port */
   int leader_elect;             /* 1: hold a Lease before reconciling */
