@@ -48,6 +48,13 @@ rc=$?
 check "going below --min-size stops the job with the first failure's code" $([ $rc = 11 ] || [ $rc = 12 ]; echo $?) "rc=$rc"
 check "says it stops" $(has "$T/err" "stopping the other ranks") "no message"
 
+# In such a job the coordinator's decisions are reported: the lost rank, the next epoch.
+timeout 60 "$RUN" -n 3 --min-size 2 -- sh -c 'if [ $FTCOMM_SLOT = 2 ]; then exec timeout -s KILL 0.5 "$0" 5000; fi; exec "$0" 1500' "$PROBE" >"$T/out" 2>"$T/err"
+rc=$?
+check "a killed rank in a tolerant job: exit 0" $([ $rc = 0 ]; echo $?) "rc=$rc"
+check "reports the lost rank" $(has "$T/err" "slot 2 (rank 2 of epoch 1) lost its session") "no message"
+check "reports the next epoch" $(has "$T/err" "epoch 2: 2 ranks") "no message"
+
 # 2. Output lines carry the slot, on the stream the rank wrote them to.
 timeout 60 "$RUN" -n 3 -- sh -c 'echo "line one"; echo "line two"; echo "oops $FTCOMM_SLOT" >&2; printf "no newline"' >"$T/out" 2>"$T/err"
 ok=0

@@ -850,6 +850,95 @@ static void joining_survives_an_allocation_failure_anywhere(void **state) {
   ftc__coord_destroy(fx.co);
 }
 
+typedef struct ev_log {
+  pthread_mutex_t lock;
+  int n;
+  ftc__coord_event_t ev[32];
+  char reason[32][96];
+} ev_log_t;
+
+static void record_event(void *arg, const ftc__coord_event_t *ev) {
+  ev_log_t *l = arg;
+  pthread_mutex_lock(&l->lock);
+  if (l->n < 32) {
+    l->ev[l->n] = *ev;
+    snprintf(l->reason[l->n], sizeof(l->reason[0]), "%s", ev->reason ? ev->reason : "");
+    l->ev[l->n].reason = NULL;
+    l->n++;
+  }
+  pthread_mutex_unlock(&l->lock);
+}
+
+static int events_seen(ev_log_t *l) {
+  pthread_mutex_lock(&l->lock);
+  int n = l->n;
+  pthread_mutex_unlock(&l->lock);
+  return n;
+}
+
+static void wait_events(ev_log_t *l, int n) {
+  int64_t dl = ftc__deadline_ns(WAIT_MS);
+  while (events_seen(l) < n) {
+    if (ftc__now_ns() > dl) fail_msg("only %d of %d events", events_seen(l), n);
+    usleep(5000);
+  }
+}
+
+static void host_sees_events_and_the_current_epoch(void **state) {
+  (void)state;
+  static ev_log_t log = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  ftc__coord_cfg_t cfg = {.bind_host = "127.0.0.1", .job = "testjob", .token = TOKEN,
+                          .world_size = 3, .min_size = 2, .heartbeat_ms = 100,
+                          .on_event = record_event, .event_arg = &log};
+  fixture_t fx;
+  assert_int_equal(ftc__coord_create(&cfg, &fx.co), FTC_OK);
+  snprintf(fx.addr, sizeof(fx.addr), "127.0.0.1:%d", ftc__coord_port(fx.co));
+  ftc__coord_view_t *cv = NULL;
+  assert_int_equal(ftc__coord_get_view(fx.co, &cv), FTC_OK);
+  assert_int_equal(cv->epoch, 0);
+  assert_int_equal(cv->size, 0);
+  ftc__coord_view_free(cv);
+  ftc__member_t *m[3];
+  for (int s = 0; s < 3; s++) m[s] = join(&fx, s, 3);
+  wait_events(&log, 1);
+  assert_int_equal(log.ev[0].kind, FTC__COORD_EV_EPOCH);
+  assert_int_equal(log.ev[0].epoch, 1);
+  assert_int_equal(log.ev[0].size, 3);
+  assert_int_equal(log.ev[0].joined, 3);
+  assert_int_equal(ftc__coord_get_view(fx.co, &cv), FTC_OK);
+  assert_int_equal(cv->epoch, 1);
+  assert_int_equal(cv->size, 3);
+  for (int r = 0; r < 3; r++) {
+    assert_int_equal(cv->members[r].rank, r);
+    assert_int_equal(cv->members[r].slot, r);
+    assert_int_equal(cv->members[r].connected, 1);
+    assert_string_equal(cv->members[r].host, "localhost");
+  }
+  ftc__coord_view_free(cv);
+  /* A clean leave, then a lost slot that takes the job below its minimum. */
+  ftc__member_close(m[1]);
+  wait_events(&log, 3);
+  assert_int_equal(log.ev[1].kind, FTC__COORD_EV_DROPPED);
+  assert_int_equal(log.ev[1].slot, 1);
+  assert_int_equal(log.ev[1].rank, 1);
+  assert_int_equal(log.ev[1].left, 1);
+  assert_int_equal(log.ev[2].kind, FTC__COORD_EV_EPOCH);
+  assert_int_equal(log.ev[2].epoch, 2);
+  assert_int_equal(log.ev[2].size, 2);
+  assert_int_equal(ftc__coord_slot_lost(fx.co, 2, "node gone"), FTC_OK);
+  wait_events(&log, 5);
+  assert_int_equal(log.ev[3].kind, FTC__COORD_EV_DROPPED);
+  assert_int_equal(log.ev[3].slot, 2);
+  assert_int_equal(log.ev[3].rank, 1);
+  assert_int_equal(log.ev[3].left, 0);
+  assert_string_equal(log.reason[3], "node gone");
+  assert_int_equal(log.ev[4].kind, FTC__COORD_EV_BELOW_MIN);
+  assert_int_equal(log.ev[4].size, 1);
+  ftc__member_close(m[0]);
+  ftc__member_close(m[2]);
+  ftc__coord_destroy(fx.co);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(join_of_n_forms_epoch_1_with_ranks_in_slot_order),
@@ -874,6 +963,7 @@ int main(void) {
       cmocka_unit_test(failure_report_after_a_restart_drops_the_reported_rank),
       cmocka_unit_test(a_coordinator_that_stays_away_fails_the_session_after_the_timeout),
       cmocka_unit_test(joining_survives_an_allocation_failure_anywhere),
+      cmocka_unit_test(host_sees_events_and_the_current_epoch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

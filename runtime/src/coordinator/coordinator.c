@@ -993,6 +993,7 @@ out_destroy_context:
   co->stopping = 1;
   lws_context_destroy(co->ctx);
 out_destroy_lock:
+  ftc__free(co->pub_view.members);
   pthread_mutex_destroy(&co->lock);
 out_free_config:
   free_config(co);

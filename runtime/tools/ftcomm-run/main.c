@@ -77,9 +77,28 @@ typedef struct run {
   int status_tty;
   int status_shown;
   int64_t status_next_ns;
+  int lost_since_epoch;    /* a rank was dropped (not a clean leave) since the last epoch */
 } run_t;
 
 static int sig_pipe[2] = {-1, -1};
+/* Coordinator events, written by its thread (on_coord_event), read by main. */
+static int ev_pipe[2] = {-1, -1};
+
+typedef struct run_event {
+  int kind;
+  unsigned long long epoch;
+  int size, joined, slot, rank, left;
+  char reason[96];
+} run_event_t; /* smaller than PIPE_BUF: one write is one record */
+
+static void on_coord_event(void *arg, const ftc__coord_event_t *ev) {
+  (void)arg;
+  run_event_t e = {ev->kind, (unsigned long long)ev->epoch, ev->size, ev->joined,
+                   ev->slot, ev->rank, ev->left, ""};
+  snprintf(e.reason, sizeof(e.reason), "%s", ev->reason ? ev->reason : "");
+  ssize_t w = write(ev_pipe[1], &e, sizeof(e)); /* a full pipe loses the line, not the run */
+  (void)w;
+}
 
 static void on_signal(int sig) {
   int saved = errno;
@@ -368,6 +387,36 @@ out_close_out:
 
 /* ---- the run ---- */
 
+/* Tell the user what the coordinator decided when the job changes shape:
+ * epochs after the first; with --min-size below -n also lost ranks and a job
+ * below its minimum (without it, a lost rank stops the run anyway). */
+static void handle_events(run_t *r) {
+  run_event_t e;
+  int tolerant = r->o.min_size && r->o.min_size < r->o.nranks;
+  while (read(ev_pipe[0], &e, sizeof(e)) == (ssize_t)sizeof(e)) {
+    switch (e.kind) {
+      case FTC__COORD_EV_EPOCH:
+        r->lost_since_epoch = 0;
+        if (e.epoch > 1)
+          say(r, "epoch %llu: %d rank%s%s", e.epoch, e.size, e.size == 1 ? "" : "s",
+              e.joined ? " (with joiners)" : "");
+        break;
+      case FTC__COORD_EV_DROPPED:
+        if (e.left) break;
+        r->lost_since_epoch = 1;
+        if (tolerant && e.rank >= 0)
+          say(r, "slot %d (rank %d of epoch %llu) %s", e.slot, e.rank, e.epoch, e.reason);
+        break;
+      case FTC__COORD_EV_BELOW_MIN:
+        if (tolerant && r->lost_since_epoch)
+          say(r, "%d rank%s left, below --min-size %d: no new epoch until ranks join", e.size,
+              e.size == 1 ? "" : "s", r->o.min_size);
+        break;
+      default: break;
+    }
+  }
+}
+
 static void handle_signals(run_t *r) {
   unsigned char sigs[64];
   ssize_t n = read(sig_pipe[0], sigs, sizeof(sigs));
@@ -400,7 +449,7 @@ static int open_streams(const run_t *r) {
 }
 
 static void event_loop(run_t *r) {
-  int nfds_max = 2 * r->o.nranks + 1;
+  int nfds_max = 2 * r->o.nranks + 2;
   struct pollfd *pfd = ftc__calloc((size_t)nfds_max, sizeof(*pfd));
   stream_t **who = ftc__calloc((size_t)nfds_max, sizeof(*who));
   int *whose = ftc__calloc((size_t)nfds_max, sizeof(*whose));
@@ -434,6 +483,7 @@ static void event_loop(run_t *r) {
     }
     int n = 0;
     pfd[n++] = (struct pollfd){sig_pipe[0], POLLIN, 0};
+    pfd[n++] = (struct pollfd){ev_pipe[0], POLLIN, 0};
     for (int i = 0; i < r->o.nranks; i++) {
       stream_t *ss[2] = {&r->ranks[i].out, &r->ranks[i].err};
       for (int j = 0; j < 2; j++) {
@@ -454,8 +504,9 @@ static void event_loop(run_t *r) {
       signal_ranks(r, SIGKILL);
       break;
     }
-    for (int i = 1; rc > 0 && i < n; i++)
+    for (int i = 2; rc > 0 && i < n; i++)
       if (pfd[i].revents) read_stream(r, whose[i], who[i]);
+    if (rc > 0 && pfd[1].revents) handle_events(r);
     if (rc > 0 && pfd[0].revents) handle_signals(r);
     reap(r);
     status_draw(r);
@@ -481,6 +532,7 @@ out_free:
 
 static int install_signals(void) {
   if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK)) return -1;
+  if (pipe2(ev_pipe, O_CLOEXEC | O_NONBLOCK)) return -1;
   struct sigaction sa;
   memset(&sa, 0, sizeof(sa));
   sa.sa_handler = on_signal;
@@ -597,6 +649,7 @@ int main(int argc, char **argv) {
       .world_size = r.o.nranks,
       .min_size = r.o.min_size,
       .dump_dir = r.dump_dir,
+      .on_event = on_coord_event,
   };
   if ((st = ftc__coord_create(&cc, &r.co)) != FTC_OK) {
     fprintf(stderr, "ftcomm-run: cannot start the coordinator: %s\n", ftc_last_error());
@@ -638,5 +691,7 @@ out_destroy_coord:
 out_close_signals:
   close(sig_pipe[0]);
   close(sig_pipe[1]);
+  close(ev_pipe[0]);
+  close(ev_pipe[1]);
   return rc;
 }
