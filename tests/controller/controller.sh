@@ -252,6 +252,14 @@ check "suspended: phase Suspended" eventually 10 bash -c "[ \"\$($FTC_KUBECTL ge
 check "resume" kc patch tj classic -n ml --type=merge -p '{"spec":{"suspend":false}}'
 check "resumed: pods at the next incarnation" eventually 20 have_cpods "classic-0-2 classic-1-2 "
 check_out "resuming is not a replacement" '^1$' kc get tj classic -n ml -o jsonpath='{.status.replacements}'
+check "scale up to 3" kc patch tj classic -n ml --type=merge -p '{"spec":{"replicas":3}}'
+check "a new slot starts at incarnation 0" eventually 20 have_cpods "classic-0-2 classic-1-2 classic-2-0 "
+check "scale down to 1" kc patch tj classic -n ml --type=merge -p '{"spec":{"replicas":1,"minReplicas":1}}'
+check "surplus slots are deleted" eventually 20 have_cpods "classic-0-2 "
+kc patch pod classic-0-2 -n ml --subresource=status --type=merge -p '{"status":{"phase":"Succeeded"}}' >/dev/null
+cphase() { [ "$(kc get tj classic -n ml -o jsonpath='{.status.phase}')" = "$1" ]; }
+check "every member Succeeded: phase Succeeded" eventually 10 cphase Succeeded
+check_out "a succeeded pod is not replaced" '^classic-0-2 $' cpods
 
 # --- a standby controller takes over when the leader stops ---------------------------------
 leader_pid=$ctrl_pid leader_port=$port

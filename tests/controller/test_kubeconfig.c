@@ -116,6 +116,9 @@ static void test_errors_name_the_missing_field(void **state) {
                "  cluster: {server: https://x, certificate-authority-data: '@@@'}\n", NULL,
                "certificate-authority-data is not valid base64");
   expect_error("a: [unclosed\n", NULL, "YAML error at line");
+  expect_error("current-context: a\ncontexts:\n- name: a\n  context: {cluster: c, user: u}\nclusters:\n- name: c\n"
+               "  cluster: {server: https://x}\nusers:\n- name: u\n  user: {exec: {command: gke-gcloud-auth-plugin}}\n",
+               NULL, "uses an exec plugin, which the controller does not run");
 }
 
 static void test_tls_verification_cannot_be_turned_off(void **state) {
