@@ -61,8 +61,10 @@ typedef struct ftc__view {
   char *backend_blob;     /* opaque backend data (e.g. an NCCL unique id, base64), may be NULL */
 } ftc__view_t;
 
-/* Connect, authenticate and register. Blocks up to cfg->connect_timeout_ms.
- * FTC_ERR_AUTH on a wrong token, FTC_ERR_COORDINATOR if unreachable,
+/* Connect, authenticate and register. Blocks up to cfg->connect_timeout_ms
+ * (retrying while the coordinator is not up yet). FTC_ERR_AUTH on a wrong
+ * token, FTC_ERR_CONFIG for a wrong job, a slot outside the job or a slot
+ * that already has a live process, FTC_ERR_COORDINATOR if unreachable,
  * FTC_ERR_PROTOCOL on a malformed answer; ftc_last_error() says which. */
 ftc_status_t ftc__member_open(const ftc__member_cfg_t *cfg, ftc__member_t **out);
 
