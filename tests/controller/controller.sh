@@ -74,7 +74,7 @@ start_controller() {  # start_controller ID [in-cluster]
   echo "=== controller $1 ${2:-}" >>"$ctrl_log"
   KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT=$FTC_APISERVER_PORT KUBECONFIG= \
   FTCOMM_LOG_LEVEL=info "$ctl" "${how[@]}" --listen-address 127.0.0.1:0 --identity "ctl-$1" \
-    --lease-duration 40 --renew-deadline 30 --retry-period 1 --coordinator-address coord.test:7470 --dump-dir /dumps \
+    ${lease_flags:---lease-duration 40 --renew-deadline 30 --retry-period 1} --coordinator-address coord.test:7470 --dump-dir /dumps \
     >>"$ctrl_log" 2>&1 &
   ctrl_pid=$!
   eventually 10 grep -q "identity ctl-$1\$" "$ctrl_log"
@@ -282,4 +282,16 @@ check_out "metrics: queue depth" 'ftcomm_controller_workqueue_depth [0-9]+' curl
 if [ "$forbidden_before_restart" -ne 0 ]; then bad "the controller was refused something by RBAC"; grep Forbidden "$ctrl_log" | head -5 | sed 's/^/       /'; else ok "no request of the controller was forbidden by RBAC"; fi
 if grep -q 'Sanitizer' "$ctrl_log"; then bad "sanitizer report in the controller's log"; grep -A20 'Sanitizer' "$ctrl_log" | head -40; else ok "no sanitizer report from the controller"; fi
 if stop_controller; then ok "SIGTERM at the end: exit 0"; else bad "SIGTERM at the end: exit 0"; fi
+
+# --- a leader that cannot renew its Lease steps down -----------------------------------------
+lease_flags="--lease-duration 4 --renew-deadline 3 --retry-period 1"
+if start_controller 4; then ok "a controller with a 3 s renew deadline leads"; else bad "short-lease controller start"; fi
+check "it holds the Lease" eventually 10 holder ctl-4
+t0=$(date +%s)
+check "kube-apiserver stopped (etcd stays)" timeout 120 "$cluster" stop-apiserver "$dir"
+exited() { ! kill -0 "$ctrl_pid" 2>/dev/null; }
+check "without the API server it gives up leadership and exits" eventually 30 exited
+wait "$ctrl_pid"; rc=$?; ctrl_pid=
+check "... with status 1 (so its pod restarts and campaigns again) after $(( $(date +%s) - t0 )) s" test "$rc" -eq 1
+check_out "... saying so" 'lost Lease ftcomm-system/ftcomm-controller' tail -5 "$ctrl_log"
 finish
