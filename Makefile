@@ -72,6 +72,8 @@ INSTALL_BINS :=
 DEPFILES :=
 
 .PHONY: all deps test demo bench install clean docs-env check-docs
+# Keep intermediate objects (example programs are built through a pattern rule).
+.SECONDARY:
 all:
 
 include common/module.mk
