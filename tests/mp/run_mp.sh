@@ -21,7 +21,7 @@ check() { # NAME RESULT(0 ok) DETAIL
   fi
 }
 
-for n in 1 2 3 4 8; do
+for n in 1 2 3 4 5 8 16; do
   timeout -k 5 240 "$RUN" -q -n "$n" --timeout 200 -- "$PROG" all >"$T/out" 2>"$T/err"
   rc=$?
   check "every collective matches the reference at $n ranks under ftcomm-run" \
