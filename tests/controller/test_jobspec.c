@@ -224,6 +224,51 @@ static void test_condition_transition_time_changes_only_with_status(void **state
   json_decref(c);
 }
 
+static ftck_status_update_t update(json_t *computed, json_t *incidents, int64_t gen) {
+  ftck_status_update_t u = {.uid = "u-1", .computed = computed, .incidents = incidents, .generation = gen};
+  return u;
+}
+
+static void test_status_merge_keeps_foreign_fields_adds_deltas_and_skips_no_ops(void **state) {
+  (void)state;
+  json_t *job = job_from("{\"replicas\":2}");
+  json_object_set_new(job, "status", json_pack("{s:i, s:i}", "epoch", 7, "replacements", 2));
+  json_t *computed = json_pack("{s:s, s:i, s:i, s:[{s:s, s:s, s:s, s:s}]}", "phase", "Running", "alive", 2,
+                               "replacementsDelta", 1, "conditions", "type", "Ready", "status", "True", "reason",
+                               "AllMembersRunning", "message", "2 of 2");
+  json_t *incidents = json_pack("[{s:s}]", "kind", "PodFailed");
+  ftck_status_update_t u = update(computed, incidents, 2);
+  assert_int_equal(ftck_status_merge(job, &u), 0);
+  assert_int_equal(ftck_jint(job, "status.epoch", 0), 7); /* the coordinator's field is kept */
+  assert_int_equal(ftck_jint(job, "status.replacements", 0), 3);
+  assert_int_equal(ftck_jint(job, "status.observedGeneration", 0), 2);
+  assert_string_equal(ftck_jstr(job, "status.phase"), "Running");
+  assert_null(ftck_jget(job, "status.replacementsDelta"));
+  assert_int_equal(json_array_size(ftck_jget(job, "status.incidents")), 1);
+  const char *t1 = ftck_jstr(json_array_get(ftck_jget(job, "status.conditions"), 0), "lastTransitionTime");
+  assert_non_null(t1);
+  char first[64];
+  snprintf(first, sizeof first, "%s", t1);
+  /* The same status again, without a delta or incidents: nothing to write. */
+  json_object_set_new(computed, "replacementsDelta", json_integer(0));
+  json_array_clear(incidents);
+  assert_int_equal(ftck_status_merge(job, &u), 1);
+  /* Another uid (a new job with the same name): left alone. */
+  u.uid = "u-2";
+  assert_int_equal(ftck_status_merge(job, &u), 1);
+  u.uid = "u-1";
+  /* Incidents are bounded, the oldest go first. */
+  for (int i = 0; i < FTCK_MAX_INCIDENTS + 5; i++) json_array_append_new(incidents, json_pack("{s:i}", "n", i));
+  assert_int_equal(ftck_status_merge(job, &u), 0);
+  json_t *inc = ftck_jget(job, "status.incidents");
+  assert_int_equal(json_array_size(inc), FTCK_MAX_INCIDENTS);
+  assert_int_equal(ftck_jint(json_array_get(inc, FTCK_MAX_INCIDENTS - 1), "n", -1), FTCK_MAX_INCIDENTS + 4);
+  assert_string_equal(ftck_jstr(json_array_get(ftck_jget(job, "status.conditions"), 0), "lastTransitionTime"), first);
+  json_decref(computed);
+  json_decref(incidents);
+  json_decref(job);
+}
+
 int main(void) {
   ftck_json_use_ftc_alloc();
   const struct CMUnitTest tests[] = {
@@ -234,6 +279,7 @@ int main(void) {
       cmocka_unit_test(test_pod_bookkeeping),
       cmocka_unit_test(test_node_readiness_from_its_ready_condition),
       cmocka_unit_test(test_condition_transition_time_changes_only_with_status),
+      cmocka_unit_test(test_status_merge_keeps_foreign_fields_adds_deltas_and_skips_no_ops),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ftc_time.h"
 #include "kube_client.h"
 #include "kube_json.h"
 
@@ -272,4 +273,43 @@ void ftck_set_condition(json_t *conditions, const char *type, const char *status
   json_object_set_new(found, "reason", json_string(reason));
   json_object_set_new(found, "message", json_string(message));
   json_object_set_new(found, "observedGeneration", json_integer(observed_generation));
+}
+
+int ftck_status_merge(json_t *obj, const ftck_status_update_t *u) {
+  const char *uid = ftck_jstr(obj, "metadata.uid");
+  if (u->uid && uid && strcmp(u->uid, uid) != 0) return 1; /* a different job with the same name */
+  json_t *old = json_object_get(obj, "status");
+  json_t *st = old ? json_deep_copy(old) : json_object();
+  if (!st) return -1;
+  char now[64];
+  ftck_format_time(ftc__wall_ns(), now, sizeof now);
+  const char *k;
+  json_t *v;
+  json_object_foreach(u->computed, k, v) {
+    if (!strcmp(k, "conditions") || !strcmp(k, "replacementsDelta")) continue;
+    json_object_set(st, k, v);
+  }
+  json_object_set_new(st, "replacements", json_integer(ftck_jint(st, "replacements", 0) +
+                                                      ftck_jint(u->computed, "replacementsDelta", 0)));
+  json_t *conds = json_object_get(st, "conditions");
+  if (!json_is_array(conds)) json_object_set_new(st, "conditions", conds = json_array());
+  size_t i;
+  json_t *c;
+  json_array_foreach(json_object_get(u->computed, "conditions"), i, c)
+    ftck_set_condition(conds, json_string_value(json_object_get(c, "type")),
+                       json_string_value(json_object_get(c, "status")), json_string_value(json_object_get(c, "reason")),
+                       json_string_value(json_object_get(c, "message")), u->generation, now);
+  json_t *inc = json_object_get(st, "incidents");
+  if (json_array_size(u->incidents)) {
+    if (!json_is_array(inc)) json_object_set_new(st, "incidents", inc = json_array());
+    json_array_extend(inc, u->incidents);
+    while (json_array_size(inc) > FTCK_MAX_INCIDENTS) json_array_remove(inc, 0);
+  }
+  json_object_set_new(st, "observedGeneration", json_integer(u->generation));
+  if (old && json_equal(old, st)) {
+    json_decref(st);
+    return 1;
+  }
+  json_object_set_new(obj, "status", st);
+  return 0;
 }

@@ -93,4 +93,19 @@ int ftck_node_ready(const json_t *node);
 void ftck_set_condition(json_t *conditions, const char *type, const char *status, const char *reason,
                         const char *message, int64_t observed_generation, const char *now);
 
+/* Status the reconciler computed, to be merged into the stored object. */
+#define FTCK_MAX_INCIDENTS 20
+typedef struct ftck_status_update {
+  const char *uid;       /* skip (return 1) when the object has another uid */
+  json_t *computed;      /* fields to set (phase, alive, worldSize, members), "conditions" to
+                          * merge by type, "replacementsDelta" to add to status.replacements */
+  json_t *incidents;     /* appended; the oldest dropped beyond FTCK_MAX_INCIDENTS */
+  int64_t generation;    /* observedGeneration, also on every condition */
+} ftck_status_update_t;
+
+/* Merge u into obj's status in place (epoch, rank and other fields it does not
+ * name are kept; lastTransitionTime only moves when a condition's status
+ * does). 0: obj changed, write it; 1: nothing to write; -1: no memory. */
+int ftck_status_merge(json_t *obj, const ftck_status_update_t *u);
+
 #endif

@@ -22,7 +22,6 @@
 #include "kube_json.h"
 
 #define MAX_WORKERS 64
-#define MAX_INCIDENTS 20
 
 struct ftck_reconciler {
   ftck_client_t *c;
@@ -225,53 +224,8 @@ static ftc_status_t delete_pod(ftck_reconciler_t *r, const char *ns, const char 
 
 /* ---- status ---- */
 
-typedef struct status_update {
-  const char *uid;
-  json_t *computed;   /* phase, alive, worldSize, members, conditions to set; replacementsDelta to add */
-  json_t *incidents;  /* to append */
-  int64_t generation;
-} status_update_t;
-
-/* Merge the computed status into obj's status; 1 (skip) when nothing changes. */
-static int apply_status(json_t *obj, void *ud) {
-  status_update_t *u = ud;
-  const char *uid = ftck_jstr(obj, "metadata.uid");
-  if (u->uid && uid && strcmp(u->uid, uid) != 0) return 1; /* a different job with the same name */
-  json_t *old = json_object_get(obj, "status");
-  json_t *st = old ? json_deep_copy(old) : json_object();
-  if (!st) return -1;
-  char now[64];
-  ftck_format_time(ftc__wall_ns(), now, sizeof now);
-  const char *k;
-  json_t *v;
-  json_object_foreach(u->computed, k, v) {
-    if (!strcmp(k, "conditions") || !strcmp(k, "replacementsDelta")) continue;
-    json_object_set(st, k, v);
-  }
-  json_object_set_new(st, "replacements", json_integer(ftck_jint(st, "replacements", 0) +
-                                                      ftck_jint(u->computed, "replacementsDelta", 0)));
-  json_t *conds = json_object_get(st, "conditions");
-  if (!json_is_array(conds)) json_object_set_new(st, "conditions", conds = json_array());
-  size_t i;
-  json_t *c;
-  json_array_foreach(json_object_get(u->computed, "conditions"), i, c)
-    ftck_set_condition(conds, json_string_value(json_object_get(c, "type")),
-                       json_string_value(json_object_get(c, "status")), json_string_value(json_object_get(c, "reason")),
-                       json_string_value(json_object_get(c, "message")), u->generation, now);
-  json_t *inc = json_object_get(st, "incidents");
-  if (json_array_size(u->incidents)) {
-    if (!json_is_array(inc)) json_object_set_new(st, "incidents", inc = json_array());
-    json_array_extend(inc, u->incidents);
-    while (json_array_size(inc) > MAX_INCIDENTS) json_array_remove(inc, 0);
-  }
-  json_object_set_new(st, "observedGeneration", json_integer(u->generation));
-  if (old && json_equal(old, st)) {
-    json_decref(st);
-    return 1;
-  }
-  json_object_set_new(obj, "status", st);
-  return 0;
-}
+/* ftck_update_retry's mutator: merge the computed status into the fresh object. */
+static int apply_status(json_t *obj, void *ud) { return ftck_status_merge(obj, ud); }
 
 static void add_condition(json_t *conds, const char *type, int status, const char *reason, const char *msg) {
   json_array_append_new(conds, json_pack("{s:s, s:s, s:s, s:s}", "type", type, "status", status ? "True" : "False",
@@ -606,10 +560,10 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
     report_event(r, job, "Warning", "ReplacementBudgetExhausted", "Fail", msg);
 
 out_write_status:;
-  status_update_t u = {.uid = uid, .computed = computed, .incidents = incidents, .generation = generation};
+  ftck_status_update_t u = {.uid = uid, .computed = computed, .incidents = incidents, .generation = generation};
   /* Skip the API round trip when the cached status already says it. */
   json_t *probe = json_deep_copy(job);
-  int unchanged = probe && apply_status(probe, &u) == 1;
+  int unchanged = probe && ftck_status_merge(probe, &u) == 1;
   json_decref(probe);
   if (!unchanged) {
     st = ftck_update_retry(r->c, job_path, "/status", apply_status, &u, 5, NULL);
