@@ -269,6 +269,72 @@ static void test_status_merge_keeps_foreign_fields_adds_deltas_and_skips_no_ops(
   json_decref(job);
 }
 
+static void test_pod_building_survives_every_allocation_failure(void **state) {
+  (void)state;
+  json_t *j = job_from("{\"replicas\":2," TEMPLATE "}");
+  ftck_job_spec_t s;
+  char err[128];
+  assert_int_equal(ftck_job_spec_parse(j, &s, err, sizeof err), 0);
+  ftck_pod_env_t env = {.coordinator = "c:1", .dump_dir = "/d"};
+  for (long n = 1;; n++) {
+    ftc__alloc_fail_at(n);
+    json_t *pod = ftck_build_pod(j, &s, 1, 2, 1, "node-a", &env);
+    ftc__alloc_fail_at(0);
+    if (pod) {
+      /* The first run that is not failed gives the whole pod. */
+      json_t *ref = ftck_build_pod(j, &s, 1, 2, 1, "node-a", &env);
+      assert_true(json_equal(pod, ref));
+      json_decref(ref);
+      json_decref(pod);
+      assert_true(n > 10);
+      break;
+    }
+    assert_true(n < 5000);
+  }
+  json_decref(j);
+}
+
+static void test_status_merge_survives_every_allocation_failure(void **state) {
+  (void)state;
+  json_t *job = job_from("{\"replicas\":2}");
+  json_object_set_new(job, "status", json_pack("{s:i, s:[{s:s, s:s, s:s}]}", "epoch", 3, "conditions", "type", "Ready",
+                                               "status", "False", "lastTransitionTime", "T0"));
+  json_t *computed = json_pack("{s:s, s:i, s:[{s:i, s:s}], s:[{s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}]}", "phase",
+                               "Degraded", "replacementsDelta", 1, "members", "slot", 0, "state", "Running",
+                               "conditions", "type", "Ready", "status", "False", "reason", "R", "message", "m",
+                               "type", "Degraded", "status", "True", "reason", "D", "message", "d");
+  json_t *incidents = json_pack("[{s:s}]", "kind", "PodFailed");
+  ftck_status_update_t u = update(computed, incidents, 4);
+  json_t *ref = json_deep_copy(job);
+  assert_int_equal(ftck_status_merge(ref, &u), 0);
+  for (long n = 1;; n++) {
+    json_t *copy = json_deep_copy(job);
+    ftc__alloc_fail_at(n);
+    int rc = ftck_status_merge(copy, &u);
+    ftc__alloc_fail_at(0);
+    if (rc == -1) {
+      assert_true(json_equal(ftck_jget(copy, "status"), ftck_jget(job, "status"))); /* untouched */
+    } else {
+      assert_int_equal(rc, 0);
+      /* Same as the reference, except a Degraded condition's new timestamp. */
+      json_object_del(json_array_get(ftck_jget(copy, "status.conditions"), 1), "lastTransitionTime");
+      json_t *r2 = json_deep_copy(ref);
+      json_object_del(json_array_get(ftck_jget(r2, "status.conditions"), 1), "lastTransitionTime");
+      assert_true(json_equal(copy, r2));
+      json_decref(r2);
+      json_decref(copy);
+      assert_true(n > 10);
+      break;
+    }
+    json_decref(copy);
+    assert_true(n < 5000);
+  }
+  json_decref(ref);
+  json_decref(computed);
+  json_decref(incidents);
+  json_decref(job);
+}
+
 int main(void) {
   ftck_json_use_ftc_alloc();
   const struct CMUnitTest tests[] = {
@@ -280,6 +346,8 @@ int main(void) {
       cmocka_unit_test(test_node_readiness_from_its_ready_condition),
       cmocka_unit_test(test_condition_transition_time_changes_only_with_status),
       cmocka_unit_test(test_status_merge_keeps_foreign_fields_adds_deltas_and_skips_no_ops),
+      cmocka_unit_test(test_pod_building_survives_every_allocation_failure),
+      cmocka_unit_test(test_status_merge_survives_every_allocation_failure),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -95,33 +95,61 @@ static int add_avoid_affinity(json_t *podspec, const char *avoid) {
   if (!values) return -1;
   char buf[4096];
   snprintf(buf, sizeof buf, "%s", avoid);
-  for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
-    if (*t) json_array_append_new(values, json_string(t));
+  for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    if (*t && json_array_append_new(values, json_string(t)) != 0) {
+      json_decref(values);
+      return -1;
+    }
+  }
   if (json_array_size(values) == 0) {
     json_decref(values);
     return 0;
   }
   json_t *expr = json_pack("{s:s, s:s, s:o}", "key", "kubernetes.io/hostname", "operator", "NotIn", "values", values);
   if (!expr) return -1;
-  json_t *aff = json_object_get(podspec, "affinity");
-  if (!json_is_object(aff)) json_object_set_new(podspec, "affinity", aff = json_object());
-  json_t *na = json_object_get(aff, "nodeAffinity");
-  if (!json_is_object(na)) json_object_set_new(aff, "nodeAffinity", na = json_object());
-  json_t *req = json_object_get(na, "requiredDuringSchedulingIgnoredDuringExecution");
-  if (!json_is_object(req)) json_object_set_new(na, "requiredDuringSchedulingIgnoredDuringExecution", req = json_object());
-  json_t *terms = json_object_get(req, "nodeSelectorTerms");
-  if (!json_is_array(terms) || json_array_size(terms) == 0) {
-    json_object_set_new(req, "nodeSelectorTerms", terms = json_array());
-    json_array_append_new(terms, json_object());
-  }
+  /* Walk down affinity.nodeAffinity.required...nodeSelectorTerms, making
+   * each level that is missing; every step is checked (a failed set frees
+   * the value it was given). */
+  static const char *const path[] = {"affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution"};
+  json_t *cur = podspec;
   int rc = 0;
+  for (size_t i = 0; i < sizeof path / sizeof path[0]; i++) {
+    json_t *next = json_object_get(cur, path[i]);
+    if (!json_is_object(next)) {
+      next = json_object();
+      if (!next || json_object_set_new(cur, path[i], next) != 0) {
+        rc = -1;
+        goto out_free_expr;
+      }
+    }
+    cur = next;
+  }
+  json_t *terms = json_object_get(cur, "nodeSelectorTerms");
+  if (!json_is_array(terms) || json_array_size(terms) == 0) {
+    terms = json_array();
+    if (!terms || json_object_set_new(cur, "nodeSelectorTerms", terms) != 0 ||
+        json_array_append_new(terms, json_object()) != 0) {
+      rc = -1;
+      goto out_free_expr;
+    }
+  }
   size_t i;
   json_t *term;
   json_array_foreach(terms, i, term) {
     json_t *me = json_object_get(term, "matchExpressions");
-    if (!json_is_array(me)) json_object_set_new(term, "matchExpressions", me = json_array());
-    if (!me || json_array_append(me, expr) != 0) rc = -1;
+    if (!json_is_array(me)) {
+      me = json_array();
+      if (!me || json_object_set_new(term, "matchExpressions", me) != 0) {
+        rc = -1;
+        goto out_free_expr;
+      }
+    }
+    if (json_array_append(me, expr) != 0) {
+      rc = -1;
+      goto out_free_expr;
+    }
   }
+out_free_expr:
   json_decref(expr);
   return rc;
 }
@@ -138,12 +166,11 @@ json_t *ftck_build_pod(const json_t *job, const ftck_job_spec_t *spec, int slot,
   snprintf(ibuf, sizeof ibuf, "%d", incarnation);
   json_t *tmpl_meta = ftck_jget(job, "spec.template.metadata");
   json_t *podspec = json_deep_copy(ftck_jget(job, "spec.template.spec"));
-  json_t *labels = json_deep_copy(json_object_get(tmpl_meta, "labels"));
-  json_t *annotations = json_deep_copy(json_object_get(tmpl_meta, "annotations"));
+  json_t *tlabels = json_object_get(tmpl_meta, "labels"), *tannots = json_object_get(tmpl_meta, "annotations");
+  json_t *labels = tlabels ? json_deep_copy(tlabels) : json_object();
+  json_t *annotations = tannots ? json_deep_copy(tannots) : json_object();
   json_t *owner = ftck_owner_ref(job);
   json_t *pod = NULL;
-  if (!labels) labels = json_object();
-  if (!annotations) annotations = json_object();
   if (!podspec || !labels || !annotations || !owner) goto out_free;
   int bad = 0;
   bad |= json_object_set_new(labels, "app.kubernetes.io/name", json_string("ftcomm"));
@@ -165,7 +192,10 @@ json_t *ftck_build_pod(const json_t *job, const ftck_job_spec_t *spec, int slot,
     json_t *envs = json_object_get(c, "env");
     if (!json_is_array(envs)) {
       envs = json_array();
-      bad |= json_object_set_new(c, "env", envs);
+      if (!envs || json_object_set_new(c, "env", envs) != 0) { /* a failed set frees envs */
+        bad = 1;
+        break;
+      }
     }
     bad |= set_env_str(envs, "FTCOMM_JOB", job_name);
     bad |= set_env_int(envs, "FTCOMM_SLOT", slot);
@@ -253,8 +283,8 @@ int ftck_node_ready(const json_t *node) {
   return -1;
 }
 
-void ftck_set_condition(json_t *conditions, const char *type, const char *status, const char *reason,
-                        const char *message, int64_t observed_generation, const char *now) {
+int ftck_set_condition(json_t *conditions, const char *type, const char *status, const char *reason,
+                       const char *message, int64_t observed_generation, const char *now) {
   size_t i;
   json_t *c, *found = NULL;
   json_array_foreach(conditions, i, c) {
@@ -263,16 +293,18 @@ void ftck_set_condition(json_t *conditions, const char *type, const char *status
   }
   if (!found) {
     found = json_object();
-    if (!found || json_array_append_new(conditions, found) != 0) return;
-    json_object_set_new(found, "type", json_string(type));
+    if (!found || json_array_append_new(conditions, found) != 0) return -1;
+    if (json_object_set_new(found, "type", json_string(type)) != 0) return -1;
   }
+  int bad = 0;
   const char *old = json_string_value(json_object_get(found, "status"));
   if (!old || strcmp(old, status) != 0 || !json_object_get(found, "lastTransitionTime"))
-    json_object_set_new(found, "lastTransitionTime", json_string(now));
-  json_object_set_new(found, "status", json_string(status));
-  json_object_set_new(found, "reason", json_string(reason));
-  json_object_set_new(found, "message", json_string(message));
-  json_object_set_new(found, "observedGeneration", json_integer(observed_generation));
+    bad |= json_object_set_new(found, "lastTransitionTime", json_string(now));
+  bad |= json_object_set_new(found, "status", json_string(status));
+  bad |= json_object_set_new(found, "reason", json_string(reason));
+  bad |= json_object_set_new(found, "message", json_string(message));
+  bad |= json_object_set_new(found, "observedGeneration", json_integer(observed_generation));
+  return bad ? -1 : 0;
 }
 
 int ftck_status_merge(json_t *obj, const ftck_status_update_t *u) {
@@ -281,35 +313,46 @@ int ftck_status_merge(json_t *obj, const ftck_status_update_t *u) {
   json_t *old = json_object_get(obj, "status");
   json_t *st = old ? json_deep_copy(old) : json_object();
   if (!st) return -1;
+  int bad = 0;
   char now[64];
   ftck_format_time(ftc__wall_ns(), now, sizeof now);
   const char *k;
   json_t *v;
   json_object_foreach(u->computed, k, v) {
     if (!strcmp(k, "conditions") || !strcmp(k, "replacementsDelta")) continue;
-    json_object_set(st, k, v);
+    bad |= json_object_set(st, k, v);
   }
-  json_object_set_new(st, "replacements", json_integer(ftck_jint(st, "replacements", 0) +
-                                                      ftck_jint(u->computed, "replacementsDelta", 0)));
+  bad |= json_object_set_new(st, "replacements", json_integer(ftck_jint(st, "replacements", 0) +
+                                                               ftck_jint(u->computed, "replacementsDelta", 0)));
   json_t *conds = json_object_get(st, "conditions");
-  if (!json_is_array(conds)) json_object_set_new(st, "conditions", conds = json_array());
+  if (!json_is_array(conds)) {
+    conds = json_array();
+    if (!conds || json_object_set_new(st, "conditions", conds) != 0) goto out_fail;
+  }
   size_t i;
   json_t *c;
   json_array_foreach(json_object_get(u->computed, "conditions"), i, c)
-    ftck_set_condition(conds, json_string_value(json_object_get(c, "type")),
-                       json_string_value(json_object_get(c, "status")), json_string_value(json_object_get(c, "reason")),
-                       json_string_value(json_object_get(c, "message")), u->generation, now);
-  json_t *inc = json_object_get(st, "incidents");
+    bad |= ftck_set_condition(conds, json_string_value(json_object_get(c, "type")),
+                              json_string_value(json_object_get(c, "status")),
+                              json_string_value(json_object_get(c, "reason")),
+                              json_string_value(json_object_get(c, "message")), u->generation, now);
   if (json_array_size(u->incidents)) {
-    if (!json_is_array(inc)) json_object_set_new(st, "incidents", inc = json_array());
-    json_array_extend(inc, u->incidents);
+    json_t *inc = json_object_get(st, "incidents");
+    if (!json_is_array(inc)) {
+      inc = json_array();
+      if (!inc || json_object_set_new(st, "incidents", inc) != 0) goto out_fail;
+    }
+    bad |= json_array_extend(inc, u->incidents);
     while (json_array_size(inc) > FTCK_MAX_INCIDENTS) json_array_remove(inc, 0);
   }
-  json_object_set_new(st, "observedGeneration", json_integer(u->generation));
+  bad |= json_object_set_new(st, "observedGeneration", json_integer(u->generation));
+  if (bad) goto out_fail;
   if (old && json_equal(old, st)) {
     json_decref(st);
     return 1;
   }
-  json_object_set_new(obj, "status", st);
-  return 0;
+  return json_object_set_new(obj, "status", st) == 0 ? 0 : -1;
+out_fail:
+  json_decref(st);
+  return -1;
 }

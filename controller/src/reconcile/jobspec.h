@@ -89,9 +89,9 @@ int64_t ftck_pod_failed_at(const json_t *pod, int64_t now_ns);
 int ftck_node_ready(const json_t *node);
 
 /* Set or update one condition in a conditions array (Kubernetes style):
- * lastTransitionTime changes only when status changes. */
-void ftck_set_condition(json_t *conditions, const char *type, const char *status, const char *reason,
-                        const char *message, int64_t observed_generation, const char *now);
+ * lastTransitionTime changes only when status changes. -1 on no memory. */
+int ftck_set_condition(json_t *conditions, const char *type, const char *status, const char *reason,
+                       const char *message, int64_t observed_generation, const char *now);
 
 /* Status the reconciler computed, to be merged into the stored object. */
 #define FTCK_MAX_INCIDENTS 20

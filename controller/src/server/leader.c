@@ -120,18 +120,26 @@ int ftck_leader_try(ftck_leader_t *le) {
     return 0;
   }
   json_t *spec = json_object_get(lease, "spec");
-  if (!spec) {
+  int bad = 0;
+  if (!json_is_object(spec)) {
     spec = json_object();
-    json_object_set_new(lease, "spec", spec);
+    if (!spec || json_object_set_new(lease, "spec", spec) != 0) bad = 1;
   }
-  if (!mine) {
-    json_object_set_new(spec, "acquireTime", json_string(now));
-    json_object_set_new(spec, "leaseTransitions",
-                        json_integer(ftck_jint(lease, "spec.leaseTransitions", 0) + (held ? 1 : 0)));
+  if (!bad && !mine) {
+    bad |= json_object_set_new(spec, "acquireTime", json_string(now));
+    bad |= json_object_set_new(spec, "leaseTransitions",
+                               json_integer(ftck_jint(lease, "spec.leaseTransitions", 0) + (held ? 1 : 0)));
   }
-  json_object_set_new(spec, "holderIdentity", json_string(le->identity));
-  json_object_set_new(spec, "renewTime", json_string(now));
-  json_object_set_new(spec, "leaseDurationSeconds", json_integer(le->lease_s));
+  if (!bad) {
+    bad |= json_object_set_new(spec, "holderIdentity", json_string(le->identity));
+    bad |= json_object_set_new(spec, "renewTime", json_string(now));
+    bad |= json_object_set_new(spec, "leaseDurationSeconds", json_integer(le->lease_s));
+  }
+  if (bad) {
+    json_decref(lease);
+    ftc__error(FTC_ERR_NO_MEMORY, "leader election: no memory");
+    return -1;
+  }
   st = ftck_replace(le->c, le->path, lease, &code, NULL);
   json_decref(lease);
   if (st == FTC_OK) {
