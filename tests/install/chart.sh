@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# chart.sh - the Helm chart against a real kube-apiserver (tests/cluster), with the
+# real helm and kubectl:
+#   helm template | kubectl apply --dry-run=server; the controller's pod template
+#   passes the "restricted" Pod Security Standard (a namespace enforcing it admits it
+#   and refuses a weakened one); helm install (values checked by the schema at install
+#   time, NOTES shown); helm upgrade with other values changes the objects (replicas,
+#   dump claim size, ServiceMonitor off, log level); the example TrainingJob is
+#   accepted; helm uninstall removes the release's objects and keeps the CRD, the
+#   TrainingJobs and the dump claim (helm.sh/resource-policy: keep).
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+start_cluster
+cd "$root"
+ns=ftcomm-system
+
+# The ServiceMonitor API, for serviceMonitor.enabled=true (see the fixture's header).
+check "ServiceMonitor CRD (fixture) established" kc apply -f tests/install/fixtures/servicemonitor-crd.yaml
+check "... and served" kc wait --for=condition=Established --timeout=30s crd/servicemonitors.monitoring.coreos.com
+
+# 1. Everything the chart renders (with its CRD and the ServiceMonitor) is accepted by
+#    the API server, validated against the real schemas, without being stored.
+check "namespace $ns" kc create namespace $ns
+hm template ftcomm "$chart" -n $ns --include-crds >"$work/all.yaml"
+check "CRD first (a dry run cannot validate TrainingJob-free objects without it)" kc apply -f charts/ftcomm/crds/
+check "helm template --include-crds | kubectl apply --dry-run=server -f -" kc apply --dry-run=server -f "$work/all.yaml"
+hm template ftcomm "$chart" -n $ns --set serviceMonitor.enabled=true >"$work/sm.yaml"
+check "... with serviceMonitor.enabled=true" kc apply --dry-run=server -f "$work/sm.yaml"
+check_out "the dry run stored nothing" '^No resources found' kc -n $ns get deploy,svc,pvc,sa
+
+# 2. Restricted Pod Security: the Deployment's pod template as a Pod in a namespace
+#    that enforces the restricted profile.
+pod_of() {  # pod_of RENDERED_YAML: the Deployment's pod template as a Pod (JSON)
+  python3 -c '
+import json, sys, yaml
+d = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "Deployment"][0]
+t = d["spec"]["template"]
+print(json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "psa-check", "labels": t["metadata"]["labels"]}, "spec": t["spec"]}))' "$1"
+}
+check "namespace enforcing pod-security restricted" kc create namespace psa
+check "... labelled" kc label namespace psa pod-security.kubernetes.io/enforce=restricted pod-security.kubernetes.io/enforce-version=latest
+pod_of "$work/all.yaml" >"$work/pod.json"
+psa_ok() {  # admitted, and without a Pod Security warning
+  local out
+  out=$(kc -n psa create --dry-run=server -f "$1" 2>&1) || { echo "$out"; return 1; }
+  ! grep -qi 'violate\|PodSecurity' <<<"$out" || { echo "$out"; return 1; }
+}
+check "the controller's pod passes the restricted profile (server dry run)" psa_ok "$work/pod.json"
+hm template ftcomm "$chart" -n $ns --set securityContext.allowPrivilegeEscalation=true --set 'securityContext.capabilities.drop={}' >"$work/weak.yaml"
+pod_of "$work/weak.yaml" >"$work/weak.json"
+check_fails "... a weakened one is refused (the namespace really enforces it)" \
+  'violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false.*unrestricted capabilities' \
+  kc -n psa create --dry-run=server -f "$work/weak.json"
+
+# 3. helm install. The claim's class allows expansion so that the upgrade can grow it
+#    (there is no volume provisioner: the test marks the claim Bound itself, as the
+#    PV controller would).
+cat >"$work/sc.yaml" <<'Y'
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: expandable
+provisioner: example.com/none
+allowVolumeExpansion: true
+Y
+check "StorageClass that allows expansion" kc apply -f "$work/sc.yaml"
+check_fails "helm install refuses bad values (schema) before creating anything" "/controller/replicas': minimum: got -3, want 0" \
+  hm install ftcomm "$chart" -n $ns --set controller.replicas=-3
+check_out "... and nothing was created" '^No resources found' kc -n $ns get deploy,svc,pvc,sa
+check_out "helm install shows the NOTES (what to do next)" 'kubectl get tj.*ftcomm-trace' \
+  hm install ftcomm "$chart" -n $ns --set dumps.persistence.storageClassName=expandable --set serviceMonitor.enabled=true
+check_out "release deployed" 'deployed' hm -n $ns status ftcomm
+check "Deployment, Service, ServiceAccount, claim, Role, RoleBinding, ServiceMonitor exist" \
+  kc -n $ns get deploy/ftcomm-controller svc/ftcomm-controller sa/ftcomm-controller pvc/ftcomm-dumps \
+  role/ftcomm-controller-leader-election rolebinding/ftcomm-controller-leader-election servicemonitor/ftcomm-controller
+check "ClusterRole, ClusterRoleBinding and the CRD exist" kc get clusterrole/ftcomm-controller clusterrolebinding/ftcomm-controller crd/trainingjobs.ftcomm.dev
+check_out "the Deployment as installed: 1 replica, leader election, probes, restricted" \
+  '^1 --leader-elect=true /healthz /readyz true true ftcomm-controller$' \
+  kc -n $ns get deploy/ftcomm-controller -o jsonpath='{.spec.replicas} {.spec.template.spec.containers[0].args[1]} {.spec.template.spec.containers[0].livenessProbe.httpGet.path} {.spec.template.spec.containers[0].readinessProbe.httpGet.path} {.spec.template.spec.securityContext.runAsNonRoot} {.spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem} {.spec.template.spec.serviceAccountName}'
+check_out "the Service: coordinator 7470, metrics 8080, selecting the controller's pods" \
+  '^coordinator=7470 metrics=8080 controller$' \
+  kc -n $ns get svc/ftcomm-controller -o jsonpath='{range .spec.ports[*]}{.name}={.port} {end}{.spec.selector.app\.kubernetes\.io/component}'
+check_out "the ServiceAccount can do what the controller needs (and no more)" '^yes no$' bash -c '
+  a=$("$0" auth can-i update trainingjobs.ftcomm.dev --subresource=status -n default --as=system:serviceaccount:ftcomm-system:ftcomm-controller || true)
+  b=$("$0" auth can-i get secrets -n default --as=system:serviceaccount:ftcomm-system:ftcomm-controller || true)
+  echo "$a $b"' "$FTC_KUBECTL"
+bind_claim() {
+  kc -n $ns patch pvc/ftcomm-dumps --subresource=status --type=merge \
+    -p '{"status":{"phase":"Bound","accessModes":["ReadWriteOnce"],"capacity":{"storage":"20Gi"}}}'
+}
+check "the dump claim marked Bound (no provisioner here)" bind_claim
+
+# 4. helm upgrade with other values.
+check "helm upgrade: replicas 2, claim 50Gi, ServiceMonitor off, log level debug" \
+  hm upgrade ftcomm "$chart" -n $ns --set dumps.persistence.storageClassName=expandable \
+    --set controller.replicas=2 --set dumps.persistence.size=50Gi --set serviceMonitor.enabled=false --set controller.logLevel=debug
+check_out "... the Deployment has 2 replicas and the new log level" '^2 debug$' \
+  kc -n $ns get deploy/ftcomm-controller -o jsonpath='{.spec.replicas} {.spec.template.spec.containers[0].env[?(@.name=="FTCOMM_LOG_LEVEL")].value}'
+check_out "... the claim asks for 50Gi" '^50Gi$' kc -n $ns get pvc/ftcomm-dumps -o jsonpath='{.spec.resources.requests.storage}'
+check_out "... the ServiceMonitor is gone" 'NotFound' bash -c '"$0" -n ftcomm-system get servicemonitor/ftcomm-controller 2>&1 || true' "$FTC_KUBECTL"
+check_out "... revision 2" '^2$' bash -c '"$0" -n ftcomm-system list -o json | jq -r ".[0].revision"' "$FTC_HELM"
+check_fails "helm upgrade refuses bad values too" "/image/pullPolicy': value must be one of" \
+  hm upgrade ftcomm "$chart" -n $ns --reuse-values --set image.pullPolicy=Sometimes
+check_out "... and left revision 2 in place" '^2 deployed$' bash -c '"$0" -n ftcomm-system list -o json | jq -r ".[0] | \"\(.revision) \(.status)\""' "$FTC_HELM"
+
+# 5. The example TrainingJob.
+check "namespace for jobs" kc create namespace ml
+check "examples/trainingjob.yaml: kubectl apply --dry-run=server" kc -n ml apply --dry-run=server -f examples/trainingjob.yaml
+check "examples/trainingjob.yaml: kubectl apply" kc -n ml apply -f examples/trainingjob.yaml
+check_out "kubectl get tj shows it, with the API server's defaults" '^ddp-example 4 3 tcp replace$' \
+  kc -n ml get tj ddp-example -o jsonpath='{.metadata.name} {.spec.replicas} {.spec.minReplicas} {.spec.backend} {.spec.failurePolicy.mode}'
+
+# 6. helm uninstall.
+check "helm uninstall" hm uninstall ftcomm -n $ns --wait --timeout 60s
+check_out "the release's objects are gone" '^$' bash -c '
+  for o in deploy/ftcomm-controller svc/ftcomm-controller sa/ftcomm-controller role/ftcomm-controller-leader-election rolebinding/ftcomm-controller-leader-election; do
+    "$0" -n ftcomm-system get "$o" -o name 2>/dev/null || true; done
+  for o in clusterrole/ftcomm-controller clusterrolebinding/ftcomm-controller; do "$0" get "$o" -o name 2>/dev/null || true; done' "$FTC_KUBECTL"
+check "the CRD stays (Helm never deletes a chart's crds/), and so do the TrainingJobs" kc -n ml get crd/trainingjobs.ftcomm.dev tj/ddp-example
+check "the dump claim stays (helm.sh/resource-policy: keep)" kc -n $ns get pvc/ftcomm-dumps
+check_out "helm lists no release" '^\[\]$' hm -n $ns list -o json
+
+finish

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# manifests.sh - the plain manifests (deploy/, generated from the chart's defaults by
+# scripts/gen-deploy.sh) against a real kube-apiserver with the real kubectl:
+#   kubectl kustomize deploy/ builds; kubectl apply -k deploy/ --dry-run=server is
+#   accepted and stores nothing; kubectl apply -k deploy/ creates everything; a second
+#   apply and kubectl diff find nothing to change; the namespace enforces the
+#   restricted Pod Security Standard and admits the controller's pod; the
+#   ServiceAccount gets exactly its rules.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+start_cluster
+cd "$root"
+ns=ftcomm-system
+
+check_out "kubectl kustomize deploy/ builds" 'kind: Deployment' kc kustomize deploy/
+# A server dry run cannot put objects into a namespace that does not exist yet, so the
+# namespace goes first (as deploy/namespace.yaml's users do: see docs/install.md).
+check "deploy/namespace.yaml applied" kc apply -f deploy/namespace.yaml
+check "kubectl apply -k deploy/ --dry-run=server" kc apply -k deploy/ --dry-run=server
+check_out "... stored nothing" '^No resources found' kc -n $ns get deploy,svc,pvc,sa
+check_out "... not even the CRD" 'NotFound' bash -c '"$0" get crd trainingjobs.ftcomm.dev 2>&1 || true' "$FTC_KUBECTL"
+check "kubectl apply -k deploy/" kc apply -k deploy/
+check "the objects are there" kc -n $ns get deploy/ftcomm-controller svc/ftcomm-controller sa/ftcomm-controller pvc/ftcomm-dumps \
+  role/ftcomm-controller-leader-election rolebinding/ftcomm-controller-leader-election
+check "... and the cluster-wide ones" kc get crd/trainingjobs.ftcomm.dev clusterrole/ftcomm-controller clusterrolebinding/ftcomm-controller
+check "the CRD is established" kc wait --for=condition=Established --timeout=30s crd/trainingjobs.ftcomm.dev
+check_out "a second apply changes nothing" '^([^ ]+ unchanged[[:space:]]*)+$' kc apply -k deploy/
+check "kubectl diff -k deploy/ finds no difference" kc diff -k deploy/
+check_out "the Deployment: leader election, coordinator address, dump claim" \
+  '"--leader-elect=true".*"--coordinator-address=ftcomm-controller\.ftcomm-system\.svc:7470".* ftcomm-dumps$' \
+  kc -n $ns get deploy/ftcomm-controller -o jsonpath='{.spec.template.spec.containers[0].args} {.spec.template.spec.volumes[0].persistentVolumeClaim.claimName}'
+check_out "the namespace enforces restricted" '^restricted$' kc get ns $ns -o jsonpath='{.metadata.labels.pod-security\.kubernetes\.io/enforce}'
+kc -n $ns get deploy/ftcomm-controller -o json | jq '{apiVersion: "v1", kind: "Pod", metadata: {name: "psa-check", labels: .spec.template.metadata.labels}, spec: .spec.template.spec}' >"$work/pod.json"
+psa_ok() {
+  local out
+  out=$(kc -n $ns create --dry-run=server -f "$work/pod.json" 2>&1) || { echo "$out"; return 1; }
+  ! grep -qi 'violate\|PodSecurity' <<<"$out" || { echo "$out"; return 1; }
+}
+check "the controller's pod is admitted there (server dry run)" psa_ok
+jq '.spec.containers[0].securityContext.runAsNonRoot = false | .spec.securityContext.runAsNonRoot = false' "$work/pod.json" >"$work/root.json"
+check_fails "... and a pod running as root is not" 'violates PodSecurity "restricted' kc -n $ns create --dry-run=server -f "$work/root.json"
+sa=system:serviceaccount:$ns:ftcomm-controller
+can() { [ "$(kc auth can-i "$@" --as=$sa 2>/dev/null || true)" = yes ]; }
+cannot() { ! can "$@"; }
+check "the ServiceAccount may create pods and watch TrainingJobs anywhere" can create pods -n ml
+check "... update TrainingJob status" can update trainingjobs.ftcomm.dev --subresource=status -n ml
+check "... update its Lease in $ns" can update leases.coordination.k8s.io -n $ns
+check "... but not read Secrets" cannot get secrets -n ml
+check "... nor update TrainingJobs' spec" cannot update trainingjobs.ftcomm.dev -n ml
+check "... nor touch Leases elsewhere" cannot update leases.coordination.k8s.io -n kube-system
+check "the example TrainingJob is accepted" kc create namespace ml
+check "... kubectl apply -f examples/trainingjob.yaml" kc -n ml apply -f examples/trainingjob.yaml
+
+finish
