@@ -96,37 +96,40 @@ static void set_rv(ftck_informer_t *inf, const char *rv) {
   inf->rv = n;
 }
 
-/* Replace the cache with a fresh list and tell handlers what changed. */
-static void apply_list(ftck_informer_t *inf, json_t *items) {
+/* Replace the cache with a fresh list and tell handlers what changed. -1
+ * (cache untouched, list again later) when memory runs out. */
+static int apply_list(ftck_informer_t *inf, json_t *items) {
+  int rc = -1;
   json_t *fresh = json_object();
   json_t *added = json_array(), *updated_old = json_array(), *updated_new = json_array();
   json_t *removed = json_array();
-  if (!fresh || !added || !updated_old || !updated_new || !removed) {
-    FTC_WARN(FTC_SUB_K8S, "informer %s: no memory to apply a list; will list again", inf->name);
-    inf->need_list = 1;
-    goto out_free;
-  }
+  if (!fresh || !added || !updated_old || !updated_new || !removed) goto out_free;
   size_t i;
   json_t *obj;
   char key[512];
   json_array_foreach(items, i, obj) {
-    if (ftck_object_key(obj, key, sizeof key) == 0) json_object_set(fresh, key, obj);
+    if (ftck_object_key(obj, key, sizeof key) == 0 && json_object_set(fresh, key, obj) != 0) goto out_free;
   }
+  int bad = 0;
   pthread_mutex_lock(&inf->mu);
   const char *k;
   json_t *v;
   json_object_foreach(fresh, k, v) {
     json_t *old = json_object_get(inf->cache, k);
     if (!old) {
-      json_array_append(added, v);
+      bad |= json_array_append(added, v);
     } else if (!ftck_jstr(old, "metadata.resourceVersion") || !ftck_jstr(v, "metadata.resourceVersion") ||
                strcmp(ftck_jstr(old, "metadata.resourceVersion"), ftck_jstr(v, "metadata.resourceVersion")) != 0) {
-      json_array_append(updated_old, old);
-      json_array_append(updated_new, v);
+      bad |= json_array_append(updated_old, old);
+      bad |= json_array_append(updated_new, v);
     }
   }
   json_object_foreach(inf->cache, k, v) {
-    if (!json_object_get(fresh, k)) json_array_append(removed, v);
+    if (!json_object_get(fresh, k)) bad |= json_array_append(removed, v);
+  }
+  if (bad) {
+    pthread_mutex_unlock(&inf->mu);
+    goto out_free;
   }
   json_decref(inf->cache);
   inf->cache = fresh;
@@ -142,12 +145,15 @@ static void apply_list(ftck_informer_t *inf, json_t *items) {
   inf->synced = 1;
   pthread_cond_broadcast(&inf->cv);
   pthread_mutex_unlock(&inf->mu);
+  rc = 0;
 out_free:
+  if (rc != 0) FTC_WARN(FTC_SUB_K8S, "informer %s: no memory to apply a list; will list again", inf->name);
   json_decref(fresh);
   json_decref(added);
   json_decref(updated_old);
   json_decref(updated_new);
   json_decref(removed);
+  return rc;
 }
 
 static int on_event(const char *type, json_t *obj, void *ud) {
@@ -233,11 +239,15 @@ static void *informer_main(void *arg) {
         nap(inf, d);
         continue;
       }
-      inf->need_list = 0;
       ftc__free(inf->rv);
       inf->rv = rv;
-      apply_list(inf, items);
+      int applied = apply_list(inf, items);
       json_decref(items);
+      if (applied != 0) {
+        nap(inf, ftck_backoff_next(&bo));
+        continue;
+      }
+      inf->need_list = 0;
       FTC_DEBUG(FTC_SUB_K8S, "informer %s: listed %zu objects at resourceVersion %s", inf->name,
                 ftck_informer_size(inf), inf->rv ? inf->rv : "?");
       continue;
