@@ -122,4 +122,30 @@ crd_doc_fresh() {
 }
 check "docs/crd-reference.md is generated from the CRD's current schema" crd_doc_fresh
 
+# The docs a user reads first link to files and headings that exist.
+links_ok() {
+  python3 - README.md docs/install.md docs/user-guide.md docs/operations.md <<'PY'
+import os, re, sys
+def slug(h):
+    h = re.sub(r"[^\w\- ]", "", h.strip().lower())
+    return h.replace(" ", "-")
+bad = 0
+for f in sys.argv[1:]:
+    text = open(f).read()
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+://", target):
+            continue
+        path, _, anchor = target.partition("#")
+        full = os.path.normpath(os.path.join(os.path.dirname(f), path)) if path else f
+        if not os.path.exists(full):
+            print("%s: link to missing %s" % (f, target)); bad = 1; continue
+        if anchor and full.endswith(".md"):
+            heads = [slug(h) for h in re.findall(r"^#+ (.*)$", open(full).read(), re.M)]
+            if anchor not in heads:
+                print("%s: link to missing heading %s" % (f, target)); bad = 1
+sys.exit(bad)
+PY
+}
+check "README.md, docs/install.md, user-guide.md, operations.md: links resolve" links_ok
+
 finish
