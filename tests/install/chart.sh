@@ -4,7 +4,8 @@
 #   helm template | kubectl apply --dry-run=server; the controller's pod template
 #   passes the "restricted" Pod Security Standard (a namespace enforcing it admits it
 #   and refuses a weakened one); helm install (values checked by the schema at install
-#   time, NOTES shown); helm upgrade with other values changes the objects (replicas,
+#   time, NOTES shown); the controller binary runs with the installed Deployment's
+#   flags and the chart's ServiceAccount (ready, takes the Lease); helm upgrade with other values changes the objects (replicas,
 #   dump claim size, ServiceMonitor off, log level); the example TrainingJob is
 #   accepted; helm uninstall removes the release's objects and keeps the CRD, the
 #   TrainingJobs and the dump claim (helm.sh/resource-policy: keep).
@@ -84,6 +85,45 @@ check_out "the ServiceAccount can do what the controller needs (and no more)" '^
   a=$("$0" auth can-i update trainingjobs.ftcomm.dev --subresource=status -n default --as=system:serviceaccount:ftcomm-system:ftcomm-controller || true)
   b=$("$0" auth can-i get secrets -n default --as=system:serviceaccount:ftcomm-system:ftcomm-controller || true)
   echo "$a $b"' "$FTC_KUBECTL"
+# The controller binary takes the flags and environment the chart gives it, and with the
+# chart's ServiceAccount and RBAC it becomes ready and takes the chart's Lease (run here
+# as a process: this cluster has no container runtime).
+ctl=$root/${FTC_BUILD_DIR:-build/release}/bin/ftcomm-controller
+run_chart_controller() {
+  [ -x "$ctl" ] || { echo "$ctl is missing: run make first"; return 1; }
+  local token port args=() a pid rc=0 end
+  token=$(kc -n $ns create token ftcomm-controller --duration=10m)
+  cat >"$work/sa.kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+current-context: sa
+contexts: [{name: sa, context: {cluster: local, user: sa, namespace: $ns}}]
+clusters: [{name: local, cluster: {server: "$FTC_APISERVER_URL", certificate-authority: "$FTC_CA_FILE"}}]
+users: [{name: sa, user: {token: "$token"}}]
+KC
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  while IFS= read -r a; do
+    case $a in --listen-address=*) a=--listen-address=127.0.0.1:$port ;; esac
+    args+=("$a")
+  done < <(kc -n $ns get deploy/ftcomm-controller -o json | jq -r '.spec.template.spec.containers[0].args[]')
+  POD_NAME=chart-ctl-0 POD_NAMESPACE=$ns FTCOMM_LOG_LEVEL=info \
+    "$ctl" --kubeconfig="$work/sa.kubeconfig" "${args[@]}" >"$work/chart-controller.log" 2>&1 &
+  pid=$!
+  if ! eventually 30 curl -sf "http://127.0.0.1:$port/readyz"; then echo "not ready within 30 s"; rc=1; fi
+  if [ $rc = 0 ] && ! eventually 30 bash -c '[ "$("$0" -n ftcomm-system get lease ftcomm-controller -o jsonpath="{.spec.holderIdentity}")" = chart-ctl-0 ]' "$FTC_KUBECTL"; then
+    echo "it did not take the Lease ftcomm-controller"; rc=1
+  fi
+  curl -sf "http://127.0.0.1:$port/healthz" >/dev/null || { echo "/healthz failed"; rc=1; }
+  if grep -qi forbidden "$work/chart-controller.log"; then echo "RBAC refused a call"; rc=1; fi
+  kill -TERM $pid 2>/dev/null || true
+  end=$(( $(date +%s) + 20 ))
+  while kill -0 $pid 2>/dev/null && [ "$(date +%s)" -lt $end ]; do sleep 0.2; done
+  kill -KILL $pid 2>/dev/null || true
+  wait $pid 2>/dev/null || { echo "exit status $? after SIGTERM"; rc=1; }
+  [ $rc = 0 ] || tail -20 "$work/chart-controller.log"
+  return $rc
+}
+check "the controller runs with the chart's flags, ServiceAccount and RBAC: ready, leads, exits 0 on SIGTERM" run_chart_controller
 bind_claim() {
   kc -n $ns patch pvc/ftcomm-dumps --subresource=status --type=merge \
     -p '{"status":{"phase":"Bound","accessModes":["ReadWriteOnce"],"capacity":{"storage":"20Gi"}}}'
