@@ -10,6 +10,15 @@ use_tools
 cd "$root"
 
 check "helm lint --strict charts/ftcomm" hm lint --strict "$chart"
+app_version() {  # the chart installs the release it is built from
+  local want got
+  want=$(sed -n 's/^#define FTC_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)/\2/p' runtime/include/ftcomm.h | paste -sd.)
+  got=$(sed -n 's/^appVersion: "\(.*\)"$/\1/p' charts/ftcomm/Chart.yaml)
+  [ "$want" = "$got" ] && return 0
+  echo "charts/ftcomm/Chart.yaml appVersion is \"$got\" but runtime/include/ftcomm.h says $want: set appVersion (and bump version), then run scripts/gen-deploy.sh"
+  return 1
+}
+check "Chart.yaml appVersion is ftcomm.h's FTC_VERSION" app_version
 
 # The CRD: one source (crds/), copied into the chart (Helm installs crds/ of a chart
 # before its templates) and into deploy/ (kubectl apply -k).
