@@ -131,7 +131,8 @@ bind_claim() {
 check "the dump claim marked Bound (no provisioner here)" bind_claim
 
 # 4. helm upgrade with other values.
-check "helm upgrade: replicas 2, claim 50Gi, ServiceMonitor off, log level debug" \
+check_out "helm upgrade: replicas 2, claim 50Gi, ServiceMonitor off, log level debug (NOTES warn: ReadWriteOnce)" \
+  'WARNING: controller.replicas is 2 but the dump claim is ReadWriteOnce' \
   hm upgrade ftcomm "$chart" -n $ns --set dumps.persistence.storageClassName=expandable \
     --set controller.replicas=2 --set dumps.persistence.size=50Gi --set serviceMonitor.enabled=false --set controller.logLevel=debug
 check_out "... the Deployment has 2 replicas and the new log level" '^2 debug$' \
