@@ -95,7 +95,7 @@ $(BUILD)/obj/%.o: %.cc
 	$(Q)$(CXX) $(CPPFLAGS_ALL) $(CXXFLAGS_ALL) -c $< -o $@
 
 deps:
-	@scripts/deps.sh
+	@scripts/deps.sh $(DEPS)
 
 clean:
 	rm -rf build
