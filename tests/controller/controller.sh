@@ -181,6 +181,8 @@ check_out "after the restart the same pods, no duplicates" "^$before\$" pods
 check_out "the restarted controller created no pod" '^0$' metric ftcomm_controller_pods_created_total
 check_out "status still counts 2 replacements" '^2 Running$' kc get tj llm -n ml -o jsonpath='{.status.replacements} {.status.phase}'
 echo "# (first controller had created $created_before pods)"
+check "a reconcile with a pod cache that lags all the way behind makes no duplicates and counts nothing" \
+  timeout 60 "$live" stale ml llm
 
 # --- the budget runs out ---------------------------------------------------------------
 kc patch pod llm-0-0 -n ml --subresource=status --type=merge -p '{"status":{"phase":"Failed","reason":"Error"}}' >/dev/null
@@ -281,6 +283,9 @@ check_out "metrics: queue depth" 'ftcomm_controller_workqueue_depth [0-9]+' curl
 # controller retries those. Before the restart nothing may be refused.)
 if [ "$forbidden_before_restart" -ne 0 ]; then bad "the controller was refused something by RBAC"; grep Forbidden "$ctrl_log" | head -5 | sed 's/^/       /'; else ok "no request of the controller was forbidden by RBAC"; fi
 if stop_controller; then ok "SIGTERM at the end: exit 0"; else bad "SIGTERM at the end: exit 0"; fi
+check "with no controller running: a frozen cache that still shows a failed pod gives one replacement, counted once" \
+  timeout 60 "$live" frozen ml llm llm-1-1
+check "... the replacement llm-1-2 exists" has_pod llm-1-2
 
 # --- a leader that cannot renew its Lease steps down -----------------------------------------
 lease_flags="--lease-duration 4 --renew-deadline 3 --retry-period 1"

@@ -7,6 +7,12 @@
  *                               conflict retry, watch, informer add/update/delete
  *   kube_live list-rv NS        print the resourceVersion of a configmap list
  *   kube_live expired NS RV     a watch from RV answers 410 (after a restart)
+ *   kube_live stale NS JOB      reconcile JOB with a pod cache that never
+ *                               filled (the worst lag): nothing is created,
+ *                               replaced or counted twice
+ *   kube_live frozen NS JOB POD (no controller running) fail POD, freeze the
+ *                               pod cache while it still shows POD failed,
+ *                               reconcile twice: one replacement, counted once
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -21,6 +27,8 @@
 #include "kube_client.h"
 #include "kube_config.h"
 #include "kube_json.h"
+#include "jobspec.h"
+#include "trainingjob.h"
 
 static int failures;
 #define CHECK(cond, ...)                                   \
@@ -257,7 +265,7 @@ static int on_err(const char *type, json_t *obj, void *ud) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: kube_live basic NS | list-rv NS | expired NS RV\n");
+    fprintf(stderr, "usage: kube_live basic NS | list-rv NS | expired NS RV | stale NS JOB | frozen NS JOB POD\n");
     return 2;
   }
   ftck_json_use_ftc_alloc();
@@ -289,6 +297,77 @@ int main(int argc, char **argv) {
           got_error_event ? "ERROR event with code 410" : code == 410 ? "HTTP 410" : "no 410");
     (void)st;
     json_decref(err_obj);
+  } else if (!strcmp(argv[1], "frozen") && argc > 4) {
+    ftck_reconciler_opts_t ro = {.env = {.coordinator = "coord.test:7470", .dump_dir = "/dumps"}, .identity = "kube-live"};
+    ftck_reconciler_t *r = NULL;
+    ftc_status_t st = ftck_reconciler_create(c, &ro, &r);
+    for (int w = 0; w < 3 && st == FTC_OK; w++) st = ftck_informer_start(ftck_reconciler_informer(r, w));
+    for (int w = 0; w < 3 && st == FTC_OK; w++) st = ftck_informer_wait_synced(ftck_reconciler_informer(r, w), 10000);
+    char key[300], pkey[300], *jp = ftck_path(FTCK_GROUP, FTCK_VERSION, ns, FTCK_PLURAL, argv[3]);
+    char *pp = ftck_path("", "v1", ns, "pods", argv[4]);
+    snprintf(key, sizeof key, "%s/%s", ns, argv[3]);
+    snprintf(pkey, sizeof pkey, "%s/%s", ns, argv[4]);
+    char sp[512];
+    snprintf(sp, sizeof sp, "%s/status", pp);
+    json_t *patch = json_pack("{s:{s:s, s:s}}", "status", "phase", "Failed", "reason", "Frozen");
+    long code = 0;
+    if (st == FTC_OK) st = ftck_merge_patch(c, sp, patch, &code, NULL);
+    json_decref(patch);
+    int seen = 0;
+    for (int i = 0; i < 250 && st == FTC_OK && !seen; i++) {
+      json_t *cached = ftck_informer_get(ftck_reconciler_informer(r, 1), pkey);
+      seen = cached && ftck_pod_is_lost(cached);
+      json_decref(cached);
+      if (!seen) usleep(20000);
+    }
+    ftck_informer_stop(ftck_reconciler_informer(r, 1)); /* the pod cache now shows the failed pod for good */
+    CHECK(st == FTC_OK && seen, "the pod cache saw %s fail and is frozen", argv[4]);
+    json_t *before = NULL, *after = NULL;
+    ftck_get(c, jp, &code, &before);
+    int64_t requeue = -1;
+    ftc_status_t st1 = ftck_reconcile(r, key, &requeue);
+    ftc_status_t st2 = ftck_reconcile(r, key, &requeue); /* still sees the failed pod as the slot's pod */
+    ftck_get(c, jp, &code, &after);
+    ftck_reconciler_stats_t rs = {0};
+    ftck_reconciler_get_stats(r, &rs);
+    CHECK(st1 == FTC_OK && st2 == FTC_OK && rs.pods_created == 1 && rs.replacements == 1,
+          "two reconciles over the frozen cache: one pod created, one replacement (created %llu, replaced %llu)",
+          (unsigned long long)rs.pods_created, (unsigned long long)rs.replacements);
+    CHECK(ftck_jint(after, "status.replacements", -1) == ftck_jint(before, "status.replacements", -1) + 1,
+          "status counts it once (%lld -> %lld)", (long long)ftck_jint(before, "status.replacements", -1),
+          (long long)ftck_jint(after, "status.replacements", -1));
+    json_decref(before);
+    json_decref(after);
+    ftc__free(jp);
+    ftc__free(pp);
+    ftck_reconciler_destroy(r);
+  } else if (!strcmp(argv[1], "stale") && argc > 3) {
+    ftck_reconciler_opts_t ro = {.env = {.coordinator = "coord.test:7470", .dump_dir = "/dumps"}, .identity = "kube-live"};
+    ftck_reconciler_t *r = NULL;
+    ftc_status_t st = ftck_reconciler_create(c, &ro, &r);
+    if (st == FTC_OK) st = ftck_informer_start(ftck_reconciler_informer(r, 0)); /* jobs only; pods never listed */
+    if (st == FTC_OK) st = ftck_informer_wait_synced(ftck_reconciler_informer(r, 0), 10000);
+    char key[300], *jp = ftck_path(FTCK_GROUP, FTCK_VERSION, ns, FTCK_PLURAL, argv[3]);
+    snprintf(key, sizeof key, "%s/%s", ns, argv[3]);
+    json_t *before = NULL, *after = NULL;
+    long code = 0;
+    ftck_get(c, jp, &code, &before);
+    int64_t requeue = -1;
+    if (st == FTC_OK) st = ftck_reconcile(r, key, &requeue);
+    ftck_get(c, jp, &code, &after);
+    ftck_reconciler_stats_t rs = {0};
+    if (r) ftck_reconciler_get_stats(r, &rs);
+    CHECK(st == FTC_OK, "reconcile of %s with an empty pod cache succeeds", key);
+    CHECK(rs.pods_created == 0 && rs.replacements == 0 && rs.pods_deleted == 0,
+          "... and creates, replaces and deletes nothing (created %llu, replaced %llu, deleted %llu)",
+          (unsigned long long)rs.pods_created, (unsigned long long)rs.replacements, (unsigned long long)rs.pods_deleted);
+    CHECK(ftck_jint(before, "status.replacements", -1) == ftck_jint(after, "status.replacements", -2),
+          "... and counts no replacement (%lld before, %lld after)", (long long)ftck_jint(before, "status.replacements", -1),
+          (long long)ftck_jint(after, "status.replacements", -2));
+    json_decref(before);
+    json_decref(after);
+    ftc__free(jp);
+    ftck_reconciler_destroy(r);
   } else {
     fprintf(stderr, "kube_live: unknown mode %s\n", argv[1]);
     failures++;

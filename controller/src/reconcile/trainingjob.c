@@ -183,8 +183,11 @@ static ftc_status_t ensure_secret(ftck_reconciler_t *r, const json_t *job) {
   return st;
 }
 
+/* Create the pod of (slot, inc). FTC_OK also when it exists already (409):
+ * *is_new (may be NULL) says which, so only real creations are counted. */
 static ftc_status_t create_pod(ftck_reconciler_t *r, const json_t *job, const ftck_job_spec_t *spec, int slot,
-                               int inc, int joiner, const char *avoid, json_t **created) {
+                               int inc, int joiner, const char *avoid, json_t **created, int *is_new) {
+  if (is_new) *is_new = 0;
   const char *ns = ftck_jstr(job, "metadata.namespace");
   json_t *pod = ftck_build_pod(job, spec, slot, inc, joiner, avoid, &r->env);
   if (!pod) return ftc__error(FTC_ERR_NO_MEMORY, "reconciler: cannot build the pod of slot %d", slot);
@@ -193,6 +196,7 @@ static ftc_status_t create_pod(ftck_reconciler_t *r, const json_t *job, const ft
   ftc_status_t st = path ? ftck_create(r->c, path, pod, &code, NULL) : ftc__error(FTC_ERR_NO_MEMORY, "no memory");
   ftc__free(path);
   if (st == FTC_OK) {
+    if (is_new) *is_new = 1;
     __atomic_add_fetch(&r->stats.pods_created, 1, __ATOMIC_RELAXED);
     FTC_INFO(FTC_SUB_CTRL, "%s/%s: created pod %s", ns, ftck_jstr(job, "metadata.name"),
              ftck_jstr(pod, "metadata.name"));
@@ -257,6 +261,61 @@ static void report_event(ftck_reconciler_t *r, const json_t *job, const char *ty
   json_decref(regarding);
 }
 
+/* Group a job's pods by slot (the newest incarnation is the slot's pod) and
+ * put them all in `mine`. Pods of an older job with the same name (another
+ * uid) are deleted, since their names would collide with ours; so are pods
+ * of slots beyond replicas, and every pod while the job is suspended. */
+static ftc_status_t group_pods(ftck_reconciler_t *r, const json_t *job, const ftck_job_spec_t *spec, json_t *pods,
+                               slot_view_t *slots, json_t *mine) {
+  const char *ns = ftck_jstr(job, "metadata.namespace"), *name = ftck_jstr(job, "metadata.name");
+  const char *uid = ftck_jstr(job, "metadata.uid");
+  for (int s = 0; s < spec->replicas; s++) {
+    slots[s].cur = NULL;
+    slots[s].inc = -1;
+    slots[s].state_override = 0;
+  }
+  json_array_clear(mine);
+  size_t i;
+  json_t *pod;
+  json_array_foreach(pods, i, pod) {
+    const char *pj = json_string_value(json_object_get(ftck_jget(pod, "metadata.labels"), FTCK_LABEL_JOB));
+    const char *pns = ftck_jstr(pod, "metadata.namespace");
+    const char *pname = ftck_jstr(pod, "metadata.name");
+    if (!pj || !pns || !pname || strcmp(pj, name) || strcmp(pns, ns)) continue;
+    int going = ftck_jstr(pod, "metadata.deletionTimestamp") != NULL;
+    const char *owner_uid = ftck_jstr(json_array_get(ftck_jget(pod, "metadata.ownerReferences"), 0), "uid");
+    int s = ftck_pod_slot(pod), inc = ftck_pod_incarnation(pod);
+    if ((owner_uid && uid && strcmp(owner_uid, uid) != 0) || s < 0 || s >= spec->replicas || spec->suspend) {
+      if (!going) {
+        ftc_status_t st = delete_pod(r, ns, pname);
+        if (st != FTC_OK) return st;
+      }
+      continue;
+    }
+    if (json_array_append(mine, pod) != 0) return ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
+    if (inc > slots[s].inc) {
+      slots[s].inc = inc;
+      slots[s].cur = pod;
+    }
+  }
+  return FTC_OK;
+}
+
+/* 1 when a slot has no pod in the cache although status names one (and the
+ * job is not resuming): the cache may lag behind the server. */
+static int cache_disagrees(const json_t *job, const ftck_job_spec_t *spec, const slot_view_t *slots) {
+  const char *name = ftck_jstr(job, "metadata.name");
+  json_t *members = ftck_jget(job, "status.members");
+  for (int s = 0; s < spec->replicas && !spec->suspend; s++) {
+    json_t *m = json_array_get(members, (size_t)s);
+    const char *state = ftck_jstr(m, "state");
+    if (!slots[s].cur && ftck_incarnation_from_name(name, s, ftck_jstr(m, "pod")) >= 0 &&
+        !(state && !strcmp(state, "Suspended")))
+      return 1;
+  }
+  return 0;
+}
+
 ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requeue_ms) {
   ftc_status_t st = FTC_OK;
   int64_t requeue = -1;
@@ -296,44 +355,34 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
   }
   FTC_CHECK_GOTO(ensure_secret(r, job), st, out_free_path);
 
-  /* This job's pods, by slot. Pods of an older job with the same name
-   * (another uid) are deleted: their names would collide with ours. */
+  /* This job's pods, by slot, from the cache; from the server itself when
+   * the cache and status disagree, so a lagging cache never makes a pod
+   * look lost. */
   all_pods = ftck_informer_select(r->pods, ns, FTCK_LABEL_JOB, name);
   slots = ftc__calloc((size_t)spec.replicas, sizeof *slots);
-  if (!all_pods || !slots) {
+  mine = json_array();
+  if (!all_pods || !slots || !mine) {
     st = ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
-    goto out_free_path;
+    goto out_free_mine;
   }
-  for (int s = 0; s < spec.replicas; s++) slots[s].inc = -1;
+  FTC_CHECK_GOTO(group_pods(r, job, &spec, all_pods, slots, mine), st, out_free_mine);
+  if (cache_disagrees(job, &spec, slots)) {
+    char sel[512], *rv = NULL, *coll = ftck_path("", "v1", ns, "pods", NULL);
+    json_t *fresh = NULL;
+    long code = 0;
+    snprintf(sel, sizeof sel, "%s=%s", FTCK_LABEL_JOB, name);
+    st = coll ? ftck_list(r->c, coll, sel, NULL, 0, &fresh, &rv, &code) : ftc__error(FTC_ERR_NO_MEMORY, "no memory");
+    ftc__free(coll);
+    ftc__free(rv);
+    if (st != FTC_OK) goto out_free_mine;
+    FTC_DEBUG(FTC_SUB_CTRL, "%s: cache and status disagree; listed %zu pods from the server", key,
+              json_array_size(fresh));
+    json_decref(all_pods);
+    all_pods = fresh;
+    FTC_CHECK_GOTO(group_pods(r, job, &spec, all_pods, slots, mine), st, out_free_mine);
+  }
   size_t i;
   json_t *pod;
-  mine = json_array();
-  if (!mine) {
-    st = ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
-    goto out_free_path;
-  }
-  json_array_foreach(all_pods, i, pod) {
-    const char *pj = json_string_value(json_object_get(ftck_jget(pod, "metadata.labels"), FTCK_LABEL_JOB));
-    const char *pns = ftck_jstr(pod, "metadata.namespace");
-    if (!pj || !pns || strcmp(pj, name) || strcmp(pns, ns)) continue;
-    const char *owner_uid = ftck_jstr(json_array_get(ftck_jget(pod, "metadata.ownerReferences"), 0), "uid");
-    if (owner_uid && uid && strcmp(owner_uid, uid) != 0) {
-      if (!ftck_jstr(pod, "metadata.deletionTimestamp"))
-        FTC_CHECK_GOTO(delete_pod(r, ns, ftck_jstr(pod, "metadata.name")), st, out_free_mine);
-      continue;
-    }
-    json_array_append(mine, pod);
-    int s = ftck_pod_slot(pod), inc = ftck_pod_incarnation(pod);
-    if (s < 0 || s >= spec.replicas || spec.suspend) {
-      if (!ftck_jstr(pod, "metadata.deletionTimestamp"))
-        FTC_CHECK_GOTO(delete_pod(r, ns, ftck_jstr(pod, "metadata.name")), st, out_free_mine);
-      continue;
-    }
-    if (inc > slots[s].inc) {
-      slots[s].inc = inc;
-      slots[s].cur = pod;
-    }
-  }
 
   /* Replacements used so far come from status; those made now are added to
    * the stored count when status is written (a delta, so a stale cache
@@ -351,7 +400,7 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
   int64_t now = ftc__wall_ns();
   for (int s = 0; s < spec.replicas && !spec.suspend; s++) {
     json_t *member = json_array_get(members, (size_t)s);
-    json_t *lost = NULL, *fetched = NULL;
+    json_t *lost = NULL;
     int lost_inc = -1, lost_node_down = 0;
     if (!slots[s].cur) {
       const char *prev = ftck_jstr(member, "pod");
@@ -360,32 +409,19 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
       if (prev_inc < 0 || (prev_state && !strcmp(prev_state, "Suspended"))) {
         /* A new slot, or the job resumes: a fresh start, not a replacement. */
         json_t *np = NULL;
-        FTC_CHECK_GOTO(create_pod(r, job, &spec, s, prev_inc + 1, 0, "", &np), st, out_free_mine);
+        FTC_CHECK_GOTO(create_pod(r, job, &spec, s, prev_inc + 1, 0, "", &np, NULL), st, out_free_mine);
         json_array_append_new(created, np);
         slots[s].cur = np;
         slots[s].inc = prev_inc + 1;
         continue;
       }
-      /* The cache has no pod where status had one: ask the server. */
-      char *pp = ftck_path("", "v1", ns, "pods", prev);
-      long code = 0;
-      st = pp ? ftck_get(r->c, pp, &code, &fetched) : ftc__error(FTC_ERR_NO_MEMORY, "no memory");
-      ftc__free(pp);
-      if (st != FTC_OK && code != 404) goto out_free_mine;
-      st = FTC_OK;
-      if (fetched) {
-        json_array_append_new(created, fetched);
-        slots[s].cur = fetched;
-        slots[s].inc = prev_inc;
-        if (!ftck_pod_is_lost(fetched)) continue;
-        lost = fetched;
-      } else {
-        /* Deleted behind our back: a loss like any other. */
-        lost = json_pack("{s:{s:s}, s:{s:s?}}", "metadata", "name", prev, "spec", "nodeName",
-                         ftck_jstr(member, "node"));
-        json_array_append_new(created, lost);
-        slots[s].inc = prev_inc;
+      /* Gone from the server too (it was listed): deleted behind our back. */
+      lost = json_pack("{s:{s:s}, s:{s:s?}}", "metadata", "name", prev, "spec", "nodeName", ftck_jstr(member, "node"));
+      if (!lost || json_array_append_new(created, lost) != 0) {
+        st = ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
+        goto out_free_mine;
       }
+      slots[s].inc = prev_inc;
       lost_inc = prev_inc;
     } else if (ftck_pod_is_lost(slots[s].cur)) {
       lost = slots[s].cur;
@@ -437,8 +473,13 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
       }
     }
     json_t *np = NULL;
-    FTC_CHECK_GOTO(create_pod(r, job, &spec, s, lost_inc + 1, 1, avoid, &np), st, out_free_mine);
+    int is_new = 0;
+    FTC_CHECK_GOTO(create_pod(r, job, &spec, s, lost_inc + 1, 1, avoid, &np, &is_new), st, out_free_mine);
     json_array_append_new(created, np);
+    slots[s].cur = np;
+    slots[s].inc = lost_inc + 1;
+    replacing = 1;
+    if (!is_new) continue; /* made by an earlier pass whose result the caches did not show yet */
     used++;
     used_now++;
     __atomic_add_fetch(&r->stats.replacements, 1, __ATOMIC_RELAXED);
@@ -446,7 +487,7 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
     char msg[1024], tbuf[64];
     snprintf(msg, sizeof msg, "slot %d: pod %s %s%s%s%s%s; replaced by %s (replacement %d of %d)", s, lost_name,
              lost_node_down ? "was lost with its node" : ftck_jstr(lost, "metadata.deletionTimestamp") ? "was deleted"
-             : fetched || slots[s].cur == lost ? "failed" : "disappeared",
+             : ftck_jstr(lost, "metadata.uid") ? "failed" : "disappeared",
              lost_node ? " on node " : "", lost_node ? lost_node : "", reason ? ": " : "", reason ? reason : "",
              ftck_jstr(np, "metadata.name"), used, spec.max_replacements);
     ftck_format_time(now, tbuf, sizeof tbuf);
@@ -455,11 +496,6 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
                                                "message", msg));
     FTC_WARN(FTC_SUB_CTRL, "%s: %s", key, msg);
     report_event(r, job, "Warning", "MemberReplaced", "Replace", msg);
-    if (ftck_jstr(lost, "metadata.uid") && !ftck_jstr(lost, "metadata.deletionTimestamp"))
-      FTC_CHECK_GOTO(delete_pod(r, ns, lost_name), st, out_free_mine);
-    slots[s].cur = np;
-    slots[s].inc = lost_inc + 1;
-    replacing = 1;
   }
   /* restartAll: every slot starts again at the next incarnation. */
   if (restart_cause) {
@@ -475,30 +511,34 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
       replacing = 1;
       if (requeue < 0 || wait_ms < requeue) requeue = wait_ms;
     } else {
-      int target = max_inc + 1;
+      int target = max_inc + 1, any_new = 0;
       for (int s = 0; s < spec.replicas; s++) {
         json_t *np = NULL;
-        FTC_CHECK_GOTO(create_pod(r, job, &spec, s, target, 0, "", &np), st, out_free_mine);
+        int is_new = 0;
+        FTC_CHECK_GOTO(create_pod(r, job, &spec, s, target, 0, "", &np, &is_new), st, out_free_mine);
         json_array_append_new(created, np);
         slots[s].cur = np;
         slots[s].inc = target;
         slots[s].state_override = 0;
+        any_new |= is_new;
       }
-      used++;
-      used_now++;
-      __atomic_add_fetch(&r->stats.replacements, 1, __ATOMIC_RELAXED);
-      const char *cname = ftck_jstr(restart_cause, "metadata.name");
-      const char *reason = ftck_jstr(restart_cause, "status.reason");
-      char msg[1024], tbuf[64];
-      snprintf(msg, sizeof msg, "pod %s lost%s%s; failurePolicy.mode restartAll: every pod restarted at incarnation %d "
-               "(restart %d of %d)", cname ? cname : "?", reason ? ": " : "", reason ? reason : "", target, used,
-               spec.max_replacements);
-      ftck_format_time(now, tbuf, sizeof tbuf);
-      json_array_append_new(incidents, json_pack("{s:s, s:s, s:s?, s:s}", "time", tbuf, "kind", "PodFailed", "culprit",
-                                                 cname, "message", msg));
-      FTC_WARN(FTC_SUB_CTRL, "%s: %s", key, msg);
-      report_event(r, job, "Warning", "JobRestarted", "RestartAll", msg);
       replacing = 1;
+      if (any_new) { /* else an earlier pass made this restart and the caches did not show it yet */
+        used++;
+        used_now++;
+        __atomic_add_fetch(&r->stats.replacements, 1, __ATOMIC_RELAXED);
+        const char *cname = ftck_jstr(restart_cause, "metadata.name");
+        const char *reason = ftck_jstr(restart_cause, "status.reason");
+        char msg[1024], tbuf[64];
+        snprintf(msg, sizeof msg, "pod %s lost%s%s; failurePolicy.mode restartAll: every pod restarted at "
+                 "incarnation %d (restart %d of %d)", cname ? cname : "?", reason ? ": " : "", reason ? reason : "",
+                 target, used, spec.max_replacements);
+        ftck_format_time(now, tbuf, sizeof tbuf);
+        json_array_append_new(incidents, json_pack("{s:s, s:s, s:s?, s:s}", "time", tbuf, "kind", "PodFailed",
+                                                   "culprit", cname, "message", msg));
+        FTC_WARN(FTC_SUB_CTRL, "%s: %s", key, msg);
+        report_event(r, job, "Warning", "JobRestarted", "RestartAll", msg);
+      }
     }
   }
   /* Older incarnations of a slot are no longer needed. */
