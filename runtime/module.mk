@@ -15,6 +15,9 @@ FTCOMM_A := $(BUILD)/lib/libftcomm.a
 
 $(RUNTIME_OBJS): CPPFLAGS_ALL += $(RUNTIME_CPPFLAGS)
 
+# Parts with build needs of their own (e.g. nccl's include directories).
+include $(wildcard runtime/src/*/module.mk)
+
 $(FTCOMM_A): $(RUNTIME_OBJS) $(RECORDER_OBJS) $(COMMON_OBJS)
 	@mkdir -p $(dir $@)
 	$(say) AR $@

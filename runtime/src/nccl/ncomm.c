@@ -1,0 +1,774 @@
+/*
+ * ncomm.c - one NCCL communicator per membership epoch: nonblocking init,
+ * collectives on a stream timed with CUDA events, bounded polling, and the
+ * move to the next epoch by shrink, grow, or abort plus a fresh init, as
+ * the loader chose for this library.
+ *
+ * Nothing here waits inside NCCL or CUDA: every wait is a poll of
+ * ncclCommGetAsyncError and cudaEventQuery with a short nap, bounded by a
+ * deadline. ncclCommAbort itself runs on a helper thread so that an abort
+ * that does not return costs a leaked thread, not the caller.
+ *
+ * Lock: c->mu guards c->nc against ftc__nccl_comm_abort() from another
+ * thread; it is never held across an NCCL call that can block.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "ftc_alloc.h"
+#include "ftc_error.h"
+#include "ftc_log.h"
+#include "ftc_time.h"
+#include "nccl/nccl_int.h"
+
+struct ftc__nccl_comm {
+  ftc__nccl_lib_t *lib;
+  pthread_mutex_t mu;
+  ncclComm_t nc;          /* NULL once aborted */
+  ftc__view_t *view;      /* our copy of the current epoch's view */
+  int rank, size;
+  uint64_t epoch;
+  int device, timeout_ms;
+  cudaStream_t stream, own_stream;
+  int error;              /* atomic ftc_status_t: what broke the epoch */
+  int revoked;
+  void *scratch;          /* 16 device bytes for barriers */
+  cudaEvent_t *pool;
+  int npool, cap;
+  ftc__nccl_step_t last_step;
+  int64_t last_ns;
+};
+
+/* --- small helpers ------------------------------------------------------- */
+
+static void nap(int *us) {
+  struct timespec ts = {0, (long)*us * 1000};
+  nanosleep(&ts, NULL);
+  if (*us < 1000) *us = *us * 2 + 1;
+}
+
+static const char *last_error(ftc__nccl_lib_t *lib, ncclComm_t nc) {
+  const char *s = lib->n.GetLastError ? lib->n.GetLastError(nc) : NULL;
+  return s ? s : "";
+}
+
+static void fail(ftc__nccl_comm_t *c, ftc_status_t why) {
+  int expect = FTC_OK;
+  __atomic_compare_exchange_n(&c->error, &expect, (int)why, 0, __ATOMIC_ACQ_REL,
+                              __ATOMIC_ACQUIRE);
+}
+
+static ncclComm_t get_nc(ftc__nccl_comm_t *c) {
+  pthread_mutex_lock(&c->mu);
+  ncclComm_t nc = c->nc;
+  pthread_mutex_unlock(&c->mu);
+  return nc;
+}
+
+/* Poll nc until its async state leaves ncclInProgress or deadline passes. */
+static ftc_status_t poll_ready(ftc__nccl_lib_t *lib, ncclComm_t nc, int64_t deadline,
+                               const char *what, int timeout_ms) {
+  int us = 10;
+  for (;;) {
+    ncclResult_t a = ncclInProgress;
+    ncclResult_t r = lib->n.CommGetAsyncError(nc, &a);
+    if (r != ncclSuccess) return ftc__nccl_status(r, what, last_error(lib, nc));
+    if (a == ncclSuccess) return FTC_OK;
+    if (a != ncclInProgress) return ftc__nccl_status(a, what, last_error(lib, nc));
+    if (ftc__now_ns() >= deadline)
+      return ftc__error(FTC_ERR_TIMEOUT, "%s did not finish within %d ms (NCCL kept "
+                        "answering in progress)", what, timeout_ms);
+    nap(&us);
+  }
+}
+
+/* ncclCommAbort on a helper thread, waited for up to timeout_ms. */
+typedef struct abort_job {
+  ftc__nccl_lib_t *lib;
+  ncclComm_t nc;
+  int refs, done;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+} abort_job_t;
+
+static void abort_job_put(abort_job_t *j) {
+  if (__atomic_sub_fetch(&j->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    ftc__free(j);
+  }
+}
+
+static void *abort_main(void *arg) {
+  abort_job_t *j = arg;
+  j->lib->n.CommAbort(j->nc);
+  pthread_mutex_lock(&j->mu);
+  j->done = 1;
+  pthread_cond_signal(&j->cv);
+  pthread_mutex_unlock(&j->mu);
+  abort_job_put(j);
+  return NULL;
+}
+
+static ftc_status_t abort_nc(ftc__nccl_lib_t *lib, ncclComm_t nc, int timeout_ms) {
+  if (!nc) return FTC_OK;
+  abort_job_t *j = ftc__calloc(1, sizeof *j);
+  if (!j) {
+    lib->n.CommAbort(nc); /* no memory for the guard: abort on this thread */
+    return FTC_OK;
+  }
+  j->lib = lib, j->nc = nc, j->refs = 2;
+  pthread_mutex_init(&j->mu, NULL);
+  pthread_cond_init(&j->cv, NULL);
+  pthread_t t;
+  pthread_attr_t at;
+  pthread_attr_init(&at);
+  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&t, &at, abort_main, j) != 0) {
+    pthread_attr_destroy(&at);
+    j->refs = 1;
+    abort_job_put(j);
+    lib->n.CommAbort(nc);
+    return FTC_OK;
+  }
+  pthread_attr_destroy(&at);
+  pthread_setname_np(t, "ftc-nccl-abort");
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  int64_t ns = ts.tv_nsec + (int64_t)(timeout_ms % 1000) * 1000000;
+  ts.tv_sec += timeout_ms / 1000 + ns / 1000000000;
+  ts.tv_nsec = ns % 1000000000;
+  pthread_mutex_lock(&j->mu);
+  while (!j->done)
+    if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) != 0) break;
+  int done = j->done;
+  pthread_mutex_unlock(&j->mu);
+  abort_job_put(j);
+  if (!done) {
+    FTC_ERROR(FTC_SUB_NCCL, "ncclCommAbort did not return within %d ms; leaving it on a "
+              "helper thread", timeout_ms);
+    return ftc__error(FTC_ERR_TIMEOUT, "ncclCommAbort did not return within %d ms",
+                      timeout_ms);
+  }
+  return FTC_OK;
+}
+
+static ftc__view_t *view_copy(const ftc__view_t *v) {
+  ftc__view_t *o = ftc__calloc(1, sizeof *o);
+  if (!o) return NULL;
+  *o = *v;
+  o->members = NULL, o->backend_blob = NULL;
+  if (v->size > 0) {
+    o->members = ftc__calloc((size_t)v->size, sizeof *o->members);
+    if (!o->members) goto out_free;
+    memcpy(o->members, v->members, (size_t)v->size * sizeof *o->members);
+  }
+  if (v->backend_blob && !(o->backend_blob = ftc__strdup(v->backend_blob))) goto out_free;
+  return o;
+out_free:
+  ftc__free(o->members);
+  ftc__free(o);
+  return NULL;
+}
+
+static void view_drop(ftc__view_t *v) {
+  if (!v) return;
+  ftc__free(v->members);
+  ftc__free(v->backend_blob);
+  ftc__free(v);
+}
+
+/* --- planning ------------------------------------------------------------ */
+
+const char *ftc__nccl_step_name(ftc__nccl_step_t s) {
+  static const char *names[] = {"none", "init", "shrink", "grow", "shrink+grow", "join"};
+  return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "?";
+}
+
+static int find_member(const ftc__view_t *v, uint64_t id) {
+  for (int i = 0; i < v->size; i++)
+    if (v->members[i].member_id == id) return i;
+  return -1;
+}
+
+void ftc__nccl_plan(ftc__nccl_path_t path, const ftc__view_t *old, const ftc__view_t *next,
+                    ftc__nccl_plan_t *p) {
+  memset(p, 0, sizeof *p);
+  p->publisher = -1;
+  int first_survivor = -1, joiner_before_survivor = 0;
+  for (int i = 0; i < next->size; i++) {
+    if (next->members[i].joined_epoch >= next->epoch) {
+      p->joiners++;
+    } else {
+      if (p->joiners) joiner_before_survivor = 1;
+      if (first_survivor < 0) first_survivor = i;
+      p->survivors++;
+    }
+  }
+  if (old) {
+    for (int i = 0; i < old->size; i++)
+      if (find_member(next, old->members[i].member_id) < 0) {
+        if (p->n_excluded >= 0 && p->n_excluded < 64)
+          p->excluded[p->n_excluded++] = i;
+        else
+          p->n_excluded = -1;
+      }
+  }
+  int init = 0;
+  if (!old) {
+    if (p->survivors == 0 || path != FTC__NCCL_PATH_SHRINK_GROW)
+      init = 1;
+    else
+      p->step = FTC__NCCL_STEP_JOIN;
+  } else if (p->n_excluded < 0) {
+    init = 1;
+  } else {
+    int ex = p->n_excluded > 0, jo = p->joiners > 0;
+    if (!ex && !jo) p->step = FTC__NCCL_STEP_NONE;
+    else if (path == FTC__NCCL_PATH_REINIT) init = 1;
+    else if (path == FTC__NCCL_PATH_SHRINK) init = jo, p->step = FTC__NCCL_STEP_SHRINK;
+    else p->step = ex && jo ? FTC__NCCL_STEP_SHRINK_GROW : ex ? FTC__NCCL_STEP_SHRINK : FTC__NCCL_STEP_GROW;
+  }
+  if (init) {
+    p->step = FTC__NCCL_STEP_INIT;
+    p->publisher = next->size > 0 ? 0 : -1;
+    p->blob_kind = "init";
+    p->n_excluded = p->n_excluded < 0 ? 0 : p->n_excluded;
+    return;
+  }
+  if (p->step == FTC__NCCL_STEP_GROW || p->step == FTC__NCCL_STEP_SHRINK_GROW ||
+      p->step == FTC__NCCL_STEP_JOIN) {
+    p->publisher = first_survivor;
+    p->blob_kind = "grow";
+    p->reorder = joiner_before_survivor;
+  }
+}
+
+/* --- communicator --------------------------------------------------------- */
+
+static ncclConfig_t nonblocking_config(void) {
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  return cfg;
+}
+
+static ftc_status_t set_device(ftc__nccl_comm_t *c) {
+  if (c->device < 0) return FTC_OK;
+  cudaError_t e = c->lib->rt.SetDevice(c->device);
+  if (e != cudaSuccess)
+    return ftc__error(FTC_ERR_BACKEND, "cudaSetDevice(%d) failed: %s", c->device,
+                      c->lib->rt.GetErrorString(e));
+  return FTC_OK;
+}
+
+/* Wait for a communicator made by a nonblocking call; abort it on failure. */
+static ftc_status_t settle(ftc__nccl_comm_t *c, ncclResult_t r, ncclComm_t nc, int64_t deadline,
+                           const char *what) {
+  ftc_status_t st;
+  if (r != ncclSuccess && r != ncclInProgress) {
+    st = ftc__nccl_status(r, what, nc ? last_error(c->lib, nc) : "");
+    goto out_abort;
+  }
+  if (!nc) return ftc__error(FTC_ERR_BACKEND, "%s returned no communicator", what);
+  st = poll_ready(c->lib, nc, deadline, what, c->timeout_ms);
+  if (st == FTC_OK) return FTC_OK;
+out_abort:
+  if (nc) abort_nc(c->lib, nc, c->timeout_ms);
+  return st;
+}
+
+static ftc_status_t comm_alloc(ftc__nccl_lib_t *lib, const ftc__nccl_opts_t *o,
+                               ftc__nccl_comm_t **out) {
+  ftc_status_t st = FTC_OK;
+  ftc__nccl_comm_t *c = ftc__calloc(1, sizeof *c);
+  if (!c) return ftc__error(FTC_ERR_NO_MEMORY, "out of memory for an NCCL communicator");
+  c->lib = lib;
+  c->device = o ? o->device : -1;
+  c->timeout_ms = o && o->timeout_ms > 0 ? o->timeout_ms : 60000;
+  pthread_mutex_init(&c->mu, NULL);
+  FTC_CHECK_GOTO(set_device(c), st, out_free);
+  if (o && o->stream) {
+    c->stream = o->stream;
+  } else {
+    cudaError_t e = lib->rt.StreamCreateWithFlags(&c->own_stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+      st = ftc__error(FTC_ERR_BACKEND, "cudaStreamCreateWithFlags failed: %s",
+                      lib->rt.GetErrorString(e));
+      goto out_free;
+    }
+    c->stream = c->own_stream;
+  }
+  cudaError_t e = lib->rt.Malloc(&c->scratch, 16);
+  if (e != cudaSuccess) {
+    st = ftc__error(FTC_ERR_BACKEND, "cudaMalloc of 16 bytes failed: %s",
+                    lib->rt.GetErrorString(e));
+    goto out_stream;
+  }
+  *out = c;
+  return FTC_OK;
+out_stream:
+  if (c->own_stream) lib->rt.StreamDestroy(c->own_stream);
+out_free:
+  pthread_mutex_destroy(&c->mu);
+  ftc__free(c);
+  return st;
+}
+
+static ftc_status_t get_uid(ftc__nccl_comm_t *c, const ftc__nccl_plan_t *p,
+                            const ftc__view_t *next, const ftc__nccl_xchg_t *x,
+                            int64_t deadline, ncclUniqueId *uid) {
+  ftc_status_t st;
+  char blob[FTC__NCCL_BLOB_MAX];
+  if (next->my_rank == p->publisher) {
+    ncclResult_t r;
+    ncclComm_t nc = get_nc(c);
+    if (!strcmp(p->blob_kind, "grow"))
+      r = c->lib->n.CommGetUniqueId(nc, uid);
+    else
+      r = c->lib->n.GetUniqueId(uid);
+    if (r != ncclSuccess)
+      return ftc__nccl_status(r, !strcmp(p->blob_kind, "grow") ? "ncclCommGetUniqueId"
+                                                                : "ncclGetUniqueId", "");
+    if (ftc__nccl_blob_encode(p->blob_kind, (const uint8_t *)uid->internal, blob,
+                              sizeof blob) < 0)
+      return ftc__error(FTC_ERR_INTERNAL, "NCCL unique id blob does not fit");
+    return x->publish(x->arg, next->epoch, blob);
+  }
+  if (!strcmp(p->blob_kind, "grow") && p->step != FTC__NCCL_STEP_JOIN) return FTC_OK;
+  st = x->fetch(x->arg, next->epoch, blob, sizeof blob, deadline);
+  if (st != FTC_OK) return st;
+  return ftc__nccl_blob_decode(blob, p->blob_kind, (uint8_t *)uid->internal);
+}
+
+/* Replace c->nc by nc (the old one is aborted: never destroyed). */
+static void swap_nc(ftc__nccl_comm_t *c, ncclComm_t nc) {
+  pthread_mutex_lock(&c->mu);
+  ncclComm_t old = c->nc;
+  c->nc = nc;
+  pthread_mutex_unlock(&c->mu);
+  if (old) abort_nc(c->lib, old, c->timeout_ms);
+}
+
+static ftc_status_t do_shrink(ftc__nccl_comm_t *c, const ftc__nccl_plan_t *p, int64_t deadline) {
+  ncclComm_t nc = get_nc(c), out = NULL;
+  if (!nc) return ftc__error(FTC_ERR_ABORTED, "the NCCL communicator was aborted");
+  /* ncclCommShrink sorts the list in place: it gets a copy. */
+  int excl[64];
+  memcpy(excl, p->excluded, (size_t)p->n_excluded * sizeof excl[0]);
+  ncclConfig_t cfg = nonblocking_config();
+  int flags = c->revoked ? NCCL_SHRINK_DEFAULT : NCCL_SHRINK_ABORT;
+  ncclResult_t r = c->lib->n.CommShrink(nc, excl, p->n_excluded, &out, &cfg, flags);
+  ftc_status_t st = settle(c, r, out, deadline, "ncclCommShrink");
+  if (st != FTC_OK) return st;
+  swap_nc(c, out);
+  return FTC_OK;
+}
+
+static ftc_status_t do_split(ftc__nccl_comm_t *c, int key, int64_t deadline) {
+  ncclComm_t nc = get_nc(c), out = NULL;
+  ncclConfig_t cfg = nonblocking_config();
+  ncclResult_t r = c->lib->n.CommSplit(nc, 0, key, &out, &cfg);
+  ftc_status_t st = settle(c, r, out, deadline, "ncclCommSplit (rank order after grow)");
+  if (st != FTC_OK) return st;
+  swap_nc(c, out);
+  return FTC_OK;
+}
+
+ftc_status_t ftc__nccl_enter_epoch(ftc__nccl_lib_t *lib, ftc__nccl_comm_t **cp,
+                                   const ftc__view_t *next, const ftc__nccl_xchg_t *x,
+                                   const ftc__nccl_opts_t *opts) {
+  ftc_status_t st = FTC_OK;
+  ftc__nccl_comm_t *c = *cp;
+  int created = 0;
+  if (next->my_rank < 0 || next->my_rank >= next->size)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "this process is not in epoch %llu",
+                      (unsigned long long)next->epoch);
+  if (c && next->epoch <= c->epoch)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "epoch %llu is not after the current %llu",
+                      (unsigned long long)next->epoch, (unsigned long long)c->epoch);
+  ftc__nccl_plan_t p;
+  ftc__nccl_plan(lib->info.path, c ? c->view : NULL, next, &p);
+  if (c && p.step == FTC__NCCL_STEP_NONE && (ftc__nccl_comm_error(c) != FTC_OK || !get_nc(c))) {
+    /* Same members, but the epoch failed: make the communicator again. */
+    p.step = FTC__NCCL_STEP_INIT;
+    p.publisher = 0;
+    p.blob_kind = "init";
+  }
+  if (!c && p.step == FTC__NCCL_STEP_JOIN &&
+      next->members[next->my_rank].joined_epoch < next->epoch)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "epoch %llu names this process a survivor "
+                      "(joined at epoch %llu) but it has no communicator to grow",
+                      (unsigned long long)next->epoch,
+                      (unsigned long long)next->members[next->my_rank].joined_epoch);
+  if (!c) {
+    FTC_CHECK_GOTO(comm_alloc(lib, opts, &c), st, out);
+    created = 1;
+  }
+  ftc__view_t *nv = view_copy(next);
+  if (!nv) {
+    st = ftc__error(FTC_ERR_NO_MEMORY, "out of memory copying epoch %llu",
+                    (unsigned long long)next->epoch);
+    goto out_fail;
+  }
+  int64_t t0 = ftc__now_ns();
+  int64_t deadline = ftc__deadline_ns(c->timeout_ms);
+  FTC_CHECK_GOTO(set_device(c), st, out_view);
+  FTC_DEBUG(FTC_SUB_NCCL, "epoch %llu: %s (excluded %d, joiners %d, publisher %d)",
+            (unsigned long long)next->epoch, ftc__nccl_step_name(p.step), p.n_excluded,
+            p.joiners, p.publisher);
+  ncclUniqueId uid;
+  memset(&uid, 0, sizeof uid);
+  ncclConfig_t cfg = nonblocking_config();
+  ncclComm_t out = NULL;
+  ncclResult_t r;
+  switch (p.step) {
+  case FTC__NCCL_STEP_NONE:
+    break;
+  case FTC__NCCL_STEP_INIT:
+    if (!created) swap_nc(c, NULL); /* after a failure: abort, never destroy */
+    FTC_CHECK_GOTO(get_uid(c, &p, next, x, deadline, &uid), st, out_view);
+    r = lib->n.CommInitRankConfig(&out, next->size, uid, next->my_rank, &cfg);
+    FTC_CHECK_GOTO(settle(c, r, out, deadline, "ncclCommInitRankConfig"), st, out_view);
+    swap_nc(c, out);
+    break;
+  case FTC__NCCL_STEP_SHRINK:
+  case FTC__NCCL_STEP_SHRINK_GROW:
+  case FTC__NCCL_STEP_GROW:
+    if (p.step != FTC__NCCL_STEP_GROW) FTC_CHECK_GOTO(do_shrink(c, &p, deadline), st, out_view);
+    if (p.step == FTC__NCCL_STEP_SHRINK) break;
+    FTC_CHECK_GOTO(get_uid(c, &p, next, x, deadline, &uid), st, out_view);
+    r = lib->n.CommGrow(get_nc(c), next->size, next->my_rank == p.publisher ? &uid : NULL, -1,
+                        &out, &cfg);
+    FTC_CHECK_GOTO(settle(c, r, out, deadline, "ncclCommGrow"), st, out_view);
+    swap_nc(c, out);
+    if (p.reorder) FTC_CHECK_GOTO(do_split(c, next->my_rank, deadline), st, out_view);
+    break;
+  case FTC__NCCL_STEP_JOIN: {
+    FTC_CHECK_GOTO(get_uid(c, &p, next, x, deadline, &uid), st, out_view);
+    int nrank = p.survivors;
+    for (int i = 0; i < next->my_rank; i++)
+      if (next->members[i].joined_epoch >= next->epoch) nrank++;
+    r = lib->n.CommGrow(NULL, next->size, &uid, nrank, &out, &cfg);
+    FTC_CHECK_GOTO(settle(c, r, out, deadline, "ncclCommGrow (joining)"), st, out_view);
+    swap_nc(c, out);
+    if (p.reorder) FTC_CHECK_GOTO(do_split(c, next->my_rank, deadline), st, out_view);
+    break;
+  }
+  }
+  view_drop(c->view);
+  c->view = nv;
+  c->rank = next->my_rank;
+  c->size = next->size;
+  __atomic_store_n(&c->epoch, next->epoch, __ATOMIC_RELEASE);
+  __atomic_store_n(&c->error, FTC_OK, __ATOMIC_RELEASE);
+  c->revoked = 0;
+  c->last_step = p.step;
+  c->last_ns = ftc__now_ns() - t0;
+  FTC_INFO(FTC_SUB_NCCL, "epoch %llu: rank %d of %d by %s in %.1f ms",
+           (unsigned long long)next->epoch, c->rank, c->size, ftc__nccl_step_name(p.step),
+           (double)c->last_ns / 1e6);
+  *cp = c;
+  return FTC_OK;
+
+out_view:
+  view_drop(nv);
+out_fail:
+  if (created) {
+    ftc__nccl_comm_free(c);
+    goto out;
+  }
+  fail(c, st);
+  swap_nc(c, NULL);
+out:
+  return st;
+}
+
+void ftc__nccl_comm_last_step(const ftc__nccl_comm_t *c, ftc__nccl_step_t *step, int64_t *ns) {
+  if (step) *step = c->last_step;
+  if (ns) *ns = c->last_ns;
+}
+
+int ftc__nccl_comm_rank(const ftc__nccl_comm_t *c) { return c->rank; }
+int ftc__nccl_comm_size(const ftc__nccl_comm_t *c) { return c->size; }
+uint64_t ftc__nccl_comm_epoch(const ftc__nccl_comm_t *c) {
+  return __atomic_load_n(&c->epoch, __ATOMIC_ACQUIRE);
+}
+ftc_status_t ftc__nccl_comm_error(const ftc__nccl_comm_t *c) {
+  return (ftc_status_t)__atomic_load_n(&c->error, __ATOMIC_ACQUIRE);
+}
+
+/* --- collectives ----------------------------------------------------------- */
+
+static const ncclDataType_t dtypes[FTC_DTYPE_COUNT] = {
+    [FTC_F32] = ncclFloat32, [FTC_F64] = ncclFloat64, [FTC_F16] = ncclFloat16,
+    [FTC_BF16] = ncclBfloat16, [FTC_I32] = ncclInt32, [FTC_I64] = ncclInt64,
+    [FTC_U8] = ncclUint8};
+static const ncclRedOp_t redops[FTC_OP_COUNT] = {
+    [FTC_SUM] = ncclSum, [FTC_PROD] = ncclProd, [FTC_MIN] = ncclMin, [FTC_MAX] = ncclMax,
+    [FTC_AVG] = ncclAvg};
+
+/* Local copies, so that the backend links with common/ alone (tests). */
+static const size_t dsize[FTC_DTYPE_COUNT] = {[FTC_F32] = 4, [FTC_F64] = 8, [FTC_F16] = 2,
+                                              [FTC_BF16] = 2, [FTC_I32] = 4, [FTC_I64] = 8,
+                                              [FTC_U8] = 1};
+static const char *coll_name(ftc__coll_t c) {
+  static const char *n[FTC__COLL_COUNT] = {"allreduce", "broadcast", "reduce", "allgather",
+                                           "reduce_scatter", "alltoall", "barrier", "send",
+                                           "recv"};
+  return (unsigned)c < FTC__COLL_COUNT ? n[c] : "?";
+}
+
+static ftc_status_t gate(ftc__nccl_comm_t *c) {
+  ftc_status_t e = ftc__nccl_comm_error(c);
+  if (e == FTC_ERR_ABORTED || !get_nc(c))
+    return ftc__error(FTC_ERR_ABORTED, "the NCCL communicator was aborted");
+  if (e != FTC_OK)
+    return ftc__error(FTC_ERR_REVOKED, "epoch %llu failed (%s); move to the next epoch first",
+                      (unsigned long long)ftc__nccl_comm_epoch(c), ftc_strerror(e));
+  return FTC_OK;
+}
+
+static ftc_status_t event_get(ftc__nccl_comm_t *c, cudaEvent_t *ev) {
+  if (c->npool > 0) {
+    *ev = c->pool[--c->npool];
+    return FTC_OK;
+  }
+  cudaError_t e = c->lib->rt.EventCreateWithFlags(ev, cudaEventDefault);
+  if (e != cudaSuccess)
+    return ftc__error(FTC_ERR_BACKEND, "cudaEventCreate failed: %s",
+                      c->lib->rt.GetErrorString(e));
+  return FTC_OK;
+}
+
+static void event_put(ftc__nccl_comm_t *c, cudaEvent_t ev) {
+  if (!ev) return;
+  if (c->npool == c->cap) {
+    int cap = c->cap ? c->cap * 2 : 16;
+    cudaEvent_t *np = ftc__realloc(c->pool, (size_t)cap * sizeof *np);
+    if (!np) {
+      c->lib->rt.EventDestroy(ev);
+      return;
+    }
+    c->pool = np, c->cap = cap;
+  }
+  c->pool[c->npool++] = ev;
+}
+
+void ftc__nccl_work_release(ftc__nccl_comm_t *c, ftc__nccl_work_t *w) {
+  event_put(c, (cudaEvent_t)w->ev_start);
+  event_put(c, (cudaEvent_t)w->ev_end);
+  w->ev_start = w->ev_end = NULL;
+}
+
+static ncclResult_t enqueue(ftc__nccl_comm_t *c, ncclComm_t nc, const ftc__op_t *op,
+                            cudaStream_t s) {
+  const ftc__nccl_fns_t *n = &c->lib->n;
+  ncclDataType_t dt = dtypes[op->dtype];
+  ncclRedOp_t ro = redops[op->op];
+  size_t es = dsize[op->dtype];
+  switch (op->coll) {
+  case FTC__ALLREDUCE: return n->AllReduce(op->sendbuf, op->recvbuf, op->count, dt, ro, nc, s);
+  case FTC__BROADCAST:
+    return n->Broadcast(op->sendbuf, op->recvbuf, op->count, dt, op->peer, nc, s);
+  case FTC__REDUCE:
+    return n->Reduce(op->sendbuf, op->recvbuf, op->count, dt, ro, op->peer, nc, s);
+  case FTC__ALLGATHER: return n->AllGather(op->sendbuf, op->recvbuf, op->count, dt, nc, s);
+  case FTC__REDUCE_SCATTER:
+    return n->ReduceScatter(op->sendbuf, op->recvbuf, op->count, dt, ro, nc, s);
+  case FTC__BARRIER:
+    return n->AllReduce(c->scratch, c->scratch, 1, ncclUint8, ncclMax, nc, s);
+  case FTC__SEND: return n->Send(op->sendbuf, op->count, dt, op->peer, nc, s);
+  case FTC__RECV: return n->Recv(op->recvbuf, op->count, dt, op->peer, nc, s);
+  case FTC__ALLTOALL: {
+    ncclResult_t r = n->GroupStart(), r2;
+    if (r != ncclSuccess) return r;
+    for (int j = 0; j < c->size && (r == ncclSuccess || r == ncclInProgress); j++) {
+      size_t off = (size_t)j * op->count * es;
+      r = n->Send((const char *)op->sendbuf + off, op->count, dt, j, nc, s);
+      if (r == ncclSuccess || r == ncclInProgress)
+        r = n->Recv((char *)op->recvbuf + off, op->count, dt, j, nc, s);
+    }
+    r2 = n->GroupEnd();
+    return r != ncclSuccess && r != ncclInProgress ? r : r2;
+  }
+  default: return ncclInvalidArgument;
+  }
+}
+
+ftc_status_t ftc__nccl_comm_launch(ftc__nccl_comm_t *c, const ftc__op_t *op, void *stream,
+                                   ftc__nccl_work_t *w) {
+  ftc_status_t st;
+  memset(w, 0, sizeof *w);
+  if ((unsigned)op->coll >= FTC__COLL_COUNT || (unsigned)op->dtype >= FTC_DTYPE_COUNT ||
+      (unsigned)op->op >= FTC_OP_COUNT)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "unknown collective, dtype or op");
+  FTC_CHECK_GOTO(gate(c), st, out);
+  ncclComm_t nc = get_nc(c);
+  cudaStream_t s = stream ? (cudaStream_t)stream : c->stream;
+  cudaEvent_t a = NULL, b = NULL;
+  FTC_CHECK_GOTO(event_get(c, &a), st, out);
+  FTC_CHECK_GOTO(event_get(c, &b), st, out_a);
+  w->enqueued_ns = ftc__now_ns();
+  cudaError_t e = c->lib->rt.EventRecord(a, s);
+  if (e != cudaSuccess) {
+    st = ftc__error(FTC_ERR_BACKEND, "cudaEventRecord failed: %s", c->lib->rt.GetErrorString(e));
+    goto out_b;
+  }
+  ncclResult_t r = enqueue(c, nc, op, s);
+  if (r == ncclInProgress) {
+    /* Nonblocking: the enqueue finishes in the background; wait for it. */
+    st = poll_ready(c->lib, nc, ftc__deadline_ns(c->timeout_ms), coll_name(op->coll),
+                    c->timeout_ms);
+    if (st != FTC_OK) {
+      fail(c, st);
+      goto out_b;
+    }
+  } else if (r != ncclSuccess) {
+    st = ftc__nccl_status(r, coll_name(op->coll), last_error(c->lib, nc));
+    if (st != FTC_ERR_INVALID_ARGUMENT) fail(c, st);
+    goto out_b;
+  }
+  e = c->lib->rt.EventRecord(b, s);
+  if (e != cudaSuccess) {
+    st = ftc__error(FTC_ERR_BACKEND, "cudaEventRecord failed: %s", c->lib->rt.GetErrorString(e));
+    fail(c, st);
+    goto out_b;
+  }
+  w->ev_start = a, w->ev_end = b;
+  return FTC_OK;
+out_b:
+  event_put(c, b);
+out_a:
+  event_put(c, a);
+out:
+  return st;
+}
+
+ftc_status_t ftc__nccl_work_poll(ftc__nccl_comm_t *c, ftc__nccl_work_t *w, int *done) {
+  *done = 0;
+  ncclComm_t nc = get_nc(c);
+  if (!nc) return ftc__error(FTC_ERR_ABORTED, "the NCCL communicator was aborted");
+  ncclResult_t a = ncclSuccess;
+  ncclResult_t r = c->lib->n.CommGetAsyncError(nc, &a);
+  if (r == ncclSuccess && a != ncclSuccess && a != ncclInProgress) r = a;
+  if (r != ncclSuccess) {
+    ftc_status_t st = ftc__nccl_status(r, "collective", last_error(c->lib, nc));
+    fail(c, st);
+    return st;
+  }
+  ftc_status_t e = ftc__nccl_comm_error(c);
+  if (e != FTC_OK) return ftc__error(e, "epoch %llu failed: %s",
+                                     (unsigned long long)ftc__nccl_comm_epoch(c), ftc_strerror(e));
+  cudaError_t q;
+  if (!w->started_ns) {
+    q = c->lib->rt.EventQuery((cudaEvent_t)w->ev_start);
+    if (q == cudaSuccess) w->started_ns = ftc__now_ns();
+  }
+  q = c->lib->rt.EventQuery((cudaEvent_t)w->ev_end);
+  if (q == cudaSuccess) {
+    int64_t now = ftc__now_ns();
+    if (!w->started_ns) w->started_ns = now;
+    w->completed_ns = now;
+    *done = 1;
+    return FTC_OK;
+  }
+  if (q != cudaErrorNotReady) {
+    ftc_status_t st = ftc__error(FTC_ERR_BACKEND, "cudaEventQuery failed: %s",
+                                 c->lib->rt.GetErrorString(q));
+    fail(c, st);
+    return st;
+  }
+  return FTC_OK;
+}
+
+ftc_status_t ftc__nccl_comm_wait(ftc__nccl_comm_t *c, ftc__nccl_work_t *w, int64_t deadline_ns) {
+  int us = 1, done = 0;
+  for (;;) {
+    ftc_status_t st = ftc__nccl_work_poll(c, w, &done);
+    if (st != FTC_OK || done) return st;
+    if (ftc__now_ns() >= deadline_ns) {
+      fail(c, FTC_ERR_TIMEOUT);
+      FTC_WARN(FTC_SUB_NCCL, "epoch %llu: a collective did not complete in time (%s)",
+               (unsigned long long)ftc__nccl_comm_epoch(c),
+               w->started_ns ? "it started on the GPU" : "it never started on the GPU");
+      return ftc__error(FTC_ERR_TIMEOUT, "the NCCL collective did not complete in time (%s); "
+                        "the epoch is failed", w->started_ns ? "started, not completed"
+                                                             : "never started");
+    }
+    nap(&us);
+  }
+}
+
+ftc_status_t ftc__nccl_work_elapsed_ms(ftc__nccl_comm_t *c, const ftc__nccl_work_t *w,
+                                       float *ms) {
+  cudaError_t e = c->lib->rt.EventElapsedTime(ms, (cudaEvent_t)w->ev_start,
+                                              (cudaEvent_t)w->ev_end);
+  if (e != cudaSuccess)
+    return ftc__error(FTC_ERR_BACKEND, "cudaEventElapsedTime failed: %s",
+                      c->lib->rt.GetErrorString(e));
+  return FTC_OK;
+}
+
+/* --- failure ---------------------------------------------------------------- */
+
+ftc_status_t ftc__nccl_comm_revoke(ftc__nccl_comm_t *c, ftc_status_t why) {
+  fail(c, why != FTC_OK ? why : FTC_ERR_REVOKED);
+  ncclComm_t nc = get_nc(c);
+  if (!nc) return FTC_OK;
+  if (!(c->lib->info.caps & FTC__NCCL_CAP_REVOKE) || c->revoked) return FTC_OK;
+  ncclResult_t r = c->lib->n.CommRevoke(nc, NCCL_REVOKE_DEFAULT);
+  if (r != ncclSuccess && r != ncclInProgress)
+    return ftc__nccl_status(r, "ncclCommRevoke", last_error(c->lib, nc));
+  /* Done once the state leaves ncclInProgress: success, or the sticky error
+   * that broke the epoch in the first place. */
+  int64_t deadline = ftc__deadline_ns(c->timeout_ms);
+  int us = 10;
+  for (;;) {
+    ncclResult_t a = ncclInProgress;
+    r = c->lib->n.CommGetAsyncError(nc, &a);
+    if (r != ncclSuccess) return ftc__nccl_status(r, "ncclCommRevoke", last_error(c->lib, nc));
+    if (a != ncclInProgress) break;
+    if (ftc__now_ns() >= deadline)
+      return ftc__error(FTC_ERR_TIMEOUT, "ncclCommRevoke did not finish within %d ms",
+                        c->timeout_ms);
+    nap(&us);
+  }
+  c->revoked = 1;
+  return FTC_OK;
+}
+
+ftc_status_t ftc__nccl_comm_abort(ftc__nccl_comm_t *c) {
+  fail(c, FTC_ERR_ABORTED);
+  pthread_mutex_lock(&c->mu);
+  ncclComm_t nc = c->nc;
+  c->nc = NULL;
+  pthread_mutex_unlock(&c->mu);
+  return abort_nc(c->lib, nc, c->timeout_ms);
+}
+
+void ftc__nccl_comm_free(ftc__nccl_comm_t *c) {
+  if (!c) return;
+  ncclComm_t nc = get_nc(c);
+  if (nc && ftc__nccl_comm_error(c) == FTC_OK) {
+    /* Healthy: finalize (bounded), then destroy. */
+    ncclResult_t r = c->lib->n.CommFinalize(nc);
+    ftc_status_t st = (r == ncclSuccess || r == ncclInProgress)
+                          ? poll_ready(c->lib, nc, ftc__deadline_ns(c->timeout_ms),
+                                       "ncclCommFinalize", c->timeout_ms)
+                          : ftc__nccl_status(r, "ncclCommFinalize", "");
+    if (st == FTC_OK) {
+      c->nc = NULL;
+      c->lib->n.CommDestroy(nc);
+    }
+  }
+  ftc__nccl_comm_abort(c);
+  for (int i = 0; i < c->npool; i++) c->lib->rt.EventDestroy(c->pool[i]);
+  ftc__free(c->pool);
+  if (c->scratch) c->lib->rt.Free(c->scratch);
+  if (c->own_stream) c->lib->rt.StreamDestroy(c->own_stream);
+  view_drop(c->view);
+  pthread_mutex_destroy(&c->mu);
+  ftc__free(c);
+}

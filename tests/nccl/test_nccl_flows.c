@@ -1,0 +1,545 @@
+/*
+ * test_nccl_flows.c - the NCCL backend end to end against the versioned
+ * NCCL test double, each rank a forked process: collectives on a stream,
+ * a killed rank (peer lost, then shrink or abort + re-init by version), a
+ * replacement taken in (grow or re-init), a hang inside the library that
+ * becomes a timeout, in-progress answers, asynchronous failures, and abort
+ * (never destroy) of every communicator that saw a failure.
+ *
+ * Unique ids travel through files (the coordinator's role in production).
+ * The double appends its lifecycle calls to DIR/log, which the parent reads.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "nccl_test_util.h"
+
+#define TMO 15000 /* ms: generous bound for one step on a busy 2-core host */
+
+typedef struct flow {
+  const char *ver;
+  char dir[256];
+  char log[300];
+  ftc__nccl_lib_t *lib; /* in the child */
+  ftc__nccl_xchg_t x;
+} flow_t;
+
+static int vcode(const char *ver) {
+  int a = 0, b = 0, c = 0;
+  sscanf(ver, "%d.%d.%d", &a, &b, &c);
+  return a * 10000 + b * 100 + c;
+}
+
+#define CHILD_CHECK(cond, code, ...)                                         \
+  do {                                                                       \
+    if (!(cond)) {                                                           \
+      fprintf(stderr, "[pid %d] %s:%d: ", (int)getpid(), __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                                          \
+      fprintf(stderr, " (last error: %s)\n", ftc_last_error());              \
+      _exit(code);                                                           \
+    }                                                                        \
+  } while (0)
+
+static void child_setup(flow_t *f) {
+  setenv("NCCL_DOUBLE_DIR", f->dir, 1);
+  setenv("NCCL_DOUBLE_LOG", f->log, 1);
+  char path[512];
+  double_path(f->ver, path, sizeof path);
+  ftc_status_t st = ftc__nccl_lib_open(path, cudart_double_path(), &f->lib);
+  CHILD_CHECK(st == FTC_OK, 90, "open %s", path);
+  f->x.publish = file_publish;
+  f->x.fetch = file_fetch;
+  f->x.arg = f->dir;
+}
+
+static ftc__nccl_opts_t opts(int timeout_ms) {
+  ftc__nccl_opts_t o = {0, timeout_ms, NULL};
+  return o;
+}
+
+/* Run op and wait for it. */
+static ftc_status_t run(ftc__nccl_comm_t *c, ftc__op_t op, int timeout_ms, ftc__nccl_work_t *wout) {
+  ftc__nccl_work_t w;
+  ftc_status_t st = ftc__nccl_comm_launch(c, &op, NULL, &w);
+  if (st != FTC_OK) return st;
+  st = ftc__nccl_comm_wait(c, &w, ftc__deadline_ns(timeout_ms));
+  if (wout) *wout = w;
+  else if (st == FTC_OK) ftc__nccl_work_release(c, &w);
+  return st;
+}
+
+/* allreduce(sum) of `mine` over count floats; every element must be want. */
+static ftc_status_t allreduce_check(ftc__nccl_comm_t *c, float mine, float want, int *bad) {
+  enum { N = 4096 };
+  float *buf = malloc(N * sizeof *buf);
+  for (int i = 0; i < N; i++) buf[i] = mine;
+  ftc__op_t op = {FTC__ALLREDUCE, buf, buf, N, FTC_F32, FTC_SUM, -1};
+  ftc_status_t st = run(c, op, TMO, NULL);
+  *bad = 0;
+  if (st == FTC_OK)
+    for (int i = 0; i < N; i++)
+      if (buf[i] != want) {
+        *bad = 1;
+        fprintf(stderr, "allreduce: element %d is %g, want %g\n", i, buf[i], want);
+        break;
+      }
+  free(buf);
+  return st;
+}
+
+/* allgather of each rank's view rank: must read 0, 1, ..., size-1. */
+static int order_ok(ftc__nccl_comm_t *c) {
+  int n = ftc__nccl_comm_size(c);
+  int32_t mine = ftc__nccl_comm_rank(c), *all = calloc((size_t)n, sizeof *all);
+  ftc__op_t op = {FTC__ALLGATHER, &mine, all, 1, FTC_I32, FTC_SUM, -1};
+  ftc_status_t st = run(c, op, TMO, NULL);
+  int ok = st == FTC_OK;
+  for (int i = 0; ok && i < n; i++) ok = all[i] == i;
+  free(all);
+  return ok;
+}
+
+static void record_step(flow_t *f, const char *who, ftc__nccl_comm_t *c) {
+  ftc__nccl_step_t s;
+  int64_t ns;
+  ftc__nccl_comm_last_step(c, &s, &ns);
+  char path[512];
+  snprintf(path, sizeof path, "%s/steps-%s", f->dir, who);
+  FILE *o = fopen(path, "a");
+  if (o) {
+    fprintf(o, "%s ", ftc__nccl_step_name(s));
+    fclose(o);
+  }
+}
+
+static void read_steps(flow_t *f, const char *who, char *buf, size_t len) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/steps-%s", f->dir, who);
+  buf[0] = '\0';
+  FILE *i = fopen(path, "r");
+  if (!i) return;
+  size_t n = fread(buf, 1, len - 1, i);
+  buf[n] = '\0';
+  fclose(i);
+}
+
+/* --- kill, shrink, grow ----------------------------------------------------- */
+
+static const int slots3[] = {0, 1, 2};
+static const uint64_t ids3[] = {101, 102, 103};
+static const uint64_t joined3[] = {1, 1, 1};
+
+static void survivor(flow_t *f, int slot) {
+  child_setup(f);
+  char who[16];
+  snprintf(who, sizeof who, "slot%d", slot);
+  ftc__nccl_opts_t o = opts(TMO);
+  ftc__nccl_comm_t *c = NULL;
+  int bad;
+  ftc__view_t *v1 = make_view(1, 3, slots3, ids3, joined3, slot);
+  ftc_status_t st = ftc__nccl_enter_epoch(f->lib, &c, v1, &f->x, &o);
+  CHILD_CHECK(st == FTC_OK, 10, "epoch 1: %s", ftc_strerror(st));
+  record_step(f, who, c);
+  st = allreduce_check(c, (float)(slot + 1), 6.0f, &bad);
+  CHILD_CHECK(st == FTC_OK && !bad, 11, "epoch 1 allreduce: %s", ftc_strerror(st));
+  if (slot == 1) raise(SIGKILL); /* the failure: a rank dies between steps */
+
+  int64_t t0 = ftc__now_ns();
+  st = allreduce_check(c, 1.0f, 0.0f, &bad);
+  CHILD_CHECK(st == FTC_ERR_PEER_LOST, 12, "allreduce with a dead peer gave %s, want peer lost",
+              ftc_strerror(st));
+  CHILD_CHECK(ftc__now_ns() - t0 < (int64_t)TMO * 1000000, 13, "peer loss took too long");
+  CHILD_CHECK(ftc__nccl_comm_error(c) == FTC_ERR_PEER_LOST, 14, "epoch not marked failed");
+  ftc__op_t op = {FTC__BARRIER, NULL, NULL, 0, FTC_U8, FTC_SUM, -1};
+  ftc__nccl_work_t w;
+  CHILD_CHECK(ftc__nccl_comm_launch(c, &op, NULL, &w) == FTC_ERR_REVOKED, 15,
+              "a collective on a failed epoch must say revoked");
+  st = ftc__nccl_comm_revoke(c, FTC_ERR_PEER_LOST);
+  CHILD_CHECK(st == FTC_OK, 16, "revoke: %s", ftc_strerror(st));
+
+  int s2[] = {0, 2};
+  uint64_t i2[] = {101, 103}, j2[] = {1, 1};
+  ftc__view_t *v2 = make_view(2, 2, s2, i2, j2, slot == 0 ? 0 : 1);
+  st = ftc__nccl_enter_epoch(f->lib, &c, v2, &f->x, &o);
+  CHILD_CHECK(st == FTC_OK, 17, "epoch 2: %s", ftc_strerror(st));
+  record_step(f, who, c);
+  CHILD_CHECK(ftc__nccl_comm_size(c) == 2 && ftc__nccl_comm_epoch(c) == 2, 18, "epoch 2 size");
+  st = allreduce_check(c, (float)(slot + 1), 4.0f, &bad);
+  CHILD_CHECK(st == FTC_OK && !bad, 19, "epoch 2 allreduce: %s", ftc_strerror(st));
+
+  uint64_t i3[] = {101, 104, 103}, j3[] = {1, 3, 1};
+  ftc__view_t *v3 = make_view(3, 3, slots3, i3, j3, slot == 0 ? 0 : 2);
+  st = ftc__nccl_enter_epoch(f->lib, &c, v3, &f->x, &o);
+  CHILD_CHECK(st == FTC_OK, 20, "epoch 3: %s", ftc_strerror(st));
+  record_step(f, who, c);
+  st = allreduce_check(c, (float)(slot + 1), 6.0f, &bad);
+  CHILD_CHECK(st == FTC_OK && !bad, 21, "epoch 3 allreduce: %s", ftc_strerror(st));
+  CHILD_CHECK(order_ok(c), 22, "epoch 3 rank order differs from the view");
+  ftc__nccl_comm_free(c);
+  free_view(v1), free_view(v2), free_view(v3);
+  _exit(0);
+}
+
+static void joiner(flow_t *f) {
+  child_setup(f);
+  ftc__nccl_opts_t o = opts(TMO);
+  ftc__nccl_comm_t *c = NULL;
+  int bad;
+  uint64_t i3[] = {101, 104, 103}, j3[] = {1, 3, 1};
+  ftc__view_t *v3 = make_view(3, 3, slots3, i3, j3, 1);
+  ftc_status_t st = ftc__nccl_enter_epoch(f->lib, &c, v3, &f->x, &o);
+  CHILD_CHECK(st == FTC_OK, 30, "joiner epoch 3: %s", ftc_strerror(st));
+  record_step(f, "joiner", c);
+  st = allreduce_check(c, 2.0f, 6.0f, &bad);
+  CHILD_CHECK(st == FTC_OK && !bad, 31, "joiner allreduce: %s", ftc_strerror(st));
+  CHILD_CHECK(order_ok(c), 32, "joiner: rank order differs from the view");
+  ftc__nccl_comm_free(c);
+  free_view(v3);
+  _exit(0);
+}
+
+static void flow_init(flow_t *f, const char *ver, const char *tag) {
+  memset(f, 0, sizeof *f);
+  f->ver = ver;
+  make_tmpdir(f->dir, sizeof f->dir, tag);
+  snprintf(f->log, sizeof f->log, "%s/log", f->dir);
+}
+
+static void kill_shrink_grow(const char *ver) {
+  flow_t f;
+  flow_init(&f, ver, "ksg");
+  int v = vcode(ver);
+  pid_t pid[4];
+  for (int s = 0; s < 3; s++)
+    if ((pid[s] = fork()) == 0) survivor(&f, s);
+  if ((pid[3] = fork()) == 0) joiner(&f);
+  int rc[4];
+  for (int i = 0; i < 4; i++) rc[i] = wait_child(pid[i], 4 * TMO);
+  char st0[128], st2[128], stj[128];
+  read_steps(&f, "slot0", st0, sizeof st0);
+  read_steps(&f, "slot2", st2, sizeof st2);
+  read_steps(&f, "joiner", stj, sizeof stj);
+  print_message("NCCL double %s: slot0 [%s] slot2 [%s] joiner [%s]; exits %d %d %d %d\n", ver,
+                st0, st2, stj, rc[0], rc[1], rc[2], rc[3]);
+  assert_int_equal(rc[0], 0);
+  assert_int_equal(rc[1], 128 + SIGKILL);
+  assert_int_equal(rc[2], 0);
+  assert_int_equal(rc[3], 0);
+  /* the path chosen by version */
+  const char *want = v >= 22902 ? "init shrink grow " : v >= 22700 ? "init shrink init "
+                                                                    : "init init init ";
+  assert_string_equal(st0, want);
+  assert_string_equal(st2, want);
+  assert_string_equal(stj, v >= 22902 ? "join " : "init ");
+  /* abort, never destroy, a communicator that saw the failure */
+  assert_int_equal(count_lines(f.log, " destroy ", "failed=1"), 0);
+  assert_true(count_lines(f.log, " abort ", "failed=1") >= 1);
+  assert_int_equal(count_lines(f.log, " revoke ", NULL), v >= 22807 ? 2 : 0);
+  if (v >= 22700) {
+    /* revoke first where there is one, else shrink with NCCL_SHRINK_ABORT */
+    assert_int_equal(count_lines(f.log, " shrink ", v >= 22807 ? "flags=0" : "flags=1"), 2);
+  } else {
+    assert_int_equal(count_lines(f.log, " shrink ", NULL), 0);
+  }
+  assert_int_equal(count_lines(f.log, " grow ", NULL), v >= 22902 ? 3 : 0);
+  assert_int_equal(count_lines(f.log, " commgetuniqueid ", NULL), v >= 22902 ? 1 : 0);
+  /* the joiner sat at view rank 1, NCCL put it last: one split to reorder */
+  assert_int_equal(count_lines(f.log, " split ", NULL), v >= 22902 ? 3 : 0);
+  assert_int_equal(count_lines(f.log, " init ", NULL), v >= 22902 ? 3 : v >= 22700 ? 6 : 8);
+  rm_tmpdir(f.dir);
+}
+
+static void kill_shrink_grow_2_26(void **s) { (void)s; kill_shrink_grow("2.26.5"); }
+static void kill_shrink_grow_2_27(void **s) { (void)s; kill_shrink_grow("2.27.3"); }
+static void kill_shrink_grow_2_28(void **s) { (void)s; kill_shrink_grow("2.28.9"); }
+static void kill_shrink_grow_2_29(void **s) { (void)s; kill_shrink_grow("2.29.2"); }
+static void kill_shrink_grow_2_32(void **s) { (void)s; kill_shrink_grow("2.32.3"); }
+
+/* --- a hang inside the library ----------------------------------------------- */
+
+static void hang_rank(flow_t *f, int rank, int hang) {
+  if (hang) setenv("NCCL_DOUBLE_HANG_AT", "2", 1);
+  child_setup(f);
+  ftc__nccl_opts_t o = opts(TMO);
+  ftc__nccl_comm_t *c = NULL;
+  int s2[] = {0, 1};
+  uint64_t i2[] = {1, 2}, j2[] = {1, 1};
+  ftc__view_t *v = make_view(1, 2, s2, i2, j2, rank);
+  ftc_status_t st = ftc__nccl_enter_epoch(f->lib, &c, v, &f->x, &o);
+  CHILD_CHECK(st == FTC_OK, 40, "init: %s", ftc_strerror(st));
+  int bad;
+  st = allreduce_check(c, 1.0f, 2.0f, &bad);
+  CHILD_CHECK(st == FTC_OK && !bad, 41, "first allreduce: %s", ftc_strerror(st));
+
+  float x[16] = {0};
+  ftc__op_t op = {FTC__ALLREDUCE, x, x, 16, FTC_F32, FTC_SUM, -1};
+  ftc__nccl_work_t w;
+  int64_t t0 = ftc__now_ns();
+  st = run(c, op, 300, &w);
+  int64_t waited = ftc__now_ns() - t0;
+  CHILD_CHECK(st == FTC_ERR_TIMEOUT, 42, "hung collective gave %s, want timeout", ftc_strerror(st));
+  CHILD_CHECK(waited >= 290000000LL && waited < 3000000000LL, 43, "waited %lld ns", (long long)waited);
+  CHILD_CHECK(w.started_ns != 0 && w.completed_ns == 0, 44, "the event before it ran, not the one after");
+  CHILD_CHECK(ftc__nccl_comm_error(c) == FTC_ERR_TIMEOUT, 45, "epoch not failed by the timeout");
+  /* Both ranks time out before either aborts: an abort closes sockets, and
+   * the other rank would rightly see a lost peer instead. */
+  char mine[300], other[300];
+  snprintf(mine, sizeof mine, "%s/timed-out-%d", f->dir, rank);
+  snprintf(other, sizeof other, "%s/timed-out-%d", f->dir, 1 - rank);
+  fclose(fopen(mine, "w"));
+  for (int64_t d = ftc__deadline_ns(TMO); access(other, F_OK) != 0 && ftc__now_ns() < d;)
+    usleep(2000);
+  t0 = ftc__now_ns();
+  st = ftc__nccl_comm_revoke(c, FTC_ERR_TIMEOUT);
+  CHILD_CHECK(st == FTC_OK, 46, "revoke: %s", ftc_strerror(st));
+  st = ftc__nccl_comm_abort(c);
+  CHILD_CHECK(st == FTC_OK, 47, "abort: %s", ftc_strerror(st));
+  CHILD_CHECK(ftc__now_ns() - t0 < 3000000000LL, 48, "revoke+abort took too long");
+  CHILD_CHECK(ftc__nccl_comm_launch(c, &op, NULL, &w) == FTC_ERR_ABORTED, 49, "launch after abort");
+  ftc__nccl_comm_free(c); /* the hung work has ended: the stream joins */
+  free_view(v);
+  _exit(0);
+}
+
+static void hang_becomes_timeout(const char *ver) {
+  flow_t f;
+  flow_init(&f, ver, "hang");
+  pid_t a = fork();
+  if (a == 0) hang_rank(&f, 0, 0);
+  pid_t b = fork();
+  if (b == 0) hang_rank(&f, 1, 1);
+  assert_int_equal(wait_child(a, 2 * TMO), 0);
+  assert_int_equal(wait_child(b, 2 * TMO), 0);
+  assert_int_equal(count_lines(f.log, " destroy ", NULL), 0);
+  assert_int_equal(count_lines(f.log, " abort ", NULL), 2);
+  assert_int_equal(count_lines(f.log, " revoke ", NULL), vcode(ver) >= 22807 ? 2 : 0);
+  rm_tmpdir(f.dir);
+}
+
+static void hang_becomes_timeout_2_26(void **s) { (void)s; hang_becomes_timeout("2.26.5"); }
+static void hang_becomes_timeout_2_32(void **s) { (void)s; hang_becomes_timeout("2.32.3"); }
+
+/* A hang in communicator creation is a timeout too, and the abort returns. */
+static void hang_in_init_child(flow_t *f) {
+  setenv("NCCL_DOUBLE_HANG_INIT", "1", 1);
+  child_setup(f);
+  ftc__nccl_opts_t o = opts(300);
+  ftc__nccl_comm_t *c = NULL;
+  int s1[] = {0};
+  uint64_t i1[] = {1}, j1[] = {1};
+  ftc__view_t *v = make_view(1, 1, s1, i1, j1, 0);
+  int64_t t0 = ftc__now_ns();
+  ftc_status_t st = ftc__nccl_enter_epoch(f->lib, &c, v, &f->x, &o);
+  CHILD_CHECK(st == FTC_ERR_TIMEOUT, 50, "hung init gave %s", ftc_strerror(st));
+  CHILD_CHECK(strstr(ftc_last_error(), "ncclCommInitRankConfig"), 51, "message names the call");
+  CHILD_CHECK(c == NULL, 52, "no communicator on failure");
+  CHILD_CHECK(ftc__now_ns() - t0 < 3000000000LL, 53, "took too long");
+  free_view(v);
+  _exit(0);
+}
+
+static void hang_in_init_becomes_timeout(void **s) {
+  (void)s;
+  flow_t f;
+  flow_init(&f, "2.32.3", "hinit");
+  pid_t a = fork();
+  if (a == 0) hang_in_init_child(&f);
+  assert_int_equal(wait_child(a, 2 * TMO), 0);
+  assert_int_equal(count_lines(f.log, " abort ", NULL), 1);
+  assert_int_equal(count_lines(f.log, " destroy ", NULL), 0);
+  rm_tmpdir(f.dir);
+}
+
+/* --- in progress, asynchronous errors ------------------------------------------ */
+
+static void in_progress_child(flow_t *f) {
+  setenv("NCCL_DOUBLE_INPROGRESS_MS", "300", 1);
+  child_setup(f);
+  ftc__nccl_opts_t o = opts(TMO);
+  ftc__nccl_comm_t *c = NULL;
+  int s1[] = {0};
+  uint64_t i1[] = {1}, j1[] = {1};
+  ftc__view_t *v = make_view(1, 1, s1, i1, j1, 0);
+  int64_t t0 = ftc__now_ns();
+  ftc_status_t st = ftc__nccl_enter_epoch(f->lib, &c, v, &f->x, &o);
+  CHILD_CHECK(st == FTC_OK, 60, "init: %s", ftc_strerror(st));
+  CHILD_CHECK(ftc__now_ns() - t0 >= 300000000LL, 61, "init returned before the library was ready");
+  int bad;
+  setenv("NCCL_DOUBLE_ENQUEUE_INPROGRESS_MS", "150", 1);
+  t0 = ftc__now_ns();
+  st = allreduce_check(c, 3.0f, 3.0f, &bad);
+  CHILD_CHECK(st == FTC_OK && !bad, 62, "allreduce: %s", ftc_strerror(st));
+  CHILD_CHECK(ftc__now_ns() - t0 >= 150000000LL, 63, "enqueue in progress not waited for");
+  unsetenv("NCCL_DOUBLE_ENQUEUE_INPROGRESS_MS");
+  ftc__nccl_comm_free(c);
+  c = NULL;
+  /* in progress for longer than the timeout: a timeout */
+  ftc__nccl_opts_t quick = opts(100);
+  v->epoch = 2;
+  v->members[0].joined_epoch = 2; /* a fresh process in a new job */
+  st = ftc__nccl_enter_epoch(f->lib, &c, v, &f->x, &quick);
+  CHILD_CHECK(st == FTC_ERR_TIMEOUT, 64, "gave %s", ftc_strerror(st));
+  CHILD_CHECK(strstr(ftc_last_error(), "in progress"), 65, "message says why");
+  free_view(v);
+  _exit(0);
+}
+
+static void in_progress_is_polled_within_the_timeout(void **s) {
+  (void)s;
+  flow_t f;
+  flow_init(&f, "2.29.2", "inprog");
+  pid_t a = fork();
+  if (a == 0) in_progress_child(&f);
+  assert_int_equal(wait_child(a, 2 * TMO), 0);
+  assert_int_equal(count_lines(f.log, " abort ", NULL), 1); /* the timed-out init */
+  rm_tmpdir(f.dir);
+}
+
+static void async_fail_child(flow_t *f, const char *code, ftc_status_t want) {
+  setenv("NCCL_DOUBLE_FAIL_AT", "2", 1);
+  if (code) setenv("NCCL_DOUBLE_FAIL_CODE", code, 1);
+  child_setup(f);
+  ftc__nccl_opts_t o = opts(TMO);
+  ftc__nccl_comm_t *c = NULL;
+  int s1[] = {0};
+  uint64_t i1[] = {1}, j1[] = {1};
+  ftc__view_t *v = make_view(1, 1, s1, i1, j1, 0);
+  ftc_status_t st = ftc__nccl_enter_epoch(f->lib, &c, v, &f->x, &o);
+  CHILD_CHECK(st == FTC_OK, 70, "init: %s", ftc_strerror(st));
+  int bad;
+  st = allreduce_check(c, 1.0f, 1.0f, &bad);
+  CHILD_CHECK(st == FTC_OK && !bad, 71, "first allreduce: %s", ftc_strerror(st));
+  st = allreduce_check(c, 1.0f, 1.0f, &bad);
+  CHILD_CHECK(st == want, 72, "async failure gave %s, want %s", ftc_strerror(st), ftc_strerror(want));
+  CHILD_CHECK(strstr(ftc_last_error(), "injected failure"), 73, "NCCL's text is kept");
+  st = allreduce_check(c, 1.0f, 1.0f, &bad);
+  CHILD_CHECK(st == FTC_ERR_REVOKED, 74, "next collective gave %s", ftc_strerror(st));
+  /* the next epoch, same members: the broken communicator is replaced */
+  v->epoch = 2;
+  st = ftc__nccl_enter_epoch(f->lib, &c, v, &f->x, &o);
+  CHILD_CHECK(st == FTC_OK, 75, "epoch 2: %s", ftc_strerror(st));
+  unsetenv("NCCL_DOUBLE_FAIL_AT");
+  st = allreduce_check(c, 5.0f, 5.0f, &bad);
+  CHILD_CHECK(st == FTC_OK && !bad, 76, "epoch 2 allreduce: %s", ftc_strerror(st));
+  ftc__nccl_comm_free(c);
+  free_view(v);
+  _exit(0);
+}
+
+static void async_error(const char *code, ftc_status_t want) {
+  flow_t f;
+  flow_init(&f, "2.32.3", "async");
+  pid_t a = fork();
+  if (a == 0) async_fail_child(&f, code, want);
+  assert_int_equal(wait_child(a, 2 * TMO), 0);
+  assert_int_equal(count_lines(f.log, " destroy ", "failed=1"), 0);
+  assert_int_equal(count_lines(f.log, " abort ", "failed=1"), 1);
+  rm_tmpdir(f.dir);
+}
+
+static void async_system_error_is_a_backend_status(void **s) {
+  (void)s;
+  async_error(NULL, FTC_ERR_BACKEND);
+}
+static void async_remote_error_is_peer_lost(void **s) {
+  (void)s;
+  async_error("6", FTC_ERR_PEER_LOST);
+}
+
+/* --- every collective ----------------------------------------------------------- */
+
+static void colls_child(flow_t *f, int rank) {
+  child_setup(f);
+  ftc__nccl_opts_t o = opts(TMO);
+  ftc__nccl_comm_t *c = NULL;
+  int s3[] = {0, 1, 2};
+  uint64_t i3[] = {1, 2, 3}, j3[] = {1, 1, 1};
+  ftc__view_t *v = make_view(1, 3, s3, i3, j3, rank);
+  ftc_status_t st = ftc__nccl_enter_epoch(f->lib, &c, v, &f->x, &o);
+  CHILD_CHECK(st == FTC_OK, 80, "init: %s", ftc_strerror(st));
+  enum { N = 1000 };
+  int32_t a[3 * N], b[3 * N];
+  /* allreduce max, i32 */
+  for (int i = 0; i < N; i++) a[i] = rank * 10 + i;
+  ftc__nccl_work_t w;
+  st = run(c, (ftc__op_t){FTC__ALLREDUCE, a, b, N, FTC_I32, FTC_MAX, -1}, TMO, &w);
+  CHILD_CHECK(st == FTC_OK && b[7] == 27, 81, "allreduce max: %s %d", ftc_strerror(st), b[7]);
+  float ms = -1;
+  CHILD_CHECK(ftc__nccl_work_elapsed_ms(c, &w, &ms) == FTC_OK && ms >= 0, 82, "event timing");
+  CHILD_CHECK(w.started_ns >= w.enqueued_ns && w.completed_ns >= w.started_ns, 83, "times");
+  ftc__nccl_work_release(c, &w);
+  /* broadcast from 1 */
+  for (int i = 0; i < N; i++) a[i] = rank == 1 ? 500 + i : -1;
+  st = run(c, (ftc__op_t){FTC__BROADCAST, a, a, N, FTC_I32, FTC_SUM, 1}, TMO, NULL);
+  CHILD_CHECK(st == FTC_OK && a[3] == 503, 84, "broadcast");
+  /* reduce sum to 2 */
+  for (int i = 0; i < N; i++) a[i] = rank + 1, b[i] = -1;
+  st = run(c, (ftc__op_t){FTC__REDUCE, a, b, N, FTC_I32, FTC_SUM, 2}, TMO, NULL);
+  CHILD_CHECK(st == FTC_OK && (rank != 2 || b[9] == 6), 85, "reduce");
+  /* allgather */
+  for (int i = 0; i < N; i++) a[i] = rank * 1000 + i;
+  st = run(c, (ftc__op_t){FTC__ALLGATHER, a, b, N, FTC_I32, FTC_SUM, -1}, TMO, NULL);
+  CHILD_CHECK(st == FTC_OK && b[N + 5] == 1005 && b[2 * N] == 2000, 86, "allgather");
+  /* reduce-scatter sum */
+  for (int i = 0; i < 3 * N; i++) a[i] = i;
+  st = run(c, (ftc__op_t){FTC__REDUCE_SCATTER, a, b, N, FTC_I32, FTC_SUM, -1}, TMO, NULL);
+  CHILD_CHECK(st == FTC_OK && b[1] == 3 * (rank * N + 1), 87, "reduce_scatter");
+  /* all-to-all: block j of rank r holds r*100+j */
+  for (int j = 0; j < 3; j++)
+    for (int i = 0; i < N; i++) a[j * N + i] = rank * 100 + j;
+  st = run(c, (ftc__op_t){FTC__ALLTOALL, a, b, N, FTC_I32, FTC_SUM, -1}, TMO, NULL);
+  CHILD_CHECK(st == FTC_OK && b[0] == rank && b[2 * N] == 200 + rank, 88, "alltoall");
+  /* send/recv: 0 -> 2 */
+  if (rank == 0) {
+    for (int i = 0; i < N; i++) a[i] = 77;
+    st = run(c, (ftc__op_t){FTC__SEND, a, NULL, N, FTC_I32, FTC_SUM, 2}, TMO, NULL);
+    CHILD_CHECK(st == FTC_OK, 89, "send");
+  } else if (rank == 2) {
+    st = run(c, (ftc__op_t){FTC__RECV, NULL, b, N, FTC_I32, FTC_SUM, 0}, TMO, NULL);
+    CHILD_CHECK(st == FTC_OK && b[N - 1] == 77, 90, "recv");
+  }
+  st = run(c, (ftc__op_t){FTC__BARRIER, NULL, NULL, 0, FTC_U8, FTC_SUM, -1}, TMO, NULL);
+  CHILD_CHECK(st == FTC_OK, 91, "barrier");
+  /* avg of f64 */
+  double d[4] = {rank * 3.0, 1, 2, 3}, e[4];
+  st = run(c, (ftc__op_t){FTC__ALLREDUCE, d, e, 4, FTC_F64, FTC_AVG, -1}, TMO, NULL);
+  CHILD_CHECK(st == FTC_OK && e[0] == 3.0 && e[3] == 3.0, 92, "avg f64");
+  ftc__nccl_comm_free(c);
+  free_view(v);
+  _exit(0);
+}
+
+static void every_collective_runs_on_the_stream(void **s) {
+  (void)s;
+  flow_t f;
+  flow_init(&f, "2.32.3", "colls");
+  pid_t p[3];
+  for (int r = 0; r < 3; r++)
+    if ((p[r] = fork()) == 0) colls_child(&f, r);
+  for (int r = 0; r < 3; r++) assert_int_equal(wait_child(p[r], 2 * TMO), 0);
+  /* healthy communicators are finalized and destroyed */
+  assert_int_equal(count_lines(f.log, " finalize ", NULL), 3);
+  assert_int_equal(count_lines(f.log, " destroy ", "failed=0"), 3);
+  rm_tmpdir(f.dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(every_collective_runs_on_the_stream),
+      cmocka_unit_test(kill_shrink_grow_2_26),
+      cmocka_unit_test(kill_shrink_grow_2_27),
+      cmocka_unit_test(kill_shrink_grow_2_28),
+      cmocka_unit_test(kill_shrink_grow_2_29),
+      cmocka_unit_test(kill_shrink_grow_2_32),
+      cmocka_unit_test(hang_becomes_timeout_2_26),
+      cmocka_unit_test(hang_becomes_timeout_2_32),
+      cmocka_unit_test(hang_in_init_becomes_timeout),
+      cmocka_unit_test(in_progress_is_polled_within_the_timeout),
+      cmocka_unit_test(async_system_error_is_a_backend_status),
+      cmocka_unit_test(async_remote_error_is_peer_lost),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
