@@ -14,3 +14,8 @@ test:
 	@scripts/deps.sh
 	@$(MAKE) --no-print-directory all test-bins
 	@tests/run.sh $(TEST_SUITES)
+
+# The suites, for tests/run.sh by hand: tests/run.sh $(make -s print-suites)
+.PHONY: print-suites
+print-suites:
+	@echo $(TEST_SUITES)

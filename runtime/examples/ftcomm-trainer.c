@@ -8,6 +8,12 @@
  * applies the same update. Data, teacher and initial weights come from one
  * seed, so N ranks follow the 1-rank run up to floating-point summation order.
  *
+ * It survives failures: at every step boundary ftc_comm_step() lets a
+ * waiting joiner in; a step whose allreduce fails is redone after
+ * ftc_comm_recover() by the survivors, the fixed global batch re-split over
+ * them; after every membership change the ranks sync the newest model
+ * (parameters, step, loss) by broadcast, which is also how a joiner gets it.
+ *
  * Run it under ftcomm-run:   ftcomm-run -n 4 -- ftcomm-trainer --steps 200
  * Each rank prints the loss every --log-every steps and, at the end, the
  * final loss, a parameter checksum and a hash of the parameter bytes (equal
@@ -20,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ftcomm.h"
 
@@ -32,6 +39,7 @@ struct options {
   double lr;
   uint64_t seed;
   int log_every;
+  int step_ms;  /* extra time per step, standing in for real compute */
 };
 
 struct model {
@@ -110,6 +118,7 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: ftcomm-trainer [--steps N] [--batch B] [--samples S] [--inputs I]\n"
           "                      [--hidden H] [--lr RATE] [--seed SEED] [--log-every K]\n"
+          "                      [--step-ms MS]\n"
           "Data-parallel SGD on synthetic data over ftcomm. Run it under ftcomm-run.\n");
 }
 
@@ -132,7 +141,8 @@ static int parse_options(int argc, char **argv, struct options *o) {
       {"samples", required_argument, 0, 'N'}, {"inputs", required_argument, 0, 'i'},
       {"hidden", required_argument, 0, 'H'},  {"lr", required_argument, 0, 'l'},
       {"seed", required_argument, 0, 'S'},    {"log-every", required_argument, 0, 'k'},
-      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+      {"step-ms", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
   *o = (struct options){.steps = 200, .batch = 256, .inputs = 16, .hidden = 32,
                         .samples = 8192, .lr = 0.5, .seed = 1, .log_every = 20};
   int c;
@@ -145,6 +155,7 @@ static int parse_options(int argc, char **argv, struct options *o) {
       case 'i': bad = parse_int("inputs", optarg, 1, 4096, &o->inputs); break;
       case 'H': bad = parse_int("hidden", optarg, 1, 4096, &o->hidden); break;
       case 'k': bad = parse_int("log-every", optarg, 1, 100000000, &o->log_every); break;
+      case 'T': bad = parse_int("step-ms", optarg, 0, 100000, &o->step_ms); break;
       case 'l': {
         char *end;
         o->lr = strtod(optarg, &end);
@@ -176,6 +187,32 @@ static int parse_options(int argc, char **argv, struct options *o) {
   return 0;
 }
 
+/* Make every rank hold the same state after a membership change: the
+ * newest state wins (a rank that finished the step the failure interrupted
+ * is ahead; a joiner has none, step -1), from the lowest rank holding it,
+ * sent by broadcast. state[] is the parameters followed by the last loss. */
+static ftc_status_t sync_state(ftc_comm_t *comm, double *state, size_t n, int *step) {
+  int rank;
+  ftc_comm_rank(comm, &rank);
+  int64_t v = *step;
+  ftc_status_t st = ftc_allreduce(&v, &v, 1, FTC_I64, FTC_MAX, comm, FTC_TIMEOUT_DEFAULT);
+  if (st != FTC_OK) return st;
+  int64_t root = *step == v ? rank : INT64_MAX;
+  if ((st = ftc_allreduce(&root, &root, 1, FTC_I64, FTC_MIN, comm, FTC_TIMEOUT_DEFAULT)) != FTC_OK)
+    return st;
+  if (v < 0) {
+    fprintf(stderr, "ftcomm-trainer: no surviving rank holds the model\n");
+    return FTC_ERR_BELOW_MIN_SIZE;
+  }
+  if ((st = ftc_broadcast(state, n, FTC_F64, (int)root, comm, FTC_TIMEOUT_DEFAULT)) != FTC_OK)
+    return st;
+  if (*step != v)
+    fprintf(stderr, "ftcomm-trainer: rank %d: took the model at step %lld from rank %lld\n", rank,
+            (long long)v, (long long)root);
+  *step = (int)v;
+  return FTC_OK;
+}
+
 int main(int argc, char **argv) {
   struct options o;
   if (parse_options(argc, argv, &o)) return 2;
@@ -190,6 +227,8 @@ int main(int argc, char **argv) {
   int rank = 0, size = 1, rc = 1;
   ftc_comm_rank(comm, &rank);
   ftc_comm_size(comm, &size);
+  ftc_epoch_info_t info;
+  ftc_comm_info(comm, &info);
 
   /* The data set: inputs ~ N(0,1), labels from the teacher network. */
   struct model teacher = {0}, model = {0};
@@ -202,6 +241,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ftcomm-trainer: out of memory\n");
     goto out_free;
   }
+  /* The loss travels with the parameters when state is synced. */
+  double *grown = realloc(model.p, sizeof(double) * (model.n + 1));
+  if (!grown) goto out_free;
+  model.p = grown;
+  model.p[model.n] = 0;
   grad = calloc(model.n + 1, sizeof(double));
   if (!grad) goto out_free;
   uint64_t s = o.seed;
@@ -210,33 +254,73 @@ int main(int argc, char **argv) {
     y[n] = forward(&teacher, x + (size_t)n * o.inputs, h) > 0 ? 1.0 : 0.0;
   }
 
-  if (rank == 0)
+  if (rank == 0 && !info.joiner)
     printf("training: %d ranks, %zu parameters, batch %d, %d steps, seed %llu\n", size, model.n,
            o.batch, o.steps, (unsigned long long)o.seed);
-  double loss = 0;
-  for (int step = 0; step < o.steps; step++) {
-    memset(grad, 0, sizeof(double) * (model.n + 1));
-    /* This rank's contiguous share of the global batch. */
-    int lo = (int)((long long)o.batch * rank / size), hi = (int)((long long)o.batch * (rank + 1) / size);
-    for (int b = lo; b < hi; b++) {
-      int n = (int)(((long long)step * o.batch + b) % o.samples);
-      grad[model.n] += backward(&model, x + (size_t)n * o.inputs, y[n], h, grad);
+  if (info.joiner)
+    fprintf(stderr, "ftcomm-trainer: joined at epoch %llu as rank %d of %d\n",
+            (unsigned long long)info.epoch, info.rank, info.size);
+  /* The global batch is fixed and re-split over the current ranks, so the
+   * math is the same at any size; a step that failed is redone. */
+  int step = info.joiner ? -1 : 0, need_sync = info.joiner, recoveries = 0;
+  for (;;) {
+    if (need_sync) st = sync_state(comm, model.p, model.n + 1, &step);
+    if (st == FTC_OK) {
+      need_sync = 0;
+      if (step >= o.steps) break;
+      st = ftc_comm_step(comm, FTC_TIMEOUT_DEFAULT, &info);
     }
-    st = ftc_allreduce(grad, grad, model.n + 1, FTC_F64, FTC_SUM, comm, FTC_TIMEOUT_DEFAULT);
+    if (st == FTC_OK && info.changed) {
+      fprintf(stderr, "ftcomm-trainer: step %d: epoch %llu: %d joined, now rank %d of %d\n",
+              step, (unsigned long long)info.epoch, info.joined, info.rank, info.size);
+      need_sync = 1;
+      continue;
+    }
+    if (st == FTC_OK) {
+      ftc_comm_rank(comm, &rank);
+      ftc_comm_size(comm, &size);
+      memset(grad, 0, sizeof(double) * (model.n + 1));
+      /* This rank's contiguous share of the global batch. */
+      int lo = (int)((long long)o.batch * rank / size), hi = (int)((long long)o.batch * (rank + 1) / size);
+      for (int b = lo; b < hi; b++) {
+        int n = (int)(((long long)step * o.batch + b) % o.samples);
+        grad[model.n] += backward(&model, x + (size_t)n * o.inputs, y[n], h, grad);
+      }
+      if (o.step_ms > 0) {
+        struct timespec ts = {o.step_ms / 1000, (long)(o.step_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+      }
+      st = ftc_allreduce(grad, grad, model.n + 1, FTC_F64, FTC_SUM, comm, FTC_TIMEOUT_DEFAULT);
+    }
+    if (st == FTC_OK) {
+      for (size_t i = 0; i < model.n; i++) model.p[i] -= o.lr * grad[i] / o.batch;
+      model.p[model.n] = grad[model.n] / o.batch;
+      if (rank == 0 && (step % o.log_every == 0 || step == o.steps - 1))
+        printf("step %5d  loss %.6f\n", step, model.p[model.n]);
+      step++;
+      continue;
+    }
+    fprintf(stderr, "ftcomm-trainer: rank %d: step %d failed: %s: %s; recovering\n", rank, step,
+            ftc_strerror(st), ftc_last_error());
+    st = ftc_comm_recover(comm, FTC_TIMEOUT_DEFAULT, &info);
     if (st != FTC_OK) {
-      fprintf(stderr, "ftcomm-trainer: step %d: allreduce failed: %s: %s\n", step,
-              ftc_strerror(st), ftc_last_error());
+      fprintf(stderr, "ftcomm-trainer: rank %d: cannot recover: %s: %s\n", rank, ftc_strerror(st),
+              ftc_last_error());
       goto out_free;
     }
-    for (size_t i = 0; i < model.n; i++) model.p[i] -= o.lr * grad[i] / o.batch;
-    loss = grad[model.n] / o.batch;
-    if (rank == 0 && (step % o.log_every == 0 || step == o.steps - 1))
-      printf("step %5d  loss %.6f\n", step, loss);
+    recoveries++;
+    fprintf(stderr, "ftcomm-trainer: recovered at step %d: epoch %llu, rank %d of %d (was %d of %d), "
+            "%d lost, %d joined\n", step, (unsigned long long)info.epoch, info.rank, info.size,
+            info.prev_rank, info.prev_size, info.lost, info.joined);
+    need_sync = 1;
   }
+  ftc_comm_rank(comm, &rank);
+  ftc_comm_size(comm, &size);
   double checksum = 0;
   for (size_t i = 0; i < model.n; i++) checksum += model.p[i];
-  printf("final: rank %d/%d loss %.9f checksum %.12e params_hash %016llx\n", rank, size, loss,
-         checksum, (unsigned long long)fnv1a(model.p, sizeof(double) * model.n));
+  printf("final: rank %d/%d loss %.9f checksum %.12e params_hash %016llx recoveries %d\n", rank,
+         size, model.p[model.n], checksum,
+         (unsigned long long)fnv1a(model.p, sizeof(double) * model.n), recoveries);
   rc = 0;
 out_free:
   free(grad);

@@ -256,6 +256,73 @@ FTC_API ftc_status_t ftc_test(ftc_request_t *req, int *done);
  * the communicator is destroyed or a later request completes. NULL is a no-op. */
 FTC_API void ftc_request_free(ftc_request_t *req);
 
+/*
+ * Recovery (docs/recovery.md).
+ *
+ * A collective that cannot complete returns FTC_ERR_PEER_LOST, FTC_ERR_TIMEOUT
+ * or FTC_ERR_REVOKED on every rank that can still be reached, within its
+ * timeout; the communicator is then failed and every later collective
+ * returns FTC_ERR_REVOKED until ftc_comm_recover() succeeds. Recovery is
+ * called at a step boundary, by every surviving rank:
+ *
+ *   for (;;) {
+ *     st = ftc_comm_step(comm, FTC_TIMEOUT_DEFAULT, &info);   // may grow
+ *     if (st == FTC_OK && info.changed) sync_state(&info);
+ *     if (st == FTC_OK) st = train_one_step(comm);            // collectives
+ *     if (st == FTC_OK) continue;
+ *     st = ftc_comm_recover(comm, FTC_TIMEOUT_DEFAULT, &info); // shrink
+ *     if (st != FTC_OK) break;                                 // below minimum, excluded, ...
+ *     sync_state(&info);                                       // then redo the step
+ *   }
+ *
+ * The coordinator alone decides membership; the survivors agree by taking
+ * the epoch it announces. Ranks are renumbered contiguously in slot order
+ * (like ncclCommShrink), so survivors keep their relative order.
+ */
+typedef struct ftc_epoch_info {
+  uint64_t epoch;     /* the communicator's epoch (after the call) */
+  int rank, size;     /* this process in it */
+  int prev_rank;      /* this process's rank before the change; -1 for a joiner */
+  int prev_size;      /* size before the change; 0 for a joiner's first epoch */
+  int changed;        /* 1: the membership changed in this call */
+  int lost;           /* members of the previous epoch missing from this one */
+  int joined;         /* members of this epoch that were not in the previous one */
+  int sync_root;      /* lowest rank that was already a member of the previous epoch
+                       * (it holds the application's state); -1 when none */
+  int joiner;         /* 1: this process was started as a joiner (FTCOMM_JOINER=1) and
+                       * has not yet finished a step: it needs the application's state */
+} ftc_epoch_info_t;
+
+/* Recover a failed communicator: block up to timeout_ms (FTC_TIMEOUT_DEFAULT:
+ * FTCOMM_RECOVER_TIMEOUT_MS) until the coordinator announces the next epoch
+ * of the survivors (and any joiners admitted with it), then connect the data
+ * plane for it; *info (may be NULL) describes the new epoch. Retries with a
+ * later epoch when another rank fails during the recovery. On a healthy
+ * communicator with no newer epoch it returns FTC_OK at once, changed = 0.
+ * Returns FTC_ERR_BELOW_MIN_SIZE when fewer than the job's minimum remain and
+ * no joiner came in time, FTC_ERR_COORDINATOR when this process was excluded
+ * (or the coordinator is gone), FTC_ERR_TIMEOUT otherwise; the communicator
+ * stays failed and may be recovered again or destroyed. */
+FTC_API ftc_status_t ftc_comm_recover(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info);
+
+/* The step boundary. Counts the step (fault injection uses the count) and
+ * runs one 8-byte allreduce through which every rank learns the same
+ * decision: when every rank has been told of a newer epoch (a joiner was
+ * admitted), all of them move to it in this call (info->changed = 1) and the
+ * application then sends the newcomers its state (e.g. a broadcast from
+ * info->sync_root). Returns the allreduce's error on a failed epoch (call
+ * ftc_comm_recover). timeout_ms as for collectives. */
+FTC_API ftc_status_t ftc_comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info);
+
+/* The current epoch, described as ftc_comm_recover() would (changed = 0). */
+FTC_API ftc_status_t ftc_comm_info(const ftc_comm_t *comm, ftc_epoch_info_t *info);
+
+/* Write a flight-recorder dump of this process now (trigger "api", with
+ * `reason` in the file, may be NULL) into FTCOMM_DUMP_DIR; the file's path is
+ * copied to path[path_len] when path is not NULL. Safe from any thread. */
+FTC_API ftc_status_t ftc_comm_dump(ftc_comm_t *comm, const char *reason, char *path,
+                                   size_t path_len);
+
 #ifdef __cplusplus
 }
 #endif

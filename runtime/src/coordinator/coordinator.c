@@ -50,6 +50,7 @@ typedef struct member {
   int64_t pid;
   struct session *sess; /* NULL once detached */
   int64_t last_seen_ns;
+  int64_t suspect_ns;    /* when a rank first reported it failed in this epoch, 0: not */
 } member_t;
 
 /* A dump being reassembled from fragments. */
@@ -106,6 +107,8 @@ struct ftc__coord {
   int form_retry; /* forming the next epoch ran out of memory: the tick retries */
   int stopping;
   int below_min_logged;
+  int revoke_pending;    /* a rank reported the current epoch broken: a new one follows */
+  uint64_t dumps_epoch;  /* the epoch whose hang already triggered dump requests */
   ftc__coord_stats_t counts; /* lost/left/refused tallies */
   int stats_dirty;
 
@@ -355,7 +358,8 @@ static void drop_member(ftc__coord_t *co, member_t *m, int left, const char *why
              co->job, m->slot, (unsigned long long)m->id, why);
   ftc__coord_event_t ev = {.kind = FTC__COORD_EV_DROPPED, .epoch = co->epoch,
                            .slot = m->slot, .rank = m->state == M_ACTIVE ? m->rank : -1,
-                           .member_id = m->id, .left = left, .reason = why};
+                           .member_id = m->id, .left = left, .reason = why,
+                           .pid = m->pid};
   emit(co, &ev);
   if (m->sess) m->sess->m = NULL;
   for (int i = 0; i < co->view_n; i++)
@@ -389,7 +393,7 @@ static void maybe_form_epoch(ftc__coord_t *co) {
      * bring their known epoch) waits for every slot. */
     if (n < co->world_size) return;
   } else {
-    if (!co->view_dirty && pending == 0) return;
+    if (!co->view_dirty && pending == 0 && !co->revoke_pending) return;
     if (n < co->min_size) {
       /* Ranks leaving cleanly at the end of a job are no cause for alarm. */
       if (!co->below_min_logged) {
@@ -436,6 +440,8 @@ static void maybe_form_epoch(ftc__coord_t *co) {
   co->epoch = e;
   co->formed = 1;
   co->view_dirty = 0;
+  co->revoke_pending = 0;
+  for (int i = 0; i < co->nmembers; i++) co->members[i]->suspect_ns = 0;
   co->lost_since_epoch = 0;
   co->stats_dirty = 1;
   json_t *v = ftc__proto_view(e, wm, n, NULL);
@@ -569,29 +575,109 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
   maybe_form_epoch(co);
 }
 
+/* How long a member must have been silent for a failure report to drop it:
+ * two missed heartbeats and some slack (docs/recovery.md, the evidence rule). */
+static int64_t evidence_ns(const ftc__coord_t *co) {
+  return (2LL * co->heartbeat_ms + 100) * 1000000LL;
+}
+
+/* A hang (a timeout report, a member silent past the heartbeat timeout):
+ * every rank of the epoch that still has a session writes a dump, once per
+ * epoch. Queued before the next view, so ranks dump the epoch that hung. */
+static void request_hang_dumps(ftc__coord_t *co, const char *reason) {
+  if (!co->formed || co->dumps_epoch == co->epoch) return;
+  co->dumps_epoch = co->epoch;
+  char incident[96];
+  snprintf(incident, sizeof(incident), "hang-e%llu-%lld", (unsigned long long)co->epoch,
+           (long long)(ftc__wall_ns() / 1000000000LL));
+  FTC_WARN(FTC_SUB_COORD, "job %s: %s; asking every rank of epoch %llu for a dump (incident %s)",
+           co->job, reason, (unsigned long long)co->epoch, incident);
+  for (int r = 0; r < co->view_n; r++)
+    if (co->view[r] && co->view[r]->sess)
+      send_msg(co->view[r]->sess, ftc__proto_dump_request(incident, reason, co->epoch), 0);
+}
+
+/*
+ * A failure report is evidence, not a verdict: a rank that fails shuts its
+ * sockets, so its peers may blame it. A named member is dropped when its
+ * session is gone or it has missed two heartbeats (now, or while suspected);
+ * otherwise it is suspected, and cleared if it keeps heartbeating. Either
+ * way the reported epoch is broken for the reporter, so the next epoch is
+ * formed once no suspect is left (with the same members if nobody was
+ * dropped).
+ */
 static void handle_failure(ftc__coord_t *co, session_t *s, const ftc__msg_t *msg) {
   member_t *rep = s->m;
-  if (msg->epoch != co->epoch) {
+  if (msg->epoch != co->epoch || rep->state != M_ACTIVE) {
     FTC_INFO(FTC_SUB_COORD,
              "job %s: slot %d reports failures in epoch %llu, the current is %llu; ignored",
              co->job, rep->slot, (unsigned long long)msg->epoch, (unsigned long long)co->epoch);
     return;
+  }
+  int64_t now = ftc__now_ns();
+  co->revoke_pending = 1;
+  if (msg->status == FTC_ERR_TIMEOUT) {
+    char why[128];
+    snprintf(why, sizeof(why), "rank %d timed out in a collective of epoch %llu", rep->rank,
+             (unsigned long long)co->epoch);
+    request_hang_dumps(co, why);
   }
   for (int i = 0; i < msg->nranks; i++) {
     member_t *x = NULL;
     if (msg->nmember_ids == msg->nranks) {
       x = find_id(co, msg->member_ids[i]);
       if (x && x->state != M_ACTIVE) x = NULL;
-    } else if (msg->ranks[i] < co->view_n) {
+    } else if (msg->ranks[i] >= 0 && msg->ranks[i] < co->view_n) {
       x = co->view[msg->ranks[i]];
     }
     if (!x || x == rep) continue;
-    char why[160];
-    snprintf(why, sizeof(why), "was reported failed by rank %d (%s)", rep->rank,
-             msg->reason ? msg->reason : ftc_strerror((ftc_status_t)msg->status));
-    exclude_member(co, x, FTC__PERR_EXCLUDED, why);
+    const char *what = msg->reason ? msg->reason : ftc_strerror((ftc_status_t)msg->status);
+    int64_t silent = now - x->last_seen_ns;
+    if (!x->sess || silent > evidence_ns(co)) {
+      char why[192];
+      snprintf(why, sizeof(why), "was reported failed by rank %d (%s) and is silent for %lld ms",
+               rep->rank, what, (long long)(silent / 1000000));
+      exclude_member(co, x, FTC__PERR_EXCLUDED, why);
+    } else if (!x->suspect_ns) {
+      x->suspect_ns = now;
+      FTC_INFO(FTC_SUB_COORD,
+               "job %s: rank %d reports rank %d failed (%s); it still heartbeats: suspected",
+               co->job, rep->rank, x->rank, what);
+    }
   }
-  maybe_form_epoch(co);
+  int suspects = 0;
+  for (int r = 0; r < co->view_n; r++) suspects += co->view[r] && co->view[r]->suspect_ns;
+  if (!suspects || co->view_dirty) maybe_form_epoch(co);
+}
+
+/* The tick's half of the evidence rule: drop suspects that stopped
+ * heartbeating, clear those that kept on, and re-form a broken epoch once
+ * no suspect is left. */
+static void judge_suspects(ftc__coord_t *co, int64_t now) {
+  int suspects = 0;
+  for (int r = 0; r < co->view_n; r++) {
+    member_t *x = co->view[r];
+    if (!x || !x->suspect_ns) continue;
+    int64_t silent = now - x->last_seen_ns;
+    if (silent > evidence_ns(co)) {
+      char why[128];
+      snprintf(why, sizeof(why), "was reported failed and stopped heartbeating (silent %lld ms)",
+               (long long)(silent / 1000000));
+      exclude_member(co, x, FTC__PERR_EXCLUDED, why);
+    } else if (now - x->suspect_ns > 2 * evidence_ns(co)) {
+      FTC_INFO(FTC_SUB_COORD, "job %s: rank %d kept heartbeating; no longer suspected", co->job,
+               x->rank);
+      x->suspect_ns = 0;
+    } else {
+      suspects++;
+    }
+  }
+  if (co->view_dirty || (co->revoke_pending && !suspects)) {
+    if (co->revoke_pending && !co->view_dirty)
+      FTC_INFO(FTC_SUB_COORD, "job %s: epoch %llu was reported broken; forming the next one "
+               "with the same members", co->job, (unsigned long long)co->epoch);
+    maybe_form_epoch(co);
+  }
 }
 
 static int safe_name(const char *s) {
@@ -830,6 +916,12 @@ static void on_tick(lws_sorted_usec_list_t *sul) {
     if (silent_ms <= co->hb_timeout_ms) continue;
     char why[96];
     snprintf(why, sizeof(why), "was silent for %lld ms (heartbeat timeout)", (long long)silent_ms);
+    if (m->state == M_ACTIVE) {
+      char hang[128];
+      snprintf(hang, sizeof(hang), "rank %d stopped heartbeating (silent %lld ms)", m->rank,
+               (long long)silent_ms);
+      request_hang_dumps(co, hang);
+    }
     session_t *s = m->sess;
     drop_member(co, m, 0, why);
     if (s) kill_session(s);
@@ -840,6 +932,7 @@ static void on_tick(lws_sorted_usec_list_t *sul) {
     co->form_retry = 0;
     maybe_form_epoch(co);
   }
+  if (co->formed) judge_suspects(co, now);
   if (co->stats_dirty) publish_stats(co);
   int tick_ms = co->heartbeat_ms < TICK_MS_MAX ? co->heartbeat_ms : TICK_MS_MAX;
   lws_sul_schedule(co->ctx, 0, &co->tick, on_tick, (lws_usec_t)tick_ms * 1000);

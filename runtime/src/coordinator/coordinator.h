@@ -39,6 +39,7 @@ typedef struct ftc__coord_event {
   uint64_t member_id; /* DROPPED */
   int left;           /* DROPPED: 1 for a clean leave */
   const char *reason; /* DROPPED: e.g. "lost its session"; valid during the call */
+  int64_t pid;        /* DROPPED: the process id its hello gave, 0 if none */
 } ftc__coord_event_t;
 
 /* Called on the coordinator's service thread, in order. It must return

@@ -31,7 +31,7 @@ const char *ftc__coll_name(ftc__coll_t coll) {
   return names[coll];
 }
 
-static ftc__view_t *view_copy(const ftc__view_t *v) {
+ftc__view_t *ftc__view_copy(const ftc__view_t *v) {
   ftc__view_t *c = ftc__calloc(1, sizeof(*c));
   if (!c) return NULL;
   *c = *v;
@@ -67,6 +67,8 @@ static ftc_status_t copy_str(ftc_comm_t *c, int slot, const char **field) {
 
 static void comm_free(ftc_comm_t *c) {
   if (!c) return;
+  ftc__watchdog_stop(c);
+  if (c->member) ftc__member_set_notify(c->member, -1);
   ftc__engine_stop(c);
   if (!__atomic_load_n(&c->error, __ATOMIC_ACQUIRE)) ftc__tcp_say_goodbye(c->tp);
   ftc__tcp_destroy(c->tp);
@@ -74,7 +76,11 @@ static void comm_free(ftc_comm_t *c) {
   if (c->member) ftc__member_close(c->member);
   if (c->listen_fd >= 0) close(c->listen_fd);
   if (c->wake_fd >= 0) close(c->wake_fd);
+  if (c->wd_fd >= 0) close(c->wd_fd);
   view_copy_free(c->view);
+  view_copy_free(c->prev_view);
+  pthread_cond_destroy(&c->wd_cv);
+  pthread_mutex_destroy(&c->wd_mu);
   ftc__free(c->p2p_seq);
   for (size_t i = 0; i < sizeof(c->strs) / sizeof(c->strs[0]); i++) ftc__free(c->strs[i]);
   pthread_mutex_destroy(&c->lock);
@@ -102,7 +108,15 @@ static ftc_status_t comm_new(const ftc_config_t *cfg_in, ftc_comm_t **out) {
   if (!c) return ftc__error(FTC_ERR_NO_MEMORY, "allocating a communicator");
   c->listen_fd = -1;
   c->wake_fd = -1;
+  c->wd_fd = -1;
   pthread_mutex_init(&c->lock, NULL);
+  pthread_mutex_init(&c->wd_mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&c->wd_cv, &ca);
+  pthread_condattr_destroy(&ca);
+  ftc__fault_init();
   c->cfg = cfg;
   const char **fields[] = {&c->cfg.job, &c->cfg.coordinator, &c->cfg.token, &c->cfg.backend,
                            &c->cfg.bind_host, &c->cfg.advertise_host, &c->cfg.dump_dir};
@@ -115,8 +129,10 @@ static ftc_status_t comm_new(const ftc_config_t *cfg_in, ftc_comm_t **out) {
   c->tcfg.token = c->cfg.token;
   c->tcfg.connect_timeout_ms = c->cfg.connect_timeout_ms;
   c->tcfg.interrupt = &c->interrupt;
+  c->joiner_pending = cfg.joiner == 1;
   c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (c->wake_fd < 0) {
+  c->wd_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (c->wake_fd < 0 || c->wd_fd < 0) {
     st = ftc__error(FTC_ERR_SYSTEM, "eventfd: %s", strerror(errno));
     goto out_free;
   }
@@ -136,7 +152,7 @@ static uint64_t comm_id_hash(const char *job) {
 
 ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view) {
   ftc_status_t st;
-  ftc__view_t *copy = view_copy(view);
+  ftc__view_t *copy = ftc__view_copy(view);
   uint64_t *seqs = ftc__calloc(2 * (size_t)view->size, sizeof(*seqs));
   ftc__tcp_t *tp = NULL;
   if (!copy || !seqs) {
@@ -146,11 +162,15 @@ ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view) {
   if ((st = ftc__tcp_connect(&comm->tcfg, view, comm->listen_fd, &tp)) != FTC_OK) goto out_free;
   pthread_mutex_lock(&comm->lock);
   ftc__tcp_t *old = comm->tp;
+  ftc__view_t *old_view = comm->view;
   comm->tp = tp;
+  comm->view = copy; /* swapped under the lock: the watchdog reads it */
   pthread_mutex_unlock(&comm->lock);
+  view_copy_free(old_view);
+  /* A planned move (a joiner was admitted): peers still between
+   * collectives of the old epoch must not take the close for a crash. */
+  if (old && !__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE)) ftc__tcp_say_goodbye(old);
   ftc__tcp_destroy(old);
-  view_copy_free(comm->view);
-  comm->view = copy;
   ftc__free(comm->p2p_seq);
   comm->p2p_seq = seqs;
   comm->seq = 0;
@@ -158,6 +178,11 @@ ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view) {
   __atomic_store_n(&comm->size, view->size, __ATOMIC_RELEASE);
   __atomic_store_n(&comm->epoch, view->epoch, __ATOMIC_RELEASE);
   ftc_rec_set_epoch(comm->rec, view->epoch, view->my_rank, view->size);
+  ftc_rec_process_info_t info = FTC_REC_PROCESS_INFO_INIT;
+  info.rank = view->my_rank;
+  info.world_size = view->size;
+  info.epoch = (int64_t)view->epoch;
+  ftc_rec_set_process_info(&info);
   return FTC_OK;
 
 out_free:
@@ -172,7 +197,8 @@ static ftc_status_t comm_bring_up(ftc_comm_t *c, const ftc__view_t *view) {
   if (!view || view->size < 1 || view->my_rank < 0 || view->my_rank >= view->size || !view->members)
     return ftc__error(FTC_ERR_PROTOCOL, "the view does not include this process (rank %d of %d)",
                       view ? view->my_rank : -1, view ? view->size : 0);
-  if ((st = ftc_rec_create(c->cfg.recorder_entries, comm_id_hash(c->cfg.job), "world", view->epoch,
+  if (!c->rec &&
+      (st = ftc_rec_create(c->cfg.recorder_entries, comm_id_hash(c->cfg.job), "world", view->epoch,
                            view->my_rank, view->size, &c->rec)) != FTC_OK)
     return st;
   char prefix[64];
@@ -187,7 +213,8 @@ static ftc_status_t comm_bring_up(ftc_comm_t *c, const ftc__view_t *view) {
   info.world_size = view->size;
   info.epoch = (int64_t)view->epoch;
   ftc_rec_set_process_info(&info);
-  return ftc__engine_start(c);
+  if ((st = ftc__engine_start(c)) != FTC_OK) return st;
+  return ftc__watchdog_start(c);
 }
 
 ftc_status_t ftc__comm_create_from_view(const ftc_config_t *cfg, const ftc__view_t *view,
@@ -249,10 +276,23 @@ ftc_status_t ftc_comm_create(const ftc_config_t *cfg, ftc_comm_t **out) {
   if ((st = ftc__member_open(&mcfg, &c->member)) != FTC_OK) goto out_free;
   int64_t left_ms = c->cfg.connect_timeout_ms - (ftc__now_ns() - t0) / 1000000;
   if (left_ms < 1) left_ms = 1;
-  if ((st = ftc__member_wait_view(c->member, 0, (int)left_ms, &view)) != FTC_OK) goto out_free;
-  st = comm_bring_up(c, view);
-  ftc__view_free(view);
-  if (st != FTC_OK) goto out_free;
+  ftc__member_set_notify(c->member, c->wd_fd);
+  uint64_t after = 0;
+  for (;;) {
+    if ((st = ftc__member_wait_view(c->member, after, (int)left_ms, &view)) != FTC_OK) goto out_free;
+    if (__builtin_expect(ftc__fault_armed, 0) && c->cfg.joiner == 1) ftc__fault_join();
+    st = comm_bring_up(c, view);
+    after = view->epoch;
+    ftc__view_free(view);
+    if (st == FTC_OK) break;
+    /* A member of the epoch died or hung while connecting (a joiner meets
+     * a failure): the coordinator forms a later epoch; take it. */
+    left_ms = c->cfg.connect_timeout_ms - (ftc__now_ns() - t0) / 1000000;
+    if (c->thread_started || left_ms < 1 || st == FTC_ERR_NO_MEMORY || st == FTC_ERR_INVALID_ARGUMENT)
+      goto out_free;
+    FTC_INFO(FTC_SUB_RECOVERY, "connecting epoch %llu failed (%s); waiting for a later epoch",
+             (unsigned long long)after, ftc_last_error());
+  }
   FTC_INFO(FTC_SUB_INIT, "communicator up: rank %d of %d, epoch %llu, data plane %s", c->rank,
            c->size, (unsigned long long)c->epoch, c->data_addr);
   *out = c;
@@ -269,6 +309,7 @@ void ftc__comm_fail(ftc_comm_t *comm, ftc_status_t why, const char *detail) {
                                   __ATOMIC_ACQUIRE)) {
     FTC_WARN(FTC_SUB_COLL, "epoch %llu failed: %s: %s", (unsigned long long)comm->epoch,
              ftc_strerror(why), detail ? detail : "");
+    ftc__watchdog_kick(comm); /* it dumps and tells the coordinator */
   }
   expected = 0;
   __atomic_compare_exchange_n(&comm->interrupt, &expected, (int)why, 0, __ATOMIC_ACQ_REL,
@@ -276,10 +317,9 @@ void ftc__comm_fail(ftc_comm_t *comm, ftc_status_t why, const char *detail) {
   pthread_mutex_lock(&comm->lock);
   ftc__tcp_shutdown(comm->tp);
   pthread_mutex_unlock(&comm->lock);
-  /* Not reported to the coordinator from here: after this rank shuts its
-   * sockets, its peers see it close and would blame it. The coordinator
-   * learns of dead ranks from their sessions; the recovery path decides
-   * with ftc__tcp_failed_peer() as one input. */
+  /* The watchdog reports ftc__tcp_failed_peer() to the coordinator. After
+   * this rank shuts its sockets its peers see it close and may blame it:
+   * the coordinator weighs reports against heartbeats (docs/recovery.md). */
 }
 
 ftc_status_t ftc__comm_gate(ftc_comm_t *comm) {

@@ -3,8 +3,8 @@
  * (comm.c), the progress engine and requests (engine.c) and the collective
  * entry points (coll.c).
  *
- * Lock order: comm->lock -> req->mu. Neither is held while a collective
- * runs. comm->busy says one thread (the progress thread, or the application
+ * Lock order: comm->lock -> req->mu; comm->wd_mu is a leaf. Neither
+ * comm->lock nor req->mu is held while a collective runs. comm->busy says one thread (the progress thread, or the application
  * thread on the direct path) owns the data plane; only that thread touches
  * comm->tp's sockets for I/O. Abort and failure only shut sockets down.
  */
@@ -63,6 +63,25 @@ struct ftc_comm {
   int wake_fd;
   pthread_t thread;
   int thread_started;
+
+  /* Recovery and the watchdog (recover.c). The watchdog thread
+   * ("ftc-watchdog") sleeps on wd_fd, which the membership session (a view
+   * or dump request arrived), ftc__comm_fail() and ftc__watchdog_sync()
+   * write; it dumps and reports failures, answers dump requests and revokes
+   * an epoch the coordinator has replaced by one without some member. */
+  int wd_fd;
+  pthread_t wd_thread;
+  int wd_started;
+  int wd_stop;                /* under wd_mu */
+  pthread_mutex_t wd_mu;
+  pthread_cond_t wd_cv;
+  uint64_t wd_asked, wd_done; /* under wd_mu: sync generations */
+  int recovering;             /* atomic: the application thread is moving to a new epoch */
+  uint64_t target_epoch;      /* atomic: epoch being connected by that move, 0 none */
+  ftc__view_t *prev_view;     /* the view before the last change, NULL for the first */
+  uint64_t steps;             /* ftc_comm_step calls (application thread) */
+  uint64_t moves;             /* moves to a new epoch (application thread) */
+  int joiner_pending;         /* started as a joiner and no step finished yet */
 };
 
 /* Lifecycle (comm.c). */
@@ -80,6 +99,30 @@ ftc_status_t ftc__comm_rebuild(ftc_comm_t *comm, const ftc__view_t *view);
 /* Connect the transport for view (called on the progress thread or at
  * creation). */
 ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view);
+
+/* A deep copy of a view (NULL when out of memory); free with ftc__view_free. */
+ftc__view_t *ftc__view_copy(const ftc__view_t *v);
+
+/* Watchdog (recover.c). start/stop around the engine; kick wakes it;
+ * sync returns once it has run a full round that started after the call
+ * (so a dump request or failure known now is handled), or after 5 s. */
+ftc_status_t ftc__watchdog_start(ftc_comm_t *comm);
+void ftc__watchdog_stop(ftc_comm_t *comm);
+void ftc__watchdog_kick(ftc_comm_t *comm);
+void ftc__watchdog_sync(ftc_comm_t *comm);
+
+/* Fault injection (fault.c), off unless FTCOMM_FAULT is set: parsed once.
+ * ftc__fault_armed is read on the hot path (one predictable branch). */
+extern int ftc__fault_armed;
+void ftc__fault_init(void);
+/* At the step boundary, `step` counted from 1: kill, stop, slow. */
+void ftc__fault_step(uint64_t step);
+/* In the n-th move to a new epoch (from 1), before connecting it. */
+void ftc__fault_recover(uint64_t n);
+/* A joiner admitted to an epoch, before connecting it. */
+void ftc__fault_join(void);
+/* Before collective `seq` of the epoch runs: drop a connection, delay. */
+void ftc__fault_coll(ftc_comm_t *comm, uint64_t seq);
 
 /* Engine (engine.c). */
 ftc_status_t ftc__engine_start(ftc_comm_t *comm);

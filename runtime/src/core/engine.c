@@ -97,6 +97,7 @@ static uint64_t next_seq_locked(ftc_comm_t *comm, const ftc__op_t *op) {
 static ftc_status_t execute(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq, uint64_t rec_id,
                             int64_t deadline) {
   ftc__record_start(comm, rec_id);
+  if (__builtin_expect(ftc__fault_armed, 0)) ftc__fault_coll(comm, seq);
   ftc_status_t st = ftc__tcp_run(comm->tp, op, deadline);
   if (st != FTC_OK) {
     char detail[384];

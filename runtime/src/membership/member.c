@@ -78,7 +78,17 @@ struct ftc__member {
   char dump_reason[256];
   uint64_t dump_epoch;
   int dump_pending;
+  int notify_fd;          /* eventfd written on a new view or dump request, -1 */
+  uint64_t latest_epoch;  /* atomic copy of view->epoch, for the step boundary */
 };
+
+/* Wake the owner's watchdog (caller holds m->lock). */
+static void notify_locked(ftc__member_t *m) {
+  if (m->notify_fd < 0) return;
+  uint64_t one = 1;
+  ssize_t w = write(m->notify_fd, &one, sizeof(one));
+  (void)w;
+}
 
 /* Store the session's error (the first one wins) and wake waiters. Caller
  * holds m->lock. */
@@ -309,7 +319,9 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
       ftc__view_free(m->view);
       m->view = v;
       m->known_epoch = v->epoch;
+      __atomic_store_n(&m->latest_epoch, v->epoch, __ATOMIC_RELEASE);
       pthread_cond_broadcast(&m->cond);
+      notify_locked(m);
       break;
     }
     case FTC__MSG_HEARTBEAT:
@@ -325,6 +337,7 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
       FTC_INFO(FTC_SUB_COORD, "slot %d: the coordinator asks for a dump (incident %s)", m->slot,
                m->dump_incident);
       pthread_cond_broadcast(&m->cond);
+      notify_locked(m);
       break;
     case FTC__MSG_ERROR: {
       ftc_status_t st = ftc__perr_status(msg.code);
@@ -607,6 +620,7 @@ ftc_status_t ftc__member_open(const ftc__member_cfg_t *cfg, ftc__member_t **out)
   m->heartbeat_ms = cfg->heartbeat_ms > 0 ? cfg->heartbeat_ms : FTC__PROTO_DEFAULT_HEARTBEAT_MS;
   m->retry_ms = RETRY_FIRST_MS;
   m->state = S_CONNECTING;
+  m->notify_fd = -1;
 
   m->protocols[0] = (struct lws_protocols){
       .name = FTC__PROTO_WS_NAME,
@@ -806,6 +820,25 @@ ftc_status_t ftc__member_upload_dump(ftc__member_t *m, const char *incident, int
   FTC_INFO(FTC_SUB_COORD, "slot %d: uploading a dump of %zu bytes in %zu fragments (%s)",
            m->slot, len, nfrag, incident);
   return FTC_OK;
+}
+
+uint64_t ftc__member_latest_epoch(const ftc__member_t *m) {
+  return m ? __atomic_load_n(&m->latest_epoch, __ATOMIC_ACQUIRE) : 0;
+}
+
+void ftc__member_set_notify(ftc__member_t *m, int fd) {
+  if (!m) return;
+  pthread_mutex_lock(&m->lock);
+  m->notify_fd = fd;
+  pthread_mutex_unlock(&m->lock);
+}
+
+int ftc__member_closed(ftc__member_t *m) {
+  if (!m) return 1;
+  pthread_mutex_lock(&m->lock);
+  int closed = m->state == S_CLOSED;
+  pthread_mutex_unlock(&m->lock);
+  return closed;
 }
 
 ftc_status_t ftc__member_error(ftc__member_t *m) {

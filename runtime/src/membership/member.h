@@ -94,6 +94,19 @@ int ftc__member_take_dump_request(ftc__member_t *m, char *incident, size_t len);
 ftc_status_t ftc__member_upload_dump(ftc__member_t *m, const char *incident, int rank,
                                      const char *data, size_t len);
 
+/* The epoch of the newest view received (0 before the first). Lock-free:
+ * one atomic load, for the step boundary's hot path. */
+uint64_t ftc__member_latest_epoch(const ftc__member_t *m);
+
+/* Have the service thread write 1 to the eventfd `fd` whenever a view or a
+ * dump request arrives (-1 stops it). fd stays owned by the caller and must
+ * stay open until this is undone or the session is closed. */
+void ftc__member_set_notify(ftc__member_t *m, int fd);
+
+/* 1 once the session is closed for good (a refusal such as "excluded", a
+ * leave, or the coordinator unreachable past the reconnect time). */
+int ftc__member_closed(ftc__member_t *m);
+
 /* The session's stored error (FTC_OK while connected and healthy). */
 ftc_status_t ftc__member_error(ftc__member_t *m);
 

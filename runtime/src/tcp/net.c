@@ -514,7 +514,8 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, int64_t deadline) {
     }
     int64_t wait_ns = wake - now;
     int timeout = wait_ns <= 0 ? 0 : (int)((wait_ns + 999999) / 1000000);
-    if (timeout > 1000) timeout = 1000;
+    /* Short sleeps: a recovery interrupts a stale attempt through the flag. */
+    if (timeout > 50) timeout = 50;
     int rc = poll(pfd, (nfds_t)n, timeout);
     if (rc < 0) {
       if (errno == EINTR) continue;
@@ -633,6 +634,15 @@ void ftc__tcp_destroy(ftc__tcp_t *tp) {
 
 int ftc__tcp_failed_peer(const ftc__tcp_t *tp) {
   return tp ? __atomic_load_n(&tp->failed_peer, __ATOMIC_ACQUIRE) : -1;
+}
+
+void ftc__tcp_drop_peer(ftc__tcp_t *tp, int rank) {
+  if (tp && rank >= 0 && rank < tp->size && tp->peers[rank].fd >= 0)
+    shutdown(tp->peers[rank].fd, SHUT_RDWR);
+}
+
+int ftc__tcp_peer_left(const ftc__tcp_t *tp, int rank) {
+  return tp && rank >= 0 && rank < tp->size && __atomic_load_n(&tp->peers[rank].left, __ATOMIC_ACQUIRE);
 }
 
 void ftc__tcp_mark_left(ftc__tcp_t *tp, int rank) {

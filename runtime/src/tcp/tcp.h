@@ -75,6 +75,10 @@ ftc_status_t ftc__tcp_run_p2p(ftc__tcp_t *tp, const ftc__op_t **ops, int n, int 
  * if none (or tp is NULL). */
 int ftc__tcp_failed_peer(const ftc__tcp_t *tp);
 
+/* Fault injection: break the connection to `rank` (shutdown, both ways), as
+ * a network fault would; both ends then fail their runs with peer lost. */
+void ftc__tcp_drop_peer(ftc__tcp_t *tp, int rank);
+
 /* Best effort, before closing: tell every peer this rank is leaving on
  * purpose (one byte the peer's idle watch recognises), so a peer that is
  * still between collectives does not take it for a crash. */
@@ -84,6 +88,9 @@ void ftc__tcp_say_goodbye(ftc__tcp_t *tp);
 /* The idle watch saw `rank` say goodbye: later runs that need that peer
  * fail with FTC_ERR_PEER_LOST instead of reading the goodbye as data. */
 void ftc__tcp_mark_left(ftc__tcp_t *tp, int rank);
+
+/* 1 when `rank` said goodbye (see ftc__tcp_mark_left). */
+int ftc__tcp_peer_left(const ftc__tcp_t *tp, int rank);
 
 /* Peer sockets, for the idle watch (POLLRDHUP) of the progress thread.
  * Returns how many were written (at most max). */

@@ -6,6 +6,10 @@
  * do not stop the run), kills stragglers
  * after the first failure (a grace period, then SIGKILL) and exits with the
  * first failing rank's code, saying which rank it was and how it died.
+ * With --replace a failed rank is restarted as a joiner after a delay; a
+ * rank the coordinator excludes while its process lives (hung, stopped) is
+ * killed first. --inject passes faults to ranks (FTCOMM_FAULT) or restarts
+ * the coordinator on its port.
  *
  * One thread (main) runs the event loop: poll() over the ranks' output pipes
  * and a self-pipe fed by the signal handlers. The coordinator runs its own
@@ -55,8 +59,13 @@ typedef struct rank {
   pid_t pid;         /* 0 once reaped */
   int status;        /* from waitpid, valid once reaped */
   int killed_by_us;  /* SIGKILL sent by the launcher */
+  int incarnation;   /* 0 for the first process, then one per replacement */
+  int64_t respawn_at; /* --replace: when to start the next one, 0: none planned */
+  int not_replaced;  /* --replace: it failed as the job was finishing */
   stream_t out, err;
 } rank_t;
+
+#define MAX_REPLACEMENTS 100
 
 typedef struct run {
   run_opts_t o;
@@ -78,6 +87,10 @@ typedef struct run {
   int status_shown;
   int64_t status_next_ns;
   int lost_since_epoch;    /* a rank was dropped (not a clean leave) since the last epoch */
+  int replacements;        /* ranks restarted by --replace */
+  int finishing;           /* --replace: a rank exited 0, the job is ending */
+  int coord_port;
+  int64_t coord_restart_at; /* --inject coord-restart: when, 0: done or none */
 } run_t;
 
 static int sig_pipe[2] = {-1, -1};
@@ -88,13 +101,14 @@ typedef struct run_event {
   int kind;
   unsigned long long epoch;
   int size, joined, slot, rank, left;
+  long long pid;
   char reason[96];
 } run_event_t; /* smaller than PIPE_BUF: one write is one record */
 
 static void on_coord_event(void *arg, const ftc__coord_event_t *ev) {
   (void)arg;
   run_event_t e = {ev->kind, (unsigned long long)ev->epoch, ev->size, ev->joined,
-                   ev->slot, ev->rank, ev->left, ""};
+                   ev->slot, ev->rank, ev->left, (long long)ev->pid, ""};
   snprintf(e.reason, sizeof(e.reason), "%s", ev->reason ? ev->reason : "");
   ssize_t w = write(ev_pipe[1], &e, sizeof(e)); /* a full pipe loses the line, not the run */
   (void)w;
@@ -126,7 +140,7 @@ static void status_clear(run_t *r) {
 }
 
 static void status_draw(run_t *r) {
-  if (!r->status_tty || r->o.quiet) return;
+  if (!r->status_tty || r->o.quiet || !r->co) return;
   int64_t now = ftc__now_ns();
   if (now < r->status_next_ns) return;
   r->status_next_ns = now + STATUS_PERIOD_MS * 1000000LL;
@@ -235,6 +249,17 @@ static void reap(run_t *r) {
       k->status = status;
       r->alive--;
       /* After --timeout, ranks die of the launcher's signals: not failures. */
+      if (!failed(status) && r->o.replace && !r->finishing) {
+        /* The job is finishing: no more replacements; one that is still
+         * waiting to join gets the grace period, then SIGKILL. */
+        r->finishing = 1;
+        for (int j = 0; j < r->o.nranks; j++)
+          if (r->ranks[j].respawn_at) {
+            r->ranks[j].respawn_at = 0;
+            r->ranks[j].not_replaced = 1;
+          }
+        begin_stop(r, r->o.grace_s);
+      }
       if (!failed(status) || k->killed_by_us || r->timed_out) continue;
       r->failures++;
       if (r->first_fail < 0) r->first_fail = i;
@@ -244,7 +269,12 @@ static void reap(run_t *r) {
       /* With --min-size below -n, the job survives losing ranks: only going
        * below the minimum stops it. */
       int min = r->o.min_size ? r->o.min_size : r->o.nranks;
-      if (r->o.nranks - r->failures >= min) {
+      if (r->o.replace && r->finishing) {
+        k->not_replaced = 1;
+      } else if (r->o.replace && r->replacements < MAX_REPLACEMENTS) {
+        k->respawn_at = ftc__now_ns() + (int64_t)(r->o.replace_delay_s * 1e9);
+        say(r, "rank %d %s; restarting it as a joiner in %.3g s", i, how, r->o.replace_delay_s);
+      } else if (r->o.nranks - r->failures >= min) {
         say(r, "rank %d %s; the job goes on with %d of %d ranks (--min-size %d)", i, how,
             r->o.nranks - r->failures, r->o.nranks, min);
       } else {
@@ -276,6 +306,14 @@ static char **rank_env(run_t *r, int slot) {
   static const char *const ours[] = {"FTCOMM_JOB=", "FTCOMM_COORDINATOR=", "FTCOMM_TOKEN=",
                                      "FTCOMM_SLOT=", "FTCOMM_WORLD_SIZE=", "FTCOMM_MIN_SIZE=",
                                      "FTCOMM_DUMP_DIR=", "FTCOMM_JOINER="};
+  char fault[256] = "";
+  size_t fl = 0;
+  for (int i = 0; i < r->o.ninject; i++)
+    if (r->o.inject[i].slot == slot && fl < sizeof(fault) - 64 &&
+        r->ranks[slot].incarnation == (r->o.inject[i].joiner ? 1 : 0))
+      fl += (size_t)snprintf(fault + fl, sizeof(fault) - fl, "%s%s", fl ? "," : "",
+                             r->o.inject[i].fault);
+  int incarnation = r->ranks[slot].incarnation;
   size_t n = 0;
   while (environ[n]) n++;
   char **env = ftc__calloc(n + 16, sizeof(char *));
@@ -288,6 +326,8 @@ static char **rank_env(run_t *r, int slot) {
       if (strncmp(environ[i], ours[j], strlen(ours[j])) == 0) skip = 1;
     if (strncmp(environ[i], "FTCOMM_BIND_HOST=", 17) == 0) have_bind = 1;
     if (strncmp(environ[i], "FTCOMM_ADVERTISE_HOST=", 22) == 0) have_adv = 1;
+    /* A replacement does not inherit the fault that killed its predecessor. */
+    if ((fault[0] || incarnation) && strncmp(environ[i], "FTCOMM_FAULT=", 13) == 0) skip = 1;
     if (!skip) env[k++] = ftc__strdup(environ[i]);
   }
   char buf[PATH_MAX + 32];
@@ -303,6 +343,8 @@ static char **rank_env(run_t *r, int slot) {
   ADD("FTCOMM_WORLD_SIZE=%d", r->o.nranks);
   ADD("FTCOMM_MIN_SIZE=%d", r->o.min_size ? r->o.min_size : r->o.nranks);
   ADD("FTCOMM_DUMP_DIR=%s", r->dump_dir);
+  if (incarnation) ADD("FTCOMM_JOINER=1");
+  if (fault[0]) ADD("FTCOMM_FAULT=%s", fault);
   /* Everything is on this machine: keep the data plane on loopback. */
   if (!have_bind) ADD("FTCOMM_BIND_HOST=127.0.0.1");
   if (!have_adv) ADD("FTCOMM_ADVERTISE_HOST=127.0.0.1");
@@ -327,6 +369,14 @@ static void free_env(char **env) {
 static ftc_status_t spawn_rank(run_t *r, int slot) {
   rank_t *k = &r->ranks[slot];
   int out[2], err[2];
+  /* What the previous process of this slot left unread is flushed now. */
+  stream_t *old[2] = {&k->out, &k->err};
+  for (int j = 0; j < 2; j++)
+    if (old[j]->fd >= 0) {
+      emit_lines(r, slot, old[j], 1);
+      close(old[j]->fd);
+      old[j]->fd = -1;
+    }
   ftc_status_t st = FTC_OK;
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
@@ -390,6 +440,20 @@ out_close_out:
 /* Tell the user what the coordinator decided when the job changes shape:
  * epochs after the first; with --min-size below -n also lost ranks and a job
  * below its minimum (without it, a lost rank stops the run anyway). */
+/* 1 when pid exists and has not exited (a zombie has). */
+static int proc_running(pid_t pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')');
+  return p && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
+}
+
 static void handle_events(run_t *r) {
   run_event_t e;
   int tolerant = r->o.min_size && r->o.min_size < r->o.nranks;
@@ -404,7 +468,15 @@ static void handle_events(run_t *r) {
       case FTC__COORD_EV_DROPPED:
         if (e.left) break;
         r->lost_since_epoch = 1;
-        if (tolerant && e.rank >= 0)
+        /* Excluded while its process lives (hung, stopped): end it, so the
+         * run can finish and --replace can restart it. */
+        if (e.slot >= 0 && e.slot < r->o.nranks && e.pid > 0 &&
+            r->ranks[e.slot].pid == (pid_t)e.pid && !r->stopping && proc_running((pid_t)e.pid)) {
+          say(r, "slot %d (pid %lld) %s; killing it", e.slot, e.pid, e.reason);
+          kill(-(pid_t)e.pid, SIGCONT);
+          if (kill(-(pid_t)e.pid, SIGKILL) && errno == ESRCH) kill((pid_t)e.pid, SIGKILL);
+        }
+        if ((tolerant || r->o.replace) && e.rank >= 0)
           say(r, "slot %d (rank %d of epoch %llu) %s", e.slot, e.rank, e.epoch, e.reason);
         break;
       case FTC__COORD_EV_BELOW_MIN:
@@ -448,6 +520,72 @@ static int open_streams(const run_t *r) {
   return n;
 }
 
+static int respawn_pending(const run_t *r) {
+  for (int i = 0; i < r->o.nranks; i++)
+    if (r->ranks[i].respawn_at) return 1;
+  return 0;
+}
+
+static ftc_status_t start_coordinator(run_t *r, int port) {
+  ftc__coord_cfg_t cc = {
+      .bind_host = "127.0.0.1",
+      .port = port,
+      .job = r->o.job,
+      .token = r->token,
+      .world_size = r->o.nranks,
+      .min_size = r->o.min_size,
+      .dump_dir = r->dump_dir,
+      .on_event = on_coord_event,
+  };
+  ftc_status_t st = ftc__coord_create(&cc, &r->co);
+  if (st == FTC_OK) r->coord_port = ftc__coord_port(r->co);
+  return st;
+}
+
+/* Restarts due now: replacements (--replace) and the coordinator
+ * (--inject coord-restart). Returns the next time one is due, or `wake`. */
+static int64_t run_restarts(run_t *r, int64_t now, int64_t wake) {
+  for (int i = 0; i < r->o.nranks; i++) {
+    rank_t *k = &r->ranks[i];
+    if (!k->respawn_at) continue;
+    if (r->stopping || k->pid) {
+      k->respawn_at = 0;
+      continue;
+    }
+    if (now < k->respawn_at) {
+      if (k->respawn_at < wake) wake = k->respawn_at;
+      continue;
+    }
+    k->respawn_at = 0;
+    k->incarnation++;
+    r->replacements++;
+    if (spawn_rank(r, i) != FTC_OK) {
+      say(r, "cannot restart rank %d: %s", i, ftc_last_error());
+      continue;
+    }
+    say(r, "restarted rank %d as a joiner (pid %d)", i, (int)k->pid);
+  }
+  if (r->coord_restart_at && now >= r->coord_restart_at) {
+    r->coord_restart_at = 0;
+    say(r, "restarting the coordinator on port %d (--inject coord-restart)", r->coord_port);
+    ftc__coord_destroy(r->co);
+    r->co = NULL;
+    for (int tries = 0; tries < 50; tries++) {
+      if (start_coordinator(r, r->coord_port) == FTC_OK) break;
+      struct timespec ts = {0, 20 * 1000000L};
+      nanosleep(&ts, NULL);
+    }
+    if (!r->co) {
+      say(r, "cannot restart the coordinator: %s; killing the ranks", ftc_last_error());
+      signal_ranks(r, SIGKILL);
+      begin_stop(r, 0);
+    }
+  } else if (r->coord_restart_at && r->coord_restart_at < wake) {
+    wake = r->coord_restart_at;
+  }
+  return wake;
+}
+
 static void event_loop(run_t *r) {
   int nfds_max = 2 * r->o.nranks + 2;
   struct pollfd *pfd = ftc__calloc((size_t)nfds_max, sizeof(*pfd));
@@ -462,7 +600,7 @@ static void event_loop(run_t *r) {
   int64_t drain_until = 0;
   for (;;) {
     int64_t now = ftc__now_ns();
-    if (r->alive == 0) {
+    if (r->alive == 0 && !respawn_pending(r)) {
       if (!drain_until) drain_until = now + DRAIN_AFTER_EXIT_MS * 1000000LL;
       /* Output left by grandchildren that outlive their rank is cut here. */
       if (open_streams(r) == 0 || now >= drain_until) break;
@@ -493,7 +631,7 @@ static void event_loop(run_t *r) {
         pfd[n++] = (struct pollfd){ss[j]->fd, POLLIN, 0};
       }
     }
-    int64_t wake = now + STATUS_PERIOD_MS * 1000000LL;
+    int64_t wake = run_restarts(r, now, now + STATUS_PERIOD_MS * 1000000LL);
     if (deadline && deadline < wake && !r->timed_out) wake = deadline;
     if (r->kill_at_ns && r->kill_at_ns < wake) wake = r->kill_at_ns;
     if (drain_until && drain_until < wake) wake = drain_until;
@@ -551,6 +689,26 @@ static int install_signals(void) {
 
 static int exit_code(run_t *r) {
   status_clear(r);
+  if (r->first_fail >= 0 && !r->failure_stop && !r->signals && !r->timed_out && r->o.replace) {
+    /* Failed processes were replaced: the job is the replacements' result. */
+    for (int i = 0; i < r->o.nranks; i++) {
+      if (!failed(r->ranks[i].status)) continue;
+      if (r->ranks[i].not_replaced) continue;
+      if (r->ranks[i].killed_by_us && r->ranks[i].incarnation && r->finishing) {
+        say(r, "replacement of rank %d came after the job finished; it was stopped", i);
+        continue;
+      }
+      char how[128];
+      describe(r->ranks[i].status, how, sizeof(how));
+      say(r, "rank %d %s (after %d replacement%s)", i, how, r->replacements,
+          r->replacements == 1 ? "" : "s");
+      return WIFEXITED(r->ranks[i].status) ? WEXITSTATUS(r->ranks[i].status)
+                                          : 128 + WTERMSIG(r->ranks[i].status);
+    }
+    say(r, "%d rank failure%s, %d replacement%s; the job finished", r->failures,
+        r->failures == 1 ? "" : "s", r->replacements, r->replacements == 1 ? "" : "s");
+    return 0;
+  }
   if (r->first_fail >= 0 && !r->failure_stop && !r->signals && !r->timed_out) {
     char how[128];
     describe(r->ranks[r->first_fail].status, how, sizeof(how));
@@ -641,17 +799,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ftcomm-run: cannot set up signal handling: %s\n", strerror(errno));
     return 1;
   }
-  ftc__coord_cfg_t cc = {
-      .bind_host = "127.0.0.1",
-      .port = 0,
-      .job = r.o.job,
-      .token = r.token,
-      .world_size = r.o.nranks,
-      .min_size = r.o.min_size,
-      .dump_dir = r.dump_dir,
-      .on_event = on_coord_event,
-  };
-  if ((st = ftc__coord_create(&cc, &r.co)) != FTC_OK) {
+  if ((st = start_coordinator(&r, 0)) != FTC_OK) {
     fprintf(stderr, "ftcomm-run: cannot start the coordinator: %s\n", ftc_last_error());
     goto out_close_signals;
   }
@@ -668,6 +816,9 @@ int main(int argc, char **argv) {
   }
   r.status_tty = isatty(2);
   r.start_ns = ftc__now_ns();
+  for (int i = 0; i < r.o.ninject; i++)
+    if (r.o.inject[i].coord_restart_s > 0)
+      r.coord_restart_at = r.start_ns + (int64_t)(r.o.inject[i].coord_restart_s * 1e9);
   for (int i = 0; i < r.o.nranks; i++) {
     if ((st = spawn_rank(&r, i)) != FTC_OK) {
       say(&r, "rank %d: %s", i, ftc_last_error());

@@ -104,7 +104,70 @@ static int set_quiet(run_opts_t *o, const char *arg, char *err, size_t errlen) {
   return 0;
 }
 
-enum { KEY_JOB = 256, KEY_TIMEOUT, KEY_DUMP_DIR, KEY_MIN_SIZE, KEY_GRACE, KEY_VERSION };
+static int set_replace(run_opts_t *o, const char *arg, char *err, size_t errlen) {
+  (void)arg, (void)err, (void)errlen;
+  o->replace = 1;
+  return 0;
+}
+
+static int set_replace_delay(run_opts_t *o, const char *arg, char *err, size_t errlen) {
+  if (parse_seconds(arg, &o->replace_delay_s)) {
+    snprintf(err, errlen, "--replace-delay needs a number of seconds, not '%s'", arg);
+    return -1;
+  }
+  return 0;
+}
+
+/* kill:R@STEP, stop:R@STEP, slow:R:MS, drop:R@SEQ, delay:R:MS@SEQ,
+ * coord-restart:SECONDS. */
+static int set_inject(run_opts_t *o, const char *arg, char *err, size_t errlen) {
+  if (o->ninject >= RUN_MAX_INJECT) {
+    snprintf(err, errlen, "at most %d --inject options", RUN_MAX_INJECT);
+    return -1;
+  }
+  run_inject_t *in = &o->inject[o->ninject];
+  memset(in, 0, sizeof(*in));
+  in->slot = -1;
+  char kind[16];
+  long slot, a, b;
+  char tail;
+  double secs;
+  if (sscanf(arg, "coord-restart:%lf%c", &secs, &tail) == 1 && secs > 0 && secs < 86400) {
+    in->coord_restart_s = secs;
+  } else if (sscanf(arg, "%15[a-z]:%ld@%ld%c", kind, &slot, &a, &tail) == 3 &&
+             (!strcmp(kind, "kill") || !strcmp(kind, "stop") || !strcmp(kind, "drop")) &&
+             a >= 1 && slot >= 0) {
+    in->slot = (int)slot;
+    snprintf(in->fault, sizeof(in->fault), "%s@%ld", kind, a);
+  } else if (sscanf(arg, "kill-recover:%ld@%ld%c", &slot, &a, &tail) == 2 && slot >= 0 &&
+             a >= 1) {
+    in->slot = (int)slot;
+    snprintf(in->fault, sizeof(in->fault), "rkill@%ld", a);
+  } else if (sscanf(arg, "kill-joiner:%ld%c", &slot, &tail) == 1 && slot >= 0) {
+    in->slot = (int)slot;
+    in->joiner = 1;
+    snprintf(in->fault, sizeof(in->fault), "jkill");
+  } else if (sscanf(arg, "delay:%ld:%ld@%ld%c", &slot, &a, &b, &tail) == 3 && slot >= 0 &&
+             a >= 0 && b >= 1) {
+    in->slot = (int)slot;
+    snprintf(in->fault, sizeof(in->fault), "delay:%ld@%ld", a, b);
+  } else if (sscanf(arg, "slow:%ld:%ld%c", &slot, &a, &tail) == 2 && slot >= 0 && a >= 0) {
+    in->slot = (int)slot;
+    snprintf(in->fault, sizeof(in->fault), "slow:%ld", a);
+  } else {
+    snprintf(err, errlen,
+             "--inject needs kill:RANK@STEP, stop:RANK@STEP, slow:RANK:MS, drop:RANK@SEQ, "
+             "delay:RANK:MS@SEQ, kill-recover:RANK@N, kill-joiner:RANK or coord-restart:SECONDS, "
+             "not '%s'",
+             arg);
+    return -1;
+  }
+  o->ninject++;
+  return 0;
+}
+
+enum { KEY_JOB = 256, KEY_TIMEOUT, KEY_DUMP_DIR, KEY_MIN_SIZE, KEY_GRACE, KEY_VERSION,
+       KEY_REPLACE, KEY_REPLACE_DELAY, KEY_INJECT };
 
 static const opt_row_t rows[] = {
     {"np", 'n', "N", "start N ranks (slots 0..N-1); required", set_n},
@@ -118,6 +181,16 @@ static const opt_row_t rows[] = {
     {"dump-dir", KEY_DUMP_DIR, "DIR",
      "where ranks write flight-recorder dumps (default: $FTCOMM_DUMP_DIR or /tmp/ftcomm-dumps)",
      set_dump_dir},
+    {"replace", KEY_REPLACE, NULL,
+     "restart a rank that fails (or is excluded) as a joiner (FTCOMM_JOINER=1)", set_replace},
+    {"replace-delay", KEY_REPLACE_DELAY, "SECONDS",
+     "wait SECONDS before restarting a failed rank (default: 1)", set_replace_delay},
+    {"inject", KEY_INJECT, "FAULT",
+     "kill:R@STEP, stop:R@STEP (SIGSTOP), slow:R:MS, drop:R@SEQ, delay:R:MS@SEQ (rank R's "
+     "first process, steps counted by ftc_comm_step), kill-recover:R@N (in its N-th "
+     "recovery), kill-joiner:R (R's first replacement, once admitted), coord-restart:SECONDS; "
+     "repeatable",
+     set_inject},
     {"quiet", 'q', NULL, "no status line on the terminal", set_quiet},
     {"help", 'h', NULL, "show this help and exit", NULL},
     {"version", KEY_VERSION, NULL, "show the version and exit", NULL},
@@ -143,7 +216,9 @@ static void usage(FILE *f) {
   }
   fprintf(f,
           "\nA failing rank stops the run (the others get --grace seconds, then SIGKILL),\n"
-          "unless --min-size M < N and at least M ranks have not failed: the job goes on.\n"
+          "unless --min-size M < N and at least M ranks have not failed: the job goes on;\n"
+          "with --replace it is restarted as a joiner instead (at most 100 times). A rank\n"
+          "the coordinator excludes while its process lives (a hang) is killed.\n"
           "\nExit status: 0 when every rank exits 0 (or only tolerated ranks failed);\n"
           "otherwise the exit code of the first rank that failed (128+N if it was killed\n"
           "by signal N); 124 on --timeout; 127 if PROGRAM cannot be run; 2 for a bad\n"
@@ -157,6 +232,7 @@ int run_opts_parse(int argc, char **argv, run_opts_t *o) {
   memset(o, 0, sizeof(*o));
   o->job = "local";
   o->grace_s = 5;
+  o->replace_delay_s = 1;
   struct option longopts[NROWS + 1];
   char shortopts[2 * NROWS + 2];
   size_t k = 0;
@@ -217,6 +293,12 @@ int run_opts_parse(int argc, char **argv, run_opts_t *o) {
     fprintf(stderr, "ftcomm-run: --min-size %d is larger than -n %d\n", o->min_size, o->nranks);
     return RUN_OPTS_USAGE;
   }
+  for (int i = 0; i < o->ninject; i++)
+    if (o->inject[i].slot >= o->nranks) {
+      fprintf(stderr, "ftcomm-run: --inject names rank %d; ranks are 0..%d\n", o->inject[i].slot,
+              o->nranks - 1);
+      return RUN_OPTS_USAGE;
+    }
   if (optind >= argc) {
     fprintf(stderr, "ftcomm-run: no program to run (ftcomm-run -n N -- PROGRAM ARGS)\n"
                     "Try 'ftcomm-run --help'.\n");

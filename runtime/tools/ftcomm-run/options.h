@@ -7,6 +7,17 @@
 #ifndef FTC_RUN_OPTIONS_H
 #define FTC_RUN_OPTIONS_H
 
+#define RUN_MAX_INJECT 32
+
+/* One --inject: a fault for one slot's first process (passed as
+ * FTCOMM_FAULT), or a restart of the coordinator after some time. */
+typedef struct run_inject {
+  int slot;             /* -1: not a rank fault */
+  char fault[48];       /* FTCOMM_FAULT item, e.g. "kill@5" */
+  int joiner;           /* 1: for the slot's first replacement, not its first process */
+  double coord_restart_s; /* coord-restart: seconds after the start, 0: none */
+} run_inject_t;
+
 typedef struct run_opts {
   int nranks;           /* -n: ranks to start (the world size) */
   int min_size;         /* --min-size: smallest world after failures; 0: nranks */
@@ -15,6 +26,10 @@ typedef struct run_opts {
   double timeout_s;     /* --timeout: whole run; 0: none */
   double grace_s;       /* --grace: after the first failure, before SIGKILL */
   int quiet;            /* --quiet: no status line */
+  int replace;          /* --replace: restart a failed rank as a joiner */
+  double replace_delay_s; /* --replace-delay: after the failure, before the restart */
+  run_inject_t inject[RUN_MAX_INJECT]; /* --inject, in order */
+  int ninject;
   char **argv;          /* the program and its arguments (points into main's argv) */
 } run_opts_t;
 

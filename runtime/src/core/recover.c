@@ -1,0 +1,424 @@
+/*
+ * recover.c - recovery at step boundaries and the per-communicator watchdog.
+ *
+ * ftc_comm_recover() and ftc_comm_step() move the communicator to a later
+ * epoch announced by the coordinator (the single decision point): shrink
+ * after a failure, grow when a joiner was admitted. ftc_comm_step() makes
+ * the grow decision consistent with one 8-byte MIN allreduce of the newest
+ * epoch each rank has heard of: only when every rank has heard of a newer
+ * epoch do all of them move, in the same call.
+ *
+ * The watchdog thread ("ftc-watchdog") sleeps on comm->wd_fd and reacts to:
+ * a failed epoch (it writes the "timeout"/"error"/"revoked" dump and reports
+ * the broken peer to the coordinator, once per epoch), a dump request from
+ * the coordinator (it dumps and uploads, even while the application thread
+ * is stuck in a collective), and a newer epoch that leaves out a member of
+ * the current one (it revokes the current epoch, which releases a collective
+ * blocked on a hung peer) or that supersedes an epoch being connected (it
+ * interrupts that attempt so the recovery takes the newer one).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/comm.h"
+#include "ftc_alloc.h"
+#include "ftc_error.h"
+#include "ftc_param.h"
+#include "ftc_time.h"
+
+#define RETRY_PAUSE_MS 20
+#define SYNC_WAIT_MS 5000
+
+/* ---- epoch descriptions ---- */
+
+static int view_has(const ftc__view_t *v, uint64_t member_id) {
+  for (int i = 0; v && i < v->size; i++)
+    if (v->members[i].member_id == member_id) return 1;
+  return 0;
+}
+
+/* Describe comm's current view against prev (NULL: a first epoch). */
+static void describe(const ftc_comm_t *comm, const ftc__view_t *prev, int changed,
+                     ftc_epoch_info_t *info) {
+  const ftc__view_t *v = comm->view;
+  memset(info, 0, sizeof(*info));
+  info->epoch = v->epoch;
+  info->rank = v->my_rank;
+  info->size = v->size;
+  info->changed = changed;
+  info->prev_rank = prev ? prev->my_rank : -1;
+  info->prev_size = prev ? prev->size : 0;
+  info->joiner = comm->joiner_pending;
+  info->sync_root = -1;
+  for (int r = 0; r < v->size; r++) {
+    /* Without a previous epoch, members admitted before this one hold state. */
+    int old = prev ? view_has(prev, v->members[r].member_id)
+                   : v->members[r].joined_epoch < v->epoch;
+    if (old && info->sync_root < 0) info->sync_root = r;
+    if (!old && (prev || info->joiner || v->members[r].joined_epoch == v->epoch)) info->joined++;
+  }
+  if (!prev && info->sync_root < 0) info->joined = 0; /* a first epoch: nobody is new */
+  for (int r = 0; prev && r < prev->size; r++)
+    if (!view_has(v, prev->members[r].member_id)) info->lost++;
+}
+
+static int64_t recover_deadline(int timeout_ms) {
+  int64_t v;
+  if (timeout_ms == FTC_TIMEOUT_INFINITE) return INT64_MAX;
+  if (timeout_ms == FTC_TIMEOUT_DEFAULT) {
+    if (ftc__param_int(FTC_P_RECOVER_TIMEOUT_MS, &v) != FTC_OK) v = 60000;
+    return ftc__now_ns() + v * 1000000LL;
+  }
+  return ftc__now_ns() + (int64_t)timeout_ms * 1000000LL;
+}
+
+/*
+ * Move to the newest epoch the coordinator announced (at least min_epoch),
+ * connecting its data plane; when connecting fails (a member died or hung
+ * meanwhile) take the next epoch, until deadline. On success *prev_out gets
+ * the old view (the caller's).
+ */
+static ftc_status_t move_epoch(ftc_comm_t *comm, uint64_t min_epoch, int64_t deadline,
+                               ftc__view_t **prev_out) {
+  ftc_status_t st;
+  ftc__view_t *prev = ftc__view_copy(comm->view);
+  if (!prev) return ftc__error(FTC_ERR_NO_MEMORY, "copying the view of the failed epoch");
+  int saved_connect = comm->tcfg.connect_timeout_ms;
+  int64_t t0 = ftc__now_ns();
+  __atomic_store_n(&comm->recovering, 1, __ATOMIC_RELEASE);
+  for (int attempt = 0;; attempt++) {
+    int64_t now = ftc__now_ns();
+    if (now >= deadline) {
+      int below = prev->size - 1 < comm->cfg.min_size;
+      st = ftc__error(below ? FTC_ERR_BELOW_MIN_SIZE : FTC_ERR_TIMEOUT,
+                      "no usable epoch after %llu within the recovery timeout (%lld ms)%s",
+                      (unsigned long long)prev->epoch, (long long)((now - t0) / 1000000),
+                      below ? "; fewer ranks than FTCOMM_MIN_SIZE remain and no joiner came"
+                            : "");
+      break;
+    }
+    if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE)) {
+      st = ftc__error(FTC_ERR_ABORTED, "the communicator was aborted during recovery");
+      break;
+    }
+    ftc__view_t *v = NULL;
+    int64_t slice = (deadline - now) / 1000000;
+    if (slice > 100) slice = 100;
+    st = ftc__member_wait_view(comm->member, comm->view->epoch, (int)(slice < 1 ? 1 : slice), &v);
+    if (st == FTC_ERR_TIMEOUT) continue;
+    if (st != FTC_OK) {
+      st = ftc__error(FTC_ERR_COORDINATOR,
+                      "the coordinator session ended during recovery (this rank was excluded, "
+                      "or the coordinator is gone): %s",
+                      ftc_last_error());
+      break;
+    }
+    if (v->epoch < min_epoch || v->my_rank < 0) {
+      int excluded = v->my_rank < 0;
+      ftc__view_free(v);
+      if (excluded) {
+        st = ftc__error(FTC_ERR_COORDINATOR, "this process is not a member of the next epoch");
+        break;
+      }
+      continue;
+    }
+    if (__builtin_expect(ftc__fault_armed, 0) && attempt == 0) ftc__fault_recover(++comm->moves);
+    /* Dumps of the old epoch (failure, coordinator request) come first. */
+    ftc__watchdog_sync(comm);
+    int64_t left_ms = (deadline - ftc__now_ns()) / 1000000;
+    comm->tcfg.connect_timeout_ms =
+        left_ms < saved_connect ? (int)(left_ms < 1 ? 1 : left_ms) : saved_connect;
+    __atomic_store_n(&comm->target_epoch, v->epoch, __ATOMIC_RELEASE);
+    FTC_INFO(FTC_SUB_RECOVERY, "moving from epoch %llu to %llu: rank %d of %d (attempt %d)",
+             (unsigned long long)prev->epoch, (unsigned long long)v->epoch, v->my_rank, v->size,
+             attempt + 1);
+    st = ftc__comm_rebuild(comm, v);
+    __atomic_store_n(&comm->target_epoch, 0, __ATOMIC_RELEASE);
+    uint64_t tried = v->epoch;
+    ftc__view_free(v);
+    if (st == FTC_OK || st == FTC_ERR_ABORTED) break;
+    FTC_INFO(FTC_SUB_RECOVERY, "connecting epoch %llu failed: %s; retrying with the newest epoch",
+             (unsigned long long)tried, ftc_last_error());
+    struct timespec ts = {0, RETRY_PAUSE_MS * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  comm->tcfg.connect_timeout_ms = saved_connect;
+  __atomic_store_n(&comm->recovering, 0, __ATOMIC_RELEASE);
+  if (st != FTC_OK) {
+    ftc__view_free(prev);
+    return st;
+  }
+  *prev_out = prev;
+  return FTC_OK;
+}
+
+/* After a successful move: keep prev for ftc_comm_info, describe, log. */
+static void moved(ftc_comm_t *comm, ftc__view_t *prev, int64_t t0, const char *why,
+                  ftc_epoch_info_t *info) {
+  ftc_epoch_info_t tmp;
+  if (!info) info = &tmp;
+  ftc__view_free(comm->prev_view);
+  comm->prev_view = prev;
+  describe(comm, prev, 1, info);
+  FTC_INFO(FTC_SUB_RECOVERY,
+           "%s: epoch %llu -> %llu in %.1f ms: rank %d of %d (was %d of %d), %d lost, %d joined",
+           why, (unsigned long long)prev->epoch, (unsigned long long)info->epoch,
+           (double)(ftc__now_ns() - t0) / 1e6, info->rank, info->size, info->prev_rank,
+           info->prev_size, info->lost, info->joined);
+}
+
+ftc_status_t ftc_comm_recover(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info) {
+  if (!comm) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_recover: comm is NULL");
+  if (timeout_ms < FTC_TIMEOUT_INFINITE)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                      "ftc_comm_recover: timeout_ms %d; use milliseconds >= 0, "
+                      "FTC_TIMEOUT_DEFAULT or FTC_TIMEOUT_INFINITE",
+                      timeout_ms);
+  if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
+    return ftc__error(FTC_ERR_ABORTED, "the communicator was aborted; destroy it");
+  if (!comm->member)
+    return ftc__error(FTC_ERR_NOT_SUPPORTED,
+                      "ftc_comm_recover: this communicator has no coordinator to agree with");
+  int64_t t0 = ftc__now_ns();
+  int failed = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE) != 0;
+  uint64_t latest = ftc__member_latest_epoch(comm->member);
+  if (!failed && latest <= comm->view->epoch) {
+    if (info) {
+      describe(comm, NULL, 0, info);
+      info->joined = 0;
+      info->sync_root = -1;
+    }
+    return FTC_OK;
+  }
+  if (!failed) {
+    char detail[128];
+    snprintf(detail, sizeof(detail), "the application recovers to epoch %llu",
+             (unsigned long long)latest);
+    ftc__comm_fail(comm, FTC_ERR_REVOKED, detail);
+  }
+  ftc__view_t *prev = NULL;
+  ftc_status_t st = move_epoch(comm, comm->view->epoch + 1, recover_deadline(timeout_ms), &prev);
+  if (st != FTC_OK) return st;
+  moved(comm, prev, t0, "recovered", info);
+  return FTC_OK;
+}
+
+ftc_status_t ftc_comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info) {
+  if (!comm) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_step: comm is NULL");
+  uint64_t step = ++comm->steps;
+  if (__builtin_expect(ftc__fault_armed, 0)) ftc__fault_step(step);
+  uint64_t epoch = comm->view->epoch;
+  int64_t v = (int64_t)ftc__member_latest_epoch(comm->member);
+  if (v < (int64_t)epoch) v = (int64_t)epoch;
+  ftc_status_t st = ftc_allreduce(&v, &v, 1, FTC_I64, FTC_MIN, comm, timeout_ms);
+  if (st != FTC_OK) return st;
+  comm->joiner_pending = 0;
+  if ((uint64_t)v <= epoch) {
+    if (info) {
+      *info = (ftc_epoch_info_t){epoch, comm->view->my_rank, comm->view->size,
+                                 comm->view->my_rank, comm->view->size, 0, 0, 0, -1, 0};
+    }
+    return FTC_OK;
+  }
+  /* Every rank has heard of epoch v: all move in this call. */
+  int64_t t0 = ftc__now_ns();
+  ftc__view_t *prev = NULL;
+  st = move_epoch(comm, (uint64_t)v, recover_deadline(FTC_TIMEOUT_DEFAULT), &prev);
+  if (st != FTC_OK) return st;
+  moved(comm, prev, t0, "step boundary", info);
+  return FTC_OK;
+}
+
+ftc_status_t ftc_comm_info(const ftc_comm_t *comm, ftc_epoch_info_t *info) {
+  if (!comm || !info) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "comm and info must not be NULL");
+  describe(comm, comm->prev_view, 0, info);
+  return FTC_OK;
+}
+
+ftc_status_t ftc_comm_dump(ftc_comm_t *comm, const char *reason, char *path, size_t path_len) {
+  if (!comm) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_dump: comm is NULL");
+  return ftc_rec_dump(comm->cfg.dump_dir, reason && *reason ? reason : "api", path, path_len);
+}
+
+/* ---- the watchdog ---- */
+
+void ftc__watchdog_kick(ftc_comm_t *comm) {
+  uint64_t one = 1;
+  if (comm->wd_fd < 0) return;
+  ssize_t w = write(comm->wd_fd, &one, sizeof(one));
+  (void)w;
+}
+
+void ftc__watchdog_sync(ftc_comm_t *comm) {
+  if (!comm->wd_started) return;
+  pthread_mutex_lock(&comm->wd_mu);
+  uint64_t want = ++comm->wd_asked;
+  pthread_mutex_unlock(&comm->wd_mu);
+  ftc__watchdog_kick(comm);
+  int64_t deadline = ftc__deadline_ns(SYNC_WAIT_MS);
+  struct timespec ts = {(time_t)(deadline / 1000000000LL), (long)(deadline % 1000000000LL)};
+  pthread_mutex_lock(&comm->wd_mu);
+  while (comm->wd_done < want && !comm->wd_stop && ftc__now_ns() < deadline)
+    pthread_cond_timedwait(&comm->wd_cv, &comm->wd_mu, &ts);
+  pthread_mutex_unlock(&comm->wd_mu);
+}
+
+/* Read a dump file whole (for the upload). */
+static char *read_file(const char *path, size_t *len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  struct stat sb;
+  char *buf = NULL;
+  if (fstat(fd, &sb) != 0 || sb.st_size <= 0) goto out_close;
+  buf = ftc__malloc((size_t)sb.st_size);
+  if (!buf) goto out_close;
+  size_t off = 0;
+  while (off < (size_t)sb.st_size) {
+    ssize_t n = read(fd, buf + off, (size_t)sb.st_size - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ftc__free(buf);
+      buf = NULL;
+      goto out_close;
+    }
+    off += (size_t)n;
+  }
+  *len = off;
+out_close:
+  close(fd);
+  return buf;
+}
+
+/* A dump request from the coordinator: dump, then upload under its incident. */
+static void wd_dump_request(ftc_comm_t *comm) {
+  char incident[128], path[4096];
+  if (!comm->member || !ftc__member_take_dump_request(comm->member, incident, sizeof(incident)))
+    return;
+  if (ftc_rec_dump(comm->cfg.dump_dir, "coordinator", path, sizeof(path)) != FTC_OK) {
+    FTC_WARN(FTC_SUB_RECOVERY, "cannot write the dump the coordinator asked for (%s): %s",
+             incident, ftc_last_error());
+    return;
+  }
+  size_t len = 0;
+  char *data = read_file(path, &len);
+  int rank = __atomic_load_n(&comm->rank, __ATOMIC_ACQUIRE);
+  if (!data || ftc__member_upload_dump(comm->member, incident, rank, data, len) != FTC_OK)
+    FTC_WARN(FTC_SUB_RECOVERY, "wrote %s for incident %s but cannot upload it: %s", path,
+             incident, data ? ftc_last_error() : "cannot read it back");
+  else
+    FTC_INFO(FTC_SUB_RECOVERY, "dump for incident %s: %s (uploaded)", incident, path);
+  ftc__free(data);
+}
+
+/* A failed epoch, once: the rank's own dump, then tell the coordinator. */
+static void wd_failure(ftc_comm_t *comm, uint64_t *handled) {
+  int e = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
+  uint64_t epoch = __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
+  if (!e || e == FTC_ERR_ABORTED || *handled == epoch) return;
+  *handled = epoch;
+  pthread_mutex_lock(&comm->lock);
+  int peer = ftc__tcp_failed_peer(comm->tp);
+  pthread_mutex_unlock(&comm->lock);
+  if (comm->member)
+    ftc__member_report_failure(comm->member, epoch, peer >= 0 ? &peer : NULL, peer >= 0 ? 1 : 0,
+                               (ftc_status_t)e);
+  const char *reason = e == FTC_ERR_TIMEOUT ? "timeout" : e == FTC_ERR_REVOKED ? "revoked" : "error";
+  char path[4096];
+  if (ftc_rec_dump(comm->cfg.dump_dir, reason, path, sizeof(path)) == FTC_OK)
+    FTC_INFO(FTC_SUB_RECOVERY, "epoch %llu failed (%s): dump written to %s",
+             (unsigned long long)epoch, ftc_strerror((ftc_status_t)e), path);
+  else
+    FTC_WARN(FTC_SUB_RECOVERY, "epoch %llu failed; cannot write a dump: %s",
+             (unsigned long long)epoch, ftc_last_error());
+}
+
+/* A newer epoch: revoke the current one if it leaves out one of our
+ * members; interrupt a recovery that is connecting an older one. */
+static void wd_view(ftc_comm_t *comm, uint64_t *checked) {
+  if (!comm->member) return;
+  uint64_t latest = ftc__member_latest_epoch(comm->member);
+  uint64_t epoch = __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
+  if (latest <= epoch) return;
+  if (__atomic_load_n(&comm->recovering, __ATOMIC_ACQUIRE)) {
+    uint64_t target = __atomic_load_n(&comm->target_epoch, __ATOMIC_ACQUIRE);
+    if (target && latest > target) {
+      FTC_INFO(FTC_SUB_RECOVERY, "epoch %llu supersedes epoch %llu being connected; retrying",
+               (unsigned long long)latest, (unsigned long long)target);
+      int expected = 0;
+      __atomic_compare_exchange_n(&comm->interrupt, &expected, (int)FTC_ERR_REVOKED, 0,
+                                  __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    }
+    return;
+  }
+  if (*checked == latest || __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE)) return;
+  *checked = latest;
+  ftc__view_t *v = NULL;
+  if (ftc__member_wait_view(comm->member, epoch, 0, &v) != FTC_OK) return;
+  /* comm->view is swapped under comm->lock by the thread that rebuilds. */
+  pthread_mutex_lock(&comm->lock);
+  int gone = -1;
+  for (int r = 0; comm->view && r < comm->view->size && gone < 0; r++)
+    if (!view_has(v, comm->view->members[r].member_id) && !ftc__tcp_peer_left(comm->tp, r))
+      gone = r; /* a member that said goodbye left on purpose: nothing to revoke */
+  pthread_mutex_unlock(&comm->lock);
+  if (gone >= 0) {
+    char detail[160];
+    snprintf(detail, sizeof(detail), "the coordinator announced epoch %llu without rank %d",
+             (unsigned long long)v->epoch, gone);
+    ftc__comm_fail(comm, FTC_ERR_REVOKED, detail);
+  }
+  ftc__view_free(v);
+}
+
+static void *watchdog_main(void *arg) {
+  ftc_comm_t *comm = arg;
+  int64_t period;
+  if (ftc__param_int(FTC_P_WATCHDOG_MS, &period) != FTC_OK) period = 1000;
+  uint64_t handled = 0, checked = 0;
+  for (;;) {
+    struct pollfd p = {comm->wd_fd, POLLIN, 0};
+    if (poll(&p, 1, (int)period) > 0) {
+      uint64_t n;
+      ssize_t r = read(comm->wd_fd, &n, sizeof(n));
+      (void)r;
+    }
+    pthread_mutex_lock(&comm->wd_mu);
+    int stop = comm->wd_stop;
+    uint64_t asked = comm->wd_asked;
+    pthread_mutex_unlock(&comm->wd_mu);
+    if (stop) break;
+    wd_dump_request(comm);
+    wd_failure(comm, &handled);
+    wd_view(comm, &checked);
+    pthread_mutex_lock(&comm->wd_mu);
+    comm->wd_done = asked;
+    pthread_cond_broadcast(&comm->wd_cv);
+    pthread_mutex_unlock(&comm->wd_mu);
+  }
+  return NULL;
+}
+
+ftc_status_t ftc__watchdog_start(ftc_comm_t *comm) {
+  int rc = pthread_create(&comm->wd_thread, NULL, watchdog_main, comm);
+  if (rc != 0) return ftc__error(FTC_ERR_SYSTEM, "starting the watchdog thread: %s", strerror(rc));
+  pthread_setname_np(comm->wd_thread, "ftc-watchdog");
+  comm->wd_started = 1;
+  return FTC_OK;
+}
+
+void ftc__watchdog_stop(ftc_comm_t *comm) {
+  if (!comm->wd_started) return;
+  pthread_mutex_lock(&comm->wd_mu);
+  comm->wd_stop = 1;
+  pthread_cond_broadcast(&comm->wd_cv);
+  pthread_mutex_unlock(&comm->wd_mu);
+  ftc__watchdog_kick(comm);
+  pthread_join(comm->wd_thread, NULL);
+  comm->wd_started = 0;
+}
