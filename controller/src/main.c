@@ -21,13 +21,15 @@
 #include "options.h"
 #include "trainingjob.h"
 
-static volatile sig_atomic_t g_stop;
-static volatile int g_stop_int; /* what the waits poll; mirrors g_stop */
+/* Set by SIGTERM/SIGINT or by the Lease thread; read by the main thread and
+ * the waits. Atomic (lock-free, so also safe in a signal handler). */
+static volatile int g_stop;
+
+static int stopping(void) { return __atomic_load_n(&g_stop, __ATOMIC_ACQUIRE); }
 
 static void on_signal(int sig) {
   (void)sig;
-  g_stop = 1;
-  g_stop_int = 1;
+  __atomic_store_n(&g_stop, 1, __ATOMIC_RELEASE);
 }
 
 typedef struct app {
@@ -35,20 +37,21 @@ typedef struct app {
   ftck_client_t *client;
   ftck_reconciler_t *rec;
   ftck_leader_t *leader;
-  volatile int lost;
+  int lost; /* atomic: set on the Lease thread */
 } app_t;
 
 static void on_lost(void *ud) {
   app_t *a = ud;
-  a->lost = 1;
-  g_stop_int = 1;
+  __atomic_store_n(&a->lost, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&g_stop, 1, __ATOMIC_RELEASE);
 }
 
 static void handle(const char *path, int *status, const char **ctype, char **body, void *ud) {
   app_t *a = ud;
   if (!strcmp(path, "/healthz") || !strcmp(path, "/livez")) {
-    *status = a->lost ? 503 : 200;
-    *body = ftc__strdup(a->lost ? "leader lease lost\n" : "ok\n");
+    int lost = __atomic_load_n(&a->lost, __ATOMIC_ACQUIRE);
+    *status = lost ? 503 : 200;
+    *body = ftc__strdup(lost ? "leader lease lost\n" : "ok\n");
   } else if (!strcmp(path, "/readyz")) {
     int ready = a->rec && ftck_reconciler_synced(a->rec);
     *status = ready ? 200 : 503;
@@ -125,7 +128,7 @@ int main(int argc, char **argv) {
     goto out_destroy_leader;
   }
   if (a.leader) {
-    if (ftck_leader_acquire(a.leader, &g_stop_int) != FTC_OK) {
+    if (ftck_leader_acquire(a.leader, &g_stop) != FTC_OK) {
       rc = 0; /* stopped while waiting */
       goto out_stop_reconciler;
     }
@@ -136,14 +139,15 @@ int main(int argc, char **argv) {
       goto out_release;
     }
   }
-  while (!g_stop_int && !ftck_reconciler_synced(a.rec)) usleep(50000);
-  if (!g_stop_int && ftck_reconciler_start_workers(a.rec) != FTC_OK) {
+  while (!stopping() && !ftck_reconciler_synced(a.rec)) usleep(50000);
+  if (!stopping() && ftck_reconciler_start_workers(a.rec) != FTC_OK) {
     fprintf(stderr, "ftcomm-controller: %s\n", ftc_last_error());
     goto out_release;
   }
-  while (!g_stop_int) usleep(100000);
-  rc = a.lost ? 1 : 0;
-  fprintf(stderr, "ftcomm-controller: %s; shutting down\n", a.lost ? "lost the leader Lease" : "signal received");
+  while (!stopping()) usleep(100000);
+  int lost = __atomic_load_n(&a.lost, __ATOMIC_ACQUIRE);
+  rc = lost ? 1 : 0;
+  fprintf(stderr, "ftcomm-controller: %s; shutting down\n", lost ? "lost the leader Lease" : "signal received");
 out_release:
   ftck_reconciler_stop(a.rec);
   if (a.leader) ftck_leader_release(a.leader);
@@ -159,6 +163,5 @@ out_destroy_client:
   ftck_client_destroy(a.client);
 out_free_config:
   ftck_config_free(cfg);
-  (void)g_stop;
   return rc;
 }

@@ -154,14 +154,14 @@ static int wait_or_stop(ftck_leader_t *le, int64_t ms, const volatile int *ext_s
   int64_t until = ftc__now_ns() + ms * 1000000LL;
   struct timespec ts = {.tv_sec = until / 1000000000LL, .tv_nsec = until % 1000000000LL};
   pthread_mutex_lock(&le->mu);
-  while (!le->stop && !(ext_stop && *ext_stop) && ftc__now_ns() < until) {
+  while (!le->stop && !(ext_stop && __atomic_load_n(ext_stop, __ATOMIC_ACQUIRE)) && ftc__now_ns() < until) {
     /* ext_stop is set from a signal handler: wake at least every 200 ms to see it */
     int64_t w = ftc__now_ns() + 200000000LL;
     if (w > until) w = until;
     struct timespec ws = {.tv_sec = w / 1000000000LL, .tv_nsec = w % 1000000000LL};
     pthread_cond_timedwait(&le->cv, &le->mu, ext_stop ? &ws : &ts);
   }
-  int s = le->stop || (ext_stop && *ext_stop);
+  int s = le->stop || (ext_stop && __atomic_load_n(ext_stop, __ATOMIC_ACQUIRE));
   pthread_mutex_unlock(&le->mu);
   return s;
 }
