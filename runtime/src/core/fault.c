@@ -6,7 +6,7 @@
  *                  calls, counted from 1)
  *   stop@STEP      SIGSTOP this process there (a hang: heartbeats stop too)
  *   slow:MS        sleep MS milliseconds at every step boundary (a straggler)
- *   drop@SEQ       break the connection to the next rank before collective
+ *   drop@SEQ       break the connection to a peer (rank ^ 1) before collective
  *                  SEQ of an epoch (once per process)
  *   delay:MS@SEQ   sleep MS milliseconds before collective SEQ (once)
  *   rkill@N        SIGKILL this process in its N-th recovery, after the new
@@ -139,7 +139,9 @@ void ftc__fault_coll(ftc_comm_t *comm, uint64_t seq) {
   if ((int64_t)seq == fault.drop_seq && comm->size > 1 &&
       __atomic_compare_exchange_n(&fault.drop_done, &zero, 1, 0, __ATOMIC_ACQ_REL,
                                   __ATOMIC_ACQUIRE)) {
-    int peer = (comm->rank + 1) % comm->size;
+    /* The partner of the first exchange of recursive doubling: a peer the
+     * next small collective talks to. */
+    int peer = (comm->rank ^ 1) < comm->size ? comm->rank ^ 1 : (comm->rank + 1) % comm->size;
     FTC_WARN(FTC_SUB_RECOVERY, "fault injection: dropping the connection to rank %d before "
              "collective #%llu", peer, (unsigned long long)seq);
     pthread_mutex_lock(&comm->lock);

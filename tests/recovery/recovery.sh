@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# recovery.sh BUILD - recovery end to end: ftcomm-trainer under ftcomm-run
+# with faults injected through --inject (FTCOMM_FAULT in the target rank).
+# Every case is bounded by `timeout` and checks behaviour: the run's exit
+# status, how many ranks finish, that every finishing rank holds the same
+# parameter bytes, and that the final loss matches the failure-free run
+# within 1e-8 relative (the global batch is fixed and re-split over the
+# current ranks, so only the floating-point summation order differs; see
+# docs/recovery.md).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${1:-${BUILD:-build/release}}
+BIN=$BUILD/bin
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# Fast detection for tests: heartbeats every 100 ms, a silent rank is
+# dropped after 1.5 s, a collective times out after 4 s.
+export FTCOMM_HEARTBEAT_MS=100 FTCOMM_HEARTBEAT_TIMEOUT_MS=1500 FTCOMM_TIMEOUT_MS=4000
+export FTCOMM_CONNECT_TIMEOUT_MS=20000 FTCOMM_RECOVER_TIMEOUT_MS=20000
+unset FTCOMM_FAULT
+TRAIN=(--steps 60 --step-ms 5 --batch 96 --samples 2048 --seed 7 --log-every 1000)
+pass=0 fail=0
+
+# run NAME LIMIT_S FTCOMM-RUN-ARGS... -- PROGRAM...: output in $tmp/NAME.out, status in $tmp/NAME.rc
+run() {
+  local name=$1 limit=$2
+  shift 2
+  timeout -k 5 "$limit" "$BIN/ftcomm-run" --quiet --dump-dir "$tmp/dumps-$name" --job "rec-$name" "$@" \
+    >"$tmp/$name.out" 2>&1 </dev/null
+  echo $? >"$tmp/$name.rc"
+}
+finals() { grep -o 'final: rank [0-9]*/[0-9]* loss [^ ]* checksum [^ ]* params_hash [0-9a-f]*' "$tmp/$1.out"; }
+bad() {
+  echo "FAIL $1: $2"
+  sed 's/^/    | /' "$tmp/$1.out" | tail -n 40
+  fail=$((fail + 1))
+}
+ok() { echo "ok   $1${2:+: $2}"; pass=$((pass + 1)); }
+
+# check NAME EXPECTED_RANKS: exit 0, that many identical finishers, loss as the reference.
+check() {
+  local name=$1 want=$2
+  local rc n hashes loss
+  rc=$(cat "$tmp/$name.rc")
+  [ "$rc" = 0 ] || { bad "$name" "ftcomm-run exited $rc"; return 1; }
+  n=$(finals "$name" | wc -l)
+  [ "$n" = "$want" ] || { bad "$name" "$n ranks finished, expected $want"; return 1; }
+  hashes=$(finals "$name" | awk '{print $9}' | sort -u | wc -l)
+  [ "$hashes" = 1 ] || { bad "$name" "ranks ended with different parameters"; return 1; }
+  loss=$(finals "$name" | head -1 | awk '{print $5}')
+  awk -v a="$loss" -v b="$ref_loss" 'BEGIN { r = (a - b) / b; if (r < 0) r = -r; exit !(r <= 1e-8) }' ||
+    { bad "$name" "final loss $loss, failure-free run $ref_loss"; return 1; }
+  return 0
+}
+
+# The failure-free reference.
+run reference 60 -n 4 -- "$BIN/ftcomm-trainer" "${TRAIN[@]}"
+ref_loss=$(finals reference | head -1 | awk '{print $5}')
+if [ -z "$ref_loss" ]; then bad reference "no final line"; echo "recovery: the reference run failed"; exit 1; fi
+
+case_kill() { # a kill at rank position $1 shrinks the job to 3
+  local name=kill-rank$1
+  run "$name" 60 -n 4 --min-size 2 --inject "kill:$1@5" -- "$BIN/ftcomm-trainer" "${TRAIN[@]}"
+  check "$name" 3 && ok "$name" "3 survivors, identical parameters, loss $ref_loss"
+}
+case_kill 0
+case_kill 1
+case_kill 3
+
+run two-kills 60 -n 4 --min-size 2 --inject kill:1@5 --inject kill:2@5 -- "$BIN/ftcomm-trainer" "${TRAIN[@]}"
+check two-kills 2 && ok two-kills "2 survivors"
+
+# Rank 0 dies; rank 2 dies in the recovery that follows, after learning the
+# new epoch and before connecting it: the others move on to the next one.
+run kill-in-recovery 60 -n 4 --min-size 2 --inject kill:0@5 --inject kill-recover:2@1 -- \
+  "$BIN/ftcomm-trainer" "${TRAIN[@]}"
+if check kill-in-recovery 2; then
+  grep -q 'killing this process in recovery 1' "$tmp/kill-in-recovery.out" &&
+    ok kill-in-recovery "2 survivors" || bad kill-in-recovery "the kill during recovery did not happen"
+fi
+
+run replace 60 -n 4 --replace --replace-delay 0.2 --inject kill:1@5 -- "$BIN/ftcomm-trainer" "${TRAIN[@]}"
+if check replace 4; then
+  grep -q 'joined at epoch' "$tmp/replace.out" && grep -q 'took the model at step' "$tmp/replace.out" &&
+    ok replace "the replacement joined, got the model and finished with the others" ||
+    bad replace "no joiner took the model"
+fi
+
+# A joiner that grows a job running at reduced size (min 3 of 4).
+run grow 60 -n 4 --min-size 3 --replace --replace-delay 0.2 --inject kill:2@5 -- \
+  "$BIN/ftcomm-trainer" --steps 150 --step-ms 5 --batch 96 --samples 2048 --seed 7 --log-every 1000
+if [ "$(cat "$tmp/grow.rc")" = 0 ] && [ "$(finals grow | wc -l)" = 4 ] &&
+   [ "$(finals grow | awk '{print $9}' | sort -u | wc -l)" = 1 ] &&
+   grep -q 'joined, now rank' "$tmp/grow.out"; then
+  ok grow "shrank to 3, grew back to 4 at a step boundary"
+else
+  bad grow "expected 4 identical finishers after a grow at a step boundary"
+fi
+
+run joiner-killed 60 -n 4 --replace --replace-delay 0.2 --inject kill:1@5 --inject kill-joiner:1 -- \
+  "$BIN/ftcomm-trainer" "${TRAIN[@]}"
+if check joiner-killed 4; then
+  grep -q 'killing this joiner after its admission' "$tmp/joiner-killed.out" &&
+    ok joiner-killed "the second replacement made it" || bad joiner-killed "the joiner was not killed"
+fi
+
+# A stopped rank (SIGSTOP): missed heartbeats exclude it, every live rank
+# dumps, and ftcomm-trace names it.
+run stopped 60 -n 4 --min-size 2 --inject stop:2@5 -- "$BIN/ftcomm-trainer" "${TRAIN[@]}"
+if check stopped 3; then
+  inc=$(ls -d "$tmp"/dumps-stopped/hang-* 2>/dev/null | head -1)
+  if [ -z "$inc" ]; then
+    bad stopped "no dump incident directory"
+  else
+    head=$("$BIN/ftcomm-trace" "$inc" | head -1)
+    case $head in
+      *"rank 2"*) ok stopped "excluded; $(ls "$inc" | wc -l) dumps; trace: $head" ;;
+      *) bad stopped "ftcomm-trace does not name rank 2: $head" ;;
+    esac
+  fi
+fi
+
+# Ten failures in a row, one every two steps, from 12 ranks down to 2.
+injects=()
+for i in $(seq 0 9); do injects+=(--inject "kill:$i@$((3 + 2 * i))"); done
+run ten-failures 120 -n 12 --min-size 2 "${injects[@]}" -- "$BIN/ftcomm-trainer" "${TRAIN[@]}"
+check ten-failures 2 && ok ten-failures "12 -> 2 ranks"
+
+# A broken connection between two live ranks: nobody is dropped, the epoch
+# is formed again with the same members.
+run dropped-connection 60 -n 4 --inject drop:1@20 -- "$BIN/ftcomm-trainer" "${TRAIN[@]}"
+if check dropped-connection 4; then
+  grep -q 'recoveries 1' "$tmp/dropped-connection.out" &&
+    ok dropped-connection "same 4 ranks in a new epoch" || bad dropped-connection "no recovery happened"
+fi
+
+run coord-restart 60 -n 4 --inject coord-restart:0.4 -- \
+  "$BIN/ftcomm-trainer" --steps 150 --step-ms 8 --batch 96 --samples 2048 --seed 7 --log-every 1000
+if [ "$(cat "$tmp/coord-restart.rc")" = 0 ] && [ "$(finals coord-restart | wc -l)" = 4 ] &&
+   grep -q 'restarting the coordinator' "$tmp/coord-restart.out" &&
+   grep -q 'reconnected to the coordinator' "$tmp/coord-restart.out" &&
+   [ "$(finals coord-restart | awk '{print $9}' | sort -u | wc -l)" = 1 ]; then
+  ok coord-restart "ranks kept training and reconnected"
+else
+  bad coord-restart "expected 4 identical finishers across a coordinator restart"
+fi
+
+# Below the minimum with no joiner: the survivors wait, then fail clearly.
+FTCOMM_RECOVER_TIMEOUT_MS=1500 run below-min 60 -n 3 --grace 30 --inject kill:1@5 -- \
+  "$BIN/ftcomm-trainer" "${TRAIN[@]}"
+if [ "$(cat "$tmp/below-min.rc")" != 0 ] && grep -q 'fewer ranks than FTCOMM_MIN_SIZE' "$tmp/below-min.out"; then
+  ok below-min "survivors failed with FTC_ERR_BELOW_MIN_SIZE"
+else
+  bad below-min "expected a clear below-minimum failure"
+fi
+
+# A rank with the wrong job token is refused by the coordinator.
+run wrong-token 30 -n 2 --grace 1 -- sh -c \
+  'if [ "$FTCOMM_SLOT" = 1 ]; then FTCOMM_TOKEN=not-the-token; export FTCOMM_TOKEN; fi; exec "$0" "$@"' \
+  "$BIN/ftcomm-trainer" "${TRAIN[@]}"
+if [ "$(cat "$tmp/wrong-token.rc")" != 0 ] && grep -q 'token was refused' "$tmp/wrong-token.out"; then
+  ok wrong-token "refused"
+else
+  bad wrong-token "the wrong token was not refused"
+fi
+
+# Garbage at the coordinator's port while the job trains: refused, the
+# coordinator stays up and the job finishes.
+run garbage 60 -n 2 -- bash -c \
+  'if [ "$FTCOMM_SLOT" = 0 ]; then p=${FTCOMM_COORDINATOR##*:}; for i in 1 2 3; do
+     (exec 3<>/dev/tcp/127.0.0.1/$p && printf "GET /ftcomm/v1 HTTP/1.1\r\nHost: x\r\n\r\n\x00\xff garbage" >&3 && sleep 0.1) 2>/dev/null; done; fi
+   exec "$0" "$@"' "$BIN/ftcomm-trainer" "${TRAIN[@]}"
+[ "$(cat "$tmp/garbage.rc")" = 0 ] && [ "$(finals garbage | wc -l)" = 2 ] &&
+  ok garbage "the job finished" || bad garbage "garbage at the coordinator broke the job"
+
+echo "recovery: $pass passed, $fail failed"
+[ "$fail" = 0 ]
