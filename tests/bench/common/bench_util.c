@@ -200,7 +200,10 @@ int bench_sizes(const bench_opts_t *o, size_t *sizes, int cap) {
     sizes[n++] = (size_t)(s + 0.5);
     s *= o->factor;
   }
-  if (n > 0 && n < cap && sizes[n - 1] != o->max_bytes) sizes[n++] = o->max_bytes;
+  if (n > 0 && sizes[n - 1] != o->max_bytes) {
+    if ((double)sizes[n - 1] >= 0.99 * (double)o->max_bytes) sizes[n - 1] = o->max_bytes;
+    else if (n < cap) sizes[n++] = o->max_bytes;
+  }
   return n;
 }
 
