@@ -30,12 +30,10 @@ $(NCCL_DOUBLE_DIR)/libnccl_double_$(1).so: $(BUILD)/obj/tests/nccl/double/nccl-d
 endef
 $(foreach v,$(NCCL_DOUBLE_VERSIONS),$(eval $(call nccl_double,$(v))))
 
-# The suites link the backend's objects and common/ only (not the whole
-# library), so they build while other parts are being reworked.
-NCCL_BACKEND_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard runtime/src/nccl/*.c))
+# The suites link the backend's objects (NCCL_BACKEND_OBJS, from
+# runtime/src/nccl/module.mk) and common/ only, not the whole library.
 NCCL_TEST_PROGS := $(patsubst tests/nccl/%.c,%,$(wildcard tests/nccl/test_nccl_*.c))
 NCCL_TEST_BINS := $(addprefix $(BUILD)/tests/nccl/,$(NCCL_TEST_PROGS))
-$(NCCL_BACKEND_OBJS): CPPFLAGS_ALL += -Iruntime/src $(NCCL_CPPFLAGS)
 $(patsubst %,$(BUILD)/obj/tests/nccl/%.o,$(NCCL_TEST_PROGS)): CPPFLAGS_ALL += -Iruntime/src \
     -Itests/nccl -DNCCL_DOUBLE_DIR='"$(NCCL_DOUBLE_DIR)"' -DDEPS_PREFIX='"$(DEPS_PREFIX)"'
 

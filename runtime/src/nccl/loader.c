@@ -323,6 +323,9 @@ ftc_status_t ftc__nccl_lib_open(const char *nccl_path, const char *runtime_path,
                                       lib->n.CommGetUniqueId && lib->n.CommGrow);
   lib->info.path = ftc__nccl_path_for(lib->info.caps, ftc__param_str(FTC_P_NCCL_RECOVERY));
   FTC_CHECK_GOTO(load_runtime(lib, runtime_path), st, out_close);
+  int64_t spin_us = 5000;
+  FTC_CHECK_GOTO(ftc__param_int(FTC_P_NCCL_SPIN_US, &spin_us), st, out_close);
+  lib->spin_ns = spin_us * 1000;
 
   static int logged;
   if (!__atomic_exchange_n(&logged, 1, __ATOMIC_ACQ_REL)) {

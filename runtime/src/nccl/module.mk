@@ -8,3 +8,7 @@ CUDA_INCLUDE ?= $(DEPS_PREFIX)/py/nvidia/cu13/include
 NCCL_CPPFLAGS := -isystem $(NCCL_INCLUDE) -isystem $(CUDA_INCLUDE)
 
 $(filter $(BUILD)/obj/runtime/src/nccl/%,$(RUNTIME_OBJS)): CPPFLAGS_ALL += $(NCCL_CPPFLAGS)
+
+# The backend's objects, for programs that link it without the whole library
+# (tests/nccl, tests/gpu).
+NCCL_BACKEND_OBJS := $(filter $(BUILD)/obj/runtime/src/nccl/%,$(RUNTIME_OBJS))

@@ -71,6 +71,7 @@ struct ftc__nccl_lib {
   ftc__nccl_fns_t n;
   ftc__cuda_fns_t rt;
   ftc__nccl_info_t info;
+  int64_t spin_ns; /* FTCOMM_NCCL_SPIN_US */
 };
 
 #endif

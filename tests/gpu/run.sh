@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh - the NCCL backend on a GPU machine with the NCCL and CUDA
+# runtime that machine's image ships (PyTorch's wheels or a system install;
+# the 300 MB libnccl of `make deps` does not travel with the tree). Finishes
+# within 8 minutes.
+#
+#   tests/gpu/run.sh            build, print the NCCL version, then:
+#     1 rank        init, allreduce correctness, busbw of ftcomm beside raw NCCL
+#     NCCL >= 2.30  2 and 4 ranks on the one GPU (NCCL_MULTI_RANK_GPU_ENABLE=1):
+#                   the same, then kill the last rank, shrink (or the fallback
+#                   the version allows), grow a replacement back, and a full
+#                   re-init for comparison, with their latencies
+#
+# Headers: nccl.h and the CUDA runtime headers from .deps/py (carried with
+# the tree: .deps/py/nvidia/nccl/include and .deps/py/nvidia/cu13/include,
+# about 31 MiB), else from the image (site-packages or /usr/local/cuda).
+# Libraries: FTCOMM_NCCL_LIBRARY / FTCOMM_CUDA_RUNTIME_LIBRARY when set, else
+# found here. Exit status: 0 when every correctness check passed.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+start=$SECONDS
+budget=470 # seconds, under the 8 minutes
+BUILD=${BUILD:-build/gpu}
+out=$(mktemp -d /tmp/ftcomm-gpu-XXXXXX)
+trap 'rm -rf "$out"' EXIT
+left() { echo $((budget - (SECONDS - start))); }
+say() { printf '%s\n' "$*"; }
+
+py_dirs() {
+  # site-packages directories of the image's Python (PyTorch's wheels live there)
+  python3 - 2>/dev/null <<'EOF'
+import site, sys
+for d in site.getsitepackages() + [site.getusersitepackages()]:
+    print(d)
+EOF
+}
+
+find_first() { # find_first PATTERN... : the first existing file
+  local p
+  for p in "$@"; do
+    for f in $p; do [ -e "$f" ] && { echo "$f"; return 0; }; done
+  done
+  return 1
+}
+
+sp=$(py_dirs | tr '\n' ' ')
+nccl_cands=() rt_cands=() inc_nccl=() inc_cuda=()
+for d in $sp; do
+  nccl_cands+=("$d/nvidia/nccl/lib/libnccl.so.2" "$d/torch/lib/libnccl.so.2" "$d/torch/lib/libnccl*.so*")
+  rt_cands+=("$d/nvidia/cu13/lib/libcudart.so.13" "$d/nvidia/cuda_runtime/lib/libcudart.so.1[23]"
+             "$d/torch/lib/libcudart*.so*")
+  inc_nccl+=("$d/nvidia/nccl/include")
+  inc_cuda+=("$d/nvidia/cu13/include" "$d/nvidia/cuda_runtime/include")
+done
+sys_nccl=$(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2 /{print $NF; exit}')
+sys_rt=$(ldconfig -p 2>/dev/null | awk '/libcudart\.so\.1[0-9.]* /{print $NF; exit}')
+NCCL_LIB=${FTCOMM_NCCL_LIBRARY:-$(find_first "${nccl_cands[@]}" $sys_nccl /usr/lib/x86_64-linux-gnu/libnccl.so.2 /usr/local/cuda/lib64/libnccl.so.2)}
+RT_LIB=${FTCOMM_CUDA_RUNTIME_LIBRARY:-$(find_first "${rt_cands[@]}" $sys_rt /usr/local/cuda/lib64/libcudart.so.1[23] /usr/local/cuda/lib64/libcudart.so)}
+if [ -z "$NCCL_LIB" ] || [ -z "$RT_LIB" ]; then
+  say "gpu: no NCCL (${NCCL_LIB:-not found}) or CUDA runtime (${RT_LIB:-not found}) on this machine;"
+  say "     set FTCOMM_NCCL_LIBRARY and FTCOMM_CUDA_RUNTIME_LIBRARY"
+  exit 1
+fi
+export FTCOMM_NCCL_LIBRARY=$NCCL_LIB FTCOMM_CUDA_RUNTIME_LIBRARY=$RT_LIB
+
+# Headers: the tree's 2.32 headers first (what the backend is written against).
+has_cuda_inc() { [ -f "$1/cuda_runtime.h" ] && [ -f "$1/crt/host_config.h" ] && [ -e "$1/nv/target" ]; }
+NCCL_INCLUDE= CUDA_INCLUDE=
+for d in .deps/py/nvidia/nccl/include "${inc_nccl[@]}" /usr/include /usr/local/cuda/include; do
+  [ -f "$d/nccl.h" ] && { NCCL_INCLUDE=$d; break; }
+done
+for d in .deps/py/nvidia/cu13/include "${inc_cuda[@]}" /usr/local/cuda/include; do
+  has_cuda_inc "$d" && { CUDA_INCLUDE=$d; break; }
+done
+if [ -z "$NCCL_INCLUDE" ] || [ -z "$CUDA_INCLUDE" ]; then
+  say "gpu: no nccl.h (${NCCL_INCLUDE:-not found}) or CUDA headers (${CUDA_INCLUDE:-not found});"
+  say "     carry .deps/py/nvidia/nccl/include and .deps/py/nvidia/cu13/include with the tree"
+  exit 1
+fi
+
+say "== build ($BUILD) against $NCCL_INCLUDE/nccl.h and $CUDA_INCLUDE"
+if ! timeout 200 make -j"$(nproc)" --no-print-directory BUILD="$BUILD" NCCL_INCLUDE="$NCCL_INCLUDE" \
+    CUDA_INCLUDE="$CUDA_INCLUDE" "$BUILD/tests/gpu/nccl_gpu" >"$out/build.log" 2>&1; then
+  tail -30 "$out/build.log"
+  say "gpu: build failed"
+  exit 1
+fi
+PROG=$BUILD/tests/gpu/nccl_gpu
+
+say "== library"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/  gpu: /'
+info=$(FTCOMM_LOG_LEVEL=info timeout 60 "$PROG" --version 2>&1) || { say "$info"; say "gpu: cannot load $NCCL_LIB"; exit 1; }
+say "$info" | sed 's/^/  /'
+code=$(sed -n 's/.*version code \([0-9]*\).*/\1/p' <<<"$info" | tail -1)
+devices=$(sed -n 's/.*; \([0-9]*\) device(s).*/\1/p' <<<"$info" | tail -1)
+if [ "${devices:-0}" -lt 1 ]; then say "gpu: the CUDA runtime sees no GPU"; exit 1; fi
+
+fails=0
+run() { # run NRANKS
+  local n=$1 t
+  t=$(left)
+  [ "$t" -gt 150 ] && t=150
+  if [ "$t" -lt 30 ]; then say "== $n rank(s): skipped, out of time"; return; fi
+  say "== $n rank(s) (limit ${t}s)"
+  mkdir -p "$out/r$n"
+  if ! timeout -k 5 "$t" env NCCL_DEBUG=${NCCL_DEBUG:-WARN} "$PROG" "$n" "$out/r$n"; then
+    say "  $n rank(s): FAILED or timed out"
+    fails=$((fails + 1))
+  fi
+  for f in init shrink reinit-after-loss grow reinit-join full-reinit; do
+    [ -f "$out/r$n/lat-$f" ] && printf '  latency %-18s %8s ms\n' "$f" "$(cat "$out/r$n/lat-$f")"
+  done
+}
+
+run 1
+if [ "${code:-0}" -ge 23000 ]; then
+  export NCCL_MULTI_RANK_GPU_ENABLE=1
+  run 2
+  run 4
+else
+  say "== NCCL $code < 2.30: one rank per GPU only; kill/shrink/grow need a second GPU here"
+fi
+say "== done in $((SECONDS - start))s: $fails failed run(s); busbw target: ftcomm >= 97% of raw NCCL at >= 1 MiB (ratio column)"
+[ $fails -eq 0 ]
