@@ -316,312 +316,357 @@ static int cache_disagrees(const json_t *job, const ftck_job_spec_t *spec, const
   return 0;
 }
 
+/* One reconcile pass over one job: what it read, what it changed, and what
+ * it will write to status. Lives on the worker's stack. */
+typedef struct pass {
+  ftck_reconciler_t *r;
+  const char *key, *ns, *name;
+  json_t *job;           /* a copy from the cache */
+  json_t *members;       /* job's status.members (borrowed from job) */
+  ftck_job_spec_t spec;
+  slot_view_t *slots;    /* spec.replicas entries */
+  json_t *created;       /* pods made (or placeholders for vanished ones) in this pass; owned */
+  json_t *incidents;     /* to append to status */
+  int used;              /* replacements (restarts in restartAll mode) so far, this pass included */
+  int used_now;          /* made in this pass: added to status as a delta */
+  int max_inc;           /* newest incarnation of any slot, remembered ones included */
+  int exhausted, replacing, ever_lost;
+  int64_t now, requeue;  /* wall ns; smallest delay after which to look again, -1 none */
+} pass_t;
+
+/* This job's pods by slot, from the cache; from the server itself when the
+ * cache and status disagree, so a lagging cache never makes a pod look lost.
+ * *pods receives the array the slots point into. */
+static ftc_status_t load_pods(pass_t *p, json_t **pods, json_t *mine) {
+  *pods = ftck_informer_select(p->r->pods, p->ns, FTCK_LABEL_JOB, p->name);
+  if (!*pods) return ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
+  ftc_status_t st = group_pods(p->r, p->job, &p->spec, *pods, p->slots, mine);
+  if (st != FTC_OK || !cache_disagrees(p->job, &p->spec, p->slots)) return st;
+  char sel[512], *rv = NULL, *coll = ftck_path("", "v1", p->ns, "pods", NULL);
+  json_t *fresh = NULL;
+  long code = 0;
+  snprintf(sel, sizeof sel, "%s=%s", FTCK_LABEL_JOB, p->name);
+  st = coll ? ftck_list(p->r->c, coll, sel, NULL, 0, &fresh, &rv, &code) : ftc__error(FTC_ERR_NO_MEMORY, "no memory");
+  ftc__free(coll);
+  ftc__free(rv);
+  if (st != FTC_OK) return st;
+  FTC_DEBUG(FTC_SUB_CTRL, "%s: cache and status disagree; listed %zu pods from the server", p->key,
+            json_array_size(fresh));
+  json_decref(*pods);
+  *pods = fresh;
+  return group_pods(p->r, p->job, &p->spec, *pods, p->slots, mine);
+}
+
+/* Has slot s lost its pod? A slot without any pod starts one (a new slot, or
+ * the job resumes) and is not lost. Otherwise *lost is the lost pod (or a
+ * placeholder with the remembered name and node), NULL when all is well. */
+static ftc_status_t find_loss(pass_t *p, int s, json_t **lost, int *lost_inc, int *node_down) {
+  slot_view_t *sv = &p->slots[s];
+  json_t *member = json_array_get(p->members, (size_t)s);
+  *lost = NULL;
+  *node_down = 0;
+  if (!sv->cur) {
+    const char *prev = ftck_jstr(member, "pod");
+    const char *prev_state = ftck_jstr(member, "state");
+    int prev_inc = ftck_incarnation_from_name(p->name, s, prev);
+    if (prev_inc < 0 || (prev_state && !strcmp(prev_state, "Suspended"))) {
+      json_t *np = NULL;
+      ftc_status_t st = create_pod(p->r, p->job, &p->spec, s, prev_inc + 1, 0, "", &np, NULL);
+      if (st != FTC_OK) return st;
+      json_array_append_new(p->created, np);
+      sv->cur = np;
+      sv->inc = prev_inc + 1;
+      return FTC_OK;
+    }
+    /* Gone from the server too (it was listed): deleted behind our back. */
+    json_t *ph = json_pack("{s:{s:s}, s:{s:s?}}", "metadata", "name", prev, "spec", "nodeName", ftck_jstr(member, "node"));
+    if (!ph || json_array_append_new(p->created, ph) != 0) return ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
+    sv->inc = prev_inc;
+    *lost = ph;
+  } else if (ftck_pod_is_lost(sv->cur)) {
+    *lost = sv->cur;
+  } else if (ftck_jstr(sv->cur, "spec.nodeName")) {
+    /* Running on a node that is no longer Ready: lost too. */
+    char nkey[300];
+    snprintf(nkey, sizeof nkey, "%s", ftck_jstr(sv->cur, "spec.nodeName"));
+    json_t *node = ftck_informer_get(p->r->nodes, nkey);
+    *node_down = node && ftck_node_ready(node) == 0;
+    json_decref(node);
+    if (*node_down) *lost = sv->cur;
+  }
+  *lost_inc = sv->inc;
+  return FTC_OK;
+}
+
+/* Milliseconds still to wait before acting on a loss that began at the
+ * pod's failure time: backoffSeconds * 2^earlier, capped at 10 minutes. */
+static int64_t backoff_left_ms(const pass_t *p, const json_t *lost, int earlier) {
+  int shift = earlier < 6 ? earlier : 6;
+  int64_t delay_ms = (int64_t)p->spec.backoff_s * 1000 * (1LL << shift);
+  if (delay_ms > 600000) delay_ms = 600000;
+  return (ftck_pod_failed_at(lost, p->now) - p->now) / 1000000 + delay_ms;
+}
+
+static void wait_then_retry(pass_t *p, int64_t wait_ms) {
+  p->replacing = 1;
+  if (p->requeue < 0 || wait_ms < p->requeue) p->requeue = wait_ms;
+}
+
+/* Count a replacement made in this pass and tell people: log, incident, Event. */
+static void record_replacement(pass_t *p, const char *kind, const char *culprit, const char *reason,
+                               const char *action, const char *msg) {
+  char tbuf[64];
+  p->used++;
+  p->used_now++;
+  __atomic_add_fetch(&p->r->stats.replacements, 1, __ATOMIC_RELAXED);
+  ftck_format_time(p->now, tbuf, sizeof tbuf);
+  json_array_append_new(p->incidents, json_pack("{s:s, s:s, s:s?, s:s}", "time", tbuf, "kind", kind, "culprit",
+                                                 culprit, "message", msg));
+  FTC_WARN(FTC_SUB_CTRL, "%s: %s", p->key, msg);
+  report_event(p->r, p->job, "Warning", reason, action, msg);
+}
+
+/* replace mode: a new pod for slot s, after backoff and within budget,
+ * away from the nodes where the slot failed. */
+static ftc_status_t replace_member(pass_t *p, int s, json_t *lost, int lost_inc, int node_down) {
+  slot_view_t *sv = &p->slots[s];
+  const char *lost_name = ftck_jstr(lost, "metadata.name");
+  const char *lost_node = ftck_jstr(lost, "spec.nodeName");
+  if (p->used >= p->spec.max_replacements) {
+    p->exhausted = 1;
+    sv->state_override = 2;
+    return FTC_OK;
+  }
+  int64_t wait_ms = backoff_left_ms(p, lost, lost_inc);
+  if (wait_ms > 0) {
+    sv->state_override = 1;
+    wait_then_retry(p, wait_ms);
+    return FTC_OK;
+  }
+  char avoid[2048] = "";
+  const char *prev_avoid = json_string_value(json_object_get(ftck_jget(lost, "metadata.annotations"), FTCK_ANNOT_AVOID));
+  if (p->spec.avoid_failed_nodes) {
+    if (prev_avoid && *prev_avoid) snprintf(avoid, sizeof avoid, "%s", prev_avoid);
+    if (lost_node && *lost_node && !strstr(avoid, lost_node)) {
+      size_t al = strlen(avoid);
+      snprintf(avoid + al, sizeof avoid - al, "%s%s", al ? "," : "", lost_node);
+    }
+  }
+  json_t *np = NULL;
+  int is_new = 0;
+  ftc_status_t st = create_pod(p->r, p->job, &p->spec, s, lost_inc + 1, 1, avoid, &np, &is_new);
+  if (st != FTC_OK) return st;
+  json_array_append_new(p->created, np);
+  sv->cur = np;
+  sv->inc = lost_inc + 1;
+  p->replacing = 1;
+  if (!is_new) return FTC_OK; /* made by an earlier pass whose result the caches did not show yet */
+  const char *reason = ftck_jstr(lost, "status.reason");
+  char msg[1024];
+  snprintf(msg, sizeof msg, "slot %d: pod %s %s%s%s%s%s; replaced by %s (replacement %d of %d)", s, lost_name,
+           node_down ? "was lost with its node" : ftck_jstr(lost, "metadata.deletionTimestamp") ? "was deleted"
+           : ftck_jstr(lost, "metadata.uid") ? "failed" : "disappeared",
+           lost_node ? " on node " : "", lost_node ? lost_node : "", reason ? ": " : "", reason ? reason : "",
+           ftck_jstr(np, "metadata.name"), p->used + 1, p->spec.max_replacements);
+  record_replacement(p, node_down ? "NodeLost" : "PodFailed", lost_name, "MemberReplaced", "Replace", msg);
+  return FTC_OK;
+}
+
+/* restartAll mode: every slot starts again at the next incarnation. */
+static ftc_status_t restart_all(pass_t *p, const json_t *cause) {
+  if (p->used >= p->spec.max_replacements) {
+    p->exhausted = 1;
+    for (int s = 0; s < p->spec.replicas; s++)
+      if (p->slots[s].state_override == 1) p->slots[s].state_override = 2;
+    return FTC_OK;
+  }
+  int64_t wait_ms = backoff_left_ms(p, cause, p->used);
+  if (wait_ms > 0) {
+    wait_then_retry(p, wait_ms);
+    return FTC_OK;
+  }
+  int target = p->max_inc + 1, any_new = 0;
+  for (int s = 0; s < p->spec.replicas; s++) {
+    json_t *np = NULL;
+    int is_new = 0;
+    ftc_status_t st = create_pod(p->r, p->job, &p->spec, s, target, 0, "", &np, &is_new);
+    if (st != FTC_OK) return st;
+    json_array_append_new(p->created, np);
+    p->slots[s].cur = np;
+    p->slots[s].inc = target;
+    p->slots[s].state_override = 0;
+    any_new |= is_new;
+  }
+  p->replacing = 1;
+  if (!any_new) return FTC_OK; /* an earlier pass made this restart; the caches did not show it yet */
+  const char *cname = ftck_jstr(cause, "metadata.name");
+  const char *reason = ftck_jstr(cause, "status.reason");
+  char msg[1024];
+  snprintf(msg, sizeof msg, "pod %s lost%s%s; failurePolicy.mode restartAll: every pod restarted at incarnation %d "
+           "(restart %d of %d)", cname ? cname : "?", reason ? ": " : "", reason ? reason : "", target, p->used + 1,
+           p->spec.max_replacements);
+  record_replacement(p, "PodFailed", cname, "JobRestarted", "RestartAll", msg);
+  return FTC_OK;
+}
+
+/* Phase, members, counts and conditions, from the slots as this pass left them. */
+static void compute_status(pass_t *p, json_t *computed, json_t *conds) {
+  const ftck_job_spec_t *spec = &p->spec;
+  int alive = 0, succeeded = 0;
+  json_t *mlist = json_array();
+  for (int s = 0; s < spec->replicas; s++) {
+    json_t *old = json_array_get(p->members, (size_t)s);
+    if (spec->suspend) {
+      /* Remember each slot's last pod, so resuming continues its incarnations. */
+      json_array_append_new(mlist, json_pack("{s:i, s:s?, s:s}", "slot", s, "pod", ftck_jstr(old, "pod"), "state",
+                                             "Suspended"));
+      continue;
+    }
+    json_t *pod = p->slots[s].cur;
+    int ov = p->slots[s].state_override;
+    const char *state = ov == 1 ? "Replacing" : ov == 2 ? "Failed" : member_state(pod);
+    if (!strcmp(state, "Running")) alive++;
+    if (!strcmp(state, "Succeeded")) succeeded++;
+    const char *pname = ftck_jstr(pod, "metadata.name");
+    json_t *m = json_pack("{s:i, s:s?, s:s?, s:s}", "slot", s, "pod", pname, "node", ftck_jstr(pod, "spec.nodeName"),
+                          "state", state);
+    /* The rank is the coordinator's to set; keep it while the pod stays. */
+    if (m && json_is_integer(json_object_get(old, "rank")) && pname && ftck_jstr(old, "pod") &&
+        !strcmp(ftck_jstr(old, "pod"), pname))
+      json_object_set(m, "rank", json_object_get(old, "rank"));
+    json_array_append_new(mlist, m);
+  }
+  const char *phase = spec->suspend                                  ? "Suspended"
+                      : p->exhausted                                 ? "Failed"
+                      : succeeded == spec->replicas                  ? "Succeeded"
+                      : alive == spec->replicas                      ? "Running"
+                      : p->ever_lost && alive >= spec->min_replicas  ? "Degraded"
+                                                                     : "Pending";
+  char msg[256];
+  snprintf(msg, sizeof msg, "%d of %d members running (minimum %d)", alive, spec->replicas, spec->min_replicas);
+  json_object_set_new(computed, "phase", json_string(phase));
+  json_object_set_new(computed, "alive", json_integer(alive));
+  json_object_set_new(computed, "worldSize", json_integer(alive));
+  json_object_set_new(computed, "replacementsDelta", json_integer(p->used_now));
+  json_object_set_new(computed, "members", mlist);
+  int all = alive == spec->replicas;
+  add_condition(conds, "Ready", all, all ? "AllMembersRunning" : p->replacing ? "MemberReplacing" : "MembersNotRunning",
+                msg);
+  add_condition(conds, "Degraded", !strcmp(phase, "Degraded"),
+                p->replacing ? "MemberReplacing" : p->ever_lost ? "MemberLost" : "NoLoss", msg);
+  if (p->exhausted) {
+    snprintf(msg, sizeof msg,
+             "all %d replacements of spec.failurePolicy.maxReplacements are used; raise it to replace more pods",
+             spec->max_replacements);
+    add_condition(conds, "Failed", 1, "ReplacementBudgetExhausted", msg);
+    const char *was = ftck_jstr(p->job, "status.phase");
+    if (!was || strcmp(was, "Failed") != 0) report_event(p->r, p->job, "Warning", "ReplacementBudgetExhausted", "Fail", msg);
+  } else {
+    add_condition(conds, "Failed", 0, "WithinBudget", "replacements left");
+  }
+  add_condition(conds, "Suspended", spec->suspend, spec->suspend ? "SpecSuspend" : "NotSuspended",
+                spec->suspend ? "spec.suspend is true: the job's pods are deleted" : "running");
+}
+
 ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requeue_ms) {
   ftc_status_t st = FTC_OK;
-  int64_t requeue = -1;
   char ns[256], name[256], err[256];
   if (requeue_ms) *requeue_ms = -1;
   if (ftck_split_key(key, ns, sizeof ns, name, sizeof name) != 0)
     return ftc__error(FTC_ERR_INVALID_ARGUMENT, "bad key %s", key);
-  json_t *job = ftck_informer_get(r->jobs, key);
-  if (!job) {
+  pass_t p = {.r = r, .key = key, .ns = ns, .name = name, .requeue = -1, .now = ftc__wall_ns()};
+  p.job = ftck_informer_get(r->jobs, key);
+  if (!p.job) {
     FTC_DEBUG(FTC_SUB_CTRL, "%s: gone; its pods go with it (owner references)", key);
     return FTC_OK;
   }
-  json_t *all_pods = NULL, *created = json_array(), *incidents = json_array(), *computed = NULL, *mine = NULL;
-  slot_view_t *slots = NULL;
-  char *job_path = NULL;
-  if (!created || !incidents) {
+  if (ftck_jstr(p.job, "metadata.deletionTimestamp")) goto out_free_job;
+  json_t *pods = NULL, *mine = NULL, *conds = NULL;
+  json_t *computed = json_object();
+  char *job_path = ftck_path(FTCK_GROUP, FTCK_VERSION, ns, FTCK_PLURAL, name);
+  p.created = json_array();
+  p.incidents = json_array();
+  if (computed) json_object_set_new(computed, "conditions", conds = json_array());
+  if (!computed || !conds || !job_path || !p.created || !p.incidents) {
     st = ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
-    goto out_free;
+    goto out_free_pass;
   }
-  if (ftck_jstr(job, "metadata.deletionTimestamp")) goto out_free;
-  const char *uid = ftck_jstr(job, "metadata.uid");
-  int64_t generation = ftck_jint(job, "metadata.generation", 0);
-  job_path = ftck_path(FTCK_GROUP, FTCK_VERSION, ns, FTCK_PLURAL, name);
-  if (!job_path) {
-    st = ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
-    goto out_free;
-  }
-  ftck_job_spec_t spec;
-  computed = json_object();
-  json_t *conds = json_array();
-  json_object_set_new(computed, "conditions", conds);
-  if (ftck_job_spec_parse(job, &spec, err, sizeof err) != 0) {
+  if (ftck_job_spec_parse(p.job, &p.spec, err, sizeof err) != 0) {
     json_object_set_new(computed, "phase", json_string("Failed"));
     add_condition(conds, "Failed", 1, "InvalidSpec", err);
     add_condition(conds, "Ready", 0, "InvalidSpec", err);
     goto out_write_status;
   }
-  FTC_CHECK_GOTO(ensure_secret(r, job), st, out_free_path);
-
-  /* This job's pods, by slot, from the cache; from the server itself when
-   * the cache and status disagree, so a lagging cache never makes a pod
-   * look lost. */
-  all_pods = ftck_informer_select(r->pods, ns, FTCK_LABEL_JOB, name);
-  slots = ftc__calloc((size_t)spec.replicas, sizeof *slots);
+  FTC_CHECK_GOTO(ensure_secret(r, p.job), st, out_free_pass);
+  p.slots = ftc__calloc((size_t)p.spec.replicas, sizeof *p.slots);
   mine = json_array();
-  if (!all_pods || !slots || !mine) {
+  if (!p.slots || !mine) {
     st = ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
-    goto out_free_mine;
+    goto out_free_pass;
   }
-  FTC_CHECK_GOTO(group_pods(r, job, &spec, all_pods, slots, mine), st, out_free_mine);
-  if (cache_disagrees(job, &spec, slots)) {
-    char sel[512], *rv = NULL, *coll = ftck_path("", "v1", ns, "pods", NULL);
-    json_t *fresh = NULL;
-    long code = 0;
-    snprintf(sel, sizeof sel, "%s=%s", FTCK_LABEL_JOB, name);
-    st = coll ? ftck_list(r->c, coll, sel, NULL, 0, &fresh, &rv, &code) : ftc__error(FTC_ERR_NO_MEMORY, "no memory");
-    ftc__free(coll);
-    ftc__free(rv);
-    if (st != FTC_OK) goto out_free_mine;
-    FTC_DEBUG(FTC_SUB_CTRL, "%s: cache and status disagree; listed %zu pods from the server", key,
-              json_array_size(fresh));
-    json_decref(all_pods);
-    all_pods = fresh;
-    FTC_CHECK_GOTO(group_pods(r, job, &spec, all_pods, slots, mine), st, out_free_mine);
-  }
-  size_t i;
-  json_t *pod;
+  FTC_CHECK_GOTO(load_pods(&p, &pods, mine), st, out_free_pass);
 
   /* Replacements used so far come from status; those made now are added to
    * the stored count when status is written (a delta, so a stale cache
    * cannot undo them). The newest incarnation of each slot comes from its
    * pods or, when they are gone, from the pod name status remembers. */
-  json_t *members = ftck_jget(job, "status.members");
-  int used = (int)ftck_jint(job, "status.replacements", 0), used_now = 0, max_inc = 0;
-  for (int s = 0; s < spec.replicas; s++) {
-    int remembered = ftck_incarnation_from_name(name, s, ftck_jstr(json_array_get(members, (size_t)s), "pod"));
-    int newest = slots[s].inc > remembered ? slots[s].inc : remembered;
-    if (newest > max_inc) max_inc = newest;
+  p.members = ftck_jget(p.job, "status.members");
+  p.used = (int)ftck_jint(p.job, "status.replacements", 0);
+  p.ever_lost = p.used > 0;
+  for (int s = 0; s < p.spec.replicas; s++) {
+    int remembered = ftck_incarnation_from_name(name, s, ftck_jstr(json_array_get(p.members, (size_t)s), "pod"));
+    int newest = p.slots[s].inc > remembered ? p.slots[s].inc : remembered;
+    if (newest > p.max_inc) p.max_inc = newest;
   }
-  int exhausted = 0, replacing = 0, ever_lost = used > 0;
   json_t *restart_cause = NULL; /* restartAll: the first lost pod (borrowed) */
-  int64_t now = ftc__wall_ns();
-  for (int s = 0; s < spec.replicas && !spec.suspend; s++) {
-    json_t *member = json_array_get(members, (size_t)s);
+  for (int s = 0; s < p.spec.replicas && !p.spec.suspend; s++) {
     json_t *lost = NULL;
-    int lost_inc = -1, lost_node_down = 0;
-    if (!slots[s].cur) {
-      const char *prev = ftck_jstr(member, "pod");
-      int prev_inc = ftck_incarnation_from_name(name, s, prev);
-      const char *prev_state = ftck_jstr(member, "state");
-      if (prev_inc < 0 || (prev_state && !strcmp(prev_state, "Suspended"))) {
-        /* A new slot, or the job resumes: a fresh start, not a replacement. */
-        json_t *np = NULL;
-        FTC_CHECK_GOTO(create_pod(r, job, &spec, s, prev_inc + 1, 0, "", &np, NULL), st, out_free_mine);
-        json_array_append_new(created, np);
-        slots[s].cur = np;
-        slots[s].inc = prev_inc + 1;
-        continue;
-      }
-      /* Gone from the server too (it was listed): deleted behind our back. */
-      lost = json_pack("{s:{s:s}, s:{s:s?}}", "metadata", "name", prev, "spec", "nodeName", ftck_jstr(member, "node"));
-      if (!lost || json_array_append_new(created, lost) != 0) {
-        st = ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
-        goto out_free_mine;
-      }
-      slots[s].inc = prev_inc;
-      lost_inc = prev_inc;
-    } else if (ftck_pod_is_lost(slots[s].cur)) {
-      lost = slots[s].cur;
-      lost_inc = slots[s].inc;
-    } else if (ftck_jstr(slots[s].cur, "spec.nodeName")) {
-      /* Running on a node that is no longer Ready: lost too. */
-      char nkey[300];
-      snprintf(nkey, sizeof nkey, "%s", ftck_jstr(slots[s].cur, "spec.nodeName"));
-      json_t *node = ftck_informer_get(r->nodes, nkey);
-      int node_lost = node && ftck_node_ready(node) == 0;
-      json_decref(node);
-      if (!node_lost) continue;
-      lost = slots[s].cur;
-      lost_inc = slots[s].inc;
-      lost_node_down = 1;
-    } else {
-      continue;
-    }
-    ever_lost = 1;
-    const char *lost_name = ftck_jstr(lost, "metadata.name");
-    const char *lost_node = ftck_jstr(lost, "spec.nodeName");
-    if (spec.mode == FTCK_MODE_RESTART_ALL) {
+    int lost_inc = -1, node_down = 0;
+    FTC_CHECK_GOTO(find_loss(&p, s, &lost, &lost_inc, &node_down), st, out_free_pass);
+    if (!lost) continue;
+    p.ever_lost = 1;
+    if (p.spec.mode == FTCK_MODE_RESTART_ALL) {
       if (!restart_cause) restart_cause = lost;
-      slots[s].state_override = 1;
+      p.slots[s].state_override = 1;
       continue;
     }
-    if (used >= spec.max_replacements) {
-      exhausted = 1;
-      slots[s].state_override = 2;
-      continue;
-    }
-    int shift = lost_inc < 6 ? lost_inc : 6;
-    int64_t delay_ms = (int64_t)spec.backoff_s * 1000 * (1LL << shift);
-    if (delay_ms > 600000) delay_ms = 600000;
-    int64_t wait_ms = (ftck_pod_failed_at(lost, now) - now) / 1000000 + delay_ms;
-    if (wait_ms > 0) {
-      slots[s].state_override = 1;
-      replacing = 1;
-      if (requeue < 0 || wait_ms < requeue) requeue = wait_ms;
-      continue;
-    }
-    char avoid[2048] = "";
-    const char *prev_avoid = json_string_value(json_object_get(ftck_jget(lost, "metadata.annotations"), FTCK_ANNOT_AVOID));
-    if (spec.avoid_failed_nodes) {
-      if (prev_avoid && *prev_avoid) snprintf(avoid, sizeof avoid, "%s", prev_avoid);
-      if (lost_node && *lost_node && !strstr(avoid, lost_node)) {
-        size_t al = strlen(avoid);
-        snprintf(avoid + al, sizeof avoid - al, "%s%s", al ? "," : "", lost_node);
-      }
-    }
-    json_t *np = NULL;
-    int is_new = 0;
-    FTC_CHECK_GOTO(create_pod(r, job, &spec, s, lost_inc + 1, 1, avoid, &np, &is_new), st, out_free_mine);
-    json_array_append_new(created, np);
-    slots[s].cur = np;
-    slots[s].inc = lost_inc + 1;
-    replacing = 1;
-    if (!is_new) continue; /* made by an earlier pass whose result the caches did not show yet */
-    used++;
-    used_now++;
-    __atomic_add_fetch(&r->stats.replacements, 1, __ATOMIC_RELAXED);
-    const char *reason = ftck_jstr(lost, "status.reason");
-    char msg[1024], tbuf[64];
-    snprintf(msg, sizeof msg, "slot %d: pod %s %s%s%s%s%s; replaced by %s (replacement %d of %d)", s, lost_name,
-             lost_node_down ? "was lost with its node" : ftck_jstr(lost, "metadata.deletionTimestamp") ? "was deleted"
-             : ftck_jstr(lost, "metadata.uid") ? "failed" : "disappeared",
-             lost_node ? " on node " : "", lost_node ? lost_node : "", reason ? ": " : "", reason ? reason : "",
-             ftck_jstr(np, "metadata.name"), used, spec.max_replacements);
-    ftck_format_time(now, tbuf, sizeof tbuf);
-    json_array_append_new(incidents, json_pack("{s:s, s:s, s:s, s:s}", "time", tbuf, "kind",
-                                               lost_node_down ? "NodeLost" : "PodFailed", "culprit", lost_name,
-                                               "message", msg));
-    FTC_WARN(FTC_SUB_CTRL, "%s: %s", key, msg);
-    report_event(r, job, "Warning", "MemberReplaced", "Replace", msg);
+    FTC_CHECK_GOTO(replace_member(&p, s, lost, lost_inc, node_down), st, out_free_pass);
   }
-  /* restartAll: every slot starts again at the next incarnation. */
-  if (restart_cause) {
-    int shift = used < 6 ? used : 6;
-    int64_t delay_ms = (int64_t)spec.backoff_s * 1000 * (1LL << shift);
-    if (delay_ms > 600000) delay_ms = 600000;
-    int64_t wait_ms = (ftck_pod_failed_at(restart_cause, now) - now) / 1000000 + delay_ms;
-    if (used >= spec.max_replacements) {
-      exhausted = 1;
-      for (int s = 0; s < spec.replicas; s++)
-        if (slots[s].state_override == 1) slots[s].state_override = 2;
-    } else if (wait_ms > 0) {
-      replacing = 1;
-      if (requeue < 0 || wait_ms < requeue) requeue = wait_ms;
-    } else {
-      int target = max_inc + 1, any_new = 0;
-      for (int s = 0; s < spec.replicas; s++) {
-        json_t *np = NULL;
-        int is_new = 0;
-        FTC_CHECK_GOTO(create_pod(r, job, &spec, s, target, 0, "", &np, &is_new), st, out_free_mine);
-        json_array_append_new(created, np);
-        slots[s].cur = np;
-        slots[s].inc = target;
-        slots[s].state_override = 0;
-        any_new |= is_new;
-      }
-      replacing = 1;
-      if (any_new) { /* else an earlier pass made this restart and the caches did not show it yet */
-        used++;
-        used_now++;
-        __atomic_add_fetch(&r->stats.replacements, 1, __ATOMIC_RELAXED);
-        const char *cname = ftck_jstr(restart_cause, "metadata.name");
-        const char *reason = ftck_jstr(restart_cause, "status.reason");
-        char msg[1024], tbuf[64];
-        snprintf(msg, sizeof msg, "pod %s lost%s%s; failurePolicy.mode restartAll: every pod restarted at "
-                 "incarnation %d (restart %d of %d)", cname ? cname : "?", reason ? ": " : "", reason ? reason : "",
-                 target, used, spec.max_replacements);
-        ftck_format_time(now, tbuf, sizeof tbuf);
-        json_array_append_new(incidents, json_pack("{s:s, s:s, s:s?, s:s}", "time", tbuf, "kind", "PodFailed",
-                                                   "culprit", cname, "message", msg));
-        FTC_WARN(FTC_SUB_CTRL, "%s: %s", key, msg);
-        report_event(r, job, "Warning", "JobRestarted", "RestartAll", msg);
-      }
-    }
-  }
-  /* Older incarnations of a slot are no longer needed. */
+  if (restart_cause) FTC_CHECK_GOTO(restart_all(&p, restart_cause), st, out_free_pass);
+
+  /* Older incarnations of a slot (the lost pods among them) are no longer needed. */
+  size_t i;
+  json_t *pod;
   json_array_foreach(mine, i, pod) {
     int s = ftck_pod_slot(pod);
-    if (s < 0 || s >= spec.replicas || spec.suspend) continue;
-    if (ftck_pod_incarnation(pod) < slots[s].inc && !ftck_jstr(pod, "metadata.deletionTimestamp"))
-      FTC_CHECK_GOTO(delete_pod(r, ns, ftck_jstr(pod, "metadata.name")), st, out_free_mine);
+    if (s < 0 || s >= p.spec.replicas || p.spec.suspend) continue;
+    if (ftck_pod_incarnation(pod) < p.slots[s].inc && !ftck_jstr(pod, "metadata.deletionTimestamp"))
+      FTC_CHECK_GOTO(delete_pod(r, ns, ftck_jstr(pod, "metadata.name")), st, out_free_pass);
   }
-
-  /* Status. */
-  int alive = 0, succeeded = 0;
-  json_t *mlist = json_array();
-  for (int s = 0; s < spec.replicas && spec.suspend; s++) {
-    /* Suspended: remember each slot's last pod, so resuming continues its incarnations. */
-    json_t *old = json_array_get(members, (size_t)s);
-    json_array_append_new(mlist, json_pack("{s:i, s:s?, s:s}", "slot", s, "pod", ftck_jstr(old, "pod"), "state",
-                                           "Suspended"));
-  }
-  for (int s = 0; s < spec.replicas && !spec.suspend; s++) {
-    json_t *p = slots[s].cur;
-    const char *state = slots[s].state_override == 1 ? "Replacing" : slots[s].state_override == 2 ? "Failed"
-                                                                                                  : member_state(p);
-    if (!strcmp(state, "Running")) alive++;
-    if (!strcmp(state, "Succeeded")) succeeded++;
-    json_t *m = json_pack("{s:i, s:s?, s:s?, s:s}", "slot", s, "pod", ftck_jstr(p, "metadata.name"), "node",
-                          ftck_jstr(p, "spec.nodeName"), "state", state);
-    json_t *old = json_array_get(members, (size_t)s);
-    if (m && old && json_is_integer(json_object_get(old, "rank")) && ftck_jstr(p, "metadata.name") &&
-        ftck_jstr(old, "pod") && !strcmp(ftck_jstr(old, "pod"), ftck_jstr(p, "metadata.name")))
-      json_object_set(m, "rank", json_object_get(old, "rank"));
-    json_array_append_new(mlist, m);
-  }
-  const char *phase = spec.suspend           ? "Suspended"
-                      : exhausted            ? "Failed"
-                      : succeeded == spec.replicas ? "Succeeded"
-                      : alive == spec.replicas     ? "Running"
-                      : ever_lost && alive >= spec.min_replicas ? "Degraded"
-                                                               : "Pending";
-  char msg[256];
-  snprintf(msg, sizeof msg, "%d of %d members running (minimum %d)", alive, spec.replicas, spec.min_replicas);
-  json_object_set_new(computed, "phase", json_string(phase));
-  json_object_set_new(computed, "alive", json_integer(alive));
-  json_object_set_new(computed, "worldSize", json_integer(alive));
-  json_object_set_new(computed, "replacementsDelta", json_integer(used_now));
-  json_object_set_new(computed, "members", mlist);
-  add_condition(conds, "Ready", alive == spec.replicas, alive == spec.replicas ? "AllMembersRunning" : replacing ? "MemberReplacing" : "MembersNotRunning", msg);
-  add_condition(conds, "Degraded", !strcmp(phase, "Degraded"), replacing ? "MemberReplacing" : ever_lost ? "MemberLost" : "NoLoss", msg);
-  if (exhausted) {
-    snprintf(msg, sizeof msg, "all %d replacements of spec.failurePolicy.maxReplacements are used; raise it to replace more pods",
-             spec.max_replacements);
-    add_condition(conds, "Failed", 1, "ReplacementBudgetExhausted", msg);
-  } else {
-    add_condition(conds, "Failed", 0, "WithinBudget", "replacements left");
-  }
-  add_condition(conds, "Suspended", spec.suspend, spec.suspend ? "SpecSuspend" : "NotSuspended",
-                spec.suspend ? "spec.suspend is true: the job's pods are deleted" : "running");
-  if (exhausted && strcmp(ftck_jstr(job, "status.phase") ? ftck_jstr(job, "status.phase") : "", "Failed") != 0)
-    report_event(r, job, "Warning", "ReplacementBudgetExhausted", "Fail", msg);
+  compute_status(&p, computed, conds);
 
 out_write_status:;
-  ftck_status_update_t u = {.uid = uid, .computed = computed, .incidents = incidents, .generation = generation};
+  ftck_status_update_t u = {.uid = ftck_jstr(p.job, "metadata.uid"), .computed = computed, .incidents = p.incidents,
+                            .generation = ftck_jint(p.job, "metadata.generation", 0)};
   /* Skip the API round trip when the cached status already says it. */
-  json_t *probe = json_deep_copy(job);
+  json_t *probe = json_deep_copy(p.job);
   int unchanged = probe && ftck_status_merge(probe, &u) == 1;
   json_decref(probe);
   if (!unchanged) {
     st = ftck_update_retry(r->c, job_path, "/status", apply_status, &u, 5, NULL);
-    if (st != FTC_OK)
-      FTC_WARN(FTC_SUB_CTRL, "%s: status update failed: %s", key, ftc_last_error());
+    if (st != FTC_OK) FTC_WARN(FTC_SUB_CTRL, "%s: status update failed: %s", key, ftc_last_error());
   }
-  if (requeue_ms) *requeue_ms = requeue;
-out_free_mine:
+  if (requeue_ms) *requeue_ms = p.requeue;
+out_free_pass:
   json_decref(mine);
-out_free_path:
-  ftc__free(job_path);
-out_free:
-  ftc__free(slots);
-  json_decref(all_pods);
-  json_decref(created);
-  json_decref(incidents);
+  json_decref(pods);
   json_decref(computed);
-  json_decref(job);
+  json_decref(p.created);
+  json_decref(p.incidents);
+  ftc__free(p.slots);
+  ftc__free(job_path);
+out_free_job:
+  json_decref(p.job);
   return st;
 }
 
