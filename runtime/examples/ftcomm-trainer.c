@@ -262,7 +262,7 @@ int main(int argc, char **argv) {
             (unsigned long long)info.epoch, info.rank, info.size);
   /* The global batch is fixed and re-split over the current ranks, so the
    * math is the same at any size; a step that failed is redone. */
-  int step = info.joiner ? -1 : 0, need_sync = info.joiner, recoveries = 0;
+  int step = info.joiner ? -1 : 0, need_sync = 0, recoveries = 0;
   for (;;) {
     if (need_sync) st = sync_state(comm, model.p, model.n + 1, &step);
     if (st == FTC_OK) {
@@ -271,10 +271,13 @@ int main(int argc, char **argv) {
       st = ftc_comm_step(comm, FTC_TIMEOUT_DEFAULT, &info);
     }
     if (st == FTC_OK && info.changed) {
-      fprintf(stderr, "ftcomm-trainer: step %d: epoch %llu: %d joined, now rank %d of %d\n",
-              step, (unsigned long long)info.epoch, info.joined, info.rank, info.size);
-      need_sync = 1;
-      continue;
+      /* A joiner was admitted at this step boundary (a joiner's own first
+       * step boundary reports the same): send it the model. */
+      if (!info.joiner)
+        fprintf(stderr, "ftcomm-trainer: step %d: epoch %llu: %d joined, now rank %d of %d\n",
+                step, (unsigned long long)info.epoch, info.joined, info.rank, info.size);
+      st = sync_state(comm, model.p, model.n + 1, &step);
+      if (st == FTC_OK && step >= o.steps) break;
     }
     if (st == FTC_OK) {
       ftc_comm_rank(comm, &rank);

@@ -267,7 +267,7 @@ FTC_API void ftc_request_free(ftc_request_t *req);
  *
  *   for (;;) {
  *     st = ftc_comm_step(comm, FTC_TIMEOUT_DEFAULT, &info);   // may grow
- *     if (st == FTC_OK && info.changed) sync_state(&info);
+ *     if (st == FTC_OK && info.changed) st = sync_state(&info); // joiners too
  *     if (st == FTC_OK) st = train_one_step(comm);            // collectives
  *     if (st == FTC_OK) continue;
  *     st = ftc_comm_recover(comm, FTC_TIMEOUT_DEFAULT, &info); // shrink
@@ -310,11 +310,15 @@ FTC_API ftc_status_t ftc_comm_recover(ftc_comm_t *comm, int timeout_ms, ftc_epoc
  * decision: when every rank has been told of a newer epoch (a joiner was
  * admitted), all of them move to it in this call (info->changed = 1) and the
  * application then sends the newcomers its state (e.g. a broadcast from
- * info->sync_root). Returns the allreduce's error on a failed epoch (call
+ * info->sync_root). A joiner's first call returns at once with changed = 1
+ * and joiner = 1, no collective: it stands for the step boundary at which
+ * the others admitted it, so every rank of the grown epoch sees changed = 1
+ * from the same call. Returns the allreduce's error on a failed epoch (call
  * ftc_comm_recover). timeout_ms as for collectives. */
 FTC_API ftc_status_t ftc_comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info);
 
-/* The current epoch, described as ftc_comm_recover() would (changed = 0). */
+/* The current epoch, described as ftc_comm_recover() would (changed = 0).
+ * From the application thread (the view changes only inside its calls). */
 FTC_API ftc_status_t ftc_comm_info(const ftc_comm_t *comm, ftc_epoch_info_t *info);
 
 /* Write a flight-recorder dump of this process now (trigger "api", with

@@ -10,3 +10,14 @@ $(RECOVERY_SUITE): tests/recovery/recovery.sh
 
 TEST_BINS += $(RECOVERY_SUITE) $(BUILD)/bin/ftcomm-run $(BUILD)/bin/ftcomm-trainer $(BUILD)/bin/ftcomm-trace
 TEST_SUITES += $(RECOVERY_SUITE)
+
+# The recovery benchmark's rank program (tests/bench/recovery/run.sh, part of
+# `make bench`): built here with the recovery suite's other pieces.
+BENCH_RECOVERY := $(BUILD)/bench/recovery_bench
+$(BENCH_RECOVERY): $(BUILD)/obj/tests/bench/recovery/recovery_bench.o $(FTCOMM_A)
+	@mkdir -p $(dir $@)
+	$(say) LD $@
+	$(Q)$(CC) -o $@ $^ $(LDFLAGS_ALL) $(RUNTIME_LIBS)
+.PHONY: bench-recovery
+bench-recovery: $(BENCH_RECOVERY) $(BUILD)/bin/ftcomm-run
+	@BUILD=$(BUILD) tests/bench/recovery/run.sh

@@ -108,6 +108,7 @@ struct ftc__coord {
   int stopping;
   int below_min_logged;
   int revoke_pending;    /* a rank reported the current epoch broken: a new one follows */
+  int64_t revoke_ns;     /* when the first such report came */
   uint64_t dumps_epoch;  /* the epoch whose hang already triggered dump requests */
   ftc__coord_stats_t counts; /* lost/left/refused tallies */
   int stats_dirty;
@@ -603,8 +604,8 @@ static void request_hang_dumps(ftc__coord_t *co, const char *reason) {
  * session is gone or it has missed two heartbeats (now, or while suspected);
  * otherwise it is suspected, and cleared if it keeps heartbeating. Either
  * way the reported epoch is broken for the reporter, so the next epoch is
- * formed once no suspect is left (with the same members if nobody was
- * dropped).
+ * formed once no suspect is left and the evidence had time to arrive (with
+ * the same members if nobody was dropped).
  */
 static void handle_failure(ftc__coord_t *co, session_t *s, const ftc__msg_t *msg) {
   member_t *rep = s->m;
@@ -615,6 +616,7 @@ static void handle_failure(ftc__coord_t *co, session_t *s, const ftc__msg_t *msg
     return;
   }
   int64_t now = ftc__now_ns();
+  if (!co->revoke_pending) co->revoke_ns = now;
   co->revoke_pending = 1;
   if (msg->status == FTC_ERR_TIMEOUT) {
     char why[128];
@@ -645,9 +647,10 @@ static void handle_failure(ftc__coord_t *co, session_t *s, const ftc__msg_t *msg
                co->job, rep->rank, x->rank, what);
     }
   }
-  int suspects = 0;
-  for (int r = 0; r < co->view_n; r++) suspects += co->view[r] && co->view[r]->suspect_ns;
-  if (!suspects || co->view_dirty) maybe_form_epoch(co);
+  /* A drop forms the next epoch now; a broken epoch without one waits for
+   * the evidence to settle (judge_suspects): the session of a dead rank may
+   * close a moment after its peers' reports. */
+  if (co->view_dirty) maybe_form_epoch(co);
 }
 
 /* The tick's half of the evidence rule: drop suspects that stopped
@@ -672,7 +675,8 @@ static void judge_suspects(ftc__coord_t *co, int64_t now) {
       suspects++;
     }
   }
-  if (co->view_dirty || (co->revoke_pending && !suspects)) {
+  if (co->view_dirty ||
+      (co->revoke_pending && !suspects && now - co->revoke_ns > evidence_ns(co))) {
     if (co->revoke_pending && !co->view_dirty)
       FTC_INFO(FTC_SUB_COORD, "job %s: epoch %llu was reported broken; forming the next one "
                "with the same members", co->job, (unsigned long long)co->epoch);

@@ -323,6 +323,9 @@ static void idle_wait(ftc_comm_t *comm, unsigned char *ignore, int nignore) {
     if (busy) continue; /* the running collective sees it itself */
     char detail[128];
     snprintf(detail, sizeof(detail), "rank %d closed its connection between collectives", rank);
+    pthread_mutex_lock(&comm->lock);
+    ftc__tcp_note_failed_peer(comm->tp, rank);
+    pthread_mutex_unlock(&comm->lock);
     ftc__comm_fail(comm, FTC_ERR_PEER_LOST, detail);
   }
 }

@@ -166,6 +166,7 @@ static void moved(ftc_comm_t *comm, ftc__view_t *prev, int64_t t0, const char *w
   ftc__view_free(comm->prev_view);
   comm->prev_view = prev;
   describe(comm, prev, 1, info);
+  comm->joiner_pending = 0; /* a joiner that recovered has passed its admission */
   FTC_INFO(FTC_SUB_RECOVERY,
            "%s: epoch %llu -> %llu in %.1f ms: rank %d of %d (was %d of %d), %d lost, %d joined",
            why, (unsigned long long)prev->epoch, (unsigned long long)info->epoch,
@@ -213,12 +214,18 @@ ftc_status_t ftc_comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *i
   if (!comm) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_step: comm is NULL");
   uint64_t step = ++comm->steps;
   if (__builtin_expect(ftc__fault_armed, 0)) ftc__fault_step(step);
+  if (comm->joiner_pending) {
+    /* A joiner's first step boundary is the one at which the others admitted
+     * it: they return from it with changed = 1, and so does the joiner. */
+    if (info) describe(comm, NULL, 1, info);
+    comm->joiner_pending = 0;
+    return FTC_OK;
+  }
   uint64_t epoch = comm->view->epoch;
   int64_t v = (int64_t)ftc__member_latest_epoch(comm->member);
   if (v < (int64_t)epoch) v = (int64_t)epoch;
   ftc_status_t st = ftc_allreduce(&v, &v, 1, FTC_I64, FTC_MIN, comm, timeout_ms);
   if (st != FTC_OK) return st;
-  comm->joiner_pending = 0;
   if ((uint64_t)v <= epoch) {
     if (info) {
       *info = (ftc_epoch_info_t){epoch, comm->view->my_rank, comm->view->size,

@@ -641,6 +641,10 @@ void ftc__tcp_drop_peer(ftc__tcp_t *tp, int rank) {
     shutdown(tp->peers[rank].fd, SHUT_RDWR);
 }
 
+void ftc__tcp_note_failed_peer(ftc__tcp_t *tp, int rank) {
+  if (tp) __atomic_store_n(&tp->failed_peer, rank, __ATOMIC_RELEASE);
+}
+
 int ftc__tcp_peer_left(const ftc__tcp_t *tp, int rank) {
   return tp && rank >= 0 && rank < tp->size && __atomic_load_n(&tp->peers[rank].left, __ATOMIC_ACQUIRE);
 }

@@ -89,6 +89,9 @@ void ftc__tcp_say_goodbye(ftc__tcp_t *tp);
  * fail with FTC_ERR_PEER_LOST instead of reading the goodbye as data. */
 void ftc__tcp_mark_left(ftc__tcp_t *tp, int rank);
 
+/* Record `rank` as the failed peer (the idle watch saw it close). */
+void ftc__tcp_note_failed_peer(ftc__tcp_t *tp, int rank);
+
 /* 1 when `rank` said goodbye (see ftc__tcp_mark_left). */
 int ftc__tcp_peer_left(const ftc__tcp_t *tp, int rank);
 

@@ -1,0 +1,119 @@
+/*
+ * recovery_bench.c - one rank of the recovery benchmark (run.sh drives it
+ * under ftcomm-run --replace). The ranks run steps back to back: the step
+ * boundary (ftc_comm_step) and a small allreduce that also carries rank 0's
+ * schedule (which rank fails next, the trial number, stop). At each trial
+ * the chosen rank prints its wall-clock time and kills (--mode crash) or
+ * stops (--mode hang) itself; the others print when their collective
+ * returned the failure ("notified"), recover, and print when their first
+ * collective in the smaller epoch succeeded ("shrunk"). ftcomm-run restarts
+ * the victim as a joiner, which prints when it is ready to create its
+ * communicator ("ready"); every rank prints when its first collective in
+ * the grown epoch succeeded ("grown"). --mode baseline prints the time of
+ * the first collective after start (the restart-everything path). Times are
+ * CLOCK_REALTIME ns, comparable across the processes of one host.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ftcomm.h"
+
+static long long wall_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void pause_us(long us) {
+  struct timespec ts = {0, us * 1000L};
+  nanosleep(&ts, NULL);
+}
+
+int main(int argc, char **argv) {
+  const char *mode = "crash";
+  int trials = 20, gap = 30;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--mode")) mode = argv[i + 1];
+    else if (!strcmp(argv[i], "--trials")) trials = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--gap")) gap = atoi(argv[i + 1]);
+  }
+  const char *j = getenv("FTCOMM_JOINER");
+  int joiner = j && !strcmp(j, "1");
+  const char *slot = getenv("FTCOMM_SLOT");
+  if (joiner) printf("BENCH ready slot=%s ts=%lld\n", slot ? slot : "?", wall_ns());
+  fflush(stdout);
+  ftc_comm_t *comm = NULL;
+  ftc_status_t st = ftc_comm_create(NULL, &comm);
+  if (st != FTC_OK) {
+    fprintf(stderr, "recovery_bench: create: %s: %s\n", ftc_strerror(st), ftc_last_error());
+    return 1;
+  }
+  int rank, size, world;
+  ftc_comm_rank(comm, &rank);
+  ftc_comm_size(comm, &world);
+  size = world;
+  if (!strcmp(mode, "baseline")) {
+    int64_t v = 1;
+    st = ftc_allreduce(&v, &v, 1, FTC_I64, FTC_SUM, comm, FTC_TIMEOUT_DEFAULT);
+    printf("BENCH first rank=%d ts=%lld ok=%d\n", rank, wall_ns(), st == FTC_OK);
+    ftc_comm_destroy(comm);
+    return st == FTC_OK ? 0 : 1;
+  }
+  const char *world_env = getenv("FTCOMM_WORLD_SIZE");
+  if (world_env) world = atoi(world_env);
+  int hang = !strcmp(mode, "hang");
+  /* rank 0's schedule; only slot 0 (always rank 0: it never fails) uses it */
+  int trial = 0, since_full = 0, after_failure = 0, after_grow = joiner;
+  for (;;) {
+    ftc_epoch_info_t info;
+    st = ftc_comm_step(comm, FTC_TIMEOUT_DEFAULT, &info);
+    if (st == FTC_OK && info.changed) after_grow = 1;
+    int64_t plan[3] = {0, 0, 0}; /* victim + 1, trial, stop */
+    if (st == FTC_OK) {
+      ftc_comm_rank(comm, &rank);
+      ftc_comm_size(comm, &size);
+      if (rank == 0) {
+        since_full = size == world ? since_full + 1 : 0;
+        if (trial >= trials && since_full > 3) plan[2] = 1;
+        else if (trial < trials && since_full >= gap) {
+          plan[0] = 1 + (trial % (world - 1)) + 1; /* ranks 1 .. world-1 */
+          plan[1] = trial;
+          trial++;
+          since_full = 0;
+        }
+      }
+      st = ftc_allreduce(plan, plan, 3, FTC_I64, FTC_MAX, comm, FTC_TIMEOUT_DEFAULT);
+    }
+    if (st == FTC_OK) {
+      if (after_failure) printf("BENCH shrunk rank=%d size=%d ts=%lld\n", rank, size, wall_ns());
+      if (after_grow) printf("BENCH grown rank=%d size=%d ts=%lld\n", rank, size, wall_ns());
+      after_failure = after_grow = 0;
+      if (plan[2]) break;
+      if (plan[0] && plan[0] - 1 == rank) {
+        printf("BENCH %s trial=%lld rank=%d ts=%lld\n", hang ? "stop" : "kill", (long long)plan[1],
+               rank, wall_ns());
+        fflush(stdout);
+        raise(hang ? SIGSTOP : SIGKILL);
+      }
+      fflush(stdout);
+      pause_us(1000);
+      continue;
+    }
+    printf("BENCH notified rank=%d status=%d ts=%lld\n", rank, (int)st, wall_ns());
+    fflush(stdout);
+    st = ftc_comm_recover(comm, FTC_TIMEOUT_DEFAULT, NULL);
+    if (st != FTC_OK) {
+      fprintf(stderr, "recovery_bench: recover: %s: %s\n", ftc_strerror(st), ftc_last_error());
+      ftc_comm_destroy(comm);
+      return 1;
+    }
+    after_failure = 1;
+  }
+  fflush(stdout);
+  ftc_comm_destroy(comm);
+  return 0;
+}
