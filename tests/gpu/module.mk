@@ -1,10 +1,11 @@
 # tests/gpu/ - checks for a GPU machine (tests/gpu/run.sh runs them; not part
-# of `make test`). nccl_gpu links the NCCL backend's objects and common/ only
+# of `make test`). nccl_gpu links the NCCL backend's objects, the recorder
+# and common/ only
 # and opens the real NCCL with dlopen; it is built with the test binaries so
 # that CPU-only builds keep it compiling.
 GPU_NCCL_PROG := $(BUILD)/tests/gpu/nccl_gpu
 $(BUILD)/obj/tests/gpu/nccl_gpu.o: CPPFLAGS_ALL += -Iruntime/src $(NCCL_CPPFLAGS)
-$(GPU_NCCL_PROG): $(BUILD)/obj/tests/gpu/nccl_gpu.o $(NCCL_BACKEND_OBJS) $(COMMON_OBJS)
+$(GPU_NCCL_PROG): $(BUILD)/obj/tests/gpu/nccl_gpu.o $(NCCL_BACKEND_OBJS) $(RECORDER_OBJS) $(COMMON_OBJS)
 	@mkdir -p $(dir $@)
 	$(say) LD $@
 	$(Q)$(CC) -o $@ $^ $(LDFLAGS_ALL) -ldl

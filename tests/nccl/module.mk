@@ -31,14 +31,15 @@ endef
 $(foreach v,$(NCCL_DOUBLE_VERSIONS),$(eval $(call nccl_double,$(v))))
 
 # The suites link the backend's objects (NCCL_BACKEND_OBJS, from
-# runtime/src/nccl/module.mk) and common/ only, not the whole library.
+# runtime/src/nccl/module.mk), the recorder and common/ only, not the whole
+# library.
 NCCL_TEST_PROGS := $(patsubst tests/nccl/%.c,%,$(wildcard tests/nccl/test_nccl_*.c))
 NCCL_TEST_BINS := $(addprefix $(BUILD)/tests/nccl/,$(NCCL_TEST_PROGS))
 $(patsubst %,$(BUILD)/obj/tests/nccl/%.o,$(NCCL_TEST_PROGS)): CPPFLAGS_ALL += -Iruntime/src \
     -Itests/nccl -DNCCL_DOUBLE_DIR='"$(NCCL_DOUBLE_DIR)"' -DDEPS_PREFIX='"$(DEPS_PREFIX)"'
 
 define nccl_test
-$(BUILD)/tests/nccl/$(1): $(BUILD)/obj/tests/nccl/$(1).o $$(NCCL_BACKEND_OBJS) $$(COMMON_OBJS) | $$(NCCL_DOUBLES)
+$(BUILD)/tests/nccl/$(1): $(BUILD)/obj/tests/nccl/$(1).o $$(NCCL_BACKEND_OBJS) $$(RECORDER_OBJS) $$(COMMON_OBJS) | $$(NCCL_DOUBLES)
 	@mkdir -p $$(dir $$@)
 	$$(say) LD $$@
 	$$(Q)$$(CC) -o $$@ $$^ $$(LDFLAGS_ALL) $$(CMOCKA_LIBS) -ldl

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "ftc_recorder.h"
 #include "nccl_test_util.h"
 
 #define TMO 15000 /* ms: generous bound for one step on a busy 2-core host */
@@ -277,9 +278,18 @@ static void hang_rank(flow_t *f, int rank, int hang) {
   float x[16] = {0};
   ftc__op_t op = {FTC__ALLREDUCE, x, x, 16, FTC_F32, FTC_SUM, -1};
   ftc__nccl_work_t w;
+  ftc_rec_t *rec = NULL;
+  CHILD_CHECK(ftc_rec_create(16, 9, "world", 1, rank, 2, &rec) == FTC_OK, 54, "recorder");
+  uint64_t id = ftc_rec_schedule(rec, 1, 2, FTC_REC_ALLREDUCE, FTC_F32, 16, 64, -1, 300000000);
   int64_t t0 = ftc__now_ns();
-  st = run(c, op, 300, &w);
+  st = ftc__nccl_comm_launch_rec(c, &op, NULL, rec, id, &w);
+  if (st == FTC_OK) st = ftc__nccl_comm_wait(c, &w, ftc__deadline_ns(300));
   int64_t waited = ftc__now_ns() - t0;
+  ftc_rec_entry_t e;
+  CHILD_CHECK(ftc_rec_snapshot(rec, &e, 1) == 1 && e.state == FTC_REC_FAILED &&
+                  e.t_started == w.started_ns && e.t_completed >= t0 + 290000000LL,
+              55, "recorder: a hung collective is started, then failed at the timeout");
+  ftc_rec_destroy(rec);
   CHILD_CHECK(st == FTC_ERR_TIMEOUT, 42, "hung collective gave %s, want timeout", ftc_strerror(st));
   CHILD_CHECK(waited >= 290000000LL && waited < 3000000000LL, 43, "waited %lld ns", (long long)waited);
   CHILD_CHECK(w.started_ns != 0 && w.completed_ns == 0, 44, "the event before it ran, not the one after");
@@ -462,11 +472,23 @@ static void colls_child(flow_t *f, int rank) {
   CHILD_CHECK(st == FTC_OK, 80, "init: %s", ftc_strerror(st));
   enum { N = 1000 };
   int32_t a[3 * N], b[3 * N];
-  /* allreduce max, i32 */
+  /* allreduce max, i32, recorded: the events' discovery feeds the recorder */
+  ftc_rec_t *rec = NULL;
+  CHILD_CHECK(ftc_rec_create(16, 7, "world", 1, rank, 3, &rec) == FTC_OK, 93, "recorder");
+  uint64_t id = ftc_rec_schedule(rec, 1, 1, FTC_REC_ALLREDUCE, FTC_I32, N, N * 4, -1, -1);
   for (int i = 0; i < N; i++) a[i] = rank * 10 + i;
   ftc__nccl_work_t w;
-  st = run(c, (ftc__op_t){FTC__ALLREDUCE, a, b, N, FTC_I32, FTC_MAX, -1}, TMO, &w);
+  ftc__op_t ar = {FTC__ALLREDUCE, a, b, N, FTC_I32, FTC_MAX, -1};
+  st = ftc__nccl_comm_launch_rec(c, &ar, NULL, rec, id, &w);
+  if (st == FTC_OK) st = ftc__nccl_comm_wait(c, &w, ftc__deadline_ns(TMO));
   CHILD_CHECK(st == FTC_OK && b[7] == 27, 81, "allreduce max: %s %d", ftc_strerror(st), b[7]);
+  ftc_rec_entry_t ent;
+  CHILD_CHECK(ftc_rec_snapshot(rec, &ent, 1) == 1 && ent.state == FTC_REC_COMPLETED &&
+                  ent.t_started == w.started_ns && ent.t_completed == w.completed_ns &&
+                  ent.t_started >= ent.t_created,
+              94, "recorder entry: state %d started %lld completed %lld", (int)ent.state,
+              (long long)ent.t_started, (long long)ent.t_completed);
+  ftc_rec_destroy(rec);
   float ms = -1;
   CHILD_CHECK(ftc__nccl_work_elapsed_ms(c, &w, &ms) == FTC_OK && ms >= 0, 82, "event timing");
   CHILD_CHECK(w.started_ns >= w.enqueued_ns && w.completed_ns >= w.started_ns, 83, "times");

@@ -166,22 +166,35 @@ uint64_t ftc__nccl_comm_epoch(const ftc__nccl_comm_t *c);
 /* FTC_OK, or the error that broke the epoch (timeout, peer lost, revoked, aborted). */
 ftc_status_t ftc__nccl_comm_error(const ftc__nccl_comm_t *c);
 
-/* One collective in flight: CUDA events around it on the stream. */
+struct ftc_rec; /* the flight recorder (ftc_recorder.h) */
+
+/* One collective in flight: CUDA events around it on the stream. The times
+ * are written atomically by whichever thread polls first (the waiting
+ * application thread or the watchdog), as PyTorch's watchdog discovers a
+ * collective's start and end from its CUDA events. */
 typedef struct ftc__nccl_work {
   void *ev_start, *ev_end; /* owned by the communicator's event pool */
   int64_t enqueued_ns;
   int64_t started_ns;      /* when a poll first saw ev_start done (0: not yet) */
   int64_t completed_ns;    /* when a poll first saw ev_end done (0: not yet) */
+  struct ftc_rec *rec;     /* when set: started/completed/failed are recorded */
+  uint64_t rec_id;         /* in rec, from ftc_rec_schedule() */
+  int recorded;            /* atomic bits: 1 started, 2 ended */
 } ftc__nccl_work_t;
 
 /* Enqueue op on stream (NULL: the communicator's), device buffers. Returns
  * at once; complete with ftc__nccl_comm_wait. FTC_ERR_REVOKED/ABORTED once
- * the epoch has failed. Ranks in op->peer are ranks of the view. */
+ * the epoch has failed. Ranks in op->peer are ranks of the view. rec and
+ * rec_id (may be NULL) go into the work for the flight recorder. */
 ftc_status_t ftc__nccl_comm_launch(ftc__nccl_comm_t *c, const ftc__op_t *op, void *stream,
                                    ftc__nccl_work_t *w);
-/* Non-blocking: *done = 1 when the work completed; fills started_ns and
- * completed_ns as discovered. Returns the communicator's async error if one
- * arrived (and marks the epoch failed). */
+ftc_status_t ftc__nccl_comm_launch_rec(ftc__nccl_comm_t *c, const ftc__op_t *op, void *stream,
+                                       struct ftc_rec *rec, uint64_t rec_id,
+                                       ftc__nccl_work_t *w);
+/* Non-blocking, from any thread: *done = 1 when the work completed; fills
+ * started_ns and completed_ns as discovered (and records them when the work
+ * has a recorder). Returns the communicator's async error if one arrived
+ * (and marks the epoch failed; the entry is recorded failed). */
 ftc_status_t ftc__nccl_work_poll(ftc__nccl_comm_t *c, ftc__nccl_work_t *w, int *done);
 /* Wait until the work completes or deadline_ns (monotonic; INT64_MAX none).
  * FTC_ERR_TIMEOUT marks the epoch failed; the caller then revokes or aborts. */

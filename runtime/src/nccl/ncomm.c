@@ -21,6 +21,7 @@
 #include "ftc_alloc.h"
 #include "ftc_error.h"
 #include "ftc_log.h"
+#include "ftc_recorder.h"
 #include "ftc_time.h"
 #include "nccl/nccl_int.h"
 
@@ -598,10 +599,26 @@ static ncclResult_t enqueue(ftc__nccl_comm_t *c, ncclComm_t nc, const ftc__op_t 
   }
 }
 
+/* Record a state change of w once (bit 1 started, 2 ended). */
+static void rec_note(ftc__nccl_work_t *w, int bit, ftc_rec_state_t state, int64_t t) {
+  if (!w->rec || w->rec_id == FTC_REC_NO_ID) return;
+  if (__atomic_fetch_or(&w->recorded, bit, __ATOMIC_ACQ_REL) & bit) return;
+  if (state == FTC_REC_STARTED) ftc_rec_started(w->rec, w->rec_id, t);
+  else if (state == FTC_REC_COMPLETED) ftc_rec_completed(w->rec, w->rec_id, t);
+  else ftc_rec_failed(w->rec, w->rec_id, t);
+}
+
 ftc_status_t ftc__nccl_comm_launch(ftc__nccl_comm_t *c, const ftc__op_t *op, void *stream,
                                    ftc__nccl_work_t *w) {
+  return ftc__nccl_comm_launch_rec(c, op, stream, NULL, FTC_REC_NO_ID, w);
+}
+
+ftc_status_t ftc__nccl_comm_launch_rec(ftc__nccl_comm_t *c, const ftc__op_t *op, void *stream,
+                                       struct ftc_rec *rec, uint64_t rec_id,
+                                       ftc__nccl_work_t *w) {
   ftc_status_t st;
   memset(w, 0, sizeof *w);
+  w->rec = rec, w->rec_id = rec_id;
   if ((unsigned)op->coll >= FTC__COLL_COUNT || (unsigned)op->dtype >= FTC_DTYPE_COUNT ||
       (unsigned)op->op >= FTC_OP_COUNT)
     return ftc__error(FTC_ERR_INVALID_ARGUMENT, "unknown collective, dtype or op");
@@ -644,34 +661,55 @@ out_b:
 out_a:
   event_put(c, a);
 out:
+  rec_note(w, 2, FTC_REC_FAILED, 0);
+  return st;
+}
+
+static void set_once(int64_t *field, int64_t t) {
+  int64_t zero = 0;
+  __atomic_compare_exchange_n(field, &zero, t, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+static ftc_status_t poll_failed(ftc__nccl_work_t *w, ftc_status_t st) {
+  rec_note(w, 2, FTC_REC_FAILED, 0);
   return st;
 }
 
 ftc_status_t ftc__nccl_work_poll(ftc__nccl_comm_t *c, ftc__nccl_work_t *w, int *done) {
   *done = 0;
+  if (__atomic_load_n(&w->completed_ns, __ATOMIC_ACQUIRE)) {
+    *done = 1;
+    return FTC_OK;
+  }
   ncclComm_t nc = get_nc(c);
-  if (!nc) return ftc__error(FTC_ERR_ABORTED, "the NCCL communicator was aborted");
+  if (!nc) return poll_failed(w, ftc__error(FTC_ERR_ABORTED, "the NCCL communicator was aborted"));
   ncclResult_t a = ncclSuccess;
   ncclResult_t r = c->lib->n.CommGetAsyncError(nc, &a);
   if (r == ncclSuccess && a != ncclSuccess && a != ncclInProgress) r = a;
   if (r != ncclSuccess) {
     ftc_status_t st = ftc__nccl_status(r, "collective", last_error(c->lib, nc));
     fail(c, st);
-    return st;
+    return poll_failed(w, st);
   }
   ftc_status_t e = ftc__nccl_comm_error(c);
-  if (e != FTC_OK) return ftc__error(e, "epoch %llu failed: %s",
-                                     (unsigned long long)ftc__nccl_comm_epoch(c), ftc_strerror(e));
+  if (e != FTC_OK)
+    return poll_failed(w, ftc__error(e, "epoch %llu failed: %s",
+                                     (unsigned long long)ftc__nccl_comm_epoch(c), ftc_strerror(e)));
   cudaError_t q;
-  if (!w->started_ns) {
+  if (!__atomic_load_n(&w->started_ns, __ATOMIC_ACQUIRE)) {
     q = c->lib->rt.EventQuery((cudaEvent_t)w->ev_start);
-    if (q == cudaSuccess) w->started_ns = ftc__now_ns();
+    if (q == cudaSuccess) {
+      set_once(&w->started_ns, ftc__now_ns());
+      rec_note(w, 1, FTC_REC_STARTED, __atomic_load_n(&w->started_ns, __ATOMIC_ACQUIRE));
+    }
   }
   q = c->lib->rt.EventQuery((cudaEvent_t)w->ev_end);
   if (q == cudaSuccess) {
     int64_t now = ftc__now_ns();
-    if (!w->started_ns) w->started_ns = now;
-    w->completed_ns = now;
+    set_once(&w->started_ns, now);
+    rec_note(w, 1, FTC_REC_STARTED, __atomic_load_n(&w->started_ns, __ATOMIC_ACQUIRE));
+    set_once(&w->completed_ns, now);
+    rec_note(w, 2, FTC_REC_COMPLETED, __atomic_load_n(&w->completed_ns, __ATOMIC_ACQUIRE));
     *done = 1;
     return FTC_OK;
   }
@@ -679,7 +717,7 @@ ftc_status_t ftc__nccl_work_poll(ftc__nccl_comm_t *c, ftc__nccl_work_t *w, int *
     ftc_status_t st = ftc__error(FTC_ERR_BACKEND, "cudaEventQuery failed: %s",
                                  c->lib->rt.GetErrorString(q));
     fail(c, st);
-    return st;
+    return poll_failed(w, st);
   }
   return FTC_OK;
 }
@@ -700,6 +738,7 @@ ftc_status_t ftc__nccl_comm_wait(ftc__nccl_comm_t *c, ftc__nccl_work_t *w, int64
     }
     if (now >= deadline_ns) {
       fail(c, FTC_ERR_TIMEOUT);
+      rec_note(w, 2, FTC_REC_FAILED, 0);
       FTC_WARN(FTC_SUB_NCCL, "epoch %llu: a collective did not complete in time (%s)",
                (unsigned long long)ftc__nccl_comm_epoch(c),
                w->started_ns ? "it started on the GPU" : "it never started on the GPU");
