@@ -58,6 +58,36 @@ KC
 echo "# kube_live basic (admin credentials)"
 if timeout 120 "$live" basic ftck-live >"$work/live.log" 2>&1; then ok "kube_live basic ($(grep -c '^ok' "$work/live.log") checks)"; else bad "kube_live basic"; sed 's/^/       /' "$work/live.log"; fi
 
+# --- client certificates, and TLS that is always verified ----------------------------------
+pki=$dir/pki
+openssl req -newkey rsa:2048 -nodes -keyout "$work/client.key" -out "$work/client.csr" \
+  -subj "/O=system:masters/CN=ftck-cert-admin" >/dev/null 2>&1
+openssl x509 -req -in "$work/client.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+  -out "$work/client.crt" -days 1 >/dev/null 2>&1
+cert_kubeconfig() {  # cert_kubeconfig FILE CA-FILE: a kubeconfig with inline client cert and key
+  cat >"$1" <<KC
+apiVersion: v1
+kind: Config
+current-context: cert
+contexts:
+- name: cert
+  context: {cluster: local, user: cert-admin}
+clusters:
+- name: local
+  cluster: {server: "$FTC_APISERVER_URL", certificate-authority-data: "$(base64 -w0 "$2")"}
+users:
+- name: cert-admin
+  user: {client-certificate-data: "$(base64 -w0 "$work/client.crt")", client-key-data: "$(base64 -w0 "$work/client.key")"}
+KC
+}
+cert_kubeconfig "$work/cert.kubeconfig" "$pki/ca.crt"
+check_out "a client certificate (inline -data) authenticates" '^[0-9]+$' env KUBECONFIG="$work/cert.kubeconfig" timeout 30 "$live" list-rv default
+openssl req -x509 -newkey rsa:2048 -nodes -keyout "$work/other-ca.key" -out "$work/other-ca.crt" -days 1 \
+  -subj "/CN=not-the-cluster-ca" >/dev/null 2>&1
+cert_kubeconfig "$work/wrong-ca.kubeconfig" "$work/other-ca.crt"
+check_out "a server whose certificate the CA did not sign is refused" '(SSL|certificate).*(verif|problem)' \
+  env KUBECONFIG="$work/wrong-ca.kubeconfig" timeout 30 "$live" list-rv default
+
 # --- the controller -----------------------------------------------------------------
 ctrl_log=$work/controller.log
 port=

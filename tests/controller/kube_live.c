@@ -282,8 +282,12 @@ int main(int argc, char **argv) {
     json_t *items = NULL;
     char *rv = NULL;
     long code = 0;
-    if (ftck_list(c, coll, NULL, NULL, 0, &items, &rv, &code) != FTC_OK) failures++;
-    else printf("%s\n", rv);
+    if (ftck_list(c, coll, NULL, NULL, 0, &items, &rv, &code) != FTC_OK) {
+      fprintf(stderr, "kube_live: %s\n", ftc_last_error());
+      failures++;
+    } else {
+      printf("%s\n", rv);
+    }
     json_decref(items);
     ftc__free(rv);
   } else if (!strcmp(argv[1], "expired") && argc > 3) {

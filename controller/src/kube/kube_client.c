@@ -263,6 +263,8 @@ ftc_status_t ftck_request(ftck_client_t *c, const char *verb, const char *path, 
       st = ftc__error(FTC_ERR_NO_MEMORY, "kube client: no memory for a request");
       goto out_free_payload;
     }
+    char errbuf[CURL_ERROR_SIZE] = "";
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, c->timeout_ms);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_buf);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, &buf);
@@ -280,7 +282,7 @@ ftc_status_t ftck_request(ftck_client_t *c, const char *verb, const char *path, 
     if (rc != CURLE_OK) {
       ftc__free(buf.p);
       st = ftc__error(rc == CURLE_OPERATION_TIMEDOUT ? FTC_ERR_TIMEOUT : FTC_ERR_SYSTEM, "%s %s%s: %s", verb,
-                      c->server, path, curl_easy_strerror(rc));
+                      c->server, path, errbuf[0] ? errbuf : curl_easy_strerror(rc));
       goto out_free_payload;
     }
     FTC_TRACE(FTC_SUB_K8S, "%s %s -> %ld", verb, path, http);
@@ -586,6 +588,8 @@ ftc_status_t ftck_watch(ftck_client_t *c, const char *collection, const char *la
     st = ftc__error(FTC_ERR_NO_MEMORY, "watch: no memory for a request");
     goto out_free_path;
   }
+  char errbuf[CURL_ERROR_SIZE] = "";
+  curl_easy_setopt(w.easy, CURLOPT_ERRORBUFFER, errbuf);
   curl_easy_setopt(w.easy, CURLOPT_TIMEOUT_MS, (long)(timeout_s > 0 ? timeout_s : 300) * 1000L + 30000L);
   curl_easy_setopt(w.easy, CURLOPT_WRITEFUNCTION, watch_write);
   curl_easy_setopt(w.easy, CURLOPT_WRITEDATA, &w);
@@ -604,7 +608,7 @@ ftc_status_t ftck_watch(ftck_client_t *c, const char *collection, const char *la
     st = FTC_OK;
   } else if (rc != CURLE_OK && !(rc == CURLE_OPERATION_TIMEDOUT && http == 200)) {
     st = ftc__error(rc == CURLE_OPERATION_TIMEDOUT ? FTC_ERR_TIMEOUT : FTC_ERR_SYSTEM, "watch %s: %s", p,
-                    curl_easy_strerror(rc));
+                    errbuf[0] ? errbuf : curl_easy_strerror(rc));
   } else if (http != 200) {
     json_t *body = w.error_body.len ? json_loadb(w.error_body.p, w.error_body.len, 0, NULL) : NULL;
     if (http == 401) reload_token(c);
