@@ -30,6 +30,22 @@ $(NCCL_DOUBLE_DIR)/libnccl_double_$(1).so: $(BUILD)/obj/tests/nccl/double/nccl-d
 endef
 $(foreach v,$(NCCL_DOUBLE_VERSIONS),$(eval $(call nccl_double,$(v))))
 
+# RCCL: the same double under RCCL's name (the loader tells RCCL by name and
+# then counts revoke/shrink/grow from 2.30.7, with the HIP runtime's names).
+RCCL_DOUBLE_VERSIONS := 2.29.2 2.30.7
+define rccl_double
+$(BUILD)/obj/tests/nccl/double/rccl-double-$(1).o: tests/nccl/double/nccl-double.c
+	@mkdir -p $$(dir $$@)
+	$$(say) CC $$@
+	$$(Q)$$(CC) $$(CPPFLAGS_ALL) $$(NCCL_CPPFLAGS) -DDOUBLE_VERSION=$$(call nccl_version_code,$(1)) $$(CFLAGS_ALL) -c $$< -o $$@
+$(NCCL_DOUBLE_DIR)/librccl_double_$(1).so: $(BUILD)/obj/tests/nccl/double/rccl-double-$(1).o $$(CUDART_DOUBLE)
+	@mkdir -p $$(dir $$@)
+	$$(say) LD $$@
+	$$(Q)$$(CC) -shared -Wl,-soname,librccl_double_$(1).so -o $$@ $$< -L$$(NCCL_DOUBLE_DIR) -l:libcudart_double.so -Wl,-rpath,'$$$$ORIGIN' $$(LDFLAGS_ALL)
+endef
+$(foreach v,$(RCCL_DOUBLE_VERSIONS),$(eval $(call rccl_double,$(v))))
+NCCL_DOUBLES += $(foreach v,$(RCCL_DOUBLE_VERSIONS),$(NCCL_DOUBLE_DIR)/librccl_double_$(v).so)
+
 # The suites link the backend's objects (NCCL_BACKEND_OBJS, from
 # runtime/src/nccl/module.mk), the recorder and common/ only, not the whole
 # library.

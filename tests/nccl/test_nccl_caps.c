@@ -88,6 +88,33 @@ static void each_double_version_is_detected_with_its_caps_and_path(void **state)
   }
 }
 
+static void rccl_counts_revoke_shrink_grow_from_2_30_7(void **state) {
+  (void)state;
+  static const struct {
+    const char *ver;
+    unsigned caps;
+    ftc__nccl_path_t path;
+  } want[] = {
+      {"2.29.2", NB | SP, FTC__NCCL_PATH_REINIT}, /* every symbol there, too old for RCCL */
+      {"2.30.7", NB | SP | SH | RV | GR, FTC__NCCL_PATH_SHRINK_GROW},
+  };
+  for (int i = 0; i < 2; i++) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/librccl_double_%s.so", NCCL_DOUBLE_DIR, want[i].ver);
+    ftc__nccl_lib_t *lib = NULL;
+    ftc_status_t st = ftc__nccl_lib_open(path, cudart_double_path(), &lib);
+    if (st != FTC_OK) fail_msg("%s: %s: %s", path, ftc_strerror(st), ftc_last_error());
+    const ftc__nccl_info_t *in = ftc__nccl_lib_info(lib);
+    assert_int_equal(in->rccl, 1);
+    assert_int_equal(in->caps, want[i].caps);
+    assert_int_equal(in->path, want[i].path);
+    char d[512];
+    ftc__nccl_describe(lib, d, sizeof d);
+    assert_non_null(strstr(d, "RCCL "));
+    ftc__nccl_lib_close(lib);
+  }
+}
+
 static void recovery_wish_from_the_environment_lowers_the_path(void **state) {
   (void)state;
   char path[512];
@@ -295,6 +322,7 @@ int main(void) {
       cmocka_unit_test(caps_follow_the_version_table),
       cmocka_unit_test(path_is_the_best_the_caps_allow_or_the_wish),
       cmocka_unit_test(each_double_version_is_detected_with_its_caps_and_path),
+      cmocka_unit_test(rccl_counts_revoke_shrink_grow_from_2_30_7),
       cmocka_unit_test(recovery_wish_from_the_environment_lowers_the_path),
       cmocka_unit_test(missing_library_names_what_was_looked_for),
       cmocka_unit_test(real_nccl_from_the_wheel_loads_and_reports_its_caps),

@@ -21,6 +21,7 @@
 #define TMO 15000 /* ms: generous bound for one step on a busy 2-core host */
 
 typedef struct flow {
+  const char *kind; /* "nccl" or "rccl": which double */
   const char *ver;
   char dir[256];
   char log[300];
@@ -48,7 +49,7 @@ static void child_setup(flow_t *f) {
   setenv("NCCL_DOUBLE_DIR", f->dir, 1);
   setenv("NCCL_DOUBLE_LOG", f->log, 1);
   char path[512];
-  double_path(f->ver, path, sizeof path);
+  snprintf(path, sizeof path, "%s/lib%s_double_%s.so", NCCL_DOUBLE_DIR, f->kind, f->ver);
   ftc_status_t st = ftc__nccl_lib_open(path, cudart_double_path(), &f->lib);
   CHILD_CHECK(st == FTC_OK, 90, "open %s", path);
   f->x.publish = file_publish;
@@ -204,14 +205,16 @@ static void joiner(flow_t *f) {
 
 static void flow_init(flow_t *f, const char *ver, const char *tag) {
   memset(f, 0, sizeof *f);
+  f->kind = "nccl";
   f->ver = ver;
   make_tmpdir(f->dir, sizeof f->dir, tag);
   snprintf(f->log, sizeof f->log, "%s/log", f->dir);
 }
 
-static void kill_shrink_grow(const char *ver) {
+static void kill_shrink_grow_of(const char *kind, const char *ver) {
   flow_t f;
   flow_init(&f, ver, "ksg");
+  f.kind = kind;
   int v = vcode(ver);
   pid_t pid[4];
   for (int s = 0; s < 3; s++)
@@ -223,7 +226,7 @@ static void kill_shrink_grow(const char *ver) {
   read_steps(&f, "slot0", st0, sizeof st0);
   read_steps(&f, "slot2", st2, sizeof st2);
   read_steps(&f, "joiner", stj, sizeof stj);
-  print_message("NCCL double %s: slot0 [%s] slot2 [%s] joiner [%s]; exits %d %d %d %d\n", ver,
+  print_message("%s double %s: slot0 [%s] slot2 [%s] joiner [%s]; exits %d %d %d %d\n", kind, ver,
                 st0, st2, stj, rc[0], rc[1], rc[2], rc[3]);
   assert_int_equal(rc[0], 0);
   assert_int_equal(rc[1], 128 + SIGKILL);
@@ -253,11 +256,14 @@ static void kill_shrink_grow(const char *ver) {
   rm_tmpdir(f.dir);
 }
 
+static void kill_shrink_grow(const char *ver) { kill_shrink_grow_of("nccl", ver); }
 static void kill_shrink_grow_2_26(void **s) { (void)s; kill_shrink_grow("2.26.5"); }
 static void kill_shrink_grow_2_27(void **s) { (void)s; kill_shrink_grow("2.27.3"); }
 static void kill_shrink_grow_2_28(void **s) { (void)s; kill_shrink_grow("2.28.9"); }
 static void kill_shrink_grow_2_29(void **s) { (void)s; kill_shrink_grow("2.29.2"); }
 static void kill_shrink_grow_2_32(void **s) { (void)s; kill_shrink_grow("2.32.3"); }
+/* RCCL 2.30.7 through the HIP runtime's names: the fast path too. */
+static void kill_shrink_grow_rccl_2_30(void **s) { (void)s; kill_shrink_grow_of("rccl", "2.30.7"); }
 
 /* --- a hang inside the library ----------------------------------------------- */
 
@@ -556,6 +562,7 @@ int main(void) {
       cmocka_unit_test(kill_shrink_grow_2_28),
       cmocka_unit_test(kill_shrink_grow_2_29),
       cmocka_unit_test(kill_shrink_grow_2_32),
+      cmocka_unit_test(kill_shrink_grow_rccl_2_30),
       cmocka_unit_test(hang_becomes_timeout_2_26),
       cmocka_unit_test(hang_becomes_timeout_2_32),
       cmocka_unit_test(hang_in_init_becomes_timeout),

@@ -235,3 +235,21 @@ EXPORT const char *cudaGetErrorString(cudaError_t e) {
   default: return "error (cuda double)";
   }
 }
+
+/* The HIP runtime's names for the same calls (RCCL's runtime): same
+ * signatures and error numbers for everything the backend uses. */
+#define HIP_ALIAS(hip, cuda) EXPORT __typeof__(cuda) hip __attribute__((alias(#cuda)));
+HIP_ALIAS(hipGetDeviceCount, cudaGetDeviceCount)
+HIP_ALIAS(hipSetDevice, cudaSetDevice)
+HIP_ALIAS(hipGetDevice, cudaGetDevice)
+HIP_ALIAS(hipStreamCreateWithFlags, cudaStreamCreateWithFlags)
+HIP_ALIAS(hipStreamDestroy, cudaStreamDestroy)
+HIP_ALIAS(hipStreamQuery, cudaStreamQuery)
+HIP_ALIAS(hipEventCreateWithFlags, cudaEventCreateWithFlags)
+HIP_ALIAS(hipEventRecord, cudaEventRecord)
+HIP_ALIAS(hipEventQuery, cudaEventQuery)
+HIP_ALIAS(hipEventElapsedTime, cudaEventElapsedTime)
+HIP_ALIAS(hipEventDestroy, cudaEventDestroy)
+HIP_ALIAS(hipGetErrorString, cudaGetErrorString)
+HIP_ALIAS(hipMalloc, cudaMalloc)
+HIP_ALIAS(hipFree, cudaFree)
