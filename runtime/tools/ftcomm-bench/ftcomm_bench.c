@@ -19,7 +19,6 @@ struct bench {
   const bench_opts_t *o;
   const bench_geom_t *g;
   ftc_comm_t *comm;
-  int rank;
   void *sbuf, *rbuf;
 };
 
@@ -132,7 +131,7 @@ int main(int argc, char **argv) {
     bench_geom_t g;
     if (bench_geometry(o.coll, sizes[si], size, o.dtype, &g) != 0) continue;
     size_t ts = bench_dtype_size(o.dtype);
-    struct bench b = {&o, &g, comm, rank, bench_alloc(g.send_elems * ts),
+    struct bench b = {&o, &g, comm, bench_alloc(g.send_elems * ts),
                       bench_alloc(g.recv_elems * ts)};
     if (!b.sbuf || !b.rbuf) {
       fprintf(stderr, "ftcomm-bench: rank %d: out of memory at %zu bytes\n", rank, g.bytes);

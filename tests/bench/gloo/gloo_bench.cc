@@ -240,7 +240,10 @@ int main(int argc, char **argv) {
     pids.push_back(pid);
   }
   /* Bounded: the whole sweep gets the per-collective timeout times the sizes. */
-  signal(SIGALRM, on_alarm);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_alarm; /* no SA_RESTART: the alarm must interrupt waitpid */
+  sigaction(SIGALRM, &sa, nullptr);
   alarm((unsigned)(o.timeout_ms / 1000 + 1) * 4);
   int failed = (int)pids.size() != o.nranks;
   size_t left = pids.size();
