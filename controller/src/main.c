@@ -100,7 +100,8 @@ int main(int argc, char **argv) {
                                .env = {.coordinator = a.opt.coordinator_address, .dump_dir = a.opt.dump_dir},
                                .identity = a.opt.identity,
                                .workers = a.opt.workers,
-                               .resync_ms = (int64_t)a.opt.resync_s * 1000};
+                               .resync_ms = (int64_t)a.opt.resync_s * 1000,
+                               .no_nodes = !a.opt.watch_nodes};
   if (ftck_reconciler_create(a.client, &ro, &a.rec) != FTC_OK) {
     fprintf(stderr, "ftcomm-controller: %s\n", ftc_last_error());
     goto out_destroy_client;

@@ -317,6 +317,32 @@ check "with no controller running: a frozen cache that still shows a failed pod 
   timeout 60 "$live" frozen ml llm llm-1-1
 check "... the replacement llm-1-2 exists" has_pod llm-1-2
 
+# --- one namespace only: a RoleBinding, so no rights on nodes ----------------------------------
+kc create namespace team >/dev/null
+kc -n team create serviceaccount ftcomm-team >/dev/null
+kc -n team create rolebinding ftcomm-team --clusterrole=ftcomm-controller --serviceaccount=team:ftcomm-team >/dev/null
+kc -n team create role ftcomm-team-lease --verb=get,create,update --resource=leases.coordination.k8s.io >/dev/null
+kc -n team create rolebinding ftcomm-team-lease --role=ftcomm-team-lease --serviceaccount=team:ftcomm-team >/dev/null
+check_out "the namespaced ServiceAccount cannot list pods cluster-wide" '(^|'$'\n'')no$' kc auth can-i list pods -A --as=system:serviceaccount:team:ftcomm-team
+check_out "... nor watch nodes" '(^|'$'\n'')no$' kc auth can-i watch nodes --as=system:serviceaccount:team:ftcomm-team
+team_token=$(kc -n team create token ftcomm-team --duration=1h)
+sed -e "s|token: \"$token\"|token: \"$team_token\"|" -e 's|namespace: ftcomm-system|namespace: team|' "$sa_kubeconfig" >"$work/team.kubeconfig"
+echo "=== controller team" >>"$ctrl_log"
+FTCOMM_LOG_LEVEL=info "$ctl" --kubeconfig "$work/team.kubeconfig" --namespace team --watch-nodes=false \
+  --lease-namespace team --identity ctl-team --listen-address 127.0.0.1:0 >>"$ctrl_log" 2>&1 &
+ctrl_pid=$!
+eventually 10 grep -q 'identity ctl-team$' "$ctrl_log"
+port=$(sed -n 's/.*health and metrics on port \([0-9]*\).*/\1/p' "$ctrl_log" | tail -1)
+check "a controller scoped to namespace team, without node rights (--watch-nodes=false), becomes ready" \
+  eventually 20 curl -sf "http://127.0.0.1:$port/readyz"
+sed -e 's/namespace: ml/namespace: team/' -e 's/name: llm,/name: small,/' "$work/job.yaml" >"$work/team-job.yaml"
+check "a TrainingJob in team applies" kc apply -f "$work/team-job.yaml"
+tpods() { [ "$(kc get pods -n team -l ftcomm.dev/job=small -o jsonpath='{range .items[*]}{.metadata.name}{" "}{end}')" = "small-0-0 small-1-0 small-2-0 " ]; }
+check "it runs the job in its namespace" eventually 20 tpods
+check_out "it has no Node informer" '^$' metric 'ftcomm_controller_lists_total{informer="nodes"}'
+if stop_controller; then ok "the namespaced controller stops on SIGTERM"; else bad "the namespaced controller stops on SIGTERM"; fi
+if sed -n '/=== controller team/,$p' "$ctrl_log" | grep -q Forbidden; then bad "the namespaced controller was refused something"; sed -n '/=== controller team/,$p' "$ctrl_log" | grep Forbidden | head -3; else ok "the namespaced controller was refused nothing"; fi
+
 # --- a leader that cannot renew its Lease steps down -----------------------------------------
 lease_flags="--lease-duration 4 --renew-deadline 3 --retry-period 1"
 if start_controller 4; then ok "a controller with a 3 s renew deadline leads"; else bad "short-lease controller start"; fi

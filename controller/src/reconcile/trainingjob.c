@@ -121,7 +121,7 @@ ftc_status_t ftck_reconciler_create(ftck_client_t *c, const ftck_reconciler_opts
     ftck_handlers_t ph = {pod_add, pod_update, pod_delete, r};
     st = ftck_informer_create(c, &po, &ph, &r->pods);
   }
-  if (st == FTC_OK) {
+  if (st == FTC_OK && !o->no_nodes) {
     ftck_informer_opts_t no = {.name = "nodes", .collection = "/api/v1/nodes", .resync_ms = 0};
     ftck_handlers_t nh = {NULL, node_update, node_delete, r};
     st = ftck_informer_create(c, &no, &nh, &r->nodes);
@@ -389,7 +389,7 @@ static ftc_status_t find_loss(pass_t *p, int s, json_t **lost, int *lost_inc, in
     /* Running on a node that is no longer Ready: lost too. */
     char nkey[300];
     snprintf(nkey, sizeof nkey, "%s", ftck_jstr(sv->cur, "spec.nodeName"));
-    json_t *node = ftck_informer_get(p->r->nodes, nkey);
+    json_t *node = p->r->nodes ? ftck_informer_get(p->r->nodes, nkey) : NULL;
     *node_down = node && ftck_node_ready(node) == 0;
     json_decref(node);
     if (*node_down) *lost = sv->cur;
@@ -699,7 +699,7 @@ static void *worker_main(void *arg) {
 
 ftc_status_t ftck_reconciler_start_informers(ftck_reconciler_t *r) {
   ftc_status_t st = ftck_informer_start(r->pods);
-  if (st == FTC_OK) st = ftck_informer_start(r->nodes);
+  if (st == FTC_OK && r->nodes) st = ftck_informer_start(r->nodes);
   if (st == FTC_OK) st = ftck_informer_start(r->jobs);
   return st;
 }
@@ -718,7 +718,7 @@ ftc_status_t ftck_reconciler_start_workers(ftck_reconciler_t *r) {
 }
 
 int ftck_reconciler_synced(ftck_reconciler_t *r) {
-  return ftck_informer_synced(r->jobs) && ftck_informer_synced(r->pods) && ftck_informer_synced(r->nodes);
+  return ftck_informer_synced(r->jobs) && ftck_informer_synced(r->pods) && (!r->nodes || ftck_informer_synced(r->nodes));
 }
 
 void ftck_reconciler_stop(ftck_reconciler_t *r) {

@@ -22,6 +22,8 @@ typedef struct ftck_reconciler_opts {
   const char *identity;        /* Events' reportingInstance */
   int workers;
   int64_t resync_ms;
+  int no_nodes;                /* 1: no Node informer (no RBAC on nodes); node loss is then
+                                * seen only when the pods fail or are deleted */
 } ftck_reconciler_opts_t;
 
 typedef struct ftck_reconciler_stats {
@@ -46,6 +48,7 @@ void ftck_reconciler_destroy(ftck_reconciler_t *r);
 
 void ftck_reconciler_get_stats(ftck_reconciler_t *r, ftck_reconciler_stats_t *out);
 ftck_workqueue_t *ftck_reconciler_queue(ftck_reconciler_t *r);
-ftck_informer_t *ftck_reconciler_informer(ftck_reconciler_t *r, int which); /* 0 jobs, 1 pods */
+/* 0 jobs, 1 pods, 2 nodes (NULL when opts.no_nodes). */
+ftck_informer_t *ftck_reconciler_informer(ftck_reconciler_t *r, int which);
 
 #endif

@@ -80,6 +80,7 @@ char *ftck_metrics_render(const ftck_metrics_src_t *src) {
           "# TYPE ftcomm_controller_watch_restarts_total counter\n");
   for (int w = 0; src->reconciler && w < 3; w++) {
     ftck_informer_t *inf = ftck_reconciler_informer(src->reconciler, w);
+    if (!inf) continue;
     ftck_informer_stats_t s;
     ftck_informer_get_stats(inf, &s);
     const char *n = ftck_informer_name(inf);
@@ -94,6 +95,7 @@ char *ftck_metrics_render(const ftck_metrics_src_t *src) {
           "# TYPE ftcomm_controller_lists_total counter\n");
   for (int w = 0; src->reconciler && w < 3; w++) {
     ftck_informer_t *inf = ftck_reconciler_informer(src->reconciler, w);
+    if (!inf) continue;
     ftck_informer_stats_t s;
     ftck_informer_get_stats(inf, &s);
     put(&o, "ftcomm_controller_lists_total{informer=\"%s\"} %llu\n", ftck_informer_name(inf),

@@ -40,6 +40,7 @@ static const flag_t flags[] = {
     {"renew-deadline", I(renew_deadline_s, 1, 3600), "seconds the leader keeps trying to renew before it gives up (default 10)"},
     {"retry-period", I(retry_period_s, 1, 600), "seconds between Lease attempts (default 2)"},
     {"workers", I(workers, 1, 64), "reconcile workers (default 2)"},
+    {"watch-nodes", B(watch_nodes), "watch Nodes to replace pods on a node that is not Ready (default true; needs the ftcomm-controller-nodes ClusterRole)"},
     {"resync", I(resync_s, 0, 86400), "seconds between full resyncs of the caches; 0 never (default 300)"},
     {"coordinator-address", S(coordinator_address), "FTCOMM_COORDINATOR given to pods (default ftcomm-controller.ftcomm-system.svc:7470)"},
     {"dump-dir", S(dump_dir), "FTCOMM_DUMP_DIR given to pods (default /var/run/ftcomm/dumps)"},
@@ -93,6 +94,7 @@ ftc_status_t ftck_options_parse(int argc, char **argv, ftck_options_t *o) {
   o->renew_deadline_s = 10;
   o->retry_period_s = 2;
   o->workers = 2;
+  o->watch_nodes = 1;
   o->resync_s = 300;
   snprintf(o->coordinator_address, sizeof o->coordinator_address, "ftcomm-controller.ftcomm-system.svc:7470");
   snprintf(o->dump_dir, sizeof o->dump_dir, "/var/run/ftcomm/dumps");

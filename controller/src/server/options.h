@@ -25,6 +25,7 @@ typedef struct ftck_options {
   int retry_period_s;
   int workers;
   int resync_s;
+  int watch_nodes;               /* 1: Node informer (needs the nodes ClusterRole) */
   char coordinator_address[256]; /* FTCOMM_COORDINATOR injected into pods */
   char dump_dir[512];            /* FTCOMM_DUMP_DIR injected into pods */
   int show_help;
