@@ -32,6 +32,16 @@ $(BENCH_CEILINGS): $(BENCH_BIN)/%: $(BUILD)/obj/tests/bench/ceiling/%.o
 	$(say) LD $@
 	$(Q)$(CC) -o $@ $^ $(LDFLAGS_ALL)
 
+# The shared core's own suite: the check counts exactly the wrong elements.
+BENCH_UTIL_TEST := $(BUILD)/tests/bench/test_bench_util
+$(BUILD)/obj/tests/bench/test_bench_util.o: CPPFLAGS_ALL += -Itests/bench/common
+$(BENCH_UTIL_TEST): $(BUILD)/obj/tests/bench/test_bench_util.o $(BENCH_UTIL_OBJ)
+	@mkdir -p $(dir $@)
+	$(say) LD $@
+	$(Q)$(CC) -o $@ $^ $(LDFLAGS_ALL) $(CMOCKA_LIBS) -lm
+TEST_BINS += $(BENCH_UTIL_TEST)
+TEST_SUITES += $(BENCH_UTIL_TEST)
+
 # ftcomm-bench (runtime/tools/ftcomm-bench) prints its rows with the same code.
 ifneq ($(wildcard runtime/tools/ftcomm-bench/*.c),)
 $(BUILD)/bin/ftcomm-bench: $(BENCH_UTIL_OBJ)
