@@ -283,7 +283,13 @@ static void idle_wait(ftc_comm_t *comm, unsigned char *ignore, int nignore) {
   int fds[MAXP], ranks[MAXP];
   int n = 0, base;
   pfd[n++] = (struct pollfd){comm->wake_fd, POLLIN, 0};
-  if (comm->listen_fd >= 0) pfd[n++] = (struct pollfd){comm->listen_fd, POLLIN, 0};
+  /* While a later epoch is coming (this one failed, or the coordinator
+   * announced the next), callers are peers of that epoch: leave them in the
+   * backlog for its bootstrap instead of refusing them. */
+  int next_coming = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE) ||
+                    ftc__member_latest_epoch(comm->member) >
+                        __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
+  if (comm->listen_fd >= 0 && !next_coming) pfd[n++] = (struct pollfd){comm->listen_fd, POLLIN, 0};
   base = n;
   int np = 0;
   if (!__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE)) {
@@ -298,7 +304,10 @@ static void idle_wait(ftc_comm_t *comm, unsigned char *ignore, int nignore) {
     ssize_t r = read(comm->wake_fd, &v, sizeof(v));
     (void)r;
   }
-  if (base == 2 && (pfd[1].revents & POLLIN)) ftc__tcp_refuse_pending(comm->listen_fd);
+  if (base == 2 && (pfd[1].revents & POLLIN) &&
+      !__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE) &&
+      ftc__member_latest_epoch(comm->member) <= __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE))
+    ftc__tcp_refuse_pending(comm->listen_fd);
   for (int i = base; i < n; i++) {
     if (!pfd[i].revents) continue;
     int rank = -1;

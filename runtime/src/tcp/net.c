@@ -34,7 +34,7 @@
 #include "tcp/tcp_int.h"
 
 #define MAX_PENDING_ACCEPTS 64
-#define RETRY_NS (20 * 1000000LL)
+#define RETRY_NS (5 * 1000000LL)
 
 ftc_status_t ftc__tcp_cfg_from_env(ftc__tcp_cfg_t *cfg) {
   int64_t v;
