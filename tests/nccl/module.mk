@@ -4,7 +4,8 @@
 #   libnccl_double_<version>.so         one per emulated NCCL version, exporting
 #                                       only the symbols that version has
 #   test_nccl_*                         cmocka suites (caps per version, flows
-#                                       with processes: kill, shrink, grow, hang)
+#                                       with processes: kill, shrink, grow, hang;
+#                                       the same through a real coordinator)
 NCCL_DOUBLE_VERSIONS := 2.26.5 2.27.3 2.28.9 2.29.2 2.32.3
 NCCL_DOUBLE_DIR := $(BUILD)/tests/nccl
 CUDART_DOUBLE := $(NCCL_DOUBLE_DIR)/libcudart_double.so
@@ -47,18 +48,18 @@ $(foreach v,$(RCCL_DOUBLE_VERSIONS),$(eval $(call rccl_double,$(v))))
 NCCL_DOUBLES += $(foreach v,$(RCCL_DOUBLE_VERSIONS),$(NCCL_DOUBLE_DIR)/librccl_double_$(v).so)
 
 # The suites link the backend's objects (NCCL_BACKEND_OBJS, from
-# runtime/src/nccl/module.mk), the recorder and common/ only, not the whole
-# library.
+# runtime/src/nccl/module.mk), the membership protocol (COORD_LIB_OBJS, from
+# tests/coord/module.mk), the recorder and common/, not the whole library.
 NCCL_TEST_PROGS := $(patsubst tests/nccl/%.c,%,$(wildcard tests/nccl/test_nccl_*.c))
 NCCL_TEST_BINS := $(addprefix $(BUILD)/tests/nccl/,$(NCCL_TEST_PROGS))
 $(patsubst %,$(BUILD)/obj/tests/nccl/%.o,$(NCCL_TEST_PROGS)): CPPFLAGS_ALL += -Iruntime/src \
     -Itests/nccl -DNCCL_DOUBLE_DIR='"$(NCCL_DOUBLE_DIR)"' -DDEPS_PREFIX='"$(DEPS_PREFIX)"'
 
 define nccl_test
-$(BUILD)/tests/nccl/$(1): $(BUILD)/obj/tests/nccl/$(1).o $$(NCCL_BACKEND_OBJS) $$(RECORDER_OBJS) $$(COMMON_OBJS) | $$(NCCL_DOUBLES)
+$(BUILD)/tests/nccl/$(1): $(BUILD)/obj/tests/nccl/$(1).o $$(NCCL_BACKEND_OBJS) $$(COORD_LIB_OBJS) $$(RECORDER_OBJS) $$(COMMON_OBJS) | $$(NCCL_DOUBLES)
 	@mkdir -p $$(dir $$@)
 	$$(say) LD $$@
-	$$(Q)$$(CC) -o $$@ $$^ $$(LDFLAGS_ALL) $$(CMOCKA_LIBS) -ldl
+	$$(Q)$$(CC) -o $$@ $$^ $$(LDFLAGS_ALL) $$(CMOCKA_LIBS) -lwebsockets -ljansson -ldl
 endef
 $(foreach t,$(NCCL_TEST_PROGS),$(eval $(call nccl_test,$(t))))
 

@@ -108,6 +108,8 @@ struct ftc__coord {
   int stopping;
   int below_min_logged;
   int revoke_pending;    /* a rank reported the current epoch broken: a new one follows */
+  uint64_t backend_epoch; /* the epoch whose backend blob is held, 0: none */
+  char *backend_blob;     /* that blob (first one published wins), relayed to its members */
   int64_t revoke_ns;     /* when the first such report came */
   uint64_t dumps_epoch;  /* the epoch whose hang already triggered dump requests */
   ftc__coord_stats_t counts; /* lost/left/refused tallies */
@@ -264,6 +266,8 @@ static void send_current_view(ftc__coord_t *co, session_t *s) {
   }
   send_msg(s, ftc__proto_view(co->epoch, wm, co->view_n, NULL), 0);
   ftc__free(wm);
+  if (co->backend_blob && co->backend_epoch == co->epoch)
+    send_msg(s, ftc__proto_backend(co->epoch, co->backend_blob), 0);
 }
 
 /* A coordinator that has formed no epoch yet meets a rank of a running job
@@ -607,6 +611,30 @@ static void request_hang_dumps(ftc__coord_t *co, const char *reason) {
  * formed once no suspect is left and the evidence had time to arrive (with
  * the same members if nobody was dropped).
  */
+/* A member of the current epoch publishes the epoch's backend blob (e.g.
+ * the NCCL unique id its rank made): the first one is kept and relayed to
+ * every member of the epoch; later ones and other epochs' are ignored. */
+static void handle_backend(ftc__coord_t *co, session_t *s, const ftc__msg_t *msg) {
+  member_t *m = s->m;
+  if (msg->epoch != co->epoch || m->state != M_ACTIVE || co->backend_epoch == co->epoch) {
+    FTC_DEBUG(FTC_SUB_COORD, "job %s: slot %d: backend blob for epoch %llu ignored (epoch %llu%s)",
+              co->job, m->slot, (unsigned long long)msg->epoch, (unsigned long long)co->epoch,
+              co->backend_epoch == co->epoch ? ", already published" : "");
+    return;
+  }
+  char *b = ftc__strdup(msg->backend);
+  if (!b) {
+    FTC_ERROR(FTC_SUB_COORD, "job %s: out of memory storing a backend blob", co->job);
+    return;
+  }
+  ftc__free(co->backend_blob);
+  co->backend_blob = b;
+  co->backend_epoch = co->epoch;
+  for (int r = 0; r < co->view_n; r++)
+    if (co->view[r] && co->view[r]->sess)
+      send_msg(co->view[r]->sess, ftc__proto_backend(co->epoch, b), 0);
+}
+
 static void handle_failure(ftc__coord_t *co, session_t *s, const ftc__msg_t *msg) {
   member_t *rep = s->m;
   if (msg->epoch != co->epoch || rep->state != M_ACTIVE) {
@@ -817,6 +845,7 @@ static int handle_message(ftc__coord_t *co, session_t *s, const char *text, size
       rc = -1;
       break;
     case FTC__MSG_DUMP: handle_dump(co, s, &msg); break;
+    case FTC__MSG_BACKEND: handle_backend(co, s, &msg); break;
     case FTC__MSG_ERROR:
       FTC_WARN(FTC_SUB_COORD, "job %s: slot %d sent error %s: %s", co->job, s->m->slot,
                msg.code_name, msg.reason ? msg.reason : "");
@@ -1199,6 +1228,7 @@ void ftc__coord_destroy(ftc__coord_t *co) {
     c = next;
   }
   ftc__free(co->pub_view.members);
+  ftc__free(co->backend_blob);
   pthread_mutex_destroy(&co->lock);
   free_config(co);
   ftc__free(co);

@@ -78,6 +78,8 @@ struct ftc__member {
   char dump_reason[256];
   uint64_t dump_epoch;
   int dump_pending;
+  uint64_t backend_epoch; /* the epoch of backend_blob, 0: none */
+  char *backend_blob;     /* the newest backend blob the coordinator relayed */
   int notify_fd;          /* eventfd written on a new view or dump request, -1 */
   uint64_t latest_epoch;  /* atomic copy of view->epoch, for the step boundary */
 };
@@ -324,6 +326,27 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
       notify_locked(m);
       break;
     }
+    case FTC__MSG_BACKEND: {
+      if (msg.epoch < m->backend_epoch) break;
+      char *b = ftc__strdup(msg.backend);
+      if (!b) {
+        set_error_locked(m, FTC_ERR_NO_MEMORY, "out of memory storing a backend blob");
+        rc = -1;
+        break;
+      }
+      ftc__free(m->backend_blob);
+      m->backend_blob = b;
+      m->backend_epoch = msg.epoch;
+      if (m->view && m->view->epoch == msg.epoch) {
+        char *vb = ftc__strdup(b);
+        if (vb) {
+          ftc__free(m->view->backend_blob);
+          m->view->backend_blob = vb;
+        }
+      }
+      pthread_cond_broadcast(&m->cond);
+      break;
+    }
     case FTC__MSG_HEARTBEAT:
       if (msg.epoch > m->known_epoch)
         FTC_DEBUG(FTC_SUB_COORD, "slot %d: the coordinator is at epoch %llu", m->slot,
@@ -567,6 +590,7 @@ static void member_free(ftc__member_t *m) {
   }
   ftc__frameq_clear(&m->outq);
   ftc__view_free(m->view);
+  ftc__free(m->backend_blob);
   ftc__free(m->rx);
   pthread_cond_destroy(&m->cond);
   pthread_mutex_destroy(&m->lock);
@@ -733,6 +757,62 @@ ftc_status_t ftc__member_wait_view(ftc__member_t *m, uint64_t after, int timeout
   }
   *view = v;
 out_unlock:
+  pthread_mutex_unlock(&m->lock);
+  if (st != FTC_OK) return ftc__error(st, "%s", msg);
+  return FTC_OK;
+}
+
+ftc_status_t ftc__member_publish_backend(ftc__member_t *m, uint64_t epoch, const char *blob) {
+  if (!m || !blob || strlen(blob) > FTC__PROTO_MAX_BACKEND)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "publish_backend: no blob, or over %d bytes",
+                      FTC__PROTO_MAX_BACKEND);
+  json_t *msg = ftc__proto_backend(epoch, blob);
+  if (!msg) return ftc__error(FTC_ERR_NO_MEMORY, "out of memory building a backend message");
+  return queue_msg(m, msg, 0);
+}
+
+ftc_status_t ftc__member_wait_backend(ftc__member_t *m, uint64_t epoch, int timeout_ms,
+                                      char *blob, size_t len) {
+  if (!m || !blob || !len)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "wait_backend: NULL argument");
+  int64_t deadline = timeout_ms < 0 ? INT64_MAX : ftc__deadline_ns(timeout_ms);
+  struct timespec ts = {(time_t)(deadline / 1000000000LL), (long)(deadline % 1000000000LL)};
+  ftc_status_t st = FTC_OK;
+  char msg[512] = "";
+  pthread_mutex_lock(&m->lock);
+  for (;;) {
+    if (m->backend_epoch == epoch && m->backend_blob) {
+      if (strlen(m->backend_blob) >= len) {
+        st = FTC_ERR_INVALID_ARGUMENT;
+        snprintf(msg, sizeof(msg), "the backend blob of epoch %llu does not fit %zu bytes",
+                 (unsigned long long)epoch, len);
+      } else {
+        snprintf(blob, len, "%s", m->backend_blob);
+      }
+      break;
+    }
+    if (m->backend_epoch > epoch || (m->view && m->view->epoch > epoch)) {
+      st = FTC_ERR_REVOKED;
+      snprintf(msg, sizeof(msg), "epoch %llu was replaced before its backend blob arrived",
+               (unsigned long long)epoch);
+      break;
+    }
+    if (m->state == S_CLOSED) {
+      st = m->error != FTC_OK ? m->error : FTC_ERR_COORDINATOR;
+      snprintf(msg, sizeof(msg), "%s", m->error_msg[0] ? m->error_msg : "the session is closed");
+      break;
+    }
+    if (ftc__now_ns() >= deadline) {
+      st = FTC_ERR_TIMEOUT;
+      snprintf(msg, sizeof(msg), "no backend blob for epoch %llu within %d ms (slot %d, job %s)",
+               (unsigned long long)epoch, timeout_ms, m->slot, m->job);
+      break;
+    }
+    if (deadline == INT64_MAX)
+      pthread_cond_wait(&m->cond, &m->lock);
+    else
+      pthread_cond_timedwait(&m->cond, &m->lock, &ts);
+  }
   pthread_mutex_unlock(&m->lock);
   if (st != FTC_OK) return ftc__error(st, "%s", msg);
   return FTC_OK;

@@ -24,6 +24,7 @@
 #ifndef FTC_MEMBER_H
 #define FTC_MEMBER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ftcomm.h"
@@ -106,6 +107,21 @@ void ftc__member_set_notify(ftc__member_t *m, int fd);
 /* 1 once the session is closed for good (a refusal such as "excluded", a
  * leave, or the coordinator unreachable past the reconnect time). */
 int ftc__member_closed(ftc__member_t *m);
+
+/* The epoch's backend blob (e.g. the NCCL unique id this rank made for
+ * `epoch`), up to 4096 bytes: sent to the coordinator, which keeps the
+ * first one published for its current epoch and relays it to every member
+ * of that epoch (and to a member that comes back to it). Queued like a
+ * failure report. */
+ftc_status_t ftc__member_publish_backend(ftc__member_t *m, uint64_t epoch, const char *blob);
+
+/* Wait up to timeout_ms (negative: forever) for the backend blob of `epoch`
+ * and copy it into blob[len]. FTC_ERR_REVOKED when a later epoch arrived
+ * first, FTC_ERR_TIMEOUT, or the session's error once it is closed. The
+ * same blob also appears in ftc__view_t.backend_blob of views of that epoch
+ * copied after it arrived. */
+ftc_status_t ftc__member_wait_backend(ftc__member_t *m, uint64_t epoch, int timeout_ms,
+                                      char *blob, size_t len);
 
 /* The session's stored error (FTC_OK while connected and healthy). */
 ftc_status_t ftc__member_error(ftc__member_t *m);

@@ -25,6 +25,7 @@ static const char *const type_names[FTC__MSG_TYPE_COUNT] = {
     [FTC__MSG_DUMP_REQUEST] = "dump_request",
     [FTC__MSG_DUMP] = "dump",
     [FTC__MSG_ERROR] = "error",
+    [FTC__MSG_BACKEND] = "backend",
 };
 
 static const char *const perr_names[FTC__PERR_COUNT] = {
@@ -176,6 +177,15 @@ json_t *ftc__proto_view(uint64_t epoch, const ftc__wire_member_t *members, int n
   err |= set(o, "epoch", json_integer((json_int_t)epoch));
   err |= set(o, "members", members_array(members, n));
   err |= set(o, "backend", backend ? json_string(backend) : json_null());
+  return finish(o, err);
+}
+
+json_t *ftc__proto_backend(uint64_t epoch, const char *blob) {
+  json_t *o = msg_new(FTC__MSG_BACKEND);
+  if (!o) return NULL;
+  int err = 0;
+  err |= set(o, "epoch", json_integer((json_int_t)epoch));
+  err |= set(o, "blob", json_string(blob ? blob : ""));
   return finish(o, err);
 }
 
@@ -547,6 +557,11 @@ ftc__perr_t ftc__proto_decode(const char *text, size_t len, size_t max_len, ftc_
       break;
     case FTC__MSG_VIEW: decode_view(&d, msg); break;
     case FTC__MSG_HEARTBEAT: msg->epoch = get_u64(&d, o, "epoch", 1); break;
+    case FTC__MSG_BACKEND:
+      msg->epoch = get_u64(&d, o, "epoch", 0);
+      msg->backend = get_str(&d, o, "blob", FTC__PROTO_MAX_BACKEND, 0);
+      if (!d.bad && msg->epoch == 0) fail(&d, "field \"%s\" must not be 0", "epoch");
+      break;
     case FTC__MSG_FAILURE: decode_failure(&d, msg); break;
     case FTC__MSG_LEAVE: msg->reason = get_str(&d, o, "reason", 1024, 1); break;
     case FTC__MSG_DUMP_REQUEST:

@@ -47,6 +47,7 @@ typedef enum ftc__msg_type {
   FTC__MSG_DUMP_REQUEST, /* coordinator -> rank: write and upload a dump */
   FTC__MSG_DUMP,         /* rank -> coordinator: one fragment of a dump */
   FTC__MSG_ERROR,        /* either way: refusal with a code; the sender closes */
+  FTC__MSG_BACKEND,      /* both ways: an epoch's backend blob (e.g. an NCCL unique id) */
   FTC__MSG_TYPE_COUNT
 } ftc__msg_type_t;
 
@@ -114,7 +115,7 @@ typedef struct ftc__msg {
   /* view */
   int nmembers;
   ftc__wire_member_t *members;
-  const char *backend; /* may be NULL */
+  const char *backend; /* view: may be NULL; backend: the blob */
   /* failure; member_ids (optional, nmember_ids == nranks) name the same ranks */
   int nranks;
   int *ranks;
@@ -159,6 +160,9 @@ json_t *ftc__proto_dump_request(const char *incident, const char *reason, uint64
 json_t *ftc__proto_dump(const char *incident, int rank, uint64_t offset, uint64_t total,
                         const char *data, size_t len, int last);
 json_t *ftc__proto_error(ftc__perr_t code, const char *reason);
+/* The backend blob of `epoch` (at most FTC__PROTO_MAX_BACKEND bytes). */
+json_t *ftc__proto_backend(uint64_t epoch, const char *blob);
+#define FTC__PROTO_MAX_BACKEND 4096
 
 /*
  * An encoded message, ready for lws_write(): `headroom` free bytes, then
