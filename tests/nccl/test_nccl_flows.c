@@ -9,6 +9,7 @@
  * Unique ids travel through files (the coordinator's role in production).
  * The double appends its lifecycle calls to DIR/log, which the parent reads.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -369,6 +370,68 @@ static void hang_in_init_becomes_timeout(void **s) {
   rm_tmpdir(f.dir);
 }
 
+/* --- an interrupt from another thread (the core's ftc__comm_fail) --------------- */
+
+static int g_interrupt;
+
+static void *interrupter(void *arg) {
+  (void)arg;
+  usleep(200000);
+  __atomic_store_n(&g_interrupt, (int)FTC_ERR_PEER_LOST, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+static void interrupt_child(flow_t *f) {
+  setenv("NCCL_DOUBLE_HANG_AT", "1", 1);
+  child_setup(f);
+  ftc__nccl_opts_t o = {0, TMO, NULL, &g_interrupt};
+  ftc__nccl_comm_t *c = NULL;
+  int s1[] = {0};
+  uint64_t i1[] = {1}, j1[] = {1};
+  ftc__view_t *v = make_view(1, 1, s1, i1, j1, 0);
+  ftc_status_t st = ftc__nccl_enter_epoch(f->lib, &c, v, &f->x, &o);
+  CHILD_CHECK(st == FTC_OK, 110, "init: %s", ftc_strerror(st));
+  float x[4] = {0};
+  ftc__op_t op = {FTC__ALLREDUCE, x, x, 4, FTC_F32, FTC_SUM, -1};
+  ftc__nccl_work_t w;
+  CHILD_CHECK(ftc__nccl_comm_launch(c, &op, NULL, &w) == FTC_OK, 111, "launch");
+  pthread_t t;
+  pthread_create(&t, NULL, interrupter, NULL);
+  int64_t t0 = ftc__now_ns();
+  st = ftc__nccl_comm_wait(c, &w, ftc__deadline_ns(TMO));
+  int64_t took = ftc__now_ns() - t0;
+  pthread_join(t, NULL);
+  CHILD_CHECK(st == FTC_ERR_PEER_LOST, 112, "interrupted wait gave %s", ftc_strerror(st));
+  CHILD_CHECK(took >= 150000000LL && took < 5000000000LL, 113, "took %lld ns", (long long)took);
+  CHILD_CHECK(ftc__nccl_comm_error(c) == FTC_ERR_PEER_LOST, 114, "epoch failed by the interrupt");
+  CHILD_CHECK(ftc__nccl_comm_abort(c) == FTC_OK, 115, "abort");
+  ftc__nccl_comm_free(c);
+
+  /* creation, too */
+  __atomic_store_n(&g_interrupt, 0, __ATOMIC_RELEASE);
+  setenv("NCCL_DOUBLE_HANG_INIT", "1", 1);
+  c = NULL;
+  v->epoch = 2, v->members[0].joined_epoch = 2;
+  pthread_create(&t, NULL, interrupter, NULL);
+  st = ftc__nccl_enter_epoch(f->lib, &c, v, &f->x, &o);
+  pthread_join(t, NULL);
+  CHILD_CHECK(st == FTC_ERR_PEER_LOST && c == NULL, 116, "interrupted init gave %s", ftc_strerror(st));
+  free_view(v);
+  _exit(0);
+}
+
+static void another_thread_interrupts_a_wait(void **s) {
+  (void)s;
+  flow_t f;
+  flow_init(&f, "2.32.3", "intr");
+  pid_t a = fork();
+  if (a == 0) interrupt_child(&f);
+  assert_int_equal(wait_child(a, 2 * TMO), 0);
+  assert_int_equal(count_lines(f.log, " destroy ", NULL), 0);
+  assert_int_equal(count_lines(f.log, " abort ", NULL), 2);
+  rm_tmpdir(f.dir);
+}
+
 /* --- in progress, asynchronous errors ------------------------------------------ */
 
 static void in_progress_child(flow_t *f) {
@@ -566,6 +629,7 @@ int main(void) {
       cmocka_unit_test(hang_becomes_timeout_2_26),
       cmocka_unit_test(hang_becomes_timeout_2_32),
       cmocka_unit_test(hang_in_init_becomes_timeout),
+      cmocka_unit_test(another_thread_interrupts_a_wait),
       cmocka_unit_test(in_progress_is_polled_within_the_timeout),
       cmocka_unit_test(async_system_error_is_a_backend_status),
       cmocka_unit_test(async_remote_error_is_peer_lost),

@@ -115,6 +115,10 @@ typedef struct ftc__nccl_opts {
   int timeout_ms;         /* bound on init, shrink, grow, abort of one epoch */
   void *stream;           /* cudaStream_t / hipStream_t for collectives; NULL: the
                            * communicator's own stream */
+  const int *interrupt;   /* the owner's atomic ftc_status_t (may be NULL): when another
+                           * thread makes it nonzero, a wait (collective, init, shrink,
+                           * grow) returns that status within one poll, like the TCP
+                           * transport's interrupt; taken again by each enter_epoch */
 } ftc__nccl_opts_t;
 
 typedef struct ftc__nccl_comm ftc__nccl_comm_t;

@@ -35,6 +35,7 @@ struct ftc__nccl_comm {
   int device, timeout_ms;
   cudaStream_t stream, own_stream;
   int error;              /* atomic ftc_status_t: what broke the epoch */
+  const int *interrupt;   /* the owner's atomic status; nonzero stops waits (may be NULL) */
   int revoked;
   void *scratch;          /* 16 device bytes for barriers */
   cudaEvent_t *pool;
@@ -69,11 +70,19 @@ static ncclComm_t get_nc(ftc__nccl_comm_t *c) {
   return nc;
 }
 
-/* Poll nc until its async state leaves ncclInProgress or deadline passes. */
+/* The owner's interrupt, FTC_OK when none. */
+static ftc_status_t interrupted(const int *interrupt) {
+  return interrupt ? (ftc_status_t)__atomic_load_n(interrupt, __ATOMIC_ACQUIRE) : FTC_OK;
+}
+
+/* Poll nc until its async state leaves ncclInProgress, the deadline passes
+ * or the owner interrupts. */
 static ftc_status_t poll_ready(ftc__nccl_lib_t *lib, ncclComm_t nc, int64_t deadline,
-                               const char *what, int timeout_ms) {
+                               const char *what, int timeout_ms, const int *interrupt) {
   int us = 10;
   for (;;) {
+    ftc_status_t in = interrupted(interrupt);
+    if (in != FTC_OK) return ftc__error(in, "%s interrupted: %s", what, ftc_strerror(in));
     ncclResult_t a = ncclInProgress;
     ncclResult_t r = lib->n.CommGetAsyncError(nc, &a);
     if (r != ncclSuccess) return ftc__nccl_status(r, what, last_error(lib, nc));
@@ -274,7 +283,7 @@ static ftc_status_t settle(ftc__nccl_comm_t *c, ncclResult_t r, ncclComm_t nc, i
     goto out_abort;
   }
   if (!nc) return ftc__error(FTC_ERR_BACKEND, "%s returned no communicator", what);
-  st = poll_ready(c->lib, nc, deadline, what, c->timeout_ms);
+  st = poll_ready(c->lib, nc, deadline, what, c->timeout_ms, c->interrupt);
   if (st == FTC_OK) return FTC_OK;
 out_abort:
   if (nc) abort_nc(c->lib, nc, c->timeout_ms);
@@ -289,6 +298,7 @@ static ftc_status_t comm_alloc(ftc__nccl_lib_t *lib, const ftc__nccl_opts_t *o,
   c->lib = lib;
   c->device = o ? o->device : -1;
   c->timeout_ms = o && o->timeout_ms > 0 ? o->timeout_ms : 60000;
+  c->interrupt = o ? o->interrupt : NULL;
   pthread_mutex_init(&c->mu, NULL);
   FTC_CHECK_GOTO(set_device(c), st, out_free);
   if (o && o->stream) {
@@ -407,6 +417,9 @@ ftc_status_t ftc__nccl_enter_epoch(ftc__nccl_lib_t *lib, ftc__nccl_comm_t **cp,
   if (!c) {
     FTC_CHECK_GOTO(comm_alloc(lib, opts, &c), st, out);
     created = 1;
+  } else if (opts) {
+    c->interrupt = opts->interrupt;
+    if (opts->timeout_ms > 0) c->timeout_ms = opts->timeout_ms;
   }
   ftc__view_t *nv = view_copy(next);
   if (!nv) {
@@ -638,7 +651,7 @@ ftc_status_t ftc__nccl_comm_launch_rec(ftc__nccl_comm_t *c, const ftc__op_t *op,
   if (r == ncclInProgress) {
     /* Nonblocking: the enqueue finishes in the background; wait for it. */
     st = poll_ready(c->lib, nc, ftc__deadline_ns(c->timeout_ms), coll_name(op->coll),
-                    c->timeout_ms);
+                    c->timeout_ms, c->interrupt);
     if (st != FTC_OK) {
       fail(c, st);
       goto out_b;
@@ -731,6 +744,12 @@ ftc_status_t ftc__nccl_comm_wait(ftc__nccl_comm_t *c, ftc__nccl_work_t *w, int64
   for (;;) {
     ftc_status_t st = ftc__nccl_work_poll(c, w, &done);
     if (st != FTC_OK || done) return st;
+    ftc_status_t in = interrupted(c->interrupt);
+    if (in != FTC_OK) {
+      fail(c, in);
+      rec_note(w, 2, FTC_REC_FAILED, 0);
+      return ftc__error(in, "the NCCL collective was interrupted: %s", ftc_strerror(in));
+    }
     int64_t now = ftc__now_ns();
     if (now < spin_until && now < deadline_ns) {
       sched_yield();
@@ -805,7 +824,7 @@ void ftc__nccl_comm_free(ftc__nccl_comm_t *c) {
     ncclResult_t r = c->lib->n.CommFinalize(nc);
     ftc_status_t st = (r == ncclSuccess || r == ncclInProgress)
                           ? poll_ready(c->lib, nc, ftc__deadline_ns(c->timeout_ms),
-                                       "ncclCommFinalize", c->timeout_ms)
+                                       "ncclCommFinalize", c->timeout_ms, NULL)
                           : ftc__nccl_status(r, "ncclCommFinalize", "");
     if (st == FTC_OK) {
       c->nc = NULL;
