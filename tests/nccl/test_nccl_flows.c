@@ -592,6 +592,19 @@ static void colls_child(flow_t *f, int rank) {
     st = run(c, (ftc__op_t){FTC__RECV, NULL, b, N, FTC_I32, FTC_SUM, 0}, TMO, NULL);
     CHILD_CHECK(st == FTC_OK && b[N - 1] == 77, 90, "recv");
   }
+  /* a ring exchange as one group: send to the next, receive from the previous */
+  for (int i = 0; i < N; i++) a[i] = rank * 7 + 1, b[i] = -1;
+  ftc__op_t snd = {FTC__SEND, a, NULL, N, FTC_I32, FTC_SUM, (rank + 1) % 3};
+  ftc__op_t rcv = {FTC__RECV, NULL, b, N, FTC_I32, FTC_SUM, (rank + 2) % 3};
+  const ftc__op_t *grp[2] = {&snd, &rcv};
+  st = ftc__nccl_comm_launch_p2p(c, grp, 2, NULL, &w);
+  if (st == FTC_OK) st = ftc__nccl_comm_wait(c, &w, ftc__deadline_ns(TMO));
+  CHILD_CHECK(st == FTC_OK && b[N - 1] == ((rank + 2) % 3) * 7 + 1, 95, "p2p group: %s %d",
+              ftc_strerror(st), b[N - 1]);
+  ftc__nccl_work_release(c, &w);
+  const ftc__op_t *bad[2] = {&ar, &rcv};
+  CHILD_CHECK(ftc__nccl_comm_launch_p2p(c, bad, 2, NULL, &w) == FTC_ERR_INVALID_ARGUMENT, 96,
+              "a group with a collective is refused");
   st = run(c, (ftc__op_t){FTC__BARRIER, NULL, NULL, 0, FTC_U8, FTC_SUM, -1}, TMO, NULL);
   CHILD_CHECK(st == FTC_OK, 91, "barrier");
   /* avg of f64 */

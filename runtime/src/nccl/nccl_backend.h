@@ -195,6 +195,11 @@ ftc_status_t ftc__nccl_comm_launch(ftc__nccl_comm_t *c, const ftc__op_t *op, voi
 ftc_status_t ftc__nccl_comm_launch_rec(ftc__nccl_comm_t *c, const ftc__op_t *op, void *stream,
                                        struct ftc_rec *rec, uint64_t rec_id,
                                        ftc__nccl_work_t *w);
+/* Several send/recv operations as one NCCL group (ncclGroupStart/End), so
+ * that exchanges queued together cannot block each other (the core's
+ * batched point-to-point requests); one work covers them all. */
+ftc_status_t ftc__nccl_comm_launch_p2p(ftc__nccl_comm_t *c, const ftc__op_t *const *ops, int n,
+                                       void *stream, ftc__nccl_work_t *w);
 /* Non-blocking, from any thread: *done = 1 when the work completed; fills
  * started_ns and completed_ns as discovered (and records them when the work
  * has a recorder). Returns the communicator's async error if one arrived

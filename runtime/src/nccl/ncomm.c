@@ -621,20 +621,34 @@ static void rec_note(ftc__nccl_work_t *w, int bit, ftc_rec_state_t state, int64_
   else ftc_rec_failed(w->rec, w->rec_id, t);
 }
 
-ftc_status_t ftc__nccl_comm_launch(ftc__nccl_comm_t *c, const ftc__op_t *op, void *stream,
-                                   ftc__nccl_work_t *w) {
-  return ftc__nccl_comm_launch_rec(c, op, stream, NULL, FTC_REC_NO_ID, w);
+/* ops[0..n-1] as one NCCL group when n > 1 (send/recv only). */
+static ncclResult_t enqueue_all(ftc__nccl_comm_t *c, ncclComm_t nc, const ftc__op_t *const *ops,
+                                int n, cudaStream_t s) {
+  if (n == 1) return enqueue(c, nc, ops[0], s);
+  ncclResult_t r = c->lib->n.GroupStart(), r2;
+  if (r != ncclSuccess) return r;
+  for (int i = 0; i < n && (r == ncclSuccess || r == ncclInProgress); i++)
+    r = enqueue(c, nc, ops[i], s);
+  r2 = c->lib->n.GroupEnd();
+  return r != ncclSuccess && r != ncclInProgress ? r : r2;
 }
 
-ftc_status_t ftc__nccl_comm_launch_rec(ftc__nccl_comm_t *c, const ftc__op_t *op, void *stream,
-                                       struct ftc_rec *rec, uint64_t rec_id,
-                                       ftc__nccl_work_t *w) {
+static ftc_status_t launch(ftc__nccl_comm_t *c, const ftc__op_t *const *ops, int n, void *stream,
+                           struct ftc_rec *rec, uint64_t rec_id, ftc__nccl_work_t *w) {
   ftc_status_t st;
   memset(w, 0, sizeof *w);
   w->rec = rec, w->rec_id = rec_id;
-  if ((unsigned)op->coll >= FTC__COLL_COUNT || (unsigned)op->dtype >= FTC_DTYPE_COUNT ||
-      (unsigned)op->op >= FTC_OP_COUNT)
-    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "unknown collective, dtype or op");
+  const char *what = n == 1 ? coll_name(ops[0]->coll) : "send/recv group";
+  for (int i = 0; i < n; i++) {
+    const ftc__op_t *op = ops[i];
+    if ((unsigned)op->coll >= FTC__COLL_COUNT || (unsigned)op->dtype >= FTC_DTYPE_COUNT ||
+        (unsigned)op->op >= FTC_OP_COUNT ||
+        (n > 1 && op->coll != FTC__SEND && op->coll != FTC__RECV)) {
+      st = ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                      "unknown collective, dtype or op (a group holds send and recv only)");
+      goto out;
+    }
+  }
   FTC_CHECK_GOTO(gate(c), st, out);
   ncclComm_t nc = get_nc(c);
   cudaStream_t s = stream ? (cudaStream_t)stream : c->stream;
@@ -647,17 +661,17 @@ ftc_status_t ftc__nccl_comm_launch_rec(ftc__nccl_comm_t *c, const ftc__op_t *op,
     st = ftc__error(FTC_ERR_BACKEND, "cudaEventRecord failed: %s", c->lib->rt.GetErrorString(e));
     goto out_b;
   }
-  ncclResult_t r = enqueue(c, nc, op, s);
+  ncclResult_t r = enqueue_all(c, nc, ops, n, s);
   if (r == ncclInProgress) {
     /* Nonblocking: the enqueue finishes in the background; wait for it. */
-    st = poll_ready(c->lib, nc, ftc__deadline_ns(c->timeout_ms), coll_name(op->coll),
-                    c->timeout_ms, c->interrupt);
+    st = poll_ready(c->lib, nc, ftc__deadline_ns(c->timeout_ms), what, c->timeout_ms,
+                    c->interrupt);
     if (st != FTC_OK) {
       fail(c, st);
       goto out_b;
     }
   } else if (r != ncclSuccess) {
-    st = ftc__nccl_status(r, coll_name(op->coll), last_error(c->lib, nc));
+    st = ftc__nccl_status(r, what, last_error(c->lib, nc));
     if (st != FTC_ERR_INVALID_ARGUMENT) fail(c, st);
     goto out_b;
   }
@@ -676,6 +690,26 @@ out_a:
 out:
   rec_note(w, 2, FTC_REC_FAILED, 0);
   return st;
+}
+
+ftc_status_t ftc__nccl_comm_launch(ftc__nccl_comm_t *c, const ftc__op_t *op, void *stream,
+                                   ftc__nccl_work_t *w) {
+  return launch(c, &op, 1, stream, NULL, FTC_REC_NO_ID, w);
+}
+
+ftc_status_t ftc__nccl_comm_launch_rec(ftc__nccl_comm_t *c, const ftc__op_t *op, void *stream,
+                                       struct ftc_rec *rec, uint64_t rec_id,
+                                       ftc__nccl_work_t *w) {
+  return launch(c, &op, 1, stream, rec, rec_id, w);
+}
+
+ftc_status_t ftc__nccl_comm_launch_p2p(ftc__nccl_comm_t *c, const ftc__op_t *const *ops, int n,
+                                       void *stream, ftc__nccl_work_t *w) {
+  if (n < 1) {
+    memset(w, 0, sizeof *w);
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "an empty send/recv group");
+  }
+  return launch(c, ops, n, stream, NULL, FTC_REC_NO_ID, w);
 }
 
 static void set_once(int64_t *field, int64_t t) {
