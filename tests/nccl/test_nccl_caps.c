@@ -146,6 +146,16 @@ static void missing_library_names_what_was_looked_for(void **state) {
   unsetenv("FTCOMM_NCCL_LIBRARY");
   ftc__param_reset();
 
+  /* the default search names every file it tried (unless this host has a system NCCL) */
+  ftc_status_t st = ftc__nccl_lib_open(NULL, NULL, &lib);
+  if (st == FTC_OK) {
+    ftc__nccl_lib_close(lib);
+  } else {
+    assert_int_equal(st, FTC_ERR_LIBRARY_NOT_FOUND);
+    assert_non_null(strstr(ftc_last_error(), "libnccl.so.2, libnccl.so, librccl.so.1, librccl.so"));
+    assert_non_null(strstr(ftc_last_error(), "libnccl.so.2: cannot open"));
+  }
+
   /* NCCL found, the CUDA runtime not */
   char path[512];
   double_path("2.32.3", path, sizeof path);

@@ -151,8 +151,8 @@ static void *open_first(const char *const *names, int n, char *found, size_t fle
       snprintf(found, flen, "%s", names[i]);
       return h;
     }
-    const char *e = dlerror();
-    if (i == 0 || !strchr(err, '/')) snprintf(err, elen, "%s", e ? e : "?");
+    const char *e = dlerror(); /* the first failure says most (the usual name) */
+    if (!err[0]) snprintf(err, elen, "%s", e ? e : "?");
   }
   return NULL;
 }
