@@ -16,7 +16,8 @@
 # BENCH_SYSTEMS, BENCH_RUN_TIMEOUT (seconds per run, 600), BENCH_OUT,
 # BENCH_NICE (0; e.g. -10 as root runs every system above a busy host's
 # compile jobs, the same for all of them), BENCH_RECORDER (1; 0 skips the
-# recorder table of tests/bench/recorder/run.sh).
+# recorder table of tests/bench/recorder/run.sh), BENCH_CONTROLLER (1; 0 skips
+# the controller at scale, tests/bench/controller/run.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -127,6 +128,13 @@ if [ "${BENCH_RECORDER:-1}" = 1 ] && [ -x tests/bench/recorder/run.sh ]; then
     # BENCH_RANKS means analyzer sizes to that script, not rank counts
     env -u BENCH_RANKS BUILD="$BUILD" timeout -k 10 600 tests/bench/recorder/run.sh || echo "_tests/bench/recorder/run.sh failed (exit $?)_"
   } >>"$OUT/bench.md" 2>"$OUT/raw/recorder.log"
+fi
+
+if [ "${BENCH_CONTROLLER:-1}" = 1 ] && [ -x tests/bench/controller/run.sh ]; then
+  echo "bench: controller at scale (tests/bench/controller/run.sh)"
+  BUILD="$BUILD" BENCH_OUT="$OUT" timeout -k 10 1200 tests/bench/controller/run.sh >"$OUT/raw/controller.log" 2>&1 ||
+    echo "_tests/bench/controller/run.sh failed (exit $?); see $OUT/raw/controller.log_" >>"$OUT/bench.md"
+  { echo; cat "$OUT/controller.md" 2>/dev/null || true; } >>"$OUT/bench.md"
 fi
 
 echo
