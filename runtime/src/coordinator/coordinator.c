@@ -580,6 +580,8 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
   maybe_form_epoch(co);
 }
 
+static void judge_suspects(ftc__coord_t *co, int64_t now);
+
 /* How long a member must have been silent for a failure report to drop it:
  * two missed heartbeats and some slack (docs/recovery.md, the evidence rule). */
 static int64_t evidence_ns(const ftc__coord_t *co) {
@@ -589,7 +591,7 @@ static int64_t evidence_ns(const ftc__coord_t *co) {
 /* A hang (a timeout report, a member silent past the heartbeat timeout):
  * every rank of the epoch that still has a session writes a dump, once per
  * epoch. Queued before the next view, so ranks dump the epoch that hung. */
-static void request_hang_dumps(ftc__coord_t *co, const char *reason) {
+static void request_hang_dumps(ftc__coord_t *co, const member_t *silent, const char *reason) {
   if (!co->formed || co->dumps_epoch == co->epoch) return;
   co->dumps_epoch = co->epoch;
   char incident[96];
@@ -597,9 +599,17 @@ static void request_hang_dumps(ftc__coord_t *co, const char *reason) {
            (long long)(ftc__wall_ns() / 1000000000LL));
   FTC_WARN(FTC_SUB_COORD, "job %s: %s; asking every rank of epoch %llu for a dump (incident %s)",
            co->job, reason, (unsigned long long)co->epoch, incident);
+  int asked = 0;
   for (int r = 0; r < co->view_n; r++)
-    if (co->view[r] && co->view[r]->sess)
+    if (co->view[r] && co->view[r]->sess) {
       send_msg(co->view[r]->sess, ftc__proto_dump_request(incident, reason, co->epoch), 0);
+      asked++;
+    }
+  ftc__coord_event_t ev = {.kind = FTC__COORD_EV_HANG, .epoch = co->epoch, .size = asked,
+                           .slot = silent ? silent->slot : -1, .rank = silent ? silent->rank : -1,
+                           .member_id = silent ? silent->id : 0, .reason = reason,
+                           .incident = incident};
+  emit(co, &ev);
 }
 
 /*
@@ -650,7 +660,7 @@ static void handle_failure(ftc__coord_t *co, session_t *s, const ftc__msg_t *msg
     char why[128];
     snprintf(why, sizeof(why), "rank %d timed out in a collective of epoch %llu", rep->rank,
              (unsigned long long)co->epoch);
-    request_hang_dumps(co, why);
+    request_hang_dumps(co, NULL, why);
   }
   for (int i = 0; i < msg->nranks; i++) {
     member_t *x = NULL;
@@ -678,6 +688,7 @@ static void handle_failure(ftc__coord_t *co, session_t *s, const ftc__msg_t *msg
   /* A drop forms the next epoch now; a broken epoch without one waits for
    * the evidence to settle (judge_suspects): the session of a dead rank may
    * close a moment after its peers' reports. */
+  judge_suspects(co, now);
   if (co->view_dirty) maybe_form_epoch(co);
 }
 
@@ -686,6 +697,18 @@ static void handle_failure(ftc__coord_t *co, session_t *s, const ftc__msg_t *msg
  * no suspect is left. */
 static void judge_suspects(ftc__coord_t *co, int64_t now) {
   int suspects = 0;
+  /* In a broken epoch a silent member is the likely culprit even when no
+   * report names it (the reporters' failures cascade and blame each other):
+   * it cannot take part in the next epoch anyway. */
+  for (int r = 0; co->revoke_pending && r < co->view_n; r++) {
+    member_t *x = co->view[r];
+    int64_t silent = x ? now - x->last_seen_ns : 0;
+    if (!x || silent <= evidence_ns(co)) continue;
+    char why[128];
+    snprintf(why, sizeof(why), "is silent for %lld ms while its epoch was reported broken",
+             (long long)(silent / 1000000));
+    exclude_member(co, x, FTC__PERR_EXCLUDED, why);
+  }
   for (int r = 0; r < co->view_n; r++) {
     member_t *x = co->view[r];
     if (!x || !x->suspect_ns) continue;
@@ -755,6 +778,9 @@ static void store_dump(ftc__coord_t *co, member_t *m, dump_asm_t *d) {
   unlink(tmp);
   FTC_INFO(FTC_SUB_COORD, "job %s: stored the dump of rank %d (%zu bytes) as %s", co->job,
            d->rank, d->len, path);
+  ftc__coord_event_t ev = {.kind = FTC__COORD_EV_DUMP, .epoch = co->epoch, .slot = m->slot,
+                           .rank = d->rank, .member_id = m->id, .incident = d->incident};
+  emit(co, &ev);
   return;
 out_log_errno:
   FTC_ERROR(FTC_SUB_COORD, "job %s: cannot store the dump of rank %d under %s: %s", co->job,
@@ -953,7 +979,7 @@ static void on_tick(lws_sorted_usec_list_t *sul) {
       char hang[128];
       snprintf(hang, sizeof(hang), "rank %d stopped heartbeating (silent %lld ms)", m->rank,
                (long long)silent_ms);
-      request_hang_dumps(co, hang);
+      request_hang_dumps(co, m, hang);
     }
     session_t *s = m->sess;
     drop_member(co, m, 0, why);

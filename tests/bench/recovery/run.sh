@@ -30,7 +30,8 @@ HANG_MS=${BENCH_RECOVERY_HANG_TIMEOUT_MS:-1000}
 OUT=$BUILD/bench
 mkdir -p "$OUT"
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# BENCH_RECOVERY_KEEP=1 keeps the rank logs (the directory is printed).
+if [ -n "${BENCH_RECOVERY_KEEP:-}" ]; then echo "recovery bench: logs in $tmp" >&2; else trap 'rm -rf "$tmp"' EXIT; fi
 [ -x "$PROG" ] && [ -x "$RUN" ] || { echo "recovery bench: build $PROG and $RUN first (make bench)" >&2; exit 1; }
 unset FTCOMM_FAULT
 export FTCOMM_HEARTBEAT_MS=100 FTCOMM_CONNECT_TIMEOUT_MS=30000 FTCOMM_RECOVER_TIMEOUT_MS=30000
