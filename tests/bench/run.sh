@@ -21,123 +21,131 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-BUILD=${BUILD:-build/release}
-OUT=${BENCH_OUT:-build/bench}
-RANKS=${BENCH_RANKS:-2 4 8}
-MIN=${BENCH_MIN:-8}
-MAX=${BENCH_MAX:-256M}
-FACTOR=${BENCH_FACTOR:-4}
-ITERS=${BENCH_ITERS:-20}
-WARMUP=${BENCH_WARMUP:-5}
-ITER_BYTES=${BENCH_ITER_BYTES:-512M}
-REPEAT=${BENCH_REPEAT:-2}
-SYSTEMS=${BENCH_SYSTEMS:-ftcomm-tcp openmpi-tcp openmpi-shm gloo-ring gloo-bcube}
-RUN_TIMEOUT=${BENCH_RUN_TIMEOUT:-600}
-BB=$BUILD/bench
-NICE=${BENCH_NICE:-0}
+# Everything runs inside main, which bash parses whole before it starts: an
+# edit to this file while a long sweep runs cannot change what runs.
+main() {
 
-mkdir -p "$OUT/raw"
-rm -f "$OUT"/raw/* "$OUT"/bench.md "$OUT"/bench.csv "$OUT"/busbw.png
+  BUILD=${BUILD:-build/release}
+  OUT=${BENCH_OUT:-build/bench}
+  RANKS=${BENCH_RANKS:-2 4 8}
+  MIN=${BENCH_MIN:-8}
+  MAX=${BENCH_MAX:-256M}
+  FACTOR=${BENCH_FACTOR:-4}
+  ITERS=${BENCH_ITERS:-20}
+  WARMUP=${BENCH_WARMUP:-5}
+  ITER_BYTES=${BENCH_ITER_BYTES:-512M}
+  REPEAT=${BENCH_REPEAT:-2}
+  SYSTEMS=${BENCH_SYSTEMS:-ftcomm-tcp openmpi-tcp openmpi-shm gloo-ring gloo-bcube}
+  RUN_TIMEOUT=${BENCH_RUN_TIMEOUT:-600}
+  BB=$BUILD/bench
+  NICE=${BENCH_NICE:-0}
 
-sweep=(-c allreduce -d f32 -o sum -b "$MIN" -e "$MAX" -f "$FACTOR" -n "$ITERS" -w "$WARMUP"
-       -I "$ITER_BYTES" --csv)
-mpirun_base=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+  mkdir -p "$OUT/raw"
+  rm -f "$OUT"/raw/* "$OUT"/bench.md "$OUT"/bench.csv "$OUT"/busbw.png
 
-load() { cut -d' ' -f1-3 /proc/loadavg; }
+  sweep=(-c allreduce -d f32 -o sum -b "$MIN" -e "$MAX" -f "$FACTOR" -n "$ITERS" -w "$WARMUP"
+         -I "$ITER_BYTES" --csv)
+  mpirun_base=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
 
-{
-  echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-  echo "host_cpus=$(nproc)"
-  echo "cpu_model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
-  echo "kernel=$(uname -r)"
-  echo "load_before=$(load)"
-  echo "sweep=${sweep[*]}"
-  echo "ranks=$RANKS"
-  echo "repeat=$REPEAT"
-  echo "nice=$NICE"
-} >"$OUT/raw/meta.txt"
-echo "status,system,ranks,pass,exit,seconds,load_before,load_after" >"$OUT/raw/status.csv"
+  load() { cut -d' ' -f1-3 /proc/loadavg; }
 
-echo "bench: ceilings (loopback TCP both ways, memcpy)"
-timeout -k 5 60 nice -n "$NICE" "$BB/loopback_tcp" -t 3 --csv >"$OUT/raw/ceiling.csv" || echo "bench: loopback_tcp failed" >&2
-timeout -k 5 60 nice -n "$NICE" "$BB/memcpy_bw" -t 2 --csv >>"$OUT/raw/ceiling.csv" || echo "bench: memcpy_bw failed" >&2
+  {
+    echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "host_cpus=$(nproc)"
+    echo "cpu_model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+    echo "kernel=$(uname -r)"
+    echo "load_before=$(load)"
+    echo "sweep=${sweep[*]}"
+    echo "ranks=$RANKS"
+    echo "repeat=$REPEAT"
+    echo "nice=$NICE"
+  } >"$OUT/raw/meta.txt"
+  echo "status,system,ranks,pass,exit,seconds,load_before,load_after" >"$OUT/raw/status.csv"
 
-# Prints the command for one system at n ranks, or nothing if it is not built.
-command_for() {
-  local sys=$1 n=$2
-  case $sys in
-    ftcomm-tcp)
-      [ -x "$BUILD/bin/ftcomm-run" ] && [ -x "$BUILD/bin/ftcomm-bench" ] || return 0
-      echo "$BUILD/bin/ftcomm-run -q -n $n --timeout $RUN_TIMEOUT -- $BUILD/bin/ftcomm-bench ${sweep[*]} -l $sys" ;;
-    openmpi-tcp)
-      [ -x "$BB/mpi_bench" ] || return 0
-      echo "${mpirun_base[*]} -np $n --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo $BB/mpi_bench ${sweep[*]} -l $sys" ;;
-    openmpi-shm)
-      [ -x "$BB/mpi_bench" ] || return 0
-      echo "${mpirun_base[*]} -np $n --mca pml ob1 --mca btl vader,self $BB/mpi_bench ${sweep[*]} -l $sys" ;;
-    gloo-ring | gloo-bcube)
-      [ -x "$BB/gloo_bench" ] || return 0
-      echo "$BB/gloo_bench -N $n -A ${sys#gloo-} ${sweep[*]} -l $sys" ;;
-    *) echo "bench: unknown system $sys" >&2 ;;
-  esac
-}
+  echo "bench: ceilings (loopback TCP both ways, memcpy)"
+  timeout -k 5 60 nice -n "$NICE" "$BB/loopback_tcp" -t 3 --csv >"$OUT/raw/ceiling.csv" || echo "bench: loopback_tcp failed" >&2
+  timeout -k 5 60 nice -n "$NICE" "$BB/memcpy_bw" -t 2 --csv >>"$OUT/raw/ceiling.csv" || echo "bench: memcpy_bw failed" >&2
 
-for n in $RANKS; do
-  for pass in $(seq 1 "$REPEAT"); do
-    order=$SYSTEMS
-    [ $((pass % 2)) -eq 0 ] && order=$(echo "$SYSTEMS" | tr ' ' '\n' | tac | tr '\n' ' ')
-    for sys in $order; do
-      cmd=$(command_for "$sys" "$n")
-      if [ -z "$cmd" ]; then
-        echo "bench: $sys: not built, skipped"
-        echo "skipped,$sys,$n,$pass,,,," >>"$OUT/raw/status.csv"
-        continue
-      fi
-      before=$(load)
-      echo "bench: $sys, $n ranks, pass $pass (load $before)"
-      base=$OUT/raw/$sys-$n-p$pass
-      echo "$cmd" >"$base.cmd"
-      start=$(date +%s.%N)
-      rc=0
-      # shellcheck disable=SC2086 # the command is a word list by construction
-      timeout -k 10 "$RUN_TIMEOUT" nice -n "$NICE" $cmd >"$base.csv" 2>"$base.log" </dev/null || rc=$?
-      secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-      if [ $rc -eq 0 ]; then st=ok; elif [ $rc -eq 124 ]; then st=timeout; else st=failed; fi
-      if [ $rc -ne 0 ]; then
-        echo "bench: $sys, $n ranks: $st (exit $rc), last lines of its log:"
-        tail -n 5 "$base.log" | sed 's/^/    /'
-      fi
-      echo "$st,$sys,$n,$pass,$rc,$secs,$before,$(load)" >>"$OUT/raw/status.csv"
+  # Prints the command for one system at n ranks, or nothing if it is not built.
+  command_for() {
+    local sys=$1 n=$2
+    case $sys in
+      ftcomm-tcp)
+        [ -x "$BUILD/bin/ftcomm-run" ] && [ -x "$BUILD/bin/ftcomm-bench" ] || return 0
+        echo "$BUILD/bin/ftcomm-run -q -n $n --timeout $RUN_TIMEOUT -- $BUILD/bin/ftcomm-bench ${sweep[*]} -l $sys" ;;
+      openmpi-tcp)
+        [ -x "$BB/mpi_bench" ] || return 0
+        echo "${mpirun_base[*]} -np $n --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo $BB/mpi_bench ${sweep[*]} -l $sys" ;;
+      openmpi-shm)
+        [ -x "$BB/mpi_bench" ] || return 0
+        echo "${mpirun_base[*]} -np $n --mca pml ob1 --mca btl vader,self $BB/mpi_bench ${sweep[*]} -l $sys" ;;
+      gloo-ring | gloo-bcube)
+        [ -x "$BB/gloo_bench" ] || return 0
+        echo "$BB/gloo_bench -N $n -A ${sys#gloo-} ${sweep[*]} -l $sys" ;;
+      *) echo "bench: unknown system $sys" >&2 ;;
+    esac
+  }
+
+  for n in $RANKS; do
+    for pass in $(seq 1 "$REPEAT"); do
+      order=$SYSTEMS
+      [ $((pass % 2)) -eq 0 ] && order=$(echo "$SYSTEMS" | tr ' ' '\n' | tac | tr '\n' ' ')
+      for sys in $order; do
+        cmd=$(command_for "$sys" "$n")
+        if [ -z "$cmd" ]; then
+          echo "bench: $sys: not built, skipped"
+          echo "skipped,$sys,$n,$pass,,,," >>"$OUT/raw/status.csv"
+          continue
+        fi
+        before=$(load)
+        echo "bench: $sys, $n ranks, pass $pass (load $before)"
+        base=$OUT/raw/$sys-$n-p$pass
+        echo "$cmd" >"$base.cmd"
+        start=$(date +%s.%N)
+        rc=0
+        # shellcheck disable=SC2086 # the command is a word list by construction
+        timeout -k 10 "$RUN_TIMEOUT" nice -n "$NICE" $cmd >"$base.csv" 2>"$base.log" </dev/null || rc=$?
+        secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+        if [ $rc -eq 0 ]; then st=ok; elif [ $rc -eq 124 ]; then st=timeout; else st=failed; fi
+        if [ $rc -ne 0 ]; then
+          echo "bench: $sys, $n ranks: $st (exit $rc), last lines of its log:"
+          tail -n 5 "$base.log" | sed 's/^/    /'
+        fi
+        echo "$st,$sys,$n,$pass,$rc,$secs,$before,$(load)" >>"$OUT/raw/status.csv"
+      done
     done
   done
-done
-echo "load_after=$(load)" >>"$OUT/raw/meta.txt"
+  echo "load_after=$(load)" >>"$OUT/raw/meta.txt"
 
-# Debian's python3 has python3-matplotlib; a python3 earlier on PATH may not.
-PYTHON=${PYTHON:-python3}
-[ -x /usr/bin/python3 ] && PYTHON=/usr/bin/python3
-timeout -k 5 120 "$PYTHON" tests/bench/report.py "$OUT"
+  # Debian's python3 has python3-matplotlib; a python3 earlier on PATH may not.
+  PYTHON=${PYTHON:-python3}
+  [ -x /usr/bin/python3 ] && PYTHON=/usr/bin/python3
+  timeout -k 5 120 "$PYTHON" tests/bench/report.py "$OUT"
 
-if [ "${BENCH_RECORDER:-1}" = 1 ] && [ -x tests/bench/recorder/run.sh ]; then
-  echo "bench: recorder (tests/bench/recorder/run.sh)"
-  {
-    echo
-    echo "## Flight recorder overhead (tests/bench/recorder/run.sh)"
-    echo
-    # BENCH_RANKS means analyzer sizes to that script, not rank counts
-    env -u BENCH_RANKS BUILD="$BUILD" timeout -k 10 600 tests/bench/recorder/run.sh || echo "_tests/bench/recorder/run.sh failed (exit $?)_"
-  } >>"$OUT/bench.md" 2>"$OUT/raw/recorder.log"
-fi
+  if [ "${BENCH_RECORDER:-1}" = 1 ] && [ -x tests/bench/recorder/run.sh ]; then
+    echo "bench: recorder (tests/bench/recorder/run.sh)"
+    {
+      echo
+      echo "## Flight recorder overhead (tests/bench/recorder/run.sh)"
+      echo
+      # BENCH_RANKS means analyzer sizes to that script, not rank counts
+      env -u BENCH_RANKS BUILD="$BUILD" timeout -k 10 600 tests/bench/recorder/run.sh || echo "_tests/bench/recorder/run.sh failed (exit $?)_"
+    } >>"$OUT/bench.md" 2>"$OUT/raw/recorder.log"
+  fi
 
-if [ "${BENCH_CONTROLLER:-1}" = 1 ] && [ -x tests/bench/controller/run.sh ]; then
-  echo "bench: controller at scale (tests/bench/controller/run.sh)"
-  BUILD="$BUILD" BENCH_OUT="$OUT" timeout -k 10 1200 tests/bench/controller/run.sh >"$OUT/raw/controller.log" 2>&1 ||
-    echo "_tests/bench/controller/run.sh failed (exit $?); see $OUT/raw/controller.log_" >>"$OUT/bench.md"
-  { echo; cat "$OUT/controller.md" 2>/dev/null || true; } >>"$OUT/bench.md"
-fi
+  if [ "${BENCH_CONTROLLER:-1}" = 1 ] && [ -x tests/bench/controller/run.sh ]; then
+    echo "bench: controller at scale (tests/bench/controller/run.sh)"
+    BUILD="$BUILD" BENCH_OUT="$OUT" timeout -k 10 1200 tests/bench/controller/run.sh >"$OUT/raw/controller.log" 2>&1 ||
+      echo "_tests/bench/controller/run.sh failed (exit $?); see $OUT/raw/controller.log_" >>"$OUT/bench.md"
+    { echo; cat "$OUT/controller.md" 2>/dev/null || true; } >>"$OUT/bench.md"
+  fi
 
-echo
-cat "$OUT/bench.md"
-echo
-echo "bench: wrote $OUT/bench.md, $OUT/bench.csv, $OUT/busbw.png (raw rows and logs in $OUT/raw)"
+  echo
+  cat "$OUT/bench.md"
+  echo
+  echo "bench: wrote $OUT/bench.md, $OUT/bench.csv, $OUT/busbw.png (raw rows and logs in $OUT/raw)"
+}
+
+main "$@"
+exit
