@@ -9,7 +9,8 @@
 #     NCCL >= 2.30  2 and 4 ranks on the one GPU (NCCL_MULTI_RANK_GPU_ENABLE=1):
 #                   the same, then kill the last rank, shrink (or the fallback
 #                   the version allows), grow a replacement back, and a full
-#                   re-init for comparison, with their latencies
+#                   re-init for comparison, with their latencies; then 2 ranks
+#                   again with FTCOMM_NCCL_RECOVERY=reinit (the fallback path)
 #
 # Headers: nccl.h and the CUDA runtime headers from .deps/py (carried with
 # the tree: .deps/py/nvidia/nccl/include and .deps/py/nvidia/cu13/include,
@@ -96,19 +97,21 @@ devices=$(sed -n 's/.*; \([0-9]*\) device(s).*/\1/p' <<<"$info" | tail -1)
 if [ "${devices:-0}" -lt 1 ]; then say "gpu: the CUDA runtime sees no GPU"; exit 1; fi
 
 fails=0
-run() { # run NRANKS
-  local n=$1 t
+run() { # run NRANKS [RECOVERY]: RECOVERY forces FTCOMM_NCCL_RECOVERY (e.g. reinit)
+  local n=$1 rec=${2:-auto} t d
   t=$(left)
   [ "$t" -gt 150 ] && t=150
-  if [ "$t" -lt 30 ]; then say "== $n rank(s): skipped, out of time"; return; fi
-  say "== $n rank(s) (limit ${t}s)"
-  mkdir -p "$out/r$n"
-  if ! timeout -k 5 "$t" env NCCL_DEBUG=${NCCL_DEBUG:-WARN} "$PROG" "$n" "$out/r$n"; then
+  if [ "$t" -lt 30 ]; then say "== $n rank(s), recovery $rec: skipped, out of time"; return; fi
+  say "== $n rank(s), recovery $rec (limit ${t}s)"
+  d="$out/r$n-$rec"
+  mkdir -p "$d"
+  if ! timeout -k 5 "$t" env NCCL_DEBUG=${NCCL_DEBUG:-WARN} FTCOMM_NCCL_RECOVERY="$rec" \
+      "$PROG" "$n" "$d"; then
     say "  $n rank(s): FAILED or timed out"
     fails=$((fails + 1))
   fi
   for f in init shrink reinit-after-loss grow reinit-join full-reinit; do
-    [ -f "$out/r$n/lat-$f" ] && printf '  latency %-18s %8s ms\n' "$f" "$(cat "$out/r$n/lat-$f")"
+    [ -f "$d/lat-$f" ] && printf '  latency %-18s %8s ms\n' "$f" "$(cat "$d/lat-$f")"
   done
 }
 
@@ -117,6 +120,7 @@ if [ "${code:-0}" -ge 23000 ]; then
   export NCCL_MULTI_RANK_GPU_ENABLE=1
   run 2
   run 4
+  run 2 reinit # the fallback path of older libraries, on this one
 else
   say "== NCCL $code < 2.30: one rank per GPU only; kill/shrink/grow need a second GPU here"
 fi
