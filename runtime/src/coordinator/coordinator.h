@@ -27,6 +27,9 @@ typedef enum ftc__coord_event_kind {
   FTC__COORD_EV_EPOCH = 1,  /* an epoch was formed and announced */
   FTC__COORD_EV_DROPPED,    /* a member left the job (left = 1) or was lost */
   FTC__COORD_EV_BELOW_MIN,  /* fewer than min_size members remain: waiting for joiners */
+  FTC__COORD_EV_HANG,       /* a hang (a member silent past the heartbeat timeout, or a
+                             * collective timeout report): every rank was asked for a dump */
+  FTC__COORD_EV_DUMP,       /* a rank's dump was stored under dump_dir/<incident>/ */
 } ftc__coord_event_kind_t;
 
 typedef struct ftc__coord_event {
@@ -40,6 +43,11 @@ typedef struct ftc__coord_event {
   int left;           /* DROPPED: 1 for a clean leave */
   const char *reason; /* DROPPED: e.g. "lost its session"; valid during the call */
   int64_t pid;        /* DROPPED: the process id its hello gave, 0 if none */
+  const char *incident; /* HANG, DUMP: the incident's name (a directory under dump_dir);
+                         * valid during the call. HANG: slot and rank name the silent
+                         * member (-1 for a timeout report: the dumps will tell), reason
+                         * says what happened, size is the members asked for a dump.
+                         * DUMP: rank is the dump's rank. */
 } ftc__coord_event_t;
 
 /* Called on the coordinator's service thread, in order. It must return
