@@ -11,3 +11,12 @@ $(GPU_NCCL_PROG): $(BUILD)/obj/tests/gpu/nccl_gpu.o $(NCCL_BACKEND_OBJS) $(RECOR
 	$(Q)$(CC) -o $@ $^ $(LDFLAGS_ALL) -ldl
 
 TEST_BINS += $(GPU_NCCL_PROG)
+
+# The GPU script's dry run on the CPU doubles (part of `make test`).
+GPU_DRYRUN_SUITE := $(BUILD)/tests/gpu/dryrun
+$(GPU_DRYRUN_SUITE): tests/gpu/dryrun.sh
+	@mkdir -p $(dir $@)
+	$(Q)printf '#!/bin/sh\nexec tests/gpu/dryrun.sh %s\n' '$(BUILD)' >$@ && chmod +x $@
+
+TEST_BINS += $(GPU_DRYRUN_SUITE)
+TEST_SUITES += $(GPU_DRYRUN_SUITE)
