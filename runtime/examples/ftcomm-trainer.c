@@ -262,11 +262,18 @@ int main(int argc, char **argv) {
             (unsigned long long)info.epoch, info.rank, info.size);
   /* The global batch is fixed and re-split over the current ranks, so the
    * math is the same at any size; a step that failed is redone. */
-  int step = info.joiner ? -1 : 0, need_sync = 0, recoveries = 0;
+  int step = info.joiner ? -1 : 0, recovered = 0, recoveries = 0;
   for (;;) {
-    if (need_sync) st = sync_state(comm, model.p, model.n + 1, &step);
-    if (st == FTC_OK) {
-      need_sync = 0;
+    /* A recovery is the step boundary of the step it redoes: no
+     * ftc_comm_step() after it, so every rank (and a joiner admitted with
+     * it, whose first ftc_comm_step() stands for that boundary) runs the
+     * same collectives in the same order. */
+    if (recovered) {
+      recovered = 0;
+      st = sync_state(comm, model.p, model.n + 1, &step);
+      if (st == FTC_OK && step >= o.steps) break;
+      info.changed = 0;
+    } else {
       if (step >= o.steps) break;
       st = ftc_comm_step(comm, FTC_TIMEOUT_DEFAULT, &info);
     }
@@ -315,7 +322,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ftcomm-trainer: recovered at step %d: epoch %llu, rank %d of %d (was %d of %d), "
             "%d lost, %d joined\n", step, (unsigned long long)info.epoch, info.rank, info.size,
             info.prev_rank, info.prev_size, info.lost, info.joined);
-    need_sync = 1;
+    recovered = 1;
   }
   ftc_comm_rank(comm, &rank);
   ftc_comm_size(comm, &size);

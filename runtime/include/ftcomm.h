@@ -265,15 +265,24 @@ FTC_API void ftc_request_free(ftc_request_t *req);
  * returns FTC_ERR_REVOKED until ftc_comm_recover() succeeds. Recovery is
  * called at a step boundary, by every surviving rank:
  *
+ *   int recovered = 0;
  *   for (;;) {
- *     st = ftc_comm_step(comm, FTC_TIMEOUT_DEFAULT, &info);   // may grow
- *     if (st == FTC_OK && info.changed) st = sync_state(&info); // joiners too
+ *     if (recovered) st = sync_state(&info);                   // recovery was the boundary
+ *     else if ((st = ftc_comm_step(comm, FTC_TIMEOUT_DEFAULT, &info)) == FTC_OK &&
+ *              info.changed)
+ *       st = sync_state(&info);                                // grew (joiners too)
+ *     recovered = 0;
  *     if (st == FTC_OK) st = train_one_step(comm);            // collectives
  *     if (st == FTC_OK) continue;
  *     st = ftc_comm_recover(comm, FTC_TIMEOUT_DEFAULT, &info); // shrink
  *     if (st != FTC_OK) break;                                 // below minimum, excluded, ...
- *     sync_state(&info);                                       // then redo the step
+ *     recovered = 1;                                           // sync, then redo the step
  *   }
+ *
+ * A successful ftc_comm_recover() is the step boundary of the step that is
+ * redone: do not call ftc_comm_step() again before it. A joiner admitted
+ * with the recovery sees its first ftc_comm_step() return changed = 1 at
+ * that same point, so every rank runs the same collectives in order.
  *
  * The coordinator alone decides membership; the survivors agree by taking
  * the epoch it announces. Ranks are renumbered contiguously in slot order

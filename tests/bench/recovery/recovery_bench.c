@@ -70,8 +70,10 @@ int main(int argc, char **argv) {
   int trial = 0, since_full = 0, after_failure = 0, after_grow = joiner;
   for (;;) {
     ftc_epoch_info_t info;
-    st = ftc_comm_step(comm, FTC_TIMEOUT_DEFAULT, &info);
-    if (st == FTC_OK && info.changed) after_grow = 1;
+    /* A recovery is the step boundary of the step after it. */
+    st = FTC_OK;
+    if (!after_failure) st = ftc_comm_step(comm, FTC_TIMEOUT_DEFAULT, &info);
+    if (st == FTC_OK && !after_failure && info.changed) after_grow = 1;
     int64_t plan[3] = {0, 0, 0}; /* victim + 1, trial, stop */
     if (st == FTC_OK) {
       ftc_comm_rank(comm, &rank);
@@ -105,7 +107,9 @@ int main(int argc, char **argv) {
     }
     printf("BENCH notified rank=%d status=%d ts=%lld\n", rank, (int)st, wall_ns());
     fflush(stdout);
-    st = ftc_comm_recover(comm, FTC_TIMEOUT_DEFAULT, NULL);
+    ftc_epoch_info_t rinfo;
+    st = ftc_comm_recover(comm, FTC_TIMEOUT_DEFAULT, &rinfo);
+    if (st == FTC_OK && rinfo.joined) after_grow = 1;
     if (st != FTC_OK) {
       fprintf(stderr, "recovery_bench: recover: %s: %s\n", ftc_strerror(st), ftc_last_error());
       ftc_comm_destroy(comm);

@@ -1,0 +1,595 @@
+/*
+ * jobcoord.c - a table of per-job coordinators behind the router, and the
+ * incident pipeline: a coordinator reports a hang (it asked every rank for a
+ * dump), the dumps land in the job's folder of the volume, and once they are
+ * all in (or dump_wait_ms passed; a stopped rank never sends one) the worker
+ * reconciling the job runs ftcomm-trace on the folder, writes the analysis
+ * next to the dumps and drops the oldest incidents beyond the retention.
+ *
+ * Lock: cs->mu guards the table, each entry's pending incidents and lost-pod
+ * memory; it is never held while calling a coordinator, the analyzer or
+ * notify(). Entries are made, remade and freed only by the worker holding
+ * their key (or at destroy, after the workers stopped); the router thread
+ * reads an entry's immutable fields under cs->mu.
+ */
+#include "jobcoord.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ftc_alloc.h"
+#include "ftc_error.h"
+#include "ftc_log.h"
+#include "ftc_param.h"
+#include "ftc_time.h"
+#include "router.h"
+
+extern char **environ;
+
+#define ANALYZER_TIMEOUT_NS (120LL * 1000000000LL)
+
+typedef struct pending {
+  struct pending *next;
+  ftck_incident_t inc;
+  int asked;
+  uint64_t epoch;
+  int64_t start_ns; /* monotonic */
+  int view_known;   /* the reconciler's last view is of the epoch that hung */
+} pending_t;
+
+typedef struct jc {
+  struct jc *next;
+  ftck_coords_t *cs;
+  char *key, *job, *token;
+  int world_size, min_size, hang_ms;
+  ftc__coord_t *co;
+  int port;
+  char dump_dir[PATH_MAX];
+  /* Under cs->mu. */
+  pending_t *pending;
+  json_t *lost;              /* slot -> the pod last declared lost */
+  int *slot_of_rank;         /* the last view the reconciler read: rank -> slot */
+  int nview;
+  uint64_t view_epoch;
+} jc_t;
+
+struct ftck_coords {
+  char *bind, *dump_volume, *analyzer;
+  int retention, dump_wait_ms;
+  void (*notify)(void *ud, const char *key);
+  void *ud;
+  pthread_mutex_t mu;
+  jc_t *jobs;
+  ftck_router_t *router; /* set once by ftck_coords_listen on the main thread */
+  int listening;         /* atomic */
+  ftck_coords_stats_t stats; /* atomics */
+};
+
+static void bump(uint64_t *c) { __atomic_add_fetch(c, 1, __ATOMIC_RELAXED); }
+
+/* ---- events, on a coordinator's service thread ---- */
+
+static void on_event(void *arg, const ftc__coord_event_t *ev) {
+  jc_t *j = arg;
+  ftck_coords_t *cs = j->cs;
+  int tell = 1;
+  switch (ev->kind) {
+    case FTC__COORD_EV_EPOCH: bump(&cs->stats.epochs); break;
+    case FTC__COORD_EV_HANG: {
+      pending_t *p = ftc__calloc(1, sizeof *p);
+      if (!p) {
+        FTC_ERROR(FTC_SUB_CTRL, "%s: no memory to record incident %s", j->key, ev->incident);
+        break;
+      }
+      bump(&cs->stats.hangs);
+      snprintf(p->inc.name, sizeof p->inc.name, "%s", ev->incident ? ev->incident : "hang");
+      snprintf(p->inc.kind, sizeof p->inc.kind, "%s", ev->slot >= 0 ? "Hang" : "CollectiveTimeout");
+      snprintf(p->inc.reason, sizeof p->inc.reason, "%s", ev->reason ? ev->reason : "");
+      snprintf(p->inc.dump_path, sizeof p->inc.dump_path, "%s/%s", j->dump_dir, p->inc.name);
+      p->inc.culprit_slot = ev->slot;
+      p->inc.culprit_rank = ev->rank;
+      p->inc.time_ns = ftc__wall_ns();
+      p->asked = ev->size;
+      p->epoch = ev->epoch;
+      p->start_ns = ftc__now_ns();
+      FTC_WARN(FTC_SUB_CTRL, "%s: %s; collecting the dumps of %d ranks into %s", j->key, p->inc.reason, p->asked,
+               p->inc.dump_path);
+      pthread_mutex_lock(&cs->mu);
+      p->next = j->pending;
+      j->pending = p;
+      pthread_mutex_unlock(&cs->mu);
+      break;
+    }
+    case FTC__COORD_EV_DUMP: {
+      bump(&cs->stats.dumps);
+      tell = 0;
+      pthread_mutex_lock(&cs->mu);
+      for (pending_t *p = j->pending; p; p = p->next)
+        if (ev->incident && !strcmp(p->inc.name, ev->incident) && ++p->inc.dumps >= p->asked) tell = 1;
+      pthread_mutex_unlock(&cs->mu);
+      break;
+    }
+    default: break;
+  }
+  if (tell && cs->notify) cs->notify(cs->ud, j->key);
+}
+
+/* ---- the router's question ---- */
+
+static int route(void *ud, const char *job, const char *token) {
+  ftck_coords_t *cs = ud;
+  int port = -1;
+  pthread_mutex_lock(&cs->mu);
+  for (jc_t *j = cs->jobs; j; j = j->next) {
+    if (strcmp(j->job, job) != 0) continue;
+    if (port < 0) port = j->port; /* a wrong token still reaches a coordinator, which says so */
+    if (!strcmp(j->token, token)) {
+      port = j->port;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&cs->mu);
+  return port;
+}
+
+/* ---- lifecycle ---- */
+
+ftc_status_t ftck_coords_create(const ftck_coords_opts_t *o, ftck_coords_t **out) {
+  *out = NULL;
+  ftck_coords_t *cs = ftc__calloc(1, sizeof *cs);
+  if (!cs) return ftc__error(FTC_ERR_NO_MEMORY, "coordinators: no memory");
+  cs->bind = ftc__strdup(o->bind ? o->bind : ":7470");
+  cs->dump_volume = ftc__strdup(o->dump_volume ? o->dump_volume : "/var/lib/ftcomm/dumps");
+  cs->analyzer = o->analyzer && *o->analyzer ? ftc__strdup(o->analyzer) : NULL;
+  if (!cs->analyzer) {
+    char self[PATH_MAX], cand[PATH_MAX + 16];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+      self[n] = '\0';
+      char *slash = strrchr(self, '/');
+      if (slash) *slash = '\0';
+      snprintf(cand, sizeof cand, "%s/ftcomm-trace", self);
+      if (access(cand, X_OK) == 0) cs->analyzer = ftc__strdup(cand);
+    }
+    if (!cs->analyzer) cs->analyzer = ftc__strdup("ftcomm-trace");
+  }
+  cs->retention = o->dump_retention > 0 ? o->dump_retention : 10;
+  cs->dump_wait_ms = o->dump_wait_ms > 0 ? o->dump_wait_ms : 10000;
+  cs->notify = o->notify;
+  cs->ud = o->ud;
+  pthread_mutex_init(&cs->mu, NULL);
+  if (!cs->bind || !cs->dump_volume || !cs->analyzer) {
+    ftck_coords_destroy(cs);
+    return ftc__error(FTC_ERR_NO_MEMORY, "coordinators: no memory");
+  }
+  *out = cs;
+  return FTC_OK;
+}
+
+ftc_status_t ftck_coords_listen(ftck_coords_t *cs) {
+  if (cs->router) return FTC_OK;
+  ftc_status_t st = ftck_router_start(cs->bind, route, cs, &cs->router);
+  if (st == FTC_OK) __atomic_store_n(&cs->listening, 1, __ATOMIC_RELEASE);
+  return st;
+}
+
+int ftck_coords_port(ftck_coords_t *cs) {
+  return __atomic_load_n(&cs->listening, __ATOMIC_ACQUIRE) ? ftck_router_port(cs->router) : -1;
+}
+
+static void jc_free(jc_t *j) {
+  if (!j) return;
+  ftc__coord_destroy(j->co); /* joins its thread: no event for j after this */
+  while (j->pending) {
+    pending_t *p = j->pending;
+    j->pending = p->next;
+    ftc__free(p);
+  }
+  json_decref(j->lost);
+  ftc__free(j->slot_of_rank);
+  ftc__free(j->key);
+  ftc__free(j->job);
+  ftc__free(j->token);
+  ftc__free(j);
+}
+
+void ftck_coords_destroy(ftck_coords_t *cs) {
+  if (!cs) return;
+  if (cs->router) ftck_router_stop(cs->router);
+  while (cs->jobs) {
+    jc_t *j = cs->jobs;
+    cs->jobs = j->next;
+    jc_free(j);
+  }
+  pthread_mutex_destroy(&cs->mu);
+  ftc__free(cs->bind);
+  ftc__free(cs->dump_volume);
+  ftc__free(cs->analyzer);
+  ftc__free(cs);
+}
+
+static int mkdir_p(const char *path) {
+  char buf[PATH_MAX];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* Under cs->mu. */
+static jc_t *find(ftck_coords_t *cs, const char *key) {
+  for (jc_t *j = cs->jobs; j; j = j->next)
+    if (!strcmp(j->key, key)) return j;
+  return NULL;
+}
+
+int ftck_coords_has(ftck_coords_t *cs, const char *key) {
+  pthread_mutex_lock(&cs->mu);
+  int has = find(cs, key) != NULL;
+  pthread_mutex_unlock(&cs->mu);
+  return has;
+}
+
+/* Take j out of the table; the caller frees it. */
+static void unlink_job(ftck_coords_t *cs, jc_t *j) {
+  for (jc_t **pp = &cs->jobs; *pp; pp = &(*pp)->next)
+    if (*pp == j) {
+      *pp = j->next;
+      return;
+    }
+}
+
+ftc_status_t ftck_coords_ensure(ftck_coords_t *cs, const char *key, const ftck_coord_params_t *p, int *created) {
+  if (created) *created = 0;
+  pthread_mutex_lock(&cs->mu);
+  jc_t *old = find(cs, key);
+  int same = old && old->world_size == p->world_size && old->min_size == p->min_size &&
+             old->hang_ms == p->hang_timeout_ms && !strcmp(old->token, p->token) && !strcmp(old->job, p->job);
+  pthread_mutex_unlock(&cs->mu);
+  if (same) return FTC_OK;
+  ftc_status_t st = FTC_OK;
+  jc_t *j = ftc__calloc(1, sizeof *j);
+  if (!j) return ftc__error(FTC_ERR_NO_MEMORY, "coordinators: no memory");
+  j->cs = cs;
+  j->key = ftc__strdup(key);
+  j->job = ftc__strdup(p->job);
+  j->token = ftc__strdup(p->token);
+  j->lost = json_object();
+  j->world_size = p->world_size;
+  j->min_size = p->min_size;
+  j->hang_ms = p->hang_timeout_ms;
+  if (!j->key || !j->job || !j->token || !j->lost) {
+    st = ftc__error(FTC_ERR_NO_MEMORY, "coordinators: no memory");
+    goto out_free_job;
+  }
+  snprintf(j->dump_dir, sizeof j->dump_dir, "%s/%s", cs->dump_volume, key); /* key is ns/name */
+  if (mkdir_p(j->dump_dir) != 0)
+    FTC_WARN(FTC_SUB_CTRL, "%s: cannot make the dump folder %s: %s; dumps of this job will be refused", key,
+             j->dump_dir, strerror(errno));
+  uint64_t first = p->first_epoch;
+  if (old) {
+    ftc__coord_stats_t s;
+    ftc__coord_stats(old->co, &s);
+    if (s.epoch > first) first = s.epoch;
+  }
+  int64_t hb_default = 1000;
+  ftc__param_int(FTC_P_HEARTBEAT_MS, &hb_default);
+  int hb = p->hang_timeout_ms > 0 && p->hang_timeout_ms < 4 * hb_default ? p->hang_timeout_ms / 4 : 0;
+  ftc__coord_cfg_t cc = {.bind_host = "127.0.0.1",
+                         .port = 0,
+                         .job = p->job,
+                         .token = p->token,
+                         .world_size = p->world_size,
+                         .min_size = p->min_size,
+                         .heartbeat_ms = hb > 0 && hb < 10 ? 10 : hb,
+                         .heartbeat_timeout_ms = p->hang_timeout_ms,
+                         .first_epoch = first,
+                         .dump_dir = j->dump_dir,
+                         .on_event = on_event,
+                         .event_arg = j};
+  FTC_CHECK_GOTO(ftc__coord_create(&cc, &j->co), st, out_free_job);
+  j->port = ftc__coord_port(j->co);
+  pthread_mutex_lock(&cs->mu);
+  if (old) {
+    unlink_job(cs, old);
+    /* Incidents still collecting carry over. */
+    j->pending = old->pending;
+    old->pending = NULL;
+  }
+  j->next = cs->jobs;
+  cs->jobs = j;
+  pthread_mutex_unlock(&cs->mu);
+  /* The old coordinator's ranks lose their sessions, reconnect through the
+   * router and meet the new one, which adopts their epoch. */
+  jc_free(old);
+  bump(&cs->stats.coordinators);
+  if (created) *created = 1;
+  FTC_INFO(FTC_SUB_CTRL, "%s: %s coordinator for %d ranks (minimum %d), hang timeout %d ms, epochs above %llu, "
+           "dumps in %s",
+           key, old ? "remade the" : "started the", p->world_size, p->min_size, p->hang_timeout_ms,
+           (unsigned long long)first, j->dump_dir);
+  return FTC_OK;
+out_free_job:
+  jc_free(j);
+  return st;
+}
+
+void ftck_coords_remove(ftck_coords_t *cs, const char *key) {
+  pthread_mutex_lock(&cs->mu);
+  jc_t *j = find(cs, key);
+  if (j) unlink_job(cs, j);
+  pthread_mutex_unlock(&cs->mu);
+  if (!j) return;
+  FTC_INFO(FTC_SUB_CTRL, "%s: stopped its coordinator", key);
+  jc_free(j);
+}
+
+ftc_status_t ftck_coords_slot_lost(ftck_coords_t *cs, const char *key, int slot, const char *pod, const char *reason) {
+  char sk[16];
+  snprintf(sk, sizeof sk, "%d", slot);
+  pthread_mutex_lock(&cs->mu);
+  jc_t *j = find(cs, key);
+  const char *was = j ? json_string_value(json_object_get(j->lost, sk)) : NULL;
+  int fresh = j && pod && (!was || strcmp(was, pod) != 0);
+  if (fresh) json_object_set_new(j->lost, sk, json_string(pod));
+  ftc__coord_t *co = fresh ? j->co : NULL;
+  pthread_mutex_unlock(&cs->mu);
+  if (!co) return FTC_OK;
+  bump(&cs->stats.slots_declared_lost);
+  FTC_INFO(FTC_SUB_CTRL, "%s: slot %d: %s; told the coordinator", key, slot, reason);
+  return ftc__coord_slot_lost(co, slot, reason);
+}
+
+ftc__coord_view_t *ftck_coords_view(ftck_coords_t *cs, const char *key) {
+  pthread_mutex_lock(&cs->mu);
+  jc_t *j = find(cs, key);
+  ftc__coord_t *co = j ? j->co : NULL;
+  pthread_mutex_unlock(&cs->mu);
+  ftc__coord_view_t *v = NULL;
+  if (!co || ftc__coord_get_view(co, &v) != FTC_OK) return NULL;
+  /* Remember which slot had which rank, to name a culprit the analyzer finds. */
+  int *map = v->size ? ftc__calloc((size_t)v->size, sizeof *map) : NULL;
+  if (map) {
+    for (int i = 0; i < v->size; i++) map[i] = -1;
+    for (int i = 0; i < v->size; i++)
+      if (v->members[i].rank >= 0 && v->members[i].rank < v->size) map[v->members[i].rank] = v->members[i].slot;
+    pthread_mutex_lock(&cs->mu);
+    ftc__free(j->slot_of_rank);
+    j->slot_of_rank = map;
+    j->nview = v->size;
+    j->view_epoch = v->epoch;
+    pthread_mutex_unlock(&cs->mu);
+  }
+  return v;
+}
+
+/* ---- the analyzer ---- */
+
+/* Run argv with stdout into out_path; its exit status, or -1. */
+static int run_to_file(char *const argv[], const char *out_path) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid;
+  int err = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (err) {
+    errno = err;
+    return -1;
+  }
+  int64_t until = ftc__now_ns() + ANALYZER_TIMEOUT_NS;
+  int status = 0;
+  for (;;) {
+    pid_t w = waitpid(pid, &status, WNOHANG);
+    if (w == pid) break;
+    if (w < 0 && errno != EINTR) return -1;
+    if (ftc__now_ns() > until) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      errno = ETIMEDOUT;
+      return -1;
+    }
+    usleep(5000);
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+int ftck_analyze_dir(const char *analyzer, const char *dir, char *headline, size_t n, int *rank) {
+  char txt[PATH_MAX + 32], json[PATH_MAX + 32], html[PATH_MAX + 32], ftxt[PATH_MAX + 32], fjson[PATH_MAX + 32],
+      fhtml[PATH_MAX + 32];
+  *rank = -1;
+  snprintf(txt, sizeof txt, "%s/.analysis.txt.tmp", dir);
+  snprintf(json, sizeof json, "%s/.analysis.json.tmp", dir);
+  snprintf(html, sizeof html, "%s/.analysis.html.tmp", dir);
+  snprintf(ftxt, sizeof ftxt, "%s/analysis.txt", dir);
+  snprintf(fjson, sizeof fjson, "%s/analysis.json", dir);
+  snprintf(fhtml, sizeof fhtml, "%s/analysis.html", dir);
+  char *targv[] = {(char *)analyzer, (char *)dir, NULL};
+  char *jargv[] = {(char *)analyzer, "--json", "--html", html, (char *)dir, NULL};
+  int rc = run_to_file(targv, txt);
+  int jrc = rc == 0 || rc == 1 ? run_to_file(jargv, json) : rc;
+  if (rc != 0 && rc != 1) {
+    snprintf(headline, n, "the analyzer %s could not read the dumps (%s)", analyzer,
+             rc < 0 ? strerror(errno) : "exit status 2: no usable dump");
+    unlink(json);
+    unlink(html);
+    /* Keep its words, if any, for people. */
+    rename(txt, ftxt);
+    return -1;
+  }
+  rename(txt, ftxt);
+  if (jrc == 0 || jrc == 1) {
+    rename(json, fjson);
+    rename(html, fhtml);
+  } else {
+    unlink(json);
+    unlink(html);
+  }
+  headline[0] = '\0';
+  FILE *f = fopen(ftxt, "r");
+  if (f) {
+    if (fgets(headline, (int)n, f)) headline[strcspn(headline, "\n")] = '\0';
+    fclose(f);
+  }
+  json_t *rep = json_load_file(fjson, 0, NULL);
+  size_t i;
+  json_t *fnd;
+  json_array_foreach(json_object_get(rep, "findings"), i, fnd) {
+    if (json_is_true(json_object_get(fnd, "primary")) && json_array_size(json_object_get(fnd, "ranks")))
+      *rank = (int)json_integer_value(json_array_get(json_object_get(fnd, "ranks"), 0));
+  }
+  if (*rank < 0 && json_array_size(json_object_get(rep, "missing_ranks")))
+    *rank = (int)json_integer_value(json_array_get(json_object_get(rep, "missing_ranks"), 0));
+  json_decref(rep);
+  return 0;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  return remove(path) != 0 && errno != ENOENT ? -1 : 0;
+}
+
+typedef struct aged {
+  char name[256];
+  struct timespec mtime;
+} aged_t;
+
+static int newest_first(const void *a, const void *b) {
+  const aged_t *x = a, *y = b;
+  if (x->mtime.tv_sec != y->mtime.tv_sec) return x->mtime.tv_sec < y->mtime.tv_sec ? 1 : -1;
+  if (x->mtime.tv_nsec != y->mtime.tv_nsec) return x->mtime.tv_nsec < y->mtime.tv_nsec ? 1 : -1;
+  return strcmp(y->name, x->name);
+}
+
+void ftck_prune_incidents(const char *dir, int keep) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  aged_t *v = NULL;
+  size_t n = 0, cap = 0;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    if (de->d_name[0] == '.') continue;
+    char path[PATH_MAX];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    if (lstat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) continue;
+    if (n == cap) {
+      size_t nc = cap ? cap * 2 : 16;
+      aged_t *nv = ftc__realloc(v, nc * sizeof *nv);
+      if (!nv) break;
+      v = nv;
+      cap = nc;
+    }
+    snprintf(v[n].name, sizeof v[n].name, "%s", de->d_name);
+    v[n++].mtime = sb.st_mtim;
+  }
+  closedir(d);
+  if (n > (size_t)keep) qsort(v, n, sizeof *v, newest_first);
+  for (size_t i = (size_t)keep; i < n; i++) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, v[i].name);
+    if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) == 0)
+      FTC_INFO(FTC_SUB_CTRL, "removed incident %s (keeping the newest %d)", path, keep);
+    else
+      FTC_WARN(FTC_SUB_CTRL, "cannot remove incident %s: %s", path, strerror(errno));
+  }
+  ftc__free(v);
+}
+
+ftc_status_t ftck_coords_take_incidents(ftck_coords_t *cs, const char *key, ftck_incident_t **out, size_t *n,
+                                        int64_t *wait_ms) {
+  *out = NULL;
+  *n = 0;
+  *wait_ms = -1;
+  int64_t now = ftc__now_ns(), wait_ns = (int64_t)cs->dump_wait_ms * 1000000;
+  pending_t *ready = NULL;
+  char dir[PATH_MAX] = "";
+  pthread_mutex_lock(&cs->mu);
+  jc_t *j = find(cs, key);
+  if (j) {
+    snprintf(dir, sizeof dir, "%s", j->dump_dir);
+    for (pending_t **pp = &j->pending; *pp;) {
+      pending_t *p = *pp;
+      if (p->inc.dumps >= p->asked || now - p->start_ns >= wait_ns) {
+        *pp = p->next;
+        p->next = ready;
+        ready = p;
+        p->view_known = p->epoch == j->view_epoch;
+        continue;
+      }
+      int64_t left = (p->start_ns + wait_ns - now) / 1000000 + 1;
+      if (*wait_ms < 0 || left < *wait_ms) *wait_ms = left;
+      pp = &p->next;
+    }
+  }
+  pthread_mutex_unlock(&cs->mu);
+  size_t count = 0;
+  for (pending_t *p = ready; p; p = p->next) count++;
+  if (!count) return FTC_OK;
+  ftck_incident_t *v = ftc__calloc(count, sizeof *v);
+  if (!v) {
+    while (ready) {
+      pending_t *p = ready;
+      ready = p->next;
+      ftc__free(p);
+    }
+    return ftc__error(FTC_ERR_NO_MEMORY, "coordinators: no memory");
+  }
+  while (ready) {
+    pending_t *p = ready;
+    ready = p->next;
+    ftck_incident_t *inc = &v[(*n)++];
+    *inc = p->inc;
+    int rank = -1;
+    if (ftck_analyze_dir(cs->analyzer, inc->dump_path, inc->headline, sizeof inc->headline, &rank) != 0)
+      FTC_WARN(FTC_SUB_CTRL, "%s: incident %s: %s", key, inc->name, inc->headline);
+    if (inc->culprit_rank < 0 && rank >= 0) {
+      inc->culprit_rank = rank;
+      pthread_mutex_lock(&cs->mu);
+      j = find(cs, key);
+      if (p->view_known && j && j->slot_of_rank && rank < j->nview) inc->culprit_slot = j->slot_of_rank[rank];
+      pthread_mutex_unlock(&cs->mu);
+    }
+    FTC_WARN(FTC_SUB_CTRL, "%s: incident %s: %d dump%s of %d; %s", key, inc->name, inc->dumps,
+             inc->dumps == 1 ? "" : "s", p->asked, inc->headline);
+    ftc__free(p);
+  }
+  if (dir[0]) ftck_prune_incidents(dir, cs->retention);
+  *out = v;
+  return FTC_OK;
+}
+
+void ftck_coords_get_stats(ftck_coords_t *cs, ftck_coords_stats_t *out) {
+  out->coordinators = __atomic_load_n(&cs->stats.coordinators, __ATOMIC_RELAXED);
+  out->epochs = __atomic_load_n(&cs->stats.epochs, __ATOMIC_RELAXED);
+  out->hangs = __atomic_load_n(&cs->stats.hangs, __ATOMIC_RELAXED);
+  out->dumps = __atomic_load_n(&cs->stats.dumps, __ATOMIC_RELAXED);
+  out->slots_declared_lost = __atomic_load_n(&cs->stats.slots_declared_lost, __ATOMIC_RELAXED);
+  out->listening = __atomic_load_n(&cs->listening, __ATOMIC_ACQUIRE);
+  ftck_router_stats_t rs = {0};
+  if (out->listening) ftck_router_get_stats(cs->router, &rs);
+  out->router_accepted = rs.accepted;
+  out->router_routed = rs.routed;
+  out->router_unrouted = rs.unrouted;
+  out->router_open = rs.open;
+}

@@ -1,0 +1,105 @@
+/*
+ * jobcoord.h - the controller's embedded coordinators: one membership
+ * coordinator (runtime/src/coordinator) per TrainingJob, on a loopback port,
+ * reached by the ranks through the router on the controller's coordinator
+ * port. It turns what the coordinators decide into things the reconciler
+ * can act on: the current epoch (status.epoch, worldSize, each member's
+ * rank), and hang incidents, whose dumps it collects into the dump volume as
+ * <volume>/<namespace>/<job>/<incident>/rank-<r>.json, analyzes with
+ * ftcomm-trace (analysis.json, analysis.txt, analysis.html next to them) and
+ * prunes to the newest --dump-retention incidents per job.
+ *
+ * Threads: coordinator events arrive on each coordinator's service thread
+ * and are only recorded here (under cs->mu) before notify() queues the job;
+ * everything else runs on the reconcile worker that holds the job's key
+ * (the work queue never gives one key to two workers). cs->mu is a leaf.
+ */
+#ifndef FTCK_JOBCOORD_H
+#define FTCK_JOBCOORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coordinator/coordinator.h"
+#include "ftcomm.h"
+
+typedef struct ftck_coords ftck_coords_t;
+
+typedef struct ftck_coords_opts {
+  const char *bind;        /* the coordinator port, e.g. ":7470" */
+  const char *dump_volume; /* where incidents go */
+  int dump_retention;      /* incidents kept per job (newest first) */
+  const char *analyzer;    /* ftcomm-trace; NULL: next to this binary, else $PATH */
+  int dump_wait_ms;        /* how long an incident waits for the ranks' dumps; 0: 10000 */
+  void (*notify)(void *ud, const char *key); /* "ns/name" has news: reconcile it */
+  void *ud;
+} ftck_coords_opts_t;
+
+ftc_status_t ftck_coords_create(const ftck_coords_opts_t *o, ftck_coords_t **out);
+/* Open the coordinator port (call when leading). Safe to call again after a
+ * failure (e.g. the port was still taken). */
+ftc_status_t ftck_coords_listen(ftck_coords_t *cs);
+/* The coordinator port, -1 while not listening. */
+int ftck_coords_port(ftck_coords_t *cs);
+/* Stop the port and every coordinator. NULL is a no-op. */
+void ftck_coords_destroy(ftck_coords_t *cs);
+
+typedef struct ftck_coord_params {
+  const char *job;          /* the job's name: what its ranks say in their hello */
+  const char *token;        /* its Secret's token */
+  int world_size, min_size;
+  int hang_timeout_ms;      /* a member silent this long is hung (coordinator heartbeat timeout) */
+  uint64_t first_epoch;     /* status.epoch: a new coordinator numbers its epochs above it */
+} ftck_coord_params_t;
+
+/* The coordinator of job key ("ns/name") runs with these parameters: made
+ * when missing, remade (ranks reconnect, it adopts their epoch) when they
+ * changed. *created (may be NULL) says whether one was made. */
+ftc_status_t ftck_coords_ensure(ftck_coords_t *cs, const char *key, const ftck_coord_params_t *p, int *created);
+/* Stop and forget the coordinator of key (job finished, suspended or gone). */
+void ftck_coords_remove(ftck_coords_t *cs, const char *key);
+int ftck_coords_has(ftck_coords_t *cs, const char *key);
+
+/* The process holding `slot` (pod `pod`) is gone: drop it now, so survivors
+ * shrink without waiting for heartbeats. Once per pod. */
+ftc_status_t ftck_coords_slot_lost(ftck_coords_t *cs, const char *key, int slot, const char *pod, const char *reason);
+
+/* A copy of the job's current epoch, or NULL (no coordinator, or no memory).
+ * Free with ftc__coord_view_free. */
+ftc__coord_view_t *ftck_coords_view(ftck_coords_t *cs, const char *key);
+
+/* A hang whose dumps are in (or waited for long enough), analyzed. */
+typedef struct ftck_incident {
+  char name[128];         /* the incident (its folder) */
+  char kind[32];          /* Hang or CollectiveTimeout */
+  char reason[256];       /* the coordinator's words */
+  char dump_path[4352];   /* the folder in the volume */
+  char headline[1024];    /* the analyzer's first line, or why there is none */
+  int culprit_slot;       /* -1: unknown */
+  int culprit_rank;       /* -1: unknown */
+  int dumps;              /* dumps stored */
+  int64_t time_ns;        /* when the hang was detected (wall) */
+} ftck_incident_t;
+
+/* Incidents of key that are ready; each is analyzed now (on the caller's
+ * thread) and pruned to the retention. *out (ftc__free) gets *n of them;
+ * *wait_ms gets when to ask again for one still collecting, -1 none. */
+ftc_status_t ftck_coords_take_incidents(ftck_coords_t *cs, const char *key, ftck_incident_t **out, size_t *n,
+                                        int64_t *wait_ms);
+
+typedef struct ftck_coords_stats {
+  uint64_t coordinators, epochs, hangs, dumps, slots_declared_lost;
+  uint64_t router_accepted, router_routed, router_unrouted, router_open;
+  int listening;
+} ftck_coords_stats_t;
+void ftck_coords_get_stats(ftck_coords_t *cs, ftck_coords_stats_t *out);
+
+/* Run the analyzer on dir: dir/analysis.{json,txt,html}; the headline and,
+ * when one finding names ranks, the first of them into *rank (-1 if none).
+ * 0 when the analyzer ran (healthy or a finding), -1 otherwise (why in
+ * headline). Exposed for the tests. */
+int ftck_analyze_dir(const char *analyzer, const char *dir, char *headline, size_t n, int *rank);
+/* Keep the newest `keep` incident folders under dir (by modification time). */
+void ftck_prune_incidents(const char *dir, int keep);
+
+#endif

@@ -1,0 +1,254 @@
+/*
+ * test_coords.c - the controller's embedded coordinators, without an API
+ * server: the WebSocket pieces of the router (RFC 6455 accept key, client
+ * frames), real membership clients (runtime/src/membership) of two jobs
+ * meeting their own coordinators through one port, a rank of an unknown job
+ * turned away, a slot declared lost shrinking the epoch at once, and the
+ * incident folder: ftcomm-trace's analysis written next to real dumps, and
+ * retention keeping the newest incidents.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ftc_time.h"
+#include "jobcoord.h"
+#include "membership/member.h"
+#include "router.h"
+
+#define WAIT_MS 10000
+
+static void accept_key_is_the_rfc_example(void **state) {
+  (void)state;
+  char out[64];
+  ftck_ws_accept("dGhlIHNhbXBsZSBub25jZQ==", out, sizeof out);
+  assert_string_equal(out, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+}
+
+static void client_frames_are_unmasked_and_unmasked_frames_refused(void **state) {
+  (void)state;
+  /* RFC 6455 5.7: a masked "Hello". */
+  const unsigned char f[] = {0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58};
+  char payload[16];
+  size_t plen = 0;
+  int fin = 0, op = 0;
+  assert_int_equal(ftck_ws_frame(f, 5, &fin, &op, payload, sizeof payload, &plen), 0); /* incomplete */
+  assert_int_equal(ftck_ws_frame(f, sizeof f, &fin, &op, payload, sizeof payload, &plen), (long)sizeof f);
+  assert_int_equal(fin, 1);
+  assert_int_equal(op, 1);
+  assert_int_equal(plen, 5);
+  assert_memory_equal(payload, "Hello", 5);
+  const unsigned char unmasked[] = {0x81, 0x05, 'H', 'e', 'l', 'l', 'o'};
+  plen = 0;
+  assert_int_equal(ftck_ws_frame(unmasked, sizeof unmasked, &fin, &op, payload, sizeof payload, &plen), -1);
+}
+
+typedef struct fixture {
+  char dir[PATH_MAX];
+  ftck_coords_t *cs;
+  char addr[64];
+  int notified; /* atomic */
+} fixture_t;
+
+static void on_news(void *ud, const char *key) {
+  (void)key;
+  __atomic_add_fetch(&((fixture_t *)ud)->notified, 1, __ATOMIC_RELAXED);
+}
+
+static int setup(void **state) {
+  fixture_t *fx = calloc(1, sizeof *fx);
+  snprintf(fx->dir, sizeof fx->dir, "%s/ftck-coords.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  assert_non_null(mkdtemp(fx->dir));
+  ftck_coords_opts_t o = {.bind = "127.0.0.1:0", .dump_volume = fx->dir, .dump_retention = 2,
+                          .notify = on_news, .ud = fx};
+  assert_int_equal(ftck_coords_create(&o, &fx->cs), FTC_OK);
+  assert_int_equal(ftck_coords_port(fx->cs), -1); /* not before listen */
+  assert_int_equal(ftck_coords_listen(fx->cs), FTC_OK);
+  snprintf(fx->addr, sizeof fx->addr, "127.0.0.1:%d", ftck_coords_port(fx->cs));
+  *state = fx;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture_t *fx = *state;
+  ftck_coords_destroy(fx->cs);
+  char cmd[PATH_MAX + 16];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", fx->dir);
+  assert_int_equal(system(cmd), 0);
+  free(fx);
+  return 0;
+}
+
+static ftc__member_t *join(fixture_t *fx, const char *job, const char *token, int slot, int world, int timeout_ms,
+                           ftc_status_t *st) {
+  char data[32];
+  snprintf(data, sizeof data, "127.0.0.1:%d", 41000 + slot);
+  ftc__member_cfg_t c = {.coordinator = fx->addr, .job = job, .token = token, .slot = slot, .world_size = world,
+                         .min_size = 1, .data_addr = data, .host = "test", .connect_timeout_ms = timeout_ms,
+                         .heartbeat_ms = 100};
+  ftc__member_t *m = NULL;
+  *st = ftc__member_open(&c, &m);
+  return m;
+}
+
+static void start_job(fixture_t *fx, const char *key, const char *job, const char *token, int world) {
+  ftck_coord_params_t p = {.job = job, .token = token, .world_size = world, .min_size = 1,
+                           .hang_timeout_ms = 60000};
+  int created = 0;
+  assert_int_equal(ftck_coords_ensure(fx->cs, key, &p, &created), FTC_OK);
+  assert_int_equal(created, 1);
+  assert_int_equal(ftck_coords_ensure(fx->cs, key, &p, &created), FTC_OK); /* same parameters: kept */
+  assert_int_equal(created, 0);
+}
+
+static void two_jobs_share_one_port_and_a_lost_slot_shrinks_at_once(void **state) {
+  fixture_t *fx = *state;
+  start_job(fx, "ns/a", "a", "token-a", 2);
+  start_job(fx, "ns/b", "b", "token-b", 1);
+  ftc_status_t st;
+  ftc__member_t *a0 = join(fx, "a", "token-a", 0, 2, WAIT_MS, &st);
+  assert_int_equal(st, FTC_OK);
+  ftc__member_t *a1 = join(fx, "a", "token-a", 1, 2, WAIT_MS, &st);
+  assert_int_equal(st, FTC_OK);
+  ftc__member_t *b0 = join(fx, "b", "token-b", 0, 1, WAIT_MS, &st);
+  assert_int_equal(st, FTC_OK);
+  ftc__view_t *va = NULL, *vb = NULL;
+  assert_int_equal(ftc__member_wait_view(a0, 0, WAIT_MS, &va), FTC_OK);
+  assert_int_equal(ftc__member_wait_view(b0, 0, WAIT_MS, &vb), FTC_OK);
+  assert_int_equal(va->size, 2);
+  assert_int_equal(vb->size, 1);
+  ftc__coord_view_t *cv = ftck_coords_view(fx->cs, "ns/a");
+  assert_non_null(cv);
+  assert_int_equal(cv->epoch, va->epoch);
+  assert_int_equal(cv->size, 2);
+  ftc__coord_view_free(cv);
+  assert_true(__atomic_load_n(&fx->notified, __ATOMIC_RELAXED) >= 2); /* an epoch each */
+
+  /* The wrong token reaches job a's coordinator, which refuses it. */
+  ftc__member_t *bad = join(fx, "a", "wrong", 0, 2, WAIT_MS, &st);
+  assert_null(bad);
+  assert_int_equal(st, FTC_ERR_AUTH);
+
+  /* The process of slot 1 is gone (its pod died): a0 sees the next epoch
+   * without it at once, long before the 60 s heartbeat timeout. */
+  int64_t t0 = ftc__now_ns();
+  assert_int_equal(ftck_coords_slot_lost(fx->cs, "ns/a", 1, "a-1-0", "pod a-1-0 failed"), FTC_OK);
+  assert_int_equal(ftck_coords_slot_lost(fx->cs, "ns/a", 1, "a-1-0", "pod a-1-0 failed"), FTC_OK); /* once */
+  ftc__view_t *va2 = NULL;
+  assert_int_equal(ftc__member_wait_view(a0, va->epoch, WAIT_MS, &va2), FTC_OK);
+  assert_int_equal(va2->size, 1);
+  assert_true(ftc__now_ns() - t0 < 5000000000LL);
+  ftck_coords_stats_t s;
+  ftck_coords_get_stats(fx->cs, &s);
+  assert_int_equal(s.slots_declared_lost, 1);
+  assert_true(s.router_routed >= 4);
+  assert_int_equal(s.listening, 1);
+  ftc__view_free(va);
+  ftc__view_free(va2);
+  ftc__view_free(vb);
+  ftc__member_close(a1);
+  ftc__member_close(a0);
+  ftc__member_close(b0);
+}
+
+static void a_rank_of_a_job_without_coordinator_is_turned_away(void **state) {
+  fixture_t *fx = *state;
+  ftc_status_t st;
+  ftc__member_t *m = join(fx, "nobody", "t", 0, 1, 1500, &st);
+  assert_null(m);
+  assert_int_not_equal(st, FTC_OK);
+  ftck_coords_stats_t s;
+  ftck_coords_get_stats(fx->cs, &s);
+  assert_true(s.router_unrouted >= 1);
+  assert_int_equal(s.router_routed, 0);
+}
+
+static void a_job_that_is_removed_stops_its_coordinator(void **state) {
+  fixture_t *fx = *state;
+  start_job(fx, "ns/a", "a", "token-a", 1);
+  assert_true(ftck_coords_has(fx->cs, "ns/a"));
+  ftck_coords_remove(fx->cs, "ns/a");
+  assert_false(ftck_coords_has(fx->cs, "ns/a"));
+  assert_null(ftck_coords_view(fx->cs, "ns/a"));
+  char path[PATH_MAX + 16];
+  struct stat sb;
+  snprintf(path, sizeof path, "%s/ns/a", fx->dir);
+  assert_int_equal(stat(path, &sb), 0); /* its dump folder was made */
+  assert_true(S_ISDIR(sb.st_mode));
+}
+
+/* The build directory's bin/, from this binary's path ($(BUILD)/tests/controller/). */
+static void bin_path(const char *name, char *out, size_t n) {
+  char self[PATH_MAX];
+  ssize_t l = readlink("/proc/self/exe", self, sizeof self - 1);
+  assert_true(l > 0);
+  self[l] = '\0';
+  for (int i = 0; i < 3; i++) *strrchr(self, '/') = '\0';
+  snprintf(out, n, "%s/bin/%s", self, name);
+}
+
+static void the_analysis_goes_next_to_the_dumps(void **state) {
+  fixture_t *fx = *state;
+  char trace[PATH_MAX + 32], inc[PATH_MAX + 32], cmd[3 * PATH_MAX], headline[1024], path[PATH_MAX + 64];
+  bin_path("ftcomm-trace", trace, sizeof trace);
+  snprintf(inc, sizeof inc, "%s/hang-e1-1", fx->dir);
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp tests/recorder/cases/never-entered/rank-*.json '%s'", inc, inc);
+  assert_int_equal(system(cmd), 0);
+  int rank = -1;
+  assert_int_equal(ftck_analyze_dir(trace, inc, headline, sizeof headline, &rank), 0);
+  assert_string_equal(headline, "DIVERGENCE: rank 4 never entered world epoch 0 seq 21 (allreduce bf16 x2048) "
+                                "(last entered seq 20 barrier, completed); 5 of 6 ranks entered it");
+  assert_int_equal(rank, 4);
+  const char *files[] = {"analysis.json", "analysis.txt", "analysis.html"};
+  for (size_t i = 0; i < 3; i++) {
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/%s", inc, files[i]);
+    assert_int_equal(stat(path, &sb), 0);
+    assert_true(sb.st_size > 0);
+  }
+  /* Run again over its own output: the analysis files are not taken for dumps. */
+  assert_int_equal(ftck_analyze_dir(trace, inc, headline, sizeof headline, &rank), 0);
+  assert_int_equal(rank, 4);
+  /* No analyzer: says so, returns -1. */
+  assert_int_equal(ftck_analyze_dir("/nonexistent/ftcomm-trace", inc, headline, sizeof headline, &rank), -1);
+  assert_non_null(strstr(headline, "could not read the dumps"));
+}
+
+static void retention_keeps_the_newest_incidents(void **state) {
+  fixture_t *fx = *state;
+  char dir[PATH_MAX + 16], d[3 * PATH_MAX];
+  snprintf(dir, sizeof dir, "%s/ns/job", fx->dir);
+  const char *names[] = {"hang-e1-100", "hang-e2-200", "hang-e3-300", "hang-e4-400"};
+  for (int i = 0; i < 4; i++) {
+    snprintf(d, sizeof d, "mkdir -p '%s/%s' && touch -d @%d '%s/%s'", dir, names[i], 1000000 + i, dir, names[i]);
+    assert_int_equal(system(d), 0);
+  }
+  ftck_prune_incidents(dir, 2);
+  struct stat sb;
+  for (int i = 0; i < 4; i++) {
+    snprintf(d, sizeof d, "%s/%s", dir, names[i]);
+    assert_int_equal(stat(d, &sb) == 0, i >= 2);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(accept_key_is_the_rfc_example),
+      cmocka_unit_test(client_frames_are_unmasked_and_unmasked_frames_refused),
+      cmocka_unit_test_setup_teardown(two_jobs_share_one_port_and_a_lost_slot_shrinks_at_once, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_rank_of_a_job_without_coordinator_is_turned_away, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_job_that_is_removed_stops_its_coordinator, setup, teardown),
+      cmocka_unit_test_setup_teardown(the_analysis_goes_next_to_the_dumps, setup, teardown),
+      cmocka_unit_test_setup_teardown(retention_keeps_the_newest_incidents, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

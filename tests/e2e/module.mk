@@ -1,0 +1,8 @@
+# tests/e2e/ - end-to-end: the whole flow on one machine against a real API server.
+#   agent           the node agent: binds the pods of a namespace to its Nodes and
+#                   runs them as local processes, reporting their phases (Python)
+#   trainingjob.sh  kubectl apply a TrainingJob of ftcomm-trainer ranks; a killed
+#                   worker, a hung worker (dumps, analysis, incident, Event),
+#                   replacements that rejoin, the job Succeeds with equal parameters
+TEST_BINS += $(CONTROLLER_BIN) $(BUILD)/bin/ftcomm-trainer $(TRACE_BIN)
+TEST_SUITES += tests/e2e/trainingjob.sh

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# trainingjob.sh - the whole flow on one machine, against a real kube-apiserver:
+# kubectl apply a TrainingJob of 4 ftcomm-trainer ranks -> the controller makes the pods
+# -> the node agent (tests/e2e/agent) binds them to its Nodes and runs them as local
+# processes -> they join the controller's embedded coordinator (through its coordinator
+# port) and train -> a worker is killed -> its pod turns Failed -> the controller
+# declares the slot lost, the survivors shrink, a replacement pod starts as a joiner and
+# rejoins -> a worker is stopped (SIGSTOP) -> the coordinator reports the hang -> dumps of
+# every rank land in the dump volume, ftcomm-trace's analysis next to them names the
+# stopped rank, status has the incident and there is an Event -> onHang replace: the
+# hung pod is replaced and its replacement rejoins -> the job Succeeds, every final
+# rank with the same params_hash. Bounded in time; every process is stopped on exit.
+. "$(dirname "$0")/../controller/lib.sh"
+ctl=$build/bin/ftcomm-controller
+trainer=$build/bin/ftcomm-trainer
+trace=$build/bin/ftcomm-trace
+[ -x "$ctl" ] && [ -x "$trainer" ] && [ -x "$trace" ] || { echo "FAIL - build first: make"; exit 1; }
+start_cluster
+
+agent_pid=
+cleanup() {
+  [ -n "$agent_pid" ] && kill "$agent_pid" 2>/dev/null && wait "$agent_pid" 2>/dev/null
+  on_exit
+}
+trap cleanup EXIT
+
+ns=e2e
+vol=$work/volume
+state=$work/agent
+ctrl_log=$work/controller.log
+mkdir -p "$vol" "$state"
+coord_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+
+check "CRD applies" kc apply -f "$root/crds/ftcomm.dev_trainingjobs.yaml"
+kc wait --for=condition=Established crd/trainingjobs.ftcomm.dev --timeout=20s >/dev/null
+kc create namespace $ns >/dev/null
+
+FTCOMM_LOG_LEVEL=info "$ctl" --kubeconfig "$KUBECONFIG" --namespace $ns --identity e2e --listen-address 127.0.0.1:0 \
+  --coordinator-bind "127.0.0.1:$coord_port" --coordinator-address "127.0.0.1:$coord_port" \
+  --dump-volume "$vol" --dump-dir "$work/pod-dumps" --dump-wait 4 --dump-retention 5 \
+  --lease-duration 15 --renew-deadline 10 --retry-period 2 >"$ctrl_log" 2>&1 &
+ctrl_pid=$!
+eventually 10 grep -q "health and metrics on port" "$ctrl_log"
+port=$(sed -n 's/.*health and metrics on port \([0-9]*\).*/\1/p' "$ctrl_log" | tail -1)
+check "the controller leads and opens its coordinator port $coord_port" \
+  eventually 30 grep -q "coordinator port $coord_port" "$ctrl_log"
+metric() { curl -s "http://127.0.0.1:$port/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
+
+python3 "$root/tests/e2e/agent" --namespace $ns --nodes node-a,node-b,node-c,node-d,node-e --state "$state" \
+  --root "$root" >"$work/agent.log" 2>&1 &
+agent_pid=$!
+check "the node agent registers its Nodes" eventually 20 bash -c "[ \"\$($FTC_KUBECTL get nodes -l ftcomm.dev/e2e-agent -o name | wc -l)\" = 5 ]"
+
+cat >"$work/job.yaml" <<YAML
+apiVersion: ftcomm.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: llm, namespace: $ns}
+spec:
+  replicas: 4
+  minReplicas: 2
+  backend: tcp
+  timeouts: {collectiveTimeoutSeconds: 120, hangTimeoutSeconds: 4}
+  failurePolicy: {maxReplacements: 4, backoffSeconds: 1, onHang: replace}
+  template:
+    spec:
+      containers:
+        - name: trainer
+          image: local/ftcomm-trainer
+          command: ["$trainer"]
+          args: ["--steps", "2500", "--step-ms", "15", "--log-every", "250"]
+YAML
+check "the TrainingJob applies" kc apply -f "$work/job.yaml"
+
+tj() { kc get tj llm -n $ns -o jsonpath="$1"; }
+pods_now() { kc get pods -n $ns -l ftcomm.dev/job=llm -o jsonpath='{range .items[*]}{.metadata.name}={.status.phase} {end}'; }
+running() { [ "$(tj '{.status.phase} {.status.worldSize}')" = "Running 4" ] && [ "$(tj '{.status.epoch}')" -ge 1 ]; }
+check "4 pods run as local processes and form epoch 1 with the embedded coordinator" eventually 60 running
+check_out "status has every member's rank" '^0 1 2 3 $' bash -c \
+  "$FTC_KUBECTL get tj llm -n $ns -o jsonpath='{range .status.members[*]}{.rank}{\" \"}{end}' | tr ' ' '\n' | sort -n | tr '\n' ' '"
+check "the ranks train (step 250 logged)" eventually 60 grep -q "step   250" "$state/logs/llm-0-0.log"
+epoch1=$(tj '{.status.epoch}')
+
+# --- a killed worker: shrink at once, a joiner replaces it -------------------------------
+pid2=$(cat "$state/pids/llm-2-0")
+kill -9 "$pid2"
+t0=$(date +%s%N)
+failed() { [ "$(kc get pod llm-2-0 -n $ns -o jsonpath='{.status.phase}' 2>/dev/null)" = Failed ] || ! kc get pod llm-2-0 -n $ns >/dev/null 2>&1; }
+check "the killed worker's pod turns Failed" eventually 20 failed
+check "the controller declares slot 2 lost to the coordinator" eventually 10 grep -q "slot 2: pod llm-2-0 failed; told the coordinator" "$ctrl_log"
+shrunk() { [ "$(tj '{.status.epoch}')" -gt "$epoch1" ]; }
+check "the survivors form a new epoch without it" eventually 20 shrunk
+echo "# shrink seen after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+check "a replacement pod llm-2-1 runs" eventually 30 bash -c "[ \"\$($FTC_KUBECTL get pod llm-2-1 -n $ns -o jsonpath='{.status.phase}' 2>/dev/null)\" = Running ]"
+check_out "... started as a joiner (FTCOMM_JOINER=1)" '^1$' \
+  kc get pod llm-2-1 -n $ns -o jsonpath='{.spec.containers[0].env[?(@.name=="FTCOMM_JOINER")].value}'
+check "... it rejoins the running job" eventually 60 grep -q "joined at epoch" "$state/logs/llm-2-1.log"
+regrown() { [ "$(tj '{.status.phase} {.status.worldSize}')" = "Running 4" ]; }
+check "status: 4 members again" eventually 30 regrown
+check_out "status counts the replacement with an incident" '^1 PodFailed llm-2-0$' \
+  tj '{.status.replacements} {.status.incidents[0].kind} {.status.incidents[0].culprit}'
+check "metrics: slots declared lost" bash -c "[ \"\$(curl -s http://127.0.0.1:$port/metrics | awk '\$1 == \"ftcomm_controller_slots_declared_lost_total\" { print \$2 }')\" -ge 1 ]"
+
+# --- a hung worker: dumps, analysis, incident, Event, replacement -------------------------
+rank1=$(kc get tj llm -n $ns -o jsonpath='{.status.members[1].rank}')
+pid1=$(cat "$state/pids/llm-1-0")
+kill -STOP "$pid1"
+echo "# stopped llm-1-0 (pid $pid1, rank $rank1)"
+hang() { [ "$(tj '{.status.incidents[1].kind}')" = Hang ]; }
+check "a Hang incident appears in status" eventually 60 hang
+check_out "... naming the stopped pod as culprit" '^llm-1-0$' tj '{.status.incidents[1].culprit}'
+dump_path=$(tj '{.status.incidents[1].dumpPath}')
+echo "# dumpPath $dump_path"
+check_out "... with its dumps in the volume as <ns>/<job>/<incident>/" "^$vol/$ns/llm/hang-" echo "$dump_path"
+check "the other ranks' dumps are there" bash -c "[ \$(ls '$dump_path'/rank-*.json | wc -l) -ge 3 ]"
+check "analysis.json and analysis.txt are next to them" test -s "$dump_path/analysis.json" -a -s "$dump_path/analysis.txt"
+check_out "the analysis names the stopped rank $rank1" "ranks? ([0-9]+(, | and ))*$rank1([^0-9]|\$)" head -1 "$dump_path/analysis.txt"
+msg=$(tj '{.status.incidents[1].message}')
+check_out "the incident's message is the analyzer's first line" "^$(head -1 "$dump_path/analysis.txt" | sed 's/[][\.*^$()+?{}|]/\\&/g')\$" echo "$msg"
+check_out "an Event says so" 'HangDetected' kc get events -n $ns --field-selector reason=HangDetected -o jsonpath='{.items[*].reason}'
+check "onHang replace: llm-1-1 replaces the hung pod" eventually 30 bash -c "[ \"\$($FTC_KUBECTL get pod llm-1-1 -n $ns -o jsonpath='{.status.phase}' 2>/dev/null)\" = Running ]"
+gone() { ! kill -0 "$pid1" 2>/dev/null; }
+check "... and the stopped process is gone" eventually 20 gone
+check "... llm-1-1 rejoins" eventually 60 grep -q "joined at epoch" "$state/logs/llm-1-1.log"
+
+# --- the end: Succeeded, every rank agrees -------------------------------------------------
+succeeded() { [ "$(tj '{.status.phase}')" = Succeeded ]; }
+check "the job finishes: Succeeded" eventually 240 succeeded
+echo "# pods: $(pods_now)"
+hashes=$(cat "$state"/logs/llm-0-0.log "$state"/logs/llm-1-1.log "$state"/logs/llm-2-1.log "$state"/logs/llm-3-0.log |
+  sed -n 's/^final: .*params_hash \([0-9a-f]*\).*/\1/p')
+echo "# final hashes: $(echo $hashes)"
+check_out "all 4 final ranks report a params_hash" '^4$' bash -c "echo '$hashes' | grep -c ."
+check_out "... and it is the same on every rank" '^1$' bash -c "echo '$hashes' | sort -u | grep -c ."
+check_out "the job's coordinator is stopped once it Succeeded" 'llm: stopped its coordinator' grep 'stopped its coordinator' "$ctrl_log"
+
+# --- no orphans ----------------------------------------------------------------------------
+kill "$agent_pid"; wait "$agent_pid" 2>/dev/null; agent_pid=
+left=$(ls "$state/pids" | wc -l)
+check_out "the agent left no process behind" '^0$' echo "$left"
+if kill -TERM "$ctrl_pid" && wait "$ctrl_pid"; then ok "the controller exits 0 on SIGTERM"; else bad "the controller exits 0 on SIGTERM"; fi
+ctrl_pid=
+if grep -q Sanitizer "$ctrl_log"; then bad "sanitizer report"; grep -A20 Sanitizer "$ctrl_log" | head -30; else ok "no sanitizer report"; fi
+[ "$fail" -eq 0 ] || { echo "# controller log:"; tail -40 "$ctrl_log"; echo "# agent log:"; tail -20 "$work/agent.log"; }
+finish
