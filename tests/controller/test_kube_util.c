@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "ftc_alloc.h"
+#include "informer.h"
 #include "kube_client.h"
 #include "kube_json.h"
 
@@ -88,6 +89,65 @@ static void test_dotted_lookups_and_keys(void **state) {
   json_decref(o);
 }
 
+/* The informer's default transform: what the reconciler reads stays, the
+ * bulk (managedFields, pod spec objects, node status other than conditions
+ * and addresses) goes. */
+static void test_default_transform_trims_what_the_reconciler_does_not_read(void **state) {
+  (void)state;
+  json_t *pod = json_loads(
+      "{\"metadata\":{\"name\":\"j-0-0\",\"namespace\":\"ml\",\"uid\":\"u\",\"resourceVersion\":\"7\","
+      "\"deletionTimestamp\":\"2026-01-01T00:00:00Z\",\"labels\":{\"ftcomm.dev/job\":\"j\"},"
+      "\"annotations\":{\"ftcomm.dev/avoid-nodes\":\"n1\",\"kubectl.kubernetes.io/last-applied-configuration\":\"{}\"},"
+      "\"ownerReferences\":[{\"kind\":\"TrainingJob\",\"name\":\"j\"}],"
+      "\"managedFields\":[{\"manager\":\"x\",\"fieldsV1\":{\"f:metadata\":{}}}]},"
+      "\"spec\":{\"nodeName\":\"n2\",\"restartPolicy\":\"Never\",\"priority\":0,\"containers\":[{\"name\":\"c\"}],"
+      "\"affinity\":{},\"tolerations\":[]},"
+      "\"status\":{\"phase\":\"Failed\",\"reason\":\"Evicted\",\"podIP\":\"10.0.0.1\","
+      "\"containerStatuses\":[{\"state\":{\"terminated\":{\"finishedAt\":\"2026-01-01T00:00:00Z\"}}}]}}",
+      0, NULL);
+  assert_non_null(pod);
+  ftck_transform_default(pod, "/api/v1/namespaces/ml/pods");
+  assert_null(ftck_jget(pod, "metadata.managedFields"));
+  assert_null(json_object_get(ftck_jget(pod, "metadata.annotations"), "kubectl.kubernetes.io/last-applied-configuration"));
+  assert_string_equal(json_string_value(json_object_get(ftck_jget(pod, "metadata.annotations"), "ftcomm.dev/avoid-nodes")), "n1");
+  assert_string_equal(json_string_value(json_object_get(ftck_jget(pod, "metadata.labels"), "ftcomm.dev/job")), "j");
+  assert_string_equal(ftck_jstr(pod, "metadata.deletionTimestamp"), "2026-01-01T00:00:00Z");
+  assert_non_null(ftck_jget(pod, "metadata.ownerReferences"));
+  assert_string_equal(ftck_jstr(pod, "spec.nodeName"), "n2");
+  assert_string_equal(ftck_jstr(pod, "spec.restartPolicy"), "Never");
+  assert_int_equal(ftck_jint(pod, "spec.priority", -1), 0);
+  assert_null(ftck_jget(pod, "spec.containers"));
+  assert_null(ftck_jget(pod, "spec.affinity"));
+  assert_null(ftck_jget(pod, "spec.tolerations"));
+  assert_string_equal(ftck_jstr(pod, "status.reason"), "Evicted");
+  assert_string_equal(ftck_jstr(pod, "status.podIP"), "10.0.0.1");
+  assert_non_null(ftck_jget(pod, "status.containerStatuses"));
+  json_decref(pod);
+
+  json_t *node = json_loads("{\"metadata\":{\"name\":\"n\",\"managedFields\":[],\"annotations\":{"
+                            "\"kubectl.kubernetes.io/last-applied-configuration\":\"{}\"}},"
+                            "\"status\":{\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\"}],"
+                            "\"addresses\":[],\"images\":[{\"names\":[\"a\"]}],\"nodeInfo\":{},\"capacity\":{}}}",
+                            0, NULL);
+  ftck_transform_default(node, "/api/v1/nodes");
+  assert_null(ftck_jget(node, "metadata.managedFields"));
+  assert_null(ftck_jget(node, "metadata.annotations")); /* emptied, so dropped */
+  assert_non_null(ftck_jget(node, "status.conditions"));
+  assert_non_null(ftck_jget(node, "status.addresses"));
+  assert_int_equal(json_object_size(ftck_jget(node, "status")), 2);
+  json_decref(node);
+
+  /* Any other resource (and no collection): only managedFields and the annotation. */
+  json_t *job = json_loads("{\"metadata\":{\"name\":\"j\",\"managedFields\":[]},\"spec\":{\"template\":{\"spec\":{}}}}", 0, NULL);
+  ftck_transform_default(job, "/apis/ftcomm.dev/v1alpha1/trainingjobs");
+  assert_null(ftck_jget(job, "metadata.managedFields"));
+  assert_non_null(ftck_jget(job, "spec.template.spec"));
+  ftck_transform_default(job, NULL);
+  ftck_transform_none(job, NULL);
+  assert_non_null(ftck_jget(job, "spec.template.spec"));
+  json_decref(job);
+}
+
 int main(void) {
   ftck_json_use_ftc_alloc();
   const struct CMUnitTest tests[] = {
@@ -96,6 +156,7 @@ int main(void) {
       cmocka_unit_test(test_paths_for_core_and_grouped_resources),
       cmocka_unit_test(test_times_format_and_parse),
       cmocka_unit_test(test_dotted_lookups_and_keys),
+      cmocka_unit_test(test_default_transform_trims_what_the_reconciler_does_not_read),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

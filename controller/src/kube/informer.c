@@ -1,13 +1,18 @@
 /*
  * informer.c - the list+watch loop and the cache behind ftck_informer_t.
- * The cache (a jansson object keyed by "ns/name") is written only by the
- * informer thread and read by anyone under inf->mu. Handlers are called
- * after mu is released, with references the thread holds.
+ * The cache is a hash table keyed by "ns/name" whose entries hold the
+ * transformed object as compact JSON text (one allocation each: key,
+ * resourceVersion, labels and text), written only by the informer thread
+ * and read by anyone under inf->mu; readers decode what they need. A pod
+ * as jansson values costs ~10x its text, so at thousands of pods this is
+ * most of the controller's memory. Handlers are called after mu is
+ * released, with objects the thread owns.
  */
 #include "informer.h"
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backoff.h"
@@ -17,6 +22,218 @@
 #include "ftc_time.h"
 #include "kube_json.h"
 
+
+/* ---- the cache: a chained hash table of one-allocation entries ---- */
+
+typedef struct entry {
+  struct entry *next;
+  size_t hash;
+  const char *rv;     /* "" when the object had none */
+  const char *labels; /* "k\0v\0k\0v\0" ... ended by an empty key */
+  const char *text;   /* compact JSON */
+  size_t len;         /* of text */
+  char key_text[];    /* key "\0", then rv, labels, text "\0" */
+} entry_t;
+
+
+typedef struct cache {
+  entry_t **b;
+  size_t nb, n;
+} cache_t;
+
+static size_t hash_key(const char *k) {
+  size_t h = 1469598103934665603ULL; /* FNV-1a */
+  for (; *k; k++) h = (h ^ (unsigned char)*k) * 1099511628211ULL;
+  return h;
+}
+
+static entry_t *cache_find(const cache_t *c, const char *key) {
+  if (!c->nb) return NULL;
+  size_t h = hash_key(key);
+  for (entry_t *e = c->b[h & (c->nb - 1)]; e; e = e->next)
+    if (e->hash == h && !strcmp(e->key_text, key)) return e;
+  return NULL;
+}
+
+static int cache_grow(cache_t *c) {
+  size_t nb = c->nb ? c->nb * 2 : 64;
+  entry_t **b = ftc__calloc(nb, sizeof *b);
+  if (!b) return -1;
+  for (size_t i = 0; i < c->nb; i++) {
+    for (entry_t *e = c->b[i], *next; e; e = next) {
+      next = e->next;
+      e->next = b[e->hash & (nb - 1)];
+      b[e->hash & (nb - 1)] = e;
+    }
+  }
+  ftc__free(c->b);
+  c->b = b;
+  c->nb = nb;
+  return 0;
+}
+
+/* Put e in place of the entry with its key; returns that entry (now out of
+ * the table, the caller frees it) or NULL. *failed on no memory (e is then
+ * not in the table). */
+static entry_t *cache_put(cache_t *c, entry_t *e, int *failed) {
+  *failed = 0;
+  if (c->n + 1 > c->nb && cache_grow(c) != 0 && !c->nb) {
+    *failed = 1;
+    return NULL;
+  }
+  entry_t **pp = &c->b[e->hash & (c->nb - 1)];
+  for (; *pp; pp = &(*pp)->next) {
+    if ((*pp)->hash == e->hash && !strcmp((*pp)->key_text, e->key_text)) {
+      entry_t *old = *pp;
+      e->next = old->next;
+      *pp = e;
+      return old;
+    }
+  }
+  e->next = NULL;
+  *pp = e;
+  c->n++;
+  return NULL;
+}
+
+static entry_t *cache_del(cache_t *c, const char *key) {
+  if (!c->nb) return NULL;
+  size_t h = hash_key(key);
+  for (entry_t **pp = &c->b[h & (c->nb - 1)]; *pp; pp = &(*pp)->next) {
+    if ((*pp)->hash == h && !strcmp((*pp)->key_text, key)) {
+      entry_t *e = *pp;
+      *pp = e->next;
+      c->n--;
+      return e;
+    }
+  }
+  return NULL;
+}
+
+static void cache_clear(cache_t *c) {
+  for (size_t i = 0; i < c->nb; i++) {
+    for (entry_t *e = c->b[i], *next; e; e = next) {
+      next = e->next;
+      ftc__free(e);
+    }
+  }
+  ftc__free(c->b);
+  c->b = NULL;
+  c->nb = c->n = 0;
+}
+
+#define CACHE_FOREACH(c, e)                  \
+  for (size_t i_ = 0; i_ < (c)->nb; i_++)    \
+    for (entry_t *e = (c)->b[i_]; e; e = e->next)
+
+/* An entry for obj (already transformed), or NULL: no key, or no memory
+ * (*nomem set). */
+static entry_t *entry_new(const json_t *obj, int *nomem) {
+  char key[512];
+  *nomem = 0;
+  if (ftck_object_key(obj, key, sizeof key) != 0) return NULL;
+  const char *rv = ftck_jstr(obj, "metadata.resourceVersion");
+  if (!rv) rv = "";
+  json_t *labels = ftck_jget(obj, "metadata.labels");
+  size_t lsize = 1;
+  const char *k;
+  json_t *v;
+  json_object_foreach(labels, k, v) {
+    if (json_is_string(v) && *k) lsize += strlen(k) + 1 + json_string_length(v) + 1;
+  }
+  char *text = json_dumps(obj, JSON_COMPACT);
+  if (!text) {
+    *nomem = 1;
+    return NULL;
+  }
+  size_t klen = strlen(key) + 1, rlen = strlen(rv) + 1, tlen = strlen(text);
+  entry_t *e = ftc__malloc(sizeof *e + klen + rlen + lsize + tlen + 1);
+  if (!e) {
+    ftc__free(text);
+    *nomem = 1;
+    return NULL;
+  }
+  char *p = e->key_text;
+  memcpy(p, key, klen);
+  p += klen;
+  e->rv = p;
+  memcpy(p, rv, rlen);
+  p += rlen;
+  e->labels = p;
+  json_object_foreach(labels, k, v) {
+    if (!json_is_string(v) || !*k) continue;
+    size_t n = strlen(k) + 1;
+    memcpy(p, k, n);
+    p += n;
+    n = json_string_length(v);
+    memcpy(p, json_string_value(v), n);
+    p[n] = '\0'; /* a value with a NUL inside ends there; label values have none */
+    p += n + 1;
+  }
+  *p++ = '\0';
+  e->text = p;
+  memcpy(p, text, tlen + 1);
+  e->len = tlen;
+  e->hash = hash_key(e->key_text);
+  e->next = NULL;
+  ftc__free(text);
+  return e;
+}
+
+static json_t *entry_decode(const entry_t *e) { return json_loadb(e->text, e->len, 0, NULL); }
+
+/* The namespace part of the key ("" for a cluster-scoped object) equals ns. */
+static int entry_in_ns(const entry_t *e, const char *ns) {
+  const char *slash = strchr(e->key_text, '/');
+  size_t n = slash ? (size_t)(slash - e->key_text) : 0;
+  return strlen(ns) == n && !strncmp(e->key_text, ns, n);
+}
+
+static const char *entry_label(const entry_t *e, const char *label) {
+  for (const char *p = e->labels; *p;) {
+    const char *v = p + strlen(p) + 1;
+    if (!strcmp(p, label)) return v;
+    p = v + strlen(v) + 1;
+  }
+  return NULL;
+}
+
+/* ---- transforms ---- */
+
+void ftck_transform_none(json_t *obj, void *ud) {
+  (void)obj;
+  (void)ud;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+  size_t a = strlen(s), b = strlen(suffix);
+  return a >= b && !strcmp(s + a - b, suffix);
+}
+
+void ftck_transform_default(json_t *obj, void *ud) {
+  const char *collection = ud;
+  json_t *meta = json_object_get(obj, "metadata");
+  json_object_del(meta, "managedFields");
+  json_t *annots = json_object_get(meta, "annotations");
+  json_object_del(annots, "kubectl.kubernetes.io/last-applied-configuration");
+  if (json_is_object(annots) && json_object_size(annots) == 0) json_object_del(meta, "annotations");
+  if (!collection) return;
+  const char *k;
+  void *tmp;
+  json_t *v;
+  if (ends_with(collection, "/pods")) {
+    json_t *spec = json_object_get(obj, "spec");
+    json_object_foreach_safe(spec, tmp, k, v) {
+      if (json_is_object(v) || json_is_array(v)) json_object_del(spec, k);
+    }
+  } else if (ends_with(collection, "/nodes")) {
+    json_t *status = json_object_get(obj, "status");
+    json_object_foreach_safe(status, tmp, k, v) {
+      if (strcmp(k, "conditions") != 0 && strcmp(k, "addresses") != 0) json_object_del(status, k);
+    }
+  }
+}
+
 struct ftck_informer {
   ftck_client_t *client;
   char *name, *collection, *label_selector, *field_selector;
@@ -24,13 +241,15 @@ struct ftck_informer {
   int watch_timeout_s;
   long page_size;
   ftck_handlers_t h;
+  ftck_transform_fn transform;
+  void *transform_ud;
 
   pthread_t thread;
   int started;
   volatile int stop;
   pthread_mutex_t mu; /* cache, synced, stats, stop wakeups */
   pthread_cond_t cv;
-  json_t *cache;
+  cache_t cache;
   int synced;
   ftck_informer_stats_t stats;
 
@@ -61,13 +280,14 @@ ftc_status_t ftck_informer_create(ftck_client_t *c, const ftck_informer_opts_t *
   inf->collection = ftc__strdup(o->collection);
   inf->label_selector = dup_opt(o->label_selector);
   inf->field_selector = dup_opt(o->field_selector);
-  inf->cache = json_object();
   inf->resync_ms = o->resync_ms;
   inf->watch_timeout_s = o->watch_timeout_s > 0 ? o->watch_timeout_s : 300;
   inf->page_size = o->page_size > 0 ? o->page_size : 500;
+  inf->transform = o->transform ? o->transform : ftck_transform_default;
+  inf->transform_ud = o->transform ? o->transform_ud : inf->collection;
   if (h) inf->h = *h;
   inf->need_list = 1;
-  if (!inf->name || !inf->collection || !inf->cache || (o->label_selector && *o->label_selector && !inf->label_selector) ||
+  if (!inf->name || !inf->collection || (o->label_selector && *o->label_selector && !inf->label_selector) ||
       (o->field_selector && *o->field_selector && !inf->field_selector)) {
     ftck_informer_destroy(inf);
     return ftc__error(FTC_ERR_NO_MEMORY, "informer: no memory");
@@ -96,46 +316,66 @@ static void set_rv(ftck_informer_t *inf, const char *rv) {
   inf->rv = n;
 }
 
-/* Replace the cache with a fresh list and tell handlers what changed. -1
- * (cache untouched, list again later) when memory runs out. */
-static int apply_list(ftck_informer_t *inf, json_t *items) {
-  int rc = -1;
-  json_t *fresh = json_object();
-  json_t *added = json_array(), *updated_old = json_array(), *updated_new = json_array();
-  json_t *removed = json_array();
-  if (!fresh || !added || !updated_old || !updated_new || !removed) goto out_free;
+/* A relist, one page at a time: each item is transformed and stored as an
+ * entry of a fresh table, so only one page is ever held decoded. */
+typedef struct list_acc {
+  ftck_informer_t *inf;
+  cache_t fresh;
+} list_acc_t;
+
+static int list_page(json_t *items, int restart, void *ud) {
+  list_acc_t *acc = ud;
+  if (restart) cache_clear(&acc->fresh);
   size_t i;
   json_t *obj;
-  char key[512];
   json_array_foreach(items, i, obj) {
-    if (ftck_object_key(obj, key, sizeof key) == 0 && json_object_set(fresh, key, obj) != 0) goto out_free;
-  }
-  int bad = 0;
-  pthread_mutex_lock(&inf->mu);
-  const char *k;
-  json_t *v;
-  json_object_foreach(fresh, k, v) {
-    json_t *old = json_object_get(inf->cache, k);
-    if (!old) {
-      bad |= json_array_append(added, v);
-    } else if (!ftck_jstr(old, "metadata.resourceVersion") || !ftck_jstr(v, "metadata.resourceVersion") ||
-               strcmp(ftck_jstr(old, "metadata.resourceVersion"), ftck_jstr(v, "metadata.resourceVersion")) != 0) {
-      bad |= json_array_append(updated_old, old);
-      bad |= json_array_append(updated_new, v);
+    int nomem = 0, failed = 0;
+    acc->inf->transform(obj, acc->inf->transform_ud);
+    entry_t *e = entry_new(obj, &nomem);
+    if (nomem) return -1;
+    if (!e) continue;
+    entry_t *dup = cache_put(&acc->fresh, e, &failed);
+    ftc__free(dup);
+    if (failed) {
+      ftc__free(e);
+      return -1;
     }
   }
-  json_object_foreach(inf->cache, k, v) {
-    if (!json_object_get(fresh, k)) bad |= json_array_append(removed, v);
+  return 0;
+}
+
+/* Swap in a freshly listed table and tell handlers what changed (objects
+ * decoded from the entries). -1 (cache untouched, list again later) when
+ * memory runs out. */
+static int apply_list(ftck_informer_t *inf, cache_t *fresh) {
+  int rc = -1;
+  json_t *added = json_array(), *updated_old = json_array(), *updated_new = json_array();
+  json_t *removed = json_array();
+  cache_t old = {0};
+  if (!added || !updated_old || !updated_new || !removed) goto out_free;
+  int bad = 0;
+  /* Only this thread writes the cache, so reading it without the lock is safe here. */
+  CACHE_FOREACH(fresh, e) {
+    const entry_t *was = cache_find(&inf->cache, e->key_text);
+    if (!was) {
+      bad |= json_array_append_new(added, entry_decode(e));
+    } else if (!*was->rv || !*e->rv || strcmp(was->rv, e->rv) != 0) {
+      bad |= json_array_append_new(updated_old, entry_decode(was));
+      bad |= json_array_append_new(updated_new, entry_decode(e));
+    }
   }
-  if (bad) {
-    pthread_mutex_unlock(&inf->mu);
-    goto out_free;
+  CACHE_FOREACH(&inf->cache, e) {
+    if (!cache_find(fresh, e->key_text)) bad |= json_array_append_new(removed, entry_decode(e));
   }
-  json_decref(inf->cache);
-  inf->cache = fresh;
-  fresh = NULL;
+  if (bad) goto out_free;
+  pthread_mutex_lock(&inf->mu);
+  old = inf->cache;
+  inf->cache = *fresh;
+  *fresh = (cache_t){0};
   inf->stats.lists++;
   pthread_mutex_unlock(&inf->mu);
+  size_t i;
+  json_t *obj;
   if (inf->h.on_add) json_array_foreach(added, i, obj) inf->h.on_add(obj, inf->h.ud);
   if (inf->h.on_update)
     json_array_foreach(updated_new, i, obj) inf->h.on_update(json_array_get(updated_old, i), obj, inf->h.ud);
@@ -148,7 +388,7 @@ static int apply_list(ftck_informer_t *inf, json_t *items) {
   rc = 0;
 out_free:
   if (rc != 0) FTC_WARN(FTC_SUB_K8S, "informer %s: no memory to apply a list; will list again", inf->name);
-  json_decref(fresh);
+  cache_clear(&old);
   json_decref(added);
   json_decref(updated_old);
   json_decref(updated_new);
@@ -181,38 +421,46 @@ static int on_event(const char *type, json_t *obj, void *ud) {
   }
   if (ftck_object_key(obj, key, sizeof key) != 0) return 0;
   set_rv(inf, ftck_jstr(obj, "metadata.resourceVersion"));
-  json_t *old = NULL;
-  pthread_mutex_lock(&inf->mu);
-  old = json_incref(json_object_get(inf->cache, key));
-  int ok = 0;
-  if (strcmp(type, "DELETED") == 0) ok = json_object_del(inf->cache, key) == 0 || !old;
-  else ok = json_object_set(inf->cache, key, obj) == 0;
-  pthread_mutex_unlock(&inf->mu);
-  if (!ok) {
+  int deleted = strcmp(type, "DELETED") == 0;
+  /* The event's object is ours (the watch frees it after this call). */
+  inf->transform(obj, inf->transform_ud);
+  entry_t *e = NULL, *was = NULL;
+  int nomem = 0, failed = 0;
+  if (!deleted) {
+    e = entry_new(obj, &nomem);
+    if (!e) nomem = 1;
+  }
+  if (!nomem) {
+    pthread_mutex_lock(&inf->mu);
+    if (deleted) was = cache_del(&inf->cache, key);
+    else was = cache_put(&inf->cache, e, &failed);
+    pthread_mutex_unlock(&inf->mu);
+  }
+  if (nomem || failed) {
     FTC_WARN(FTC_SUB_K8S, "informer %s: no memory to cache %s; will list again", inf->name, key);
     inf->need_list = 1;
-    json_decref(old);
+    ftc__free(e);
     return 1;
   }
-  if (strcmp(type, "DELETED") == 0) {
+  /* was is out of the table: only this thread sees it now. */
+  json_t *old = was && !deleted && inf->h.on_update ? entry_decode(was) : NULL;
+  if (deleted) {
     if (inf->h.on_delete) inf->h.on_delete(obj, inf->h.ud);
-  } else if (old) {
-    if (inf->h.on_update) inf->h.on_update(old, obj, inf->h.ud);
+  } else if (was) {
+    if (inf->h.on_update) inf->h.on_update(old ? old : obj, obj, inf->h.ud);
   } else if (inf->h.on_add) {
     inf->h.on_add(obj, inf->h.ud);
   }
   json_decref(old);
+  ftc__free(was);
   return 0;
 }
 
 static void resync(ftck_informer_t *inf) {
-  /* On the informer thread, which alone holds references to cached objects. */
   json_t *all = json_array();
   if (all) {
     pthread_mutex_lock(&inf->mu);
-    const char *k;
-    json_t *v;
-    json_object_foreach(inf->cache, k, v) json_array_append(all, v);
+    CACHE_FOREACH(&inf->cache, e) json_array_append_new(all, entry_decode(e));
     pthread_mutex_unlock(&inf->mu);
   }
   size_t i;
@@ -228,11 +476,12 @@ static void *informer_main(void *arg) {
   while (!stopping(inf)) {
     long code = 0;
     if (inf->need_list) {
-      json_t *items = NULL;
+      list_acc_t acc = {.inf = inf};
       char *rv = NULL;
-      ftc_status_t st = ftck_list(inf->client, inf->collection, inf->label_selector, inf->field_selector,
-                                  inf->page_size, &items, &rv, &code);
+      ftc_status_t st = ftck_list_pages(inf->client, inf->collection, inf->label_selector, inf->field_selector,
+                                        inf->page_size, list_page, &acc, &rv, &code);
       if (st != FTC_OK) {
+        cache_clear(&acc.fresh);
         int64_t d = ftck_backoff_next(&bo);
         FTC_WARN(FTC_SUB_K8S, "informer %s: list failed (%s); retrying in %lld ms", inf->name, ftc_last_error(),
                  (long long)d);
@@ -241,8 +490,8 @@ static void *informer_main(void *arg) {
       }
       ftc__free(inf->rv);
       inf->rv = rv;
-      int applied = apply_list(inf, items);
-      json_decref(items);
+      int applied = apply_list(inf, &acc.fresh);
+      cache_clear(&acc.fresh);
       if (applied != 0) {
         nap(inf, ftck_backoff_next(&bo));
         continue;
@@ -316,7 +565,7 @@ void ftck_informer_stop(ftck_informer_t *inf) {
 void ftck_informer_destroy(ftck_informer_t *inf) {
   if (!inf) return;
   ftck_informer_stop(inf);
-  json_decref(inf->cache);
+  cache_clear(&inf->cache);
   pthread_mutex_destroy(&inf->mu);
   pthread_cond_destroy(&inf->cv);
   ftc__free(inf->name);
@@ -350,8 +599,8 @@ ftc_status_t ftck_informer_wait_synced(ftck_informer_t *inf, int64_t timeout_ms)
 
 json_t *ftck_informer_get(ftck_informer_t *inf, const char *key) {
   pthread_mutex_lock(&inf->mu);
-  json_t *v = json_object_get(inf->cache, key);
-  json_t *o = v ? json_deep_copy(v) : NULL;
+  const entry_t *e = cache_find(&inf->cache, key);
+  json_t *o = e ? entry_decode(e) : NULL;
   pthread_mutex_unlock(&inf->mu);
   return o;
 }
@@ -360,20 +609,20 @@ json_t *ftck_informer_select(ftck_informer_t *inf, const char *ns, const char *l
   json_t *arr = json_array();
   if (!arr) return NULL;
   pthread_mutex_lock(&inf->mu);
-  const char *k;
-  json_t *v;
-  json_object_foreach(inf->cache, k, v) {
-    if (ns && strcmp(ftck_jstr(v, "metadata.namespace") ? ftck_jstr(v, "metadata.namespace") : "", ns) != 0) continue;
+  CACHE_FOREACH(&inf->cache, e) {
+    if (ns && !entry_in_ns(e, ns)) continue;
     if (label) {
-      const char *lv = json_string_value(json_object_get(ftck_jget(v, "metadata.labels"), label));
+      const char *lv = entry_label(e, label);
       if (!lv || !value || strcmp(lv, value) != 0) continue;
     }
-    if (json_array_append_new(arr, json_deep_copy(v)) != 0) {
+    json_t *o = entry_decode(e);
+    if (!o || json_array_append_new(arr, o) != 0) {
       json_decref(arr);
       arr = NULL;
-      break;
+      goto out;
     }
   }
+out:
   pthread_mutex_unlock(&inf->mu);
   return arr;
 }
@@ -382,15 +631,17 @@ json_t *ftck_informer_list(ftck_informer_t *inf) { return ftck_informer_select(i
 
 void ftck_informer_each(ftck_informer_t *inf, void (*fn)(const json_t *obj, void *ud), void *ud) {
   pthread_mutex_lock(&inf->mu);
-  const char *k;
-  json_t *v;
-  json_object_foreach(inf->cache, k, v) fn(v, ud);
+  CACHE_FOREACH(&inf->cache, e) {
+    json_t *o = entry_decode(e);
+    if (o) fn(o, ud);
+    json_decref(o);
+  }
   pthread_mutex_unlock(&inf->mu);
 }
 
 size_t ftck_informer_size(ftck_informer_t *inf) {
   pthread_mutex_lock(&inf->mu);
-  size_t n = json_object_size(inf->cache);
+  size_t n = inf->cache.n;
   pthread_mutex_unlock(&inf->mu);
   return n;
 }

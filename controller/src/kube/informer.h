@@ -10,7 +10,8 @@
  * period each cached object is passed to on_update(obj, obj).
  *
  * Handlers run on the informer thread, without the cache lock held; they
- * should only enqueue keys. Objects passed to them are borrowed.
+ * should only enqueue keys. Objects passed to them are borrowed, and have
+ * been through the transform (see ftck_transform_default).
  */
 #ifndef FTCK_INFORMER_H
 #define FTCK_INFORMER_H
@@ -27,6 +28,21 @@ typedef struct ftck_handlers {
   void *ud;
 } ftck_handlers_t;
 
+/* Trims an object in place before it is cached and handed to handlers, like
+ * client-go's TransformFunc: what the cache holds is what readers get. */
+typedef void (*ftck_transform_fn)(json_t *obj, void *ud);
+
+/* The default (transform NULL), chosen by the collection's resource:
+ *   - every object: metadata.managedFields and the annotation
+ *     kubectl.kubernetes.io/last-applied-configuration are dropped;
+ *   - pods: spec keeps only its scalar fields (nodeName, restartPolicy,
+ *     schedulerName, priority, ...): containers, volumes, affinity,
+ *     tolerations and the like are dropped; metadata and status stay whole;
+ *   - nodes: status keeps only conditions and addresses.
+ * ud is the collection path. Pass ftck_transform_none to cache whole objects. */
+void ftck_transform_default(json_t *obj, void *ud);
+void ftck_transform_none(json_t *obj, void *ud);
+
 typedef struct ftck_informer_opts {
   const char *name;            /* short, for the thread name and logs ("pods") */
   const char *collection;      /* "/api/v1/pods", "/apis/G/V/namespaces/NS/R", ... */
@@ -35,6 +51,8 @@ typedef struct ftck_informer_opts {
   int64_t resync_ms;           /* 0: never */
   int watch_timeout_s;         /* server-side timeout of one watch; 0: 300 */
   long page_size;              /* LIST page size; 0: 500 */
+  ftck_transform_fn transform; /* NULL: ftck_transform_default */
+  void *transform_ud;          /* for transform (the default gets the collection) */
 } ftck_informer_opts_t;
 
 typedef struct ftck_informer ftck_informer_t;
@@ -52,9 +70,10 @@ int ftck_informer_synced(ftck_informer_t *inf);
 /* Wait for the first list; FTC_ERR_TIMEOUT if it has not come in time. */
 ftc_status_t ftck_informer_wait_synced(ftck_informer_t *inf, int64_t timeout_ms);
 
-/* Cached objects are shared only inside the informer thread: jansson's
- * reference counts are not safe to share between threads (its decrement has
- * no acquire fence), so readers get deep copies, owned by the caller. */
+/* The cache holds each object as its compact JSON text (after the
+ * transform), one allocation per object, indexed by "ns/name"; readers get
+ * freshly decoded objects, owned by the caller (jansson's reference counts
+ * are not safe to share between threads anyway). */
 
 /* A copy of the cached object "ns/name", or NULL. */
 json_t *ftck_informer_get(ftck_informer_t *inf, const char *key);
@@ -64,8 +83,8 @@ json_t *ftck_informer_list(ftck_informer_t *inf);
  * equals value (label NULL: every object); NULL on no memory. */
 json_t *ftck_informer_select(ftck_informer_t *inf, const char *ns, const char *label, const char *value);
 size_t ftck_informer_size(ftck_informer_t *inf);
-/* Call fn on every cached object, under the cache lock: fn only reads (no
- * references kept, no calls back into this informer). */
+/* Call fn on every cached object (decoded for the call), under the cache
+ * lock: fn only reads (no references kept, no calls back into this informer). */
 void ftck_informer_each(ftck_informer_t *inf, void (*fn)(const json_t *obj, void *ud), void *ud);
 
 /* Counters for metrics: lists done, and watches restarted because of 410

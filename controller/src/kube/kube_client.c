@@ -425,34 +425,28 @@ out_free:
   return st;
 }
 
-ftc_status_t ftck_list(ftck_client_t *c, const char *collection, const char *label_selector,
-                       const char *field_selector, long page_size, json_t **items, char **resource_version,
-                       long *code) {
+ftc_status_t ftck_list_pages(ftck_client_t *c, const char *collection, const char *label_selector,
+                             const char *field_selector, long page_size, ftck_page_fn on_page, void *ud,
+                             char **resource_version, long *code) {
   ftc_status_t st = FTC_OK;
   char *base = NULL;
-  *items = NULL;
   *resource_version = NULL;
   if (code) *code = 0;
   FTC_CHECK_GOTO(build_collection_query(collection, label_selector, field_selector, &base), st, out);
-  json_t *all = json_array();
-  if (!all) {
-    st = ftc__error(FTC_ERR_NO_MEMORY, "kube client: no memory");
-    goto out_free_base;
-  }
   char *cont = NULL;
-  int restarted = 0;
+  int restarted = 0, restart = 0;
   for (;;) {
     char *p = ftc__strdup(base);
     char limit[32];
     snprintf(limit, sizeof limit, "%ld", page_size > 0 ? page_size : 500);
     if (!p) {
       st = ftc__error(FTC_ERR_NO_MEMORY, "kube client: no memory");
-      goto out_free_all;
+      goto out_free_cont;
     }
     if ((st = ftck_path_add_query(&p, "limit", limit)) != FTC_OK ||
         (st = ftck_path_add_query(&p, "continue", cont)) != FTC_OK) {
       ftc__free(p);
-      goto out_free_all;
+      goto out_free_cont;
     }
     json_t *page = NULL;
     long http = 0;
@@ -463,16 +457,14 @@ ftc_status_t ftck_list(ftck_client_t *c, const char *collection, const char *lab
       if (http == 410 && cont && !restarted) {
         /* The continue token expired; start over with a fresh snapshot. */
         FTC_INFO(FTC_SUB_K8S, "list %s: continue token expired, listing again", collection);
-        restarted = 1;
+        restarted = restart = 1;
         ftc__free(cont);
         cont = NULL;
-        json_array_clear(all);
         continue;
       }
-      goto out_free_all;
+      goto out_free_cont;
     }
     json_t *pitems = json_object_get(page, "items");
-    if (json_is_array(pitems)) json_array_extend(all, pitems);
     json_t *meta = json_object_get(page, "metadata");
     const char *rv = json_string_value(json_object_get(meta, "resourceVersion"));
     const char *next = json_string_value(json_object_get(meta, "continue"));
@@ -482,22 +474,47 @@ ftc_status_t ftck_list(ftck_client_t *c, const char *collection, const char *lab
       ftc__free(*resource_version);
       *resource_version = ftc__strdup(rv);
     }
+    if (on_page(json_is_array(pitems) ? pitems : NULL, restart, ud) != 0)
+      st = ftc__error(FTC_ERR_NO_MEMORY, "list %s: no memory for a page", collection);
+    restart = 0;
     json_decref(page);
-    if (!cont) break;
+    if (st != FTC_OK || !cont) break;
   }
-  *items = all;
-  all = NULL;
-out_free_all:
+out_free_cont:
   ftc__free(cont);
-  json_decref(all);
   if (st != FTC_OK) {
     ftc__free(*resource_version);
     *resource_version = NULL;
   }
-out_free_base:
   ftc__free(base);
 out:
   return st;
+}
+
+static int collect_page(json_t *items, int restart, void *ud) {
+  json_t *all = ud;
+  if (restart) json_array_clear(all);
+  return items ? json_array_extend(all, items) : 0;
+}
+
+ftc_status_t ftck_list(ftck_client_t *c, const char *collection, const char *label_selector,
+                       const char *field_selector, long page_size, json_t **items, char **resource_version,
+                       long *code) {
+  *items = NULL;
+  json_t *all = json_array();
+  if (!all) {
+    *resource_version = NULL;
+    if (code) *code = 0;
+    return ftc__error(FTC_ERR_NO_MEMORY, "kube client: no memory");
+  }
+  ftc_status_t st =
+      ftck_list_pages(c, collection, label_selector, field_selector, page_size, collect_page, all, resource_version, code);
+  if (st != FTC_OK) {
+    json_decref(all);
+    return st;
+  }
+  *items = all;
+  return FTC_OK;
 }
 
 typedef struct watch_ctx {

@@ -60,6 +60,17 @@ ftc_status_t ftck_list(ftck_client_t *c, const char *collection_path, const char
                        const char *field_selector, long page_size, json_t **items, char **resource_version,
                        long *code);
 
+/* The same LIST, a page at a time: on_page gets each page's items array
+ * (borrowed, NULL for a page without items; it may take references or
+ * modify them) and restart = 1 when the list started over after a 410, so
+ * what the earlier pages gave is to be dropped. on_page returns 0, or
+ * nonzero (no memory) to end the list with an error. Keeps only one page
+ * decoded at a time. */
+typedef int (*ftck_page_fn)(json_t *items, int restart, void *ud);
+ftc_status_t ftck_list_pages(ftck_client_t *c, const char *collection_path, const char *label_selector,
+                             const char *field_selector, long page_size, ftck_page_fn on_page, void *ud,
+                             char **resource_version, long *code);
+
 /* WATCH a collection from resource_version with allowWatchBookmarks. Each
  * event is decoded as soon as its line arrives and passed to on_event
  * (type "ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"; object
