@@ -1,8 +1,10 @@
 /*
  * main.c - ftcomm-controller: parse options, load the kube config, serve
  * /healthz, /readyz and /metrics, fill the caches, take the leader Lease,
- * reconcile until SIGTERM/SIGINT (or the Lease is lost), then stop in
- * reverse order and release the Lease so a successor starts at once.
+ * then open the coordinator port, label this pod as the leader (the
+ * Service sends ranks only to the leader's coordinators) and reconcile
+ * until SIGTERM/SIGINT (or the Lease is lost); then stop in reverse order,
+ * drop the label and release the Lease so a successor starts at once.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -12,7 +14,9 @@
 #include "ftc_alloc.h"
 #include "ftc_error.h"
 #include "ftc_log.h"
+#include "ftc_time.h"
 #include "httpd.h"
+#include "jobcoord.h"
 #include "kube_client.h"
 #include "kube_config.h"
 #include "kube_json.h"
@@ -37,8 +41,37 @@ typedef struct app {
   ftck_client_t *client;
   ftck_reconciler_t *rec;
   ftck_leader_t *leader;
+  ftck_coords_t *coords;
   int lost; /* atomic: set on the Lease thread */
 } app_t;
+
+#define LEADER_LABEL "ftcomm.dev/leader"
+
+/* A coordinator has news for a job: reconcile it (on a coordinator thread). */
+static void on_coord_news(void *ud, const char *key) {
+  app_t *a = ud;
+  ftck_reconciler_t *rec = __atomic_load_n(&a->rec, __ATOMIC_ACQUIRE);
+  if (rec) ftck_workqueue_add(ftck_reconciler_queue(rec), key);
+}
+
+/* Put the leader label on our own pod, or take it off. The chart's Service
+ * selects it, so ranks reach only the leader's coordinator port. */
+static void leader_label(app_t *a, int on) {
+  if (!a->opt.leader_label || !a->opt.pod_name[0] || !a->opt.pod_namespace[0]) return;
+  char *path = ftck_path("", "v1", a->opt.pod_namespace, "pods", a->opt.pod_name);
+  json_t *patch = json_pack("{s:{s:{s:o}}}", "metadata", "labels", LEADER_LABEL, on ? json_string("true") : json_null());
+  long code = 0;
+  ftc_status_t st = path && patch ? ftck_merge_patch(a->client, path, patch, &code, NULL)
+                                  : ftc__error(FTC_ERR_NO_MEMORY, "no memory");
+  if (st == FTC_OK)
+    fprintf(stderr, "ftcomm-controller: pod %s/%s %s %s\n", a->opt.pod_namespace, a->opt.pod_name,
+            on ? "labeled" : "no longer labeled", LEADER_LABEL "=true");
+  else
+    fprintf(stderr, "ftcomm-controller: cannot %s the label %s on pod %s/%s: %s\n", on ? "set" : "remove",
+            LEADER_LABEL, a->opt.pod_namespace, a->opt.pod_name, ftc_last_error());
+  json_decref(patch);
+  ftc__free(path);
+}
 
 static void on_lost(void *ud) {
   app_t *a = ud;
@@ -57,7 +90,7 @@ static void handle(const char *path, int *status, const char **ctype, char **bod
     *status = ready ? 200 : 503;
     *body = ftc__strdup(ready ? "ok\n" : "caches not synced\n");
   } else if (!strcmp(path, "/metrics")) {
-    ftck_metrics_src_t src = {a->client, a->rec, a->leader ? ftck_leader_is_leader(a->leader) : 1};
+    ftck_metrics_src_t src = {a->client, a->rec, a->leader ? ftck_leader_is_leader(a->leader) : 1, a->coords};
     *body = ftck_metrics_render(&src);
     *status = *body ? 200 : 500;
     *ctype = "text/plain; version=0.0.4; charset=utf-8";
@@ -96,16 +129,31 @@ int main(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
 
+  ftck_coords_opts_t co = {.bind = a.opt.coordinator_bind,
+                           .dump_volume = a.opt.dump_volume,
+                           .dump_retention = a.opt.dump_retention,
+                           .dump_wait_ms = a.opt.dump_wait_s * 1000,
+                           .analyzer = a.opt.analyzer,
+                           .notify = on_coord_news,
+                           .ud = &a};
+  if (ftck_coords_create(&co, &a.coords) != FTC_OK) {
+    fprintf(stderr, "ftcomm-controller: %s\n", ftc_last_error());
+    goto out_destroy_client;
+  }
   ftck_reconciler_opts_t ro = {.watch_namespace = a.opt.watch_namespace,
                                .env = {.coordinator = a.opt.coordinator_address, .dump_dir = a.opt.dump_dir},
                                .identity = a.opt.identity,
                                .workers = a.opt.workers,
                                .resync_ms = (int64_t)a.opt.resync_s * 1000,
-                               .no_nodes = !a.opt.watch_nodes};
-  if (ftck_reconciler_create(a.client, &ro, &a.rec) != FTC_OK) {
+                               .no_nodes = !a.opt.watch_nodes,
+                               .token_check_ms = (int64_t)a.opt.token_check_s * 1000,
+                               .coords = a.coords};
+  ftck_reconciler_t *rec = NULL;
+  if (ftck_reconciler_create(a.client, &ro, &rec) != FTC_OK) {
     fprintf(stderr, "ftcomm-controller: %s\n", ftc_last_error());
-    goto out_destroy_client;
+    goto out_destroy_coords;
   }
+  __atomic_store_n(&a.rec, rec, __ATOMIC_RELEASE);
   ftck_httpd_t *httpd = NULL;
   if (ftck_httpd_start(a.opt.listen_addr, handle, &a, &httpd) != FTC_OK) {
     fprintf(stderr, "ftcomm-controller: %s\n", ftc_last_error());
@@ -129,6 +177,7 @@ int main(int argc, char **argv) {
     goto out_destroy_leader;
   }
   if (a.leader) {
+    leader_label(&a, 0); /* a label left by this pod's previous container */
     if (ftck_leader_acquire(a.leader, &g_stop) != FTC_OK) {
       rc = 0; /* stopped while waiting */
       goto out_stop_reconciler;
@@ -140,17 +189,33 @@ int main(int argc, char **argv) {
       goto out_release;
     }
   }
+  /* The coordinator port opens once we lead; a port still held (e.g. by
+   * the previous leader on this node) is tried again every 2 s. */
+  int64_t next_listen = 0;
   while (!stopping() && !ftck_reconciler_synced(a.rec)) usleep(50000);
   if (!stopping() && ftck_reconciler_start_workers(a.rec) != FTC_OK) {
     fprintf(stderr, "ftcomm-controller: %s\n", ftc_last_error());
     goto out_release;
   }
-  while (!stopping()) usleep(100000);
+  while (!stopping()) {
+    if (ftck_coords_port(a.coords) < 0 && ftc__now_ns() >= next_listen) {
+      if (ftck_coords_listen(a.coords) == FTC_OK) {
+        fprintf(stderr, "ftcomm-controller: coordinator port %d (%s), dumps in %s\n", ftck_coords_port(a.coords),
+                a.opt.coordinator_bind, a.opt.dump_volume);
+        leader_label(&a, 1);
+      } else {
+        fprintf(stderr, "ftcomm-controller: %s; trying again in 2 s\n", ftc_last_error());
+        next_listen = ftc__now_ns() + 2000000000LL;
+      }
+    }
+    usleep(100000);
+  }
   int lost = __atomic_load_n(&a.lost, __ATOMIC_ACQUIRE);
   rc = lost ? 1 : 0;
   fprintf(stderr, "ftcomm-controller: %s; shutting down\n", lost ? "lost the leader Lease" : "signal received");
 out_release:
   ftck_reconciler_stop(a.rec);
+  if (ftck_coords_port(a.coords) >= 0) leader_label(&a, 0);
   if (a.leader) ftck_leader_release(a.leader);
 out_stop_reconciler:
   ftck_reconciler_stop(a.rec);
@@ -160,6 +225,9 @@ out_stop_httpd:
   ftck_httpd_stop(httpd);
 out_destroy_reconciler:
   ftck_reconciler_destroy(a.rec);
+out_destroy_coords:
+  /* After the workers stopped: nothing calls into the coordinators any more. */
+  ftck_coords_destroy(a.coords);
 out_destroy_client:
   ftck_client_destroy(a.client);
 out_free_config:

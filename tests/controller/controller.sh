@@ -25,12 +25,13 @@ check_out "deploy/rbac.yaml has no wildcard" '^0$' grep -c '\*' "$root/deploy/rb
 sa=system:serviceaccount:ftcomm-system:ftcomm-controller
 can() { kc auth can-i "$@" --as=$sa; }
 for allowed in "create pods -n any" "delete pods -n any" "watch pods -A" "list trainingjobs.ftcomm.dev -A" \
-               "update trainingjobs.ftcomm.dev --subresource=status -n any" "create secrets -n any" "watch nodes" \
-               "create events.events.k8s.io -n any" "update leases.coordination.k8s.io -n ftcomm-system"; do
+               "update trainingjobs.ftcomm.dev --subresource=status -n any" "create secrets -n any" "get secrets -n any" "watch nodes" \
+               "create events.events.k8s.io -n any" "update leases.coordination.k8s.io -n ftcomm-system" \
+               "patch pods -n ftcomm-system"; do
   # shellcheck disable=SC2086
   check_out "RBAC allows: $allowed" '(^|'$'\n'')yes$' can $allowed
 done
-for denied in "list secrets -n any" "get secrets -A" "delete trainingjobs.ftcomm.dev -n any" "update trainingjobs.ftcomm.dev -n any" \
+for denied in "list secrets -n any" "watch secrets -A" "patch pods -n any" "delete trainingjobs.ftcomm.dev -n any" "update trainingjobs.ftcomm.dev -n any" \
               "update pods -n any" "create leases.coordination.k8s.io -n default" "create deployments.apps -n any" \
               "create pods --subresource=exec -n any" "update pods --subresource=status -n any" "update nodes" "delete nodes"; do
   # shellcheck disable=SC2086
@@ -105,7 +106,7 @@ start_controller() {  # start_controller ID [in-cluster]
   KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT=$FTC_APISERVER_PORT KUBECONFIG= \
   FTCOMM_LOG_LEVEL=info "$ctl" "${how[@]}" --listen-address 127.0.0.1:0 --identity "ctl-$1" \
     ${lease_flags:---lease-duration 40 --renew-deadline 30 --retry-period 1} --coordinator-address coord.test:7470 --dump-dir /dumps \
-    >>"$ctrl_log" 2>&1 &
+    --coordinator-bind 127.0.0.1:0 --dump-volume "$work/dumps" --token-check 2 >>"$ctrl_log" 2>&1 &
   ctrl_pid=$!
   eventually 10 grep -q "identity ctl-$1\$" "$ctrl_log"
   port=$(sed -n 's/.*health and metrics on port \([0-9]*\).*/\1/p' "$ctrl_log" | tail -1)
@@ -149,6 +150,13 @@ pods() { kc get pods -n ml -l ftcomm.dev/job=llm -o jsonpath='{range .items[*]}{
 have_pods() { [ "$(pods)" = "$*" ]; }
 check "one pod per slot: llm-0-0 llm-1-0 llm-2-0" eventually 20 have_pods "llm-0-0 llm-1-0 llm-2-0 "
 check_out "token Secret holds a 64-hex-digit token" '^[0-9a-f]{64}$' bash -c "$FTC_KUBECTL get secret llm-ftcomm-token -n ml -o jsonpath='{.data.token}' | base64 -d"
+secret_token() { kc get secret llm-ftcomm-token -n ml -o jsonpath='{.data.token}' 2>/dev/null; }
+token_before=$(secret_token)
+check "the token Secret is deleted by someone" kc delete secret llm-ftcomm-token -n ml
+recreated() { [ "$(secret_token)" = "$token_before" ]; }
+check "... and made again with the same token within --token-check (2 s)" eventually 15 recreated
+check_out "... saying so in an Event" 'TokenSecretRecreated' kc get events -n ml --field-selector reason=TokenSecretRecreated -o jsonpath='{.items[*].reason}'
+check_out "the job's coordinator runs in the leader" '^[1-9]' metric ftcomm_controller_coordinators_started_total
 envof() { kc get pod "$1" -n ml -o jsonpath="{range .spec.containers[0].env[*]}{.name}={.value}{.valueFrom.secretKeyRef.name}{.valueFrom.fieldRef.fieldPath};{end}"; }
 check_out "pod env: job, slot, sizes, token from the Secret, coordinator, dumps, timeout, backend" \
   'USER_SETTING=keep-me;FTCOMM_JOB=llm;FTCOMM_SLOT=1;FTCOMM_WORLD_SIZE=3;FTCOMM_MIN_SIZE=2;FTCOMM_JOINER=0;FTCOMM_TOKEN=llm-ftcomm-token;FTCOMM_COORDINATOR=coord.test:7470;FTCOMM_DUMP_DIR=/dumps;FTCOMM_TIMEOUT_MS=45000;FTCOMM_BACKEND=tcp;FTCOMM_RECORDER_ENTRIES=2000;FTCOMM_ADVERTISE_HOST=status.podIP;' \
@@ -202,7 +210,7 @@ if stop_controller; then ok "SIGTERM: the controller exits 0"; else bad "SIGTERM
 check "... within 5 s ($stop_ms ms)" test "$stop_ms" -lt 5000
 check_out "... and released the Lease" '^$' kc -n ftcomm-system get lease ftcomm-controller -o jsonpath='{.spec.holderIdentity}'
 if start_controller 2 in-cluster; then ok "restarted controller (in-cluster config: service-account files) becomes ready"; else bad "controller restart"; cat "$ctrl_log"; fi
-check_out "in-cluster mode found the server from KUBERNETES_SERVICE_HOST/PORT" "server https://127.0.0.1:$FTC_APISERVER_PORT, .*identity ctl-2" tail -5 "$ctrl_log"
+check_out "in-cluster mode found the server from KUBERNETES_SERVICE_HOST/PORT" "server https://127.0.0.1:$FTC_APISERVER_PORT, .*identity ctl-2" grep "identity ctl-2" "$ctrl_log"
 check_out "it takes the released Lease at once" '^ctl-2$' kc -n ftcomm-system get lease ftcomm-controller -o jsonpath='{.spec.holderIdentity}'
 reconciled() { [ "$(metric 'ftcomm_controller_reconciles_total{result="success"}')" -ge 1 ]; }
 eventually 10 reconciled
@@ -329,7 +337,8 @@ team_token=$(kc -n team create token ftcomm-team --duration=1h)
 sed -e "s|token: \"$token\"|token: \"$team_token\"|" -e 's|namespace: ftcomm-system|namespace: team|' "$sa_kubeconfig" >"$work/team.kubeconfig"
 echo "=== controller team" >>"$ctrl_log"
 FTCOMM_LOG_LEVEL=info "$ctl" --kubeconfig "$work/team.kubeconfig" --namespace team --watch-nodes=false \
-  --lease-namespace team --identity ctl-team --listen-address 127.0.0.1:0 >>"$ctrl_log" 2>&1 &
+  --lease-namespace team --identity ctl-team --listen-address 127.0.0.1:0 --coordinator-bind 127.0.0.1:0 \
+  --dump-volume "$work/dumps" >>"$ctrl_log" 2>&1 &
 ctrl_pid=$!
 eventually 10 grep -q 'identity ctl-team$' "$ctrl_log"
 port=$(sed -n 's/.*health and metrics on port \([0-9]*\).*/\1/p' "$ctrl_log" | tail -1)

@@ -19,5 +19,5 @@ $(BUILD)/tests/controller/$(1): $(BUILD)/obj/tests/controller/$(1).o $$(CONTROLL
 endef
 $(foreach t,$(CTL_TEST_PROGS) kube_live,$(eval $(call ctl_test,$(t))))
 
-TEST_BINS += $(CTL_TEST_BINS) $(CTL_LIVE) $(CONTROLLER_BIN)
+TEST_BINS += $(CTL_TEST_BINS) $(CTL_LIVE) $(CONTROLLER_BIN) $(TRACE_BIN)
 TEST_SUITES += $(CTL_TEST_BINS) tests/controller/crd.sh tests/controller/controller.sh

@@ -33,8 +33,10 @@ struct ftck_reconciler {
   ftck_informer_t *jobs, *pods, *nodes;
   pthread_t threads[MAX_WORKERS];
   int nthreads;
-  pthread_mutex_t mu; /* secrets_ok */
-  json_t *secrets_ok;  /* job uid -> true once its Secret exists */
+  pthread_mutex_t mu; /* secrets_ok (a leaf) */
+  json_t *secrets_ok;  /* job uid -> {token, checked: monotonic ns of the last look at its Secret} */
+  ftck_coords_t *coords; /* the embedded coordinators; NULL: none */
+  int64_t token_check_ms; /* how often a running job's token Secret is looked at */
   ftck_reconciler_stats_t stats; /* atomics */
 };
 
@@ -95,6 +97,8 @@ ftc_status_t ftck_reconciler_create(ftck_client_t *c, const ftck_reconciler_opts
   r->dump_dir = ftc__strdup(o->env.dump_dir ? o->env.dump_dir : "/var/run/ftcomm/dumps");
   r->identity = ftc__strdup(o->identity ? o->identity : "ftcomm-controller");
   r->secrets_ok = json_object();
+  r->coords = o->coords;
+  r->token_check_ms = o->token_check_ms > 0 ? o->token_check_ms : 30000;
   r->workers = o->workers > 0 ? (o->workers < MAX_WORKERS ? o->workers : MAX_WORKERS) : 2;
   if ((o->watch_namespace && *o->watch_namespace && !r->ns) || !r->coordinator || !r->dump_dir || !r->identity ||
       !r->secrets_ok) {
@@ -138,26 +142,12 @@ out_destroy:
 
 /* ---- writes ---- */
 
-static ftc_status_t ensure_secret(ftck_reconciler_t *r, const json_t *job) {
-  const char *uid = ftck_jstr(job, "metadata.uid");
+/* Create the token Secret of job with token (hex). *code gets the HTTP status. */
+static ftc_status_t create_secret(ftck_reconciler_t *r, const json_t *job, const char *sname, const char *token,
+                                  long *code) {
   const char *name = ftck_jstr(job, "metadata.name");
   const char *ns = ftck_jstr(job, "metadata.namespace");
-  pthread_mutex_lock(&r->mu);
-  int known = uid && json_object_get(r->secrets_ok, uid) != NULL;
-  pthread_mutex_unlock(&r->mu);
-  if (known) return FTC_OK;
-  char sname[300];
-  if (ftck_secret_name(name, sname, sizeof sname) != 0) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "job name too long");
-  unsigned char raw[32];
-  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd < 0 || read(fd, raw, sizeof raw) != (ssize_t)sizeof raw) {
-    if (fd >= 0) close(fd);
-    return ftc__error(FTC_ERR_SYSTEM, "cannot read /dev/urandom for the job token");
-  }
-  close(fd);
-  char hex[65];
-  for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", raw[i]);
-  char *b64 = ftck_base64_encode((unsigned char *)hex, 64);
+  char *b64 = ftck_base64_encode((const unsigned char *)token, strlen(token));
   json_t *owner = ftck_owner_ref(job);
   json_t *secret = b64 && owner ? json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s, s:s, s:s}, s:[O]}, s:s, s:{s:s}}",
                                             "apiVersion", "v1", "kind", "Secret", "metadata", "name", sname,
@@ -169,15 +159,103 @@ static ftc_status_t ensure_secret(ftck_reconciler_t *r, const json_t *job) {
   json_decref(owner);
   if (!secret) return ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
   char *path = ftck_path("", "v1", ns, "secrets", NULL);
-  long code = 0;
-  ftc_status_t st = path ? ftck_create(r->c, path, secret, &code, NULL) : ftc__error(FTC_ERR_NO_MEMORY, "no memory");
+  ftc_status_t st = path ? ftck_create(r->c, path, secret, code, NULL) : ftc__error(FTC_ERR_NO_MEMORY, "no memory");
   ftc__free(path);
   json_decref(secret);
-  if (st != FTC_OK && code == 409) st = FTC_OK; /* it exists: keep the token the pods already have */
+  return st;
+}
+
+/* GET the token Secret: FTC_OK with the token in buf, or *code 404. */
+static ftc_status_t read_secret(ftck_reconciler_t *r, const char *ns, const char *sname, char *buf, size_t n,
+                                long *code) {
+  char *path = ftck_path("", "v1", ns, "secrets", sname);
+  json_t *obj = NULL;
+  ftc_status_t st = path ? ftck_get(r->c, path, code, &obj) : ftc__error(FTC_ERR_NO_MEMORY, "no memory");
+  ftc__free(path);
+  if (st != FTC_OK) return st;
+  char *raw = NULL;
+  size_t len = 0;
+  const char *b64 = ftck_jstr(obj, "data.token");
+  if (!b64 || ftck_base64_decode(b64, &raw, &len) != FTC_OK || len == 0 || len >= n) {
+    ftc__free(raw);
+    json_decref(obj);
+    return ftc__error(FTC_ERR_PROTOCOL, "Secret %s/%s has no usable data.token", ns, sname);
+  }
+  memcpy(buf, raw, len);
+  buf[len] = '\0';
+  ftc__free(raw);
+  json_decref(obj);
+  return FTC_OK;
+}
+
+/* The job's token Secret exists and *token is its token. The token is
+ * made once (32 random bytes, hex) and remembered by job uid; the Secret is
+ * looked at again every token_check_ms (GET) and, when someone deleted
+ * it, made again with the same token, so running pods, replacements and the
+ * coordinator keep agreeing. A Secret that exists when we know no token (the
+ * controller restarted) is read. */
+static ftc_status_t ensure_secret(ftck_reconciler_t *r, const json_t *job, char *token, size_t tn,
+                                  int64_t *recheck_ms) {
+  const char *uid = ftck_jstr(job, "metadata.uid");
+  const char *name = ftck_jstr(job, "metadata.name");
+  const char *ns = ftck_jstr(job, "metadata.namespace");
+  int64_t now = ftc__now_ns();
+  *recheck_ms = r->token_check_ms;
+  token[0] = '\0';
+  int64_t checked = 0;
+  pthread_mutex_lock(&r->mu);
+  json_t *e = uid ? json_object_get(r->secrets_ok, uid) : NULL;
+  if (e) {
+    snprintf(token, tn, "%s", ftck_jstr(e, "token") ? ftck_jstr(e, "token") : "");
+    checked = ftck_jint(e, "checked", 0);
+  }
+  pthread_mutex_unlock(&r->mu);
+  if (token[0] && now - checked < r->token_check_ms * 1000000) {
+    *recheck_ms = r->token_check_ms - (now - checked) / 1000000;
+    return FTC_OK;
+  }
+  char sname[300];
+  if (ftck_secret_name(name, sname, sizeof sname) != 0) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "job name too long");
+  long code = 0;
+  ftc_status_t st;
+  if (token[0]) {
+    char seen[256];
+    st = read_secret(r, ns, sname, seen, sizeof seen, &code);
+    if (st != FTC_OK && code == 404) {
+      st = create_secret(r, job, sname, token, &code);
+      if (st == FTC_OK) {
+        FTC_WARN(FTC_SUB_CTRL, "%s/%s: token Secret %s was deleted; made it again with the same token", ns, name,
+                 sname);
+        json_t *regarding = json_pack("{s:s, s:s, s:O}", "apiVersion", FTCK_API_VERSION, "kind", FTCK_KIND,
+                                      "metadata", json_object_get(job, "metadata"));
+        char note[512];
+        snprintf(note, sizeof note, "token Secret %s was deleted; recreated with the job's token", sname);
+        if (regarding) ftck_event(r->c, regarding, "Warning", "TokenSecretRecreated", "Recreate", note, FTCK_MANAGER,
+                                  r->identity);
+        json_decref(regarding);
+      }
+    } else if (st == FTC_OK && strcmp(seen, token) != 0) {
+      /* Someone replaced it: the pods made from now on get the new token; so does the coordinator. */
+      FTC_WARN(FTC_SUB_CTRL, "%s/%s: token Secret %s holds another token now; using it", ns, name, sname);
+      snprintf(token, tn, "%s", seen);
+    }
+  } else {
+    unsigned char raw[32];
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, raw, sizeof raw) != (ssize_t)sizeof raw) {
+      if (fd >= 0) close(fd);
+      return ftc__error(FTC_ERR_SYSTEM, "cannot read /dev/urandom for the job token");
+    }
+    close(fd);
+    for (int i = 0; i < 32 && (size_t)(2 * i + 2) < tn; i++) snprintf(token + 2 * i, 3, "%02x", raw[i]);
+    st = create_secret(r, job, sname, token, &code);
+    if (st == FTC_OK) FTC_INFO(FTC_SUB_CTRL, "%s/%s: created token Secret %s", ns, name, sname);
+    /* It exists: keep the token the pods already have. */
+    else if (code == 409) st = read_secret(r, ns, sname, token, tn, &code);
+  }
   if (st == FTC_OK && uid) {
-    if (code != 409) FTC_INFO(FTC_SUB_CTRL, "%s/%s: created token Secret %s", ns, name, sname);
     pthread_mutex_lock(&r->mu);
-    json_object_set_new(r->secrets_ok, uid, json_true());
+    json_object_set_new(r->secrets_ok, uid, json_pack("{s:s, s:I}", "token", token, "checked", (json_int_t)now));
     pthread_mutex_unlock(&r->mu);
   }
   return st;
@@ -473,14 +551,14 @@ static ftc_status_t replace_member(pass_t *p, int s, json_t *lost, int lost_inc,
 }
 
 /* restartAll mode: every slot starts again at the next incarnation. */
-static ftc_status_t restart_all(pass_t *p, const json_t *cause) {
+static ftc_status_t restart_all(pass_t *p, const json_t *cause, int skip_backoff) {
   if (p->used >= p->spec.max_replacements) {
     p->exhausted = 1;
     for (int s = 0; s < p->spec.replicas; s++)
       if (p->slots[s].state_override == 1) p->slots[s].state_override = 2;
     return FTC_OK;
   }
-  int64_t wait_ms = backoff_left_ms(p, cause, p->used);
+  int64_t wait_ms = skip_backoff ? 0 : backoff_left_ms(p, cause, p->used);
   if (wait_ms > 0) {
     wait_then_retry(p, wait_ms);
     return FTC_OK;
@@ -499,6 +577,12 @@ static ftc_status_t restart_all(pass_t *p, const json_t *cause) {
   }
   p->replacing = 1;
   if (!any_new) return FTC_OK; /* an earlier pass made this restart; the caches did not show it yet */
+  /* Every rank starts afresh: so does the coordinator (its epochs still
+   * count on from status.epoch), made again by the next pass. */
+  if (p->r->coords) {
+    ftck_coords_remove(p->r->coords, p->key);
+    if (p->requeue < 0 || p->requeue > 100) p->requeue = 100;
+  }
   const char *cname = ftck_jstr(cause, "metadata.name");
   const char *reason = ftck_jstr(cause, "status.reason");
   char msg[1024];
@@ -509,11 +593,100 @@ static ftc_status_t restart_all(pass_t *p, const json_t *cause) {
   return FTC_OK;
 }
 
+/* ---- the job's coordinator ---- */
+
+/* A running job has its coordinator, with the token its pods have and
+ * epochs numbered above the status's (a restarted controller's coordinator
+ * adopts the running epoch from the ranks when they reconnect). */
+static ftc_status_t ensure_coordinator(pass_t *p, const char *token) {
+  if (!p->r->coords) return FTC_OK;
+  const char *was = ftck_jstr(p->job, "status.phase");
+  if (p->spec.suspend || (was && (!strcmp(was, "Succeeded") || !strcmp(was, "Failed")))) {
+    ftck_coords_remove(p->r->coords, p->key);
+    return FTC_OK;
+  }
+  int64_t hang_ms = (int64_t)p->spec.hang_timeout_s * 1000;
+  ftck_coord_params_t cp = {.job = p->name,
+                            .token = token,
+                            .world_size = p->spec.replicas,
+                            .min_size = p->spec.min_replicas,
+                            .hang_timeout_ms = hang_ms > 3600000 ? 3600000 : hang_ms < 50 ? 50 : (int)hang_ms,
+                            .first_epoch = (uint64_t)ftck_jint(p->job, "status.epoch", 0)};
+  return ftck_coords_ensure(p->r->coords, p->key, &cp, NULL);
+}
+
+/* Tell the coordinator at once that slot s lost its process, so the
+ * survivors shrink now instead of after the heartbeat timeout. */
+static void declare_lost(pass_t *p, int s, const json_t *lost, int node_down) {
+  if (!p->r->coords) return;
+  const char *name = ftck_jstr(lost, "metadata.name");
+  char why[512];
+  snprintf(why, sizeof why, "pod %s %s", name ? name : "?",
+           node_down                                          ? "was lost with its node"
+           : ftck_jstr(lost, "metadata.deletionTimestamp")    ? "is being deleted"
+           : ftck_jstr(lost, "metadata.uid")                  ? "failed"
+                                                              : "disappeared");
+  if (ftck_coords_slot_lost(p->r->coords, p->key, s, name, why) != FTC_OK)
+    FTC_WARN(FTC_SUB_CTRL, "%s: cannot declare slot %d lost: %s", p->key, s, ftc_last_error());
+}
+
+/* Hangs whose dumps are in: an incident in status and an Event each, then
+ * spec.failurePolicy.onHang: replace the culprit's pod (deleted now,
+ * replaced by the next pass like any lost pod), dumpOnly, or restartAll. */
+static ftc_status_t handle_hangs(pass_t *p) {
+  if (!p->r->coords) return FTC_OK;
+  ftck_incident_t *v = NULL;
+  size_t n = 0;
+  int64_t wait_ms = -1;
+  ftc_status_t st = ftck_coords_take_incidents(p->r->coords, p->key, &v, &n, &wait_ms);
+  if (st != FTC_OK) return st;
+  if (wait_ms >= 0 && (p->requeue < 0 || wait_ms < p->requeue)) p->requeue = wait_ms;
+  const json_t *restart_cause = NULL;
+  for (size_t i = 0; i < n && st == FTC_OK; i++) {
+    ftck_incident_t *inc = &v[i];
+    int s = inc->culprit_slot;
+    json_t *pod = s >= 0 && s < p->spec.replicas ? p->slots[s].cur : NULL;
+    const char *pname = ftck_jstr(pod, "metadata.name");
+    char culprit[300] = "", tbuf[64], note[8192];
+    if (pname) snprintf(culprit, sizeof culprit, "%s", pname);
+    else if (inc->culprit_rank >= 0) snprintf(culprit, sizeof culprit, "rank %d", inc->culprit_rank);
+    const char *act = p->spec.on_hang == FTCK_ON_HANG_DUMP_ONLY ? "dumpOnly: nothing else done"
+                      : p->spec.on_hang == FTCK_ON_HANG_RESTART_ALL ? "restartAll: every pod restarts"
+                      : pname ? "replace: its pod is replaced" : "replace: no pod to replace";
+    ftck_format_time(inc->time_ns, tbuf, sizeof tbuf);
+    json_array_append_new(p->incidents, json_pack("{s:s, s:s, s:s?, s:s, s:s}", "time", tbuf, "kind", inc->kind,
+                                                   "culprit", culprit[0] ? culprit : NULL, "dumpPath",
+                                                   inc->dump_path, "message", inc->headline));
+    snprintf(note, sizeof note, "%s%s%s (rank %d): %s; %d dump%s in %s; onHang %s", inc->reason,
+             culprit[0] ? "; culprit " : "", culprit, inc->culprit_rank, inc->headline, inc->dumps,
+             inc->dumps == 1 ? "" : "s", inc->dump_path, act);
+    FTC_WARN(FTC_SUB_CTRL, "%s: %s", p->key, note);
+    note[1000] = '\0'; /* an Event's note holds 1 kB */
+    report_event(p->r, p->job, "Warning", !strcmp(inc->kind, "Hang") ? "HangDetected" : "CollectiveTimeout", "Dump",
+                 note);
+    if (p->spec.on_hang == FTCK_ON_HANG_RESTART_ALL) {
+      if (!restart_cause) restart_cause = pod ? pod : p->slots[0].cur;
+    } else if (p->spec.on_hang == FTCK_ON_HANG_REPLACE && pod && !ftck_pod_is_lost(pod)) {
+      declare_lost(p, s, pod, 0);
+      st = delete_pod(p->r, p->ns, pname);
+    }
+  }
+  if (st == FTC_OK && restart_cause) st = restart_all(p, restart_cause, 1);
+  ftc__free(v);
+  return st;
+}
+
 /* Phase, members, counts and conditions, from the slots as this pass left them. */
 static void compute_status(pass_t *p, json_t *computed, json_t *conds) {
   const ftck_job_spec_t *spec = &p->spec;
   int alive = 0, succeeded = 0;
   json_t *mlist = json_array();
+  /* The coordinator's epoch: who has which rank. */
+  ftc__coord_view_t *view = p->r->coords && !spec->suspend ? ftck_coords_view(p->r->coords, p->key) : NULL;
+  if (view && view->epoch == 0) {
+    ftc__coord_view_free(view);
+    view = NULL;
+  }
   for (int s = 0; s < spec->replicas; s++) {
     json_t *old = json_array_get(p->members, (size_t)s);
     if (spec->suspend) {
@@ -530,10 +703,16 @@ static void compute_status(pass_t *p, json_t *computed, json_t *conds) {
     const char *pname = ftck_jstr(pod, "metadata.name");
     json_t *m = json_pack("{s:i, s:s?, s:s?, s:s}", "slot", s, "pod", pname, "node", ftck_jstr(pod, "spec.nodeName"),
                           "state", state);
-    /* The rank is the coordinator's to set; keep it while the pod stays. */
-    if (m && json_is_integer(json_object_get(old, "rank")) && pname && ftck_jstr(old, "pod") &&
-        !strcmp(ftck_jstr(old, "pod"), pname))
+    /* The rank is the coordinator's to set: from its epoch when there is
+     * one, else kept while the pod stays. */
+    if (view) {
+      for (int k = 0; m && k < view->size; k++)
+        if (view->members[k].slot == s && !strcmp(state, "Running"))
+          json_object_set_new(m, "rank", json_integer(view->members[k].rank));
+    } else if (m && json_is_integer(json_object_get(old, "rank")) && pname && ftck_jstr(old, "pod") &&
+               !strcmp(ftck_jstr(old, "pod"), pname)) {
       json_object_set(m, "rank", json_object_get(old, "rank"));
+    }
     json_array_append_new(mlist, m);
   }
   const char *phase = spec->suspend                                  ? "Suspended"
@@ -546,7 +725,9 @@ static void compute_status(pass_t *p, json_t *computed, json_t *conds) {
   snprintf(msg, sizeof msg, "%d of %d members running (minimum %d)", alive, spec->replicas, spec->min_replicas);
   json_object_set_new(computed, "phase", json_string(phase));
   json_object_set_new(computed, "alive", json_integer(alive));
-  json_object_set_new(computed, "worldSize", json_integer(alive));
+  json_object_set_new(computed, "worldSize", json_integer(view ? view->size : alive));
+  if (view) json_object_set_new(computed, "epoch", json_integer((json_int_t)view->epoch));
+  ftc__coord_view_free(view);
   json_object_set_new(computed, "replacementsDelta", json_integer(p->used_now));
   json_object_set_new(computed, "members", mlist);
   int all = alive == spec->replicas;
@@ -578,9 +759,13 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
   p.job = ftck_informer_get(r->jobs, key);
   if (!p.job) {
     FTC_DEBUG(FTC_SUB_CTRL, "%s: gone; its pods go with it (owner references)", key);
+    if (r->coords) ftck_coords_remove(r->coords, key);
     return FTC_OK;
   }
-  if (ftck_jstr(p.job, "metadata.deletionTimestamp")) goto out_free_job;
+  if (ftck_jstr(p.job, "metadata.deletionTimestamp")) {
+    if (r->coords) ftck_coords_remove(r->coords, key);
+    goto out_free_job;
+  }
   json_t *pods = NULL, *mine = NULL, *conds = NULL;
   json_t *computed = json_object();
   char *job_path = ftck_path(FTCK_GROUP, FTCK_VERSION, ns, FTCK_PLURAL, name);
@@ -597,7 +782,10 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
     add_condition(conds, "Ready", 0, "InvalidSpec", err);
     goto out_write_status;
   }
-  FTC_CHECK_GOTO(ensure_secret(r, p.job), st, out_free_pass);
+  char token[256];
+  int64_t recheck_ms = -1;
+  FTC_CHECK_GOTO(ensure_secret(r, p.job, token, sizeof token, &recheck_ms), st, out_free_pass);
+  FTC_CHECK_GOTO(ensure_coordinator(&p, token), st, out_free_pass);
   p.slots = ftc__calloc((size_t)p.spec.replicas, sizeof *p.slots);
   mine = json_array();
   if (!p.slots || !mine) {
@@ -625,6 +813,7 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
     FTC_CHECK_GOTO(find_loss(&p, s, &lost, &lost_inc, &node_down), st, out_free_pass);
     if (!lost) continue;
     p.ever_lost = 1;
+    declare_lost(&p, s, lost, node_down);
     if (p.spec.mode == FTCK_MODE_RESTART_ALL) {
       if (!restart_cause) restart_cause = lost;
       p.slots[s].state_override = 1;
@@ -632,7 +821,8 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
     }
     FTC_CHECK_GOTO(replace_member(&p, s, lost, lost_inc, node_down), st, out_free_pass);
   }
-  if (restart_cause) FTC_CHECK_GOTO(restart_all(&p, restart_cause), st, out_free_pass);
+  if (restart_cause) FTC_CHECK_GOTO(restart_all(&p, restart_cause, 0), st, out_free_pass);
+  FTC_CHECK_GOTO(handle_hangs(&p), st, out_free_pass);
 
   /* Older incarnations of a slot (the lost pods among them) are no longer needed. */
   size_t i;
@@ -644,6 +834,13 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
       FTC_CHECK_GOTO(delete_pod(r, ns, ftck_jstr(pod, "metadata.name")), st, out_free_pass);
   }
   compute_status(&p, computed, conds);
+  /* A job that ended (or is suspended) needs no coordinator; one that runs
+   * looks at its token Secret again now and then. */
+  const char *phase = json_string_value(json_object_get(computed, "phase"));
+  if (r->coords && phase && (!strcmp(phase, "Succeeded") || !strcmp(phase, "Failed") || !strcmp(phase, "Suspended")))
+    ftck_coords_remove(r->coords, key);
+  else if (recheck_ms >= 0 && (p.requeue < 0 || recheck_ms < p.requeue))
+    p.requeue = recheck_ms;
 
 out_write_status:;
   ftck_status_update_t u = {.uid = ftck_jstr(p.job, "metadata.uid"), .computed = computed, .incidents = p.incidents,

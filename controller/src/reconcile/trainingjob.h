@@ -5,6 +5,10 @@
  * in line with its spec: a token Secret, one pod per slot with the runtime
  * environment, replacements for lost pods (budget, backoff, away from the
  * failed node), status with conditions, members and incidents, and Events.
+ * With coordinators (opts.coords) each running job has its coordinator: a
+ * lost pod's slot is declared lost at once, epochs fill status.epoch,
+ * worldSize and the members' ranks, and hangs become incidents (dumps,
+ * analysis, Event) followed by spec.failurePolicy.onHang.
  */
 #ifndef FTCK_TRAININGJOB_H
 #define FTCK_TRAININGJOB_H
@@ -12,6 +16,7 @@
 #include <stdint.h>
 
 #include "informer.h"
+#include "jobcoord.h"
 #include "jobspec.h"
 #include "kube_client.h"
 #include "workqueue.h"
@@ -24,6 +29,10 @@ typedef struct ftck_reconciler_opts {
   int64_t resync_ms;
   int no_nodes;                /* 1: no Node informer (no RBAC on nodes); node loss is then
                                 * seen only when the pods fail or are deleted */
+  int64_t token_check_ms;      /* how often a running job's token Secret is checked (and made
+                                * again if deleted); 0: 30 s */
+  ftck_coords_t *coords;       /* the embedded coordinators (borrowed; outlives the reconciler's
+                                * workers); NULL: pods are run without one (tests) */
 } ftck_reconciler_opts_t;
 
 typedef struct ftck_reconciler_stats {

@@ -115,6 +115,39 @@ char *ftck_metrics_render(const ftck_metrics_src_t *src) {
           "ftcomm_controller_leader %d\n",
       (unsigned long long)rs.pods_created, (unsigned long long)rs.pods_deleted, (unsigned long long)rs.replacements,
       src->leader);
+  if (src->coords) {
+    ftck_coords_stats_t cs;
+    ftck_coords_get_stats(src->coords, &cs);
+    put(&o, "# HELP ftcomm_controller_coordinator_listening 1 while the coordinator port accepts ranks.\n"
+            "# TYPE ftcomm_controller_coordinator_listening gauge\n"
+            "ftcomm_controller_coordinator_listening %d\n"
+            "# HELP ftcomm_controller_coordinators_started_total Job coordinators started (or remade).\n"
+            "# TYPE ftcomm_controller_coordinators_started_total counter\n"
+            "ftcomm_controller_coordinators_started_total %llu\n"
+            "# HELP ftcomm_controller_epochs_total Membership epochs formed by the job coordinators.\n"
+            "# TYPE ftcomm_controller_epochs_total counter\n"
+            "ftcomm_controller_epochs_total %llu\n"
+            "# HELP ftcomm_controller_slots_declared_lost_total Slots the controller declared lost to a coordinator.\n"
+            "# TYPE ftcomm_controller_slots_declared_lost_total counter\n"
+            "ftcomm_controller_slots_declared_lost_total %llu\n"
+            "# HELP ftcomm_controller_hangs_total Hangs reported by the job coordinators.\n"
+            "# TYPE ftcomm_controller_hangs_total counter\n"
+            "ftcomm_controller_hangs_total %llu\n"
+            "# HELP ftcomm_controller_dumps_total Flight-recorder dumps stored in the dump volume.\n"
+            "# TYPE ftcomm_controller_dumps_total counter\n"
+            "ftcomm_controller_dumps_total %llu\n"
+            "# HELP ftcomm_controller_coordinator_sessions Rank connections open on the coordinator port.\n"
+            "# TYPE ftcomm_controller_coordinator_sessions gauge\n"
+            "ftcomm_controller_coordinator_sessions %llu\n"
+            "# HELP ftcomm_controller_coordinator_connections_total Rank connections by outcome (unrouted: no coordinator for their job yet).\n"
+            "# TYPE ftcomm_controller_coordinator_connections_total counter\n"
+            "ftcomm_controller_coordinator_connections_total{result=\"routed\"} %llu\n"
+            "ftcomm_controller_coordinator_connections_total{result=\"unrouted\"} %llu\n",
+        cs.listening, (unsigned long long)cs.coordinators, (unsigned long long)cs.epochs,
+        (unsigned long long)cs.slots_declared_lost, (unsigned long long)cs.hangs, (unsigned long long)cs.dumps,
+        (unsigned long long)cs.router_open, (unsigned long long)cs.router_routed,
+        (unsigned long long)cs.router_unrouted);
+  }
   if (o.failed) {
     ftc__free(o.p);
     return NULL;

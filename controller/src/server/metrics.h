@@ -1,11 +1,13 @@
 /*
  * metrics.h - the controller's Prometheus text exposition (format 0.0.4):
  * reconciles, queue depth, API requests by verb and code, watch restarts
- * and lists per informer, pods created/deleted, replacements, leadership.
+ * and lists per informer, pods created/deleted, replacements, leadership,
+ * and the embedded coordinators (epochs, hangs, dumps, the port's sessions).
  */
 #ifndef FTCK_METRICS_H
 #define FTCK_METRICS_H
 
+#include "jobcoord.h"
 #include "kube_client.h"
 #include "trainingjob.h"
 
@@ -13,6 +15,7 @@ typedef struct ftck_metrics_src {
   ftck_client_t *client;
   ftck_reconciler_t *reconciler;
   int leader; /* 1 leader, 0 not (or election off: 1) */
+  ftck_coords_t *coords; /* may be NULL */
 } ftck_metrics_src_t;
 
 /* New text (ftc__free), or NULL on no memory. */

@@ -44,6 +44,13 @@ static const flag_t flags[] = {
     {"resync", I(resync_s, 0, 86400), "seconds between full resyncs of the caches; 0 never (default 300)"},
     {"coordinator-address", S(coordinator_address), "FTCOMM_COORDINATOR given to pods (default ftcomm-controller.ftcomm-system.svc:7470)"},
     {"dump-dir", S(dump_dir), "FTCOMM_DUMP_DIR given to pods (default /var/run/ftcomm/dumps)"},
+    {"coordinator-bind", S(coordinator_bind), "host:port where ranks reach the jobs' coordinators (default :7470; port 0 picks one, logged)"},
+    {"dump-volume", S(dump_volume), "folder of incidents: <namespace>/<job>/<incident>/rank-<r>.json and analysis (default /var/lib/ftcomm/dumps)"},
+    {"dump-retention", I(dump_retention, 1, 100000), "incidents kept per job, the newest (default 10)"},
+    {"dump-wait", I(dump_wait_s, 1, 3600), "seconds an incident waits for every rank's dump before it is analyzed (default 10)"},
+    {"token-check", I(token_check_s, 1, 86400), "seconds between checks that a running job's token Secret exists (a deleted one is made again, same token; default 30)"},
+    {"analyzer", S(analyzer), "the ftcomm-trace binary (default: next to this one, else $PATH)"},
+    {"leader-label", B(leader_label), "label this pod ftcomm.dev/leader=true while it leads, for the Service (default true; needs $POD_NAME)"},
 };
 
 static void set_str(ftck_options_t *o, const flag_t *f, const char *v) {
@@ -98,10 +105,18 @@ ftc_status_t ftck_options_parse(int argc, char **argv, ftck_options_t *o) {
   o->resync_s = 300;
   snprintf(o->coordinator_address, sizeof o->coordinator_address, "ftcomm-controller.ftcomm-system.svc:7470");
   snprintf(o->dump_dir, sizeof o->dump_dir, "/var/run/ftcomm/dumps");
+  snprintf(o->coordinator_bind, sizeof o->coordinator_bind, ":7470");
+  snprintf(o->dump_volume, sizeof o->dump_volume, "/var/lib/ftcomm/dumps");
+  o->dump_retention = 10;
+  o->dump_wait_s = 10;
+  o->token_check_s = 30;
+  o->leader_label = 1;
   if (env("KUBECONFIG")) snprintf(o->kubeconfig, sizeof o->kubeconfig, "%s", env("KUBECONFIG"));
   if (env("WATCH_NAMESPACE")) snprintf(o->watch_namespace, sizeof o->watch_namespace, "%s", env("WATCH_NAMESPACE"));
   if (env("POD_NAMESPACE")) snprintf(o->lease_namespace, sizeof o->lease_namespace, "%s", env("POD_NAMESPACE"));
   if (env("POD_NAME")) snprintf(o->identity, sizeof o->identity, "%s", env("POD_NAME"));
+  if (env("POD_NAME")) snprintf(o->pod_name, sizeof o->pod_name, "%s", env("POD_NAME"));
+  if (env("POD_NAMESPACE")) snprintf(o->pod_namespace, sizeof o->pod_namespace, "%s", env("POD_NAMESPACE"));
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {

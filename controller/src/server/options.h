@@ -3,7 +3,8 @@
  *
  * Flags win over the environment; the environment uses the names operators
  * already set: KUBECONFIG, WATCH_NAMESPACE (empty: all namespaces),
- * POD_NAME (leader identity) and POD_NAMESPACE (lease namespace).
+ * POD_NAME (leader identity, and the pod that gets the leader label) and
+ * POD_NAMESPACE (lease namespace).
  */
 #ifndef FTCK_OPTIONS_H
 #define FTCK_OPTIONS_H
@@ -28,6 +29,15 @@ typedef struct ftck_options {
   int watch_nodes;               /* 1: Node informer (needs the nodes ClusterRole) */
   char coordinator_address[256]; /* FTCOMM_COORDINATOR injected into pods */
   char dump_dir[512];            /* FTCOMM_DUMP_DIR injected into pods */
+  char coordinator_bind[256];    /* the coordinator port: [host]:port */
+  char dump_volume[512];         /* incidents: <volume>/<ns>/<job>/<incident>/ */
+  int dump_retention;            /* incidents kept per job */
+  int dump_wait_s;               /* how long an incident waits for the ranks' dumps */
+  char analyzer[512];            /* ftcomm-trace; empty: next to the binary, else $PATH */
+  int token_check_s;             /* how often a running job's token Secret is checked */
+  int leader_label;              /* 1: label our own pod ftcomm.dev/leader=true while leading */
+  char pod_name[256];            /* $POD_NAME: our pod (for the leader label) */
+  char pod_namespace[256];       /* $POD_NAMESPACE: its namespace */
   int show_help;
 } ftck_options_t;
 
