@@ -113,10 +113,12 @@ static ftc_status_t move_epoch(ftc_comm_t *comm, uint64_t min_epoch, int64_t dea
     st = ftc__member_wait_view(comm->member, comm->view->epoch, (int)(slice < 1 ? 1 : slice), &v);
     if (st == FTC_ERR_TIMEOUT) continue;
     if (st != FTC_OK) {
+      char why[512]; /* ftc_last_error() is the buffer ftc__error() writes */
+      snprintf(why, sizeof(why), "%s", ftc_last_error());
       st = ftc__error(FTC_ERR_COORDINATOR,
                       "the coordinator session ended during recovery (this rank was excluded, "
                       "or the coordinator is gone): %s",
-                      ftc_last_error());
+                      why);
       break;
     }
     if (v->epoch < min_epoch || v->my_rank < 0) {
