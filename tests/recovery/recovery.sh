@@ -45,6 +45,8 @@ check() {
   local rc n hashes loss
   rc=$(cat "$tmp/$name.rc")
   [ "$rc" = 0 ] || { bad "$name" "ftcomm-run exited $rc"; return 1; }
+  # Under SANITIZE=..., a report from any rank fails the case.
+  if grep -q 'Sanitizer' "$tmp/$name.out"; then bad "$name" "a sanitizer report"; return 1; fi
   n=$(finals "$name" | wc -l)
   [ "$n" = "$want" ] || { bad "$name" "$n ranks finished, expected $want"; return 1; }
   hashes=$(finals "$name" | awk '{print $9}' | sort -u | wc -l)
