@@ -400,6 +400,76 @@ static void a_peer_dying_between_collectives_sets_the_async_error(void **state) 
   assert_int_equal(harness_run(2, idle_peer_lost_body, NULL, NULL), 0);
 }
 
+/* 1 when a file in dir holds `needle`. */
+static int dir_has_dump_with(const char *dir, const char *needle) {
+  char cmd[512];
+  snprintf(cmd, sizeof(cmd), "grep -lq '%s' %s/*.json 2>/dev/null", needle, dir);
+  return system(cmd) == 0;
+}
+
+static int dumps_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)n;
+  const char *dir = arg;
+  if (rank == 1) {
+    /* The API trigger: a dump now, its path returned. */
+    char path[512] = "";
+    if (ftc_comm_dump(comm, "checkpoint", path, sizeof(path)) != FTC_OK)
+      return RANK_FAIL(rank, "ftc_comm_dump: %s", ftc_last_error());
+    if (strncmp(path, dir, strlen(dir)) != 0 || access(path, R_OK) != 0)
+      return RANK_FAIL(rank, "the dump is not at %s (in %s)", path, dir);
+    _exit(0); /* then die: rank 0's epoch fails */
+  }
+  int32_t x = 1;
+  ftc_status_t st = ftc_allreduce(&x, &x, 1, FTC_I32, FTC_SUM, comm, 5000);
+  if (st != FTC_ERR_PEER_LOST && st != FTC_ERR_REVOKED)
+    return RANK_FAIL(rank, "allreduce with a dead peer gave %s", ftc_strerror(st));
+  /* The failure trigger: the watchdog writes the dump, not this thread. */
+  for (int i = 0; i < 100 && !dir_has_dump_with(dir, "\"reason\": *\"error\""); i++) usleep(50000);
+  if (!dir_has_dump_with(dir, "\"reason\": *\"error\""))
+    return RANK_FAIL(rank, "no dump with reason \"error\" in %s", dir);
+  if (!dir_has_dump_with(dir, "\"reason\": *\"checkpoint\""))
+    return RANK_FAIL(rank, "no dump with reason \"checkpoint\" in %s", dir);
+  return 0;
+}
+
+static void the_api_and_a_failed_epoch_write_dumps_into_the_dump_dir(void **state) {
+  (void)state;
+  char dir[] = "/tmp/ftc-unit-dumps-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char env[64];
+  snprintf(env, sizeof(env), "FTCOMM_DUMP_DIR=%s", dir);
+  harness_opts_t o = {.env = {env}};
+  assert_int_equal(harness_run(2, dumps_body, dir, &o), 0);
+  char cmd[128];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+static int no_coordinator_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)arg;
+  ftc_epoch_info_t info;
+  /* The step boundary works without a coordinator: nothing newer to agree on. */
+  if (ftc_comm_step(comm, 5000, &info) != FTC_OK || info.changed || info.size != n ||
+      info.rank != rank)
+    return RANK_FAIL(rank, "step: %s, changed %d size %d", ftc_last_error(), info.changed,
+                     info.size);
+  if (ftc_comm_info(comm, &info) != FTC_OK || info.epoch != 1 || info.joiner)
+    return RANK_FAIL(rank, "info: epoch %llu joiner %d", (unsigned long long)info.epoch,
+                     info.joiner);
+  /* Recovery needs the coordinator that decides the next epoch. */
+  if (ftc_comm_recover(comm, 100, &info) != FTC_ERR_NOT_SUPPORTED)
+    return RANK_FAIL(rank, "recover without a coordinator: %s", ftc_last_error());
+  if (ftc_comm_recover(NULL, 100, &info) != FTC_ERR_INVALID_ARGUMENT ||
+      ftc_comm_recover(comm, -7, &info) != FTC_ERR_INVALID_ARGUMENT)
+    return RANK_FAIL(rank, "bad arguments accepted");
+  return 0;
+}
+
+static void step_and_recover_without_a_coordinator(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(3, no_coordinator_body, NULL, NULL), 0);
+}
+
 static int64_t cpu_ms(void) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru); /* every thread of the process */
@@ -708,6 +778,8 @@ int main(void) {
       cmocka_unit_test(a_peer_address_where_nobody_listens_times_out),
       cmocka_unit_test(strangers_are_refused_and_the_real_peer_is_accepted),
       cmocka_unit_test(a_stranger_after_bootstrap_is_refused_and_training_goes_on),
+      cmocka_unit_test(the_api_and_a_failed_epoch_write_dumps_into_the_dump_dir),
+      cmocka_unit_test(step_and_recover_without_a_coordinator),
       cmocka_unit_test(a_collective_past_its_timeout_fails_and_revokes_the_epoch),
       cmocka_unit_test(a_dead_peer_fails_the_collective_with_peer_lost),
       cmocka_unit_test(a_peer_dying_between_collectives_sets_the_async_error),
