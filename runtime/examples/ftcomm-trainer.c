@@ -280,9 +280,16 @@ int main(int argc, char **argv) {
     if (st == FTC_OK && info.changed) {
       /* A joiner was admitted at this step boundary (a joiner's own first
        * step boundary reports the same): send it the model. */
-      if (!info.joiner)
-        fprintf(stderr, "ftcomm-trainer: step %d: epoch %llu: %d joined, now rank %d of %d\n",
-                step, (unsigned long long)info.epoch, info.joined, info.rank, info.size);
+      if (!info.joiner) {
+        char fresh[128] = "";
+        size_t fl = 0;
+        for (int r = 0, is_new = 0; r < info.size && fl < sizeof(fresh) - 12; r++)
+          if (ftc_comm_rank_is_new(comm, r, &is_new) == FTC_OK && is_new)
+            fl += (size_t)snprintf(fresh + fl, sizeof(fresh) - fl, " %d", r);
+        fprintf(stderr,
+                "ftcomm-trainer: step %d: epoch %llu: %d joined (new ranks:%s), now rank %d of %d\n",
+                step, (unsigned long long)info.epoch, info.joined, fresh, info.rank, info.size);
+      }
       st = sync_state(comm, model.p, model.n + 1, &step);
       if (st == FTC_OK && step >= o.steps) break;
     }

@@ -330,6 +330,12 @@ FTC_API ftc_status_t ftc_comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_i
  * From the application thread (the view changes only inside its calls). */
 FTC_API ftc_status_t ftc_comm_info(const ftc_comm_t *comm, ftc_epoch_info_t *info);
 
+/* *is_new = 1 when `rank` of the current epoch was not a member of this
+ * process's previous epoch (for a joiner's first epoch: was admitted in it
+ * while older members exist), i.e. it needs the application's state. From
+ * the application thread. */
+FTC_API ftc_status_t ftc_comm_rank_is_new(const ftc_comm_t *comm, int rank, int *is_new);
+
 /* Write a flight-recorder dump of this process now (trigger "api", with
  * `reason` in the file, may be NULL) into FTCOMM_DUMP_DIR; the file's path is
  * copied to path[path_len] when path is not NULL. Safe from any thread. */

@@ -18,6 +18,8 @@ $(BENCH_RECOVERY): $(BUILD)/obj/tests/bench/recovery/recovery_bench.o $(FTCOMM_A
 	@mkdir -p $(dir $@)
 	$(say) LD $@
 	$(Q)$(CC) -o $@ $^ $(LDFLAGS_ALL) $(RUNTIME_LIBS)
+# make bench builds it with the other benchmarks' programs.
+bench-bins: $(BENCH_RECOVERY)
 .PHONY: bench-recovery
 bench-recovery: $(BENCH_RECOVERY) $(BUILD)/bin/ftcomm-run
 	@BUILD=$(BUILD) tests/bench/recovery/run.sh

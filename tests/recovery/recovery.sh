@@ -100,7 +100,7 @@ run grow 60 -n 4 --min-size 3 --replace --replace-delay 0.2 --inject kill:2@5 --
   "$BIN/ftcomm-trainer" --steps 150 --step-ms 5 --batch 96 --samples 2048 --seed 7 --log-every 1000
 if [ "$(cat "$tmp/grow.rc")" = 0 ] && [ "$(finals grow | wc -l)" = 4 ] &&
    [ "$(finals grow | awk '{print $9}' | sort -u | wc -l)" = 1 ] &&
-   grep -q 'joined, now rank' "$tmp/grow.out"; then
+   grep -q 'joined (new ranks: 2), now rank' "$tmp/grow.out"; then
   ok grow "shrank to 3, grew back to 4 at a step boundary"
 else
   bad grow "expected 4 identical finishers after a grow at a step boundary"

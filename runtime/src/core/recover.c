@@ -43,6 +43,13 @@ static int view_has(const ftc__view_t *v, uint64_t member_id) {
   return 0;
 }
 
+/* Whether member r of v holds no state: not in prev; without prev, admitted
+ * in v while older members exist. */
+static int member_is_new(const ftc__view_t *v, const ftc__view_t *prev, int r, int any_old) {
+  if (prev) return !view_has(prev, v->members[r].member_id);
+  return any_old && v->members[r].joined_epoch == v->epoch;
+}
+
 /* Describe comm's current view against prev (NULL: a first epoch). */
 static void describe(const ftc_comm_t *comm, const ftc__view_t *prev, int changed,
                      ftc_epoch_info_t *info) {
@@ -247,6 +254,18 @@ ftc_status_t ftc_comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *i
 ftc_status_t ftc_comm_info(const ftc_comm_t *comm, ftc_epoch_info_t *info) {
   if (!comm || !info) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "comm and info must not be NULL");
   describe(comm, comm->prev_view, 0, info);
+  return FTC_OK;
+}
+
+ftc_status_t ftc_comm_rank_is_new(const ftc_comm_t *comm, int rank, int *is_new) {
+  if (!comm || !is_new) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "comm and is_new must not be NULL");
+  const ftc__view_t *v = comm->view;
+  if (rank < 0 || rank >= v->size)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "rank %d is out of range; the epoch has ranks 0 .. %d",
+                      rank, v->size - 1);
+  int any_old = 0;
+  for (int r = 0; r < v->size; r++) any_old |= v->members[r].joined_epoch < v->epoch;
+  *is_new = member_is_new(v, comm->prev_view, rank, any_old);
   return FTC_OK;
 }
 
