@@ -58,3 +58,4 @@ bench:
 	@scripts/deps.sh
 	@$(MAKE) --no-print-directory all bench-bins
 	@BUILD=$(BUILD) tests/bench/run.sh
+	@BUILD=$(BUILD) tests/bench/recovery/run.sh

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/bench/recovery/run.sh - recovery latencies on this host, printed as a
-# markdown table (also written to $BUILD/bench/recovery.md); part of
+# markdown table (also written to ${BENCH_OUT:-build/bench}/recovery.md); part of
 # `make bench`, the table is in docs/recovery.md.
 #
 # For each size N (BENCH_RECOVERY_SIZES, default "4 8 16"), with
@@ -27,7 +27,7 @@ PROG=$BUILD/bench/recovery_bench
 TRIALS=${BENCH_RECOVERY_TRIALS:-20}
 SIZES=${BENCH_RECOVERY_SIZES:-4 8 16}
 HANG_MS=${BENCH_RECOVERY_HANG_TIMEOUT_MS:-1000}
-OUT=$BUILD/bench
+OUT=${BENCH_OUT:-build/bench}
 mkdir -p "$OUT"
 tmp=$(mktemp -d)
 # BENCH_RECOVERY_KEEP=1 keeps the rank logs (the directory is printed).
