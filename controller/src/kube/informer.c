@@ -10,6 +10,9 @@
  */
 #include "informer.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -282,7 +285,7 @@ ftc_status_t ftck_informer_create(ftck_client_t *c, const ftck_informer_opts_t *
   inf->field_selector = dup_opt(o->field_selector);
   inf->resync_ms = o->resync_ms;
   inf->watch_timeout_s = o->watch_timeout_s > 0 ? o->watch_timeout_s : 300;
-  inf->page_size = o->page_size > 0 ? o->page_size : 500;
+  inf->page_size = o->page_size > 0 ? o->page_size : 100;
   inf->transform = o->transform ? o->transform : ftck_transform_default;
   inf->transform_ud = o->transform ? o->transform_ud : inf->collection;
   if (h) inf->h = *h;
@@ -344,28 +347,47 @@ static int list_page(json_t *items, int restart, void *ud) {
   return 0;
 }
 
-/* Swap in a freshly listed table and tell handlers what changed (objects
- * decoded from the entries). -1 (cache untouched, list again later) when
- * memory runs out. */
+/* Entries whose handlers are still to run: pointers only, so a relist of
+ * thousands of objects never holds more than one of them decoded. */
+typedef struct plist {
+  const entry_t **p;
+  size_t n, cap;
+} plist_t;
+
+static int plist_add(plist_t *l, const entry_t *e) {
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 64;
+    const entry_t **np = ftc__realloc(l->p, cap * sizeof *np);
+    if (!np) return -1;
+    l->p = np;
+    l->cap = cap;
+  }
+  l->p[l->n++] = e;
+  return 0;
+}
+
+/* Swap in a freshly listed table and tell handlers what changed, decoding
+ * one object at a time. -1 (cache untouched, list again later) when memory
+ * runs out. */
 static int apply_list(ftck_informer_t *inf, cache_t *fresh) {
   int rc = -1;
-  json_t *added = json_array(), *updated_old = json_array(), *updated_new = json_array();
-  json_t *removed = json_array();
+  plist_t added = {0}, updated_old = {0}, updated_new = {0}, removed = {0};
   cache_t old = {0};
-  if (!added || !updated_old || !updated_new || !removed) goto out_free;
   int bad = 0;
-  /* Only this thread writes the cache, so reading it without the lock is safe here. */
+  /* Only this thread writes the cache, so reading it without the lock is safe
+   * here; after the swap the fresh entries stay put until this thread changes
+   * them, and the old ones are ours alone. */
   CACHE_FOREACH(fresh, e) {
     const entry_t *was = cache_find(&inf->cache, e->key_text);
     if (!was) {
-      bad |= json_array_append_new(added, entry_decode(e));
+      bad |= plist_add(&added, e);
     } else if (!*was->rv || !*e->rv || strcmp(was->rv, e->rv) != 0) {
-      bad |= json_array_append_new(updated_old, entry_decode(was));
-      bad |= json_array_append_new(updated_new, entry_decode(e));
+      bad |= plist_add(&updated_old, was);
+      bad |= plist_add(&updated_new, e);
     }
   }
   CACHE_FOREACH(&inf->cache, e) {
-    if (!cache_find(fresh, e->key_text)) bad |= json_array_append_new(removed, entry_decode(e));
+    if (!cache_find(fresh, e->key_text)) bad |= plist_add(&removed, e);
   }
   if (bad) goto out_free;
   pthread_mutex_lock(&inf->mu);
@@ -374,12 +396,22 @@ static int apply_list(ftck_informer_t *inf, cache_t *fresh) {
   *fresh = (cache_t){0};
   inf->stats.lists++;
   pthread_mutex_unlock(&inf->mu);
-  size_t i;
-  json_t *obj;
-  if (inf->h.on_add) json_array_foreach(added, i, obj) inf->h.on_add(obj, inf->h.ud);
-  if (inf->h.on_update)
-    json_array_foreach(updated_new, i, obj) inf->h.on_update(json_array_get(updated_old, i), obj, inf->h.ud);
-  if (inf->h.on_delete) json_array_foreach(removed, i, obj) inf->h.on_delete(obj, inf->h.ud);
+  for (size_t i = 0; i < added.n && inf->h.on_add; i++) {
+    json_t *o = entry_decode(added.p[i]);
+    if (o) inf->h.on_add(o, inf->h.ud);
+    json_decref(o);
+  }
+  for (size_t i = 0; i < updated_new.n && inf->h.on_update; i++) {
+    json_t *o = entry_decode(updated_old.p[i]), *n = entry_decode(updated_new.p[i]);
+    if (o && n) inf->h.on_update(o, n, inf->h.ud);
+    json_decref(o);
+    json_decref(n);
+  }
+  for (size_t i = 0; i < removed.n && inf->h.on_delete; i++) {
+    json_t *o = entry_decode(removed.p[i]);
+    if (o) inf->h.on_delete(o, inf->h.ud);
+    json_decref(o);
+  }
   /* Synced only once the handlers have seen the first list (client-go's HasSynced). */
   pthread_mutex_lock(&inf->mu);
   inf->synced = 1;
@@ -389,10 +421,15 @@ static int apply_list(ftck_informer_t *inf, cache_t *fresh) {
 out_free:
   if (rc != 0) FTC_WARN(FTC_SUB_K8S, "informer %s: no memory to apply a list; will list again", inf->name);
   cache_clear(&old);
-  json_decref(added);
-  json_decref(updated_old);
-  json_decref(updated_new);
-  json_decref(removed);
+  ftc__free(added.p);
+  ftc__free(updated_old.p);
+  ftc__free(updated_new.p);
+  ftc__free(removed.p);
+#ifdef __GLIBC__
+  /* The pages decoded for this list were freed between entries that stay:
+   * hand those holes back to the system (glibc keeps them otherwise). */
+  malloc_trim(0);
+#endif
   return rc;
 }
 
