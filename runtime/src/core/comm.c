@@ -70,8 +70,7 @@ static void comm_free(ftc_comm_t *c) {
   ftc__watchdog_stop(c);
   if (c->member) ftc__member_set_notify(c->member, -1);
   ftc__engine_stop(c);
-  if (!__atomic_load_n(&c->error, __ATOMIC_ACQUIRE)) ftc__tcp_say_goodbye(c->tp);
-  ftc__tcp_destroy(c->tp);
+  if (c->bh) c->be->close(c->bh, !__atomic_load_n(&c->error, __ATOMIC_ACQUIRE));
   ftc_rec_destroy(c->rec);
   if (c->member) ftc__member_close(c->member);
   if (c->listen_fd >= 0) close(c->listen_fd);
@@ -129,6 +128,8 @@ static ftc_status_t comm_new(const ftc_config_t *cfg_in, ftc_comm_t **out) {
   c->tcfg.token = c->cfg.token;
   c->tcfg.connect_timeout_ms = c->cfg.connect_timeout_ms;
   c->tcfg.interrupt = &c->interrupt;
+  c->be = &ftc__backend_tcp;
+  c->connect_timeout_ms = c->cfg.connect_timeout_ms;
   c->joiner_pending = cfg.joiner == 1;
   c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   c->wd_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -154,23 +155,22 @@ ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view) {
   ftc_status_t st;
   ftc__view_t *copy = ftc__view_copy(view);
   uint64_t *seqs = ftc__calloc(2 * (size_t)view->size, sizeof(*seqs));
-  ftc__tcp_t *tp = NULL;
+  void *bh = NULL;
   if (!copy || !seqs) {
     st = ftc__error(FTC_ERR_NO_MEMORY, "copying the view of epoch %llu", (unsigned long long)view->epoch);
     goto out_free;
   }
-  if ((st = ftc__tcp_connect(&comm->tcfg, view, comm->listen_fd, &tp)) != FTC_OK) goto out_free;
+  if ((st = comm->be->connect(comm, view, &bh)) != FTC_OK) goto out_free;
   pthread_mutex_lock(&comm->lock);
-  ftc__tcp_t *old = comm->tp;
+  void *old = comm->bh;
   ftc__view_t *old_view = comm->view;
-  comm->tp = tp;
+  comm->bh = bh;
   comm->view = copy; /* swapped under the lock: the watchdog reads it */
   pthread_mutex_unlock(&comm->lock);
   view_copy_free(old_view);
   /* A planned move (a joiner was admitted): peers still between
    * collectives of the old epoch must not take the close for a crash. */
-  if (old && !__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE)) ftc__tcp_say_goodbye(old);
-  ftc__tcp_destroy(old);
+  if (old) comm->be->close(old, !__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE));
   ftc__free(comm->p2p_seq);
   comm->p2p_seq = seqs;
   comm->seq = 0;
@@ -207,7 +207,7 @@ static ftc_status_t comm_bring_up(ftc_comm_t *c, const ftc__view_t *view) {
   if ((st = ftc__comm_connect_view(c, view)) != FTC_OK) return st;
   ftc_rec_process_info_t info = FTC_REC_PROCESS_INFO_INIT;
   info.job = c->cfg.job;
-  info.backend = "tcp";
+  info.backend = c->be->name;
   info.dump_dir = c->cfg.dump_dir;
   info.rank = view->my_rank;
   info.world_size = view->size;
@@ -315,9 +315,9 @@ void ftc__comm_fail(ftc_comm_t *comm, ftc_status_t why, const char *detail) {
   __atomic_compare_exchange_n(&comm->interrupt, &expected, (int)why, 0, __ATOMIC_ACQ_REL,
                               __ATOMIC_ACQUIRE);
   pthread_mutex_lock(&comm->lock);
-  ftc__tcp_shutdown(comm->tp);
+  if (comm->bh) comm->be->interrupt(comm->bh);
   pthread_mutex_unlock(&comm->lock);
-  /* The watchdog reports ftc__tcp_failed_peer() to the coordinator. After
+  /* The watchdog reports be->failed_peer() to the coordinator. After
    * this rank shuts its sockets its peers see it close and may blame it:
    * the coordinator weighs reports against heartbeats (docs/recovery.md). */
 }
@@ -343,7 +343,7 @@ ftc_status_t ftc_comm_abort(ftc_comm_t *comm) {
   __atomic_compare_exchange_n(&comm->error, &expected, (int)FTC_ERR_ABORTED, 0, __ATOMIC_ACQ_REL,
                               __ATOMIC_ACQUIRE);
   pthread_mutex_lock(&comm->lock);
-  ftc__tcp_shutdown(comm->tp);
+  if (comm->bh) comm->be->interrupt(comm->bh);
   ftc__engine_drain_locked(comm, FTC_ERR_ABORTED, "the communicator was aborted");
   pthread_mutex_unlock(&comm->lock);
   ftc__engine_wake(comm);

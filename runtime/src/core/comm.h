@@ -4,9 +4,12 @@
  * entry points (coll.c).
  *
  * Lock order: comm->lock -> req->mu; comm->wd_mu is a leaf. Neither
- * comm->lock nor req->mu is held while a collective runs. comm->busy says one thread (the progress thread, or the application
- * thread on the direct path) owns the data plane; only that thread touches
- * comm->tp's sockets for I/O. Abort and failure only shut sockets down.
+ * comm->lock nor req->mu is held while a collective runs. comm->busy says
+ * one thread (the progress thread, or the application thread on the direct
+ * path) owns the data plane; only that thread runs operations on comm->bh,
+ * the backend's handle for the epoch (comm->be, core/backend.h: TCP today,
+ * NCCL next). Abort and failure only interrupt it (be->interrupt, under
+ * comm->lock); the watchdog reads be->failed_peer/peer_left under it.
  */
 #ifndef FTC_CORE_COMM_H
 #define FTC_CORE_COMM_H
@@ -14,6 +17,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "core/backend.h"
 #include "core/op.h"
 #include "ftc_recorder.h"
 #include "ftcomm.h"
@@ -48,8 +52,10 @@ struct ftc_comm {
   ftc__view_t *view;      /* our deep copy of the current view */
   uint64_t epoch;         /* atomics, for the query calls */
   int rank, size;
-  ftc__tcp_cfg_t tcfg;
-  ftc__tcp_t *tp;
+  ftc__tcp_cfg_t tcfg;     /* the TCP backend's tunables */
+  const ftc__backend_ops_t *be; /* the data-plane backend (core/backend.h) */
+  void *bh;                /* its handle for the current epoch, NULL before the first */
+  int connect_timeout_ms;  /* for be->connect: the configured one, less during a recovery */
   ftc_rec_t *rec;
   int interrupt;          /* atomic status; nonzero stops a running collective */
   int error;              /* atomic: the error that broke the epoch (async error) */

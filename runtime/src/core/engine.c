@@ -98,7 +98,7 @@ static ftc_status_t execute(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq,
                             int64_t deadline) {
   ftc__record_start(comm, rec_id);
   if (__builtin_expect(ftc__fault_armed, 0)) ftc__fault_coll(comm, seq);
-  ftc_status_t st = ftc__tcp_run(comm->tp, op, deadline);
+  ftc_status_t st = comm->be->run(comm->bh, op, deadline);
   if (st != FTC_OK) {
     char detail[384];
     snprintf(detail, sizeof(detail), "%s #%llu (%zu x %s%s%s) on rank %d: %s", ftc__coll_name(op->coll),
@@ -126,7 +126,7 @@ typedef struct p2p_batch {
 
 static int p2p_take_more(void *arg, const ftc__op_t **ops, int n, int cap);
 
-/* Run the batch's send/recv requests together (see ftc__tcp_run_p2p),
+/* Run the batch's send/recv requests together (see be->run_p2p),
  * taking in those queued while it runs. */
 static ftc_status_t execute_p2p(ftc_comm_t *comm, p2p_batch_t *b, const ftc__op_t **ops, int cap,
                                 int64_t deadline) {
@@ -134,8 +134,8 @@ static ftc_status_t execute_p2p(ftc_comm_t *comm, p2p_batch_t *b, const ftc__op_
     ops[i] = &b->reqs[i]->op;
     ftc__record_start(comm, b->reqs[i]->rec_id);
   }
-  ftc_status_t st = ftc__tcp_run_p2p(comm->tp, ops, b->n, cap, deadline, p2p_take_more, b,
-                                     comm->wake_fd);
+  ftc_status_t st = comm->be->run_p2p(comm->bh, ops, b->n, cap, deadline, p2p_take_more, b,
+                                      comm->wake_fd);
   if (st != FTC_OK) {
     char detail[384];
     snprintf(detail, sizeof(detail), "%d send/recv operation(s) from #%llu on rank %d: %s", b->n,
@@ -293,7 +293,7 @@ static void idle_wait(ftc_comm_t *comm, unsigned char *ignore, int nignore) {
   base = n;
   int np = 0;
   if (!__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE)) {
-    np = ftc__tcp_peer_fds(comm->tp, fds, ranks, MAXP);
+    np = comm->be->peer_fds ? comm->be->peer_fds(comm->bh, fds, ranks, MAXP) : 0;
     for (int i = 0; i < np; i++)
       if (ranks[i] >= nignore || !ignore[ranks[i]])
         pfd[n++] = (struct pollfd){fds[i], POLLRDHUP, 0};
@@ -319,7 +319,7 @@ static void idle_wait(ftc_comm_t *comm, unsigned char *ignore, int nignore) {
     ssize_t got = recv(pfd[i].fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
     if (got == 1 && buf[0] == FTC__TCP_GOODBYE) {
       FTC_INFO(FTC_SUB_NET, "rank %d left the communicator", rank);
-      ftc__tcp_mark_left(comm->tp, rank);
+      comm->be->mark_left(comm->bh, rank);
       continue;
     }
     /* A peer that is ahead may have sent data for collectives this rank
@@ -333,7 +333,7 @@ static void idle_wait(ftc_comm_t *comm, unsigned char *ignore, int nignore) {
     char detail[128];
     snprintf(detail, sizeof(detail), "rank %d closed its connection between collectives", rank);
     pthread_mutex_lock(&comm->lock);
-    ftc__tcp_note_failed_peer(comm->tp, rank);
+    comm->be->note_failed_peer(comm->bh, rank);
     pthread_mutex_unlock(&comm->lock);
     ftc__comm_fail(comm, FTC_ERR_PEER_LOST, detail);
   }
@@ -474,7 +474,7 @@ void ftc__engine_stop(ftc_comm_t *comm) {
     int expected = 0;
     __atomic_compare_exchange_n(&comm->interrupt, &expected, (int)FTC_ERR_ABORTED, 0,
                                 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-    ftc__tcp_shutdown(comm->tp);
+    if (comm->bh) comm->be->interrupt(comm->bh);
   }
   ftc__engine_drain_locked(comm, FTC_ERR_ABORTED, "the communicator was destroyed");
   pthread_mutex_unlock(&comm->lock);

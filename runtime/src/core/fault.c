@@ -145,7 +145,7 @@ void ftc__fault_coll(ftc_comm_t *comm, uint64_t seq) {
     FTC_WARN(FTC_SUB_RECOVERY, "fault injection: dropping the connection to rank %d before "
              "collective #%llu", peer, (unsigned long long)seq);
     pthread_mutex_lock(&comm->lock);
-    ftc__tcp_drop_peer(comm->tp, peer);
+    if (comm->bh && comm->be->drop_peer) comm->be->drop_peer(comm->bh, peer);
     pthread_mutex_unlock(&comm->lock);
   }
 }

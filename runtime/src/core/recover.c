@@ -96,7 +96,7 @@ static ftc_status_t move_epoch(ftc_comm_t *comm, uint64_t min_epoch, int64_t dea
   ftc_status_t st;
   ftc__view_t *prev = ftc__view_copy(comm->view);
   if (!prev) return ftc__error(FTC_ERR_NO_MEMORY, "copying the view of the failed epoch");
-  int saved_connect = comm->tcfg.connect_timeout_ms;
+  int saved_connect = comm->connect_timeout_ms;
   int64_t t0 = ftc__now_ns();
   __atomic_store_n(&comm->recovering, 1, __ATOMIC_RELEASE);
   for (int attempt = 0;; attempt++) {
@@ -141,7 +141,7 @@ static ftc_status_t move_epoch(ftc_comm_t *comm, uint64_t min_epoch, int64_t dea
     /* Dumps of the old epoch (failure, coordinator request) come first. */
     ftc__watchdog_sync(comm);
     int64_t left_ms = (deadline - ftc__now_ns()) / 1000000;
-    comm->tcfg.connect_timeout_ms =
+    comm->connect_timeout_ms =
         left_ms < saved_connect ? (int)(left_ms < 1 ? 1 : left_ms) : saved_connect;
     __atomic_store_n(&comm->target_epoch, v->epoch, __ATOMIC_RELEASE);
     FTC_INFO(FTC_SUB_RECOVERY, "moving from epoch %llu to %llu: rank %d of %d (attempt %d)",
@@ -157,7 +157,7 @@ static ftc_status_t move_epoch(ftc_comm_t *comm, uint64_t min_epoch, int64_t dea
     struct timespec ts = {0, RETRY_PAUSE_MS * 1000000L};
     nanosleep(&ts, NULL);
   }
-  comm->tcfg.connect_timeout_ms = saved_connect;
+  comm->connect_timeout_ms = saved_connect;
   __atomic_store_n(&comm->recovering, 0, __ATOMIC_RELEASE);
   if (st != FTC_OK) {
     ftc__view_free(prev);
@@ -351,7 +351,7 @@ static void wd_failure(ftc_comm_t *comm, uint64_t *handled) {
   if (!e || e == FTC_ERR_ABORTED || *handled == epoch) return;
   *handled = epoch;
   pthread_mutex_lock(&comm->lock);
-  int peer = ftc__tcp_failed_peer(comm->tp);
+  int peer = comm->bh ? comm->be->failed_peer(comm->bh) : -1;
   pthread_mutex_unlock(&comm->lock);
   if (comm->member)
     ftc__member_report_failure(comm->member, epoch, peer >= 0 ? &peer : NULL, peer >= 0 ? 1 : 0,
@@ -392,7 +392,7 @@ static void wd_view(ftc_comm_t *comm, uint64_t *checked) {
   pthread_mutex_lock(&comm->lock);
   int gone = -1;
   for (int r = 0; comm->view && r < comm->view->size && gone < 0; r++)
-    if (!view_has(v, comm->view->members[r].member_id) && !ftc__tcp_peer_left(comm->tp, r))
+    if (!view_has(v, comm->view->members[r].member_id) && !(comm->be->peer_left && comm->be->peer_left(comm->bh, r)))
       gone = r; /* a member that said goodbye left on purpose: nothing to revoke */
   pthread_mutex_unlock(&comm->lock);
   if (gone >= 0) {

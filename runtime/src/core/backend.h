@@ -1,0 +1,64 @@
+/*
+ * backend.h - the seam between the communicator core and a data-plane
+ * backend. The core (comm.c, engine.c, recover.c) owns requests, epochs,
+ * recovery and the watchdog; a backend owns the connections of one epoch and
+ * runs collectives on them. TCP (runtime/src/tcp/backend.c) is the first
+ * implementation; NCCL (runtime/src/nccl/) is meant to be the second.
+ *
+ * One handle per epoch: connect() makes it for a view, close() ends it, and
+ * a recovery or a grow makes the next one with connect() before closing the
+ * old one. Threading, as the core calls it: connect, run, run_p2p and close
+ * on the thread that owns the data plane (the progress thread, or the
+ * application thread on the direct path, never two at once); interrupt from
+ * any thread, under comm->lock (it must only wake a running operation, which
+ * then returns the status stored in comm->interrupt); the queries from any
+ * thread under comm->lock.
+ */
+#ifndef FTC_CORE_BACKEND_H
+#define FTC_CORE_BACKEND_H
+
+#include <stdint.h>
+
+#include "core/op.h"
+#include "ftcomm.h"
+#include "membership/member.h"
+
+typedef struct ftc_comm ftc_comm_t;
+
+/* Asked by run_p2p for operations queued while it runs: append them to
+ * ops[n..cap-1], return the new count. */
+typedef int (*ftc__backend_more_fn)(void *ctx, const ftc__op_t **ops, int n, int cap);
+
+typedef struct ftc__backend_ops {
+  const char *name; /* "tcp", "nccl": logs and dumps */
+  /* Bring the data plane of `view` up (this process is view->my_rank) within
+   * comm->connect_timeout_ms, returning early with the status in
+   * comm->interrupt when it is set. *out: the epoch's handle. */
+  ftc_status_t (*connect)(ftc_comm_t *comm, const ftc__view_t *view, void **out);
+  /* Run one collective to completion; deadline in monotonic ns (INT64_MAX:
+   * none). On failure, the status says why (FTC_ERR_PEER_LOST, TIMEOUT, or
+   * the interrupt's). */
+  ftc_status_t (*run)(void *h, const ftc__op_t *op, int64_t deadline_ns);
+  /* Run send/recv operations together (see tcp.h, ftc__tcp_run_p2p). */
+  ftc_status_t (*run_p2p)(void *h, const ftc__op_t **ops, int n, int cap, int64_t deadline_ns,
+                          ftc__backend_more_fn more, void *ctx, int wake_fd);
+  /* Wake a running operation so it sees comm->interrupt (any thread). */
+  void (*interrupt)(void *h);
+  /* End the epoch's data plane. planned: the epoch is healthy and the peers
+   * move on too (tell them, finalize); otherwise abort without waiting. */
+  void (*close)(void *h, int planned);
+  /* The peer to blame for the last failed run, -1 if unknown. */
+  int (*failed_peer)(const void *h);
+
+  /* Optional (NULL for a backend without connections of its own): the
+   * progress thread's idle watch of peer connections between collectives. */
+  int (*peer_fds)(const void *h, int *fds, int *ranks, int max);
+  void (*mark_left)(void *h, int rank);       /* the peer said goodbye */
+  int (*peer_left)(const void *h, int rank);
+  void (*note_failed_peer)(void *h, int rank); /* the idle watch saw it close */
+  void (*drop_peer)(void *h, int rank);        /* fault injection */
+} ftc__backend_ops_t;
+
+extern const ftc__backend_ops_t ftc__backend_tcp;
+
+#endif

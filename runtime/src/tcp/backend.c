@@ -1,0 +1,58 @@
+/*
+ * backend.c - the TCP data plane as a backend of the core (core/backend.h):
+ * each operation maps onto one ftc__tcp_* call of this folder. The
+ * configuration comes from the communicator (comm->tcfg: tunables, token,
+ * interrupt flag) and its listener, created before the first view.
+ */
+#include "core/backend.h"
+#include "core/comm.h"
+#include "tcp/tcp.h"
+
+static ftc_status_t tcp_connect(ftc_comm_t *comm, const ftc__view_t *view, void **out) {
+  ftc__tcp_cfg_t cfg = comm->tcfg;
+  cfg.connect_timeout_ms = comm->connect_timeout_ms;
+  ftc__tcp_t *tp = NULL;
+  ftc_status_t st = ftc__tcp_connect(&cfg, view, comm->listen_fd, &tp);
+  *out = tp;
+  return st;
+}
+
+static ftc_status_t tcp_run(void *h, const ftc__op_t *op, int64_t deadline_ns) {
+  return ftc__tcp_run(h, op, deadline_ns);
+}
+
+static ftc_status_t tcp_run_p2p(void *h, const ftc__op_t **ops, int n, int cap, int64_t deadline_ns,
+                                ftc__backend_more_fn more, void *ctx, int wake_fd) {
+  return ftc__tcp_run_p2p(h, ops, n, cap, deadline_ns, more, ctx, wake_fd);
+}
+
+static void tcp_interrupt(void *h) { ftc__tcp_shutdown(h); }
+
+static void tcp_close(void *h, int planned) {
+  if (planned) ftc__tcp_say_goodbye(h);
+  ftc__tcp_destroy(h);
+}
+
+static int tcp_failed_peer(const void *h) { return ftc__tcp_failed_peer(h); }
+static int tcp_peer_fds(const void *h, int *fds, int *ranks, int max) {
+  return ftc__tcp_peer_fds(h, fds, ranks, max);
+}
+static void tcp_mark_left(void *h, int rank) { ftc__tcp_mark_left(h, rank); }
+static int tcp_peer_left(const void *h, int rank) { return ftc__tcp_peer_left(h, rank); }
+static void tcp_note_failed_peer(void *h, int rank) { ftc__tcp_note_failed_peer(h, rank); }
+static void tcp_drop_peer(void *h, int rank) { ftc__tcp_drop_peer(h, rank); }
+
+const ftc__backend_ops_t ftc__backend_tcp = {
+    .name = "tcp",
+    .connect = tcp_connect,
+    .run = tcp_run,
+    .run_p2p = tcp_run_p2p,
+    .interrupt = tcp_interrupt,
+    .close = tcp_close,
+    .failed_peer = tcp_failed_peer,
+    .peer_fds = tcp_peer_fds,
+    .mark_left = tcp_mark_left,
+    .peer_left = tcp_peer_left,
+    .note_failed_peer = tcp_note_failed_peer,
+    .drop_peer = tcp_drop_peer,
+};
