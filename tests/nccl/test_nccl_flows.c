@@ -135,7 +135,10 @@ static const int slots3[] = {0, 1, 2};
 static const uint64_t ids3[] = {101, 102, 103};
 static const uint64_t joined3[] = {1, 1, 1};
 
+static const char *g_survivor_recovery; /* FTCOMM_NCCL_RECOVERY for the survivors, NULL: auto */
+
 static void survivor(flow_t *f, int slot) {
+  if (g_survivor_recovery) setenv("FTCOMM_NCCL_RECOVERY", g_survivor_recovery, 1);
   child_setup(f);
   char who[16];
   snprintf(who, sizeof who, "slot%d", slot);
@@ -263,6 +266,32 @@ static void kill_shrink_grow_2_27(void **s) { (void)s; kill_shrink_grow("2.27.3"
 static void kill_shrink_grow_2_28(void **s) { (void)s; kill_shrink_grow("2.28.9"); }
 static void kill_shrink_grow_2_29(void **s) { (void)s; kill_shrink_grow("2.29.2"); }
 static void kill_shrink_grow_2_32(void **s) { (void)s; kill_shrink_grow("2.32.3"); }
+/* A joiner whose library could grow follows the survivors' re-init: the
+ * blob's kind decides, not its own plan. */
+static void joiner_follows_the_survivors_reinit(void **st) {
+  (void)st;
+  flow_t f;
+  flow_init(&f, "2.32.3", "follow");
+  g_survivor_recovery = "reinit";
+  pid_t pid[4];
+  for (int s = 0; s < 3; s++)
+    if ((pid[s] = fork()) == 0) survivor(&f, s);
+  if ((pid[3] = fork()) == 0) joiner(&f);
+  g_survivor_recovery = NULL;
+  int rc[4];
+  for (int i = 0; i < 4; i++) rc[i] = wait_child(pid[i], 4 * TMO);
+  char st0[128], stj[128];
+  read_steps(&f, "slot0", st0, sizeof st0);
+  read_steps(&f, "joiner", stj, sizeof stj);
+  assert_int_equal(rc[0], 0);
+  assert_int_equal(rc[2], 0);
+  assert_int_equal(rc[3], 0);
+  assert_string_equal(st0, "init init init ");
+  assert_string_equal(stj, "init ");
+  assert_int_equal(count_lines(f.log, " grow ", NULL), 0);
+  rm_tmpdir(f.dir);
+}
+
 /* RCCL 2.30.7 through the HIP runtime's names: the fast path too. */
 static void kill_shrink_grow_rccl_2_30(void **s) { (void)s; kill_shrink_grow_of("rccl", "2.30.7"); }
 
@@ -639,6 +668,7 @@ int main(void) {
       cmocka_unit_test(kill_shrink_grow_2_29),
       cmocka_unit_test(kill_shrink_grow_2_32),
       cmocka_unit_test(kill_shrink_grow_rccl_2_30),
+      cmocka_unit_test(joiner_follows_the_survivors_reinit),
       cmocka_unit_test(hang_becomes_timeout_2_26),
       cmocka_unit_test(hang_becomes_timeout_2_32),
       cmocka_unit_test(hang_in_init_becomes_timeout),

@@ -402,8 +402,11 @@ ftc_status_t ftc__nccl_enter_epoch(ftc__nccl_lib_t *lib, ftc__nccl_comm_t **cp,
                       (unsigned long long)next->epoch, (unsigned long long)c->epoch);
   ftc__nccl_plan_t p;
   ftc__nccl_plan(lib->info.path, c ? c->view : NULL, next, &p);
-  if (c && p.step == FTC__NCCL_STEP_NONE && (ftc__nccl_comm_error(c) != FTC_OK || !get_nc(c))) {
-    /* Same members, but the epoch failed: make the communicator again. */
+  if (c && ((p.step == FTC__NCCL_STEP_NONE && ftc__nccl_comm_error(c) != FTC_OK) ||
+            (p.step != FTC__NCCL_STEP_INIT && !get_nc(c)))) {
+    /* Same members but a failed epoch, or nothing left to shrink or grow
+     * (an earlier move failed and aborted it; it failed for every rank of
+     * that collective move): make the communicator again. */
     p.step = FTC__NCCL_STEP_INIT;
     p.publisher = 0;
     p.blob_kind = "init";
@@ -461,7 +464,18 @@ ftc_status_t ftc__nccl_enter_epoch(ftc__nccl_lib_t *lib, ftc__nccl_comm_t **cp,
     if (p.reorder) FTC_CHECK_GOTO(do_split(c, next->my_rank, deadline), st, out_view);
     break;
   case FTC__NCCL_STEP_JOIN: {
-    FTC_CHECK_GOTO(get_uid(c, &p, next, x, deadline, &uid), st, out_view);
+    /* The blob's kind decides: the survivors re-init when they could not grow. */
+    char blob[FTC__NCCL_BLOB_MAX];
+    FTC_CHECK_GOTO(x->fetch(x->arg, next->epoch, blob, sizeof blob, deadline), st, out_view);
+    if (!strncmp(blob, "nccl-init:", 10)) {
+      FTC_CHECK_GOTO(ftc__nccl_blob_decode(blob, "init", (uint8_t *)uid.internal), st, out_view);
+      p.step = FTC__NCCL_STEP_INIT;
+      r = lib->n.CommInitRankConfig(&out, next->size, uid, next->my_rank, &cfg);
+      FTC_CHECK_GOTO(settle(c, r, out, deadline, "ncclCommInitRankConfig"), st, out_view);
+      swap_nc(c, out);
+      break;
+    }
+    FTC_CHECK_GOTO(ftc__nccl_blob_decode(blob, "grow", (uint8_t *)uid.internal), st, out_view);
     int nrank = p.survivors;
     for (int i = 0; i < next->my_rank; i++)
       if (next->members[i].joined_epoch >= next->epoch) nrank++;
