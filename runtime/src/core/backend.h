@@ -33,7 +33,11 @@ typedef struct ftc__backend_ops {
   const char *name; /* "tcp", "nccl": logs and dumps */
   /* Bring the data plane of `view` up (this process is view->my_rank) within
    * comm->connect_timeout_ms, returning early with the status in
-   * comm->interrupt when it is set. *out: the epoch's handle. */
+   * comm->interrupt when it is set. *out: the epoch's handle. During a
+   * recovery or a grow the previous epoch's handle is still comm->bh (and
+   * comm->error says whether it failed), so a backend can shrink or grow
+   * from it; it is closed after this returns. comm->member gives access to
+   * the coordinator session (e.g. to exchange a unique id through it). */
   ftc_status_t (*connect)(ftc_comm_t *comm, const ftc__view_t *view, void **out);
   /* Run one collective to completion; deadline in monotonic ns (INT64_MAX:
    * none). On failure, the status says why (FTC_ERR_PEER_LOST, TIMEOUT, or
