@@ -913,14 +913,6 @@ void ftc__member_set_notify(ftc__member_t *m, int fd) {
   pthread_mutex_unlock(&m->lock);
 }
 
-int ftc__member_closed(ftc__member_t *m) {
-  if (!m) return 1;
-  pthread_mutex_lock(&m->lock);
-  int closed = m->state == S_CLOSED;
-  pthread_mutex_unlock(&m->lock);
-  return closed;
-}
-
 ftc_status_t ftc__member_error(ftc__member_t *m) {
   if (!m) return FTC_ERR_INVALID_ARGUMENT;
   pthread_mutex_lock(&m->lock);

@@ -104,10 +104,6 @@ uint64_t ftc__member_latest_epoch(const ftc__member_t *m);
  * stay open until this is undone or the session is closed. */
 void ftc__member_set_notify(ftc__member_t *m, int fd);
 
-/* 1 once the session is closed for good (a refusal such as "excluded", a
- * leave, or the coordinator unreachable past the reconnect time). */
-int ftc__member_closed(ftc__member_t *m);
-
 /* The epoch's backend blob (e.g. the NCCL unique id this rank made for
  * `epoch`), up to 4096 bytes: sent to the coordinator, which keeps the
  * first one published for its current epoch and relays it to every member
