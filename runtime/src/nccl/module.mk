@@ -10,5 +10,5 @@ NCCL_CPPFLAGS := -isystem $(NCCL_INCLUDE) -isystem $(CUDA_INCLUDE)
 $(filter $(BUILD)/obj/runtime/src/nccl/%,$(RUNTIME_OBJS)): CPPFLAGS_ALL += $(NCCL_CPPFLAGS)
 
 # The backend's objects, for programs that link it without the whole library
-# (tests/nccl, tests/gpu).
-NCCL_BACKEND_OBJS := $(filter $(BUILD)/obj/runtime/src/nccl/%,$(RUNTIME_OBJS))
+# (tests/nccl, tests/gpu): all but backend.c, the glue to the core's seam.
+NCCL_BACKEND_OBJS := $(filter-out %/nccl/backend.o,$(filter $(BUILD)/obj/runtime/src/nccl/%,$(RUNTIME_OBJS)))
