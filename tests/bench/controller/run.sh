@@ -140,7 +140,7 @@ if [ "$rc" = 0 ] && [ "$RESTART" = 1 ] && [ -f "$OUT/controller.md" ]; then
       echo "| measure | value |"
       echo "|---|---|"
       echo "| start to /readyz (every cache listed) | $ready_ms ms |"
-      echo "| RSS 15 s after ready / peak (VmHWM) | $(awk "BEGIN { printf \"%.1f MB / %.1f MB\", $(proc_kb VmRSS) / 1024, $(proc_kb VmHWM) / 1024 }") |"
+      echo "| RSS 15 s after ready / peak (VmHWM) | $(awk "BEGIN { printf \"%.1f MiB / %.1f MiB\", $(proc_kb VmRSS) / 1024, $(proc_kb VmHWM) / 1024 }") |"
       echo "| CPU until then | $(cpu_s) s |"
       echo "| API requests until then (lists: $lists) | $(verbs <<<"$m") |"
       echo "| pods created by the new controller | ${created:-?} |"
