@@ -33,7 +33,8 @@ struct ftck_reconciler {
   ftck_informer_t *jobs, *pods, *nodes;
   pthread_t threads[MAX_WORKERS];
   int nthreads;
-  pthread_mutex_t mu; /* secrets_ok (a leaf) */
+  pthread_mutex_t mu; /* secrets_ok, vanished (a leaf) */
+  json_t *vanished;    /* "ns/job/pod" -> wall ns a pass first found the slot's pod gone */
   json_t *secrets_ok;  /* job uid -> {token, checked: monotonic ns of the last look at its Secret} */
   ftck_coords_t *coords; /* the embedded coordinators; NULL: none */
   int64_t token_check_ms; /* how often a running job's token Secret is looked at */
@@ -97,11 +98,12 @@ ftc_status_t ftck_reconciler_create(ftck_client_t *c, const ftck_reconciler_opts
   r->dump_dir = ftc__strdup(o->env.dump_dir ? o->env.dump_dir : "/var/run/ftcomm/dumps");
   r->identity = ftc__strdup(o->identity ? o->identity : "ftcomm-controller");
   r->secrets_ok = json_object();
+  r->vanished = json_object();
   r->coords = o->coords;
   r->token_check_ms = o->token_check_ms > 0 ? o->token_check_ms : 30000;
   r->workers = o->workers > 0 ? (o->workers < MAX_WORKERS ? o->workers : MAX_WORKERS) : 2;
   if ((o->watch_namespace && *o->watch_namespace && !r->ns) || !r->coordinator || !r->dump_dir || !r->identity ||
-      !r->secrets_ok) {
+      !r->secrets_ok || !r->vanished) {
     st = ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
     goto out_destroy;
   }
@@ -456,10 +458,23 @@ static ftc_status_t find_loss(pass_t *p, int s, json_t **lost, int *lost_inc, in
       sv->inc = prev_inc + 1;
       return FTC_OK;
     }
-    /* Gone from the server too (it was listed): deleted behind our back. */
-    json_t *ph = json_pack("{s:{s:s}, s:{s:s?}}", "metadata", "name", prev, "spec", "nodeName", ftck_jstr(member, "node"));
+    /* Gone from the server too (it was listed): deleted behind our back.
+     * Its loss dates from when a pass first saw it gone, so its backoff
+     * runs out like any other (remembered until it is replaced). */
+    char vkey[600], tbuf[64];
+    snprintf(vkey, sizeof vkey, "%s/%s", p->key, prev);
+    pthread_mutex_lock(&p->r->mu);
+    int64_t since = (int64_t)json_integer_value(json_object_get(p->r->vanished, vkey));
+    if (!since) json_object_set_new(p->r->vanished, vkey, json_integer(since = p->now));
+    pthread_mutex_unlock(&p->r->mu);
+    ftck_format_time(since, tbuf, sizeof tbuf);
+    json_t *ph = json_pack("{s:{s:s, s:s, s:i}, s:{s:s?}}", "metadata", "name", prev, "deletionTimestamp", tbuf,
+                           "deletionGracePeriodSeconds", 0, "spec", "nodeName", ftck_jstr(member, "node"));
     if (!ph || json_array_append_new(p->created, ph) != 0) return ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
     sv->inc = prev_inc;
+    /* The slot's pod until replaced: status keeps its name (and so the
+     * incarnation) while the replacement waits for its backoff. */
+    sv->cur = ph;
     *lost = ph;
   } else if (ftck_pod_is_lost(sv->cur)) {
     *lost = sv->cur;
@@ -538,6 +553,13 @@ static ftc_status_t replace_member(pass_t *p, int s, json_t *lost, int lost_inc,
   sv->cur = np;
   sv->inc = lost_inc + 1;
   p->replacing = 1;
+  if (lost_name) {
+    char vkey[600];
+    snprintf(vkey, sizeof vkey, "%s/%s", p->key, lost_name);
+    pthread_mutex_lock(&p->r->mu);
+    json_object_del(p->r->vanished, vkey);
+    pthread_mutex_unlock(&p->r->mu);
+  }
   if (!is_new) return FTC_OK; /* made by an earlier pass whose result the caches did not show yet */
   const char *reason = ftck_jstr(lost, "status.reason");
   char msg[1024];
@@ -936,6 +958,7 @@ void ftck_reconciler_destroy(ftck_reconciler_t *r) {
   ftck_informer_destroy(r->nodes);
   ftck_workqueue_destroy(r->q);
   json_decref(r->secrets_ok);
+  json_decref(r->vanished);
   pthread_mutex_destroy(&r->mu);
   ftc__free(r->ns);
   ftc__free(r->coordinator);
