@@ -216,6 +216,8 @@ static ftc_status_t sync_state(ftc_comm_t *comm, double *state, size_t n, int *s
 int main(int argc, char **argv) {
   struct options o;
   if (parse_options(argc, argv, &o)) return 2;
+  /* One line at a time, so a launcher's per-rank prefixes interleave in order. */
+  setvbuf(stdout, NULL, _IOLBF, 0);
 
   ftc_comm_t *comm = NULL;
   ftc_status_t st = ftc_comm_create(NULL, &comm);
