@@ -52,6 +52,29 @@ static void client_frames_are_unmasked_and_unmasked_frames_refused(void **state)
   assert_int_equal(ftck_ws_frame(unmasked, sizeof unmasked, &fin, &op, payload, sizeof payload, &plen), -1);
 }
 
+static int no_route(void *ud, const char *job, const char *token) {
+  (void)ud;
+  (void)job;
+  (void)token;
+  return -1;
+}
+
+static void the_port_binds_every_address_or_one_and_refuses_bad_ones(void **state) {
+  (void)state;
+  const char *good[] = {":0", "127.0.0.1:0", "localhost:0"};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    ftck_router_t *r = NULL;
+    assert_int_equal(ftck_router_start(good[i], no_route, NULL, &r), FTC_OK);
+    assert_true(ftck_router_port(r) > 0);
+    ftck_router_stop(r);
+  }
+  ftck_router_t *r = NULL;
+  assert_int_equal(ftck_router_start("7470", no_route, NULL, &r), FTC_ERR_CONFIG); /* no colon */
+  assert_null(r);
+  assert_int_equal(ftck_router_start("127.0.0.1:notaport", no_route, NULL, &r), FTC_ERR_CONFIG);
+  ftck_router_stop(NULL);
+}
+
 typedef struct fixture {
   char dir[PATH_MAX];
   ftck_coords_t *cs;
@@ -244,6 +267,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(accept_key_is_the_rfc_example),
       cmocka_unit_test(client_frames_are_unmasked_and_unmasked_frames_refused),
+      cmocka_unit_test(the_port_binds_every_address_or_one_and_refuses_bad_ones),
       cmocka_unit_test_setup_teardown(two_jobs_share_one_port_and_a_lost_slot_shrinks_at_once, setup, teardown),
       cmocka_unit_test_setup_teardown(a_rank_of_a_job_without_coordinator_is_turned_away, setup, teardown),
       cmocka_unit_test_setup_teardown(a_job_that_is_removed_stops_its_coordinator, setup, teardown),

@@ -5,7 +5,8 @@
 # processes -> they join the controller's embedded coordinator (through its coordinator
 # port) and train -> a worker is killed -> its pod turns Failed -> the controller
 # declares the slot lost, the survivors shrink, a replacement pod starts as a joiner and
-# rejoins -> a worker is stopped (SIGSTOP) -> the coordinator reports the hang -> dumps of
+# rejoins -> the controller restarts: the ranks keep training, reconnect, and the new
+# coordinator adopts their epoch (status rebuilt, no pod made) -> a worker is stopped (SIGSTOP) -> the coordinator reports the hang -> dumps of
 # every rank land in the dump volume, ftcomm-trace's analysis next to them names the
 # stopped rank, status has the incident and there is an Event -> onHang replace: the
 # hung pod is replaced and its replacement rejoins -> the job Succeeds, every final
@@ -19,8 +20,10 @@ start_cluster
 
 agent_pid=
 cleanup() {
+  local rc=$?
   [ -n "$agent_pid" ] && kill "$agent_pid" 2>/dev/null && wait "$agent_pid" 2>/dev/null
-  on_exit
+  (exit $rc)
+  on_exit  # stops the controller and the cluster; keeps $work on failure
 }
 trap cleanup EXIT
 
@@ -35,15 +38,18 @@ check "CRD applies" kc apply -f "$root/crds/ftcomm.dev_trainingjobs.yaml"
 kc wait --for=condition=Established crd/trainingjobs.ftcomm.dev --timeout=20s >/dev/null
 kc create namespace $ns >/dev/null
 
-FTCOMM_LOG_LEVEL=info "$ctl" --kubeconfig "$KUBECONFIG" --namespace $ns --identity e2e --listen-address 127.0.0.1:0 \
-  --coordinator-bind "127.0.0.1:$coord_port" --coordinator-address "127.0.0.1:$coord_port" \
-  --dump-volume "$vol" --dump-dir "$work/pod-dumps" --dump-wait 4 --dump-retention 5 \
-  --lease-duration 15 --renew-deadline 10 --retry-period 2 >"$ctrl_log" 2>&1 &
-ctrl_pid=$!
-eventually 10 grep -q "health and metrics on port" "$ctrl_log"
-port=$(sed -n 's/.*health and metrics on port \([0-9]*\).*/\1/p' "$ctrl_log" | tail -1)
-check "the controller leads and opens its coordinator port $coord_port" \
-  eventually 30 grep -q "coordinator port $coord_port" "$ctrl_log"
+start_controller() {  # start_controller N
+  echo "=== controller $1" >>"$ctrl_log"
+  FTCOMM_LOG_LEVEL=info "$ctl" --kubeconfig "$KUBECONFIG" --namespace $ns --identity "e2e-$1" --listen-address 127.0.0.1:0 \
+    --coordinator-bind "127.0.0.1:$coord_port" --coordinator-address "127.0.0.1:$coord_port" \
+    --dump-volume "$vol" --dump-dir "$work/pod-dumps" --dump-wait 4 --dump-retention 5 \
+    --lease-duration 15 --renew-deadline 10 --retry-period 2 >>"$ctrl_log" 2>&1 &
+  ctrl_pid=$!
+  eventually 10 grep -q "identity e2e-$1\$" "$ctrl_log"
+  port=$(sed -n 's/.*health and metrics on port \([0-9]*\).*/\1/p' "$ctrl_log" | tail -1)
+  eventually 30 bash -c "sed -n '/=== controller $1/,\$p' '$ctrl_log' | grep -q 'coordinator port $coord_port'"
+}
+if start_controller 1; then ok "the controller leads and opens its coordinator port $coord_port"; else bad "controller start"; fi
 metric() { curl -s "http://127.0.0.1:$port/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
 
 python3 "$root/tests/e2e/agent" --namespace $ns --nodes node-a,node-b,node-c,node-d,node-e --state "$state" \
@@ -67,7 +73,7 @@ spec:
         - name: trainer
           image: local/ftcomm-trainer
           command: ["$trainer"]
-          args: ["--steps", "2500", "--step-ms", "15", "--log-every", "250"]
+          args: ["--steps", "5000", "--step-ms", "15", "--log-every", "500"]
 YAML
 check "the TrainingJob applies" kc apply -f "$work/job.yaml"
 
@@ -77,7 +83,10 @@ running() { [ "$(tj '{.status.phase} {.status.worldSize}')" = "Running 4" ] && [
 check "4 pods run as local processes and form epoch 1 with the embedded coordinator" eventually 60 running
 check_out "status has every member's rank" '^0 1 2 3 $' bash -c \
   "$FTC_KUBECTL get tj llm -n $ns -o jsonpath='{range .status.members[*]}{.rank}{\" \"}{end}' | tr ' ' '\n' | sort -n | tr '\n' ' '"
-check "the ranks train (step 250 logged)" eventually 60 grep -q "step   250" "$state/logs/llm-0-0.log"
+sleep 3  # a few hundred steps (stdout goes to a file: block-buffered, so no step lines yet)
+alive() { for p in "$state"/pids/llm-?-0; do kill -0 "$(cat "$p")" || return 1; done; [ "$(ls "$state/pids" | wc -l)" = 4 ]; }
+check "the 4 ranks are still training" alive
+alive_now() { for p in "$state"/pids/*; do kill -0 "$(cat "$p")" || return 1; done; [ "$(ls "$state/pids" | wc -l)" = 4 ]; }
 epoch1=$(tj '{.status.epoch}')
 
 # --- a killed worker: shrink at once, a joiner replaces it -------------------------------
@@ -99,6 +108,19 @@ check "status: 4 members again" eventually 30 regrown
 check_out "status counts the replacement with an incident" '^1 PodFailed llm-2-0$' \
   tj '{.status.replacements} {.status.incidents[0].kind} {.status.incidents[0].culprit}'
 check "metrics: slots declared lost" bash -c "[ \"\$(curl -s http://127.0.0.1:$port/metrics | awk '\$1 == \"ftcomm_controller_slots_declared_lost_total\" { print \$2 }')\" -ge 1 ]"
+
+# --- the controller restarts: the ranks keep training, the new coordinator adopts them ----
+epoch_before=$(tj '{.status.epoch}')
+created_before=$(kc get pods -n $ns -l ftcomm.dev/job=llm -o name | sort | tr '\n' ' ')
+if kill -TERM "$ctrl_pid" && wait "$ctrl_pid"; then ok "the controller stops (SIGTERM)"; else bad "the controller stops (SIGTERM)"; fi
+ctrl_pid=
+check "the ranks keep training without it" alive_now
+if start_controller 2; then ok "a new controller leads and opens the coordinator port again"; else bad "controller restart"; fi
+check "its coordinator adopts the running epoch from the ranks" eventually 30 grep -q "adopted running epoch" "$ctrl_log"
+readopted() { [ "$(tj '{.status.phase} {.status.worldSize}')" = "Running 4" ] && [ "$(tj '{.status.epoch}')" -ge "$epoch_before" ] &&
+  [ "$(kc get tj llm -n $ns -o jsonpath='{range .status.members[*]}{.rank}{" "}{end}' | wc -w)" = 4 ]; }
+check "status is rebuilt: 4 ranks, epoch $epoch_before or later" eventually 30 readopted
+check_out "no pod was made or replaced" "^$created_before\$" bash -c "$FTC_KUBECTL get pods -n $ns -l ftcomm.dev/job=llm -o name | sort | tr '\n' ' '"
 
 # --- a hung worker: dumps, analysis, incident, Event, replacement -------------------------
 rank1=$(kc get tj llm -n $ns -o jsonpath='{.status.members[1].rank}')

@@ -422,22 +422,31 @@ static ftc_status_t listen_on(const char *addr, int *lfd, int *port) {
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
   int gai = getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &ai);
   if (gai != 0) return ftc__error(FTC_ERR_CONFIG, "--coordinator-bind %s: %s", addr, gai_strerror(gai));
-  /* An empty host means every address: prefer the IPv6 wildcard (dual stack). */
-  struct addrinfo *pick = ai;
-  for (struct addrinfo *a = ai; a && !host[0]; a = a->ai_next)
-    if (a->ai_family == AF_INET6) pick = a;
-  int fd = socket(pick->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  int one = 1, zero = 0;
+  /* An empty host means every address: the IPv6 wildcard first (dual
+   * stack), the IPv4 one where IPv6 is off; otherwise the addresses in the
+   * resolver's order. */
+  int fd = -1, one = 1, zero = 0, err = 0;
   ftc_status_t st = FTC_OK;
-  if (fd < 0) {
-    st = ftc__error(FTC_ERR_SYSTEM, "coordinator port: socket: %s", strerror(errno));
-    goto out_free_ai;
+  for (int pass = 0; pass < 2 && fd < 0; pass++) {
+    for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
+      if (!host[0] && (pass == 0) != (a->ai_family == AF_INET6)) continue;
+      if (host[0] && pass == 1) break;
+      fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) {
+        err = errno;
+        continue;
+      }
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      if (a->ai_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+      if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
+        err = errno;
+        close(fd);
+        fd = -1;
+      }
+    }
   }
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (pick->ai_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-  if (bind(fd, pick->ai_addr, pick->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
-    st = ftc__error(FTC_ERR_SYSTEM, "the coordinator port cannot listen on %s: %s", addr, strerror(errno));
-    close(fd);
+  if (fd < 0) {
+    st = ftc__error(FTC_ERR_SYSTEM, "the coordinator port cannot listen on %s: %s", addr, strerror(err));
     goto out_free_ai;
   }
   struct sockaddr_storage ss;
