@@ -78,13 +78,15 @@ check "ClusterRole, ClusterRoleBinding and the CRD exist" kc get clusterrole/ftc
 check_out "the Deployment as installed: 1 replica, leader election, probes, restricted" \
   '^1 --leader-elect=true /healthz /readyz true true ftcomm-controller$' \
   kc -n $ns get deploy/ftcomm-controller -o jsonpath='{.spec.replicas} {.spec.template.spec.containers[0].args[1]} {.spec.template.spec.containers[0].livenessProbe.httpGet.path} {.spec.template.spec.containers[0].readinessProbe.httpGet.path} {.spec.template.spec.securityContext.runAsNonRoot} {.spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem} {.spec.template.spec.serviceAccountName}'
-check_out "the Service: coordinator 7470, metrics 8080, selecting the controller's pods" \
-  '^coordinator=7470 metrics=8080 controller$' \
-  kc -n $ns get svc/ftcomm-controller -o jsonpath='{range .spec.ports[*]}{.name}={.port} {end}{.spec.selector.app\.kubernetes\.io/component}'
-check_out "the ServiceAccount can do what the controller needs (and no more)" '^yes no$' bash -c '
+check_out "the Service: coordinator 7470, metrics 8080, selecting the controller's pods that lead" \
+  '^coordinator=7470 metrics=8080 controller true$' \
+  kc -n $ns get svc/ftcomm-controller -o jsonpath='{range .spec.ports[*]}{.name}={.port} {end}{.spec.selector.app\.kubernetes\.io/component} {.spec.selector.ftcomm\.dev/leader}'
+check_out "the ServiceAccount can do what the controller needs (and no more)" '^yes no yes no$' bash -c '
   a=$("$0" auth can-i update trainingjobs.ftcomm.dev --subresource=status -n default --as=system:serviceaccount:ftcomm-system:ftcomm-controller || true)
-  b=$("$0" auth can-i get secrets -n default --as=system:serviceaccount:ftcomm-system:ftcomm-controller || true)
-  echo "$a $b"' "$FTC_KUBECTL"
+  b=$("$0" auth can-i list secrets -n default --as=system:serviceaccount:ftcomm-system:ftcomm-controller || true)
+  c=$("$0" auth can-i patch pods -n ftcomm-system --as=system:serviceaccount:ftcomm-system:ftcomm-controller || true)
+  d=$("$0" auth can-i patch pods -n default --as=system:serviceaccount:ftcomm-system:ftcomm-controller || true)
+  echo "$a $b $c $d"' "$FTC_KUBECTL"
 # The controller binary takes the flags and environment the chart gives it, and with the
 # chart's ServiceAccount and RBAC it becomes ready and takes the chart's Lease (run here
 # as a process: this cluster has no container runtime).
@@ -103,9 +105,15 @@ users: [{name: sa, user: {token: "$token"}}]
 KC
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   while IFS= read -r a; do
-    case $a in --listen-address=*) a=--listen-address=127.0.0.1:$port ;; esac
+    case $a in
+      --listen-address=*) a=--listen-address=127.0.0.1:$port ;;
+      --coordinator-bind=*) a=--coordinator-bind=127.0.0.1:0 ;;
+      --dump-volume=*) a=--dump-volume=$work/dumps ;;
+    esac
     args+=("$a")
   done < <(kc -n $ns get deploy/ftcomm-controller -o json | jq -r '.spec.template.spec.containers[0].args[]')
+  # Its pod (never run here: no kubelet) gets the leader label while it leads.
+  kc -n $ns run chart-ctl-0 --image=ftcomm-controller:test --restart=Never >/dev/null || rc=1
   POD_NAME=chart-ctl-0 POD_NAMESPACE=$ns FTCOMM_LOG_LEVEL=info \
     "$ctl" --kubeconfig="$work/sa.kubeconfig" "${args[@]}" >"$work/chart-controller.log" 2>&1 &
   pid=$!
@@ -114,16 +122,23 @@ KC
     echo "it did not take the Lease ftcomm-controller"; rc=1
   fi
   curl -sf "http://127.0.0.1:$port/healthz" >/dev/null || { echo "/healthz failed"; rc=1; }
+  if [ $rc = 0 ] && ! eventually 30 bash -c '[ "$("$0" -n "$1" get pod chart-ctl-0 -o jsonpath="{.metadata.labels.ftcomm\.dev/leader}")" = true ]' "$FTC_KUBECTL" "$ns"; then
+    echo "its pod did not get the label ftcomm.dev/leader=true"; rc=1
+  fi
   if grep -qi forbidden "$work/chart-controller.log"; then echo "RBAC refused a call"; rc=1; fi
   kill -TERM $pid 2>/dev/null || true
   end=$(( $(date +%s) + 20 ))
   while kill -0 $pid 2>/dev/null && [ "$(date +%s)" -lt $end ]; do sleep 0.2; done
   kill -KILL $pid 2>/dev/null || true
   wait $pid 2>/dev/null || { echo "exit status $? after SIGTERM"; rc=1; }
+  if [ -n "$(kc -n $ns get pod chart-ctl-0 -o jsonpath='{.metadata.labels.ftcomm\.dev/leader}')" ]; then
+    echo "the leader label stayed after SIGTERM"; rc=1
+  fi
+  kc -n $ns delete pod chart-ctl-0 --grace-period=0 --force >/dev/null 2>&1
   [ $rc = 0 ] || tail -20 "$work/chart-controller.log"
   return $rc
 }
-check "the controller runs with the chart's flags, ServiceAccount and RBAC: ready, leads, exits 0 on SIGTERM" run_chart_controller
+check "the controller runs with the chart's flags, ServiceAccount and RBAC: ready, leads, labels its pod, exits 0 on SIGTERM" run_chart_controller
 bind_claim() {
   kc -n $ns patch pvc/ftcomm-dumps --subresource=status --type=merge \
     -p '{"status":{"phase":"Bound","accessModes":["ReadWriteOnce"],"capacity":{"storage":"20Gi"}}}'

@@ -45,7 +45,10 @@ cannot() { ! can "$@"; }
 check "the ServiceAccount may create pods and watch TrainingJobs anywhere" can create pods -n ml
 check "... update TrainingJob status" can update trainingjobs.ftcomm.dev --subresource=status -n ml
 check "... update its Lease in $ns" can update leases.coordination.k8s.io -n $ns
-check "... but not read Secrets" cannot get secrets -n ml
+secrets_by_name_only() { can get secrets -n ml && cannot list secrets -n ml && cannot watch secrets -n ml; }
+leader_label_only_here() { can patch pods -n "$ns" && cannot patch pods -n ml; }
+check "... get a Secret by name (a job's token), but not list or watch Secrets" secrets_by_name_only
+check "... patch pods (its own leader label) only in $ns" leader_label_only_here
 check "... nor update TrainingJobs' spec" cannot update trainingjobs.ftcomm.dev -n ml
 check "... nor touch Leases elsewhere" cannot update leases.coordination.k8s.io -n kube-system
 check "the example TrainingJob is accepted" kc create namespace ml
