@@ -539,7 +539,7 @@ def write_md(r, path):
     def s(x, unit="s"):
         return "not reached" if x is None else f"{x:.1f} {unit}"
     mark = lambda okv: "met" if okv else "MISSED"  # noqa: E731
-    idle_non_lease = {k: v for k, v in r["idle_requests"].items() if k not in ("GET", "PUT")}
+    idle_non_lease = {k: v for k, v in r["idle_requests"].items() if k not in ("GET", "PUT", "WATCH")}
     lease_calls = r["idle_requests"].get("GET", 0) + r["idle_requests"].get("PUT", 0)
     lines = [
         f"## Controller at scale: {r['jobs']} TrainingJobs x {r['replicas']} replicas = {r['pods']} pods on {r['nodes']} kwok nodes",
