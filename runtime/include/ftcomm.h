@@ -342,6 +342,24 @@ FTC_API ftc_status_t ftc_comm_rank_is_new(const ftc_comm_t *comm, int rank, int 
 FTC_API ftc_status_t ftc_comm_dump(ftc_comm_t *comm, const char *reason, char *path,
                                    size_t path_len);
 
+/*
+ * GPUs (docs/nccl.md). With the NCCL backend (FTCOMM_BACKEND=nccl, or auto
+ * on a host where NCCL loads and sees a GPU) collective buffers are device
+ * pointers, and collectives run on a CUDA (or HIP) stream: the
+ * communicator's own, or the one given here (a cudaStream_t; NULL: back to
+ * its own). A collective (or its request) completes once its work is
+ * complete on the stream, polled through CUDA events under the timeout. The
+ * device is the one current on the thread that calls ftc_comm_create. Call
+ * between collectives, from the application thread. FTC_ERR_NOT_SUPPORTED
+ * on TCP.
+ */
+FTC_API ftc_status_t ftc_comm_set_stream(ftc_comm_t *comm, void *stream);
+
+/* The backend in one line, e.g. "tcp" or "NCCL 2.32.3 (libnccl.so.2) path
+ * shrink+grow caps nonblocking,split,shrink,revoke,grow" (the recovery path
+ * chosen from the library's version), copied into buf[len]. */
+FTC_API ftc_status_t ftc_comm_backend(const ftc_comm_t *comm, char *buf, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

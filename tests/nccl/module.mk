@@ -65,3 +65,22 @@ $(foreach t,$(NCCL_TEST_PROGS),$(eval $(call nccl_test,$(t))))
 
 TEST_BINS += $(CUDART_DOUBLE) $(NCCL_DOUBLES) $(NCCL_TEST_BINS)
 TEST_SUITES += $(NCCL_TEST_BINS)
+
+# api_probe: one rank of the backend-selection checks (public API only).
+NCCL_API_PROBE := $(BUILD)/tests/nccl/api_probe
+$(NCCL_API_PROBE): $(BUILD)/obj/tests/nccl/api_probe.o $(FTCOMM_A)
+	@mkdir -p $(dir $@)
+	$(say) LD $@
+	$(Q)$(CC) -o $@ $^ $(LDFLAGS_ALL) $(RUNTIME_LIBS)
+
+# The public API on the NCCL backend with the double: backend selection,
+# collectives, a dying rank and the recovery suite, for the fast path and
+# the fallback.
+NCCL_RECOVERY_SUITE := $(BUILD)/tests/nccl/recovery_nccl
+$(NCCL_RECOVERY_SUITE): tests/nccl/recovery_nccl.sh
+	@mkdir -p $(dir $@)
+	$(Q)printf '#!/bin/sh\nexec tests/nccl/recovery_nccl.sh %s\n' '$(BUILD)' >$@ && chmod +x $@
+
+TEST_BINS += $(NCCL_RECOVERY_SUITE) $(NCCL_API_PROBE) $(BUILD)/bin/ftcomm-run $(BUILD)/bin/ftcomm-trainer \
+    $(BUILD)/bin/ftcomm-trace $(BUILD)/tests/mp/mp_coll
+TEST_SUITES += $(NCCL_RECOVERY_SUITE)

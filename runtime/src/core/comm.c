@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/comm.h"
+#include "nccl/nccl_core.h"
 #include "ftc_alloc.h"
 #include "ftc_error.h"
 #include "ftc_param.h"
@@ -100,9 +101,16 @@ static ftc_status_t comm_new(const ftc_config_t *cfg_in, ftc_comm_t **out) {
     cfg = *cfg_in;
   }
   if ((st = ftc_config_resolve(&cfg)) != FTC_OK) return st;
-  if (strcasecmp(cfg.backend, "nccl") == 0)
-    return ftc__error(FTC_ERR_NOT_SUPPORTED,
-                      "FTCOMM_BACKEND=nccl: this build runs the TCP backend only; use tcp or auto");
+  /* The data plane: NCCL when asked (why it cannot load is the answer), or
+   * under auto when it loads and its runtime sees a GPU; else TCP. */
+  const ftc__backend_ops_t *be = &ftc__backend_tcp;
+  if (strcasecmp(cfg.backend, "nccl") == 0) {
+    if ((st = ftc__nccl_backend_probe(0)) != FTC_OK) return st;
+    be = &ftc__backend_nccl;
+  } else if (strcasecmp(cfg.backend, "auto") == 0) {
+    if (ftc__nccl_backend_probe(1) == FTC_OK) be = &ftc__backend_nccl;
+    ftc__error_clear(); /* a host without NCCL is no error under auto */
+  }
   ftc_comm_t *c = ftc__calloc(1, sizeof(*c));
   if (!c) return ftc__error(FTC_ERR_NO_MEMORY, "allocating a communicator");
   c->listen_fd = -1;
@@ -128,7 +136,7 @@ static ftc_status_t comm_new(const ftc_config_t *cfg_in, ftc_comm_t **out) {
   c->tcfg.token = c->cfg.token;
   c->tcfg.connect_timeout_ms = c->cfg.connect_timeout_ms;
   c->tcfg.interrupt = &c->interrupt;
-  c->be = &ftc__backend_tcp;
+  c->be = be;
   c->connect_timeout_ms = c->cfg.connect_timeout_ms;
   c->joiner_pending = cfg.joiner == 1;
   c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -208,6 +216,11 @@ static ftc_status_t comm_bring_up(ftc_comm_t *c, const ftc__view_t *view) {
   ftc_rec_process_info_t info = FTC_REC_PROCESS_INFO_INIT;
   info.job = c->cfg.job;
   info.backend = c->be->name;
+  char be_version[256] = "";
+  if (c->be == &ftc__backend_nccl) {
+    ftc__nccl_backend_describe(be_version, sizeof(be_version));
+    info.backend_version = be_version;
+  }
   info.dump_dir = c->cfg.dump_dir;
   info.rank = view->my_rank;
   info.world_size = view->size;

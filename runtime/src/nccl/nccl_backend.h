@@ -110,8 +110,12 @@ typedef struct ftc__nccl_xchg {
   void *arg;
 } ftc__nccl_xchg_t;
 
+#define FTC__NCCL_DEVICE_CURRENT (-2)
 typedef struct ftc__nccl_opts {
-  int device;             /* CUDA device; -1: keep the current one */
+  int device;             /* CUDA device, set before every NCCL or CUDA call (the
+                           * core's progress thread is not the application's);
+                           * -1: leave it; FTC__NCCL_DEVICE_CURRENT: the one
+                           * current on the thread that makes the communicator */
   int timeout_ms;         /* bound on init, shrink, grow, abort of one epoch */
   void *stream;           /* cudaStream_t / hipStream_t for collectives; NULL: the
                            * communicator's own stream */

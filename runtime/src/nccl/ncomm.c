@@ -297,6 +297,8 @@ static ftc_status_t comm_alloc(ftc__nccl_lib_t *lib, const ftc__nccl_opts_t *o,
   if (!c) return ftc__error(FTC_ERR_NO_MEMORY, "out of memory for an NCCL communicator");
   c->lib = lib;
   c->device = o ? o->device : -1;
+  if (c->device == FTC__NCCL_DEVICE_CURRENT && lib->rt.GetDevice(&c->device) != cudaSuccess)
+    c->device = -1;
   c->timeout_ms = o && o->timeout_ms > 0 ? o->timeout_ms : 60000;
   c->interrupt = o ? o->interrupt : NULL;
   pthread_mutex_init(&c->mu, NULL);
@@ -394,6 +396,7 @@ ftc_status_t ftc__nccl_enter_epoch(ftc__nccl_lib_t *lib, ftc__nccl_comm_t **cp,
   ftc_status_t st = FTC_OK;
   ftc__nccl_comm_t *c = *cp;
   int created = 0;
+  ncclComm_t parent = NULL; /* the communicator this move starts from */
   if (next->my_rank < 0 || next->my_rank >= next->size)
     return ftc__error(FTC_ERR_INVALID_ARGUMENT, "this process is not in epoch %llu",
                       (unsigned long long)next->epoch);
@@ -432,6 +435,7 @@ ftc_status_t ftc__nccl_enter_epoch(ftc__nccl_lib_t *lib, ftc__nccl_comm_t **cp,
   }
   int64_t t0 = ftc__now_ns();
   int64_t deadline = ftc__deadline_ns(c->timeout_ms);
+  parent = created ? NULL : get_nc(c);
   FTC_CHECK_GOTO(set_device(c), st, out_view);
   FTC_DEBUG(FTC_SUB_NCCL, "epoch %llu: %s (excluded %d, joiners %d, publisher %d)",
             (unsigned long long)next->epoch, ftc__nccl_step_name(p.step), p.n_excluded,
@@ -509,7 +513,12 @@ out_fail:
     goto out;
   }
   fail(c, st);
-  swap_nc(c, NULL);
+  /* A move that failed before replacing the communicator (a shrink or grow
+   * interrupted by a newer epoch, a timeout) keeps it: every rank retries
+   * from the same parent and the same last view, so all plan alike. One
+   * that failed after replacing it leaves nothing consistent: abort, and
+   * the next move re-inits. */
+  if (!parent || get_nc(c) != parent) swap_nc(c, NULL);
 out:
   return st;
 }
@@ -664,6 +673,7 @@ static ftc_status_t launch(ftc__nccl_comm_t *c, const ftc__op_t *const *ops, int
     }
   }
   FTC_CHECK_GOTO(gate(c), st, out);
+  FTC_CHECK_GOTO(set_device(c), st, out);
   ncclComm_t nc = get_nc(c);
   cudaStream_t s = stream ? (cudaStream_t)stream : c->stream;
   cudaEvent_t a = NULL, b = NULL;
@@ -866,6 +876,7 @@ ftc_status_t ftc__nccl_comm_abort(ftc__nccl_comm_t *c) {
 
 void ftc__nccl_comm_free(ftc__nccl_comm_t *c) {
   if (!c) return;
+  set_device(c); /* best effort: the events and the stream are that device's */
   ncclComm_t nc = get_nc(c);
   if (nc && ftc__nccl_comm_error(c) == FTC_OK) {
     /* Healthy: finalize (bounded), then destroy. */

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# recovery_nccl.sh BUILD - the public API end to end on the NCCL backend
+# (FTCOMM_BACKEND=nccl) with the NCCL test double: every collective against
+# the reference under ftcomm-run, a dying rank, and the whole recovery suite
+# (tests/recovery/recovery.sh: kills, shrink, grow, replacements, a stopped
+# rank, coordinator restart, ...) on the fast path (2.32.3: revoke, shrink,
+# grow) and the fallback (2.26.5: abort and re-init). The double's call log
+# must show the path taken and no communicator destroyed after a failure.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${1:-build/release}
+D=$PWD/$BUILD/tests/nccl
+tmp=$(mktemp -d /tmp/ftcomm-nccl-rec-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { echo "ok   $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/    | /' "$2" | tail -n 30; fail=$((fail + 1)); }
+
+PROBE=$BUILD/tests/nccl/api_probe
+probe() { # probe NAME EXPECT ENV...: two ranks of api_probe under ftcomm-run
+  local name=$1 expect=$2
+  shift 2
+  env -u FTCOMM_BACKEND -u FTCOMM_NCCL_LIBRARY -u FTCOMM_CUDA_RUNTIME_LIBRARY NCCL_DOUBLE_DIR="$tmp" "$@" \
+    FTCOMM_CONNECT_TIMEOUT_MS=20000 timeout -k 5 60 "$BUILD/bin/ftcomm-run" -q -n 2 --timeout 50 -- \
+    "$PROBE" "$expect" >"$tmp/probe.out" 2>&1
+  local rc=$?
+  [ $rc = 0 ] && [ "$(grep -c "$expect: ok\|create: " "$tmp/probe.out")" -ge 2 ] && ok "$name" ||
+    bad "$name (rc=$rc)" "$tmp/probe.out"
+}
+DBL=(FTCOMM_NCCL_LIBRARY=$D/libnccl_double_2.32.3.so FTCOMM_CUDA_RUNTIME_LIBRARY=$D/libcudart_double.so)
+probe "FTCOMM_BACKEND=nccl: the NCCL backend, collectives on a stream given with ftc_comm_set_stream" \
+  expect-nccl FTCOMM_BACKEND=nccl "${DBL[@]}"
+probe "auto: NCCL where it loads and sees a GPU" expect-nccl FTCOMM_BACKEND=auto "${DBL[@]}"
+probe "auto: TCP where NCCL loads but sees no GPU" expect-tcp FTCOMM_BACKEND=auto "${DBL[@]}" CUDA_DOUBLE_DEVICES=0
+probe "auto: TCP where NCCL does not load" expect-tcp FTCOMM_BACKEND=auto FTCOMM_NCCL_LIBRARY=/nonexistent/libnccl.so.2
+probe "tcp: ftc_comm_set_stream is not supported" expect-tcp FTCOMM_BACKEND=tcp "${DBL[@]}"
+probe "FTCOMM_BACKEND=nccl without the library: create fails" expect-fail FTCOMM_BACKEND=nccl \
+  FTCOMM_NCCL_LIBRARY=/nonexistent/libnccl.so.2
+grep -q "create: backend library not found.*looked for /nonexistent/libnccl.so.2" "$tmp/probe.out" &&
+  ok "  ... naming the library it looked for" || bad "  ... the message names the library" "$tmp/probe.out"
+
+for v in 2.32.3 2.26.5; do
+  export FTCOMM_BACKEND=nccl FTCOMM_NCCL_LIBRARY=$D/libnccl_double_$v.so
+  export FTCOMM_CUDA_RUNTIME_LIBRARY=$D/libcudart_double.so
+  export NCCL_DOUBLE_DIR=$tmp/$v NCCL_DOUBLE_LOG=$tmp/$v/log
+  mkdir -p "$tmp/$v"
+  log=$tmp/$v/log
+
+  FTCOMM_CONNECT_TIMEOUT_MS=20000 FTCOMM_TIMEOUT_MS=30000 FTCOMM_LOG_LEVEL=info FTCOMM_LOG_SUBSYS=nccl \
+    timeout -k 5 120 "$BUILD/bin/ftcomm-run" -q -n 3 --timeout 100 -- "$BUILD/tests/mp/mp_coll" all \
+    >"$tmp/$v/coll.out" 2>&1
+  rc=$?
+  if [ $rc = 0 ] && grep -q "matched the reference at 3 ranks" "$tmp/$v/coll.out" &&
+     grep -q "NCCL $v .*path" "$tmp/$v/coll.out"; then
+    ok "$v: every collective through the public API matches the reference at 3 ranks"
+  else
+    bad "$v: collectives (rc=$rc)" "$tmp/$v/coll.out"
+  fi
+
+  FTCOMM_CONNECT_TIMEOUT_MS=20000 FTCOMM_TIMEOUT_MS=30000 \
+    timeout -k 5 120 "$BUILD/bin/ftcomm-run" -q -n 4 --grace 10 --timeout 60 -- "$BUILD/tests/mp/mp_coll" die \
+    >"$tmp/$v/die.out" 2>&1
+  rc=$?
+  survivors=$(grep -c "survivor saw a peer rank was lost" "$tmp/$v/die.out")
+  [ $rc = 3 ] && [ "$survivors" = 3 ] && ok "$v: a dying rank makes every survivor fail with peer lost" ||
+    bad "$v: die (rc=$rc, survivors $survivors)" "$tmp/$v/die.out"
+
+  timeout 900 tests/recovery/recovery.sh "$BUILD" >"$tmp/$v/recovery.out" 2>&1
+  rc=$?
+  [ $rc = 0 ] && ok "$v: the recovery suite: $(grep '^recovery:' "$tmp/$v/recovery.out")" ||
+    bad "$v: the recovery suite (rc=$rc)" "$tmp/$v/recovery.out"
+
+  n_destroy_failed=$(grep -c ' destroy .*failed=1' "$log")
+  [ "$n_destroy_failed" = 0 ] && ok "$v: no communicator destroyed after a failure ($(grep -c ' abort ' "$log") aborts)" ||
+    bad "$v: $n_destroy_failed communicators destroyed after a failure"
+  shrinks=$(grep -c ' shrink ' "$log") grows=$(grep -c ' grow ' "$log")
+  if [ $v = 2.32.3 ]; then
+    [ "$shrinks" -gt 0 ] && [ "$grows" -gt 0 ] && ok "$v: fast path ($shrinks shrinks, $grows grows)" ||
+      bad "$v: expected shrinks and grows, saw $shrinks and $grows"
+  else
+    [ "$shrinks" = 0 ] && [ "$grows" = 0 ] && ok "$v: fallback ($(grep -c ' init ' "$log") inits, no shrink or grow)" ||
+      bad "$v: the fallback shrank ($shrinks) or grew ($grows)"
+  fi
+done
+echo "nccl recovery: $pass passed, $fail failed"
+[ $fail = 0 ]
