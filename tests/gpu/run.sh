@@ -124,5 +124,26 @@ if [ "${code:-0}" -ge 23000 ]; then
 else
   say "== NCCL $code < 2.30: one rank per GPU only; kill/shrink/grow need a second GPU here"
 fi
+# The public API on this GPU: ftcomm-run, FTCOMM_BACKEND=nccl, device memory.
+# Needs libwebsockets and jansson (the coordinator); skipped where they lack.
+api_ranks=1
+[ "${code:-0}" -ge 23000 ] && api_ranks=2
+if [ "$(left)" -lt 40 ]; then
+  say "== public API: skipped, out of time"
+elif ! timeout 120 make -j"$(nproc)" --no-print-directory BUILD="$BUILD" NCCL_INCLUDE="$NCCL_INCLUDE" \
+    CUDA_INCLUDE="$CUDA_INCLUDE" "$BUILD/bin/ftcomm-run" "$BUILD/tests/nccl/api_probe" >"$out/api-build.log" 2>&1; then
+  say "== public API: skipped (ftcomm-run does not build here: $(grep -m1 -i 'error' "$out/api-build.log"))"
+else
+  say "== public API: $api_ranks rank(s) under ftcomm-run, FTCOMM_BACKEND=nccl"
+  if FTCOMM_BACKEND=nccl FTCOMM_CONNECT_TIMEOUT_MS=60000 timeout -k 5 90 "$BUILD/bin/ftcomm-run" -q -n "$api_ranks" \
+      --timeout 80 -- "$BUILD/tests/nccl/api_probe" expect-nccl >"$out/api.log" 2>&1; then
+    grep -m1 "backend:" "$out/api.log" | sed 's/^/  /'
+    say "  public API: passed"
+  else
+    sed 's/^/  | /' "$out/api.log" | tail -20
+    say "  public API: FAILED"
+    fails=$((fails + 1))
+  fi
+fi
 say "== done in $((SECONDS - start))s: $fails failed run(s); busbw target: ftcomm >= 97% of raw NCCL at >= 1 MiB (ratio column)"
 [ $fails -eq 0 ]

@@ -3,9 +3,10 @@
  * creates a communicator from the environment and prints what it got.
  *
  *   api_probe expect-nccl    the backend is NCCL: ftc_comm_backend names it,
- *                            an allreduce runs on a stream set with
- *                            ftc_comm_set_stream (made by the runtime of
- *                            FTCOMM_CUDA_RUNTIME_LIBRARY), then on its own
+ *                            an allreduce of device memory runs on a stream
+ *                            set with ftc_comm_set_stream (memory and stream
+ *                            from the runtime of FTCOMM_CUDA_RUNTIME_LIBRARY),
+ *                            then on its own (also on a real GPU)
  *   api_probe expect-tcp     the backend is TCP: ftc_comm_set_stream is
  *                            refused with FTC_ERR_NOT_SUPPORTED
  *   api_probe expect-fail    ftc_comm_create fails: prints the status and
@@ -18,14 +19,26 @@
 
 #include "ftcomm.h"
 
+/* Device memory from the runtime of FTCOMM_CUDA_RUNTIME_LIBRARY (on a GPU
+ * the NCCL backend needs it; the test double's is host memory); NULL
+ * functions: plain host memory (TCP). */
+static int (*rt_malloc)(void **, size_t);
+static int (*rt_memcpy)(void *, const void *, size_t, int);
+
 static int allreduce_ok(ftc_comm_t *c, int size) {
   float x[64];
   for (int i = 0; i < 64; i++) x[i] = 1.0f;
-  ftc_status_t st = ftc_allreduce(x, x, 64, FTC_F32, FTC_SUM, c, 20000);
+  void *buf = x;
+  if (rt_malloc && (rt_malloc(&buf, sizeof x) != 0 || rt_memcpy(buf, x, sizeof x, 1) != 0)) {
+    printf("cudaMalloc/cudaMemcpy failed\n");
+    return 0;
+  }
+  ftc_status_t st = ftc_allreduce(buf, buf, 64, FTC_F32, FTC_SUM, c, 20000);
   if (st != FTC_OK) {
     printf("allreduce: %s: %s\n", ftc_strerror(st), ftc_last_error());
     return 0;
   }
+  if (rt_malloc) rt_memcpy(x, buf, sizeof x, 2);
   return x[63] == (float)size;
 }
 
@@ -52,6 +65,9 @@ int main(int argc, char **argv) {
   } else if (!strcmp(want, "expect-nccl")) {
     void *rt = dlopen(getenv("FTCOMM_CUDA_RUNTIME_LIBRARY"), RTLD_NOW);
     int (*create)(void **) = rt ? (int (*)(void **))dlsym(rt, "cudaStreamCreate") : NULL;
+    *(void **)&rt_malloc = rt ? dlsym(rt, "cudaMalloc") : NULL;
+    *(void **)&rt_memcpy = rt ? dlsym(rt, "cudaMemcpy") : NULL;
+    if (!rt_malloc || !rt_memcpy) rt_malloc = NULL;
     void *stream = NULL;
     if (!create || create(&stream) != 0) {
       printf("no cudaStreamCreate in %s\n", getenv("FTCOMM_CUDA_RUNTIME_LIBRARY"));
