@@ -224,9 +224,14 @@ out_destroy_leader:
 out_stop_httpd:
   ftck_httpd_stop(httpd);
 out_destroy_reconciler:
-  ftck_reconciler_destroy(a.rec);
+  /* Workers first (they call into the coordinators), then the coordinators
+   * (their events reach the reconciler's queue), then the reconciler. */
+  ftck_reconciler_stop(a.rec);
+  ftck_coords_destroy(a.coords);
+  a.coords = NULL;
+  __atomic_store_n(&a.rec, NULL, __ATOMIC_RELEASE);
+  ftck_reconciler_destroy(rec);
 out_destroy_coords:
-  /* After the workers stopped: nothing calls into the coordinators any more. */
   ftck_coords_destroy(a.coords);
 out_destroy_client:
   ftck_client_destroy(a.client);

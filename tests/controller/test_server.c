@@ -34,6 +34,24 @@ static void test_options_defaults_env_and_flags(void **state) {
   assert_string_equal(o.listen_addr, ":8080");
   assert_int_equal(o.leader_elect, 1);
   assert_int_equal(o.lease_duration_s, 15);
+  /* The coordinator port, the dump volume and the leader label. */
+  assert_string_equal(o.coordinator_bind, ":7470");
+  assert_string_equal(o.dump_volume, "/var/lib/ftcomm/dumps");
+  assert_int_equal(o.dump_retention, 10);
+  assert_int_equal(o.dump_wait_s, 10);
+  assert_int_equal(o.token_check_s, 30);
+  assert_int_equal(o.leader_label, 1);
+  assert_string_equal(o.pod_name, "ctl-abc");
+  assert_string_equal(o.pod_namespace, "ftcomm-system");
+  char *argv3[] = {"x", "--coordinator-bind=127.0.0.1:0", "--dump-volume", "/v", "--dump-retention=3",
+                   "--dump-wait=2", "--leader-label=false", "--analyzer=/bin/ftcomm-trace", NULL};
+  assert_int_equal(ftck_options_parse(8, argv3, &o), FTC_OK);
+  assert_string_equal(o.coordinator_bind, "127.0.0.1:0");
+  assert_string_equal(o.dump_volume, "/v");
+  assert_int_equal(o.dump_retention, 3);
+  assert_int_equal(o.dump_wait_s, 2);
+  assert_int_equal(o.leader_label, 0);
+  assert_string_equal(o.analyzer, "/bin/ftcomm-trace");
   char *argv2[] = {"x", "--namespace=", "--leader-elect=false", "--workers", "4", "--listen-address=127.0.0.1:0",
                    "--lease-name=l", NULL};
   assert_int_equal(ftck_options_parse(7, argv2, &o), FTC_OK);
@@ -56,6 +74,7 @@ static void test_option_errors_name_the_flag(void **state) {
       {2, {"x", "--kubeconfig"}, "--kubeconfig needs a value"},
       {3, {"x", "--lease-duration=10", "--renew-deadline=10"}, "--renew-deadline (10) must be shorter than --lease-duration (10)"},
       {2, {"x", "positional"}, "unexpected argument"},
+      {2, {"x", "--dump-retention=0"}, "--dump-retention: expected an integer in [1, 100000]"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     assert_int_equal(ftck_options_parse(cases[i].argc, cases[i].argv, &o), FTC_ERR_CONFIG);

@@ -10,7 +10,9 @@
 # every rank land in the dump volume, ftcomm-trace's analysis next to them names the
 # stopped rank, status has the incident and there is an Event -> onHang replace: the
 # hung pod is replaced and its replacement rejoins -> the job Succeeds, every final
-# rank with the same params_hash. Bounded in time; every process is stopped on exit.
+# rank with the same params_hash. Then a 2-rank job with onHang restartAll: a stopped
+# rank restarts both pods with a fresh coordinator, and that job Succeeds too.
+# Bounded in time; every process is stopped on exit.
 . "$(dirname "$0")/../controller/lib.sh"
 ctl=$build/bin/ftcomm-controller
 trainer=$build/bin/ftcomm-trainer
@@ -154,6 +156,30 @@ echo "# final hashes: $(echo $hashes)"
 check_out "all 4 final ranks report a params_hash" '^4$' bash -c "echo '$hashes' | grep -c ."
 check_out "... and it is the same on every rank" '^1$' bash -c "echo '$hashes' | sort -u | grep -c ."
 check_out "the job's coordinator is stopped once it Succeeded" 'llm: stopped its coordinator' grep 'stopped its coordinator' "$ctrl_log"
+
+# --- onHang restartAll: every pod starts again, with a fresh coordinator -------------------
+sed -e 's/name: llm,/name: small,/' -e 's/replicas: 4/replicas: 2/' -e 's/minReplicas: 2/minReplicas: 1/' \
+    -e 's/onHang: replace/onHang: restartAll/' -e 's/"5000"/"1500"/' "$work/job.yaml" >"$work/small.yaml"
+check "a 2-rank job with onHang restartAll applies" kc apply -f "$work/small.yaml"
+sj() { kc get tj small -n $ns -o jsonpath="$1"; }
+small_running() { [ "$(sj '{.status.phase} {.status.worldSize}')" = "Running 2" ]; }
+check "it runs" eventually 60 small_running
+sleep 2
+spid=$(cat "$state/pids/small-0-0")
+kill -STOP "$spid"
+small_hang() { [ "$(sj '{.status.incidents[0].kind}')" = Hang ]; }
+check "stopping one rank makes a Hang incident" eventually 60 small_hang
+restarted() { [ "$(kc get pods -n $ns -l ftcomm.dev/job=small -o jsonpath='{range .items[*]}{.metadata.name}={.status.phase} {end}')" = "small-0-1=Running small-1-1=Running " ]; }
+check "restartAll: both pods start again at incarnation 1 (the old ones are gone)" eventually 60 restarted
+check_out "... as a fresh start (FTCOMM_JOINER=0)" '^0$' \
+  kc get pod small-1-1 -n $ns -o jsonpath='{.spec.containers[0].env[?(@.name=="FTCOMM_JOINER")].value}'
+check_out "... with an Event JobRestarted" 'JobRestarted' kc get events -n $ns --field-selector reason=JobRestarted -o jsonpath='{.items[*].reason}'
+check_out "... and a fresh coordinator" 'e2e/small: stopped its coordinator' grep 'e2e/small: stopped its coordinator' "$ctrl_log"
+check "the stopped process is gone" bash -c "! kill -0 $spid 2>/dev/null"
+small_done() { [ "$(sj '{.status.phase}')" = Succeeded ]; }
+check "the restarted job Succeeds" eventually 120 small_done
+shashes=$(cat "$state"/logs/small-0-1.log "$state"/logs/small-1-1.log | sed -n 's/^final: .*params_hash \([0-9a-f]*\).*/\1/p')
+check_out "... both ranks with one params_hash" '^1 2$' bash -c "echo \$(echo '$shashes' | sort -u | grep -c .) \$(echo '$shashes' | grep -c .)"
 
 # --- no orphans ----------------------------------------------------------------------------
 kill "$agent_pid"; wait "$agent_pid" 2>/dev/null; agent_pid=

@@ -35,6 +35,7 @@ struct ftck_reconciler {
   int nthreads;
   pthread_mutex_t mu; /* secrets_ok, vanished (a leaf) */
   json_t *vanished;    /* "ns/job/pod" -> wall ns a pass first found the slot's pod gone */
+  json_t *fresh;       /* "ns/job" -> {inc, since}: restarted (restartAll) at incarnation inc */
   json_t *secrets_ok;  /* job uid -> {token, checked: monotonic ns of the last look at its Secret} */
   ftck_coords_t *coords; /* the embedded coordinators; NULL: none */
   int64_t token_check_ms; /* how often a running job's token Secret is looked at */
@@ -99,11 +100,12 @@ ftc_status_t ftck_reconciler_create(ftck_client_t *c, const ftck_reconciler_opts
   r->identity = ftc__strdup(o->identity ? o->identity : "ftcomm-controller");
   r->secrets_ok = json_object();
   r->vanished = json_object();
+  r->fresh = json_object();
   r->coords = o->coords;
   r->token_check_ms = o->token_check_ms > 0 ? o->token_check_ms : 30000;
   r->workers = o->workers > 0 ? (o->workers < MAX_WORKERS ? o->workers : MAX_WORKERS) : 2;
   if ((o->watch_namespace && *o->watch_namespace && !r->ns) || !r->coordinator || !r->dump_dir || !r->identity ||
-      !r->secrets_ok || !r->vanished) {
+      !r->secrets_ok || !r->vanished || !r->fresh) {
     st = ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
     goto out_destroy;
   }
@@ -240,6 +242,11 @@ static ftc_status_t ensure_secret(ftck_reconciler_t *r, const json_t *job, char 
       /* Someone replaced it: the pods made from now on get the new token; so does the coordinator. */
       FTC_WARN(FTC_SUB_CTRL, "%s/%s: token Secret %s holds another token now; using it", ns, name, sname);
       snprintf(token, tn, "%s", seen);
+    } else if (st != FTC_OK) {
+      /* A look that fails (e.g. RBAC without get on secrets) is no reason to
+       * stop running the job: keep the token we know and look again later. */
+      FTC_WARN(FTC_SUB_CTRL, "%s/%s: cannot check token Secret %s: %s", ns, name, sname, ftc_last_error());
+      st = FTC_OK;
     }
   } else {
     unsigned char raw[32];
@@ -603,7 +610,10 @@ static ftc_status_t restart_all(pass_t *p, const json_t *cause, int skip_backoff
    * count on from status.epoch), made again by the next pass. */
   if (p->r->coords) {
     ftck_coords_remove(p->r->coords, p->key);
-    if (p->requeue < 0 || p->requeue > 100) p->requeue = 100;
+    pthread_mutex_lock(&p->r->mu);
+    json_object_set_new(p->r->fresh, p->key, json_pack("{s:i, s:I}", "inc", target, "since", (json_int_t)p->now));
+    pthread_mutex_unlock(&p->r->mu);
+    if (p->requeue < 0 || p->requeue > 500) p->requeue = 500;
   }
   const char *cname = ftck_jstr(cause, "metadata.name");
   const char *reason = ftck_jstr(cause, "status.reason");
@@ -620,11 +630,40 @@ static ftc_status_t restart_all(pass_t *p, const json_t *cause, int skip_backoff
 /* A running job has its coordinator, with the token its pods have and
  * epochs numbered above the status's (a restarted controller's coordinator
  * adopts the running epoch from the ranks when they reconnect). */
-static ftc_status_t ensure_coordinator(pass_t *p, const char *token) {
+/* After a restart of every pod, the processes of the older incarnations
+ * must not meet the new coordinator (it would adopt their epoch, and the
+ * fresh ranks would join a running job): it waits until their pods are gone
+ * (at most FRESH_WAIT_NS, e.g. for pods stuck on a lost node). The fresh
+ * ranks retry meanwhile (FTCOMM_CONNECT_TIMEOUT_MS). */
+#define FRESH_WAIT_NS (120LL * 1000000000LL)
+static int older_pods_remain(pass_t *p, const json_t *mine) {
+  pthread_mutex_lock(&p->r->mu);
+  json_t *f = json_object_get(p->r->fresh, p->key);
+  int inc = f ? (int)json_integer_value(json_object_get(f, "inc")) : -1;
+  int64_t since = f ? (int64_t)json_integer_value(json_object_get(f, "since")) : 0;
+  pthread_mutex_unlock(&p->r->mu);
+  if (inc < 0) return 0;
+  size_t i;
+  json_t *pod;
+  json_array_foreach(mine, i, pod) {
+    if (ftck_pod_incarnation(pod) < inc && p->now - since < FRESH_WAIT_NS) return 1;
+  }
+  pthread_mutex_lock(&p->r->mu);
+  json_object_del(p->r->fresh, p->key);
+  pthread_mutex_unlock(&p->r->mu);
+  return 0;
+}
+
+static ftc_status_t ensure_coordinator(pass_t *p, const char *token, const json_t *mine) {
   if (!p->r->coords) return FTC_OK;
   const char *was = ftck_jstr(p->job, "status.phase");
   if (p->spec.suspend || (was && (!strcmp(was, "Succeeded") || !strcmp(was, "Failed")))) {
     ftck_coords_remove(p->r->coords, p->key);
+    return FTC_OK;
+  }
+  if (!ftck_coords_has(p->r->coords, p->key) && older_pods_remain(p, mine)) {
+    FTC_DEBUG(FTC_SUB_CTRL, "%s: restarted: the coordinator waits until the older pods are gone", p->key);
+    if (p->requeue < 0 || p->requeue > 500) p->requeue = 500;
     return FTC_OK;
   }
   int64_t hang_ms = (int64_t)p->spec.hang_timeout_s * 1000;
@@ -807,7 +846,6 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
   char token[256];
   int64_t recheck_ms = -1;
   FTC_CHECK_GOTO(ensure_secret(r, p.job, token, sizeof token, &recheck_ms), st, out_free_pass);
-  FTC_CHECK_GOTO(ensure_coordinator(&p, token), st, out_free_pass);
   p.slots = ftc__calloc((size_t)p.spec.replicas, sizeof *p.slots);
   mine = json_array();
   if (!p.slots || !mine) {
@@ -815,6 +853,7 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
     goto out_free_pass;
   }
   FTC_CHECK_GOTO(load_pods(&p, &pods, mine), st, out_free_pass);
+  FTC_CHECK_GOTO(ensure_coordinator(&p, token, mine), st, out_free_pass);
 
   /* Replacements used so far come from status; those made now are added to
    * the stored count when status is written (a delta, so a stale cache
@@ -959,6 +998,7 @@ void ftck_reconciler_destroy(ftck_reconciler_t *r) {
   ftck_workqueue_destroy(r->q);
   json_decref(r->secrets_ok);
   json_decref(r->vanished);
+  json_decref(r->fresh);
   pthread_mutex_destroy(&r->mu);
   ftc__free(r->ns);
   ftc__free(r->coordinator);
