@@ -1113,7 +1113,12 @@ ftc_status_t ftc__coord_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out) 
   info.options = LWS_SERVER_OPTION_VALIDATE_UTF8;
   if (!strchr(co->bind_host, ':')) info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
   info.count_threads = 1;
-  info.fd_limit_per_thread = 0;
+  /* lws sizes its fd tables from the process limit when this is 0: about
+   * 16 MiB per coordinator under a container's limit of 2^20, and the
+   * controller runs one coordinator per job. A job needs a session per
+   * member plus joiners, reconnects and refused strangers in flight. */
+  int fds = 4 * (cfg->world_size > 0 ? cfg->world_size : 1) + 64;
+  info.fd_limit_per_thread = (unsigned int)(fds < 256 ? 256 : fds);
   co->ctx = lws_create_context(&info);
   if (!co->ctx) {
     st = ftc__error(FTC_ERR_SYSTEM,
