@@ -3,6 +3,9 @@
 #   - ns per recorded collective (schedule + started + completed), recorder
 #     on (2000 entries) and off (0 entries), best of 5 runs of 2M records;
 #   - instructions per recorded collective under valgrind --tool=callgrind;
+#   - the recorder's share of an 8-byte allreduce at 2 ranks: the record cost
+#     over the allreduce's latency, and the latency with the recorder on and
+#     off (FTCOMM_RECORDER_ENTRIES=2000 / 0), alternating, median of 5 each;
 #   - ftcomm-trace wall time and peak RSS on generated dumps of 1024 and
 #     4096 ranks x 2000 entries (in a temporary directory, removed after).
 # BUILD (default build/release) selects the build; the binaries are made
@@ -11,7 +14,7 @@ set -u
 cd "$(dirname "$0")/../../.."
 build=${BUILD:-build/release}
 make --no-print-directory -s "$build/bench/recorder/bench_record" "$build/bin/ftcomm-trace" \
-  "$build/tests/recorder/ftcomm-trace-gen" >&2 || exit 1
+  "$build/tests/recorder/ftcomm-trace-gen" "$build/bin/ftcomm-run" "$build/bin/ftcomm-bench" >&2 || exit 1
 bench=$build/bench/recorder/bench_record
 trace=$build/bin/ftcomm-trace
 gen=$build/tests/recorder/ftcomm-trace-gen
@@ -44,6 +47,29 @@ if command -v valgrind >/dev/null; then
   fi
 else
   row "instructions per recorded collective (callgrind)" "skipped: no valgrind" "" ""
+fi
+
+# One 8-byte allreduce at 2 ranks: the time column of ftcomm-bench, in us.
+allreduce_us() {
+  FTCOMM_RECORDER_ENTRIES=$1 timeout 120 "$build/bin/ftcomm-run" -n 2 -- \
+    "$build/bin/ftcomm-bench" -b 8 -e 8 -n 20000 -w 2000 2>/dev/null |
+    awk '$2 == 8 && $3 == 2 && $4 == "f32" { print $7; exit }'
+}
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'; }
+for i in 1 2 3 4 5; do
+  allreduce_us 2000 >>"$tmp/lat_on"
+  allreduce_us 0 >>"$tmp/lat_off"
+done
+lat_on=$(median <"$tmp/lat_on")
+lat_off=$(median <"$tmp/lat_off")
+if [ -n "$lat_on" ] && [ -n "$lat_off" ]; then
+  share=$(awk -v r="$on" -v l="$lat_on" 'BEGIN { printf "%.2f", 100 * r / (l * 1000) }')
+  row "recorder's share of an 8-byte allreduce, 2 ranks (%)" "$share" "<= 1" \
+    "$(verdict "$share" 1) ($on ns of $lat_on us)"
+  row "8-byte allreduce, 2 ranks, recorder on / off (us, median of 5)" "$lat_on / $lat_off" "" \
+    "difference within run-to-run noise unless it exceeds the record cost"
+else
+  row "recorder's share of an 8-byte allreduce" "failed" "" "ftcomm-bench gave no row"
 fi
 
 for ranks in ${BENCH_RANKS:-1024 4096}; do
