@@ -11,7 +11,8 @@
 # stopped rank, status has the incident and there is an Event -> onHang replace: the
 # hung pod is replaced and its replacement rejoins -> the job Succeeds, every final
 # rank with the same params_hash. Then a 2-rank job with onHang restartAll: a stopped
-# rank restarts both pods with a fresh coordinator, and that job Succeeds too.
+# rank restarts both pods with a fresh coordinator, and that job Succeeds too. And
+# onHang dumpOnly: an incident with dumps and analysis, no replacement.
 # Bounded in time; every process is stopped on exit.
 . "$(dirname "$0")/../controller/lib.sh"
 ctl=$build/bin/ftcomm-controller
@@ -180,6 +181,32 @@ small_done() { [ "$(sj '{.status.phase}')" = Succeeded ]; }
 check "the restarted job Succeeds" eventually 120 small_done
 shashes=$(cat "$state"/logs/small-0-1.log "$state"/logs/small-1-1.log | sed -n 's/^final: .*params_hash \([0-9a-f]*\).*/\1/p')
 check_out "... both ranks with one params_hash" '^1 2$' bash -c "echo \$(echo '$shashes' | sort -u | grep -c .) \$(echo '$shashes' | grep -c .)"
+
+# --- onHang dumpOnly: an incident and its dumps, nothing replaced --------------------------
+sed -e 's/name: llm,/name: dmp,/' -e 's/replicas: 4/replicas: 2/' -e 's/minReplicas: 2/minReplicas: 1/' \
+    -e 's/onHang: replace/onHang: dumpOnly/' -e 's/"5000"/"100000"/' "$work/job.yaml" >"$work/dmp.yaml"
+check "a 2-rank job with onHang dumpOnly applies" kc apply -f "$work/dmp.yaml"
+tj3() { kc get tj dmp -n $ns -o jsonpath="$1"; }
+dmp_running() { [ "$(tj3 '{.status.phase} {.status.worldSize}')" = "Running 2" ]; }
+check "it runs" eventually 60 dmp_running
+sleep 2
+rank_d1=$(tj3 '{.status.members[1].rank}')
+dpid=$(cat "$state/pids/dmp-1-0")
+kill -STOP "$dpid"
+dmp_inc() { [ "$(tj3 '{.status.incidents[0].kind}')" = Hang ]; }
+check "stopping a rank makes a Hang incident" eventually 60 dmp_inc
+check_out "... naming its pod and, in the analysis, rank $rank_d1" "^dmp-1-0 .*rank $rank_d1([^0-9]|\$)" \
+  tj3 '{.status.incidents[0].culprit} {.status.incidents[0].message}'
+check "... with the survivor's dump and the analysis in the volume" \
+  bash -c "d=\$($FTC_KUBECTL get tj dmp -n $ns -o jsonpath='{.status.incidents[0].dumpPath}'); test -s \$d/rank-0.json -o -s \$d/rank-1.json && test -s \$d/analysis.json"
+sleep 3
+check_out "dumpOnly: no pod is replaced" '^dmp-0-0 dmp-1-0 $' \
+  kc get pods -n $ns -l ftcomm.dev/job=dmp -o jsonpath='{range .items[*]}{.metadata.name}{" "}{end}'
+check "... and the stopped process is left alone" kill -0 "$dpid"
+kc delete tj dmp -n $ns >/dev/null
+kc delete pods -n $ns -l ftcomm.dev/job=dmp --wait=false >/dev/null  # no garbage collector here
+dmp_gone() { [ -z "$(kc get pods -n $ns -l ftcomm.dev/job=dmp -o name)" ] && ! kill -0 "$dpid" 2>/dev/null; }
+check "deleting its pods stops them (the stopped one too)" eventually 30 dmp_gone
 
 # --- no orphans ----------------------------------------------------------------------------
 kill "$agent_pid"; wait "$agent_pid" 2>/dev/null; agent_pid=
