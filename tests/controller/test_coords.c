@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ftc_alloc.h"
 #include "ftc_time.h"
 #include "jobcoord.h"
 #include "membership/member.h"
@@ -87,12 +88,16 @@ static void on_news(void *ud, const char *key) {
   __atomic_add_fetch(&((fixture_t *)ud)->notified, 1, __ATOMIC_RELAXED);
 }
 
+static void bin_path(const char *name, char *out, size_t n);
+
 static int setup(void **state) {
   fixture_t *fx = calloc(1, sizeof *fx);
+  char trace[PATH_MAX + 32];
+  bin_path("ftcomm-trace", trace, sizeof trace);
   snprintf(fx->dir, sizeof fx->dir, "%s/ftck-coords.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   assert_non_null(mkdtemp(fx->dir));
   ftck_coords_opts_t o = {.bind = "127.0.0.1:0", .dump_volume = fx->dir, .dump_retention = 2,
-                          .notify = on_news, .ud = fx};
+                          .analyzer = trace, .notify = on_news, .ud = fx};
   assert_int_equal(ftck_coords_create(&o, &fx->cs), FTC_OK);
   assert_int_equal(ftck_coords_port(fx->cs), -1); /* not before listen */
   assert_int_equal(ftck_coords_listen(fx->cs), FTC_OK);
@@ -209,6 +214,105 @@ static void a_job_that_is_removed_stops_its_coordinator(void **state) {
   assert_true(S_ISDIR(sb.st_mode));
 }
 
+/* The whole contents of a file (malloc'd), its length in *len. */
+static char *slurp(const char *pattern, size_t *len) {
+  char cmd[PATH_MAX + 32], path[PATH_MAX];
+  snprintf(cmd, sizeof cmd, "ls %s", pattern);
+  FILE *ls = popen(cmd, "r");
+  assert_non_null(ls);
+  assert_non_null(fgets(path, sizeof path, ls));
+  pclose(ls);
+  path[strcspn(path, "\n")] = '\0';
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc((size_t)n);
+  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  *len = (size_t)n;
+  return buf;
+}
+
+static int take_request(ftc__member_t *m, char *incident, size_t n) {
+  int64_t until = ftc__now_ns() + (int64_t)WAIT_MS * 1000000;
+  while (ftc__now_ns() < until) {
+    if (ftc__member_take_dump_request(m, incident, n)) return 1;
+    usleep(10000);
+  }
+  return 0;
+}
+
+/* A rank reports a collective timeout: every rank is asked for a dump, the
+ * dumps land in <volume>/<ns>/<job>/<incident>/, and the incident comes out
+ * analyzed, its culprit named by the analysis and mapped to its slot. */
+static void a_timeout_report_becomes_an_analyzed_incident(void **state) {
+  fixture_t *fx = *state;
+  start_job(fx, "ns/t", "t", "token-t", 2);
+  ftc_status_t st;
+  ftc__member_t *m0 = join(fx, "t", "token-t", 0, 2, WAIT_MS, &st);
+  assert_int_equal(st, FTC_OK);
+  ftc__member_t *m1 = join(fx, "t", "token-t", 1, 2, WAIT_MS, &st);
+  assert_int_equal(st, FTC_OK);
+  ftc__view_t *v = NULL;
+  assert_int_equal(ftc__member_wait_view(m0, 0, WAIT_MS, &v), FTC_OK);
+  ftc__coord_view_free(ftck_coords_view(fx->cs, "ns/t")); /* what a reconcile reads: ranks to slots */
+  ftck_incident_t *inc = NULL;
+  size_t n = 9;
+  int64_t wait_ms = 0;
+  assert_int_equal(ftck_coords_take_incidents(fx->cs, "ns/t", &inc, &n, &wait_ms), FTC_OK);
+  assert_int_equal(n, 0);
+  assert_int_equal(wait_ms, -1);
+
+  int culprit = 1;
+  assert_int_equal(ftc__member_report_failure(m0, v->epoch, &culprit, 1, FTC_ERR_TIMEOUT), FTC_OK);
+  char name0[128], name1[128];
+  assert_true(take_request(m0, name0, sizeof name0));
+  assert_true(take_request(m1, name1, sizeof name1));
+  assert_string_equal(name0, name1);
+  /* Not ready before the dumps are in: it says when to look again. */
+  assert_int_equal(ftck_coords_take_incidents(fx->cs, "ns/t", &inc, &n, &wait_ms), FTC_OK);
+  assert_int_equal(n, 0);
+  assert_true(wait_ms > 0);
+  /* Dumps of a 6-rank job where ranks 1 and 3-5 sent none. */
+  size_t l0, l2;
+  char *d0 = slurp("tests/recorder/cases/missing-dump/rank-0-*.json", &l0);
+  char *d2 = slurp("tests/recorder/cases/missing-dump/rank-2-*.json", &l2);
+  assert_int_equal(ftc__member_upload_dump(m0, name0, 0, d0, l0), FTC_OK);
+  assert_int_equal(ftc__member_upload_dump(m1, name1, 2, d2, l2), FTC_OK);
+  int64_t until = ftc__now_ns() + (int64_t)WAIT_MS * 1000000;
+  do {
+    usleep(20000);
+    assert_int_equal(ftck_coords_take_incidents(fx->cs, "ns/t", &inc, &n, &wait_ms), FTC_OK);
+  } while (n == 0 && ftc__now_ns() < until);
+  assert_int_equal(n, 1);
+  assert_string_equal(inc[0].kind, "CollectiveTimeout");
+  assert_string_equal(inc[0].name, name0);
+  assert_int_equal(inc[0].dumps, 2);
+  assert_int_equal(inc[0].culprit_rank, 1); /* the analysis' first missing rank */
+  assert_int_equal(inc[0].culprit_slot, 1); /* ... which was slot 1 in the epoch that hung */
+  assert_non_null(strstr(inc[0].headline, "MISSING: no dump from ranks 1,3-5"));
+  char path[PATH_MAX + 256];
+  snprintf(path, sizeof path, "%s/ns/t/%s", fx->dir, name0);
+  assert_string_equal(inc[0].dump_path, path);
+  struct stat sb;
+  snprintf(path, sizeof path, "%s/ns/t/%s/analysis.json", fx->dir, name0);
+  assert_int_equal(stat(path, &sb), 0);
+  snprintf(path, sizeof path, "%s/ns/t/%s/rank-2.json", fx->dir, name0);
+  assert_int_equal(stat(path, &sb), 0);
+  ftck_coords_stats_t s;
+  ftck_coords_get_stats(fx->cs, &s);
+  assert_int_equal(s.hangs, 1);
+  assert_int_equal(s.dumps, 2);
+  ftc__free(inc);
+  free(d0);
+  free(d2);
+  ftc__view_free(v);
+  ftc__member_close(m1);
+  ftc__member_close(m0);
+}
+
 /* The build directory's bin/, from this binary's path ($(BUILD)/tests/controller/). */
 static void bin_path(const char *name, char *out, size_t n) {
   char self[PATH_MAX];
@@ -271,6 +375,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(two_jobs_share_one_port_and_a_lost_slot_shrinks_at_once, setup, teardown),
       cmocka_unit_test_setup_teardown(a_rank_of_a_job_without_coordinator_is_turned_away, setup, teardown),
       cmocka_unit_test_setup_teardown(a_job_that_is_removed_stops_its_coordinator, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_timeout_report_becomes_an_analyzed_incident, setup, teardown),
       cmocka_unit_test_setup_teardown(the_analysis_goes_next_to_the_dumps, setup, teardown),
       cmocka_unit_test_setup_teardown(retention_keeps_the_newest_incidents, setup, teardown),
   };
