@@ -36,10 +36,7 @@ finish() {
 }
 
 start_cluster() {
-  if [ ! -x "$cluster" ]; then
-    echo "# SKIP: tests/cluster/cluster.sh is not there yet"
-    exit 0
-  fi
+  [ -x "$cluster" ] || { echo "FAIL - tests/cluster/cluster.sh is missing"; exit 1; }
   work=$(mktemp -d "${TMPDIR:-/tmp}/ftck-$(basename "$0" .sh).XXXXXX")
   dir=$work/cluster
   trap 'on_exit' EXIT
