@@ -9,10 +9,12 @@
  * seed, so N ranks follow the 1-rank run up to floating-point summation order.
  *
  * It survives failures: at every step boundary ftc_comm_step() lets a
- * waiting joiner in; a step whose allreduce fails is redone after
- * ftc_comm_recover() by the survivors, the fixed global batch re-split over
- * them; after every membership change the ranks sync the newest model
- * (parameters, step, loss) by broadcast, which is also how a joiner gets it.
+ * waiting joiner in; after ftc_comm_recover() and every other membership
+ * change the ranks sync the newest model any of them holds (parameters,
+ * step, loss) by broadcast, which is also how a joiner gets it; a step that
+ * no survivor completed is redone, the fixed global batch re-split over
+ * them. It stops only at a step boundary that followed the last update, so
+ * no rank keeps an update its peers gave up on (docs/recovery.md).
  *
  * Run it under ftcomm-run:   ftcomm-run -n 4 -- ftcomm-trainer --steps 200
  * Each rank prints the loss every --log-every steps and, at the end, the
@@ -190,7 +192,9 @@ static int parse_options(int argc, char **argv, struct options *o) {
 /* Make every rank hold the same state after a membership change: the
  * newest state wins (a rank that finished the step the failure interrupted
  * is ahead; a joiner has none, step -1), from the lowest rank holding it,
- * sent by broadcast. state[] is the parameters followed by the last loss. */
+ * sent by broadcast to every rank (not only to joiners: survivors may be a
+ * step apart after a recovery). state[] is the parameters followed by the
+ * last loss. */
 static ftc_status_t sync_state(ftc_comm_t *comm, double *state, size_t n, int *step) {
   int rank;
   ftc_comm_rank(comm, &rank);
@@ -204,8 +208,15 @@ static ftc_status_t sync_state(ftc_comm_t *comm, double *state, size_t n, int *s
     fprintf(stderr, "ftcomm-trainer: no surviving rank holds the model\n");
     return FTC_ERR_BELOW_MIN_SIZE;
   }
-  if ((st = ftc_broadcast(state, n, FTC_F64, (int)root, comm, FTC_TIMEOUT_DEFAULT)) != FTC_OK)
-    return st;
+  /* Into a copy: a broadcast that fails half way must not leave this rank
+   * with a mix of its state and the root's under its old step number. */
+  double *in = rank == root ? state : malloc(sizeof(double) * n);
+  if (!in) return FTC_ERR_NO_MEMORY;
+  if ((st = ftc_broadcast(in, n, FTC_F64, (int)root, comm, FTC_TIMEOUT_DEFAULT)) == FTC_OK &&
+      in != state)
+    memcpy(state, in, sizeof(double) * n);
+  if (in != state) free(in);
+  if (st != FTC_OK) return st;
   if (*step != v)
     fprintf(stderr, "ftcomm-trainer: rank %d: took the model at step %lld from rank %lld\n", rank,
             (long long)v, (long long)root);
@@ -270,13 +281,13 @@ int main(int argc, char **argv) {
      * ftc_comm_step() after it, so every rank (and a joiner admitted with
      * it, whose first ftc_comm_step() stands for that boundary) runs the
      * same collectives in the same order. */
+    int synced = 0;
     if (recovered) {
       recovered = 0;
       st = sync_state(comm, model.p, model.n + 1, &step);
-      if (st == FTC_OK && step >= o.steps) break;
+      synced = 1;
       info.changed = 0;
     } else {
-      if (step >= o.steps) break;
       st = ftc_comm_step(comm, FTC_TIMEOUT_DEFAULT, &info);
     }
     if (st == FTC_OK && info.changed) {
@@ -293,7 +304,19 @@ int main(int argc, char **argv) {
                 step, (unsigned long long)info.epoch, info.joined, fresh, info.rank, info.size);
       }
       st = sync_state(comm, model.p, model.n + 1, &step);
-      if (st == FTC_OK && step >= o.steps) break;
+      synced = 1;
+    }
+    /* The end. A collective that returned FTC_OK here may have failed on a
+     * peer (a late rank finishes a collective its peers gave up on), so the
+     * last step's update is final only once a later collective completes on
+     * every rank: a step boundary (ftc_comm_step's allreduce) with no state
+     * change since. A rank that stopped right after its last allreduce
+     * could keep an update the others redo without it, at another size,
+     * i.e. with other bits. After a sync (recovery or grow), confirm the
+     * synced state at one more boundary. */
+    if (st == FTC_OK && step >= o.steps) {
+      if (!synced) break;
+      continue;
     }
     if (st == FTC_OK) {
       ftc_comm_rank(comm, &rank);

@@ -267,11 +267,16 @@ FTC_API void ftc_request_free(ftc_request_t *req);
  *
  *   int recovered = 0;
  *   for (;;) {
- *     if (recovered) st = sync_state(&info);                   // recovery was the boundary
+ *     int synced = 0;
+ *     if (recovered) st = sync_state(&info), synced = 1;     // recovery was the boundary
  *     else if ((st = ftc_comm_step(comm, FTC_TIMEOUT_DEFAULT, &info)) == FTC_OK &&
  *              info.changed)
- *       st = sync_state(&info);                                // grew (joiners too)
+ *       st = sync_state(&info), synced = 1;                  // grew (joiners too)
  *     recovered = 0;
+ *     if (st == FTC_OK && done(step)) {                       // the end: only after a
+ *       if (!synced) break;                                   // boundary with no change
+ *       continue;                                             // since the last update
+ *     }
  *     if (st == FTC_OK) st = train_one_step(comm);            // collectives
  *     if (st == FTC_OK) continue;
  *     st = ftc_comm_recover(comm, FTC_TIMEOUT_DEFAULT, &info); // shrink
@@ -283,6 +288,18 @@ FTC_API void ftc_request_free(ftc_request_t *req);
  * redone: do not call ftc_comm_step() again before it. A joiner admitted
  * with the recovery sees its first ftc_comm_step() return changed = 1 at
  * that same point, so every rank runs the same collectives in order.
+ *
+ * FTC_OK from a collective is this rank's outcome, not the job's: a late
+ * rank can complete a collective its peers gave up on (from data they sent
+ * before failing) and sees the failure at its next collective at the
+ * latest. So survivors may come out of ftc_comm_recover() one step apart.
+ * What a survivor must do after recover: agree on the newest state among
+ * the survivors (e.g. an allreduce MAX of the step, then a broadcast of the
+ * state and step from the lowest rank holding it, to every rank, not only
+ * to joiners) instead of each redoing its own last step. And a state change
+ * is final only once a later collective completes on every rank: end (or
+ * checkpoint) after a step boundary that follows the last update with no
+ * sync in between, never right after the update's own collective.
  *
  * The coordinator alone decides membership; the survivors agree by taking
  * the epoch it announces. Ranks are renumbered contiguously in slot order

@@ -143,6 +143,29 @@ if check dropped-connection 4; then
     ok dropped-connection "same 4 ranks in a new epoch" || bad dropped-connection "no recovery happened"
 fi
 
+# Late completion, forced: rank 1 fails the last step's allreduce (#120 of
+# epoch 1: steps 0..59 each run ftc_comm_step's allreduce, then the
+# gradients') after it completed on the other three (giveup@SEQ). They hold
+# step 60, rank 1 step 59. Ending right after that allreduce would leave
+# rank 1 to redo step 59 without them; the trainer ends only at the step
+# boundary after it, which fails, so all 4 recover and rank 1 takes the
+# model at step 60 from a rank that completed the step (docs/recovery.md,
+# "What a survivor must do after recover").
+run late-completion 60 -n 4 --min-size 2 -- sh -c \
+  'if [ "$FTCOMM_SLOT" = 1 ]; then FTCOMM_FAULT=giveup@120; export FTCOMM_FAULT; fi; exec "$0" "$@"' \
+  "$BIN/ftcomm-trainer" "${TRAIN[@]}"
+if check late-completion 4; then
+  if ! grep -q 'giving up on collective #120' "$tmp/late-completion.out"; then
+    bad late-completion "the fault was not injected"
+  elif ! grep -q 'rank 1: took the model at step 60 from rank' "$tmp/late-completion.out"; then
+    bad late-completion "the rank that gave up did not take the completed step from a peer"
+  elif [ "$(grep -c 'recoveries 1$' "$tmp/late-completion.out")" != 4 ]; then
+    bad late-completion "expected one recovery on every rank"
+  else
+    ok late-completion "3 completed the last step, 1 gave up: it took their model; 4 identical"
+  fi
+fi
+
 run coord-restart 60 -n 4 --inject coord-restart:0.4 -- \
   "$BIN/ftcomm-trainer" --steps 150 --step-ms 8 --batch 96 --samples 2048 --seed 7 --log-every 1000
 if [ "$(cat "$tmp/coord-restart.rc")" = 0 ] && [ "$(finals coord-restart | wc -l)" = 4 ] &&

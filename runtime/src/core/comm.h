@@ -129,6 +129,9 @@ void ftc__fault_recover(uint64_t n);
 void ftc__fault_join(void);
 /* Before collective `seq` of the epoch runs: drop a connection, delay. */
 void ftc__fault_coll(ftc_comm_t *comm, uint64_t seq);
+/* After collective `seq` completed on this rank: FTC_OK, or the failure to
+ * report instead (giveup@SEQ). */
+ftc_status_t ftc__fault_coll_done(ftc_comm_t *comm, uint64_t seq);
 
 /* Engine (engine.c). */
 ftc_status_t ftc__engine_start(ftc_comm_t *comm);

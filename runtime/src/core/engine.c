@@ -99,6 +99,7 @@ static ftc_status_t execute(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq,
   ftc__record_start(comm, rec_id);
   if (__builtin_expect(ftc__fault_armed, 0)) ftc__fault_coll(comm, seq);
   ftc_status_t st = comm->be->run(comm->bh, op, deadline);
+  if (__builtin_expect(ftc__fault_armed, 0) && st == FTC_OK) st = ftc__fault_coll_done(comm, seq);
   if (st != FTC_OK) {
     char detail[384];
     snprintf(detail, sizeof(detail), "%s #%llu (%zu x %s%s%s) on rank %d: %s", ftc__coll_name(op->coll),

@@ -9,6 +9,10 @@
  *   drop@SEQ       break the connection to a peer (rank ^ 1) before collective
  *                  SEQ of an epoch (once per process)
  *   delay:MS@SEQ   sleep MS milliseconds before collective SEQ (once)
+ *   giveup@SEQ     fail collective SEQ of an epoch on this rank after it
+ *                  completed here (once): the peers complete it, this rank
+ *                  gives up on it, as if its last message had been lost (the
+ *                  late-completion interleaving of docs/recovery.md, forced)
  *   rkill@N        SIGKILL this process in its N-th recovery, after the new
  *                  epoch is known and before connecting it (a kill during
  *                  recovery)
@@ -32,9 +36,9 @@ int ftc__fault_armed;
 
 static struct {
   int64_t kill_step, stop_step, slow_ms;
-  int64_t drop_seq, delay_seq, delay_ms, rkill, jkill;
-  int drop_done, delay_done; /* atomic */
-} fault = {-1, -1, 0, -1, -1, 0, -1, 0, 0, 0};
+  int64_t drop_seq, delay_seq, delay_ms, rkill, jkill, giveup_seq;
+  int drop_done, delay_done, giveup_done; /* atomic */
+} fault = {-1, -1, 0, -1, -1, 0, -1, 0, -1, 0, 0, 0};
 
 static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
 
@@ -68,6 +72,8 @@ static int parse_item(const char *s, const char *end) {
   if (kl == 4 && !strncmp(s, "drop", 4) && at) return parse_num(at + 1, end, &fault.drop_seq);
   if (kl == 5 && !strncmp(s, "rkill", 5) && at) return parse_num(at + 1, end, &fault.rkill);
   if (kl == 5 && !strncmp(s, "jkill", 5) && !at && !colon) return fault.jkill = 1, 0;
+  if (kl == 6 && !strncmp(s, "giveup", 6) && at && !colon)
+    return parse_num(at + 1, end, &fault.giveup_seq);
   if (kl == 5 && !strncmp(s, "delay", 5) && colon && at && at > colon)
     return parse_num(colon + 1, at, &fault.delay_ms) || parse_num(at + 1, end, &fault.delay_seq);
   return -1;
@@ -148,4 +154,15 @@ void ftc__fault_coll(ftc_comm_t *comm, uint64_t seq) {
     if (comm->bh && comm->be->drop_peer) comm->be->drop_peer(comm->bh, peer);
     pthread_mutex_unlock(&comm->lock);
   }
+}
+
+ftc_status_t ftc__fault_coll_done(ftc_comm_t *comm, uint64_t seq) {
+  int zero = 0;
+  if ((int64_t)seq != fault.giveup_seq ||
+      !__atomic_compare_exchange_n(&fault.giveup_done, &zero, 1, 0, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_ACQUIRE))
+    return FTC_OK;
+  FTC_WARN(FTC_SUB_RECOVERY, "fault injection: giving up on collective #%llu after it completed "
+           "on rank %d", (unsigned long long)seq, comm->rank);
+  return ftc__error(FTC_ERR_PEER_LOST, "fault injection: gave up on a collective that completed");
 }

@@ -366,8 +366,33 @@ static void wd_failure(ftc_comm_t *comm, uint64_t *handled) {
              (unsigned long long)epoch, ftc_last_error());
 }
 
+/* Whether this rank's connection to `rank` of the current epoch is closed
+ * by the peer (end of stream or reset seen; unread data may remain). Under
+ * comm->lock: a backend is swapped out under it before it is closed, so
+ * comm->bh's sockets stay open meanwhile. */
+static int peer_closed_locked(ftc_comm_t *comm, int rank) {
+  if (!comm->bh || !comm->be->peer_fds || !comm->view) return 0;
+  int n = comm->view->size, closed = 0;
+  int *fds = ftc__malloc(2 * (size_t)n * sizeof(int));
+  if (!fds) return 0;
+  int np = comm->be->peer_fds(comm->bh, fds, fds + n, n);
+  for (int i = 0; i < np; i++) {
+    if (fds[n + i] != rank) continue;
+    struct pollfd p = {fds[i], POLLRDHUP, 0};
+    closed = poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+  }
+  ftc__free(fds);
+  return closed;
+}
+
 /* A newer epoch: revoke the current one if it leaves out one of our
- * members; interrupt a recovery that is connecting an older one. */
+ * members whose connection is still open (a hang: only the revoke releases
+ * a collective blocked on it); interrupt a recovery that is connecting an
+ * older one. A member that is gone with its connection closed (it crashed,
+ * or finished and left) needs no revoke: a collective that still needs it
+ * fails on that connection by itself, and one that already has all its
+ * data completes, so ranks that are finishing the same last collective as a
+ * peer that finished it first and left all complete it too. */
 static void wd_view(ftc_comm_t *comm, uint64_t *checked) {
   if (!comm->member) return;
   uint64_t latest = ftc__member_latest_epoch(comm->member);
@@ -392,7 +417,8 @@ static void wd_view(ftc_comm_t *comm, uint64_t *checked) {
   pthread_mutex_lock(&comm->lock);
   int gone = -1;
   for (int r = 0; comm->view && r < comm->view->size && gone < 0; r++)
-    if (!view_has(v, comm->view->members[r].member_id) && !(comm->be->peer_left && comm->be->peer_left(comm->bh, r)))
+    if (!view_has(v, comm->view->members[r].member_id) &&
+        !(comm->be->peer_left && comm->be->peer_left(comm->bh, r)) && !peer_closed_locked(comm, r))
       gone = r; /* a member that said goodbye left on purpose: nothing to revoke */
   pthread_mutex_unlock(&comm->lock);
   if (gone >= 0) {
