@@ -79,7 +79,7 @@ static ftc_status_t allreduce_check(ftc__nccl_comm_t *c, float mine, float want,
   enum { N = 4096 };
   float *buf = malloc(N * sizeof *buf);
   for (int i = 0; i < N; i++) buf[i] = mine;
-  ftc__op_t op = {FTC__ALLREDUCE, buf, buf, N, FTC_F32, FTC_SUM, -1};
+  ftc__op_t op = {FTC_REC_ALLREDUCE, buf, buf, N, FTC_F32, FTC_SUM, -1};
   ftc_status_t st = run(c, op, TMO, NULL);
   *bad = 0;
   if (st == FTC_OK)
@@ -97,7 +97,7 @@ static ftc_status_t allreduce_check(ftc__nccl_comm_t *c, float mine, float want,
 static int order_ok(ftc__nccl_comm_t *c) {
   int n = ftc__nccl_comm_size(c);
   int32_t mine = ftc__nccl_comm_rank(c), *all = calloc((size_t)n, sizeof *all);
-  ftc__op_t op = {FTC__ALLGATHER, &mine, all, 1, FTC_I32, FTC_SUM, -1};
+  ftc__op_t op = {FTC_REC_ALLGATHER, &mine, all, 1, FTC_I32, FTC_SUM, -1};
   ftc_status_t st = run(c, op, TMO, NULL);
   int ok = st == FTC_OK;
   for (int i = 0; ok && i < n; i++) ok = all[i] == i;
@@ -159,7 +159,7 @@ static void survivor(flow_t *f, int slot) {
               ftc_strerror(st));
   CHILD_CHECK(ftc__now_ns() - t0 < (int64_t)TMO * 1000000, 13, "peer loss took too long");
   CHILD_CHECK(ftc__nccl_comm_error(c) == FTC_ERR_PEER_LOST, 14, "epoch not marked failed");
-  ftc__op_t op = {FTC__BARRIER, NULL, NULL, 0, FTC_U8, FTC_SUM, -1};
+  ftc__op_t op = {FTC_REC_BARRIER, NULL, NULL, 0, FTC_U8, FTC_SUM, -1};
   ftc__nccl_work_t w;
   CHILD_CHECK(ftc__nccl_comm_launch(c, &op, NULL, &w) == FTC_ERR_REVOKED, 15,
               "a collective on a failed epoch must say revoked");
@@ -312,7 +312,7 @@ static void hang_rank(flow_t *f, int rank, int hang) {
   CHILD_CHECK(st == FTC_OK && !bad, 41, "first allreduce: %s", ftc_strerror(st));
 
   float x[16] = {0};
-  ftc__op_t op = {FTC__ALLREDUCE, x, x, 16, FTC_F32, FTC_SUM, -1};
+  ftc__op_t op = {FTC_REC_ALLREDUCE, x, x, 16, FTC_F32, FTC_SUM, -1};
   ftc__nccl_work_t w;
   ftc_rec_t *rec = NULL;
   CHILD_CHECK(ftc_rec_create(16, 9, "world", 1, rank, 2, &rec) == FTC_OK, 54, "recorder");
@@ -421,7 +421,7 @@ static void interrupt_child(flow_t *f) {
   ftc_status_t st = ftc__nccl_enter_epoch(f->lib, &c, v, &f->x, &o);
   CHILD_CHECK(st == FTC_OK, 110, "init: %s", ftc_strerror(st));
   float x[4] = {0};
-  ftc__op_t op = {FTC__ALLREDUCE, x, x, 4, FTC_F32, FTC_SUM, -1};
+  ftc__op_t op = {FTC_REC_ALLREDUCE, x, x, 4, FTC_F32, FTC_SUM, -1};
   ftc__nccl_work_t w;
   CHILD_CHECK(ftc__nccl_comm_launch(c, &op, NULL, &w) == FTC_OK, 111, "launch");
   pthread_t t;
@@ -576,7 +576,7 @@ static void colls_child(flow_t *f, int rank) {
   uint64_t id = ftc_rec_schedule(rec, 1, 1, FTC_REC_ALLREDUCE, FTC_I32, N, N * 4, -1, -1);
   for (int i = 0; i < N; i++) a[i] = rank * 10 + i;
   ftc__nccl_work_t w;
-  ftc__op_t ar = {FTC__ALLREDUCE, a, b, N, FTC_I32, FTC_MAX, -1};
+  ftc__op_t ar = {FTC_REC_ALLREDUCE, a, b, N, FTC_I32, FTC_MAX, -1};
   st = ftc__nccl_comm_launch_rec(c, &ar, NULL, rec, id, &w);
   if (st == FTC_OK) st = ftc__nccl_comm_wait(c, &w, ftc__deadline_ns(TMO));
   CHILD_CHECK(st == FTC_OK && b[7] == 27, 81, "allreduce max: %s %d", ftc_strerror(st), b[7]);
@@ -593,38 +593,38 @@ static void colls_child(flow_t *f, int rank) {
   ftc__nccl_work_release(c, &w);
   /* broadcast from 1 */
   for (int i = 0; i < N; i++) a[i] = rank == 1 ? 500 + i : -1;
-  st = run(c, (ftc__op_t){FTC__BROADCAST, a, a, N, FTC_I32, FTC_SUM, 1}, TMO, NULL);
+  st = run(c, (ftc__op_t){FTC_REC_BROADCAST, a, a, N, FTC_I32, FTC_SUM, 1}, TMO, NULL);
   CHILD_CHECK(st == FTC_OK && a[3] == 503, 84, "broadcast");
   /* reduce sum to 2 */
   for (int i = 0; i < N; i++) a[i] = rank + 1, b[i] = -1;
-  st = run(c, (ftc__op_t){FTC__REDUCE, a, b, N, FTC_I32, FTC_SUM, 2}, TMO, NULL);
+  st = run(c, (ftc__op_t){FTC_REC_REDUCE, a, b, N, FTC_I32, FTC_SUM, 2}, TMO, NULL);
   CHILD_CHECK(st == FTC_OK && (rank != 2 || b[9] == 6), 85, "reduce");
   /* allgather */
   for (int i = 0; i < N; i++) a[i] = rank * 1000 + i;
-  st = run(c, (ftc__op_t){FTC__ALLGATHER, a, b, N, FTC_I32, FTC_SUM, -1}, TMO, NULL);
+  st = run(c, (ftc__op_t){FTC_REC_ALLGATHER, a, b, N, FTC_I32, FTC_SUM, -1}, TMO, NULL);
   CHILD_CHECK(st == FTC_OK && b[N + 5] == 1005 && b[2 * N] == 2000, 86, "allgather");
   /* reduce-scatter sum */
   for (int i = 0; i < 3 * N; i++) a[i] = i;
-  st = run(c, (ftc__op_t){FTC__REDUCE_SCATTER, a, b, N, FTC_I32, FTC_SUM, -1}, TMO, NULL);
+  st = run(c, (ftc__op_t){FTC_REC_REDUCE_SCATTER, a, b, N, FTC_I32, FTC_SUM, -1}, TMO, NULL);
   CHILD_CHECK(st == FTC_OK && b[1] == 3 * (rank * N + 1), 87, "reduce_scatter");
   /* all-to-all: block j of rank r holds r*100+j */
   for (int j = 0; j < 3; j++)
     for (int i = 0; i < N; i++) a[j * N + i] = rank * 100 + j;
-  st = run(c, (ftc__op_t){FTC__ALLTOALL, a, b, N, FTC_I32, FTC_SUM, -1}, TMO, NULL);
+  st = run(c, (ftc__op_t){FTC_REC_ALLTOALL, a, b, N, FTC_I32, FTC_SUM, -1}, TMO, NULL);
   CHILD_CHECK(st == FTC_OK && b[0] == rank && b[2 * N] == 200 + rank, 88, "alltoall");
   /* send/recv: 0 -> 2 */
   if (rank == 0) {
     for (int i = 0; i < N; i++) a[i] = 77;
-    st = run(c, (ftc__op_t){FTC__SEND, a, NULL, N, FTC_I32, FTC_SUM, 2}, TMO, NULL);
+    st = run(c, (ftc__op_t){FTC_REC_SEND, a, NULL, N, FTC_I32, FTC_SUM, 2}, TMO, NULL);
     CHILD_CHECK(st == FTC_OK, 89, "send");
   } else if (rank == 2) {
-    st = run(c, (ftc__op_t){FTC__RECV, NULL, b, N, FTC_I32, FTC_SUM, 0}, TMO, NULL);
+    st = run(c, (ftc__op_t){FTC_REC_RECV, NULL, b, N, FTC_I32, FTC_SUM, 0}, TMO, NULL);
     CHILD_CHECK(st == FTC_OK && b[N - 1] == 77, 90, "recv");
   }
   /* a ring exchange as one group: send to the next, receive from the previous */
   for (int i = 0; i < N; i++) a[i] = rank * 7 + 1, b[i] = -1;
-  ftc__op_t snd = {FTC__SEND, a, NULL, N, FTC_I32, FTC_SUM, (rank + 1) % 3};
-  ftc__op_t rcv = {FTC__RECV, NULL, b, N, FTC_I32, FTC_SUM, (rank + 2) % 3};
+  ftc__op_t snd = {FTC_REC_SEND, a, NULL, N, FTC_I32, FTC_SUM, (rank + 1) % 3};
+  ftc__op_t rcv = {FTC_REC_RECV, NULL, b, N, FTC_I32, FTC_SUM, (rank + 2) % 3};
   const ftc__op_t *grp[2] = {&snd, &rcv};
   st = ftc__nccl_comm_launch_p2p(c, grp, 2, NULL, &w);
   if (st == FTC_OK) st = ftc__nccl_comm_wait(c, &w, ftc__deadline_ns(TMO));
@@ -634,11 +634,11 @@ static void colls_child(flow_t *f, int rank) {
   const ftc__op_t *bad[2] = {&ar, &rcv};
   CHILD_CHECK(ftc__nccl_comm_launch_p2p(c, bad, 2, NULL, &w) == FTC_ERR_INVALID_ARGUMENT, 96,
               "a group with a collective is refused");
-  st = run(c, (ftc__op_t){FTC__BARRIER, NULL, NULL, 0, FTC_U8, FTC_SUM, -1}, TMO, NULL);
+  st = run(c, (ftc__op_t){FTC_REC_BARRIER, NULL, NULL, 0, FTC_U8, FTC_SUM, -1}, TMO, NULL);
   CHILD_CHECK(st == FTC_OK, 91, "barrier");
   /* avg of f64 */
   double d[4] = {rank * 3.0, 1, 2, 3}, e[4];
-  st = run(c, (ftc__op_t){FTC__ALLREDUCE, d, e, 4, FTC_F64, FTC_AVG, -1}, TMO, NULL);
+  st = run(c, (ftc__op_t){FTC_REC_ALLREDUCE, d, e, 4, FTC_F64, FTC_AVG, -1}, TMO, NULL);
   CHILD_CHECK(st == FTC_OK && e[0] == 3.0 && e[3] == 3.0, 92, "avg f64");
   ftc__nccl_comm_free(c);
   free_view(v);

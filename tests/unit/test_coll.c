@@ -37,29 +37,29 @@ static void counts_for(int n, size_t c[NCOUNTS]) {
 }
 
 /* Run one collective blocking or async. */
-static ftc_status_t run(ftc__coll_t coll, const void *s, void *r, size_t count, ftc_dtype_t dt,
+static ftc_status_t run(ftc_rec_op_t coll, const void *s, void *r, size_t count, ftc_dtype_t dt,
                         ftc_op_t op, int root, ftc_comm_t *comm, int async) {
   if (!async) {
     switch (coll) {
-      case FTC__ALLREDUCE: return ftc_allreduce(s, r, count, dt, op, comm, FTC_TIMEOUT_DEFAULT);
-      case FTC__BROADCAST: return ftc_broadcast(r, count, dt, root, comm, FTC_TIMEOUT_DEFAULT);
-      case FTC__REDUCE: return ftc_reduce(s, r, count, dt, op, root, comm, FTC_TIMEOUT_DEFAULT);
-      case FTC__ALLGATHER: return ftc_allgather(s, r, count, dt, comm, FTC_TIMEOUT_DEFAULT);
-      case FTC__REDUCE_SCATTER:
+      case FTC_REC_ALLREDUCE: return ftc_allreduce(s, r, count, dt, op, comm, FTC_TIMEOUT_DEFAULT);
+      case FTC_REC_BROADCAST: return ftc_broadcast(r, count, dt, root, comm, FTC_TIMEOUT_DEFAULT);
+      case FTC_REC_REDUCE: return ftc_reduce(s, r, count, dt, op, root, comm, FTC_TIMEOUT_DEFAULT);
+      case FTC_REC_ALLGATHER: return ftc_allgather(s, r, count, dt, comm, FTC_TIMEOUT_DEFAULT);
+      case FTC_REC_REDUCE_SCATTER:
         return ftc_reduce_scatter(s, r, count, dt, op, comm, FTC_TIMEOUT_DEFAULT);
-      case FTC__ALLTOALL: return ftc_alltoall(s, r, count, dt, comm, FTC_TIMEOUT_DEFAULT);
+      case FTC_REC_ALLTOALL: return ftc_alltoall(s, r, count, dt, comm, FTC_TIMEOUT_DEFAULT);
       default: return FTC_ERR_INTERNAL;
     }
   }
   ftc_request_t *req = NULL;
   ftc_status_t st;
   switch (coll) {
-    case FTC__ALLREDUCE: st = ftc_iallreduce(s, r, count, dt, op, comm, &req); break;
-    case FTC__BROADCAST: st = ftc_ibroadcast(r, count, dt, root, comm, &req); break;
-    case FTC__REDUCE: st = ftc_ireduce(s, r, count, dt, op, root, comm, &req); break;
-    case FTC__ALLGATHER: st = ftc_iallgather(s, r, count, dt, comm, &req); break;
-    case FTC__REDUCE_SCATTER: st = ftc_ireduce_scatter(s, r, count, dt, op, comm, &req); break;
-    case FTC__ALLTOALL: st = ftc_ialltoall(s, r, count, dt, comm, &req); break;
+    case FTC_REC_ALLREDUCE: st = ftc_iallreduce(s, r, count, dt, op, comm, &req); break;
+    case FTC_REC_BROADCAST: st = ftc_ibroadcast(r, count, dt, root, comm, &req); break;
+    case FTC_REC_REDUCE: st = ftc_ireduce(s, r, count, dt, op, root, comm, &req); break;
+    case FTC_REC_ALLGATHER: st = ftc_iallgather(s, r, count, dt, comm, &req); break;
+    case FTC_REC_REDUCE_SCATTER: st = ftc_ireduce_scatter(s, r, count, dt, op, comm, &req); break;
+    case FTC_REC_ALLTOALL: st = ftc_ialltoall(s, r, count, dt, comm, &req); break;
     default: return FTC_ERR_INTERNAL;
   }
   if (st != FTC_OK) return st;
@@ -69,50 +69,50 @@ static ftc_status_t run(ftc__coll_t coll, const void *s, void *r, size_t count, 
 }
 
 /* One case: fills inputs, runs, checks. Returns 0 on success. */
-static int one_case(ftc_comm_t *comm, int rank, int n, ftc__coll_t coll, ftc_dtype_t dt,
+static int one_case(ftc_comm_t *comm, int rank, int n, ftc_rec_op_t coll, ftc_dtype_t dt,
                     ftc_op_t op, size_t count, int in_place, int async, int iter) {
   size_t es = ftc_dtype_size(dt);
-  size_t nb = (coll == FTC__ALLGATHER || coll == FTC__REDUCE_SCATTER || coll == FTC__ALLTOALL)
+  size_t nb = (coll == FTC_REC_ALLGATHER || coll == FTC_REC_REDUCE_SCATTER || coll == FTC_REC_ALLTOALL)
                   ? (size_t)n * count
                   : count;
   char *send = malloc(nb * es + 1), *recv = malloc(nb * es + 1), *want = malloc(nb * es + 1),
        *orig = malloc(nb * es + 1);
   int root = iter % n, bad = 0;
   char what[160];
-  snprintf(what, sizeof(what), "%s %s %s count %zu%s%s", ftc__coll_name(coll), ftc_dtype_name(dt),
+  snprintf(what, sizeof(what), "%s %s %s count %zu%s%s", ftc_rec_op_name(coll), ftc_dtype_name(dt),
            ftc_op_name(op), count, in_place ? " in-place" : "", async ? " async" : "");
   memset(recv, 0x5a, nb * es);
   const void *s = send;
   void *r = recv;
   size_t want_n = count;
   switch (coll) {
-    case FTC__ALLREDUCE:
-    case FTC__REDUCE:
+    case FTC_REC_ALLREDUCE:
+    case FTC_REC_REDUCE:
       gen_fill(dt, op, rank, send, count, 0);
       ref_fill(dt, op, n, want, count, 0);
       if (in_place) memcpy(recv, send, count * es), s = recv;
-      if (coll == FTC__REDUCE && rank != root) {
+      if (coll == FTC_REC_REDUCE && rank != root) {
         memcpy(want, recv, count * es); /* untouched off the root */
         if (!in_place && (iter & 1)) r = NULL;
       }
       break;
-    case FTC__BROADCAST:
+    case FTC_REC_BROADCAST:
       if (rank == root) gen_fill(dt, op, root, recv, count, 0);
       gen_fill(dt, op, root, want, count, 0);
       break;
-    case FTC__ALLGATHER:
+    case FTC_REC_ALLGATHER:
       gen_fill(dt, op, rank, send, count, 0);
       for (int q = 0; q < n; q++) gen_fill(dt, op, q, want + (size_t)q * count * es, count, 0);
       if (in_place) memcpy(recv + (size_t)rank * count * es, send, count * es),
                     s = recv + (size_t)rank * count * es;
       want_n = nb;
       break;
-    case FTC__REDUCE_SCATTER:
+    case FTC_REC_REDUCE_SCATTER:
       gen_fill(dt, op, rank, send, nb, 0);
       ref_fill(dt, op, n, want, count, (size_t)rank * count);
       if (in_place) memcpy(recv, send, nb * es), s = recv;
       break;
-    case FTC__ALLTOALL:
+    case FTC_REC_ALLTOALL:
       gen_fill(dt, op, rank, send, nb, 0);
       for (int q = 0; q < n; q++)
         gen_fill(dt, op, q, want + (size_t)q * count * es, count, (size_t)rank * count);
@@ -134,12 +134,12 @@ static int one_case(ftc_comm_t *comm, int rank, int n, ftc__coll_t coll, ftc_dty
   return bad;
 }
 
-static int is_reduction(ftc__coll_t c) {
-  return c == FTC__ALLREDUCE || c == FTC__REDUCE || c == FTC__REDUCE_SCATTER;
+static int is_reduction(ftc_rec_op_t c) {
+  return c == FTC_REC_ALLREDUCE || c == FTC_REC_REDUCE || c == FTC_REC_REDUCE_SCATTER;
 }
 
 static int matrix_body(ftc_comm_t *comm, int rank, int n, void *arg) {
-  ftc__coll_t coll = (ftc__coll_t)(intptr_t)arg;
+  ftc_rec_op_t coll = (ftc_rec_op_t)(intptr_t)arg;
   size_t counts[NCOUNTS];
   counts_for(n, counts);
   int iter = 0;
@@ -178,12 +178,12 @@ static int matrix_body(ftc_comm_t *comm, int rank, int n, void *arg) {
   MATRIX_TEST(prefix##_7, coll, 7) \
   MATRIX_TEST(prefix##_8, coll, 8)
 
-MATRIX_SET(allreduce_matches_reference_at_size, FTC__ALLREDUCE)
-MATRIX_SET(broadcast_delivers_root_data_at_size, FTC__BROADCAST)
-MATRIX_SET(reduce_matches_reference_on_root_at_size, FTC__REDUCE)
-MATRIX_SET(allgather_concatenates_in_rank_order_at_size, FTC__ALLGATHER)
-MATRIX_SET(reduce_scatter_gives_each_rank_its_block_at_size, FTC__REDUCE_SCATTER)
-MATRIX_SET(alltoall_transposes_blocks_at_size, FTC__ALLTOALL)
+MATRIX_SET(allreduce_matches_reference_at_size, FTC_REC_ALLREDUCE)
+MATRIX_SET(broadcast_delivers_root_data_at_size, FTC_REC_BROADCAST)
+MATRIX_SET(reduce_matches_reference_on_root_at_size, FTC_REC_REDUCE)
+MATRIX_SET(allgather_concatenates_in_rank_order_at_size, FTC_REC_ALLGATHER)
+MATRIX_SET(reduce_scatter_gives_each_rank_its_block_at_size, FTC_REC_REDUCE_SCATTER)
+MATRIX_SET(alltoall_transposes_blocks_at_size, FTC_REC_ALLTOALL)
 
 /* ---- barrier ---- */
 

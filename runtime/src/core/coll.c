@@ -84,7 +84,7 @@ static ftc_status_t prep_allreduce(check_t *c, const char *name, const void *sen
   if ((st = check_count(c, count, dtype, 1)) != FTC_OK) return st;
   if ((st = check_buf(c, sendbuf, count, "sendbuf")) != FTC_OK) return st;
   if ((st = check_buf(c, recvbuf, count, "recvbuf")) != FTC_OK) return st;
-  *o = (ftc__op_t){FTC__ALLREDUCE, sendbuf, recvbuf, count, dtype, op, -1};
+  *o = (ftc__op_t){FTC_REC_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, -1};
   return FTC_OK;
 }
 
@@ -96,7 +96,7 @@ static ftc_status_t prep_broadcast(check_t *c, const char *name, void *buf, size
   if ((st = check_count(c, count, dtype, 1)) != FTC_OK) return st;
   if ((st = check_buf(c, buf, count, "buf")) != FTC_OK) return st;
   if ((st = check_rank(c, root, "root")) != FTC_OK) return st;
-  *o = (ftc__op_t){FTC__BROADCAST, buf, buf, count, dtype, FTC_SUM, root};
+  *o = (ftc__op_t){FTC_REC_BROADCAST, buf, buf, count, dtype, FTC_SUM, root};
   return FTC_OK;
 }
 
@@ -112,7 +112,7 @@ static ftc_status_t prep_reduce(check_t *c, const char *name, const void *sendbu
   if ((st = check_buf(c, sendbuf, count, "sendbuf")) != FTC_OK) return st;
   if (c->rank == root && (st = check_buf(c, recvbuf, count, "recvbuf (on the root)")) != FTC_OK)
     return st;
-  *o = (ftc__op_t){FTC__REDUCE, sendbuf, recvbuf, count, dtype, op, root};
+  *o = (ftc__op_t){FTC_REC_REDUCE, sendbuf, recvbuf, count, dtype, op, root};
   return FTC_OK;
 }
 
@@ -124,7 +124,7 @@ static ftc_status_t prep_allgather(check_t *c, const char *name, const void *sen
   if ((st = check_count(c, count, dtype, (size_t)c->size)) != FTC_OK) return st;
   if ((st = check_buf(c, sendbuf, count, "sendbuf")) != FTC_OK) return st;
   if ((st = check_buf(c, recvbuf, count, "recvbuf")) != FTC_OK) return st;
-  *o = (ftc__op_t){FTC__ALLGATHER, sendbuf, recvbuf, count, dtype, FTC_SUM, -1};
+  *o = (ftc__op_t){FTC_REC_ALLGATHER, sendbuf, recvbuf, count, dtype, FTC_SUM, -1};
   return FTC_OK;
 }
 
@@ -138,7 +138,7 @@ static ftc_status_t prep_reduce_scatter(check_t *c, const char *name, const void
   if ((st = check_count(c, count, dtype, (size_t)c->size)) != FTC_OK) return st;
   if ((st = check_buf(c, sendbuf, count, "sendbuf")) != FTC_OK) return st;
   if ((st = check_buf(c, recvbuf, count, "recvbuf")) != FTC_OK) return st;
-  *o = (ftc__op_t){FTC__REDUCE_SCATTER, sendbuf, recvbuf, count, dtype, op, -1};
+  *o = (ftc__op_t){FTC_REC_REDUCE_SCATTER, sendbuf, recvbuf, count, dtype, op, -1};
   return FTC_OK;
 }
 
@@ -150,11 +150,11 @@ static ftc_status_t prep_alltoall(check_t *c, const char *name, const void *send
   if ((st = check_count(c, count, dtype, (size_t)c->size)) != FTC_OK) return st;
   if ((st = check_buf(c, sendbuf, count, "sendbuf")) != FTC_OK) return st;
   if ((st = check_buf(c, recvbuf, count, "recvbuf")) != FTC_OK) return st;
-  *o = (ftc__op_t){FTC__ALLTOALL, sendbuf, recvbuf, count, dtype, FTC_SUM, -1};
+  *o = (ftc__op_t){FTC_REC_ALLTOALL, sendbuf, recvbuf, count, dtype, FTC_SUM, -1};
   return FTC_OK;
 }
 
-static ftc_status_t prep_p2p(check_t *c, const char *name, ftc__coll_t kind, const void *buf,
+static ftc_status_t prep_p2p(check_t *c, const char *name, ftc_rec_op_t kind, const void *buf,
                              size_t count, ftc_dtype_t dtype, int peer, ftc_comm_t *comm,
                              ftc__op_t *o) {
   ftc_status_t st;
@@ -235,7 +235,7 @@ ftc_status_t ftc_barrier(ftc_comm_t *comm, int timeout_ms) {
   check_t c;
   if ((st = check_comm(&c, "ftc_barrier", comm)) != FTC_OK) return st;
   if ((st = check_timeout(&c, timeout_ms)) != FTC_OK) return st;
-  ftc__op_t o = {FTC__BARRIER, NULL, NULL, 0, FTC_U8, FTC_SUM, -1};
+  ftc__op_t o = {FTC_REC_BARRIER, NULL, NULL, 0, FTC_U8, FTC_SUM, -1};
   return ftc__submit_blocking(comm, &o, timeout_ms);
 }
 
@@ -244,7 +244,7 @@ ftc_status_t ftc_send(const void *buf, size_t count, ftc_dtype_t dtype, int peer
   ftc_status_t st;
   check_t c;
   ftc__op_t o;
-  if ((st = prep_p2p(&c, "ftc_send", FTC__SEND, buf, count, dtype, peer, comm, &o)) != FTC_OK) return st;
+  if ((st = prep_p2p(&c, "ftc_send", FTC_REC_SEND, buf, count, dtype, peer, comm, &o)) != FTC_OK) return st;
   if ((st = check_timeout(&c, timeout_ms)) != FTC_OK) return st;
   return ftc__submit_blocking(comm, &o, timeout_ms);
 }
@@ -254,7 +254,7 @@ ftc_status_t ftc_recv(void *buf, size_t count, ftc_dtype_t dtype, int peer, ftc_
   ftc_status_t st;
   check_t c;
   ftc__op_t o;
-  if ((st = prep_p2p(&c, "ftc_recv", FTC__RECV, buf, count, dtype, peer, comm, &o)) != FTC_OK) return st;
+  if ((st = prep_p2p(&c, "ftc_recv", FTC_REC_RECV, buf, count, dtype, peer, comm, &o)) != FTC_OK) return st;
   if ((st = check_timeout(&c, timeout_ms)) != FTC_OK) return st;
   return ftc__submit_blocking(comm, &o, timeout_ms);
 }
@@ -325,7 +325,7 @@ ftc_status_t ftc_ibarrier(ftc_comm_t *comm, ftc_request_t **req) {
   check_t c = {"ftc_ibarrier", NULL, 0, 0};
   if ((st = check_req(&c, req)) != FTC_OK) return st;
   if ((st = check_comm(&c, "ftc_ibarrier", comm)) != FTC_OK) return st;
-  ftc__op_t o = {FTC__BARRIER, NULL, NULL, 0, FTC_U8, FTC_SUM, -1};
+  ftc__op_t o = {FTC_REC_BARRIER, NULL, NULL, 0, FTC_U8, FTC_SUM, -1};
   return ftc__submit_async(comm, &o, req);
 }
 
@@ -335,7 +335,7 @@ ftc_status_t ftc_isend(const void *buf, size_t count, ftc_dtype_t dtype, int pee
   check_t c = {"ftc_isend", NULL, 0, 0};
   ftc__op_t o;
   if ((st = check_req(&c, req)) != FTC_OK) return st;
-  if ((st = prep_p2p(&c, "ftc_isend", FTC__SEND, buf, count, dtype, peer, comm, &o)) != FTC_OK) return st;
+  if ((st = prep_p2p(&c, "ftc_isend", FTC_REC_SEND, buf, count, dtype, peer, comm, &o)) != FTC_OK) return st;
   return ftc__submit_async(comm, &o, req);
 }
 
@@ -345,6 +345,6 @@ ftc_status_t ftc_irecv(void *buf, size_t count, ftc_dtype_t dtype, int peer, ftc
   check_t c = {"ftc_irecv", NULL, 0, 0};
   ftc__op_t o;
   if ((st = check_req(&c, req)) != FTC_OK) return st;
-  if ((st = prep_p2p(&c, "ftc_irecv", FTC__RECV, buf, count, dtype, peer, comm, &o)) != FTC_OK) return st;
+  if ((st = prep_p2p(&c, "ftc_irecv", FTC_REC_RECV, buf, count, dtype, peer, comm, &o)) != FTC_OK) return st;
   return ftc__submit_async(comm, &o, req);
 }

@@ -24,14 +24,6 @@
 #include "ftc_param.h"
 #include "ftc_time.h"
 
-const char *ftc__coll_name(ftc__coll_t coll) {
-  static const char *const names[FTC__COLL_COUNT] = {
-      "allreduce", "broadcast", "reduce", "allgather", "reduce_scatter",
-      "alltoall",  "barrier",   "send",   "recv"};
-  if ((int)coll < 0 || coll >= FTC__COLL_COUNT) return "?";
-  return names[coll];
-}
-
 ftc__view_t *ftc__view_copy(const ftc__view_t *v) {
   ftc__view_t *c = ftc__calloc(1, sizeof(*c));
   if (!c) return NULL;

@@ -88,8 +88,8 @@ static void enqueue_locked(ftc_comm_t *comm, ftc_request_t *req) {
 /* ---- running one collective ---- */
 
 static uint64_t next_seq_locked(ftc_comm_t *comm, const ftc__op_t *op) {
-  if (op->coll == FTC__SEND) return ++comm->p2p_seq[2 * op->peer];
-  if (op->coll == FTC__RECV) return ++comm->p2p_seq[2 * op->peer + 1];
+  if (op->coll == FTC_REC_SEND) return ++comm->p2p_seq[2 * op->peer];
+  if (op->coll == FTC_REC_RECV) return ++comm->p2p_seq[2 * op->peer + 1];
   return ++comm->seq;
 }
 
@@ -102,10 +102,10 @@ static ftc_status_t execute(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq,
   if (__builtin_expect(ftc__fault_armed, 0) && st == FTC_OK) st = ftc__fault_coll_done(comm, seq);
   if (st != FTC_OK) {
     char detail[384];
-    snprintf(detail, sizeof(detail), "%s #%llu (%zu x %s%s%s) on rank %d: %s", ftc__coll_name(op->coll),
+    snprintf(detail, sizeof(detail), "%s #%llu (%zu x %s%s%s) on rank %d: %s", ftc_rec_op_name(op->coll),
              (unsigned long long)seq, op->count, ftc_dtype_name(op->dtype),
-             op->coll == FTC__ALLREDUCE || op->coll == FTC__REDUCE || op->coll == FTC__REDUCE_SCATTER ? " " : "",
-             op->coll == FTC__ALLREDUCE || op->coll == FTC__REDUCE || op->coll == FTC__REDUCE_SCATTER ? ftc_op_name(op->op) : "",
+             op->coll == FTC_REC_ALLREDUCE || op->coll == FTC_REC_REDUCE || op->coll == FTC_REC_REDUCE_SCATTER ? " " : "",
+             op->coll == FTC_REC_ALLREDUCE || op->coll == FTC_REC_REDUCE || op->coll == FTC_REC_REDUCE_SCATTER ? ftc_op_name(op->op) : "",
              comm->rank, ftc_last_error());
     ftc__comm_fail(comm, st, detail);
     ftc__error(st, "%s", detail);
@@ -115,7 +115,7 @@ static ftc_status_t execute(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq,
 }
 
 static int is_p2p(const ftc_request_t *r) {
-  return !r->rebuild_view && (r->op.coll == FTC__SEND || r->op.coll == FTC__RECV);
+  return !r->rebuild_view && (r->op.coll == FTC_REC_SEND || r->op.coll == FTC_REC_RECV);
 }
 
 /* The progress thread's state for one batch of send/recv requests. */
@@ -176,7 +176,7 @@ static ftc_status_t wait_req(ftc_request_t *req, int64_t deadline, int spin_us) 
   if (done) return st == FTC_OK ? FTC_OK : ftc__error(st, "%s", err);
   char detail[256];
   snprintf(detail, sizeof(detail), "%s #%llu did not complete before the wait's timeout",
-           ftc__coll_name(req->op.coll), (unsigned long long)req->seq);
+           ftc_rec_op_name(req->op.coll), (unsigned long long)req->seq);
   ftc__comm_fail(req->comm, FTC_ERR_TIMEOUT, detail);
   return ftc__error(FTC_ERR_TIMEOUT, "%s; the epoch is failed, recover before the next collective", detail);
 }

@@ -7,24 +7,11 @@
 
 #include <stddef.h>
 
+#include "ftc_recorder.h"
 #include "ftcomm.h"
 
-/* Same order as ftc_rec_op_t, so the recorder's op is a cast. */
-typedef enum ftc__coll {
-  FTC__ALLREDUCE = 0,
-  FTC__BROADCAST = 1,
-  FTC__REDUCE = 2,
-  FTC__ALLGATHER = 3,
-  FTC__REDUCE_SCATTER = 4,
-  FTC__ALLTOALL = 5,
-  FTC__BARRIER = 6,
-  FTC__SEND = 7,
-  FTC__RECV = 8,
-  FTC__COLL_COUNT
-} ftc__coll_t;
-
 typedef struct ftc__op {
-  ftc__coll_t coll;
+  ftc_rec_op_t coll;   /* the collective, as the flight recorder names it */
   const void *sendbuf; /* broadcast: the buffer; send: the data */
   void *recvbuf;       /* broadcast: same as sendbuf; recv: the destination */
   size_t count;        /* as passed by the caller (per rank where the API says so) */
@@ -32,7 +19,5 @@ typedef struct ftc__op {
   ftc_op_t op;
   int peer;            /* root of broadcast/reduce, peer of send/recv, -1 otherwise */
 } ftc__op_t;
-
-const char *ftc__coll_name(ftc__coll_t coll);
 
 #endif

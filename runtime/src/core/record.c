@@ -11,10 +11,10 @@ uint64_t ftc__record_schedule(ftc_comm_t *comm, const ftc__op_t *op, uint64_t se
   size_t es = ftc_dtype_size(op->dtype);
   uint64_t bytes = (uint64_t)op->count * es;
   int size = __atomic_load_n(&comm->size, __ATOMIC_ACQUIRE);
-  if (op->coll == FTC__ALLTOALL || op->coll == FTC__REDUCE_SCATTER) bytes *= (uint64_t)size;
-  if (op->coll == FTC__RECV) bytes = 0;
-  return ftc_rec_schedule(comm->rec, __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE), seq, (ftc_rec_op_t)op->coll,
-                          op->coll == FTC__BARRIER ? FTC_DTYPE_COUNT : (int)op->dtype,
+  if (op->coll == FTC_REC_ALLTOALL || op->coll == FTC_REC_REDUCE_SCATTER) bytes *= (uint64_t)size;
+  if (op->coll == FTC_REC_RECV) bytes = 0;
+  return ftc_rec_schedule(comm->rec, __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE), seq, op->coll,
+                          op->coll == FTC_REC_BARRIER ? FTC_DTYPE_COUNT : (int)op->dtype,
                           op->count, bytes, op->peer, timeout_ns);
 }
 

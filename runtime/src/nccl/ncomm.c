@@ -551,11 +551,11 @@ static const ncclRedOp_t redops[FTC_OP_COUNT] = {
 static const size_t dsize[FTC_DTYPE_COUNT] = {[FTC_F32] = 4, [FTC_F64] = 8, [FTC_F16] = 2,
                                               [FTC_BF16] = 2, [FTC_I32] = 4, [FTC_I64] = 8,
                                               [FTC_U8] = 1};
-static const char *coll_name(ftc__coll_t c) {
-  static const char *n[FTC__COLL_COUNT] = {"allreduce", "broadcast", "reduce", "allgather",
+static const char *coll_name(ftc_rec_op_t c) {
+  static const char *n[FTC_REC_OP_COUNT] = {"allreduce", "broadcast", "reduce", "allgather",
                                            "reduce_scatter", "alltoall", "barrier", "send",
                                            "recv"};
-  return (unsigned)c < FTC__COLL_COUNT ? n[c] : "?";
+  return (unsigned)c < FTC_REC_OP_COUNT ? n[c] : "?";
 }
 
 static ftc_status_t gate(ftc__nccl_comm_t *c) {
@@ -607,19 +607,19 @@ static ncclResult_t enqueue(ftc__nccl_comm_t *c, ncclComm_t nc, const ftc__op_t 
   ncclRedOp_t ro = redops[op->op];
   size_t es = dsize[op->dtype];
   switch (op->coll) {
-  case FTC__ALLREDUCE: return n->AllReduce(op->sendbuf, op->recvbuf, op->count, dt, ro, nc, s);
-  case FTC__BROADCAST:
+  case FTC_REC_ALLREDUCE: return n->AllReduce(op->sendbuf, op->recvbuf, op->count, dt, ro, nc, s);
+  case FTC_REC_BROADCAST:
     return n->Broadcast(op->sendbuf, op->recvbuf, op->count, dt, op->peer, nc, s);
-  case FTC__REDUCE:
+  case FTC_REC_REDUCE:
     return n->Reduce(op->sendbuf, op->recvbuf, op->count, dt, ro, op->peer, nc, s);
-  case FTC__ALLGATHER: return n->AllGather(op->sendbuf, op->recvbuf, op->count, dt, nc, s);
-  case FTC__REDUCE_SCATTER:
+  case FTC_REC_ALLGATHER: return n->AllGather(op->sendbuf, op->recvbuf, op->count, dt, nc, s);
+  case FTC_REC_REDUCE_SCATTER:
     return n->ReduceScatter(op->sendbuf, op->recvbuf, op->count, dt, ro, nc, s);
-  case FTC__BARRIER:
+  case FTC_REC_BARRIER:
     return n->AllReduce(c->scratch, c->scratch, 1, ncclUint8, ncclMax, nc, s);
-  case FTC__SEND: return n->Send(op->sendbuf, op->count, dt, op->peer, nc, s);
-  case FTC__RECV: return n->Recv(op->recvbuf, op->count, dt, op->peer, nc, s);
-  case FTC__ALLTOALL: {
+  case FTC_REC_SEND: return n->Send(op->sendbuf, op->count, dt, op->peer, nc, s);
+  case FTC_REC_RECV: return n->Recv(op->recvbuf, op->count, dt, op->peer, nc, s);
+  case FTC_REC_ALLTOALL: {
     ncclResult_t r = n->GroupStart(), r2;
     if (r != ncclSuccess) return r;
     for (int j = 0; j < c->size && (r == ncclSuccess || r == ncclInProgress); j++) {
@@ -664,9 +664,9 @@ static ftc_status_t launch(ftc__nccl_comm_t *c, const ftc__op_t *const *ops, int
   const char *what = n == 1 ? coll_name(ops[0]->coll) : "send/recv group";
   for (int i = 0; i < n; i++) {
     const ftc__op_t *op = ops[i];
-    if ((unsigned)op->coll >= FTC__COLL_COUNT || (unsigned)op->dtype >= FTC_DTYPE_COUNT ||
+    if ((unsigned)op->coll >= FTC_REC_OP_COUNT || (unsigned)op->dtype >= FTC_DTYPE_COUNT ||
         (unsigned)op->op >= FTC_OP_COUNT ||
-        (n > 1 && op->coll != FTC__SEND && op->coll != FTC__RECV)) {
+        (n > 1 && op->coll != FTC_REC_SEND && op->coll != FTC_REC_RECV)) {
       st = ftc__error(FTC_ERR_INVALID_ARGUMENT,
                       "unknown collective, dtype or op (a group holds send and recv only)");
       goto out;

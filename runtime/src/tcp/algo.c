@@ -315,16 +315,16 @@ ftc_status_t ftc__tcp_run(ftc__tcp_t *tp, const ftc__op_t *op, int64_t deadline_
     int iv = __atomic_load_n(tp->cfg.interrupt, __ATOMIC_ACQUIRE);
     if (iv) return ftc__error((ftc_status_t)iv, "the communicator was stopped: %s", ftc_strerror((ftc_status_t)iv));
   }
-  if (op->coll == FTC__BARRIER) return barrier(tp, &red, deadline_ns);
+  if (op->coll == FTC_REC_BARRIER) return barrier(tp, &red, deadline_ns);
   if (op->count == 0) return FTC_OK;
   if (tp->size == 1) {
     /* A world of one: every collective is a copy. */
     switch (op->coll) {
-      case FTC__ALLREDUCE:
-      case FTC__ALLGATHER:
-      case FTC__REDUCE_SCATTER:
-      case FTC__ALLTOALL:
-      case FTC__REDUCE:
+      case FTC_REC_ALLREDUCE:
+      case FTC_REC_ALLGATHER:
+      case FTC_REC_REDUCE_SCATTER:
+      case FTC_REC_ALLTOALL:
+      case FTC_REC_REDUCE:
         if (op->recvbuf != op->sendbuf) memmove(op->recvbuf, op->sendbuf, bytes);
         return FTC_OK;
       default:
@@ -332,17 +332,17 @@ ftc_status_t ftc__tcp_run(ftc__tcp_t *tp, const ftc__op_t *op, int64_t deadline_
     }
   }
   switch (op->coll) {
-    case FTC__ALLREDUCE:
+    case FTC_REC_ALLREDUCE:
       if (bytes < tp->cfg.ring_threshold || op->count < (size_t)tp->size)
         return allreduce_rd(tp, op, &red, deadline_ns);
       return allreduce_ring(tp, op, &red, deadline_ns);
-    case FTC__BROADCAST: return broadcast(tp, op, &red, deadline_ns);
-    case FTC__REDUCE: return reduce(tp, op, &red, deadline_ns);
-    case FTC__ALLGATHER: return allgather_ring(tp, op, &red, deadline_ns);
-    case FTC__REDUCE_SCATTER: return reduce_scatter_ring(tp, op, &red, deadline_ns);
-    case FTC__ALLTOALL: return alltoall(tp, op, &red, deadline_ns);
-    case FTC__SEND: return sendrecv(tp, op->peer, op->sendbuf, bytes, -1, NULL, 0, &red, deadline_ns);
-    case FTC__RECV: return sendrecv(tp, -1, NULL, 0, op->peer, op->recvbuf, bytes, &red, deadline_ns);
+    case FTC_REC_BROADCAST: return broadcast(tp, op, &red, deadline_ns);
+    case FTC_REC_REDUCE: return reduce(tp, op, &red, deadline_ns);
+    case FTC_REC_ALLGATHER: return allgather_ring(tp, op, &red, deadline_ns);
+    case FTC_REC_REDUCE_SCATTER: return reduce_scatter_ring(tp, op, &red, deadline_ns);
+    case FTC_REC_ALLTOALL: return alltoall(tp, op, &red, deadline_ns);
+    case FTC_REC_SEND: return sendrecv(tp, op->peer, op->sendbuf, bytes, -1, NULL, 0, &red, deadline_ns);
+    case FTC_REC_RECV: return sendrecv(tp, -1, NULL, 0, op->peer, op->recvbuf, bytes, &red, deadline_ns);
     default: return ftc__error(FTC_ERR_INTERNAL, "unknown collective %d", (int)op->coll);
   }
 }
@@ -357,11 +357,11 @@ typedef struct p2p_run {
 
 static void p2p_stream(ftc__tcp_t *tp, int i, const ftc__op_t *op) {
   size_t bytes = op->count * ftc_dtype_size(op->dtype);
-  if (op->coll == FTC__SEND)
+  if (op->coll == FTC_REC_SEND)
     tp->segs[i] = (ftc__seg_t){.src = op->sendbuf, .len = bytes};
   else
     tp->segs[i] = (ftc__seg_t){.dst = op->recvbuf, .len = bytes};
-  stream_at(tp, i, op->peer, op->coll == FTC__SEND, &tp->segs[i], 1);
+  stream_at(tp, i, op->peer, op->coll == FTC_REC_SEND, &tp->segs[i], 1);
 }
 
 static int p2p_more(void *arg, ftc__stream_t *st, int n) {
