@@ -145,8 +145,11 @@ ftc_status_t ftc__submit_async(ftc_comm_t *comm, const ftc__op_t *op, ftc_reques
 void ftc__engine_drain_locked(ftc_comm_t *comm, ftc_status_t status, const char *why);
 
 /* Flight-recorder seam (record.c): the four points of a collective's life. */
-uint64_t ftc__record_schedule(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq, int64_t timeout_ns);
-void ftc__record_start(ftc_comm_t *comm, uint64_t id);
+/* `now` is a ftc__now_ns() the caller already read (the clock costs 40-70 ns
+ * on some VMs, more than recording itself), or 0 to read it here. */
+uint64_t ftc__record_schedule(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq, int64_t timeout_ns,
+                              int64_t now);
+void ftc__record_start(ftc_comm_t *comm, uint64_t id, int64_t now);
 void ftc__record_end(ftc_comm_t *comm, uint64_t id, ftc_status_t st);
 
 #endif

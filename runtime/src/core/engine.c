@@ -95,8 +95,8 @@ static uint64_t next_seq_locked(ftc_comm_t *comm, const ftc__op_t *op) {
 
 /* Run op on this thread, which owns the data plane (comm->busy). */
 static ftc_status_t execute(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq, uint64_t rec_id,
-                            int64_t deadline) {
-  ftc__record_start(comm, rec_id);
+                            int64_t deadline, int64_t now) {
+  ftc__record_start(comm, rec_id, now);
   if (__builtin_expect(ftc__fault_armed, 0)) ftc__fault_coll(comm, seq);
   ftc_status_t st = comm->be->run(comm->bh, op, deadline);
   if (__builtin_expect(ftc__fault_armed, 0) && st == FTC_OK) st = ftc__fault_coll_done(comm, seq);
@@ -133,7 +133,7 @@ static ftc_status_t execute_p2p(ftc_comm_t *comm, p2p_batch_t *b, const ftc__op_
                                 int64_t deadline) {
   for (int i = 0; i < b->n; i++) {
     ops[i] = &b->reqs[i]->op;
-    ftc__record_start(comm, b->reqs[i]->rec_id);
+    ftc__record_start(comm, b->reqs[i]->rec_id, 0);
   }
   ftc_status_t st = comm->be->run_p2p(comm->bh, ops, b->n, cap, deadline, p2p_take_more, b,
                                       comm->wake_fd);
@@ -183,7 +183,8 @@ static ftc_status_t wait_req(ftc_request_t *req, int64_t deadline, int spin_us) 
 
 ftc_status_t ftc__submit_blocking(ftc_comm_t *comm, const ftc__op_t *op, int timeout_ms) {
   int64_t tns = timeout_ns_of(comm, timeout_ms);
-  int64_t deadline = tns < 0 ? INT64_MAX : ftc__now_ns() + tns;
+  int64_t now = ftc__now_ns(); /* the deadline, and the record's created/started times */
+  int64_t deadline = tns < 0 ? INT64_MAX : now + tns;
   ftc_status_t st;
   pthread_mutex_lock(&comm->lock);
   if ((st = ftc__comm_gate(comm)) != FTC_OK) {
@@ -191,11 +192,11 @@ ftc_status_t ftc__submit_blocking(ftc_comm_t *comm, const ftc__op_t *op, int tim
     return st;
   }
   uint64_t seq = next_seq_locked(comm, op);
-  uint64_t rec_id = ftc__record_schedule(comm, op, seq, tns);
+  uint64_t rec_id = ftc__record_schedule(comm, op, seq, tns, now);
   if (!comm->head && !comm->busy) {
     comm->busy = 1;
     pthread_mutex_unlock(&comm->lock);
-    st = execute(comm, op, seq, rec_id, deadline);
+    st = execute(comm, op, seq, rec_id, deadline, now);
     pthread_mutex_lock(&comm->lock);
     comm->busy = 0;
     int more = comm->head != NULL;
@@ -233,7 +234,7 @@ ftc_status_t ftc__submit_async(ftc_comm_t *comm, const ftc__op_t *op, ftc_reques
     return ftc__error(FTC_ERR_NO_MEMORY, "allocating a request");
   }
   req->seq = next_seq_locked(comm, op);
-  req->rec_id = ftc__record_schedule(comm, op, req->seq, timeout_ns_of(comm, FTC_TIMEOUT_DEFAULT));
+  req->rec_id = ftc__record_schedule(comm, op, req->seq, timeout_ns_of(comm, FTC_TIMEOUT_DEFAULT), 0);
   enqueue_locked(comm, req);
   pthread_mutex_unlock(&comm->lock);
   ftc__engine_wake(comm);
@@ -386,7 +387,7 @@ static int p2p_take_more(void *arg, const ftc__op_t **ops, int n, int cap) {
   pthread_mutex_unlock(&comm->lock);
   for (int i = n; i < b->n; i++) {
     ops[i] = &b->reqs[i]->op;
-    ftc__record_start(comm, b->reqs[i]->rec_id);
+    ftc__record_start(comm, b->reqs[i]->rec_id, 0);
   }
   return b->n;
 }
@@ -447,7 +448,7 @@ static void *progress_main(void *arg) {
       }
       st = execute_p2p(comm, &b, ps.ops, 2 * ps.n, deadline);
     } else {
-      st = execute(comm, &req->op, req->seq, req->rec_id, request_deadline(comm, req));
+      st = execute(comm, &req->op, req->seq, req->rec_id, request_deadline(comm, req), 0);
     }
     pthread_mutex_lock(&comm->lock);
     comm->busy = 0;

@@ -7,19 +7,20 @@
 #include "ftc_time.h"
 
 uint64_t ftc__record_schedule(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq,
-                              int64_t timeout_ns) {
+                              int64_t timeout_ns, int64_t now) {
   size_t es = ftc_dtype_size(op->dtype);
   uint64_t bytes = (uint64_t)op->count * es;
   int size = __atomic_load_n(&comm->size, __ATOMIC_ACQUIRE);
   if (op->coll == FTC_REC_ALLTOALL || op->coll == FTC_REC_REDUCE_SCATTER) bytes *= (uint64_t)size;
   if (op->coll == FTC_REC_RECV) bytes = 0;
-  return ftc_rec_schedule(comm->rec, __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE), seq, op->coll,
+  if (!now) now = ftc__now_ns();
+  return ftc_rec_schedule_at(comm->rec, now, __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE), seq, op->coll,
                           op->coll == FTC_REC_BARRIER ? FTC_DTYPE_COUNT : (int)op->dtype,
                           op->count, bytes, op->peer, timeout_ns);
 }
 
-void ftc__record_start(ftc_comm_t *comm, uint64_t id) {
-  if (id != FTC_REC_NO_ID) ftc_rec_started(comm->rec, id, 0);
+void ftc__record_start(ftc_comm_t *comm, uint64_t id, int64_t now) {
+  if (id != FTC_REC_NO_ID) ftc_rec_started(comm->rec, id, now);
 }
 
 void ftc__record_end(ftc_comm_t *comm, uint64_t id, ftc_status_t st) {
