@@ -295,6 +295,65 @@ static void joiner_follows_the_survivors_reinit(void **st) {
 /* RCCL 2.30.7 through the HIP runtime's names: the fast path too. */
 static void kill_shrink_grow_rccl_2_30(void **s) { (void)s; kill_shrink_grow_of("rccl", "2.30.7"); }
 
+/* --- the exclusion list -------------------------------------------------------- */
+
+/* 4 ranks; 1 and 3 leave; 0 and 2 shrink them away naming them out of order
+ * ({3, 1}). NCCL sorts the list in place: the double does too and logs the
+ * order it was given and the order it left, so the test sees that the
+ * library got an unsorted list and sorted it, and that ftcomm's own list is
+ * untouched; the new communicator has the right ranks and reduces right. */
+static void unsorted_shrink_child(flow_t *f, int rank) {
+  child_setup(f);
+  ftc__nccl_opts_t o = opts(TMO);
+  ftc__nccl_comm_t *c = NULL;
+  int s4[] = {0, 1, 2, 3};
+  uint64_t i4[] = {1, 2, 3, 4}, j4[] = {1, 1, 1, 1};
+  ftc__view_t *v = make_view(1, 4, s4, i4, j4, rank);
+  ftc_status_t st = ftc__nccl_enter_epoch(f->lib, &c, v, &f->x, &o);
+  CHILD_CHECK(st == FTC_OK, 120, "init: %s", ftc_strerror(st));
+  int bad;
+  st = allreduce_check(c, (float)(rank + 1), 10.0f, &bad);
+  CHILD_CHECK(st == FTC_OK && !bad, 121, "epoch 1 allreduce: %s", ftc_strerror(st));
+  if (rank == 1 || rank == 3) _exit(0); /* gone, without a word */
+  const int excl[2] = {3, 1};
+  int mine[2] = {3, 1};
+  st = ftc__nccl_comm_shrink(c, mine, 2, ftc__deadline_ns(TMO));
+  CHILD_CHECK(st == FTC_OK, 122, "shrink: %s", ftc_strerror(st));
+  CHILD_CHECK(mine[0] == excl[0] && mine[1] == excl[1], 123,
+              "ftcomm's exclusion list was changed to {%d, %d}", mine[0], mine[1]);
+  int nr = -1, ns = -1;
+  st = ftc__nccl_comm_nccl_rank(c, &nr, &ns);
+  CHILD_CHECK(st == FTC_OK && ns == 2 && nr == rank / 2, 124, "rank %d of %d after the shrink",
+              nr, ns);
+  st = allreduce_check(c, (float)(rank + 1), 4.0f, &bad);
+  CHILD_CHECK(st == FTC_OK && !bad, 125, "allreduce after the shrink: %s", ftc_strerror(st));
+  /* what NCCL refuses, ftcomm refuses first: an empty list */
+  CHILD_CHECK(ftc__nccl_comm_shrink(c, mine, 0, ftc__deadline_ns(TMO)) ==
+                  FTC_ERR_INVALID_ARGUMENT, 126, "an empty exclusion list");
+  ftc__nccl_comm_free(c);
+  free_view(v);
+  _exit(0);
+}
+
+static void shrink_takes_an_unsorted_exclusion_list(const char *ver) {
+  flow_t f;
+  flow_init(&f, ver, "unsorted");
+  pid_t p[4];
+  for (int r = 0; r < 4; r++)
+    if ((p[r] = fork()) == 0) unsorted_shrink_child(&f, r);
+  for (int r = 0; r < 4; r++) assert_int_equal(wait_child(p[r], 2 * TMO), 0);
+  assert_int_equal(count_lines(f.log, " shrink ", "excl_given=3,1 excl_sorted=1,3"), 2);
+  rm_tmpdir(f.dir);
+}
+static void shrink_takes_an_unsorted_exclusion_list_2_27(void **s) {
+  (void)s;
+  shrink_takes_an_unsorted_exclusion_list("2.27.3");
+}
+static void shrink_takes_an_unsorted_exclusion_list_2_32(void **s) {
+  (void)s;
+  shrink_takes_an_unsorted_exclusion_list("2.32.3");
+}
+
 /* --- a hang inside the library ----------------------------------------------- */
 
 static void hang_rank(flow_t *f, int rank, int hang) {
@@ -669,6 +728,8 @@ int main(void) {
       cmocka_unit_test(kill_shrink_grow_2_32),
       cmocka_unit_test(kill_shrink_grow_rccl_2_30),
       cmocka_unit_test(joiner_follows_the_survivors_reinit),
+      cmocka_unit_test(shrink_takes_an_unsorted_exclusion_list_2_27),
+      cmocka_unit_test(shrink_takes_an_unsorted_exclusion_list_2_32),
       cmocka_unit_test(hang_becomes_timeout_2_26),
       cmocka_unit_test(hang_becomes_timeout_2_32),
       cmocka_unit_test(hang_in_init_becomes_timeout),

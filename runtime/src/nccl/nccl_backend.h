@@ -140,7 +140,7 @@ const char *ftc__nccl_step_name(ftc__nccl_step_t s);
 
 typedef struct ftc__nccl_plan {
   ftc__nccl_step_t step;
-  int excluded[64];    /* old ranks to shrink away (step SHRINK*), sorted */
+  int excluded[64];    /* old ranks to shrink away (step SHRINK*), ascending */
   int n_excluded;      /* -1 when more than 64: the plan falls back to INIT */
   int survivors;       /* members of next that were in the old epoch */
   int joiners;         /* members of next admitted at next->epoch */
@@ -167,6 +167,16 @@ ftc_status_t ftc__nccl_enter_epoch(ftc__nccl_lib_t *lib, ftc__nccl_comm_t **cp,
 
 /* The step the last ftc__nccl_enter_epoch took and how long it took. */
 void ftc__nccl_comm_last_step(const ftc__nccl_comm_t *c, ftc__nccl_step_t *step, int64_t *ns);
+
+/* Replace the NCCL communicator by one without the old ranks excluded[0..n-1]
+ * (any order, 1 to 64; only read: NCCL sorts its argument in place, so it
+ * gets a copy). NCCL_SHRINK_ABORT unless the epoch was revoked. The view,
+ * rank and epoch are not changed: ftc__nccl_enter_epoch does that (this is
+ * its shrink step, and a test's). */
+ftc_status_t ftc__nccl_comm_shrink(ftc__nccl_comm_t *c, const int *excluded, int n,
+                                   int64_t deadline_ns);
+/* NCCL's own rank and size of the communicator (ncclCommUserRank/Count). */
+ftc_status_t ftc__nccl_comm_nccl_rank(ftc__nccl_comm_t *c, int *rank, int *size);
 
 int ftc__nccl_comm_rank(const ftc__nccl_comm_t *c);
 int ftc__nccl_comm_size(const ftc__nccl_comm_t *c);

@@ -365,16 +365,20 @@ static void swap_nc(ftc__nccl_comm_t *c, ncclComm_t nc) {
   if (old) abort_nc(c->lib, old, c->timeout_ms);
 }
 
-static ftc_status_t do_shrink(ftc__nccl_comm_t *c, const ftc__nccl_plan_t *p, int64_t deadline) {
+ftc_status_t ftc__nccl_comm_shrink(ftc__nccl_comm_t *c, const int *excluded, int n,
+                                   int64_t deadline_ns) {
   ncclComm_t nc = get_nc(c), out = NULL;
   if (!nc) return ftc__error(FTC_ERR_ABORTED, "the NCCL communicator was aborted");
-  /* ncclCommShrink sorts the list in place: it gets a copy. */
+  if (n < 1 || n > 64)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "shrink: %d ranks to exclude (1 to 64)", n);
+  /* ncclCommShrink sorts the list in place: it gets a copy, the caller's
+   * list (a plan, a view's order) stays as it was. */
   int excl[64];
-  memcpy(excl, p->excluded, (size_t)p->n_excluded * sizeof excl[0]);
+  memcpy(excl, excluded, (size_t)n * sizeof excl[0]);
   ncclConfig_t cfg = nonblocking_config();
   int flags = c->revoked ? NCCL_SHRINK_DEFAULT : NCCL_SHRINK_ABORT;
-  ncclResult_t r = c->lib->n.CommShrink(nc, excl, p->n_excluded, &out, &cfg, flags);
-  ftc_status_t st = settle(c, r, out, deadline, "ncclCommShrink");
+  ncclResult_t r = c->lib->n.CommShrink(nc, excl, n, &out, &cfg, flags);
+  ftc_status_t st = settle(c, r, out, deadline_ns, "ncclCommShrink");
   if (st != FTC_OK) return st;
   swap_nc(c, out);
   return FTC_OK;
@@ -458,7 +462,8 @@ ftc_status_t ftc__nccl_enter_epoch(ftc__nccl_lib_t *lib, ftc__nccl_comm_t **cp,
   case FTC__NCCL_STEP_SHRINK:
   case FTC__NCCL_STEP_SHRINK_GROW:
   case FTC__NCCL_STEP_GROW:
-    if (p.step != FTC__NCCL_STEP_GROW) FTC_CHECK_GOTO(do_shrink(c, &p, deadline), st, out_view);
+    if (p.step != FTC__NCCL_STEP_GROW) FTC_CHECK_GOTO(ftc__nccl_comm_shrink(c, p.excluded, p.n_excluded, deadline), st,
+                                                  out_view);
     if (p.step == FTC__NCCL_STEP_SHRINK) break;
     FTC_CHECK_GOTO(get_uid(c, &p, next, x, deadline, &uid), st, out_view);
     r = lib->n.CommGrow(get_nc(c), next->size, next->my_rank == p.publisher ? &uid : NULL, -1,
@@ -529,6 +534,14 @@ void ftc__nccl_comm_last_step(const ftc__nccl_comm_t *c, ftc__nccl_step_t *step,
 }
 
 int ftc__nccl_comm_rank(const ftc__nccl_comm_t *c) { return c->rank; }
+
+ftc_status_t ftc__nccl_comm_nccl_rank(ftc__nccl_comm_t *c, int *rank, int *size) {
+  ncclComm_t nc = get_nc(c);
+  if (!nc) return ftc__error(FTC_ERR_ABORTED, "the NCCL communicator was aborted");
+  ncclResult_t r = c->lib->n.CommUserRank(nc, rank);
+  if (r == ncclSuccess) r = c->lib->n.CommCount(nc, size);
+  return r == ncclSuccess ? FTC_OK : ftc__nccl_status(r, "ncclCommUserRank/Count", "");
+}
 int ftc__nccl_comm_size(const ftc__nccl_comm_t *c) { return c->size; }
 uint64_t ftc__nccl_comm_epoch(const ftc__nccl_comm_t *c) {
   return __atomic_load_n(&c->epoch, __ATOMIC_ACQUIRE);

@@ -539,14 +539,26 @@ EXPORT ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *
 
 #if DOUBLE_VERSION >= 22700
 static int cmp_int(const void *a, const void *b) {
-  return *(const int *)a - *(const int *)b;
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
 }
 
 EXPORT ncclResult_t ncclCommShrink(ncclComm_t c, int *excl, int n, ncclComm_t *out,
                                    ncclConfig_t *config, int flags) {
   *out = NULL;
   if (check_config(config) != ncclSuccess) return ncclInvalidArgument;
-  qsort(excl, (size_t)n, sizeof *excl, cmp_int); /* as NCCL does: in place */
+  /* As NCCL's ncclCommShrink: a non-empty list, sorted in place (the
+   * caller's array comes back sorted), the caller's rank not in it. */
+  if (!excl || n <= 0) {
+    snprintf(g_lasterr, sizeof g_lasterr, "shrink: excludeRanksList empty or NULL");
+    return ncclInvalidArgument;
+  }
+  char given[128] = "", sorted[128] = "";
+  for (int i = 0, k = 0; i < n && k < (int)sizeof given - 12; i++)
+    k += snprintf(given + k, sizeof given - (size_t)k, "%s%d", i ? "," : "", excl[i]);
+  qsort(excl, (size_t)n, sizeof *excl, cmp_int);
+  for (int i = 0, k = 0; i < n && k < (int)sizeof sorted - 12; i++)
+    k += snprintf(sorted + k, sizeof sorted - (size_t)k, "%s%d", i ? "," : "", excl[i]);
   int below = 0;
   uint64_t t = mix(c->token, 0x5412ULL);
   for (int i = 0; i < n; i++) {
@@ -571,7 +583,8 @@ EXPORT ncclResult_t ncclCommShrink(ncclComm_t c, int *excl, int n, ncclComm_t *o
   struct ncclComm *nc = comm_new(t, c->dir, c->rank - below, c->nranks - n);
   if (!nc) return ncclSystemError;
   *out = nc;
-  dlog("shrink", nc, "parent_rank=%d flags=%d", c->rank, flags);
+  dlog("shrink", nc, "parent_rank=%d flags=%d excl_given=%s excl_sorted=%s", c->rank, flags,
+       given, sorted);
   return start_create(nc, config, NULL, 0);
 }
 #endif
