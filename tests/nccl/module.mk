@@ -50,7 +50,7 @@ NCCL_DOUBLES += $(foreach v,$(RCCL_DOUBLE_VERSIONS),$(NCCL_DOUBLE_DIR)/librccl_d
 # The suites link the backend's objects (NCCL_BACKEND_OBJS, from
 # runtime/src/nccl/module.mk), the membership protocol (COORD_LIB_OBJS, from
 # tests/coord/module.mk), the recorder and common/, not the whole library.
-NCCL_TEST_PROGS := $(patsubst tests/nccl/%.c,%,$(wildcard tests/nccl/test_nccl_*.c))
+NCCL_TEST_PROGS := $(filter-out test_nccl_async,$(patsubst tests/nccl/%.c,%,$(wildcard tests/nccl/test_nccl_*.c)))
 NCCL_TEST_BINS := $(addprefix $(BUILD)/tests/nccl/,$(NCCL_TEST_PROGS))
 $(patsubst %,$(BUILD)/obj/tests/nccl/%.o,$(NCCL_TEST_PROGS)): CPPFLAGS_ALL += -Iruntime/src \
     -Itests/nccl -DNCCL_DOUBLE_DIR='"$(NCCL_DOUBLE_DIR)"' -DDEPS_PREFIX='"$(DEPS_PREFIX)"'
@@ -65,6 +65,18 @@ $(foreach t,$(NCCL_TEST_PROGS),$(eval $(call nccl_test,$(t))))
 
 TEST_BINS += $(CUDART_DOUBLE) $(NCCL_DOUBLES) $(NCCL_TEST_BINS)
 TEST_SUITES += $(NCCL_TEST_BINS)
+
+# test_nccl_async: the core's progress thread with requests in flight on the
+# NCCL backend (a one-rank communicator of libftcomm.a, the unit harness).
+NCCL_ASYNC_TEST := $(BUILD)/tests/nccl/test_nccl_async
+$(BUILD)/obj/tests/nccl/test_nccl_async.o: CPPFLAGS_ALL += -Iruntime/src -Itests/nccl -Itests/unit \
+    -DNCCL_DOUBLE_DIR='"$(NCCL_DOUBLE_DIR)"'
+$(NCCL_ASYNC_TEST): $(BUILD)/obj/tests/nccl/test_nccl_async.o $(BUILD)/obj/tests/unit/harness.o $(FTCOMM_A) | $(NCCL_DOUBLES)
+	@mkdir -p $(dir $@)
+	$(say) LD $@
+	$(Q)$(CC) -o $@ $^ $(LDFLAGS_ALL) $(CMOCKA_LIBS) $(RUNTIME_LIBS)
+TEST_BINS += $(NCCL_ASYNC_TEST)
+TEST_SUITES += $(NCCL_ASYNC_TEST)
 
 # api_probe: one rank of the backend-selection checks (public API only).
 NCCL_API_PROBE := $(BUILD)/tests/nccl/api_probe

@@ -54,6 +54,19 @@ typedef struct ftc__backend_ops {
   /* The peer to blame for the last failed run, -1 if unknown. */
   int (*failed_peer)(const void *h);
 
+  /* Optional (GPU backends; NULL: run() only): asynchronous requests are
+   * enqueued back to back on the device. launch() enqueues op and returns
+   * at once with *work (the backend's), recording the start and completion
+   * of the recorder entry rec_id (comm->rec) when it discovers them;
+   * poll() looks once: *done = 1 when complete, or a failure status (the
+   * epoch's error, comm->interrupt's status, FTC_ERR_TIMEOUT once
+   * deadline_ns has passed); release() frees the work (reuse: it completed,
+   * so what it holds on the device can be reused). All three on the thread
+   * that owns the data plane, on the epoch's handle they were launched on. */
+  ftc_status_t (*launch)(void *h, const ftc__op_t *op, uint64_t rec_id, void **work);
+  ftc_status_t (*poll)(void *h, void *work, int64_t deadline_ns, int *done);
+  void (*release)(void *h, void *work, int reuse);
+
   /* Optional (NULL for a backend without connections of its own): the
    * progress thread's idle watch of peer connections between collectives. */
   int (*peer_fds)(const void *h, int *fds, int *ranks, int max);

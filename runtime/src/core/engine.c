@@ -7,7 +7,11 @@
  * then sleep on the request's condition variable. While idle, the progress
  * thread sleeps in poll() on its eventfd, the listener (strangers are
  * refused) and its peer sockets (a peer that closes between collectives
- * fails the epoch at once, unless it said goodbye).
+ * fails the epoch at once, unless it said goodbye). On a backend that
+ * launches without waiting (NCCL: be->launch), queued collectives are
+ * enqueued on the device back to back, up to MAX_IN_FLIGHT, and the
+ * progress thread discovers their completions by polling (as PyTorch's
+ * watchdog does); it owns the data plane (comm->busy) while any is in flight.
  */
 #include <errno.h>
 #include <poll.h>
@@ -23,6 +27,7 @@
 #include "ftc_time.h"
 
 #define WAIT_GRACE_NS (250 * 1000000LL)
+#define MAX_IN_FLIGHT 64
 
 void ftc__engine_wake(ftc_comm_t *comm) {
   uint64_t one = 1;
@@ -93,6 +98,18 @@ static uint64_t next_seq_locked(ftc_comm_t *comm, const ftc__op_t *op) {
   return ++comm->seq;
 }
 
+/* Collective op #seq failed with st: fail the epoch, saying which one. */
+static void fail_op(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq, ftc_status_t st) {
+  char detail[384];
+  int red = op->coll == FTC_REC_ALLREDUCE || op->coll == FTC_REC_REDUCE ||
+            op->coll == FTC_REC_REDUCE_SCATTER;
+  snprintf(detail, sizeof(detail), "%s #%llu (%zu x %s%s%s) on rank %d: %s", ftc_rec_op_name(op->coll),
+           (unsigned long long)seq, op->count, ftc_dtype_name(op->dtype), red ? " " : "",
+           red ? ftc_op_name(op->op) : "", comm->rank, ftc_last_error());
+  ftc__comm_fail(comm, st, detail);
+  ftc__error(st, "%s", detail);
+}
+
 /* Run op on this thread, which owns the data plane (comm->busy). */
 static ftc_status_t execute(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq, uint64_t rec_id,
                             int64_t deadline, int64_t now) {
@@ -100,16 +117,7 @@ static ftc_status_t execute(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq,
   if (__builtin_expect(ftc__fault_armed, 0)) ftc__fault_coll(comm, seq);
   ftc_status_t st = comm->be->run(comm->bh, op, deadline);
   if (__builtin_expect(ftc__fault_armed, 0) && st == FTC_OK) st = ftc__fault_coll_done(comm, seq);
-  if (st != FTC_OK) {
-    char detail[384];
-    snprintf(detail, sizeof(detail), "%s #%llu (%zu x %s%s%s) on rank %d: %s", ftc_rec_op_name(op->coll),
-             (unsigned long long)seq, op->count, ftc_dtype_name(op->dtype),
-             op->coll == FTC_REC_ALLREDUCE || op->coll == FTC_REC_REDUCE || op->coll == FTC_REC_REDUCE_SCATTER ? " " : "",
-             op->coll == FTC_REC_ALLREDUCE || op->coll == FTC_REC_REDUCE || op->coll == FTC_REC_REDUCE_SCATTER ? ftc_op_name(op->op) : "",
-             comm->rank, ftc_last_error());
-    ftc__comm_fail(comm, st, detail);
-    ftc__error(st, "%s", detail);
-  }
+  if (st != FTC_OK) fail_op(comm, op, seq, st);
   ftc__record_end(comm, rec_id, st);
   return st;
 }
@@ -398,14 +406,113 @@ static int64_t request_deadline(const ftc_comm_t *comm, const ftc_request_t *req
   return tns < 0 ? INT64_MAX : ftc__now_ns() + tns;
 }
 
+/* ---- collectives in flight (be->launch) ---- */
+
+typedef struct flight {
+  ftc_request_t *req;
+  void *work;
+} flight_t;
+
+static int launchable(const ftc_comm_t *comm, const ftc_request_t *req) {
+  return comm->be->launch && !req->rebuild_view && !is_p2p(req);
+}
+
+/* Enqueue req on the device (progress thread, unlocked); on failure it is
+ * completed here. */
+static void launch_req(ftc_comm_t *comm, ftc_request_t *req, flight_t *fly, int *nfly) {
+  if (!req->deadline) req->deadline = request_deadline(comm, req);
+  if (__builtin_expect(ftc__fault_armed, 0)) ftc__fault_coll(comm, req->seq);
+  void *work = NULL;
+  ftc_status_t st = comm->be->launch(comm->bh, &req->op, req->rec_id, &work);
+  if (st != FTC_OK) {
+    fail_op(comm, &req->op, req->seq, st);
+    ftc__record_end(comm, req->rec_id, st);
+    req_complete(req, st, ftc_last_error());
+    return;
+  }
+  fly[(*nfly)++] = (flight_t){req, work};
+}
+
+static void land(ftc_comm_t *comm, flight_t *f, ftc_status_t st, const char *err) {
+  comm->be->release(comm->bh, f->work, st == FTC_OK);
+  ftc__record_end(comm, f->req->rec_id, st); /* the backend recorded the times */
+  req_complete(f->req, st, err);
+}
+
+/* Complete what has finished, in order (unlocked), so that a completion
+ * is never discovered before the one ahead of it on the stream. The first
+ * failure fails the epoch
+ * and is that request's status; every other request in flight then gets
+ * the gate's (FTC_ERR_REVOKED, or ABORTED). Returns how many landed. */
+static int reap(ftc_comm_t *comm, flight_t *fly, int *nfly) {
+  int landed = 0, failed = -1;
+  ftc_status_t st = FTC_OK;
+  for (int i = 0; i < *nfly;) {
+    int done = 0;
+    st = comm->be->poll(comm->bh, fly[i].work, fly[i].req->deadline, &done);
+    if (st == FTC_OK && !done) break; /* in stream order: the rest follow it */
+    if (st == FTC_OK && __builtin_expect(ftc__fault_armed, 0))
+      st = ftc__fault_coll_done(comm, fly[i].req->seq);
+    if (st != FTC_OK) {
+      failed = i;
+      break;
+    }
+    land(comm, &fly[i], FTC_OK, "");
+    landed++;
+    memmove(&fly[i], &fly[i + 1], (size_t)(*nfly - i - 1) * sizeof(*fly));
+    (*nfly)--;
+  }
+  if (failed < 0) return landed;
+  fail_op(comm, &fly[failed].req->op, fly[failed].req->seq, st);
+  land(comm, &fly[failed], st, ftc_last_error());
+  for (int i = 0; i < *nfly; i++)
+    if (i != failed) {
+      ftc_status_t g = ftc__comm_gate(comm);
+      land(comm, &fly[i], g, ftc_last_error());
+    }
+  landed += *nfly;
+  *nfly = 0;
+  return landed;
+}
+
+/* Between looks at the flights: spin spin_us, then nap up to 1 ms; a new
+ * request (the eventfd) ends the nap. */
+static void flights_pause(ftc_comm_t *comm, int64_t spin_end, int *nap_us) {
+  if (ftc__now_ns() < spin_end) {
+    sched_yield();
+    return;
+  }
+  struct pollfd p = {comm->wake_fd, POLLIN, 0};
+  struct timespec ts = {0, (long)*nap_us * 1000};
+  if (ppoll(&p, 1, &ts, NULL) > 0) {
+    uint64_t v;
+    ssize_t r = read(comm->wake_fd, &v, sizeof(v));
+    (void)r;
+  }
+  if (*nap_us < 1000) *nap_us = *nap_us * 2 > 1000 ? 1000 : *nap_us * 2;
+}
+
 static void *progress_main(void *arg) {
   ftc_comm_t *comm = arg;
   progress_scratch_t ps = {0};
   int have_scratch = scratch_init(&ps, comm->size);
+  flight_t fly[MAX_IN_FLIGHT];
+  int nfly = 0, nap_us = 20;
+  int64_t spin_end = 0;
   pthread_mutex_lock(&comm->lock);
   while (!comm->stop) {
     ftc_request_t *req = comm->head;
-    if (!req || comm->busy) {
+    /* With work in flight, comm->busy is ours: launch more behind it, or
+     * look at it; anything else waits until it has landed. */
+    if (nfly > 0 && !(req && launchable(comm, req) && nfly < MAX_IN_FLIGHT)) {
+      pthread_mutex_unlock(&comm->lock);
+      if (reap(comm, fly, &nfly) > 0) spin_end = ftc__now_ns() + (int64_t)comm->spin_us * 1000, nap_us = 20;
+      else if (nfly > 0) flights_pause(comm, spin_end, &nap_us);
+      pthread_mutex_lock(&comm->lock);
+      if (nfly == 0) comm->busy = 0;
+      continue;
+    }
+    if (!req || (comm->busy && nfly == 0)) {
       pthread_mutex_unlock(&comm->lock);
       if (have_scratch) {
         idle_wait(comm, ps.ignore, ps.n);
@@ -431,6 +538,14 @@ static void *progress_main(void *arg) {
     }
     comm->busy = 1;
     __atomic_store_n(&req->state, REQ_RUNNING, __ATOMIC_RELEASE);
+    if (launchable(comm, req)) {
+      pthread_mutex_unlock(&comm->lock);
+      launch_req(comm, req, fly, &nfly);
+      spin_end = ftc__now_ns() + (int64_t)comm->spin_us * 1000, nap_us = 20;
+      pthread_mutex_lock(&comm->lock);
+      if (nfly == 0) comm->busy = 0;
+      continue;
+    }
     p2p_batch_t b = {comm, ps.batch, 1};
     if (have_scratch && is_p2p(req)) {
       ps.batch[0] = req;
@@ -456,6 +571,9 @@ static void *progress_main(void *arg) {
     for (int i = 1; i < b.n; i++) req_complete(ps.batch[i], st, ftc_last_error());
   }
   pthread_mutex_unlock(&comm->lock);
+  /* Destroyed with collectives in flight: they end aborted. */
+  for (int i = 0; i < nfly; i++)
+    land(comm, &fly[i], FTC_ERR_ABORTED, "the communicator was destroyed");
   scratch_free(&ps);
   return NULL;
 }

@@ -147,6 +147,35 @@ static ftc_status_t nccl_run(void *hv, const ftc__op_t *op, int64_t deadline_ns)
   return st;
 }
 
+/* Asynchronous requests: launched back to back on the stream, completions
+ * discovered later by the core's progress thread (backend.h). */
+static ftc_status_t nccl_launch(void *hv, const ftc__op_t *op, uint64_t rec_id, void **work) {
+  nbh_t *h = hv;
+  ftc__nccl_work_t *w = ftc__malloc(sizeof *w);
+  *work = NULL;
+  if (!w) return ftc__error(FTC_ERR_NO_MEMORY, "allocating an NCCL work");
+  ftc_status_t st = ftc__nccl_comm_launch_rec(h->s->c, op, h->s->stream, h->comm->rec, rec_id, w);
+  if (st != FTC_OK) {
+    ftc__free(w);
+    return st;
+  }
+  *work = w;
+  return FTC_OK;
+}
+
+static ftc_status_t nccl_poll(void *hv, void *work, int64_t deadline_ns, int *done) {
+  nbh_t *h = hv;
+  return ftc__nccl_work_check(h->s->c, work, deadline_ns, done);
+}
+
+static void nccl_release(void *hv, void *work, int reuse) {
+  nbh_t *h = hv;
+  /* A work that did not complete may still be queued on the stream: its
+   * events stay where they are (the failed epoch's), only ours is freed. */
+  if (reuse) ftc__nccl_work_release(h->s->c, work);
+  ftc__free(work);
+}
+
 static ftc_status_t nccl_run_p2p(void *hv, const ftc__op_t **ops, int n, int cap,
                                  int64_t deadline_ns, ftc__backend_more_fn more, void *ctx,
                                  int wake_fd) {
@@ -202,6 +231,9 @@ const ftc__backend_ops_t ftc__backend_nccl = {
     .connect = nccl_connect,
     .run = nccl_run,
     .run_p2p = nccl_run_p2p,
+    .launch = nccl_launch,
+    .poll = nccl_poll,
+    .release = nccl_release,
     .interrupt = nccl_interrupt,
     .close = nccl_close,
     .failed_peer = nccl_failed_peer,

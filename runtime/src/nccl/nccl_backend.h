@@ -219,6 +219,13 @@ ftc_status_t ftc__nccl_comm_launch_p2p(ftc__nccl_comm_t *c, const ftc__op_t *con
  * has a recorder). Returns the communicator's async error if one arrived
  * (and marks the epoch failed; the entry is recorded failed). */
 ftc_status_t ftc__nccl_work_poll(ftc__nccl_comm_t *c, ftc__nccl_work_t *w, int *done);
+/* One look, from the thread that drives the communicator: as
+ * ftc__nccl_work_poll, and also the owner's interrupt (its status) and the
+ * deadline (FTC_ERR_TIMEOUT once deadline_ns has passed, monotonic), both of
+ * which mark the epoch failed and the work's record failed. The core's
+ * progress thread keeps several works in flight with it. */
+ftc_status_t ftc__nccl_work_check(ftc__nccl_comm_t *c, ftc__nccl_work_t *w, int64_t deadline_ns,
+                                  int *done);
 /* Wait until the work completes or deadline_ns (monotonic; INT64_MAX none).
  * FTC_ERR_TIMEOUT marks the epoch failed; the caller then revokes or aborts. */
 ftc_status_t ftc__nccl_comm_wait(ftc__nccl_comm_t *c, ftc__nccl_work_t *w, int64_t deadline_ns);

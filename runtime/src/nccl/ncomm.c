@@ -806,6 +806,29 @@ ftc_status_t ftc__nccl_work_poll(ftc__nccl_comm_t *c, ftc__nccl_work_t *w, int *
   return FTC_OK;
 }
 
+ftc_status_t ftc__nccl_work_check(ftc__nccl_comm_t *c, ftc__nccl_work_t *w, int64_t deadline_ns,
+                                  int *done) {
+  ftc_status_t st = ftc__nccl_work_poll(c, w, done);
+  if (st != FTC_OK || *done) return st;
+  ftc_status_t in = interrupted(c->interrupt);
+  if (in != FTC_OK) {
+    fail(c, in);
+    rec_note(w, 2, FTC_REC_FAILED, 0);
+    return ftc__error(in, "the NCCL collective was interrupted: %s", ftc_strerror(in));
+  }
+  if (ftc__now_ns() >= deadline_ns) {
+    fail(c, FTC_ERR_TIMEOUT);
+    rec_note(w, 2, FTC_REC_FAILED, 0);
+    FTC_WARN(FTC_SUB_NCCL, "epoch %llu: a collective did not complete in time (%s)",
+             (unsigned long long)ftc__nccl_comm_epoch(c),
+             w->started_ns ? "it started on the GPU" : "it never started on the GPU");
+    return ftc__error(FTC_ERR_TIMEOUT, "the NCCL collective did not complete in time (%s); "
+                      "the epoch is failed", w->started_ns ? "started, not completed"
+                                                           : "never started");
+  }
+  return FTC_OK;
+}
+
 ftc_status_t ftc__nccl_comm_wait(ftc__nccl_comm_t *c, ftc__nccl_work_t *w, int64_t deadline_ns) {
   int us = 20, done = 0;
   /* Spin first: a nap costs at least the timer slack (50 us), as long as a
@@ -813,28 +836,11 @@ ftc_status_t ftc__nccl_comm_wait(ftc__nccl_comm_t *c, ftc__nccl_work_t *w, int64
    * a core. */
   int64_t spin_until = ftc__now_ns() + c->lib->spin_ns;
   for (;;) {
-    ftc_status_t st = ftc__nccl_work_poll(c, w, &done);
+    ftc_status_t st = ftc__nccl_work_check(c, w, deadline_ns, &done);
     if (st != FTC_OK || done) return st;
-    ftc_status_t in = interrupted(c->interrupt);
-    if (in != FTC_OK) {
-      fail(c, in);
-      rec_note(w, 2, FTC_REC_FAILED, 0);
-      return ftc__error(in, "the NCCL collective was interrupted: %s", ftc_strerror(in));
-    }
-    int64_t now = ftc__now_ns();
-    if (now < spin_until && now < deadline_ns) {
+    if (ftc__now_ns() < spin_until) {
       sched_yield();
       continue;
-    }
-    if (now >= deadline_ns) {
-      fail(c, FTC_ERR_TIMEOUT);
-      rec_note(w, 2, FTC_REC_FAILED, 0);
-      FTC_WARN(FTC_SUB_NCCL, "epoch %llu: a collective did not complete in time (%s)",
-               (unsigned long long)ftc__nccl_comm_epoch(c),
-               w->started_ns ? "it started on the GPU" : "it never started on the GPU");
-      return ftc__error(FTC_ERR_TIMEOUT, "the NCCL collective did not complete in time (%s); "
-                        "the epoch is failed", w->started_ns ? "started, not completed"
-                                                             : "never started");
     }
     nap(&us);
   }

@@ -27,8 +27,11 @@
  *                                 least this long
  *   NCCL_DOUBLE_ENQUEUE_INPROGRESS_MS=ms  collectives return ncclInProgress and
  *                                 the communicator stays in progress this long
+ *   NCCL_DOUBLE_COLL_MS=ms        each collective takes at least ms on the stream
  *   NCCL_DOUBLE_LOG=path          append one line per lifecycle call
- *                                 ("<pid> <call> rank=<r> size=<n> failed=<0|1>")
+ *                                 ("<pid> <call> rank=<r> size=<n> failed=<0|1>"),
+ *                                 and one per collective enqueued
+ *                                 ("... enqueue ... seq=<k> t_ns=<monotonic>")
  */
 #include <arpa/inet.h>
 #include <cuda_runtime_api.h>
@@ -766,6 +769,7 @@ typedef struct op {
   ncclRedOp_t rop;
   int root;
   int hang, fail, seq;
+  long delay_ms;
   p2p_t p2p[128];
   int np2p;
 } op_t;
@@ -836,6 +840,8 @@ static void run_op(void *arg) {
     while (!stopped(c)) ms_sleep(1);
     goto out;
   }
+  for (int64_t until = now_ns() + o->delay_ms * 1000000LL; now_ns() < until && !stopped(c);)
+    ms_sleep(1);
   if (o->fail) {
     set_err(c, (ncclResult_t)env_int("NCCL_DOUBLE_FAIL_CODE", ncclSystemError),
             "injected failure at collective %d (NCCL_DOUBLE_FAIL_AT)", o->seq);
@@ -927,6 +933,8 @@ static ncclResult_t launch(op_t *o, cudaStream_t s) {
   o->seq = ++c->ncoll;
   o->hang = env_int("NCCL_DOUBLE_HANG_AT", 0) == o->seq;
   o->fail = env_int("NCCL_DOUBLE_FAIL_AT", 0) == o->seq;
+  o->delay_ms = env_int("NCCL_DOUBLE_COLL_MS", 0);
+  dlog("enqueue", c, "seq=%d t_ns=%lld", o->seq, (long long)now_ns());
   __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
   __atomic_add_fetch(&c->busy, 1, __ATOMIC_ACQ_REL);
   if (cudaLaunchHostFunc(s, run_op, o) != cudaSuccess) {
