@@ -114,7 +114,8 @@ static int run_die(ftc_comm_t *comm) {
   ftc_status_t st = FTC_OK;
   for (int i = 0; i < 3 && st == FTC_OK; i++) st = ftc_allreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, 5000);
   CHECK(st == FTC_ERR_PEER_LOST || st == FTC_ERR_REVOKED, "survivor got %s", ftc_strerror(st));
-  printf("survivor saw %s after %lld ms\n", ftc_strerror(st), (long long)((ftc__now_ns() - t0) / 1000000));
+  printf("survivor saw %s after %lld ms: %s\n", ftc_strerror(st),
+         (long long)((ftc__now_ns() - t0) / 1000000), ftc_last_error());
   fflush(stdout);
   return 0;
 }

@@ -65,6 +65,16 @@ for v in 2.32.3 2.26.5; do
   [ $rc = 3 ] && [ "$survivors" = 3 ] && ok "$v: a dying rank makes every survivor fail with peer lost" ||
     bad "$v: die (rc=$rc, survivors $survivors)" "$tmp/$v/die.out"
 
+  # NCCL does not say which peer died; the coordinator does (its next epoch
+  # leaves rank 1 out): every survivor's error names it.
+  FTCOMM_CONNECT_TIMEOUT_MS=20000 FTCOMM_TIMEOUT_MS=30000 \
+    timeout -k 5 120 "$BUILD/bin/ftcomm-run" -q -n 4 --min-size 3 --grace 10 --timeout 60 -- \
+    "$BUILD/tests/mp/mp_coll" die >"$tmp/$v/blame.out" 2>&1
+  rc=$?
+  named=$(grep -c "survivor saw a peer rank was lost .*rank 1 (slot 1) is gone: the coordinator's epoch 2 leaves it out" "$tmp/$v/blame.out")
+  [ $rc = 0 ] && [ "$named" = 3 ] && ok "$v: every survivor's error names the rank the coordinator dropped" ||
+    bad "$v: blame (rc=$rc, named by $named survivors)" "$tmp/$v/blame.out"
+
   timeout 900 tests/recovery/recovery.sh "$BUILD" >"$tmp/$v/recovery.out" 2>&1
   rc=$?
   [ $rc = 0 ] && ok "$v: the recovery suite: $(grep '^recovery:' "$tmp/$v/recovery.out")" ||

@@ -12,6 +12,14 @@
  * returns early when comm->interrupt is set, so interrupt() has nothing to
  * wake. Buffers are device pointers; collectives run on the stream given
  * with ftc_comm_set_stream (default: the wrapper's own).
+ *
+ * NCCL does not say which peer failed (ncclRemoteError, or a hang); the
+ * coordinator does: a member of the epoch that a newer epoch leaves out has
+ * departed (its session closed, or its heartbeats stopped, or the ranks'
+ * reports convicted it). A failed collective names it in its status
+ * (waiting up to FTCOMM_NCCL_BLAME_MS for that announcement), and
+ * failed_peer() answers it, as the TCP backend answers the peer whose
+ * connection broke.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -22,6 +30,7 @@
 #include "ftc_alloc.h"
 #include "ftc_error.h"
 #include "ftc_log.h"
+#include "ftc_param.h"
 #include "ftc_time.h"
 #include "nccl/nccl_backend.h"
 #include "nccl/nccl_core.h"
@@ -78,7 +87,93 @@ typedef struct nbh {
   nstate_t *s;
   ftc_comm_t *comm;
   uint64_t epoch;
+  int size;
+  uint64_t *ids;   /* [size]: the epoch's member ids, by rank */
+  int *slots;      /* [size] */
+  int culprit;     /* atomic: rank named by the coordinator after a failure, -1 none */
+  uint64_t culprit_epoch; /* the epoch that left it out (written before culprit) */
 } nbh_t;
+
+static void nbh_free(nbh_t *h) {
+  if (!h) return;
+  ftc__free(h->ids);
+  ftc__free(h->slots);
+  ftc__free(h);
+}
+
+static int64_t blame_ms(void) {
+  static int64_t ms = -1;
+  int64_t v = __atomic_load_n(&ms, __ATOMIC_ACQUIRE);
+  if (v < 0) {
+    if (ftc__param_int(FTC_P_NCCL_BLAME_MS, &v) != FTC_OK) v = 1000;
+    __atomic_store_n(&ms, v, __ATOMIC_RELEASE);
+  }
+  return v;
+}
+
+/* The lowest rank of h's epoch that view v leaves out, -1 when none. */
+static int left_out(const nbh_t *h, const ftc__view_t *v) {
+  for (int r = 0; r < h->size; r++) {
+    int found = 0;
+    for (int i = 0; i < v->size && !found; i++) found = v->members[i].member_id == h->ids[r];
+    if (!found) return r;
+  }
+  return -1;
+}
+
+/* The rank of h's epoch the coordinator has dropped, waiting up to wait_ms
+ * for an epoch that drops one; -1 when none did (*in_epoch: that epoch). */
+static int departed(nbh_t *h, int64_t wait_ms, uint64_t *in_epoch) {
+  ftc__member_t *m = h->comm->member;
+  if (!m) return -1;
+  int64_t deadline = ftc__deadline_ns(wait_ms);
+  uint64_t after = h->epoch;
+  for (;;) {
+    int64_t left_ms = (deadline - ftc__now_ns()) / 1000000;
+    ftc__view_t *v = NULL;
+    if (ftc__member_latest_epoch(m) <= after && left_ms <= 0) return -1;
+    if (ftc__member_wait_view(m, after, left_ms > 0 ? (int)left_ms : 0, &v) != FTC_OK || !v)
+      return -1;
+    int r = left_out(h, v);
+    after = v->epoch;
+    ftc__view_free(v);
+    if (r >= 0) {
+      *in_epoch = after;
+      return r;
+    }
+  }
+}
+
+static void note_culprit(nbh_t *h, int r, uint64_t epoch) {
+  uint64_t none = 0;
+  if (__atomic_compare_exchange_n(&h->culprit_epoch, &none, epoch, 0, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_ACQUIRE))
+    __atomic_store_n(&h->culprit, r, __ATOMIC_RELEASE);
+}
+
+/* A failed collective: name the member the coordinator dropped in its
+ * status. The epoch is failed first, so that the watchdog reports it (the
+ * coordinator may need that report to convict a hung rank). */
+static ftc_status_t blame(nbh_t *h, ftc_status_t st) {
+  if (!h->comm->member || (st != FTC_ERR_PEER_LOST && st != FTC_ERR_TIMEOUT &&
+                           st != FTC_ERR_REVOKED && st != FTC_ERR_BACKEND))
+    return st;
+  char msg[512];
+  snprintf(msg, sizeof(msg), "%s", ftc_last_error());
+  ftc__comm_fail(h->comm, st, msg);
+  uint64_t epoch = 0;
+  int r = __atomic_load_n(&h->culprit, __ATOMIC_ACQUIRE);
+  /* A lost peer's session closes with it: its announcement is near. A hang
+   * is convicted only after heartbeats stop: no wait for it here. */
+  if (r < 0 && (r = departed(h, st == FTC_ERR_PEER_LOST ? blame_ms() : 0, &epoch)) >= 0)
+    note_culprit(h, r, epoch);
+  if (r < 0)
+    return ftc__error(st, "%s (the coordinator has dropped no member of epoch %llu yet)", msg,
+                      (unsigned long long)h->epoch);
+  return ftc__error(st, "%s; rank %d (slot %d) is gone: the coordinator's epoch %llu leaves it out",
+                    msg, r, h->slots[r],
+                    (unsigned long long)__atomic_load_n(&h->culprit_epoch, __ATOMIC_ACQUIRE));
+}
 
 static void state_put(nstate_t *s) {
   if (--s->refs > 0) return;
@@ -109,7 +204,11 @@ static ftc_status_t nccl_connect(ftc_comm_t *comm, const ftc__view_t *view, void
   nbh_t *old = comm->bh;
   nstate_t *s = old ? old->s : ftc__calloc(1, sizeof *s);
   nbh_t *h = ftc__calloc(1, sizeof *h);
-  if (!s || !h) {
+  if (h) {
+    h->ids = ftc__calloc((size_t)view->size, sizeof *h->ids);
+    h->slots = ftc__calloc((size_t)view->size, sizeof *h->slots);
+  }
+  if (!s || !h || !h->ids || !h->slots) {
     st = ftc__error(FTC_ERR_NO_MEMORY, "allocating the NCCL backend's state");
     goto out_free;
   }
@@ -124,12 +223,15 @@ static ftc_status_t nccl_connect(ftc_comm_t *comm, const ftc__view_t *view, void
     ftc__nccl_comm_revoke(s->c, (ftc_status_t)__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE));
   FTC_CHECK_GOTO(ftc__nccl_enter_epoch(lib, &s->c, view, &x, &o), st, out_free);
   h->s = s, h->comm = comm, h->epoch = view->epoch;
+  h->size = view->size, h->culprit = -1;
+  for (int r = 0; r < view->size; r++)
+    h->ids[r] = view->members[r].member_id, h->slots[r] = view->members[r].slot;
   s->current = h;
   s->refs++;
   *out = h;
   return FTC_OK;
 out_free:
-  ftc__free(h);
+  nbh_free(h);
   if (s && !old) {
     ftc__nccl_comm_free(s->c);
     ftc__free(s);
@@ -141,10 +243,11 @@ static ftc_status_t nccl_run(void *hv, const ftc__op_t *op, int64_t deadline_ns)
   nbh_t *h = hv;
   ftc__nccl_work_t w;
   ftc_status_t st = ftc__nccl_comm_launch(h->s->c, op, h->s->stream, &w);
-  if (st != FTC_OK) return st;
+  if (st != FTC_OK) return blame(h, st);
   st = ftc__nccl_comm_wait(h->s->c, &w, deadline_ns);
   if (st == FTC_OK) ftc__nccl_work_release(h->s->c, &w);
-  return st;
+  else ftc__nccl_work_discard(h->s->c, &w);
+  return blame(h, st);
 }
 
 /* Asynchronous requests: launched back to back on the stream, completions
@@ -157,7 +260,7 @@ static ftc_status_t nccl_launch(void *hv, const ftc__op_t *op, uint64_t rec_id, 
   ftc_status_t st = ftc__nccl_comm_launch_rec(h->s->c, op, h->s->stream, h->comm->rec, rec_id, w);
   if (st != FTC_OK) {
     ftc__free(w);
-    return st;
+    return blame(h, st);
   }
   *work = w;
   return FTC_OK;
@@ -165,14 +268,13 @@ static ftc_status_t nccl_launch(void *hv, const ftc__op_t *op, uint64_t rec_id, 
 
 static ftc_status_t nccl_poll(void *hv, void *work, int64_t deadline_ns, int *done) {
   nbh_t *h = hv;
-  return ftc__nccl_work_check(h->s->c, work, deadline_ns, done);
+  return blame(h, ftc__nccl_work_check(h->s->c, work, deadline_ns, done));
 }
 
 static void nccl_release(void *hv, void *work, int reuse) {
   nbh_t *h = hv;
-  /* A work that did not complete may still be queued on the stream: its
-   * events stay where they are (the failed epoch's), only ours is freed. */
   if (reuse) ftc__nccl_work_release(h->s->c, work);
+  else ftc__nccl_work_discard(h->s->c, work); /* it may still be queued on the stream */
   ftc__free(work);
 }
 
@@ -187,9 +289,12 @@ static ftc_status_t nccl_run_p2p(void *hv, const ftc__op_t **ops, int n, int cap
     ftc__nccl_work_t w;
     ftc_status_t st = ftc__nccl_comm_launch_p2p(h->s->c, (const ftc__op_t *const *)ops + done,
                                                 n - done, h->s->stream, &w);
-    if (st != FTC_OK) return st;
+    if (st != FTC_OK) return blame(h, st);
     st = ftc__nccl_comm_wait(h->s->c, &w, deadline_ns);
-    if (st != FTC_OK) return st;
+    if (st != FTC_OK) {
+      ftc__nccl_work_discard(h->s->c, &w);
+      return blame(h, st);
+    }
     ftc__nccl_work_release(h->s->c, &w);
     done = n;
     if (more && n < cap) n = more(ctx, ops, n, cap);
@@ -208,13 +313,18 @@ static void nccl_close(void *hv, int planned) {
     s->current = NULL;
     if (!planned && s->c) ftc__nccl_comm_abort(s->c);
   }
-  ftc__free(h);
+  nbh_free(h);
   state_put(s);
 }
 
+/* NCCL does not name the peer: the one the coordinator dropped, if it has
+ * (already known, or announced by now; no wait: under comm->lock). */
 static int nccl_failed_peer(const void *hv) {
-  (void)hv; /* NCCL does not name the peer; the coordinator's evidence rule does */
-  return -1;
+  nbh_t *h = (nbh_t *)hv;
+  int r = __atomic_load_n(&h->culprit, __ATOMIC_ACQUIRE);
+  uint64_t epoch;
+  if (r < 0 && (r = departed(h, 0, &epoch)) >= 0) note_culprit(h, r, epoch);
+  return r;
 }
 
 /* Fault injection (drop:R@SEQ): NCCL has no connection of ours to one peer,

@@ -231,8 +231,11 @@ ftc_status_t ftc__nccl_work_check(ftc__nccl_comm_t *c, ftc__nccl_work_t *w, int6
 ftc_status_t ftc__nccl_comm_wait(ftc__nccl_comm_t *c, ftc__nccl_work_t *w, int64_t deadline_ns);
 /* GPU time between the work's events, in ms (after completion). */
 ftc_status_t ftc__nccl_work_elapsed_ms(ftc__nccl_comm_t *c, const ftc__nccl_work_t *w, float *ms);
-/* Give the work's events back to the pool. */
+/* Give the work's events back to the pool (it completed). */
 void ftc__nccl_work_release(ftc__nccl_comm_t *c, ftc__nccl_work_t *w);
+/* A work that failed and may still be queued on the stream: its events are
+ * destroyed, not reused (CUDA frees them once the stream reaches them). */
+void ftc__nccl_work_discard(ftc__nccl_comm_t *c, ftc__nccl_work_t *w);
 
 /* Stop the epoch after a failure, without freeing: ncclCommRevoke where the
  * library has it (the communicator can then be shrunk), else nothing is

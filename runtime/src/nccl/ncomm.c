@@ -613,6 +613,14 @@ void ftc__nccl_work_release(ftc__nccl_comm_t *c, ftc__nccl_work_t *w) {
   w->ev_start = w->ev_end = NULL;
 }
 
+void ftc__nccl_work_discard(ftc__nccl_comm_t *c, ftc__nccl_work_t *w) {
+  /* cudaEventDestroy of an event the stream has not reached yet is fine:
+   * CUDA releases it once reached. */
+  if (w->ev_start) c->lib->rt.EventDestroy((cudaEvent_t)w->ev_start);
+  if (w->ev_end) c->lib->rt.EventDestroy((cudaEvent_t)w->ev_end);
+  w->ev_start = w->ev_end = NULL;
+}
+
 static ncclResult_t enqueue(ftc__nccl_comm_t *c, ncclComm_t nc, const ftc__op_t *op,
                             cudaStream_t s) {
   const ftc__nccl_fns_t *n = &c->lib->n;

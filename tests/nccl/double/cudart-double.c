@@ -36,8 +36,15 @@ struct CUstream_st {
 
 struct CUevent_st {
   int recorded;  /* atomic: 1 once recorded, 2 once the stream reached it */
+  int refs;      /* atomic: the owner's (until cudaEventDestroy) and one per
+                  * record the stream has not reached: destroying a pending
+                  * event frees it once reached, as CUDA releases it */
   int64_t t_ns;
 };
+
+static void event_put(struct CUevent_st *ev) {
+  if (__atomic_sub_fetch(&ev->refs, 1, __ATOMIC_ACQ_REL) == 0) free(ev);
+}
 
 static int64_t now_ns(void) {
   struct timespec ts;
@@ -61,6 +68,7 @@ static void *stream_main(void *arg) {
     } else {
       it->ev->t_ns = now_ns();
       __atomic_store_n(&it->ev->recorded, 2, __ATOMIC_RELEASE);
+      event_put(it->ev);
     }
     free(it);
     pthread_mutex_lock(&s->mu);
@@ -176,13 +184,18 @@ EXPORT cudaError_t cudaLaunchHostFunc(cudaStream_t st, cudaHostFn_t fn, void *ar
 EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned int flags) {
   (void)flags;
   *ev = calloc(1, sizeof(struct CUevent_st));
-  return *ev ? cudaSuccess : cudaErrorMemoryAllocation;
+  if (!*ev) return cudaErrorMemoryAllocation;
+  (*ev)->refs = 1;
+  return cudaSuccess;
 }
 EXPORT cudaError_t cudaEventCreate(cudaEvent_t *ev) { return cudaEventCreateWithFlags(ev, 0); }
 
 EXPORT cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t st) {
   __atomic_store_n(&ev->recorded, 1, __ATOMIC_RELEASE);
-  return push(S(st), NULL, NULL, ev);
+  __atomic_add_fetch(&ev->refs, 1, __ATOMIC_ACQ_REL);
+  cudaError_t e = push(S(st), NULL, NULL, ev);
+  if (e != cudaSuccess) event_put(ev);
+  return e;
 }
 
 EXPORT cudaError_t cudaEventQuery(cudaEvent_t ev) {
@@ -207,7 +220,7 @@ EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 }
 
 EXPORT cudaError_t cudaEventDestroy(cudaEvent_t ev) {
-  free(ev);
+  event_put(ev);
   return cudaSuccess;
 }
 

@@ -961,13 +961,14 @@ static op_t *op_new(struct ncclComm *c, kind_t k, const void *s, void *r, size_t
   return o;
 }
 
-#define LAUNCH(o, s)                                        \
+#define LAUNCH(mk, s)                                       \
   do {                                                      \
-    if (!(o)) {                                             \
+    op_t *o_ = (mk); /* once: it allocates */               \
+    if (!o_) {                                              \
       set_err(NULL, ncclInvalidArgument, "bad argument");   \
       return ncclInvalidArgument;                           \
     }                                                       \
-    return launch((o), (s));                                \
+    return launch(o_, (s));                                 \
   } while (0)
 
 EXPORT ncclResult_t ncclAllReduce(const void *s, void *r, size_t count, ncclDataType_t t,
