@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "ftc_alloc.h"
+#include "ftc_param.h"
 #include "ftc_time.h"
 #include "harness.h"
 #include "tcp/tcp.h"
@@ -261,6 +262,8 @@ static int say_hello(const char *addr, const ftc__tcp_hello_t *h, const char *to
   return 1;
 }
 
+/* Rank 0 of a 2-rank view runs in a thread; this test plays rank 1 and
+ * tries every wrong handshake before the right one(s). */
 static void strangers_are_refused_and_the_real_peer_is_accepted(void **state) {
   (void)state;
   int fds[2];
@@ -270,31 +273,109 @@ static void strangers_are_refused_and_the_real_peer_is_accepted(void **state) {
   pthread_t t;
   pthread_create(&t, NULL, create_thread, &c);
   const char *addr = c.view->members[0].addr;
-  int keep = -1;
-  ftc__tcp_hello_t good = {FTC__TCP_HELLO, 7, 1001, 1, 2};
+  int up = -1, down = -1;
+  ftc__tcp_hello_t good = {FTC__TCP_HELLO_UP, 7, 1001, 1, 2};
   ftc__tcp_hello_t h = good;
-  assert_int_equal(say_hello(addr, &h, "wrong-token", &keep), 0);
+  assert_int_equal(say_hello(addr, &h, "wrong-token", &up), 0);
   h.epoch = 6;
-  assert_int_equal(say_hello(addr, &h, HARNESS_TOKEN, &keep), 0);
+  assert_int_equal(say_hello(addr, &h, HARNESS_TOKEN, &up), 0);
   h = good;
   h.member_id = 4242; /* not the member the view has at rank 1 */
-  assert_int_equal(say_hello(addr, &h, HARNESS_TOKEN, &keep), 0);
+  assert_int_equal(say_hello(addr, &h, HARNESS_TOKEN, &up), 0);
   h = good;
   h.rank = 0; /* rank 0 cannot be connected to by rank 0 */
   h.member_id = 1000;
-  assert_int_equal(say_hello(addr, &h, HARNESS_TOKEN, &keep), 0);
+  assert_int_equal(say_hello(addr, &h, HARNESS_TOKEN, &up), 0);
+  h = good;
+  h.kind = FTC__TCP_HELLO; /* one socket for both directions: FTCOMM_TCP_SOCKETS differs */
+  assert_int_equal(say_hello(addr, &h, HARNESS_TOKEN, &up), 0);
+  h.kind = FTC__TCP_ACK; /* not a hello */
+  assert_int_equal(say_hello(addr, &h, HARNESS_TOKEN, &up), 0);
+  h.kind = 99;
+  assert_int_equal(say_hello(addr, &h, HARNESS_TOKEN, &up), 0);
   int raw = dial(addr); /* not even a handshake */
   uint8_t junk[FTC__TCP_HELLO_SIZE + FTC__TCP_NONCE_SIZE];
   memset(junk, 'x', sizeof(junk));
   assert_int_equal(send(raw, junk, FTC__TCP_HELLO_SIZE, 0), FTC__TCP_HELLO_SIZE);
   assert_true(recv(raw, junk, sizeof(junk), 0) == FTC__TCP_NONCE_SIZE || 1);
   close(raw);
-  assert_int_equal(say_hello(addr, &good, HARNESS_TOKEN, &keep), 1);
+  assert_int_equal(say_hello(addr, &good, HARNESS_TOKEN, &up), 1);
+  int again = -1; /* the same direction twice */
+  assert_int_equal(say_hello(addr, &good, HARNESS_TOKEN, &again), 0);
+  h = good;
+  h.kind = FTC__TCP_HELLO_DOWN;
+  assert_int_equal(say_hello(addr, &h, HARNESS_TOKEN, &down), 1);
   pthread_join(t, NULL);
   assert_int_equal(c.st, FTC_OK);
+  /* Rank 0 sends on DOWN and receives on UP. */
+  int32_t x = 5;
+  assert_int_equal(send(up, &x, sizeof(x), 0), (ssize_t)sizeof(x));
+  ftc_request_t *req;
+  int32_t in = 1;
+  assert_int_equal(ftc_irecv(&in, 1, FTC_I32, 1, c.comm, &req), FTC_OK);
+  assert_int_equal(ftc_wait(req, 2000), FTC_OK);
+  assert_int_equal(in, 5);
+  x = 9;
+  assert_int_equal(ftc_send(&x, 1, FTC_I32, 1, c.comm, 2000), FTC_OK);
+  int32_t got = 0;
+  assert_int_equal(read_full(down, &got, sizeof(got)), 0);
+  assert_int_equal(got, 9);
+  ftc_comm_destroy(c.comm);
+  close(up);
+  close(down);
+  harness_view_free(c.view);
+}
+
+/* With FTCOMM_TCP_SOCKETS=1 one connection carries both directions: a
+ * rank that offers one of two sockets is refused, one socket is enough. */
+static void one_socket_per_pair_when_configured(void **state) {
+  (void)state;
+  setenv("FTCOMM_TCP_SOCKETS", "1", 1);
+  ftc__param_reset();
+  int fds[2];
+  creator_t c = {.view = harness_view(2, 0, 7, fds)};
+  c.fd = fds[0];
+  close(fds[1]);
+  pthread_t t;
+  pthread_create(&t, NULL, create_thread, &c);
+  const char *addr = c.view->members[0].addr;
+  int keep = -1;
+  ftc__tcp_hello_t h = {FTC__TCP_HELLO_UP, 7, 1001, 1, 2};
+  assert_int_equal(say_hello(addr, &h, HARNESS_TOKEN, &keep), 0);
+  h.kind = FTC__TCP_HELLO_DOWN;
+  assert_int_equal(say_hello(addr, &h, HARNESS_TOKEN, &keep), 0);
+  h.kind = FTC__TCP_HELLO;
+  assert_int_equal(say_hello(addr, &h, HARNESS_TOKEN, &keep), 1);
+  pthread_join(t, NULL);
+  unsetenv("FTCOMM_TCP_SOCKETS");
+  ftc__param_reset();
+  assert_int_equal(c.st, FTC_OK);
+  int32_t x = 9, got = 0;
+  assert_int_equal(ftc_send(&x, 1, FTC_I32, 1, c.comm, 2000), FTC_OK);
+  assert_int_equal(read_full(keep, &got, sizeof(got)), 0);
+  assert_int_equal(got, 9);
   ftc_comm_destroy(c.comm);
   close(keep);
   harness_view_free(c.view);
+}
+
+/* A value out of bounds is a configuration error naming the variable. */
+static void a_bad_socket_count_is_refused(void **state) {
+  (void)state;
+  setenv("FTCOMM_TCP_SOCKETS", "3", 1);
+  ftc__param_reset();
+  int fd;
+  ftc__view_t *v = harness_view(1, 0, 1, &fd);
+  ftc_config_t cfg;
+  harness_config(&cfg, 5000, 2000);
+  ftc_comm_t *comm = NULL;
+  ftc_status_t st = ftc__comm_create_from_view(&cfg, v, fd, &comm);
+  unsetenv("FTCOMM_TCP_SOCKETS");
+  ftc__param_reset();
+  assert_int_equal(st, FTC_ERR_CONFIG);
+  assert_non_null(strstr(ftc_last_error(), "FTCOMM_TCP_SOCKETS"));
+  assert_null(comm);
+  harness_view_free(v);
 }
 
 static int stranger_after_bootstrap_body(ftc_comm_t *comm, int rank, int n, void *arg) {
@@ -777,6 +858,8 @@ int main(void) {
       cmocka_unit_test(a_peer_that_never_answers_times_out_within_the_connect_timeout),
       cmocka_unit_test(a_peer_address_where_nobody_listens_times_out),
       cmocka_unit_test(strangers_are_refused_and_the_real_peer_is_accepted),
+      cmocka_unit_test(one_socket_per_pair_when_configured),
+      cmocka_unit_test(a_bad_socket_count_is_refused),
       cmocka_unit_test(a_stranger_after_bootstrap_is_refused_and_training_goes_on),
       cmocka_unit_test(the_api_and_a_failed_epoch_write_dumps_into_the_dump_dir),
       cmocka_unit_test(step_and_recover_without_a_coordinator),

@@ -1,15 +1,26 @@
 /*
  * net.c - TCP connection management of the data plane: the listener and the
- * address it advertises, the authenticated bootstrap that connects one
- * socket per peer pair for a view (the higher rank connects, the lower
- * accepts), refusal of strangers, socket options, and teardown.
+ * address it advertises, the authenticated bootstrap that connects the
+ * peers of a view (the higher rank connects, the lower accepts), refusal of
+ * strangers, socket options, and teardown.
  *
- * Handshake (64-byte messages, little-endian): the acceptor sends a 16-byte
- * random nonce; the connector answers HELLO {magic, protocol, epoch,
- * member_id, rank, size, HMAC-SHA256(token, nonce || header)}; the acceptor
- * checks the MAC, the epoch and that (rank, member_id) is that member of its
- * view, and answers ACK, MACed the same way, which the connector checks in
- * turn. Anything else is refused (closed) and logged.
+ * Each pair has two connections by default (FTCOMM_TCP_SOCKETS=2), one per
+ * direction: UP, on which the higher rank sends, and DOWN, on which the
+ * lower rank sends. A rank then never sends on the socket its peer's data
+ * arrives on, so its send() never processes (from the socket backlog) data
+ * and acknowledgements that arrived while it held that socket's lock, which
+ * on loopback was a third of a 2-rank allreduce's time. With
+ * FTCOMM_TCP_SOCKETS=1 one connection carries both directions.
+ *
+ * Handshake, once per connection (64-byte messages, little-endian): the
+ * acceptor sends a 16-byte random nonce; the connector answers HELLO (kind
+ * HELLO for the one socket of a pair, HELLO_UP or HELLO_DOWN for one of
+ * two) {magic, protocol, kind, epoch, member_id, rank, size,
+ * HMAC-SHA256(token, nonce || header)}; the acceptor checks the MAC, the
+ * epoch, that (rank, member_id) is that member of its view, that the kind
+ * matches its own FTCOMM_TCP_SOCKETS and that this connection of the pair is
+ * not connected yet, and answers ACK, MACed the same way, which the
+ * connector checks in turn. Anything else is refused (closed) and logged.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -47,6 +58,8 @@ ftc_status_t ftc__tcp_cfg_from_env(ftc__tcp_cfg_t *cfg) {
   cfg->ring_threshold = (size_t)v;
   if ((st = ftc__param_int(FTC_P_SPIN_US, &v)) != FTC_OK) return st;
   cfg->spin_us = (int)v;
+  if ((st = ftc__param_int(FTC_P_TCP_SOCKETS, &v)) != FTC_OK) return st;
+  cfg->sockets = (int)v;
   return FTC_OK;
 }
 
@@ -223,6 +236,7 @@ typedef struct pend {
   int fd;
   enum pend_state state;
   int rank; /* connectors: the lower rank; accepted: -1 until its hello */
+  int lane; /* connectors: 0 carries both ways or up (we send), 1 down (we receive) */
   uint8_t nonce[FTC__TCP_NONCE_SIZE];
   uint8_t buf[FTC__TCP_HELLO_SIZE];
   size_t have;
@@ -232,7 +246,7 @@ typedef struct pend {
 typedef struct boot {
   ftc__tcp_t *tp;
   const ftc__view_t *view;
-  pend_t *conn;                         /* size entries, used for ranks below ours */
+  pend_t *conn;                         /* 2 * size: conn[2 * rank + lane], ranks below ours */
   pend_t acc[MAX_PENDING_ACCEPTS];
   int nacc;
   int connected;
@@ -352,7 +366,8 @@ static void conn_event(boot_t *b, pend_t *p, short revents) {
     }
     if (r == 0) return;
     memcpy(p->nonce, p->buf, FTC__TCP_NONCE_SIZE);
-    ftc__tcp_hello_t h = {FTC__TCP_HELLO, b->view->epoch, b->view->my_member_id,
+    uint16_t kind = tp->cfg.sockets == 1 ? FTC__TCP_HELLO : p->lane ? FTC__TCP_HELLO_DOWN : FTC__TCP_HELLO_UP;
+    ftc__tcp_hello_t h = {kind, b->view->epoch, b->view->my_member_id,
                           (uint32_t)tp->rank, (uint32_t)tp->size};
     uint8_t msg[FTC__TCP_HELLO_SIZE];
     ftc__tcp_hello_encode(msg, &h, tp->cfg.token, p->nonce);
@@ -382,12 +397,18 @@ static void conn_event(boot_t *b, pend_t *p, short revents) {
       conn_retry(b, p, "the acceptor is not the expected member");
       return;
     }
-    tp->peers[p->rank].fd = p->fd;
-    tp->peers[p->rank].member_id = h.member_id;
+    ftc__tcp_peer_t *peer = &tp->peers[p->rank];
+    if (tp->cfg.sockets == 1)
+      peer->fd = peer->sfd = p->fd;
+    else if (p->lane == 0)
+      peer->sfd = p->fd;
+    else
+      peer->fd = p->fd;
+    peer->member_id = h.member_id;
     p->fd = -1;
     p->state = P_DONE;
     b->connected++;
-    FTC_DEBUG(FTC_SUB_NET, "rank %d connected to rank %d", tp->rank, p->rank);
+    FTC_DEBUG(FTC_SUB_NET, "rank %d connected to rank %d (socket %d)", tp->rank, p->rank, p->lane);
   }
 }
 
@@ -404,7 +425,12 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
   int d = ftc__tcp_hello_decode(p->buf, &h, tp->cfg.token, p->nonce);
   if (d == -1) { refuse(b, p, "not an ftcomm data-plane handshake (bad magic or protocol version)"); return; }
   if (d == -2) { refuse(b, p, "the handshake is not signed with this job's token"); return; }
-  if (h.kind != FTC__TCP_HELLO) { refuse(b, p, "unexpected message kind %u", h.kind); return; }
+  if (h.kind != FTC__TCP_HELLO && h.kind != FTC__TCP_HELLO_UP && h.kind != FTC__TCP_HELLO_DOWN)
+    { refuse(b, p, "unexpected message kind %u", h.kind); return; }
+  if ((h.kind == FTC__TCP_HELLO) != (tp->cfg.sockets == 1))
+    { refuse(b, p, "it uses %s per peer pair and this rank %s (FTCOMM_TCP_SOCKETS differs)",
+             h.kind == FTC__TCP_HELLO ? "one socket" : "two sockets",
+             tp->cfg.sockets == 1 ? "one" : "two"); return; }
   if (h.epoch != b->view->epoch)
     { refuse(b, p, "epoch %llu, this view is epoch %llu", (unsigned long long)h.epoch,
                   (unsigned long long)b->view->epoch); return; }
@@ -415,14 +441,18 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
     { refuse(b, p, "member %llu is not rank %u of epoch %llu (expected member %llu)",
                   (unsigned long long)h.member_id, h.rank, (unsigned long long)h.epoch,
                   (unsigned long long)b->view->members[h.rank].member_id); return; }
-  if (tp->peers[h.rank].fd >= 0) { refuse(b, p, "rank %u is already connected", h.rank); return; }
+  ftc__tcp_peer_t *peer = &tp->peers[h.rank];
+  /* The connector sends on UP (we receive: fd) and receives on DOWN. */
+  int *slot = h.kind == FTC__TCP_HELLO_DOWN ? &peer->sfd : &peer->fd;
+  if (*slot >= 0) { refuse(b, p, "rank %u is already connected", h.rank); return; }
   ftc__tcp_hello_t ack = {FTC__TCP_ACK, b->view->epoch, b->view->my_member_id, (uint32_t)tp->rank,
                           (uint32_t)tp->size};
   uint8_t msg[FTC__TCP_HELLO_SIZE];
   ftc__tcp_hello_encode(msg, &ack, tp->cfg.token, p->nonce);
   if (write_all_small(p->fd, msg, sizeof(msg)) != 0) { refuse(b, p, "sending the answer failed"); return; }
-  tp->peers[h.rank].fd = p->fd;
-  tp->peers[h.rank].member_id = h.member_id;
+  *slot = p->fd;
+  if (h.kind == FTC__TCP_HELLO) peer->sfd = p->fd;
+  peer->member_id = h.member_id;
   p->fd = -1;
   p->state = P_IDLE;
   b->connected++;
@@ -457,8 +487,9 @@ static void accept_new(boot_t *b, int listen_fd) {
 
 static ftc_status_t bootstrap(boot_t *b, int listen_fd, int64_t deadline) {
   ftc__tcp_t *tp = b->tp;
-  int need = tp->size - 1;
-  int npfd_max = 1 + tp->size + MAX_PENDING_ACCEPTS;
+  const int lanes = tp->cfg.sockets;
+  int need = lanes * (tp->size - 1);
+  int npfd_max = 1 + lanes * tp->size + MAX_PENDING_ACCEPTS;
   struct pollfd *pfd = ftc__calloc((size_t)npfd_max, sizeof(*pfd));
   pend_t **owner = ftc__calloc((size_t)npfd_max, sizeof(*owner));
   ftc_status_t st = FTC_OK;
@@ -466,9 +497,11 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, int64_t deadline) {
     st = ftc__error(FTC_ERR_NO_MEMORY, "allocating the bootstrap poll set");
     goto out_free;
   }
-  for (int r = 0; r < tp->rank; r++) {
-    b->conn[r].rank = r;
-    conn_start(b, &b->conn[r]);
+  for (int i = 0; i < lanes * tp->rank; i++) {
+    pend_t *p = &b->conn[lanes == 1 ? 2 * i : i];
+    p->rank = lanes == 1 ? i : i / 2;
+    p->lane = lanes == 1 ? 0 : i % 2;
+    conn_start(b, p);
   }
   while (b->connected < need) {
     int64_t now = ftc__now_ns();
@@ -476,7 +509,7 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, int64_t deadline) {
       char missing[256] = "";
       size_t len = 0;
       for (int r = 0; r < tp->size && len < sizeof(missing) - 16; r++)
-        if (r != tp->rank && tp->peers[r].fd < 0)
+        if (r != tp->rank && (tp->peers[r].fd < 0 || tp->peers[r].sfd < 0))
           len += (size_t)snprintf(missing + len, sizeof(missing) - len, "%s%d", len ? ", " : "", r);
       st = ftc__error(FTC_ERR_TIMEOUT,
                       "rank %d of epoch %llu: no data-plane connection with rank(s) %s within "
@@ -492,8 +525,9 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, int64_t deadline) {
       pfd[n] = (struct pollfd){listen_fd, POLLIN, 0};
       owner[n++] = NULL;
     }
-    for (int r = 0; r < tp->rank; r++) {
-      pend_t *p = &b->conn[r];
+    for (int i = 0; i < 2 * tp->rank; i++) {
+      pend_t *p = &b->conn[i];
+      if (p->fd < 0 && p->state != P_RETRY) continue;
       if (p->state == P_RETRY) {
         if (p->retry_at <= now)
           conn_start(b, p);
@@ -543,7 +577,7 @@ out_free:
       if (st == FTC_OK) refuse(b, &b->acc[i], "did not complete the handshake");
       pend_close(&b->acc[i]);
     }
-  for (int r = 0; r < tp->rank; r++) pend_close(&b->conn[r]);
+  for (int i = 0; i < 2 * tp->rank; i++) pend_close(&b->conn[i]);
   ftc__free(owner);
   ftc__free(pfd);
   return st;
@@ -560,12 +594,13 @@ ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view
   if (!tp) return ftc__error(FTC_ERR_NO_MEMORY, "allocating the TCP transport");
   tp->cfg = *cfg;
   if (tp->cfg.chunk_bytes < 4096) tp->cfg.chunk_bytes = 4096;
+  if (tp->cfg.sockets != 1) tp->cfg.sockets = 2;
   tp->epoch = view->epoch;
   tp->rank = view->my_rank;
   tp->size = view->size;
   tp->peers = ftc__calloc((size_t)view->size, sizeof(*tp->peers));
-  tp->pfd = ftc__calloc((size_t)view->size, sizeof(*tp->pfd));
-  tp->pidx = ftc__calloc((size_t)view->size, sizeof(*tp->pidx));
+  tp->pfd = ftc__calloc(2 * (size_t)view->size + 1, sizeof(*tp->pfd));
+  tp->pidx = ftc__calloc(2 * (size_t)view->size, sizeof(*tp->pidx));
   tp->stage_cap = tp->cfg.chunk_bytes;
   tp->stage = ftc__malloc(tp->stage_cap);
   tp->seg_cap = 4 * view->size + 8;
@@ -578,7 +613,7 @@ ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view
   }
   tp->failed_peer = -1;
   for (int r = 0; r < view->size; r++) {
-    tp->peers[r].fd = -1;
+    tp->peers[r].fd = tp->peers[r].sfd = -1;
     tp->peers[r].member_id = view->members[r].member_id;
   }
   if (view->size > 1) {
@@ -589,13 +624,13 @@ ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view
     }
     b->tp = tp;
     b->view = view;
-    b->conn = ftc__calloc((size_t)view->size, sizeof(*b->conn));
+    b->conn = ftc__calloc(2 * (size_t)view->size, sizeof(*b->conn));
     if (!b->conn) {
       ftc__free(b);
       st = ftc__error(FTC_ERR_NO_MEMORY, "allocating the bootstrap state");
       goto out_destroy;
     }
-    for (int r = 0; r < view->size; r++) b->conn[r].fd = -1;
+    for (int i = 0; i < 2 * view->size; i++) b->conn[i].fd = -1;
     st = bootstrap(b, listen_fd, ftc__deadline_ns(cfg->connect_timeout_ms));
     ftc__free(b->conn);
     ftc__free(b);
@@ -611,17 +646,23 @@ out_destroy:
   return st;
 }
 
+static void peer_shutdown(const ftc__tcp_peer_t *p) {
+  if (p->fd >= 0) shutdown(p->fd, SHUT_RDWR);
+  if (p->sfd >= 0 && p->sfd != p->fd) shutdown(p->sfd, SHUT_RDWR);
+}
+
 void ftc__tcp_shutdown(ftc__tcp_t *tp) {
   if (!tp) return;
-  for (int r = 0; r < tp->size; r++)
-    if (tp->peers[r].fd >= 0) shutdown(tp->peers[r].fd, SHUT_RDWR);
+  for (int r = 0; r < tp->size; r++) peer_shutdown(&tp->peers[r]);
 }
 
 void ftc__tcp_destroy(ftc__tcp_t *tp) {
   if (!tp) return;
   if (tp->peers)
-    for (int r = 0; r < tp->size; r++)
+    for (int r = 0; r < tp->size; r++) {
+      if (tp->peers[r].sfd >= 0 && tp->peers[r].sfd != tp->peers[r].fd) close(tp->peers[r].sfd);
       if (tp->peers[r].fd >= 0) close(tp->peers[r].fd);
+    }
   ftc__free(tp->peers);
   ftc__free(tp->pfd);
   ftc__free(tp->pidx);
@@ -637,8 +678,7 @@ int ftc__tcp_failed_peer(const ftc__tcp_t *tp) {
 }
 
 void ftc__tcp_drop_peer(ftc__tcp_t *tp, int rank) {
-  if (tp && rank >= 0 && rank < tp->size && tp->peers[rank].fd >= 0)
-    shutdown(tp->peers[rank].fd, SHUT_RDWR);
+  if (tp && rank >= 0 && rank < tp->size) peer_shutdown(&tp->peers[rank]);
 }
 
 void ftc__tcp_note_failed_peer(ftc__tcp_t *tp, int rank) {
@@ -657,8 +697,8 @@ void ftc__tcp_say_goodbye(ftc__tcp_t *tp) {
   static const unsigned char bye = FTC__TCP_GOODBYE;
   if (!tp) return;
   for (int r = 0; r < tp->size; r++)
-    if (tp->peers[r].fd >= 0) {
-      ssize_t n = send(tp->peers[r].fd, &bye, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (tp->peers[r].sfd >= 0) {
+      ssize_t n = send(tp->peers[r].sfd, &bye, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
       (void)n;
     }
 }

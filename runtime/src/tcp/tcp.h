@@ -1,7 +1,8 @@
 /*
  * tcp.h - the TCP data plane as the core sees it: a listener created before
  * the membership view is known, a transport connected to every peer of one
- * view (one socket per pair, authenticated), and ftc__tcp_run() which runs
+ * view (authenticated; one connection per direction of each pair, or one
+ * for both with FTCOMM_TCP_SOCKETS=1), and ftc__tcp_run() which runs
  * one collective to completion on the calling thread.
  *
  * Threading: ftc__tcp_run() is called by one thread at a time (the progress
@@ -24,8 +25,10 @@
 #define FTC__TCP_PROTO 1
 #define FTC__TCP_NONCE_SIZE 16
 #define FTC__TCP_HELLO_SIZE 64
-#define FTC__TCP_HELLO 1
+#define FTC__TCP_HELLO 1      /* one socket carries the pair's data both ways */
 #define FTC__TCP_ACK 2
+#define FTC__TCP_HELLO_UP 3   /* of two: the connector (higher rank) sends on it */
+#define FTC__TCP_HELLO_DOWN 4 /* of two: the acceptor (lower rank) sends on it */
 
 typedef struct ftc__tcp_cfg {
   const char *token;        /* job token (NULL: empty); MACs the handshake */
@@ -34,6 +37,7 @@ typedef struct ftc__tcp_cfg {
   size_t chunk_bytes;       /* pipeline and staging chunk */
   size_t ring_threshold;    /* bytes from which ring/chain algorithms are used */
   int spin_us;              /* busy-poll before sleeping in poll() */
+  int sockets;              /* per peer pair: 1 carries both ways, 2 one per direction */
   const int *interrupt;     /* atomic; nonzero stops a run with that status */
 } ftc__tcp_cfg_t;
 
@@ -95,8 +99,9 @@ void ftc__tcp_note_failed_peer(ftc__tcp_t *tp, int rank);
 /* 1 when `rank` said goodbye (see ftc__tcp_mark_left). */
 int ftc__tcp_peer_left(const ftc__tcp_t *tp, int rank);
 
-/* Peer sockets, for the idle watch (POLLRDHUP) of the progress thread.
- * Returns how many were written (at most max). */
+/* Peer sockets, for the idle watch (POLLRDHUP) of the progress thread: for
+ * each peer the socket its data (and its goodbye) arrives on. Returns how
+ * many were written (at most max). */
 int ftc__tcp_peer_fds(const ftc__tcp_t *tp, int *fds, int *ranks, int max);
 
 /* Accept every pending connection on listen_fd and refuse it: no view is
@@ -105,7 +110,7 @@ void ftc__tcp_refuse_pending(int listen_fd);
 
 /* Handshake messages (exposed for tests that play a stranger). */
 typedef struct ftc__tcp_hello {
-  uint16_t kind; /* FTC__TCP_HELLO or FTC__TCP_ACK */
+  uint16_t kind; /* FTC__TCP_HELLO, _HELLO_UP, _HELLO_DOWN or FTC__TCP_ACK */
   uint64_t epoch;
   uint64_t member_id;
   uint32_t rank;

@@ -16,7 +16,8 @@
 #include "tcp/tcp.h"
 
 typedef struct ftc__tcp_peer {
-  int fd;             /* -1 for self */
+  int fd;             /* receives from the peer (-1 for self) */
+  int sfd;            /* sends to the peer: its own socket, or fd itself */
   uint64_t member_id;
   int left;           /* atomic: said goodbye (ftc__tcp_mark_left) */
 } ftc__tcp_peer_t;
@@ -30,8 +31,8 @@ struct ftc__tcp {
   size_t stage_cap;
   char *scratch;          /* per-collective work area, grown on demand */
   size_t scratch_cap;
-  struct pollfd *pfd;     /* size entries, for the engine's poll */
-  int *pidx;              /* peer -> pfd index in the current run */
+  struct pollfd *pfd;     /* 2 * size + 1 entries, for the engine's poll */
+  int *pidx;              /* 2 * size: (peer, direction) -> pfd index in a run */
   struct ftc__seg *segs;  /* segment and stream tables for the algorithms */
   int seg_cap;
   struct ftc__stream *streams;

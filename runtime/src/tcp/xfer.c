@@ -40,7 +40,7 @@ static inline void skip_empty(ftc__stream_t *s) {
  * connection (errno-like code in *err, 0 for an orderly close). */
 static int pump_send(ftc__tcp_t *tp, ftc__stream_t *s, const ftc__stream_t *all, int *err) {
   int moved = 0;
-  int fd = tp->peers[s->peer].fd;
+  int fd = tp->peers[s->peer].sfd;
   size_t allowed = stream_allowed(s, all);
   while (s->done < allowed) {
     skip_empty(s);
@@ -188,7 +188,7 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
       continue;
     }
     int np = 0;
-    for (int i = 0; i < n; i++) tp->pidx[st[i].peer] = -1;
+    for (int i = 0; i < n; i++) tp->pidx[2 * st[i].peer + st[i].send] = -1;
     for (int i = 0; i < n; i++) {
       ftc__stream_t *s = &st[i];
       if (s->done == s->total) continue;
@@ -199,11 +199,15 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
       } else {
         ev = POLLIN;
       }
-      int k = tp->pidx[s->peer];
-      if (k < 0) {
-        k = tp->pidx[s->peer] = np++;
-        tp->pfd[k] = (struct pollfd){tp->peers[s->peer].fd, 0, 0};
+      int *slot = &tp->pidx[2 * s->peer + s->send];
+      if (*slot < 0) {
+        const ftc__tcp_peer_t *p = &tp->peers[s->peer];
+        int fd = s->send ? p->sfd : p->fd, k;
+        for (k = 0; k < np && tp->pfd[k].fd != fd; k++) continue; /* one socket both ways */
+        if (k == np) tp->pfd[np++] = (struct pollfd){fd, 0, 0};
+        *slot = k;
       }
+      int k = *slot;
       tp->pfd[k].events |= ev;
     }
     if (more && more->wake_fd >= 0) tp->pfd[np++] = (struct pollfd){more->wake_fd, POLLIN, 0};
@@ -223,11 +227,11 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
     for (int i = 0; i < n; i++) {
       ftc__stream_t *s = &st[i];
       if (!s->send || s->done == s->total) continue;
-      int k = tp->pidx[s->peer];
+      int k = tp->pidx[2 * s->peer + 1];
       if (k >= 0 && (tp->pfd[k].revents & (POLLERR | POLLHUP)) && !(tp->pfd[k].revents & POLLOUT)) {
         int soerr = 0;
         socklen_t sl = sizeof(soerr);
-        getsockopt(tp->peers[s->peer].fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+        getsockopt(tp->peers[s->peer].sfd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
         return broken(tp, s, soerr);
       }
     }
