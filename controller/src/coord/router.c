@@ -70,6 +70,9 @@ struct ftck_router {
   void *ud;
   conn_t **conns;
   size_t nconns, cap;
+  char *hello; /* MAX_HELLO + 1 bytes for read_hello, made at the first one. Not a
+                * static __thread array: static TLS is zeroed, page by page, in
+                * every thread of the process (64 KiB x 100 coordinator threads) */
   ftck_router_stats_t stats; /* atomics */
 };
 
@@ -195,8 +198,9 @@ static int answer_upgrade(conn_t *c) {
 
 /* 1: the hello is complete and its job and token are in the out buffers;
  * 0: more bytes needed; -1: not a hello. */
-static int read_hello(conn_t *c, char *job, size_t jn, char *token, size_t tn) {
-  static __thread char payload[MAX_HELLO + 1];
+static int read_hello(ftck_router_t *r, conn_t *c, char *job, size_t jn, char *token, size_t tn) {
+  if (!r->hello && !(r->hello = ftc__malloc(MAX_HELLO + 1))) return -1;
+  char *payload = r->hello;
   size_t plen = 0, off = c->hdr_len;
   for (;;) {
     int fin = 0, op = 0;
@@ -277,7 +281,7 @@ static int on_readable(ftck_router_t *r, conn_t *c, int s) {
     c->state = ST_HELLO;
   }
   char job[256], token[256];
-  int h = read_hello(c, job, sizeof job, token, sizeof token);
+  int h = read_hello(r, c, job, sizeof job, token, sizeof token);
   if (h == 0) return 0;
   int port = h > 0 ? r->route(r->ud, job, token) : -1;
   if (port <= 0) {
@@ -509,6 +513,7 @@ void ftck_router_stop(ftck_router_t *r) {
   pthread_join(r->thread, NULL);
   while (r->nconns) conn_close(r, r->nconns - 1);
   ftc__free(r->conns);
+  ftc__free(r->hello);
   close(r->lfd);
   close(r->wake[0]);
   close(r->wake[1]);
