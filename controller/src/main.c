@@ -123,6 +123,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ftcomm-controller: %s\n", ftc_last_error());
     goto out_free_config;
   }
+  if (a.opt.token_check_s)
+    fprintf(stderr, "ftcomm-controller: --token-check is deprecated and ignored: token Secrets are watched, and a "
+                    "deleted one is made again at once\n");
   struct sigaction sa = {.sa_handler = on_signal};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, NULL);
@@ -146,7 +149,6 @@ int main(int argc, char **argv) {
                                .workers = a.opt.workers,
                                .resync_ms = (int64_t)a.opt.resync_s * 1000,
                                .no_nodes = !a.opt.watch_nodes,
-                               .token_check_ms = (int64_t)a.opt.token_check_s * 1000,
                                .coords = a.coords};
   ftck_reconciler_t *rec = NULL;
   if (ftck_reconciler_create(a.client, &ro, &rec) != FTC_OK) {

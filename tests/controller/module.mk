@@ -20,4 +20,5 @@ endef
 $(foreach t,$(CTL_TEST_PROGS) kube_live,$(eval $(call ctl_test,$(t))))
 
 TEST_BINS += $(CTL_TEST_BINS) $(CTL_LIVE) $(CONTROLLER_BIN) $(TRACE_BIN)
-TEST_SUITES += $(CTL_TEST_BINS) tests/controller/crd.sh tests/controller/controller.sh
+TEST_SUITES += $(CTL_TEST_BINS) tests/controller/crd.sh tests/controller/controller.sh \
+               tests/controller/steady.sh

@@ -39,7 +39,7 @@ static void test_options_defaults_env_and_flags(void **state) {
   assert_string_equal(o.dump_volume, "/var/lib/ftcomm/dumps");
   assert_int_equal(o.dump_retention, 10);
   assert_int_equal(o.dump_wait_s, 10);
-  assert_int_equal(o.token_check_s, 30);
+  assert_int_equal(o.token_check_s, 0); /* deprecated: the token Secrets are watched */
   assert_int_equal(o.leader_label, 1);
   assert_string_equal(o.pod_name, "ctl-abc");
   assert_string_equal(o.pod_namespace, "ftcomm-system");

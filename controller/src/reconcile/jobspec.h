@@ -24,6 +24,8 @@
 #define FTCK_ANNOT_AVOID "ftcomm.dev/avoid-nodes"
 /* Selects every pod the controller manages. */
 #define FTCK_POD_SELECTOR "app.kubernetes.io/managed-by=ftcomm-controller"
+/* The token Secrets this controller made (one per job). */
+#define FTCK_SECRET_SELECTOR "app.kubernetes.io/managed-by=ftcomm-controller,ftcomm.dev/job"
 
 typedef enum { FTCK_ON_HANG_REPLACE, FTCK_ON_HANG_DUMP_ONLY, FTCK_ON_HANG_RESTART_ALL } ftck_on_hang_t;
 typedef enum { FTCK_MODE_REPLACE, FTCK_MODE_RESTART_ALL } ftck_mode_t;

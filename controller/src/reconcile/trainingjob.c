@@ -30,15 +30,15 @@ struct ftck_reconciler {
   ftck_pod_env_t env;
   int workers;
   ftck_workqueue_t *q;
-  ftck_informer_t *jobs, *pods, *nodes;
+  ftck_informer_t *jobs, *pods, *nodes, *secrets;
   pthread_t threads[MAX_WORKERS];
   int nthreads;
   pthread_mutex_t mu; /* secrets_ok, vanished (a leaf) */
   json_t *vanished;    /* "ns/job/pod" -> wall ns a pass first found the slot's pod gone */
   json_t *fresh;       /* "ns/job" -> {inc, since}: restarted (restartAll) at incarnation inc */
-  json_t *secrets_ok;  /* job uid -> {token, checked: monotonic ns of the last look at its Secret} */
+  json_t *secrets_ok;  /* job uid -> {token, made: monotonic ns we created its Secret, 0 once the cache showed it} */
+  json_t *secrets_gone; /* "ns/secret" -> true: its watch said deleted, and it was not made again yet */
   ftck_coords_t *coords; /* the embedded coordinators; NULL: none */
-  int64_t token_check_ms; /* how often a running job's token Secret is looked at */
   ftck_reconciler_stats_t stats; /* atomics */
 };
 
@@ -83,6 +83,38 @@ static void node_update(json_t *old, json_t *o, void *ud) {
 }
 static void node_delete(json_t *o, void *ud) { node_changed(ud, o); }
 
+/* The token Secrets: a deleted one is made again (same token) and a
+ * replaced one hands its token on, both at once, by the job's reconcile. A
+ * deletion is remembered by the Secret's key, so the reconcile can tell it
+ * from a cache that has not shown a Secret it just made. */
+static void secret_changed(ftck_reconciler_t *r, json_t *secret, int deleted) {
+  char key[512];
+  if (deleted && ftck_object_key(secret, key, sizeof key) == 0) {
+    pthread_mutex_lock(&r->mu);
+    json_object_set_new(r->secrets_gone, key, json_true());
+    pthread_mutex_unlock(&r->mu);
+  }
+  pod_event(r, secret); /* queues ns/<its ftcomm.dev/job label> */
+}
+static void secret_update(json_t *old, json_t *o, void *ud) {
+  /* Resyncs (old == o) and writes that keep the token are no news. */
+  if (old != o && !json_equal(json_object_get(old, "data"), json_object_get(o, "data"))) secret_changed(ud, o, 0);
+}
+static void secret_delete(json_t *o, void *ud) { secret_changed(ud, o, 1); }
+
+/* The Secret cache holds metadata and data.token only. */
+static void secret_transform(json_t *obj, void *ud) {
+  ftck_transform_default(obj, ud);
+  json_t *data = json_object_get(obj, "data");
+  const char *k;
+  void *tmp;
+  json_t *v;
+  json_object_foreach_safe(data, tmp, k, v) {
+    if (strcmp(k, "token") != 0) json_object_del(data, k);
+  }
+  json_object_del(obj, "stringData");
+}
+
 static void pod_add(json_t *o, void *ud) { pod_event(ud, o); }
 static void pod_update(json_t *old, json_t *o, void *ud) { (void)old; pod_event(ud, o); }
 static void pod_delete(json_t *o, void *ud) { pod_event(ud, o); }
@@ -99,13 +131,13 @@ ftc_status_t ftck_reconciler_create(ftck_client_t *c, const ftck_reconciler_opts
   r->dump_dir = ftc__strdup(o->env.dump_dir ? o->env.dump_dir : "/var/run/ftcomm/dumps");
   r->identity = ftc__strdup(o->identity ? o->identity : "ftcomm-controller");
   r->secrets_ok = json_object();
+  r->secrets_gone = json_object();
   r->vanished = json_object();
   r->fresh = json_object();
   r->coords = o->coords;
-  r->token_check_ms = o->token_check_ms > 0 ? o->token_check_ms : 30000;
   r->workers = o->workers > 0 ? (o->workers < MAX_WORKERS ? o->workers : MAX_WORKERS) : 2;
   if ((o->watch_namespace && *o->watch_namespace && !r->ns) || !r->coordinator || !r->dump_dir || !r->identity ||
-      !r->secrets_ok || !r->vanished || !r->fresh) {
+      !r->secrets_ok || !r->secrets_gone || !r->vanished || !r->fresh) {
     st = ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
     goto out_destroy;
   }
@@ -114,9 +146,11 @@ ftc_status_t ftck_reconciler_create(ftck_client_t *c, const ftck_reconciler_opts
   FTC_CHECK_GOTO(ftck_workqueue_create(200, 300000, &r->q), st, out_destroy);
   char *jobs_path = ftck_path(FTCK_GROUP, FTCK_VERSION, r->ns, FTCK_PLURAL, NULL);
   char *pods_path = ftck_path("", "v1", r->ns, "pods", NULL);
-  if (!jobs_path || !pods_path) {
+  char *secrets_path = ftck_path("", "v1", r->ns, "secrets", NULL);
+  if (!jobs_path || !pods_path || !secrets_path) {
     ftc__free(jobs_path);
     ftc__free(pods_path);
+    ftc__free(secrets_path);
     st = ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
     goto out_destroy;
   }
@@ -134,8 +168,17 @@ ftc_status_t ftck_reconciler_create(ftck_client_t *c, const ftck_reconciler_opts
     ftck_handlers_t nh = {NULL, node_update, node_delete, r};
     st = ftck_informer_create(c, &no, &nh, &r->nodes);
   }
+  if (st == FTC_OK) {
+    /* Only the token Secrets this controller makes (list and watch on
+     * secrets, narrowed by the selector): a steady state reads none. */
+    ftck_informer_opts_t so = {.name = "secrets", .collection = secrets_path, .label_selector = FTCK_SECRET_SELECTOR,
+                               .resync_ms = 0, .transform = secret_transform};
+    ftck_handlers_t sh = {NULL, secret_update, secret_delete, r};
+    st = ftck_informer_create(c, &so, &sh, &r->secrets);
+  }
   ftc__free(jobs_path);
   ftc__free(pods_path);
+  ftc__free(secrets_path);
   if (st != FTC_OK) goto out_destroy;
   *out = r;
   return FTC_OK;
@@ -169,6 +212,21 @@ static ftc_status_t create_secret(ftck_reconciler_t *r, const json_t *job, const
   return st;
 }
 
+/* The token of a Secret (fetched or cached) into buf; FTC_ERR_PROTOCOL when it has none. */
+static ftc_status_t secret_token(const json_t *obj, const char *ns, const char *sname, char *buf, size_t n) {
+  char *raw = NULL;
+  size_t len = 0;
+  const char *b64 = ftck_jstr(obj, "data.token");
+  if (!b64 || ftck_base64_decode(b64, &raw, &len) != FTC_OK || len == 0 || len >= n) {
+    ftc__free(raw);
+    return ftc__error(FTC_ERR_PROTOCOL, "Secret %s/%s has no usable data.token", ns, sname);
+  }
+  memcpy(buf, raw, len);
+  buf[len] = '\0';
+  ftc__free(raw);
+  return FTC_OK;
+}
+
 /* GET the token Secret: FTC_OK with the token in buf, or *code 404. */
 static ftc_status_t read_secret(ftck_reconciler_t *r, const char *ns, const char *sname, char *buf, size_t n,
                                 long *code) {
@@ -176,77 +234,77 @@ static ftc_status_t read_secret(ftck_reconciler_t *r, const char *ns, const char
   json_t *obj = NULL;
   ftc_status_t st = path ? ftck_get(r->c, path, code, &obj) : ftc__error(FTC_ERR_NO_MEMORY, "no memory");
   ftc__free(path);
-  if (st != FTC_OK) return st;
-  char *raw = NULL;
-  size_t len = 0;
-  const char *b64 = ftck_jstr(obj, "data.token");
-  if (!b64 || ftck_base64_decode(b64, &raw, &len) != FTC_OK || len == 0 || len >= n) {
-    ftc__free(raw);
-    json_decref(obj);
-    return ftc__error(FTC_ERR_PROTOCOL, "Secret %s/%s has no usable data.token", ns, sname);
-  }
-  memcpy(buf, raw, len);
-  buf[len] = '\0';
-  ftc__free(raw);
+  if (st == FTC_OK) st = secret_token(obj, ns, sname, buf, n);
   json_decref(obj);
-  return FTC_OK;
+  return st;
 }
 
-/* The job's token Secret exists and *token is its token. The token is
- * made once (32 random bytes, hex) and remembered by job uid; the Secret is
- * looked at again every token_check_ms (GET) and, when someone deleted
- * it, made again with the same token, so running pods, replacements and the
- * coordinator keep agreeing. A Secret that exists when we know no token (the
- * controller restarted) is read. */
+/* How long a Secret this controller made may be missing from the cache
+ * before it counts as gone (a watch that missed its ADDED and DELETED). */
+#define SECRET_TRUST_NS (30LL * 1000000000LL)
+
+/* The job's token Secret exists and *token is its token. The token is made
+ * once (32 random bytes, hex) and remembered by job uid. What the Secret
+ * holds comes from the Secret cache (a label-selected watch), so a steady
+ * state sends no request and a restarted controller creates only the
+ * Secrets that are missing. A Secret someone deleted (its watch event marks
+ * it gone and queues the job) is made again with the same token, so running
+ * pods, replacements and the coordinator keep agreeing; one that holds
+ * another token hands that on. A Secret made here that the cache has not
+ * shown yet is trusted for SECRET_TRUST_NS (*requeue_ms: look again then). */
 static ftc_status_t ensure_secret(ftck_reconciler_t *r, const json_t *job, char *token, size_t tn,
-                                  int64_t *recheck_ms) {
+                                  int64_t *requeue_ms) {
   const char *uid = ftck_jstr(job, "metadata.uid");
   const char *name = ftck_jstr(job, "metadata.name");
   const char *ns = ftck_jstr(job, "metadata.namespace");
-  int64_t now = ftc__now_ns();
-  *recheck_ms = r->token_check_ms;
+  char sname[300], skey[600];
+  if (ftck_secret_name(name, sname, sizeof sname) != 0) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "job name too long");
+  snprintf(skey, sizeof skey, "%s/%s", ns, sname);
+  int64_t now = ftc__now_ns(), made = 0;
+  *requeue_ms = -1;
   token[0] = '\0';
-  int64_t checked = 0;
+  int gone = 0;
   pthread_mutex_lock(&r->mu);
   json_t *e = uid ? json_object_get(r->secrets_ok, uid) : NULL;
   if (e) {
     snprintf(token, tn, "%s", ftck_jstr(e, "token") ? ftck_jstr(e, "token") : "");
-    checked = ftck_jint(e, "checked", 0);
+    made = ftck_jint(e, "made", 0);
   }
+  gone = json_object_get(r->secrets_gone, skey) != NULL;
   pthread_mutex_unlock(&r->mu);
-  if (token[0] && now - checked < r->token_check_ms * 1000000) {
-    *recheck_ms = r->token_check_ms - (now - checked) / 1000000;
-    return FTC_OK;
-  }
-  char sname[300];
-  if (ftck_secret_name(name, sname, sizeof sname) != 0) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "job name too long");
+  json_t *cached = r->secrets && ftck_informer_synced(r->secrets) ? ftck_informer_get(r->secrets, skey) : NULL;
   long code = 0;
-  ftc_status_t st;
-  if (token[0]) {
+  ftc_status_t st = FTC_OK;
+  if (cached) {
     char seen[256];
-    st = read_secret(r, ns, sname, seen, sizeof seen, &code);
-    if (st != FTC_OK && code == 404) {
-      st = create_secret(r, job, sname, token, &code);
-      if (st == FTC_OK) {
-        FTC_WARN(FTC_SUB_CTRL, "%s/%s: token Secret %s was deleted; made it again with the same token", ns, name,
-                 sname);
-        json_t *regarding = json_pack("{s:s, s:s, s:O}", "apiVersion", FTCK_API_VERSION, "kind", FTCK_KIND,
-                                      "metadata", json_object_get(job, "metadata"));
-        char note[512];
-        snprintf(note, sizeof note, "token Secret %s was deleted; recreated with the job's token", sname);
-        if (regarding) ftck_event(r->c, regarding, "Warning", "TokenSecretRecreated", "Recreate", note, FTCK_MANAGER,
-                                  r->identity);
-        json_decref(regarding);
-      }
-    } else if (st == FTC_OK && strcmp(seen, token) != 0) {
+    st = secret_token(cached, ns, sname, seen, sizeof seen);
+    json_decref(cached);
+    if (st != FTC_OK) return st;
+    if (token[0] && strcmp(seen, token) != 0)
       /* Someone replaced it: the pods made from now on get the new token; so does the coordinator. */
       FTC_WARN(FTC_SUB_CTRL, "%s/%s: token Secret %s holds another token now; using it", ns, name, sname);
-      snprintf(token, tn, "%s", seen);
-    } else if (st != FTC_OK) {
-      /* A look that fails (e.g. RBAC without get on secrets) is no reason to
-       * stop running the job: keep the token we know and look again later. */
-      FTC_WARN(FTC_SUB_CTRL, "%s/%s: cannot check token Secret %s: %s", ns, name, sname, ftc_last_error());
-      st = FTC_OK;
+    snprintf(token, tn, "%s", seen);
+    made = 0;
+  } else if (token[0] && !gone && made && now - made < SECRET_TRUST_NS) {
+    *requeue_ms = (SECRET_TRUST_NS - (now - made)) / 1000000 + 1;
+    return FTC_OK; /* made here a moment ago; the cache has not shown it yet */
+  } else if (token[0]) {
+    st = create_secret(r, job, sname, token, &code);
+    if (st == FTC_OK) {
+      made = now;
+      FTC_WARN(FTC_SUB_CTRL, "%s/%s: token Secret %s was deleted; made it again with the same token", ns, name, sname);
+      json_t *regarding = json_pack("{s:s, s:s, s:O}", "apiVersion", FTCK_API_VERSION, "kind", FTCK_KIND, "metadata",
+                                    json_object_get(job, "metadata"));
+      char note[512];
+      snprintf(note, sizeof note, "token Secret %s was deleted; recreated with the job's token", sname);
+      if (regarding) ftck_event(r->c, regarding, "Warning", "TokenSecretRecreated", "Recreate", note, FTCK_MANAGER,
+                                r->identity);
+      json_decref(regarding);
+    } else if (code == 409) {
+      /* Made again by someone else before the cache showed it: take its token. */
+      char seen[256];
+      st = read_secret(r, ns, sname, seen, sizeof seen, &code);
+      if (st == FTC_OK) snprintf(token, tn, "%s", seen);
     }
   } else {
     unsigned char raw[32];
@@ -258,13 +316,18 @@ static ftc_status_t ensure_secret(ftck_reconciler_t *r, const json_t *job, char 
     close(fd);
     for (int i = 0; i < 32 && (size_t)(2 * i + 2) < tn; i++) snprintf(token + 2 * i, 3, "%02x", raw[i]);
     st = create_secret(r, job, sname, token, &code);
-    if (st == FTC_OK) FTC_INFO(FTC_SUB_CTRL, "%s/%s: created token Secret %s", ns, name, sname);
-    /* It exists: keep the token the pods already have. */
-    else if (code == 409) st = read_secret(r, ns, sname, token, tn, &code);
+    if (st == FTC_OK) {
+      made = now;
+      FTC_INFO(FTC_SUB_CTRL, "%s/%s: created token Secret %s", ns, name, sname);
+    } else if (code == 409) {
+      /* It exists (the cache is not synced, or lags): keep the token the pods already have. */
+      st = read_secret(r, ns, sname, token, tn, &code);
+    }
   }
-  if (st == FTC_OK && uid) {
+  if (st == FTC_OK) {
     pthread_mutex_lock(&r->mu);
-    json_object_set_new(r->secrets_ok, uid, json_pack("{s:s, s:I}", "token", token, "checked", (json_int_t)now));
+    if (uid) json_object_set_new(r->secrets_ok, uid, json_pack("{s:s, s:I}", "token", token, "made", (json_int_t)made));
+    json_object_del(r->secrets_gone, skey);
     pthread_mutex_unlock(&r->mu);
   }
   return st;
@@ -844,8 +907,7 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
     goto out_write_status;
   }
   char token[256];
-  int64_t recheck_ms = -1;
-  FTC_CHECK_GOTO(ensure_secret(r, p.job, token, sizeof token, &recheck_ms), st, out_free_pass);
+  FTC_CHECK_GOTO(ensure_secret(r, p.job, token, sizeof token, &p.requeue), st, out_free_pass);
   p.slots = ftc__calloc((size_t)p.spec.replicas, sizeof *p.slots);
   mine = json_array();
   if (!p.slots || !mine) {
@@ -895,13 +957,10 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
       FTC_CHECK_GOTO(delete_pod(r, ns, ftck_jstr(pod, "metadata.name")), st, out_free_pass);
   }
   compute_status(&p, computed, conds);
-  /* A job that ended (or is suspended) needs no coordinator; one that runs
-   * looks at its token Secret again now and then. */
+  /* A job that ended (or is suspended) needs no coordinator. */
   const char *phase = json_string_value(json_object_get(computed, "phase"));
   if (r->coords && phase && (!strcmp(phase, "Succeeded") || !strcmp(phase, "Failed") || !strcmp(phase, "Suspended")))
     ftck_coords_remove(r->coords, key);
-  else if (recheck_ms >= 0 && (p.requeue < 0 || recheck_ms < p.requeue))
-    p.requeue = recheck_ms;
 
 out_write_status:;
   ftck_status_update_t u = {.uid = ftck_jstr(p.job, "metadata.uid"), .computed = computed, .incidents = p.incidents,
@@ -958,6 +1017,7 @@ static void *worker_main(void *arg) {
 ftc_status_t ftck_reconciler_start_informers(ftck_reconciler_t *r) {
   ftc_status_t st = ftck_informer_start(r->pods);
   if (st == FTC_OK && r->nodes) st = ftck_informer_start(r->nodes);
+  if (st == FTC_OK) st = ftck_informer_start(r->secrets);
   if (st == FTC_OK) st = ftck_informer_start(r->jobs);
   return st;
 }
@@ -976,7 +1036,8 @@ ftc_status_t ftck_reconciler_start_workers(ftck_reconciler_t *r) {
 }
 
 int ftck_reconciler_synced(ftck_reconciler_t *r) {
-  return ftck_informer_synced(r->jobs) && ftck_informer_synced(r->pods) && (!r->nodes || ftck_informer_synced(r->nodes));
+  return ftck_informer_synced(r->jobs) && ftck_informer_synced(r->pods) && ftck_informer_synced(r->secrets) &&
+         (!r->nodes || ftck_informer_synced(r->nodes));
 }
 
 void ftck_reconciler_stop(ftck_reconciler_t *r) {
@@ -987,6 +1048,7 @@ void ftck_reconciler_stop(ftck_reconciler_t *r) {
   ftck_informer_stop(r->jobs);
   ftck_informer_stop(r->pods);
   ftck_informer_stop(r->nodes);
+  ftck_informer_stop(r->secrets);
 }
 
 void ftck_reconciler_destroy(ftck_reconciler_t *r) {
@@ -995,8 +1057,10 @@ void ftck_reconciler_destroy(ftck_reconciler_t *r) {
   ftck_informer_destroy(r->jobs);
   ftck_informer_destroy(r->pods);
   ftck_informer_destroy(r->nodes);
+  ftck_informer_destroy(r->secrets);
   ftck_workqueue_destroy(r->q);
   json_decref(r->secrets_ok);
+  json_decref(r->secrets_gone);
   json_decref(r->vanished);
   json_decref(r->fresh);
   pthread_mutex_destroy(&r->mu);
@@ -1017,5 +1081,5 @@ void ftck_reconciler_get_stats(ftck_reconciler_t *r, ftck_reconciler_stats_t *ou
 
 ftck_workqueue_t *ftck_reconciler_queue(ftck_reconciler_t *r) { return r->q; }
 ftck_informer_t *ftck_reconciler_informer(ftck_reconciler_t *r, int which) {
-  return which == 0 ? r->jobs : which == 1 ? r->pods : r->nodes;
+  return which == 0 ? r->jobs : which == 1 ? r->pods : which == 2 ? r->nodes : which == 3 ? r->secrets : NULL;
 }

@@ -1,6 +1,7 @@
 /*
- * trainingjob.h - the TrainingJob reconciler: informers on TrainingJobs and
- * on the pods the controller manages, a rate-limited work queue of job keys,
+ * trainingjob.h - the TrainingJob reconciler: informers on TrainingJobs, on
+ * the pods and token Secrets the controller manages (and on Nodes), a
+ * rate-limited work queue of job keys,
  * and worker threads ("ftck-worker-N") that bring each job's pods and status
  * in line with its spec: a token Secret, one pod per slot with the runtime
  * environment, replacements for lost pods (budget, backoff, away from the
@@ -29,8 +30,6 @@ typedef struct ftck_reconciler_opts {
   int64_t resync_ms;
   int no_nodes;                /* 1: no Node informer (no RBAC on nodes); node loss is then
                                 * seen only when the pods fail or are deleted */
-  int64_t token_check_ms;      /* how often a running job's token Secret is checked (and made
-                                * again if deleted); 0: 30 s */
   ftck_coords_t *coords;       /* the embedded coordinators (borrowed; outlives the reconciler's
                                 * workers); NULL: pods are run without one (tests) */
 } ftck_reconciler_opts_t;
@@ -43,10 +42,10 @@ typedef struct ftck_reconciler_stats {
 typedef struct ftck_reconciler ftck_reconciler_t;
 
 ftc_status_t ftck_reconciler_create(ftck_client_t *c, const ftck_reconciler_opts_t *o, ftck_reconciler_t **out);
-/* Start the informers and, once both have listed, the workers. */
+/* Start the informers (the workers start once ftck_reconciler_synced). */
 ftc_status_t ftck_reconciler_start_informers(ftck_reconciler_t *r);
 ftc_status_t ftck_reconciler_start_workers(ftck_reconciler_t *r);
-/* 1 when both caches have synced. */
+/* 1 when every cache has synced. */
 int ftck_reconciler_synced(ftck_reconciler_t *r);
 /* Reconcile one "ns/name" key now, on the calling thread (tests, workers).
  * *requeue_ms (may be NULL) gets a delay after which to look again, or -1. */
@@ -57,7 +56,7 @@ void ftck_reconciler_destroy(ftck_reconciler_t *r);
 
 void ftck_reconciler_get_stats(ftck_reconciler_t *r, ftck_reconciler_stats_t *out);
 ftck_workqueue_t *ftck_reconciler_queue(ftck_reconciler_t *r);
-/* 0 jobs, 1 pods, 2 nodes (NULL when opts.no_nodes). */
+/* 0 jobs, 1 pods, 2 nodes (NULL when opts.no_nodes), 3 the token Secrets; NULL beyond. */
 ftck_informer_t *ftck_reconciler_informer(ftck_reconciler_t *r, int which);
 
 #endif

@@ -48,7 +48,7 @@ static const flag_t flags[] = {
     {"dump-volume", S(dump_volume), "folder of incidents: <namespace>/<job>/<incident>/rank-<r>.json and analysis (default /var/lib/ftcomm/dumps)"},
     {"dump-retention", I(dump_retention, 1, 100000), "incidents kept per job, the newest (default 10)"},
     {"dump-wait", I(dump_wait_s, 1, 3600), "seconds an incident waits for every rank's dump before it is analyzed (default 10)"},
-    {"token-check", I(token_check_s, 1, 86400), "seconds between checks that a running job's token Secret exists (a deleted one is made again, same token; default 30)"},
+    {"token-check", I(token_check_s, 1, 86400), "deprecated, ignored: token Secrets are watched (a deleted one is made again at once)"},
     {"analyzer", S(analyzer), "the ftcomm-trace binary (default: next to this one, else $PATH)"},
     {"leader-label", B(leader_label), "label this pod ftcomm.dev/leader=true while it leads, for the Service (default true; needs $POD_NAME)"},
 };
@@ -109,7 +109,6 @@ ftc_status_t ftck_options_parse(int argc, char **argv, ftck_options_t *o) {
   snprintf(o->dump_volume, sizeof o->dump_volume, "/var/lib/ftcomm/dumps");
   o->dump_retention = 10;
   o->dump_wait_s = 10;
-  o->token_check_s = 30;
   o->leader_label = 1;
   if (env("KUBECONFIG")) snprintf(o->kubeconfig, sizeof o->kubeconfig, "%s", env("KUBECONFIG"));
   if (env("WATCH_NAMESPACE")) snprintf(o->watch_namespace, sizeof o->watch_namespace, "%s", env("WATCH_NAMESPACE"));

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# steady.sh - ftcomm-controller's steady state against a real kube-apiserver, with
+# exactly the RBAC in deploy/ (its ServiceAccount token) and no leader election (so
+# no Lease renewals):
+#   - once the jobs' pods and token Secrets exist, an idle window sees no request
+#     to the API server but the watches (the controller's own request counters)
+#   - a deleted token Secret is made again at once (its watch event, not a timer),
+#     with the same token, and an Event says so
+#   - a restarted controller reads the token Secrets from its cache: it sends no
+#     POST at all (no Secret created again, no 409) and creates no pod
+. "$(dirname "$0")/lib.sh"
+start_cluster
+ctl=$build/bin/ftcomm-controller
+[ -x "$ctl" ] || { echo "FAIL - build first: make test-bins"; exit 1; }
+# The first idle window is longer than the 30 s period at which older controllers read
+# every token Secret again.
+idle=${FTC_STEADY_IDLE:-31}
+
+check "CRD, namespace and RBAC apply" kc apply -f "$root/crds/ftcomm.dev_trainingjobs.yaml" -f "$root/deploy/namespace.yaml" -f "$root/deploy/rbac.yaml"
+kc wait --for=condition=Established crd/trainingjobs.ftcomm.dev --timeout=20s >/dev/null
+token=$(kc -n ftcomm-system create token ftcomm-controller --duration=1h)
+cat >"$work/sa.kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+current-context: ftcomm
+contexts:
+- name: ftcomm
+  context: {cluster: local, user: ftcomm-controller, namespace: ftcomm-system}
+clusters:
+- name: local
+  cluster: {server: "$FTC_APISERVER_URL", certificate-authority: "$FTC_CA_FILE"}
+users:
+- name: ftcomm-controller
+  user: {token: "$token"}
+KC
+
+ctrl_log=$work/controller.log
+port=
+start_controller() {  # start_controller ID
+  echo "=== controller $1" >>"$ctrl_log"
+  FTCOMM_LOG_LEVEL=info "$ctl" --kubeconfig "$work/sa.kubeconfig" --listen-address 127.0.0.1:0 --identity "steady-$1" \
+    --leader-elect=false --coordinator-address coord.test:7470 --dump-dir /dumps \
+    --coordinator-bind 127.0.0.1:0 --dump-volume "$work/dumps" >>"$ctrl_log" 2>&1 &
+  ctrl_pid=$!
+  eventually 10 grep -q "identity steady-$1\$" "$ctrl_log" || return 1
+  port=$(sed -n 's/.*health and metrics on port \([0-9]*\).*/\1/p' "$ctrl_log" | tail -1)
+  eventually 20 curl -sf "http://127.0.0.1:$port/readyz"
+}
+stop_controller() {
+  kill -TERM "$ctrl_pid"
+  wait "$ctrl_pid"
+  local rc=$?
+  ctrl_pid=
+  return $rc
+}
+metrics() { curl -sf --max-time 10 "http://127.0.0.1:$port/metrics"; }
+metric() { metrics | awk -v m="$1" '$1 == m { print $2 }'; }
+# Requests other than watches (a watch is counted when it ends), as "VERB CODE N"
+# lines, and their sum.
+requests() { metrics | awk -F'[{}" ]+' '/^ftcomm_controller_api_requests_total/ && $3 != "WATCH" { print $3, $5, $NF }' | sort; }
+nonwatch() { requests | awk '{ n += $3 } END { print n + 0 }'; }
+# Wait until no request but watches has gone out for 3 s in a row (at most 60 s).
+settle() {
+  local last now still=0 end=$(( $(date +%s) + 60 ))
+  last=$(nonwatch)
+  while [ "$(date +%s)" -lt "$end" ]; do
+    sleep 1
+    now=$(nonwatch)
+    if [ "$now" = "$last" ]; then still=$((still + 1)); [ $still -ge 3 ] && return 0; else still=0; fi
+    last=$now
+  done
+  return 1
+}
+
+if start_controller 1; then ok "controller starts with the ServiceAccount token (no leader election) and becomes ready"; else bad "controller start"; cat "$ctrl_log"; fi
+kc create namespace steady >/dev/null
+for j in a b c; do
+  cat <<YAML
+---
+apiVersion: ftcomm.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: job-$j, namespace: steady}
+spec:
+  replicas: 2
+  backend: tcp
+  failurePolicy: {backoffSeconds: 0}
+  template:
+    spec:
+      containers: [{name: trainer, image: example.com/trainer:1}]
+YAML
+done >"$work/jobs.yaml"
+check "three TrainingJobs apply" kc apply -f "$work/jobs.yaml"
+count_pods() { [ "$(kc get pods -n steady -l app.kubernetes.io/managed-by=ftcomm-controller -o name | wc -l)" -eq 6 ]; }
+count_secrets() { [ "$(kc get secrets -n steady -l app.kubernetes.io/managed-by=ftcomm-controller -o name | wc -l)" -eq 3 ]; }
+check "six pods exist" eventually 30 count_pods
+check "three token Secrets exist" eventually 10 count_secrets
+# A Secret of someone else's in the same namespace: the controller neither needs nor sees it.
+check "an unrelated Secret is created" kc create secret generic unrelated -n steady --from-literal=token=abc
+
+# --- idle: the watches only ---------------------------------------------------------
+check "the controller settles (no request for 3 s)" settle
+before=$(requests)
+sleep "$idle"
+after=$(requests)
+if [ "$before" = "$after" ]; then
+  ok "idle for $idle s: no request but the watches"
+else
+  bad "idle for $idle s: requests other than watches went out"
+  diff <(echo "$before") <(echo "$after") | sed 's/^/       /'
+fi
+
+# --- a deleted token Secret comes back at once ---------------------------------------
+secret_token() { kc get secret "$1" -n steady -o jsonpath='{.data.token}' 2>/dev/null; }
+token_a=$(secret_token job-a-ftcomm-token)
+t0=$(date +%s%N)
+check "the token Secret of job-a is deleted by someone" kc delete secret job-a-ftcomm-token -n steady
+same_token() { [ -n "$token_a" ] && [ "$(secret_token job-a-ftcomm-token)" = "$token_a" ]; }
+if eventually 5 same_token; then
+  ok "... and made again with the same token within 5 s ($(( ($(date +%s%N) - t0) / 1000000 )) ms, with kubectl's own latency)"
+else
+  bad "... and made again with the same token within 5 s"
+fi
+check_out "... saying so in an Event" 'TokenSecretRecreated' \
+  kc get events -n steady --field-selector reason=TokenSecretRecreated -o jsonpath='{.items[*].reason}'
+check "the controller settles again" settle
+
+# --- restart: nothing created again -----------------------------------------------------
+tokens_before=$(for j in a b c; do secret_token "job-$j-ftcomm-token"; echo; done)
+if stop_controller; then ok "SIGTERM stops the controller with status 0"; else bad "SIGTERM stops the controller with status 0"; fi
+if start_controller 2; then ok "a new controller becomes ready"; else bad "controller restart"; tail -20 "$ctrl_log"; fi
+check "... and settles" settle
+posts=$(requests | awk '$1 == "POST" { n += $3 } END { print n + 0 }')
+if [ "$posts" = 0 ]; then
+  ok "the restarted controller sent no POST (no token Secret made again, no 409)"
+else
+  bad "the restarted controller sent $posts POST(s)"
+  requests | sed 's/^/       /'
+fi
+check_out "... and created no pod" '^0$' metric ftcomm_controller_pods_created_total
+tokens_after=$(for j in a b c; do secret_token "job-$j-ftcomm-token"; echo; done)
+check "the token Secrets are unchanged" test "$tokens_before" = "$tokens_after"
+before=$(requests)
+sleep 10
+after=$(requests)
+if [ "$before" = "$after" ]; then ok "after the restart, idle for 10 s: no request but the watches"; else
+  bad "after the restart, idle for 10 s: requests other than watches went out"
+  diff <(echo "$before") <(echo "$after") | sed 's/^/       /'
+fi
+check_out "the Secret cache listed once" '^1$' metric 'ftcomm_controller_lists_total{informer="secrets"}'
+if grep -q 'Forbidden' "$ctrl_log"; then bad "the controller was refused something by RBAC"; grep Forbidden "$ctrl_log" | head -5 | sed 's/^/       /'; else ok "no request of the controller was forbidden by RBAC"; fi
+if stop_controller; then ok "SIGTERM stops the controller with status 0"; else bad "SIGTERM stops the controller with status 0"; fi
+finish
