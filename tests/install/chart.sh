@@ -83,7 +83,7 @@ check_out "the Service: coordinator 7470, metrics 8080, selecting the controller
   kc -n $ns get svc/ftcomm-controller -o jsonpath='{range .spec.ports[*]}{.name}={.port} {end}{.spec.selector.app\.kubernetes\.io/component} {.spec.selector.ftcomm\.dev/leader}'
 check_out "the ServiceAccount can do what the controller needs (and no more)" '^yes no yes no$' bash -c '
   a=$("$0" auth can-i update trainingjobs.ftcomm.dev --subresource=status -n default --as=system:serviceaccount:ftcomm-system:ftcomm-controller || true)
-  b=$("$0" auth can-i list secrets -n default --as=system:serviceaccount:ftcomm-system:ftcomm-controller || true)
+  b=$("$0" auth can-i delete secrets -n default --as=system:serviceaccount:ftcomm-system:ftcomm-controller || true)
   c=$("$0" auth can-i patch pods -n ftcomm-system --as=system:serviceaccount:ftcomm-system:ftcomm-controller || true)
   d=$("$0" auth can-i patch pods -n default --as=system:serviceaccount:ftcomm-system:ftcomm-controller || true)
   echo "$a $b $c $d"' "$FTC_KUBECTL"

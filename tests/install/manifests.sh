@@ -45,9 +45,9 @@ cannot() { ! can "$@"; }
 check "the ServiceAccount may create pods and watch TrainingJobs anywhere" can create pods -n ml
 check "... update TrainingJob status" can update trainingjobs.ftcomm.dev --subresource=status -n ml
 check "... update its Lease in $ns" can update leases.coordination.k8s.io -n $ns
-secrets_by_name_only() { can get secrets -n ml && cannot list secrets -n ml && cannot watch secrets -n ml; }
+secrets_read_not_changed() { can get secrets -n ml && can watch secrets -n ml && cannot update secrets -n ml && cannot delete secrets -n ml; }
 leader_label_only_here() { can patch pods -n "$ns" && cannot patch pods -n ml; }
-check "... get a Secret by name (a job's token), but not list or watch Secrets" secrets_by_name_only
+check "... get and watch Secrets (the jobs' tokens), but not update or delete them" secrets_read_not_changed
 check "... patch pods (its own leader label) only in $ns" leader_label_only_here
 check "... nor update TrainingJobs' spec" cannot update trainingjobs.ftcomm.dev -n ml
 check "... nor touch Leases elsewhere" cannot update leases.coordination.k8s.io -n kube-system
