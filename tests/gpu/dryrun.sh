@@ -36,5 +36,20 @@ for v in 2.32.3 2.26.5; do
     check "$log" "one rank per GPU only" "$v: < 2.30 stays on one rank"
   fi
 done
-[ $fail -eq 0 ] && echo "gpu dry run: 2 passed, 0 failed" || echo "gpu dry run: failed"
+# Out of time: every step past the build is skipped, and the script still
+# ends (in about its budget) with a report, and fails: nothing was checked.
+log=$tmp/budget.log
+mkdir -p "$tmp/budget"
+t0=$SECONDS
+NCCL_DOUBLE_DIR=$tmp/budget GPU_BUDGET_S=25 BUILD=$BUILD \
+  FTCOMM_NCCL_LIBRARY=$D/libnccl_double_2.32.3.so FTCOMM_CUDA_RUNTIME_LIBRARY=$D/libcudart_double.so \
+  timeout 120 tests/gpu/run.sh >"$log" 2>&1
+rc=$? took=$((SECONDS - t0))
+sed "s/^/  [budget 25s] /" "$log"
+[ $rc -eq 1 ] && [ $took -le 35 ] && echo "ok   a 25 s budget: exit 1 in ${took}s" ||
+  { echo "FAIL a 25 s budget: exit $rc in ${took}s"; fail=1; }
+check "$log" "4 rank(s), recovery auto: skipped, out of time" "a 25 s budget: runs skipped"
+check "$log" "public API: skipped, out of time" "a 25 s budget: the public API skipped"
+check "$log" "0 failed run(s), 5 skipped for time" "a 25 s budget: the report counts them"
+[ $fail -eq 0 ] && echo "gpu dry run: 3 passed, 0 failed" || echo "gpu dry run: failed"
 exit $fail
