@@ -24,6 +24,7 @@
  * functions: plain host memory (TCP). */
 static int (*rt_malloc)(void **, size_t);
 static int (*rt_memcpy)(void *, const void *, size_t, int);
+static int (*rt_free)(void *);
 
 static int allreduce_ok(ftc_comm_t *c, int size) {
   float x[64];
@@ -34,12 +35,10 @@ static int allreduce_ok(ftc_comm_t *c, int size) {
     return 0;
   }
   ftc_status_t st = ftc_allreduce(buf, buf, 64, FTC_F32, FTC_SUM, c, 20000);
-  if (st != FTC_OK) {
-    printf("allreduce: %s: %s\n", ftc_strerror(st), ftc_last_error());
-    return 0;
-  }
-  if (rt_malloc) rt_memcpy(x, buf, sizeof x, 2);
-  return x[63] == (float)size;
+  if (st != FTC_OK) printf("allreduce: %s: %s\n", ftc_strerror(st), ftc_last_error());
+  else if (rt_malloc) rt_memcpy(x, buf, sizeof x, 2);
+  if (rt_malloc && rt_free) rt_free(buf);
+  return st == FTC_OK && x[63] == (float)size;
 }
 
 int main(int argc, char **argv) {
@@ -67,6 +66,7 @@ int main(int argc, char **argv) {
     int (*create)(void **) = rt ? (int (*)(void **))dlsym(rt, "cudaStreamCreate") : NULL;
     *(void **)&rt_malloc = rt ? dlsym(rt, "cudaMalloc") : NULL;
     *(void **)&rt_memcpy = rt ? dlsym(rt, "cudaMemcpy") : NULL;
+    *(void **)&rt_free = rt ? dlsym(rt, "cudaFree") : NULL;
     if (!rt_malloc || !rt_memcpy) rt_malloc = NULL;
     void *stream = NULL;
     if (!create || create(&stream) != 0) {
@@ -80,6 +80,10 @@ int main(int argc, char **argv) {
     } else {
       rc = 0;
     }
+    ftc_comm_destroy(c); /* before the stream it may use goes */
+    c = NULL;
+    int (*destroy)(void *) = rt ? (int (*)(void *))dlsym(rt, "cudaStreamDestroy") : NULL;
+    if (stream && destroy) destroy(stream);
   }
   printf("%s: %s\n", want, rc ? "FAILED" : "ok");
   ftc_comm_destroy(c);
