@@ -202,6 +202,23 @@ void ftc_rec_set_process_info(const ftc_rec_process_info_t *info);
  */
 ftc_status_t ftc_rec_dump(const char *dir, const char *reason, char *path, size_t path_len);
 
+/*
+ * A capture: a copy, taken now, of everything a dump shows (process info,
+ * every live recorder's progress and the entries that fit
+ * FTCOMM_DUMP_MAX_BYTES), to be written later with ftc_rec_capture_write()
+ * exactly as ftc_rec_dump() would have written it at capture time (its
+ * trigger time is the capture's). For a caller that must note the state at
+ * an event now but cannot wait for the file (formatting, fsync): the
+ * recovery path. ftc_rec_capture() allocates (one block per recorder) and
+ * returns NULL when out of memory; the caller frees the capture with
+ * ftc_rec_capture_free() (NULL is a no-op). Safe from any thread.
+ */
+typedef struct ftc_rec_capture ftc_rec_capture_t;
+ftc_rec_capture_t *ftc_rec_capture(void);
+ftc_status_t ftc_rec_capture_write(const ftc_rec_capture_t *capture, const char *dir,
+                                   const char *reason, char *path, size_t path_len);
+void ftc_rec_capture_free(ftc_rec_capture_t *capture);
+
 /* Ask the recorder's dump thread to write a dump with reason "signal"
  * (when reason_code is 0) or "request". Async-signal-safe; returns at once.
  * FTC_ERR_NOT_SUPPORTED if no dump thread is running. */

@@ -9,6 +9,9 @@
  * file by FTCOMM_DUMP_MAX_BYTES by leaving out the oldest entries. The file
  * appears atomically: written under a temporary name, fsynced, then linked
  * to a name that no earlier dump holds (an existing file is never replaced).
+ * A capture (ftc_rec_capture) copies what a dump shows into memory at once,
+ * to be written later by ftc_rec_capture_write: the recovery path takes one
+ * when an epoch fails and writes it off its critical path.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ftc_alloc.h"
 #include "ftc_error.h"
 #include "ftc_log.h"
 #include "ftc_param.h"
@@ -187,7 +191,54 @@ static const char entry_fields[] =
     "\"peer\",\"rank\",\"size\",\"state\",\"created_ns\",\"started_ns\",\"completed_ns\","
     "\"duration_ns\",\"timeout_ns\"],\n\"communicators\":[";
 
-static void write_body(const proc_info_t *pi, const char *reason, int64_t wall, int64_t mono, uint64_t max_bytes) {
+/* One recorder as a dump shows it: its header fields, and the entries
+ * from the live ring (cap == NULL) or from a capture. */
+typedef struct comm_view {
+  uint64_t comm_id;
+  char name[64];
+  ftc_rec_progress_t p;
+  uint64_t ranks;
+  size_t cap;
+  uint64_t held, keep;
+} comm_view_t;
+
+struct ftc_rec_capture {
+  proc_info_t pi;
+  int64_t wall, mono;
+  int truncated;
+  size_t ncomms;
+  comm_view_t *comms;
+  ftc_rec_entry_t **entries; /* comms[i].keep consistent entries, n_entries[i] of them */
+  size_t *n_entries;
+};
+
+static void comm_view_of(const struct ftc_rec *r, uint64_t budget, uint64_t total,
+                         comm_view_t *cv) {
+  ftc_rec_progress(r, &cv->p);
+  cv->comm_id = r->comm_id;
+  snprintf(cv->name, sizeof(cv->name), "%s", r->name);
+  cv->ranks = __atomic_load_n(&r->cur_ranks, __ATOMIC_RELAXED);
+  cv->cap = r->cap;
+  cv->held = cv->p.recorded < r->cap ? cv->p.recorded : r->cap;
+  cv->keep = total ? cv->held * budget / total : 0;
+}
+
+/* Entries that fit the budget, over every live recorder (registry lock held). */
+static uint64_t live_budget(uint64_t max_bytes, size_t *ncomms_out, uint64_t *total_out) {
+  size_t ncomms = 0;
+  uint64_t total = 0;
+  for (struct ftc_rec *r = ftc__rec_registry_head; r; r = r->next) {
+    ftc_rec_progress_t p;
+    ftc_rec_progress(r, &p);
+    ncomms++;
+    total += p.recorded < r->cap ? p.recorded : r->cap;
+  }
+  *ncomms_out = ncomms;
+  *total_out = total;
+  return entry_budget(max_bytes, ncomms, total);
+}
+
+static void write_header(const proc_info_t *pi, const char *reason, int64_t wall, int64_t mono) {
   char host[256] = "";
   gethostname(host, sizeof(host) - 1);
   time_t secs = (time_t)(wall / 1000000000LL);
@@ -215,43 +266,52 @@ static void write_body(const proc_info_t *pi, const char *reason, int64_t wall, 
            ",",
            wall, iso, mono);
   w_put(entry_fields, sizeof(entry_fields) - 1);
+}
 
-  size_t ncomms = 0;
-  uint64_t total = 0;
-  for (struct ftc_rec *r = ftc__rec_registry_head; r; r = r->next) {
-    ftc_rec_progress_t p;
-    ftc_rec_progress(r, &p);
-    ncomms++;
-    total += p.recorded < r->cap ? p.recorded : r->cap;
-  }
-  uint64_t budget = entry_budget(max_bytes, ncomms, total);
-  int truncated = budget < total;
+static void write_comm_head(const comm_view_t *cv, int first_comm) {
+  w_printf("%s\n{\"id\":\"%016" PRIx64 "\",", first_comm ? "" : ",", cv->comm_id);
+  w_key_str("name", cv->name);
+  w_printf("\"epoch\":%" PRIu64 ",\"rank\":%d,\"size\":%d,\"capacity\":%zu,\"recorded\":%" PRIu64
+           ",\"dropped\":%" PRIu64 ",\"last_enqueued_seq\":%" PRIu64
+           ",\"last_started_seq\":%" PRIu64 ",\"last_completed_seq\":%" PRIu64
+           ",\"entries\":[",
+           cv->p.epoch, (int)(int32_t)(uint32_t)cv->ranks, (int)(int32_t)(uint32_t)(cv->ranks >> 32),
+           cv->cap, cv->p.recorded, cv->held - cv->keep, cv->p.last_enqueued, cv->p.last_started,
+           cv->p.last_completed);
+}
 
-  int first_comm = 1;
-  for (struct ftc_rec *r = ftc__rec_registry_head; r; r = r->next) {
-    ftc_rec_progress_t p;
-    ftc_rec_progress(r, &p);
-    uint64_t held = p.recorded < r->cap ? p.recorded : r->cap;
-    uint64_t keep = total ? held * budget / total : 0;
-    uint64_t ranks = __atomic_load_n(&r->cur_ranks, __ATOMIC_RELAXED);
-    w_printf("%s\n{\"id\":\"%016" PRIx64 "\",", first_comm ? "" : ",", r->comm_id);
-    w_key_str("name", r->name);
-    w_printf("\"epoch\":%" PRIu64 ",\"rank\":%d,\"size\":%d,\"capacity\":%zu,\"recorded\":%" PRIu64
-             ",\"dropped\":%" PRIu64 ",\"last_enqueued_seq\":%" PRIu64
-             ",\"last_started_seq\":%" PRIu64 ",\"last_completed_seq\":%" PRIu64
-             ",\"entries\":[",
-             p.epoch, (int)(int32_t)(uint32_t)ranks, (int)(int32_t)(uint32_t)(ranks >> 32),
-             r->cap, p.recorded, held - keep, p.last_enqueued, p.last_started,
-             p.last_completed);
-    int first = 1;
-    for (uint64_t id = p.recorded - keep; id < p.recorded; id++) {
-      ftc_rec_entry_t e;
-      if (!ftc__rec_read(r, id, &e)) continue;
-      write_entry(&e, first);
-      first = 0;
+/* The dump's text from the live rings (registry lock held), or from c. */
+static void write_body(const proc_info_t *pi, const char *reason, int64_t wall, int64_t mono,
+                       uint64_t max_bytes, const struct ftc_rec_capture *c) {
+  write_header(pi, reason, wall, mono);
+  int truncated;
+  if (c) {
+    for (size_t i = 0; i < c->ncomms; i++) {
+      write_comm_head(&c->comms[i], i == 0);
+      for (size_t k = 0; k < c->n_entries[i]; k++) write_entry(&c->entries[i][k], k == 0);
+      w_put("]}", 2);
     }
-    w_put("]}", 2);
-    first_comm = 0;
+    truncated = c->truncated;
+  } else {
+    size_t ncomms;
+    uint64_t total;
+    uint64_t budget = live_budget(max_bytes, &ncomms, &total);
+    truncated = budget < total;
+    int first_comm = 1;
+    for (struct ftc_rec *r = ftc__rec_registry_head; r; r = r->next) {
+      comm_view_t cv;
+      comm_view_of(r, budget, total, &cv);
+      write_comm_head(&cv, first_comm);
+      int first = 1;
+      for (uint64_t id = cv.p.recorded - cv.keep; id < cv.p.recorded; id++) {
+        ftc_rec_entry_t e;
+        if (!ftc__rec_read(r, id, &e)) continue;
+        write_entry(&e, first);
+        first = 0;
+      }
+      w_put("]}", 2);
+      first_comm = 0;
+    }
   }
   w_printf("],\n\"truncated\":%s}\n", truncated ? "true" : "false");
 }
@@ -274,16 +334,21 @@ static int publish(int dfd, const char *tmp, int rank, int64_t wall, char *name,
   }
 }
 
-ftc_status_t ftc_rec_dump(const char *dir, const char *reason, char *path, size_t path_len) {
+/* Write the dump of the live rings (c NULL) or of a capture. */
+static ftc_status_t dump_file(const struct ftc_rec_capture *c, const char *dir, const char *reason,
+                              char *path, size_t path_len) {
   ftc_status_t st = FTC_OK;
   int64_t max_bytes = 0;
   char tmp[128], name[256], dirbuf[FTC_REC_INFO_STR];
-  int64_t wall = ftc__wall_ns(), mono = ftc__now_ns();
+  int64_t wall = c ? c->wall : ftc__wall_ns(), mono = c ? c->mono : ftc__now_ns();
   if (!reason || !*reason) reason = "api";
   ftc__param_int(FTC_P_DUMP_MAX_BYTES, &max_bytes);
 
   proc_info_t pi;
-  resolve_info(&pi);
+  if (c)
+    pi = c->pi;
+  else
+    resolve_info(&pi);
   pthread_mutex_lock(&dump_lock);
   snprintf(dirbuf, sizeof(dirbuf), "%s", dir ? dir : pi.dump_dir);
   int rank = pi.rank;
@@ -309,9 +374,13 @@ ftc_status_t ftc_rec_dump(const char *dir, const char *reason, char *path, size_
   w.err = 0;
   w.len = 0;
   w.total = 0;
-  pthread_mutex_lock(&ftc__rec_registry_lock);
-  write_body(&pi, reason, wall, mono, (uint64_t)max_bytes);
-  pthread_mutex_unlock(&ftc__rec_registry_lock);
+  if (c) {
+    write_body(&pi, reason, wall, mono, (uint64_t)max_bytes, c);
+  } else {
+    pthread_mutex_lock(&ftc__rec_registry_lock);
+    write_body(&pi, reason, wall, mono, (uint64_t)max_bytes, NULL);
+    pthread_mutex_unlock(&ftc__rec_registry_lock);
+  }
   w_flush();
   if (!w.err && fsync(w.fd) < 0) w.err = errno;
   if (w.err) {
@@ -349,6 +418,64 @@ out_unlock_dump:
   FTC_WARN(FTC_SUB_RECORDER, "%s", ftc_last_error());
   pthread_mutex_unlock(&dump_lock);
   return st;
+}
+
+ftc_status_t ftc_rec_dump(const char *dir, const char *reason, char *path, size_t path_len) {
+  return dump_file(NULL, dir, reason, path, path_len);
+}
+
+void ftc_rec_capture_free(ftc_rec_capture_t *c) {
+  if (!c) return;
+  for (size_t i = 0; c->entries && i < c->ncomms; i++) ftc__free(c->entries[i]);
+  ftc__free(c->entries);
+  ftc__free(c->n_entries);
+  ftc__free(c->comms);
+  ftc__free(c);
+}
+
+ftc_rec_capture_t *ftc_rec_capture(void) {
+  int64_t max_bytes = 0;
+  ftc__param_int(FTC_P_DUMP_MAX_BYTES, &max_bytes);
+  ftc_rec_capture_t *c = ftc__calloc(1, sizeof(*c));
+  if (!c) return NULL;
+  c->wall = ftc__wall_ns();
+  c->mono = ftc__now_ns();
+  resolve_info(&c->pi);
+  pthread_mutex_lock(&ftc__rec_registry_lock);
+  size_t ncomms;
+  uint64_t total;
+  uint64_t budget = live_budget((uint64_t)max_bytes, &ncomms, &total);
+  c->truncated = budget < total;
+  c->ncomms = ncomms;
+  size_t n = ncomms ? ncomms : 1;
+  c->comms = ftc__calloc(n, sizeof(*c->comms));
+  c->entries = ftc__calloc(n, sizeof(*c->entries));
+  c->n_entries = ftc__calloc(n, sizeof(*c->n_entries));
+  int ok = c->comms && c->entries && c->n_entries;
+  size_t i = 0;
+  for (struct ftc_rec *r = ftc__rec_registry_head; ok && r; r = r->next, i++) {
+    comm_view_t *cv = &c->comms[i];
+    comm_view_of(r, budget, total, cv);
+    if (!cv->keep) continue;
+    if (!(c->entries[i] = ftc__malloc((size_t)cv->keep * sizeof(ftc_rec_entry_t)))) {
+      ok = 0;
+      break;
+    }
+    for (uint64_t id = cv->p.recorded - cv->keep; id < cv->p.recorded; id++)
+      if (ftc__rec_read(r, id, &c->entries[i][c->n_entries[i]])) c->n_entries[i]++;
+  }
+  pthread_mutex_unlock(&ftc__rec_registry_lock);
+  if (!ok) {
+    ftc_rec_capture_free(c);
+    return NULL;
+  }
+  return c;
+}
+
+ftc_status_t ftc_rec_capture_write(const ftc_rec_capture_t *c, const char *dir, const char *reason,
+                                   char *path, size_t path_len) {
+  if (!c) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "flight recorder: no capture to write");
+  return dump_file(c, dir, reason, path, path_len);
 }
 
 uint64_t ftc_rec_dump_count(void) {
