@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libwebsockets.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -582,6 +583,14 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
 
 static void judge_suspects(ftc__coord_t *co, int64_t now);
 
+/* Whether the kernel already says m's session is closed by its end (the
+ * process died: end of stream or reset), before lws got to its close. */
+static int session_gone(const member_t *m) {
+  if (!m->sess) return 1;
+  struct pollfd p = {lws_get_socket_fd(m->sess->wsi), POLLRDHUP, 0};
+  return p.fd >= 0 && poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 /* How long a member must have been silent for a failure report to drop it:
  * two missed heartbeats and some slack (docs/recovery.md, the evidence rule). */
 static int64_t evidence_ns(const ftc__coord_t *co) {
@@ -673,10 +682,15 @@ static void handle_failure(ftc__coord_t *co, session_t *s, const ftc__msg_t *msg
     if (!x || x == rep) continue;
     const char *what = msg->reason ? msg->reason : ftc_strerror((ftc_status_t)msg->status);
     int64_t silent = now - x->last_seen_ns;
-    if (!x->sess || silent > evidence_ns(co)) {
+    int gone = session_gone(x);
+    if (gone || silent > evidence_ns(co)) {
       char why[192];
-      snprintf(why, sizeof(why), "was reported failed by rank %d (%s) and is silent for %lld ms",
-               rep->rank, what, (long long)(silent / 1000000));
+      if (gone)
+        snprintf(why, sizeof(why), "was reported failed by rank %d (%s) and its session is closed",
+                 rep->rank, what);
+      else
+        snprintf(why, sizeof(why), "was reported failed by rank %d (%s) and is silent for %lld ms",
+                 rep->rank, what, (long long)(silent / 1000000));
       exclude_member(co, x, FTC__PERR_EXCLUDED, why);
     } else if (!x->suspect_ns) {
       x->suspect_ns = now;

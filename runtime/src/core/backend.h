@@ -17,6 +17,7 @@
 #ifndef FTC_CORE_BACKEND_H
 #define FTC_CORE_BACKEND_H
 
+#include <poll.h>
 #include <stdint.h>
 
 #include "core/op.h"
@@ -74,6 +75,14 @@ typedef struct ftc__backend_ops {
   int (*peer_left)(const void *h, int rank);
   void (*note_failed_peer)(void *h, int rank); /* the idle watch saw it close */
   void (*drop_peer)(void *h, int rank);        /* fault injection */
+  /* Optional: spare connections made between collectives for the next
+   * epoch (see ftc__tcp_spare_poll), driven by the idle progress thread:
+   * spare_poll fills pfd with the listener and the handshakes to wait for
+   * (build: start making this rank's spares), spare_events handles what
+   * poll() returned for them, spare_stop abandons handshakes in progress. */
+  int (*spare_poll)(void *h, int listen_fd, int build, struct pollfd *pfd, int max);
+  void (*spare_events)(void *h, int listen_fd, const struct pollfd *pfd, int n);
+  void (*spare_stop)(void *h);
 } ftc__backend_ops_t;
 
 extern const ftc__backend_ops_t ftc__backend_tcp;

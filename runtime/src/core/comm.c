@@ -71,7 +71,7 @@ static void comm_free(ftc_comm_t *c) {
   if (c->wd_fd >= 0) close(c->wd_fd);
   view_copy_free(c->view);
   view_copy_free(c->prev_view);
-  pthread_cond_destroy(&c->wd_cv);
+  pthread_mutex_destroy(&c->wd_cap_mu);
   pthread_mutex_destroy(&c->wd_mu);
   ftc__free(c->p2p_seq);
   for (size_t i = 0; i < sizeof(c->strs) / sizeof(c->strs[0]); i++) ftc__free(c->strs[i]);
@@ -110,11 +110,7 @@ static ftc_status_t comm_new(const ftc_config_t *cfg_in, ftc_comm_t **out) {
   c->wd_fd = -1;
   pthread_mutex_init(&c->lock, NULL);
   pthread_mutex_init(&c->wd_mu, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&c->wd_cv, &ca);
-  pthread_condattr_destroy(&ca);
+  pthread_mutex_init(&c->wd_cap_mu, NULL);
   ftc__fault_init();
   c->cfg = cfg;
   const char **fields[] = {&c->cfg.job, &c->cfg.coordinator, &c->cfg.token, &c->cfg.backend,
@@ -124,6 +120,9 @@ static ftc_status_t comm_new(const ftc_config_t *cfg_in, ftc_comm_t **out) {
   int64_t spin;
   if ((st = ftc__param_int(FTC_P_SPIN_US, &spin)) != FTC_OK) goto out_free;
   c->spin_us = (int)spin;
+  int64_t spares;
+  if ((st = ftc__param_int(FTC_P_SPARE_CONNECTIONS, &spares)) != FTC_OK) goto out_free;
+  c->spares = (int)spares;
   if ((st = ftc__tcp_cfg_from_env(&c->tcfg)) != FTC_OK) goto out_free;
   c->tcfg.token = c->cfg.token;
   c->tcfg.connect_timeout_ms = c->cfg.connect_timeout_ms;
@@ -174,6 +173,7 @@ ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view) {
   ftc__free(comm->p2p_seq);
   comm->p2p_seq = seqs;
   comm->seq = 0;
+  __atomic_store_n(&comm->settled, 0, __ATOMIC_RELEASE);
   __atomic_store_n(&comm->rank, view->my_rank, __ATOMIC_RELEASE);
   __atomic_store_n(&comm->size, view->size, __ATOMIC_RELEASE);
   __atomic_store_n(&comm->epoch, view->epoch, __ATOMIC_RELEASE);

@@ -3,7 +3,9 @@
  * (comm.c), the progress engine and requests (engine.c) and the collective
  * entry points (coll.c).
  *
- * Lock order: comm->lock -> req->mu; comm->wd_mu is a leaf. Neither
+ * Lock order: comm->wd_cap_mu -> comm->lock -> req->mu; wd_cap_mu is also
+ * held while calling the membership client and the recorder (their locks
+ * are leaves); comm->wd_mu is a leaf. Neither
  * comm->lock nor req->mu is held while a collective runs. comm->busy says
  * one thread (the progress thread, or the application thread on the direct
  * path) owns the data plane; only that thread runs operations on comm->bh,
@@ -58,6 +60,8 @@ struct ftc_comm {
   int connect_timeout_ms;  /* for be->connect: the configured one, less during a recovery */
   ftc_rec_t *rec;
   int interrupt;          /* atomic status; nonzero stops a running collective */
+  int settled;            /* atomic: a collective of this epoch completed here */
+  int spares;             /* FTCOMM_SPARE_CONNECTIONS: make spare connections for the next epoch */
   int error;              /* atomic: the error that broke the epoch (async error) */
   int aborted;            /* atomic */
   uint64_t seq;           /* collective sequence in the epoch, from 1 */
@@ -72,16 +76,20 @@ struct ftc_comm {
 
   /* Recovery and the watchdog (recover.c). The watchdog thread
    * ("ftc-watchdog") sleeps on wd_fd, which the membership session (a view
-   * or dump request arrived), ftc__comm_fail() and ftc__watchdog_sync()
-   * write; it dumps and reports failures, answers dump requests and revokes
-   * an epoch the coordinator has replaced by one without some member. */
+   * or dump request arrived), ftc__comm_fail() and ftc__watchdog_capture()
+   * write; it reports failures and captures and writes their dumps,
+   * answers dump requests and revokes an epoch the coordinator has replaced
+   * by one without some member. */
   int wd_fd;
   pthread_t wd_thread;
   int wd_started;
   int wd_stop;                /* under wd_mu */
   pthread_mutex_t wd_mu;
-  pthread_cond_t wd_cv;
-  uint64_t wd_asked, wd_done; /* under wd_mu: sync generations */
+  struct ftc__wd_dump *wd_dumps; /* under wd_mu: captured, not yet written */
+  int64_t wd_hold_ns;         /* under wd_mu: since when their files wait (0: they don't) */
+  uint64_t wd_hold_epoch;     /* under wd_mu: ... for an epoch after this one */
+  pthread_mutex_t wd_cap_mu;  /* serializes the capture of failures and dump requests */
+  uint64_t wd_handled;        /* under wd_cap_mu: the epoch whose failure was reported */
   int recovering;             /* atomic: the application thread is moving to a new epoch */
   uint64_t target_epoch;      /* atomic: epoch being connected by that move, 0 none */
   ftc__view_t *prev_view;     /* the view before the last change, NULL for the first */
@@ -110,12 +118,14 @@ ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view);
 ftc__view_t *ftc__view_copy(const ftc__view_t *v);
 
 /* Watchdog (recover.c). start/stop around the engine; kick wakes it;
- * sync returns once it has run a full round that started after the call
- * (so a dump request or failure known now is handled), or after 5 s. */
+ * capture does, on the calling thread, what the watchdog's next round would
+ * do first: report a failure known now and capture its dump, capture a dump
+ * the coordinator asked for; the watchdog writes (and uploads) the files
+ * later, so a recovery does not wait for them. */
 ftc_status_t ftc__watchdog_start(ftc_comm_t *comm);
 void ftc__watchdog_stop(ftc_comm_t *comm);
 void ftc__watchdog_kick(ftc_comm_t *comm);
-void ftc__watchdog_sync(ftc_comm_t *comm);
+void ftc__watchdog_capture(ftc_comm_t *comm);
 
 /* Fault injection (fault.c), off unless FTCOMM_FAULT is set: parsed once.
  * ftc__fault_armed is read on the hot path (one predictable branch). */

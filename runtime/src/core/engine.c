@@ -119,6 +119,14 @@ static ftc_status_t execute(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq,
   if (__builtin_expect(ftc__fault_armed, 0) && st == FTC_OK) st = ftc__fault_coll_done(comm, seq);
   if (st != FTC_OK) fail_op(comm, op, seq, st);
   ftc__record_end(comm, rec_id, st);
+  if (__builtin_expect(st == FTC_OK && !__atomic_load_n(&comm->settled, __ATOMIC_RELAXED), 0)) {
+    /* The epoch's first collective: work held back during the move
+     * (writing the failed epoch's dumps, making spare connections) may
+     * run now. */
+    __atomic_store_n(&comm->settled, 1, __ATOMIC_RELEASE);
+    ftc__watchdog_kick(comm);
+    if (comm->spares) ftc__engine_wake(comm); /* the progress thread makes the spares */
+  }
   return st;
 }
 
@@ -288,18 +296,29 @@ static ftc_status_t do_rebuild(ftc_comm_t *comm, const ftc__view_t *view) {
 /* Sleep until woken; meanwhile refuse strangers and notice peers that go
  * away between collectives. ignore[] marks peers already dealt with. */
 static void idle_wait(ftc_comm_t *comm, unsigned char *ignore, int nignore) {
-  enum { MAXP = 256 };
-  struct pollfd pfd[2 + MAXP];
+  enum { MAXP = 256, MAXS = 1 + MAXP + 64 };
+  struct pollfd pfd[1 + MAXS + MAXP];
   int fds[MAXP], ranks[MAXP];
-  int n = 0, base;
+  int n = 0, base, sp = 0, spares = comm->spares && comm->be->spare_poll && comm->bh;
   pfd[n++] = (struct pollfd){comm->wake_fd, POLLIN, 0};
   /* While a later epoch is coming (this one failed, or the coordinator
    * announced the next), callers are peers of that epoch: leave them in the
-   * backlog for its bootstrap instead of refusing them. */
+   * backlog for its bootstrap instead of refusing them. Otherwise the
+   * listener takes spare connections (the next epoch's, made once this
+   * epoch's first collective is done) and refuses anyone else. */
   int next_coming = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE) ||
                     ftc__member_latest_epoch(comm->member) >
                         __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
-  if (comm->listen_fd >= 0 && !next_coming) pfd[n++] = (struct pollfd){comm->listen_fd, POLLIN, 0};
+  if (comm->listen_fd >= 0 && !next_coming) {
+    if (spares)
+      sp = comm->be->spare_poll(comm->bh, comm->listen_fd,
+                                __atomic_load_n(&comm->settled, __ATOMIC_ACQUIRE), pfd + n, MAXS);
+    else
+      pfd[n] = (struct pollfd){comm->listen_fd, POLLIN, 0}, sp = 1;
+  } else if (spares) {
+    comm->be->spare_stop(comm->bh);
+  }
+  n += sp;
   base = n;
   int np = 0;
   if (!__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE)) {
@@ -314,10 +333,13 @@ static void idle_wait(ftc_comm_t *comm, unsigned char *ignore, int nignore) {
     ssize_t r = read(comm->wake_fd, &v, sizeof(v));
     (void)r;
   }
-  if (base == 2 && (pfd[1].revents & POLLIN) &&
-      !__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE) &&
-      ftc__member_latest_epoch(comm->member) <= __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE))
-    ftc__tcp_refuse_pending(comm->listen_fd);
+  if (sp && !__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE) &&
+      ftc__member_latest_epoch(comm->member) <= __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE)) {
+    if (spares)
+      comm->be->spare_events(comm->bh, comm->listen_fd, pfd + 1, sp);
+    else if (pfd[1].revents & POLLIN)
+      ftc__tcp_refuse_pending(comm->listen_fd);
+  }
   for (int i = base; i < n; i++) {
     if (!pfd[i].revents) continue;
     int rank = -1;

@@ -33,7 +33,6 @@
 #include "ftc_time.h"
 
 #define RETRY_PAUSE_MS 20
-#define SYNC_WAIT_MS 5000
 
 /* ---- epoch descriptions ---- */
 
@@ -138,8 +137,9 @@ static ftc_status_t move_epoch(ftc_comm_t *comm, uint64_t min_epoch, int64_t dea
       continue;
     }
     if (__builtin_expect(ftc__fault_armed, 0) && attempt == 0) ftc__fault_recover(++comm->moves);
-    /* Dumps of the old epoch (failure, coordinator request) come first. */
-    ftc__watchdog_sync(comm);
+    /* The old epoch's dumps (failure, coordinator request) are captured
+     * first, so they show it; the watchdog writes them meanwhile. */
+    ftc__watchdog_capture(comm);
     int64_t left_ms = (deadline - ftc__now_ns()) / 1000000;
     comm->connect_timeout_ms =
         left_ms < saved_connect ? (int)(left_ms < 1 ? 1 : left_ms) : saved_connect;
@@ -154,8 +154,11 @@ static ftc_status_t move_epoch(ftc_comm_t *comm, uint64_t min_epoch, int64_t dea
     if (st == FTC_OK || st == FTC_ERR_ABORTED) break;
     FTC_INFO(FTC_SUB_RECOVERY, "connecting epoch %llu failed: %s; retrying with the newest epoch",
              (unsigned long long)tried, ftc_last_error());
-    struct timespec ts = {0, RETRY_PAUSE_MS * 1000000L};
-    nanosleep(&ts, NULL);
+    /* A later epoch (the usual reason) is taken at once; the same one again
+     * after a pause. */
+    ftc__view_t *later = NULL;
+    if (ftc__member_wait_view(comm->member, tried, RETRY_PAUSE_MS, &later) == FTC_OK)
+      ftc__view_free(later);
   }
   comm->connect_timeout_ms = saved_connect;
   __atomic_store_n(&comm->recovering, 0, __ATOMIC_RELEASE);
@@ -283,20 +286,6 @@ void ftc__watchdog_kick(ftc_comm_t *comm) {
   (void)w;
 }
 
-void ftc__watchdog_sync(ftc_comm_t *comm) {
-  if (!comm->wd_started) return;
-  pthread_mutex_lock(&comm->wd_mu);
-  uint64_t want = ++comm->wd_asked;
-  pthread_mutex_unlock(&comm->wd_mu);
-  ftc__watchdog_kick(comm);
-  int64_t deadline = ftc__deadline_ns(SYNC_WAIT_MS);
-  struct timespec ts = {(time_t)(deadline / 1000000000LL), (long)(deadline % 1000000000LL)};
-  pthread_mutex_lock(&comm->wd_mu);
-  while (comm->wd_done < want && !comm->wd_stop && ftc__now_ns() < deadline)
-    pthread_cond_timedwait(&comm->wd_cv, &comm->wd_mu, &ts);
-  pthread_mutex_unlock(&comm->wd_mu);
-}
-
 /* Read a dump file whole (for the upload). */
 static char *read_file(const char *path, size_t *len) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -323,47 +312,145 @@ out_close:
   return buf;
 }
 
-/* A dump request from the coordinator: dump, then upload under its incident. */
-static void wd_dump_request(ftc_comm_t *comm) {
-  char incident[128], path[4096];
-  if (!comm->member || !ftc__member_take_dump_request(comm->member, incident, sizeof(incident)))
-    return;
-  if (ftc_rec_dump(comm->cfg.dump_dir, "coordinator", path, sizeof(path)) != FTC_OK) {
-    FTC_WARN(FTC_SUB_RECOVERY, "cannot write the dump the coordinator asked for (%s): %s",
-             incident, ftc_last_error());
-    return;
+/* A dump captured when it was due and written later by the watchdog
+ * (comm->wd_dumps, under wd_mu): the rank's own dump of a failed epoch, or
+ * one the coordinator asked for (incident set: uploaded under it). */
+struct ftc__wd_dump {
+  struct ftc__wd_dump *next;
+  ftc_rec_capture_t *capture;
+  const char *reason;
+  uint64_t epoch;
+  int status;             /* the failure, for the log */
+  char incident[128];     /* "" for the rank's own dump */
+  int rank;
+};
+
+/* Queue a captured dump. While the epoch is failed its files wait until
+ * the next epoch's first collective completed (the recovery is done) or a
+ * watchdog period passed: formatting and fsync would compete with the
+ * recovery for the CPU. */
+static void wd_queue(ftc_comm_t *comm, struct ftc__wd_dump *d) {
+  int failed = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE) != 0;
+  pthread_mutex_lock(&comm->wd_mu);
+  struct ftc__wd_dump **tail = &comm->wd_dumps;
+  while (*tail) tail = &(*tail)->next;
+  *tail = d;
+  if (failed && !comm->wd_hold_ns) {
+    comm->wd_hold_ns = ftc__now_ns();
+    comm->wd_hold_epoch = d->epoch;
   }
-  size_t len = 0;
-  char *data = read_file(path, &len);
-  int rank = __atomic_load_n(&comm->rank, __ATOMIC_ACQUIRE);
-  if (!data || ftc__member_upload_dump(comm->member, incident, rank, data, len) != FTC_OK)
-    FTC_WARN(FTC_SUB_RECOVERY, "wrote %s for incident %s but cannot upload it: %s", path,
-             incident, data ? ftc_last_error() : "cannot read it back");
-  else
-    FTC_INFO(FTC_SUB_RECOVERY, "dump for incident %s: %s (uploaded)", incident, path);
-  ftc__free(data);
+  pthread_mutex_unlock(&comm->wd_mu);
 }
 
-/* A failed epoch, once: the rank's own dump, then tell the coordinator. */
-static void wd_failure(ftc_comm_t *comm, uint64_t *handled) {
+/* Nanoseconds until held dumps may be written (0: now). */
+static int64_t wd_hold_left(ftc_comm_t *comm, int64_t period_ns) {
+  pthread_mutex_lock(&comm->wd_mu);
+  int64_t since = comm->wd_hold_ns, left = 0;
+  if (since) {
+    int recovered = __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE) > comm->wd_hold_epoch &&
+                    __atomic_load_n(&comm->settled, __ATOMIC_ACQUIRE);
+    left = recovered ? 0 : since + period_ns - ftc__now_ns();
+    if (left <= 0) comm->wd_hold_ns = 0, left = 0;
+  }
+  pthread_mutex_unlock(&comm->wd_mu);
+  return left;
+}
+
+static struct ftc__wd_dump *wd_capture_new(const char *reason) {
+  struct ftc__wd_dump *d = ftc__calloc(1, sizeof(*d));
+  if (d && !(d->capture = ftc_rec_capture())) {
+    ftc__free(d);
+    d = NULL;
+  }
+  if (d) d->reason = reason;
+  return d;
+}
+
+/* A dump request from the coordinator: capture now, write and upload later. */
+static void wd_dump_request(ftc_comm_t *comm) {
+  char incident[128];
+  if (!comm->member || !ftc__member_take_dump_request(comm->member, incident, sizeof(incident)))
+    return;
+  struct ftc__wd_dump *d = wd_capture_new("coordinator");
+  if (!d) {
+    FTC_WARN(FTC_SUB_RECOVERY, "cannot capture the dump the coordinator asked for (%s): out of memory",
+             incident);
+    return;
+  }
+  snprintf(d->incident, sizeof(d->incident), "%s", incident);
+  d->rank = __atomic_load_n(&comm->rank, __ATOMIC_ACQUIRE);
+  d->epoch = __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
+  wd_queue(comm, d);
+}
+
+/* A failed epoch, once: tell the coordinator, then capture the rank's own
+ * dump. */
+static void wd_failure(ftc_comm_t *comm) {
   int e = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
   uint64_t epoch = __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
-  if (!e || e == FTC_ERR_ABORTED || *handled == epoch) return;
-  *handled = epoch;
+  if (!e || e == FTC_ERR_ABORTED || comm->wd_handled == epoch) return;
+  comm->wd_handled = epoch;
   pthread_mutex_lock(&comm->lock);
   int peer = comm->bh ? comm->be->failed_peer(comm->bh) : -1;
   pthread_mutex_unlock(&comm->lock);
   if (comm->member)
     ftc__member_report_failure(comm->member, epoch, peer >= 0 ? &peer : NULL, peer >= 0 ? 1 : 0,
                                (ftc_status_t)e);
-  const char *reason = e == FTC_ERR_TIMEOUT ? "timeout" : e == FTC_ERR_REVOKED ? "revoked" : "error";
-  char path[4096];
-  if (ftc_rec_dump(comm->cfg.dump_dir, reason, path, sizeof(path)) == FTC_OK)
-    FTC_INFO(FTC_SUB_RECOVERY, "epoch %llu failed (%s): dump written to %s",
-             (unsigned long long)epoch, ftc_strerror((ftc_status_t)e), path);
-  else
-    FTC_WARN(FTC_SUB_RECOVERY, "epoch %llu failed; cannot write a dump: %s",
-             (unsigned long long)epoch, ftc_last_error());
+  struct ftc__wd_dump *d =
+      wd_capture_new(e == FTC_ERR_TIMEOUT ? "timeout" : e == FTC_ERR_REVOKED ? "revoked" : "error");
+  if (!d) {
+    FTC_WARN(FTC_SUB_RECOVERY, "epoch %llu failed; cannot capture a dump: out of memory",
+             (unsigned long long)epoch);
+    return;
+  }
+  d->epoch = epoch;
+  d->status = e;
+  wd_queue(comm, d);
+}
+
+void ftc__watchdog_capture(ftc_comm_t *comm) {
+  if (!comm->wd_started) return; /* nobody would write them */
+  pthread_mutex_lock(&comm->wd_cap_mu);
+  wd_dump_request(comm);
+  wd_failure(comm);
+  pthread_mutex_unlock(&comm->wd_cap_mu);
+  ftc__watchdog_kick(comm); /* it writes them */
+}
+
+/* Write (and upload) the captured dumps, oldest first. */
+static void wd_write_dumps(ftc_comm_t *comm) {
+  for (;;) {
+    pthread_mutex_lock(&comm->wd_mu);
+    struct ftc__wd_dump *d = comm->wd_dumps;
+    if (d) comm->wd_dumps = d->next;
+    pthread_mutex_unlock(&comm->wd_mu);
+    if (!d) return;
+    char path[4096];
+    ftc_status_t st = ftc_rec_capture_write(d->capture, comm->cfg.dump_dir, d->reason, path,
+                                            sizeof(path));
+    if (!d->incident[0]) {
+      if (st == FTC_OK)
+        FTC_INFO(FTC_SUB_RECOVERY, "epoch %llu failed (%s): dump written to %s",
+                 (unsigned long long)d->epoch, ftc_strerror((ftc_status_t)d->status), path);
+      else
+        FTC_WARN(FTC_SUB_RECOVERY, "epoch %llu failed; cannot write a dump: %s",
+                 (unsigned long long)d->epoch, ftc_last_error());
+    } else if (st != FTC_OK) {
+      FTC_WARN(FTC_SUB_RECOVERY, "cannot write the dump the coordinator asked for (%s): %s",
+               d->incident, ftc_last_error());
+    } else {
+      size_t len = 0;
+      char *data = read_file(path, &len);
+      if (!data || ftc__member_upload_dump(comm->member, d->incident, d->rank, data, len) != FTC_OK)
+        FTC_WARN(FTC_SUB_RECOVERY, "wrote %s for incident %s but cannot upload it: %s", path,
+                 d->incident, data ? ftc_last_error() : "cannot read it back");
+      else
+        FTC_INFO(FTC_SUB_RECOVERY, "dump for incident %s: %s (uploaded)", d->incident, path);
+      ftc__free(data);
+    }
+    ftc_rec_capture_free(d->capture);
+    ftc__free(d);
+  }
 }
 
 /* Whether this rank's connection to `rank` of the current epoch is closed
@@ -434,27 +521,28 @@ static void *watchdog_main(void *arg) {
   ftc_comm_t *comm = arg;
   int64_t period;
   if (ftc__param_int(FTC_P_WATCHDOG_MS, &period) != FTC_OK) period = 1000;
-  uint64_t handled = 0, checked = 0;
+  uint64_t checked = 0;
+  int64_t hold = 0;
   for (;;) {
     struct pollfd p = {comm->wd_fd, POLLIN, 0};
-    if (poll(&p, 1, (int)period) > 0) {
+    int wait_ms = hold ? (int)((hold + 999999) / 1000000) : (int)period;
+    if (poll(&p, 1, wait_ms) > 0) {
       uint64_t n;
       ssize_t r = read(comm->wd_fd, &n, sizeof(n));
       (void)r;
     }
     pthread_mutex_lock(&comm->wd_mu);
     int stop = comm->wd_stop;
-    uint64_t asked = comm->wd_asked;
     pthread_mutex_unlock(&comm->wd_mu);
     if (stop) break;
+    pthread_mutex_lock(&comm->wd_cap_mu);
     wd_dump_request(comm);
-    wd_failure(comm, &handled);
+    wd_failure(comm);
+    pthread_mutex_unlock(&comm->wd_cap_mu);
     wd_view(comm, &checked);
-    pthread_mutex_lock(&comm->wd_mu);
-    comm->wd_done = asked;
-    pthread_cond_broadcast(&comm->wd_cv);
-    pthread_mutex_unlock(&comm->wd_mu);
+    if (!(hold = wd_hold_left(comm, period * 1000000LL))) wd_write_dumps(comm);
   }
+  wd_write_dumps(comm); /* a failure just before the communicator was destroyed */
   return NULL;
 }
 
@@ -470,7 +558,6 @@ void ftc__watchdog_stop(ftc_comm_t *comm) {
   if (!comm->wd_started) return;
   pthread_mutex_lock(&comm->wd_mu);
   comm->wd_stop = 1;
-  pthread_cond_broadcast(&comm->wd_cv);
   pthread_mutex_unlock(&comm->wd_mu);
   ftc__watchdog_kick(comm);
   pthread_join(comm->wd_thread, NULL);

@@ -12,7 +12,9 @@ static ftc_status_t tcp_connect(ftc_comm_t *comm, const ftc__view_t *view, void 
   ftc__tcp_cfg_t cfg = comm->tcfg;
   cfg.connect_timeout_ms = comm->connect_timeout_ms;
   ftc__tcp_t *tp = NULL;
-  ftc_status_t st = ftc__tcp_connect(&cfg, view, comm->listen_fd, &tp);
+  /* The previous epoch's transport (still comm->bh) lends its spare
+   * connections; it is closed after this returns. */
+  ftc_status_t st = ftc__tcp_connect(&cfg, view, comm->listen_fd, comm->bh, &tp);
   *out = tp;
   return st;
 }
@@ -41,6 +43,13 @@ static void tcp_mark_left(void *h, int rank) { ftc__tcp_mark_left(h, rank); }
 static int tcp_peer_left(const void *h, int rank) { return ftc__tcp_peer_left(h, rank); }
 static void tcp_note_failed_peer(void *h, int rank) { ftc__tcp_note_failed_peer(h, rank); }
 static void tcp_drop_peer(void *h, int rank) { ftc__tcp_drop_peer(h, rank); }
+static int tcp_spare_poll(void *h, int listen_fd, int build, struct pollfd *pfd, int max) {
+  return ftc__tcp_spare_poll(h, listen_fd, build, pfd, max);
+}
+static void tcp_spare_events(void *h, int listen_fd, const struct pollfd *pfd, int n) {
+  ftc__tcp_spare_events(h, listen_fd, pfd, n);
+}
+static void tcp_spare_stop(void *h) { ftc__tcp_spare_stop(h); }
 
 const ftc__backend_ops_t ftc__backend_tcp = {
     .name = "tcp",
@@ -55,4 +64,7 @@ const ftc__backend_ops_t ftc__backend_tcp = {
     .peer_left = tcp_peer_left,
     .note_failed_peer = tcp_note_failed_peer,
     .drop_peer = tcp_drop_peer,
+    .spare_poll = tcp_spare_poll,
+    .spare_events = tcp_spare_events,
+    .spare_stop = tcp_spare_stop,
 };

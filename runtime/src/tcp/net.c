@@ -21,6 +21,12 @@
  * matches its own FTCOMM_TCP_SOCKETS and that this connection of the pair is
  * not connected yet, and answers ACK, MACed the same way, which the
  * connector checks in turn. Anything else is refused (closed) and logged.
+ *
+ * Spare connections: between collectives the idle progress thread makes
+ * the same sockets again for every pair (SPARE hellos, kind + 4), unused
+ * until the next epoch adopts them with one ADOPT {epoch} message each way
+ * (ftc__tcp_connect with prev); a failed epoch shuts only its own sockets,
+ * so the survivors of a failure reconnect without a new connection.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -230,28 +236,41 @@ void ftc__tcp_refuse_pending(int listen_fd) {
 
 /* ---- bootstrap ---- */
 
-enum pend_state { P_IDLE, P_RETRY, P_CONNECTING, P_WAIT_NONCE, P_WAIT_ACK, P_WAIT_HELLO, P_DONE };
+enum pend_state {
+  P_IDLE, P_RETRY, P_CONNECTING, P_WAIT_NONCE, P_WAIT_ACK, P_WAIT_HELLO, P_ADOPT, P_DONE,
+  P_HELD, /* a spare acceptor's: a valid hello for a later epoch, kept for its bootstrap */
+};
 
 typedef struct pend {
   int fd;
   enum pend_state state;
-  int rank; /* connectors: the lower rank; accepted: -1 until its hello */
-  int lane; /* connectors: 0 carries both ways or up (we send), 1 down (we receive) */
+  int rank; /* connectors and adoptions: the peer; accepted: -1 until its hello */
+  int lane; /* connectors and adoptions: 0 the socket we send on (or the one socket), 1 the one
+             * we receive on; a connector's lane 0 is UP, lane 1 DOWN */
   uint8_t nonce[FTC__TCP_NONCE_SIZE];
   uint8_t buf[FTC__TCP_HELLO_SIZE];
   size_t have;
-  int64_t retry_at;
+  int64_t retry_at; /* P_RETRY: when; accepted by a spare acceptor: when it is given up */
 } pend_t;
 
-typedef struct boot {
+/* One bootstrap: an epoch's connections (spare 0), or the spare
+ * connections of an epoch made in the background (spare 1). */
+typedef struct ftc__boot {
   ftc__tcp_t *tp;
   const ftc__view_t *view;
-  pend_t *conn;                         /* 2 * size: conn[2 * rank + lane], ranks below ours */
+  int spare;
+  int started;                          /* spare: this rank's connectors were started */
+  pend_t *conn;                         /* 2 * size: conn[2 * rank + lane], connectors
+                                         * (ranks below ours) and adoptions */
   pend_t acc[MAX_PENDING_ACCEPTS];
   int nacc;
   int connected;
+  pend_t **owner;                       /* spare: what each polled entry belongs to */
+  int nowner;
   char last_problem[256];
 } boot_t;
+
+#define SPARE_HELLO_NS (5000 * 1000000LL)
 
 static int parse_addr(const char *addr, struct sockaddr_storage *ss, socklen_t *sl) {
   char host[128];
@@ -280,8 +299,13 @@ static void pend_close(pend_t *p) {
 static void conn_retry(boot_t *b, pend_t *p, const char *why) {
   snprintf(b->last_problem, sizeof(b->last_problem), "rank %d (%s): %s", p->rank,
            b->view->members[p->rank].addr, why);
-  FTC_DEBUG(FTC_SUB_NET, "connecting to %s; retrying", b->last_problem);
   pend_close(p);
+  if (b->spare) { /* a spare is not worth a retry: the next epoch connects anew */
+    FTC_DEBUG(FTC_SUB_NET, "no spare connection to %s", b->last_problem);
+    p->state = P_IDLE;
+    return;
+  }
+  FTC_DEBUG(FTC_SUB_NET, "connecting to %s; retrying", b->last_problem);
   p->state = P_RETRY;
   p->retry_at = ftc__now_ns() + RETRY_NS;
 }
@@ -343,6 +367,26 @@ static void refuse(boot_t *b, pend_t *p, const char *fmt, ...) {
   p->state = P_IDLE;
 }
 
+/* The socket of `rank` on `lane` (0: we send on it, 1: we receive; the
+ * one socket of a pair is both), of the epoch or its spare. */
+static int *lane_slot(ftc__tcp_t *tp, int rank, int lane, int spare) {
+  ftc__tcp_peer_t *peer = &tp->peers[rank];
+  if (spare) return lane == 0 ? &peer->spare_sfd : &peer->spare_fd;
+  return lane == 0 ? &peer->sfd : &peer->fd;
+}
+
+/* Where a finished connection to `rank` on `lane` goes. */
+static void keep_fd(boot_t *b, int rank, int lane, int fd) {
+  int one = b->tp->cfg.sockets == 1;
+  for (int k = 0; k < 2; k++)
+    if (one || k == lane) __atomic_store_n(lane_slot(b->tp, rank, k, b->spare), fd, __ATOMIC_RELEASE);
+  if (b->spare)
+    FTC_DEBUG(FTC_SUB_NET, "rank %d has a spare connection to rank %d (socket %d)", b->tp->rank,
+              rank, lane);
+  else
+    b->connected++;
+}
+
 static void conn_event(boot_t *b, pend_t *p, short revents) {
   ftc__tcp_t *tp = b->tp;
   if (p->state == P_CONNECTING) {
@@ -367,6 +411,7 @@ static void conn_event(boot_t *b, pend_t *p, short revents) {
     if (r == 0) return;
     memcpy(p->nonce, p->buf, FTC__TCP_NONCE_SIZE);
     uint16_t kind = tp->cfg.sockets == 1 ? FTC__TCP_HELLO : p->lane ? FTC__TCP_HELLO_DOWN : FTC__TCP_HELLO_UP;
+    if (b->spare) kind = (uint16_t)FTC__TCP_SPARE_OF(kind);
     ftc__tcp_hello_t h = {kind, b->view->epoch, b->view->my_member_id,
                           (uint32_t)tp->rank, (uint32_t)tp->size};
     uint8_t msg[FTC__TCP_HELLO_SIZE];
@@ -391,25 +436,68 @@ static void conn_event(boot_t *b, pend_t *p, short revents) {
     int d = ftc__tcp_hello_decode(p->buf, &h, tp->cfg.token, p->nonce);
     if (d != 0 || h.kind != FTC__TCP_ACK || h.epoch != b->view->epoch ||
         h.rank != (uint32_t)p->rank || h.member_id != m->member_id) {
-      FTC_WARN(FTC_SUB_NET, "rank %d: the process at %s is not rank %d of epoch %llu (%s); retrying",
+      FTC_WARN(FTC_SUB_NET, "rank %d: the process at %s is not rank %d of epoch %llu (%s); %s",
                tp->rank, m->addr, p->rank, (unsigned long long)b->view->epoch,
-               d == -2 ? "bad token MAC" : d == -1 ? "not an ftcomm peer" : "wrong identity");
+               d == -2 ? "bad token MAC" : d == -1 ? "not an ftcomm peer" : "wrong identity",
+               b->spare ? "no spare connection" : "retrying");
       conn_retry(b, p, "the acceptor is not the expected member");
       return;
     }
-    ftc__tcp_peer_t *peer = &tp->peers[p->rank];
-    if (tp->cfg.sockets == 1)
-      peer->fd = peer->sfd = p->fd;
-    else if (p->lane == 0)
-      peer->sfd = p->fd;
-    else
-      peer->fd = p->fd;
-    peer->member_id = h.member_id;
+    keep_fd(b, p->rank, p->lane, p->fd);
     p->fd = -1;
     p->state = P_DONE;
-    b->connected++;
     FTC_DEBUG(FTC_SUB_NET, "rank %d connected to rank %d (socket %d)", tp->rank, p->rank, p->lane);
   }
+}
+
+/* ADOPT {magic, protocol, kind, epoch}: this end takes a spare connection
+ * for `epoch`. */
+static void adopt_encode(uint8_t out[FTC__TCP_ADOPT_SIZE], uint64_t epoch) {
+  put_u32(out, FTC__TCP_MAGIC);
+  put_u16(out + 4, FTC__TCP_PROTO);
+  put_u16(out + 6, FTC__TCP_ADOPT);
+  put_u64(out + 8, epoch);
+}
+
+/* A spare socket cannot be adopted: connect as if there was none. */
+static void adopt_fail(boot_t *b, pend_t *p, const char *why) {
+  FTC_DEBUG(FTC_SUB_NET, "rank %d: the spare connection to rank %d (socket %d) is not usable for "
+            "epoch %llu (%s); connecting anew", b->tp->rank, p->rank, p->lane,
+            (unsigned long long)b->view->epoch, why);
+  pend_close(p);
+  p->state = P_IDLE;
+  if (p->rank < b->tp->rank) conn_start(b, p); /* else it connects to us */
+}
+
+static void adopt_start(boot_t *b, pend_t *p, int fd) {
+  uint8_t msg[FTC__TCP_ADOPT_SIZE];
+  adopt_encode(msg, b->view->epoch);
+  p->fd = fd;
+  p->have = 0;
+  p->state = P_ADOPT;
+  if (write_all_small(fd, msg, sizeof(msg)) != 0) adopt_fail(b, p, "it is closed");
+}
+
+static void adopt_event(boot_t *b, pend_t *p, short revents) {
+  if (!(revents & (POLLIN | POLLHUP | POLLERR))) return;
+  int r = read_some(p, FTC__TCP_ADOPT_SIZE);
+  if (r < 0) {
+    adopt_fail(b, p, "the peer closed it");
+    return;
+  }
+  if (r == 0) return;
+  uint8_t want[FTC__TCP_ADOPT_SIZE];
+  adopt_encode(want, b->view->epoch);
+  if (memcmp(p->buf, want, sizeof(want)) != 0) {
+    adopt_fail(b, p, "the peer took it for another epoch");
+    return;
+  }
+  keep_fd(b, p->rank, p->lane, p->fd);
+  p->fd = -1;
+  p->state = P_DONE;
+  b->tp->adopted++;
+  FTC_DEBUG(FTC_SUB_NET, "rank %d adopted its spare connection to rank %d (socket %d)",
+            b->tp->rank, p->rank, p->lane);
 }
 
 static void acc_event(boot_t *b, pend_t *p, short revents) {
@@ -425,11 +513,22 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
   int d = ftc__tcp_hello_decode(p->buf, &h, tp->cfg.token, p->nonce);
   if (d == -1) { refuse(b, p, "not an ftcomm data-plane handshake (bad magic or protocol version)"); return; }
   if (d == -2) { refuse(b, p, "the handshake is not signed with this job's token"); return; }
-  if (h.kind != FTC__TCP_HELLO && h.kind != FTC__TCP_HELLO_UP && h.kind != FTC__TCP_HELLO_DOWN)
-    { refuse(b, p, "unexpected message kind %u", h.kind); return; }
-  if ((h.kind == FTC__TCP_HELLO) != (tp->cfg.sockets == 1))
+  int regular = h.kind == FTC__TCP_HELLO || h.kind == FTC__TCP_HELLO_UP || h.kind == FTC__TCP_HELLO_DOWN;
+  int spare = h.kind == FTC__TCP_SPARE || h.kind == FTC__TCP_SPARE_UP || h.kind == FTC__TCP_SPARE_DOWN;
+  if (b->spare && regular && h.epoch > b->view->epoch) {
+    /* A peer already connecting the next epoch, which this rank has not
+     * heard of yet: its bootstrap answers (ftc__tcp_connect, prev). */
+    p->state = P_HELD;
+    FTC_DEBUG(FTC_SUB_NET, "rank %d keeps a hello for epoch %llu from rank %u", tp->rank,
+              (unsigned long long)h.epoch, h.rank);
+    return;
+  }
+  if (b->spare ? !spare : !regular)
+    { refuse(b, p, "unexpected message kind %u%s", h.kind, b->spare ? " (between epochs)" : ""); return; }
+  int kind = b->spare ? h.kind - FTC__TCP_SPARE_OF(0) : h.kind;
+  if ((kind == FTC__TCP_HELLO) != (tp->cfg.sockets == 1))
     { refuse(b, p, "it uses %s per peer pair and this rank %s (FTCOMM_TCP_SOCKETS differs)",
-             h.kind == FTC__TCP_HELLO ? "one socket" : "two sockets",
+             kind == FTC__TCP_HELLO ? "one socket" : "two sockets",
              tp->cfg.sockets == 1 ? "one" : "two"); return; }
   if (h.epoch != b->view->epoch)
     { refuse(b, p, "epoch %llu, this view is epoch %llu", (unsigned long long)h.epoch,
@@ -441,22 +540,27 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
     { refuse(b, p, "member %llu is not rank %u of epoch %llu (expected member %llu)",
                   (unsigned long long)h.member_id, h.rank, (unsigned long long)h.epoch,
                   (unsigned long long)b->view->members[h.rank].member_id); return; }
-  ftc__tcp_peer_t *peer = &tp->peers[h.rank];
-  /* The connector sends on UP (we receive: fd) and receives on DOWN. */
-  int *slot = h.kind == FTC__TCP_HELLO_DOWN ? &peer->sfd : &peer->fd;
-  if (*slot >= 0) { refuse(b, p, "rank %u is already connected", h.rank); return; }
+  /* The connector sends on UP (we receive on it: lane 1) and receives on
+   * DOWN (we send: lane 0). */
+  int lane = kind == FTC__TCP_HELLO_UP ? 1 : 0;
+  if (*lane_slot(tp, (int)h.rank, lane, b->spare) >= 0)
+    { refuse(b, p, "rank %u is already connected", h.rank); return; }
   ftc__tcp_hello_t ack = {FTC__TCP_ACK, b->view->epoch, b->view->my_member_id, (uint32_t)tp->rank,
                           (uint32_t)tp->size};
   uint8_t msg[FTC__TCP_HELLO_SIZE];
   ftc__tcp_hello_encode(msg, &ack, tp->cfg.token, p->nonce);
   if (write_all_small(p->fd, msg, sizeof(msg)) != 0) { refuse(b, p, "sending the answer failed"); return; }
-  *slot = p->fd;
-  if (h.kind == FTC__TCP_HELLO) peer->sfd = p->fd;
-  peer->member_id = h.member_id;
+  /* The peer could not use the spare socket it had with us: neither do we. */
+  pend_t *adopting = &b->conn[2 * h.rank + (unsigned)lane];
+  if (!b->spare && adopting->state == P_ADOPT) {
+    pend_close(adopting);
+    adopting->state = P_IDLE;
+  }
+  keep_fd(b, (int)h.rank, lane, p->fd);
   p->fd = -1;
   p->state = P_IDLE;
-  b->connected++;
-  FTC_DEBUG(FTC_SUB_NET, "rank %d accepted rank %u", tp->rank, h.rank);
+  FTC_DEBUG(FTC_SUB_NET, "rank %d accepted rank %u (socket %d%s)", tp->rank, h.rank, lane,
+            b->spare ? ", spare" : "");
 }
 
 static void accept_new(boot_t *b, int listen_fd) {
@@ -475,6 +579,7 @@ static void accept_new(boot_t *b, int listen_fd) {
     memset(p, 0, sizeof(*p));
     p->fd = fd;
     p->rank = -1;
+    p->retry_at = ftc__now_ns() + SPARE_HELLO_NS;
     set_sockopts(fd, b->tp->cfg.socket_buffer);
     if (getrandom(p->nonce, sizeof(p->nonce), 0) != (ssize_t)sizeof(p->nonce) ||
         write_all_small(fd, p->nonce, sizeof(p->nonce)) != 0) {
@@ -485,11 +590,40 @@ static void accept_new(boot_t *b, int listen_fd) {
   }
 }
 
-static ftc_status_t bootstrap(boot_t *b, int listen_fd, int64_t deadline) {
+static void dispatch(boot_t *b, int listen_fd, pend_t *owner, short revents) {
+  if (!owner)
+    accept_new(b, listen_fd);
+  else if (owner->state == P_WAIT_HELLO)
+    acc_event(b, owner, revents);
+  else if (owner->state == P_ADOPT)
+    adopt_event(b, owner, revents);
+  else
+    conn_event(b, owner, revents);
+}
+
+static int pend_waits(const pend_t *p) {
+  return p->state == P_CONNECTING || p->state == P_WAIT_NONCE || p->state == P_WAIT_ACK ||
+         p->state == P_ADOPT;
+}
+
+/* Take prev's spare socket on `lane` to `member_id`, -1 if none. */
+static int take_spare(ftc__tcp_t *prev, uint64_t member_id, int lane) {
+  for (int k = 0; prev && k < prev->size; k++) {
+    if (prev->peers[k].member_id != member_id) continue;
+    int *slot = lane_slot(prev, k, lane, 1), fd = *slot;
+    if (fd < 0) return -1;
+    __atomic_store_n(slot, -1, __ATOMIC_RELEASE);
+    if (prev->cfg.sockets == 1) __atomic_store_n(lane_slot(prev, k, 1 - lane, 1), -1, __ATOMIC_RELEASE);
+    return fd;
+  }
+  return -1;
+}
+
+static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_t deadline) {
   ftc__tcp_t *tp = b->tp;
   const int lanes = tp->cfg.sockets;
   int need = lanes * (tp->size - 1);
-  int npfd_max = 1 + lanes * tp->size + MAX_PENDING_ACCEPTS;
+  int npfd_max = 1 + 2 * tp->size + MAX_PENDING_ACCEPTS;
   struct pollfd *pfd = ftc__calloc((size_t)npfd_max, sizeof(*pfd));
   pend_t **owner = ftc__calloc((size_t)npfd_max, sizeof(*owner));
   ftc_status_t st = FTC_OK;
@@ -497,12 +631,38 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, int64_t deadline) {
     st = ftc__error(FTC_ERR_NO_MEMORY, "allocating the bootstrap poll set");
     goto out_free;
   }
-  for (int i = 0; i < lanes * tp->rank; i++) {
-    pend_t *p = &b->conn[lanes == 1 ? 2 * i : i];
-    p->rank = lanes == 1 ? i : i / 2;
-    p->lane = lanes == 1 ? 0 : i % 2;
-    conn_start(b, p);
+  /* Hellos for this epoch that prev's spare acceptor kept: answer them
+   * here as if they had just arrived. */
+  for (int i = 0; prev && prev->spare_boot && i < prev->spare_boot->nacc; i++) {
+    pend_t *h = &prev->spare_boot->acc[i];
+    if (h->state != P_HELD || b->nacc >= MAX_PENDING_ACCEPTS) continue;
+    pend_t *p = &b->acc[b->nacc++];
+    *p = *h;
+    p->state = P_WAIT_HELLO;
+    h->fd = -1;
+    h->state = P_IDLE;
+    acc_event(b, p, POLLIN);
   }
+  if (prev) ftc__tcp_spare_stop(prev);
+  /* Each socket of a pair: adopt prev's spare, else the higher rank connects. */
+  int adopted = 0;
+  for (int r = 0; r < tp->size; r++) {
+    if (r == tp->rank) continue;
+    for (int lane = 0; lane < lanes; lane++) {
+      pend_t *p = &b->conn[2 * r + lane];
+      p->rank = r;
+      p->lane = lane;
+      if (*lane_slot(tp, r, lane, 0) >= 0) continue; /* a kept hello connected it */
+      int fd = take_spare(prev, b->view->members[r].member_id, lane);
+      if (fd >= 0)
+        adopt_start(b, p, fd), adopted++;
+      else if (r < tp->rank)
+        conn_start(b, p);
+    }
+  }
+  if (adopted)
+    FTC_DEBUG(FTC_SUB_NET, "rank %d: adopting %d spare socket(s) for epoch %llu", tp->rank,
+              adopted, (unsigned long long)b->view->epoch);
   while (b->connected < need) {
     int64_t now = ftc__now_ns();
     if (now >= deadline) {
@@ -525,7 +685,7 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, int64_t deadline) {
       pfd[n] = (struct pollfd){listen_fd, POLLIN, 0};
       owner[n++] = NULL;
     }
-    for (int i = 0; i < 2 * tp->rank; i++) {
+    for (int i = 0; i < 2 * tp->size; i++) {
       pend_t *p = &b->conn[i];
       if (p->fd < 0 && p->state != P_RETRY) continue;
       if (p->state == P_RETRY) {
@@ -534,7 +694,7 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, int64_t deadline) {
         else if (p->retry_at < wake)
           wake = p->retry_at;
       }
-      if (p->state == P_CONNECTING || p->state == P_WAIT_NONCE || p->state == P_WAIT_ACK) {
+      if (pend_waits(p)) {
         pfd[n] = (struct pollfd){p->fd, p->state == P_CONNECTING ? POLLOUT : POLLIN, 0};
         owner[n++] = p;
       } else if (p->state == P_RETRY && p->retry_at < wake) {
@@ -562,13 +722,10 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, int64_t deadline) {
       goto out_free;
     }
     for (int i = 0; i < n; i++) {
-      if (!pfd[i].revents) continue;
-      if (!owner[i])
-        accept_new(b, listen_fd);
-      else if (owner[i]->state == P_WAIT_HELLO)
-        acc_event(b, owner[i], pfd[i].revents);
-      else
-        conn_event(b, owner[i], pfd[i].revents);
+      /* An event may have closed a later entry's handshake (an adoption
+       * given up for a fresh connection): skip what is no longer waited on. */
+      if (!pfd[i].revents || (owner[i] && owner[i]->fd != pfd[i].fd)) continue;
+      dispatch(b, listen_fd, owner[i], pfd[i].revents);
     }
   }
 out_free:
@@ -577,14 +734,41 @@ out_free:
       if (st == FTC_OK) refuse(b, &b->acc[i], "did not complete the handshake");
       pend_close(&b->acc[i]);
     }
-  for (int i = 0; i < 2 * tp->rank; i++) pend_close(&b->conn[i]);
+  for (int i = 0; i < 2 * tp->size; i++) pend_close(&b->conn[i]);
   ftc__free(owner);
   ftc__free(pfd);
   return st;
 }
 
+static boot_t *boot_new(ftc__tcp_t *tp, const ftc__view_t *view, int spare) {
+  boot_t *b = ftc__calloc(1, sizeof(*b));
+  if (!b) return NULL;
+  b->tp = tp;
+  b->view = view;
+  b->spare = spare;
+  b->conn = ftc__calloc(2 * (size_t)view->size, sizeof(*b->conn));
+  b->owner = spare ? ftc__calloc(1 + 2 * (size_t)view->size + MAX_PENDING_ACCEPTS, sizeof(*b->owner)) : NULL;
+  if (!b->conn || (spare && !b->owner)) {
+    ftc__free(b->conn);
+    ftc__free(b->owner);
+    ftc__free(b);
+    return NULL;
+  }
+  for (int i = 0; i < 2 * view->size; i++) b->conn[i].fd = -1;
+  return b;
+}
+
+static void boot_free(boot_t *b) {
+  if (!b) return;
+  for (int i = 0; i < b->nacc; i++) pend_close(&b->acc[i]);
+  for (int i = 0; i < 2 * b->tp->size; i++) pend_close(&b->conn[i]);
+  ftc__free(b->conn);
+  ftc__free(b->owner);
+  ftc__free(b);
+}
+
 ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view, int listen_fd,
-                              ftc__tcp_t **out) {
+                              ftc__tcp_t *prev, ftc__tcp_t **out) {
   ftc_status_t st;
   *out = NULL;
   if (view->my_rank < 0 || view->my_rank >= view->size)
@@ -607,33 +791,29 @@ ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view
   tp->segs = ftc__calloc((size_t)tp->seg_cap, sizeof(*tp->segs));
   tp->stream_cap = 2 * view->size + 8;
   tp->streams = ftc__calloc((size_t)tp->stream_cap, sizeof(*tp->streams));
-  if (!tp->peers || !tp->pfd || !tp->pidx || !tp->stage || !tp->segs || !tp->streams) {
+  tp->view = *view;
+  tp->view.backend_blob = NULL;
+  tp->view.members = ftc__calloc((size_t)view->size, sizeof(*tp->view.members));
+  if (!tp->peers || !tp->pfd || !tp->pidx || !tp->stage || !tp->segs || !tp->streams ||
+      !tp->view.members) {
     st = ftc__error(FTC_ERR_NO_MEMORY, "allocating the TCP transport for %d ranks", view->size);
     goto out_destroy;
   }
+  memcpy(tp->view.members, view->members, (size_t)view->size * sizeof(*view->members));
   tp->failed_peer = -1;
   for (int r = 0; r < view->size; r++) {
     tp->peers[r].fd = tp->peers[r].sfd = -1;
+    tp->peers[r].spare_fd = tp->peers[r].spare_sfd = -1;
     tp->peers[r].member_id = view->members[r].member_id;
   }
   if (view->size > 1) {
-    boot_t *b = ftc__calloc(1, sizeof(*b));
+    boot_t *b = boot_new(tp, view, 0);
     if (!b) {
       st = ftc__error(FTC_ERR_NO_MEMORY, "allocating the bootstrap state");
       goto out_destroy;
     }
-    b->tp = tp;
-    b->view = view;
-    b->conn = ftc__calloc(2 * (size_t)view->size, sizeof(*b->conn));
-    if (!b->conn) {
-      ftc__free(b);
-      st = ftc__error(FTC_ERR_NO_MEMORY, "allocating the bootstrap state");
-      goto out_destroy;
-    }
-    for (int i = 0; i < 2 * view->size; i++) b->conn[i].fd = -1;
-    st = bootstrap(b, listen_fd, ftc__deadline_ns(cfg->connect_timeout_ms));
-    ftc__free(b->conn);
-    ftc__free(b);
+    st = bootstrap(b, listen_fd, prev, ftc__deadline_ns(cfg->connect_timeout_ms));
+    boot_free(b);
     if (st != FTC_OK) goto out_destroy;
   }
   FTC_INFO(FTC_SUB_NET, "rank %d: data plane of epoch %llu connected to %d peers", tp->rank,
@@ -645,6 +825,80 @@ out_destroy:
   ftc__tcp_destroy(tp);
   return st;
 }
+
+/* ---- spare connections ---- */
+
+int ftc__tcp_spare_poll(ftc__tcp_t *tp, int listen_fd, int build, struct pollfd *pfd, int max) {
+  if (max < 1) return 0;
+  boot_t *b = tp->spare_boot;
+  if (!b && !(b = tp->spare_boot = boot_new(tp, &tp->view, 1))) {
+    pfd[0] = (struct pollfd){listen_fd, POLLIN, 0}; /* out of memory: refuse callers */
+    return 1;
+  }
+  int64_t now = ftc__now_ns();
+  if (build && !b->started) {
+    b->started = 1;
+    for (int r = 0; r < tp->rank; r++)
+      for (int lane = 0; lane < tp->cfg.sockets; lane++) {
+        pend_t *p = &b->conn[2 * r + lane];
+        p->rank = r;
+        p->lane = lane;
+        if (*lane_slot(tp, r, lane, 1) < 0 && *lane_slot(tp, r, lane, 0) >= 0) conn_start(b, p);
+      }
+  }
+  int n = 0;
+  pfd[n] = (struct pollfd){listen_fd, POLLIN, 0};
+  b->owner[n++] = NULL;
+  for (int i = 0; i < 2 * tp->rank && n < max; i++) {
+    pend_t *p = &b->conn[i];
+    if (!pend_waits(p)) continue;
+    pfd[n] = (struct pollfd){p->fd, p->state == P_CONNECTING ? POLLOUT : POLLIN, 0};
+    b->owner[n++] = p;
+  }
+  for (int i = 0; i < b->nacc && n < max; i++) {
+    pend_t *p = &b->acc[i];
+    if ((p->state == P_WAIT_HELLO || p->state == P_HELD) && p->retry_at <= now) {
+      refuse(b, p, "no handshake for this epoch within %lld ms", SPARE_HELLO_NS / 1000000);
+      continue;
+    }
+    if (p->state != P_WAIT_HELLO) continue;
+    pfd[n] = (struct pollfd){p->fd, POLLIN, 0};
+    b->owner[n++] = p;
+  }
+  b->nowner = n;
+  return n;
+}
+
+void ftc__tcp_spare_events(ftc__tcp_t *tp, int listen_fd, const struct pollfd *pfd, int n) {
+  boot_t *b = tp->spare_boot;
+  if (!b) {
+    if (n > 0 && pfd[0].revents) ftc__tcp_refuse_pending(listen_fd);
+    return;
+  }
+  for (int i = 0; i < n && i < b->nowner; i++) {
+    pend_t *o = b->owner[i];
+    if (!pfd[i].revents || (o && o->fd != pfd[i].fd)) continue;
+    dispatch(b, listen_fd, o, pfd[i].revents);
+  }
+}
+
+void ftc__tcp_spare_stop(ftc__tcp_t *tp) {
+  boot_t *b = tp ? tp->spare_boot : NULL;
+  if (!b) return;
+  for (int i = 0; i < b->nacc; i++)
+    if (b->acc[i].state != P_HELD) pend_close(&b->acc[i]), b->acc[i].state = P_IDLE;
+  for (int i = 0; i < 2 * tp->size; i++) pend_close(&b->conn[i]), b->conn[i].state = P_IDLE;
+}
+
+int ftc__tcp_spare_count(const ftc__tcp_t *tp) {
+  int n = 0;
+  for (int r = 0; tp && r < tp->size; r++)
+    n += __atomic_load_n(&tp->peers[r].spare_fd, __ATOMIC_ACQUIRE) >= 0 &&
+         __atomic_load_n(&tp->peers[r].spare_sfd, __ATOMIC_ACQUIRE) >= 0;
+  return n;
+}
+
+int ftc__tcp_adopted(const ftc__tcp_t *tp) { return tp ? tp->adopted : 0; }
 
 static void peer_shutdown(const ftc__tcp_peer_t *p) {
   if (p->fd >= 0) shutdown(p->fd, SHUT_RDWR);
@@ -658,11 +912,16 @@ void ftc__tcp_shutdown(ftc__tcp_t *tp) {
 
 void ftc__tcp_destroy(ftc__tcp_t *tp) {
   if (!tp) return;
+  boot_free(tp->spare_boot);
   if (tp->peers)
     for (int r = 0; r < tp->size; r++) {
-      if (tp->peers[r].sfd >= 0 && tp->peers[r].sfd != tp->peers[r].fd) close(tp->peers[r].sfd);
-      if (tp->peers[r].fd >= 0) close(tp->peers[r].fd);
+      ftc__tcp_peer_t *p = &tp->peers[r];
+      if (p->sfd >= 0 && p->sfd != p->fd) close(p->sfd);
+      if (p->fd >= 0) close(p->fd);
+      if (p->spare_sfd >= 0 && p->spare_sfd != p->spare_fd) close(p->spare_sfd);
+      if (p->spare_fd >= 0) close(p->spare_fd);
     }
+  ftc__free(tp->view.members);
   ftc__free(tp->peers);
   ftc__free(tp->pfd);
   ftc__free(tp->pidx);

@@ -14,6 +14,7 @@
 #ifndef FTC_TCP_H
 #define FTC_TCP_H
 
+#include <poll.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,6 +30,13 @@
 #define FTC__TCP_ACK 2
 #define FTC__TCP_HELLO_UP 3   /* of two: the connector (higher rank) sends on it */
 #define FTC__TCP_HELLO_DOWN 4 /* of two: the acceptor (lower rank) sends on it */
+/* The same for a spare connection (ftc__tcp_spare_poll): the hello kind + 4. */
+#define FTC__TCP_SPARE 5
+#define FTC__TCP_SPARE_UP 7
+#define FTC__TCP_SPARE_DOWN 8
+#define FTC__TCP_SPARE_OF(kind) ((kind) + 4)
+#define FTC__TCP_ADOPT 9      /* a spare connection taken for an epoch */
+#define FTC__TCP_ADOPT_SIZE 16
 
 typedef struct ftc__tcp_cfg {
   const char *token;        /* job token (NULL: empty); MACs the handshake */
@@ -56,9 +64,40 @@ ftc_status_t ftc__tcp_listen(const char *bind_host, const char *advertise_host,
 /* Connect to every peer of view (lower rank accepts, higher connects), with
  * the authenticated handshake; strangers are refused and logged. Blocks up
  * to cfg->connect_timeout_ms (FTC_ERR_TIMEOUT naming the missing ranks).
- * listen_fd stays owned by the caller. cfg is copied. */
+ * listen_fd stays owned by the caller. cfg is copied.
+ *
+ * prev (or NULL) is the transport of the previous epoch: a spare connection
+ * it holds to a member of view (see ftc__tcp_spare_poll) is taken from it
+ * and adopted instead of connecting anew. Both ends send ADOPT {magic,
+ * protocol, epoch} on it and read the other's: the same epoch makes it that
+ * pair's connection of the epoch; anything else (the peer adopted it for
+ * another epoch, or closed it) closes it and the pair connects through the
+ * listener as usual. So survivors of a failure reconnect with one message
+ * each way and no new connection. prev is otherwise left alone (the caller
+ * destroys it). */
 ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view, int listen_fd,
-                              ftc__tcp_t **out);
+                              ftc__tcp_t *prev, ftc__tcp_t **out);
+
+/* Spare connections: between collectives the idle progress thread makes a
+ * second authenticated connection per pair of the epoch (the higher rank
+ * connects with a SPARE hello; the lower accepts it on the listener, which
+ * refuses anyone else), idle until the next epoch adopts it. Unlike the
+ * epoch's connections they are never shut down when the epoch fails, so
+ * they stay clean. ftc__tcp_spare_poll fills pfd (at most max, the listener
+ * first) with what to wait for; with build set it first starts connecting
+ * the spares this rank makes (once per epoch; a failed one is not retried).
+ * ftc__tcp_spare_events handles what poll() returned for those entries.
+ * A valid hello for a later epoch (a peer that learned of it first) is
+ * kept, not refused, and answered by that epoch's ftc__tcp_connect.
+ * ftc__tcp_spare_stop abandons the handshakes in progress (the epoch is
+ * ending); finished spares and kept hellos stay. ftc__tcp_spare_count
+ * counts finished spares. */
+int ftc__tcp_spare_poll(ftc__tcp_t *tp, int listen_fd, int build, struct pollfd *pfd, int max);
+void ftc__tcp_spare_events(ftc__tcp_t *tp, int listen_fd, const struct pollfd *pfd, int n);
+void ftc__tcp_spare_stop(ftc__tcp_t *tp);
+int ftc__tcp_spare_count(const ftc__tcp_t *tp);
+/* Sockets of this epoch that were adopted spares (for tests and logs). */
+int ftc__tcp_adopted(const ftc__tcp_t *tp);
 void ftc__tcp_destroy(ftc__tcp_t *tp);
 void ftc__tcp_shutdown(ftc__tcp_t *tp);
 
@@ -110,7 +149,7 @@ void ftc__tcp_refuse_pending(int listen_fd);
 
 /* Handshake messages (exposed for tests that play a stranger). */
 typedef struct ftc__tcp_hello {
-  uint16_t kind; /* FTC__TCP_HELLO, _HELLO_UP, _HELLO_DOWN or FTC__TCP_ACK */
+  uint16_t kind; /* FTC__TCP_HELLO, _HELLO_UP, _HELLO_DOWN, their _SPARE kinds or FTC__TCP_ACK */
   uint64_t epoch;
   uint64_t member_id;
   uint32_t rank;

@@ -20,7 +20,12 @@ typedef struct ftc__tcp_peer {
   int sfd;            /* sends to the peer: its own socket, or fd itself */
   uint64_t member_id;
   int left;           /* atomic: said goodbye (ftc__tcp_mark_left) */
+  int spare_fd, spare_sfd; /* atomic: a spare of fd and sfd, never used yet (-1: none),
+                       * for the next epoch. Only the thread that owns the data plane
+                       * changes them. */
 } ftc__tcp_peer_t;
+
+struct ftc__boot;
 
 struct ftc__tcp {
   ftc__tcp_cfg_t cfg;
@@ -38,6 +43,9 @@ struct ftc__tcp {
   struct ftc__stream *streams;
   int stream_cap;
   int failed_peer;        /* see ftc__tcp_failed_peer() */
+  ftc__view_t view;       /* a copy of the epoch's view (members owned), for spares */
+  struct ftc__boot *spare_boot; /* spare connections being made, NULL before */
+  int adopted;            /* connections of this epoch that were spares */
 };
 
 typedef struct ftc__seg {
