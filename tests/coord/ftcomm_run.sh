@@ -52,7 +52,7 @@ check "says it stops" $(has "$T/err" "stopping the other ranks") "no message"
 timeout 60 "$RUN" -n 3 --min-size 2 -- sh -c 'if [ $FTCOMM_SLOT = 2 ]; then exec timeout -s KILL 0.5 "$0" 5000; fi; exec "$0" 1500' "$PROBE" >"$T/out" 2>"$T/err"
 rc=$?
 check "a killed rank in a tolerant job: exit 0" $([ $rc = 0 ]; echo $?) "rc=$rc"
-check "reports the lost rank" $(has "$T/err" "slot 2 (rank 2 of epoch 1) lost its session") "no message"
+check "reports the lost rank" $(has "$T/err" "slot 2 (rank 2 of epoch 1) was killed by signal 9") "no message"
 check "reports the next epoch" $(has "$T/err" "epoch 2: 2 ranks") "no message"
 
 # 2. Output lines carry the slot, on the stream the rank wrote them to.

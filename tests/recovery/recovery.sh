@@ -177,6 +177,20 @@ else
   bad coord-restart "expected 4 identical finishers across a coordinator restart"
 fi
 
+# A blinking coordinator session: rank 1's session drops at step 20 and
+# reconnects while its data plane is fine. It keeps its place (same member,
+# no new epoch, nobody killed or replaced) and the 4 ranks finish together.
+run blink 60 -n 4 --inject blink:1@20 -- "$BIN/ftcomm-trainer" "${TRAIN[@]}"
+if check blink 4; then
+  if ! grep -q 'reconnected to the coordinator .*kept' "$tmp/blink.out"; then
+    bad blink "rank 1 did not come back as the same member"
+  elif grep -q 'killing it' "$tmp/blink.out" || grep 'final: ' "$tmp/blink.out" | grep -qv 'recoveries 0$'; then
+    bad blink "the blink cost a rank or a recovery"
+  else
+    ok blink "rank 1 reconnected as the same member; no new epoch"
+  fi
+fi
+
 # Below the minimum with no joiner: the survivors wait, then fail clearly.
 FTCOMM_RECOVER_TIMEOUT_MS=1500 run below-min 60 -n 3 --grace 30 --inject kill:1@5 -- \
   "$BIN/ftcomm-trainer" "${TRAIN[@]}"

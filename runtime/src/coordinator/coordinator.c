@@ -52,6 +52,7 @@ typedef struct member {
   struct session *sess; /* NULL once detached */
   int64_t last_seen_ns;
   int64_t suspect_ns;    /* when a rank first reported it failed in this epoch, 0: not */
+  int64_t detached_ns;   /* an epoch member whose session closed: since when, 0: attached */
 } member_t;
 
 /* A dump being reassembled from fragments. */
@@ -512,6 +513,7 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
       /* The same process returns to its place: same id, same epoch. */
       back->sess = s;
       s->m = back;
+      back->detached_ns = 0;
       back->pid = h->pid;
       back->last_seen_ns = ftc__now_ns();
       snprintf(back->host, sizeof(back->host), "%s", h->pod ? h->pod : h->host ? h->host : "");
@@ -528,6 +530,12 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
     }
   }
   member_t *old = find_slot(co, h->slot);
+  if (old && !old->sess && old->detached_ns) {
+    /* Another process for the slot of a member whose session closed: that
+     * one is gone (a replacement started before the place expired). */
+    drop_member(co, old, 0, "lost its session and a new process took its slot");
+    old = NULL; /* the epoch formed below replaces it */
+  }
   if (old) {
     refuse(co, s, FTC__PERR_DUPLICATE_SLOT,
            "slot %d already has a live member (member %llu, pid %lld, %s)", h->slot,
@@ -985,6 +993,15 @@ static void on_tick(lws_sorted_usec_list_t *sul) {
   int dropped = 0;
   for (int i = 0; i < co->nmembers; i++) {
     member_t *m = co->members[i];
+    if (!m->sess && m->detached_ns && now - m->detached_ns > evidence_ns(co)) {
+      char why[96];
+      snprintf(why, sizeof(why), "lost its session and did not come back within %lld ms",
+               (long long)(evidence_ns(co) / 1000000));
+      drop_member(co, m, 0, why);
+      dropped = 1;
+      i--;
+      continue;
+    }
     int64_t silent_ms = (now - m->last_seen_ns) / 1000000;
     if (silent_ms <= co->hb_timeout_ms) continue;
     char why[96];
@@ -1011,6 +1028,26 @@ static void on_tick(lws_sorted_usec_list_t *sul) {
   lws_sul_schedule(co->ctx, 0, &co->tick, on_tick, (lws_usec_t)tick_ms * 1000);
 }
 
+/* A member's session closed without a leave. A member of the epoch keeps
+ * its place for the evidence time (docs/recovery.md): a process whose
+ * connection blinked comes back with its id and goes on; one that died is
+ * reported by its data-plane peers (a member without a session is dropped
+ * at the first report) or does not come back (on_tick). A member that was
+ * not in an epoch yet is dropped at once. */
+static void session_closed(ftc__coord_t *co, member_t *m) {
+  m->sess = NULL;
+  if (m->state == M_ACTIVE && co->formed) {
+    m->detached_ns = ftc__now_ns();
+    co->stats_dirty = 1;
+    FTC_INFO(FTC_SUB_COORD, "job %s: rank %d (slot %d, member %llu) lost its session; its place "
+             "is kept for %lld ms", co->job, m->rank, m->slot, (unsigned long long)m->id,
+             (long long)(evidence_ns(co) / 1000000));
+    return;
+  }
+  drop_member(co, m, 0, "lost its session");
+  maybe_form_epoch(co);
+}
+
 static int coord_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
                           void *in, size_t len) {
   struct lws_context *ctx = lws_get_context(wsi);
@@ -1029,9 +1066,7 @@ static int coord_callback(struct lws *wsi, enum lws_callback_reasons reason, voi
     case LWS_CALLBACK_SERVER_WRITEABLE: rc = on_writeable(s); break;
     case LWS_CALLBACK_CLOSED:
       if (s->m && !co->stopping) {
-        s->m->sess = NULL;
-        drop_member(co, s->m, 0, "lost its session");
-        maybe_form_epoch(co);
+        session_closed(co, s->m);
       } else if (s->m) {
         s->m->sess = NULL;
       }

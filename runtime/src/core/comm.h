@@ -131,8 +131,8 @@ void ftc__watchdog_capture(ftc_comm_t *comm);
  * ftc__fault_armed is read on the hot path (one predictable branch). */
 extern int ftc__fault_armed;
 void ftc__fault_init(void);
-/* At the step boundary, `step` counted from 1: kill, stop, slow. */
-void ftc__fault_step(uint64_t step);
+/* At the step boundary, `step` counted from 1: kill, stop, slow, blink. */
+void ftc__fault_step(ftc_comm_t *comm, uint64_t step);
 /* In the n-th move to a new epoch (from 1), before connecting it. */
 void ftc__fault_recover(uint64_t n);
 /* A joiner admitted to an epoch, before connecting it. */

@@ -225,7 +225,7 @@ ftc_status_t ftc_comm_recover(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t
 ftc_status_t ftc_comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info) {
   if (!comm) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_step: comm is NULL");
   uint64_t step = ++comm->steps;
-  if (__builtin_expect(ftc__fault_armed, 0)) ftc__fault_step(step);
+  if (__builtin_expect(ftc__fault_armed, 0)) ftc__fault_step(comm, step);
   if (comm->joiner_pending) {
     /* A joiner's first step boundary is the one at which the others admitted
      * it: they return from it with changed = 1, and so does the joiner. */

@@ -51,6 +51,7 @@ struct ftc__member {
   pthread_t thread;
   int started;
   int stop; /* atomic */
+  int drop;  /* atomic: fault injection asks the service thread to drop the connection */
 
   /* Owned by the service thread. */
   struct lws *wsi;
@@ -506,6 +507,11 @@ static int member_callback(struct lws *wsi, enum lws_callback_reasons reason, vo
       connection_lost(m);
       return 0;
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED: {
+      if (__atomic_exchange_n(&m->drop, 0, __ATOMIC_ACQ_REL) && m->wsi) {
+        snprintf(m->conn_err, sizeof(m->conn_err), "dropped by fault injection");
+        lws_set_timeout(m->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+        return 0;
+      }
       pthread_mutex_lock(&m->lock);
       int has = m->outq.head != NULL;
       pthread_mutex_unlock(&m->lock);
@@ -922,6 +928,12 @@ ftc_status_t ftc__member_error(ftc__member_t *m) {
   pthread_mutex_unlock(&m->lock);
   if (st != FTC_OK) return ftc__error(st, "%s", msg);
   return FTC_OK;
+}
+
+void ftc__member_fault_drop(ftc__member_t *m) {
+  if (!m) return;
+  __atomic_store_n(&m->drop, 1, __ATOMIC_RELEASE);
+  lws_cancel_service(m->ctx);
 }
 
 void ftc__member_close(ftc__member_t *m) {

@@ -122,6 +122,10 @@ ftc_status_t ftc__member_wait_backend(ftc__member_t *m, uint64_t epoch, int time
 /* The session's stored error (FTC_OK while connected and healthy). */
 ftc_status_t ftc__member_error(ftc__member_t *m);
 
+/* Fault injection: drop the connection to the coordinator without a leave,
+ * as a network blink would; the session reconnects as described above. */
+void ftc__member_fault_drop(ftc__member_t *m);
+
 /* Leave the job cleanly (a "leave" message) and free. NULL is a no-op. */
 void ftc__member_close(ftc__member_t *m);
 

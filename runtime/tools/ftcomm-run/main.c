@@ -260,6 +260,14 @@ static void reap(run_t *r) {
           }
         begin_stop(r, r->o.grace_s);
       }
+      if (failed(status) && r->co) {
+        /* The process is gone: the coordinator need not wait to see that
+         * its session stays closed (a session that blinks keeps its place
+         * for a while). */
+        char lost[160];
+        describe(status, lost, sizeof(lost));
+        ftc__coord_slot_lost(r->co, i, lost);
+      }
       if (!failed(status) || k->killed_by_us || r->timed_out) continue;
       r->failures++;
       if (r->first_fail < 0) r->first_fail = i;

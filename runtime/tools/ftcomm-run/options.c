@@ -119,7 +119,7 @@ static int set_replace_delay(run_opts_t *o, const char *arg, char *err, size_t e
 }
 
 /* kill:R@STEP, stop:R@STEP, slow:R:MS, drop:R@SEQ, delay:R:MS@SEQ,
- * coord-restart:SECONDS. */
+ * blink:R@STEP, coord-restart:SECONDS. */
 static int set_inject(run_opts_t *o, const char *arg, char *err, size_t errlen) {
   if (o->ninject >= RUN_MAX_INJECT) {
     snprintf(err, errlen, "at most %d --inject options", RUN_MAX_INJECT);
@@ -135,7 +135,8 @@ static int set_inject(run_opts_t *o, const char *arg, char *err, size_t errlen) 
   if (sscanf(arg, "coord-restart:%lf%c", &secs, &tail) == 1 && secs > 0 && secs < 86400) {
     in->coord_restart_s = secs;
   } else if (sscanf(arg, "%15[a-z]:%ld@%ld%c", kind, &slot, &a, &tail) == 3 &&
-             (!strcmp(kind, "kill") || !strcmp(kind, "stop") || !strcmp(kind, "drop")) &&
+             (!strcmp(kind, "kill") || !strcmp(kind, "stop") || !strcmp(kind, "drop") ||
+              !strcmp(kind, "blink")) &&
              a >= 1 && slot >= 0) {
     in->slot = (int)slot;
     snprintf(in->fault, sizeof(in->fault), "%s@%ld", kind, a);
@@ -157,7 +158,8 @@ static int set_inject(run_opts_t *o, const char *arg, char *err, size_t errlen) 
   } else {
     snprintf(err, errlen,
              "--inject needs kill:RANK@STEP, stop:RANK@STEP, slow:RANK:MS, drop:RANK@SEQ, "
-             "delay:RANK:MS@SEQ, kill-recover:RANK@N, kill-joiner:RANK or coord-restart:SECONDS, "
+             "delay:RANK:MS@SEQ, kill-recover:RANK@N, kill-joiner:RANK, blink:RANK@STEP or "
+             "coord-restart:SECONDS, "
              "not '%s'",
              arg);
     return -1;
@@ -188,7 +190,8 @@ static const opt_row_t rows[] = {
     {"inject", KEY_INJECT, "FAULT",
      "kill:R@STEP, stop:R@STEP (SIGSTOP), slow:R:MS, drop:R@SEQ, delay:R:MS@SEQ (rank R's "
      "first process, steps counted by ftc_comm_step), kill-recover:R@N (in its N-th "
-     "recovery), kill-joiner:R (R's first replacement, once admitted), coord-restart:SECONDS; "
+     "recovery), kill-joiner:R (R's first replacement, once admitted), blink:R@STEP (its "
+     "coordinator session drops and reconnects), coord-restart:SECONDS; "
      "repeatable",
      set_inject},
     {"quiet", 'q', NULL, "no status line on the terminal", set_quiet},
