@@ -44,8 +44,13 @@ void ftc__log_write(int level, unsigned int subsys, const char *file, int line,
                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 static inline int ftc__log_enabled(int level, unsigned int subsys) {
-  if (__builtin_expect(ftc__log_level < 0, 0)) ftc__log_init();
-  return level <= ftc__log_level && (subsys & ftc__log_mask);
+  /* acquire: the mask is written before the level is published */
+  int l = __atomic_load_n(&ftc__log_level, __ATOMIC_ACQUIRE);
+  if (__builtin_expect(l < 0, 0)) {
+    ftc__log_init();
+    l = __atomic_load_n(&ftc__log_level, __ATOMIC_ACQUIRE);
+  }
+  return level <= l && (subsys & ftc__log_mask);
 }
 
 #define FTC_LOG(level, subsys, ...)                                         \

@@ -144,13 +144,17 @@ static void set_err(struct ncclComm *c, ncclResult_t r, const char *fmt, ...) {
   va_end(ap);
   snprintf(g_lasterr, sizeof g_lasterr, "%s", buf);
   if (!c) return;
+  /* The first error sticks. Its text is written before the error is
+   * published: whoever sees the error (acquire) reads a finished text. */
   pthread_mutex_lock(&c->mu);
-  int expect = ncclSuccess;
-  if (__atomic_compare_exchange_n(&c->async, &expect, (int)r, 0, __ATOMIC_ACQ_REL,
-                                  __ATOMIC_ACQUIRE) ||
-      expect == ncclInProgress) {
-    __atomic_store_n(&c->async, (int)r, __ATOMIC_RELEASE);
+  int now = __atomic_load_n(&c->async, __ATOMIC_ACQUIRE);
+  if (now == ncclSuccess || now == ncclInProgress) {
     snprintf(c->lasterr, sizeof c->lasterr, "%s", buf);
+    /* creation may finish (in progress -> success) meanwhile: retry on it */
+    while (!__atomic_compare_exchange_n(&c->async, &now, (int)r, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE) &&
+           (now == ncclSuccess || now == ncclInProgress)) {
+    }
   }
   pthread_mutex_unlock(&c->mu);
 }
@@ -187,9 +191,13 @@ static int stopped(struct ncclComm *c) {
          __atomic_load_n(&c->revoked, __ATOMIC_ACQUIRE);
 }
 
+/* From any thread (abort, revoke) while creation may still be filling the
+ * mesh: the fds are read and written atomically. */
 static void shut_all(struct ncclComm *c) {
-  for (int i = 0; i < c->nranks; i++)
-    if (c->fd[i] >= 0) shutdown(c->fd[i], SHUT_RDWR);
+  for (int i = 0; i < c->nranks; i++) {
+    int fd = __atomic_load_n(&c->fd[i], __ATOMIC_ACQUIRE);
+    if (fd >= 0) shutdown(fd, SHUT_RDWR);
+  }
 }
 
 /* --- the mesh -------------------------------------------------------------- */
@@ -265,7 +273,7 @@ static int rendezvous(struct ncclComm *c) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     uint64_t hello[2] = {c->token, (uint64_t)c->rank};
-    c->fd[j] = fd;
+    __atomic_store_n(&c->fd[j], fd, __ATOMIC_RELEASE);
     if (full_io(c, fd, hello, sizeof hello, 1)) rc = -1;
   }
   int need = c->nranks - 1 - c->rank;
@@ -284,7 +292,7 @@ static int rendezvous(struct ncclComm *c) {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    c->fd[hello[1]] = fd;
+    __atomic_store_n(&c->fd[hello[1]], fd, __ATOMIC_RELEASE);
     need--;
   }
   close(lfd);
