@@ -613,6 +613,48 @@ static void a_rank_that_left_is_not_a_failure_until_someone_needs_it(void **stat
   assert_int_equal(harness_run(2, goodbye_body, NULL, NULL), 0);
 }
 
+/* Rank 0 broadcasts a small message (sent on the pair's shared socket) and,
+ * with arg, a large one (on the socket of its direction), then leaves: its goodbye
+ * comes on both sockets, after the data, and rank 1, idle meanwhile, still
+ * gets both broadcasts (its idle watch must not take the goodbye on one
+ * socket for the end while data waits on the other); only what comes after
+ * them fails. */
+static int goodbye_after_data_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)n;
+  const int with_large = arg != NULL;
+  enum { BIG = 1 << 18 }; /* 1 MiB of i32: at least FTCOMM_RING_THRESHOLD */
+  int32_t small = rank == 0 ? 42 : 0;
+  int32_t *big = malloc(BIG * sizeof(int32_t));
+  if (!big) return RANK_FAIL(rank, "malloc");
+  for (int i = 0; i < BIG; i++) big[i] = rank == 0 ? i : -1;
+  int rc = 0;
+  if (rank == 1) usleep(300 * 1000); /* rank 0 is gone by now */
+  if (ftc_broadcast(&small, 1, FTC_I32, 0, comm, 5000) != FTC_OK || small != 42)
+    rc = RANK_FAIL(rank, "small broadcast: %s (got %d)", ftc_last_error(), small);
+  else if (with_large && ftc_broadcast(big, BIG, FTC_I32, 0, comm, 5000) != FTC_OK)
+    rc = RANK_FAIL(rank, "large broadcast: %s", ftc_last_error());
+  for (int i = 0; with_large && !rc && i < BIG; i++)
+    if (big[i] != i) rc = RANK_FAIL(rank, "large broadcast: element %d is %d", i, big[i]);
+  free(big);
+  if (rc || rank == 0) return rc;
+  ftc_status_t async;
+  ftc_comm_get_async_error(comm, &async);
+  if (async != FTC_OK) return RANK_FAIL(rank, "a clean leave counted as a failure: %s", ftc_strerror(async));
+  int32_t x = 1;
+  ftc_status_t st = ftc_allreduce(&x, &x, 1, FTC_I32, FTC_SUM, comm, 1000);
+  if (st != FTC_ERR_PEER_LOST) /* "left", or its goodbye read as the end of the data */
+    return RANK_FAIL(rank, "an allreduce with a rank that left gave %s: %s", ftc_strerror(st),
+                     ftc_last_error());
+  return 0;
+}
+
+static void a_rank_that_left_after_sending_is_still_heard(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(2, goodbye_after_data_body, NULL, NULL), 0);
+  int large = 1;
+  assert_int_equal(harness_run(2, goodbye_after_data_body, &large, NULL), 0);
+}
+
 typedef struct aborter {
   ftc_comm_t *comm;
   int delay_ms;
@@ -927,6 +969,7 @@ int main(void) {
       cmocka_unit_test(a_dead_peer_fails_the_collective_with_peer_lost),
       cmocka_unit_test(a_peer_dying_between_collectives_sets_the_async_error),
       cmocka_unit_test(a_rank_that_left_is_not_a_failure_until_someone_needs_it),
+      cmocka_unit_test(a_rank_that_left_after_sending_is_still_heard),
       cmocka_unit_test(a_rank_waiting_for_a_late_peer_does_not_burn_a_core),
       cmocka_unit_test(abort_from_another_thread_fails_everything_promptly),
       cmocka_unit_test(a_timed_out_wait_fails_the_request_and_the_epoch),

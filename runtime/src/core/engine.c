@@ -345,19 +345,40 @@ static void idle_wait(ftc_comm_t *comm, unsigned char *ignore, int nignore) {
     int rank = -1;
     for (int k = 0; k < np; k++)
       if (fds[k] == pfd[i].fd) rank = ranks[k];
-    if (rank < 0 || rank >= nignore) continue;
-    ignore[rank] = 1;
-    unsigned char buf[2];
-    ssize_t got = recv(pfd[i].fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
-    if (got == 1 && buf[0] == FTC__TCP_GOODBYE) {
-      FTC_INFO(FTC_SUB_NET, "rank %d left the communicator", rank);
-      comm->be->mark_left(comm->bh, rank);
-      continue;
+    if (rank < 0 || rank >= nignore || ignore[rank]) continue;
+    /* A peer may send on two sockets (fds lists it twice); it says goodbye
+     * on each, after its data. It left when every one holds nothing but
+     * the goodbye. */
+    int goodbyes = 0, data = 0, ended = 0, quiet = 0;
+    for (int k = 0; k < np; k++) {
+      if (ranks[k] != rank) continue;
+      unsigned char buf[2];
+      ssize_t got = recv(fds[k], buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
+      if (got == 1 && buf[0] == FTC__TCP_GOODBYE)
+        goodbyes++;
+      else if (got > 0)
+        data++;
+      else if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        quiet++;
+      else
+        ended++;
     }
     /* A peer that is ahead may have sent data for collectives this rank
      * has not started, then left: the collective that needs more than
      * what is buffered will see the end of the stream itself. */
-    if (got > 0) continue;
+    if (data) {
+      ignore[rank] = 1;
+      continue;
+    }
+    if (goodbyes && !ended) {
+      if (quiet) continue; /* its goodbye on the other socket is on the way */
+      ignore[rank] = 1;
+      FTC_INFO(FTC_SUB_NET, "rank %d left the communicator", rank);
+      comm->be->mark_left(comm->bh, rank);
+      continue;
+    }
+    if (!ended) continue; /* woken with nothing to read */
+    ignore[rank] = 1;
     pthread_mutex_lock(&comm->lock);
     int busy = comm->busy;
     pthread_mutex_unlock(&comm->lock);

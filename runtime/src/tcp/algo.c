@@ -315,6 +315,11 @@ ftc_status_t ftc__tcp_run(ftc__tcp_t *tp, const ftc__op_t *op, int64_t deadline_
     int iv = __atomic_load_n(tp->cfg.interrupt, __ATOMIC_ACQUIRE);
     if (iv) return ftc__error((ftc_status_t)iv, "the communicator was stopped: %s", ftc_strerror((ftc_status_t)iv));
   }
+  /* Small collectives (every rank decides the same from the same count)
+   * move both ways on each pair's shared socket; large ones, and sends and
+   * receives (whose sizes each side chooses), on the socket of each
+   * direction. */
+  tp->shared = bytes < tp->cfg.ring_threshold && op->coll != FTC_REC_SEND && op->coll != FTC_REC_RECV;
   if (op->coll == FTC_REC_BARRIER) return barrier(tp, &red, deadline_ns);
   if (op->count == 0) return FTC_OK;
   if (tp->size == 1) {
@@ -379,6 +384,7 @@ ftc_status_t ftc__tcp_run_p2p(ftc__tcp_t *tp, const ftc__op_t **ops, int n, int 
   if (cap > tp->seg_cap) cap = tp->seg_cap;
   if (n > cap) return ftc__error(FTC_ERR_INTERNAL, "%d point-to-point operations in one run", n);
   for (int i = 0; i < n; i++) p2p_stream(tp, i, ops[i]);
+  tp->shared = 0; /* each side's sizes may differ: the socket of each direction */
   p2p_run_t r = {tp, ops, cap, more, ctx};
   ftc__xfer_more_t m = {p2p_more, &r, wake_fd};
   return ftc__xfer_run_more(tp, tp->streams, n, &red, deadline_ns, more ? &m : NULL);

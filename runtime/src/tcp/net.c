@@ -957,7 +957,10 @@ void ftc__tcp_say_goodbye(ftc__tcp_t *tp) {
   if (!tp) return;
   for (int r = 0; r < tp->size; r++)
     if (tp->peers[r].sfd >= 0) {
+      /* After everything this rank sent on each socket it sends on. */
       ssize_t n = send(tp->peers[r].sfd, &bye, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+      int x = r != tp->rank ? ftc__tcp_shared_fd(tp, r) : -1;
+      if (x >= 0 && x != tp->peers[r].sfd) n = send(x, &bye, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
       (void)n;
     }
 }
@@ -967,6 +970,13 @@ int ftc__tcp_peer_fds(const ftc__tcp_t *tp, int *fds, int *ranks, int max) {
   for (int r = 0; tp && r < tp->size && n < max; r++) {
     if (tp->peers[r].fd < 0) continue;
     fds[n] = tp->peers[r].fd;
+    ranks[n++] = r;
+  }
+  /* Then the lower ranks' shared sockets, on which they also send. */
+  for (int r = 0; tp && r < tp->rank && n < max; r++) {
+    int x = ftc__tcp_shared_fd(tp, r);
+    if (x < 0 || x == tp->peers[r].fd) continue;
+    fds[n] = x;
     ranks[n++] = r;
   }
   return n;

@@ -139,8 +139,10 @@ void ftc__tcp_note_failed_peer(ftc__tcp_t *tp, int rank);
 int ftc__tcp_peer_left(const ftc__tcp_t *tp, int rank);
 
 /* Peer sockets, for the idle watch (POLLRDHUP) of the progress thread: for
- * each peer the socket its data (and its goodbye) arrives on. Returns how
- * many were written (at most max). */
+ * each peer the socket its data arrives on, then, for a peer that sends on
+ * two (a lower rank: small collectives on the shared socket), the second;
+ * the goodbye comes on each, after the data. A rank appears once or twice.
+ * Returns how many were written (at most max). */
 int ftc__tcp_peer_fds(const ftc__tcp_t *tp, int *fds, int *ranks, int max);
 
 /* Accept every pending connection on listen_fd and refuse it: no view is

@@ -46,7 +46,23 @@ struct ftc__tcp {
   ftc__view_t view;       /* a copy of the epoch's view (members owned), for spares */
   struct ftc__boot *spare_boot; /* spare connections being made, NULL before */
   int adopted;            /* connections of this epoch that were spares */
+  int shared;             /* this run uses each pair's shared socket both ways */
 };
+
+/* The pair's shared socket: the one the higher rank connected first (UP),
+ * on which the higher rank sends and, in runs of small collectives, the
+ * lower rank too: its data and acknowledgements then travel together, as on
+ * one socket (with two, each small message would cost a pure ACK segment
+ * more). With FTCOMM_TCP_SOCKETS=1 it is the only socket. */
+static inline int ftc__tcp_shared_fd(const ftc__tcp_t *tp, int peer) {
+  return tp->rank < peer ? tp->peers[peer].fd : tp->peers[peer].sfd;
+}
+
+/* The socket a stream of the current run moves its bytes on. */
+static inline int ftc__tcp_stream_fd(const ftc__tcp_t *tp, int peer, int send) {
+  if (tp->shared) return ftc__tcp_shared_fd(tp, peer);
+  return send ? tp->peers[peer].sfd : tp->peers[peer].fd;
+}
 
 typedef struct ftc__seg {
   char *dst;       /* recv: where bytes land, or where the reduction goes */

@@ -40,7 +40,7 @@ static inline void skip_empty(ftc__stream_t *s) {
  * connection (errno-like code in *err, 0 for an orderly close). */
 static int pump_send(ftc__tcp_t *tp, ftc__stream_t *s, const ftc__stream_t *all, int *err) {
   int moved = 0;
-  int fd = tp->peers[s->peer].sfd;
+  int fd = ftc__tcp_stream_fd(tp, s->peer, 1);
   size_t allowed = stream_allowed(s, all);
   while (s->done < allowed) {
     skip_empty(s);
@@ -64,7 +64,7 @@ static int pump_send(ftc__tcp_t *tp, ftc__stream_t *s, const ftc__stream_t *all,
 
 static int pump_recv(ftc__tcp_t *tp, ftc__stream_t *s, const ftc__red_t *red, int *err) {
   int moved = 0;
-  int fd = tp->peers[s->peer].fd;
+  int fd = ftc__tcp_stream_fd(tp, s->peer, 0);
   while (s->done < s->total) {
     skip_empty(s);
     const ftc__seg_t *g = &s->segs[s->cur];
@@ -201,8 +201,7 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
       }
       int *slot = &tp->pidx[2 * s->peer + s->send];
       if (*slot < 0) {
-        const ftc__tcp_peer_t *p = &tp->peers[s->peer];
-        int fd = s->send ? p->sfd : p->fd, k;
+        int fd = ftc__tcp_stream_fd(tp, s->peer, s->send), k;
         for (k = 0; k < np && tp->pfd[k].fd != fd; k++) continue; /* one socket both ways */
         if (k == np) tp->pfd[np++] = (struct pollfd){fd, 0, 0};
         *slot = k;
@@ -231,7 +230,7 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
       if (k >= 0 && (tp->pfd[k].revents & (POLLERR | POLLHUP)) && !(tp->pfd[k].revents & POLLOUT)) {
         int soerr = 0;
         socklen_t sl = sizeof(soerr);
-        getsockopt(tp->peers[s->peer].sfd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+        getsockopt(ftc__tcp_stream_fd(tp, s->peer, 1), SOL_SOCKET, SO_ERROR, &soerr, &sl);
         return broken(tp, s, soerr);
       }
     }
