@@ -173,6 +173,7 @@ ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view) {
   ftc__free(comm->p2p_seq);
   comm->p2p_seq = seqs;
   comm->seq = 0;
+  comm->settling = 0;
   __atomic_store_n(&comm->settled, 0, __ATOMIC_RELEASE);
   __atomic_store_n(&comm->rank, view->my_rank, __ATOMIC_RELEASE);
   __atomic_store_n(&comm->size, view->size, __ATOMIC_RELEASE);

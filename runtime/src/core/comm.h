@@ -60,7 +60,8 @@ struct ftc_comm {
   int connect_timeout_ms;  /* for be->connect: the configured one, less during a recovery */
   ftc_rec_t *rec;
   int interrupt;          /* atomic status; nonzero stops a running collective */
-  int settled;            /* atomic: a collective of this epoch completed here */
+  int settled;            /* atomic: the epoch is in use (engine.c, SETTLE_COLLECTIVES) */
+  int settling;           /* collectives completed in the epoch before that (data-plane owner) */
   int spares;             /* FTCOMM_SPARE_CONNECTIONS: make spare connections for the next epoch */
   int error;              /* atomic: the error that broke the epoch (async error) */
   int aborted;            /* atomic */

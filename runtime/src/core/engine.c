@@ -27,6 +27,7 @@
 #include "ftc_time.h"
 
 #define WAIT_GRACE_NS (250 * 1000000LL)
+#define SETTLE_COLLECTIVES 2 /* completed in an epoch before background work starts */
 #define MAX_IN_FLIGHT 64
 
 void ftc__engine_wake(ftc_comm_t *comm) {
@@ -119,10 +120,12 @@ static ftc_status_t execute(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq,
   if (__builtin_expect(ftc__fault_armed, 0) && st == FTC_OK) st = ftc__fault_coll_done(comm, seq);
   if (st != FTC_OK) fail_op(comm, op, seq, st);
   ftc__record_end(comm, rec_id, st);
-  if (__builtin_expect(st == FTC_OK && !__atomic_load_n(&comm->settled, __ATOMIC_RELAXED), 0)) {
-    /* The epoch's first collective: work held back during the move
-     * (writing the failed epoch's dumps, making spare connections) may
-     * run now. */
+  if (__builtin_expect(st == FTC_OK && !__atomic_load_n(&comm->settled, __ATOMIC_RELAXED), 0) &&
+      ++comm->settling >= SETTLE_COLLECTIVES) {
+    /* The epoch is in use (every rank completed its first collective
+     * before this one could): work held back during the move (writing the
+     * failed epoch's dumps, making spare connections) may run now without
+     * slowing a rank that is still finishing it. */
     __atomic_store_n(&comm->settled, 1, __ATOMIC_RELEASE);
     ftc__watchdog_kick(comm);
     if (comm->spares) ftc__engine_wake(comm); /* the progress thread makes the spares */
