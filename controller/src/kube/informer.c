@@ -285,7 +285,7 @@ ftc_status_t ftck_informer_create(ftck_client_t *c, const ftck_informer_opts_t *
   inf->field_selector = dup_opt(o->field_selector);
   inf->resync_ms = o->resync_ms;
   inf->watch_timeout_s = o->watch_timeout_s > 0 ? o->watch_timeout_s : 300;
-  inf->page_size = o->page_size > 0 ? o->page_size : 100;
+  inf->page_size = o->page_size > 0 ? o->page_size : 25;
   inf->transform = o->transform ? o->transform : ftck_transform_default;
   inf->transform_ud = o->transform ? o->transform_ud : inf->collection;
   if (h) inf->h = *h;

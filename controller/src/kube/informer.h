@@ -50,7 +50,7 @@ typedef struct ftck_informer_opts {
   const char *field_selector;  /* may be NULL */
   int64_t resync_ms;           /* 0: never */
   int watch_timeout_s;         /* server-side timeout of one watch; 0: 300 */
-  long page_size;              /* LIST page size; 0: 100 (one page is held decoded, whole) */
+  long page_size;              /* LIST page size; 0: 25 (one page is held decoded, whole) */
   ftck_transform_fn transform; /* NULL: ftck_transform_default */
   void *transform_ud;          /* for transform (the default gets the collection) */
 } ftck_informer_opts_t;
