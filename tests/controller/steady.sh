@@ -4,10 +4,12 @@
 # no Lease renewals):
 #   - once the jobs' pods and token Secrets exist, an idle window sees no request
 #     to the API server but the watches (the controller's own request counters)
+#   - the connections are reused while four watches hold theirs
 #   - a deleted token Secret is made again at once (its watch event, not a timer),
 #     with the same token, and an Event says so
 #   - a restarted controller reads the token Secrets from its cache: it sends no
-#     POST at all (no Secret created again, no 409) and creates no pod
+#     POST at all (no Secret created again, no 409) and creates no pod; one whose
+#     Secret was deleted while no controller ran gets that one Secret (one POST)
 . "$(dirname "$0")/lib.sh"
 start_cluster
 ctl=$build/bin/ftcomm-controller
@@ -109,6 +111,13 @@ else
   diff <(echo "$before") <(echo "$after") | sed 's/^/       /'
 fi
 
+# The pool keeps the connections: four watches, two workers and the status writes
+# share a handful (a pool that is too small opens one per request).
+reqs=$(nonwatch)
+conns=$(metric ftcomm_controller_api_connections_total)
+if [ "$reqs" -ge 20 ] && [ "${conns:-999}" -le 12 ]; then ok "$reqs requests and 4 watches over $conns connections"; else
+  bad "$reqs requests and 4 watches over ${conns:-?} connections (at most 12 expected: the pool reuses them)"; fi
+
 # --- a deleted token Secret comes back at once ---------------------------------------
 secret_token() { kc get secret "$1" -n steady -o jsonpath='{.data.token}' 2>/dev/null; }
 token_a=$(secret_token job-a-ftcomm-token)
@@ -147,6 +156,15 @@ if [ "$before" = "$after" ]; then ok "after the restart, idle for 10 s: no reque
   diff <(echo "$before") <(echo "$after") | sed 's/^/       /'
 fi
 check_out "the Secret cache listed once" '^1$' metric 'ftcomm_controller_lists_total{informer="secrets"}'
+
+# --- a Secret deleted while no controller runs: only that one is made -----------------------
+if stop_controller; then ok "SIGTERM stops the controller with status 0"; else bad "SIGTERM stops the controller with status 0"; fi
+check "the token Secret of job-b is deleted while no controller runs" kc delete secret job-b-ftcomm-token -n steady
+if start_controller 3; then ok "a new controller becomes ready"; else bad "controller restart"; tail -20 "$ctrl_log"; fi
+check "... and settles" settle
+check "the Secret of job-b exists again" eventually 5 secret_token job-b-ftcomm-token
+posts=$(requests | grep '^POST')
+check_out "... and it was the one POST: created (201), no 409" '^POST 201 1$' echo "$posts"
 if grep -q 'Forbidden' "$ctrl_log"; then bad "the controller was refused something by RBAC"; grep Forbidden "$ctrl_log" | head -5 | sed 's/^/       /'; else ok "no request of the controller was forbidden by RBAC"; fi
 if stop_controller; then ok "SIGTERM stops the controller with status 0"; else bad "SIGTERM stops the controller with status 0"; fi
 finish

@@ -44,8 +44,9 @@ static void test_options_defaults_env_and_flags(void **state) {
   assert_string_equal(o.pod_name, "ctl-abc");
   assert_string_equal(o.pod_namespace, "ftcomm-system");
   char *argv3[] = {"x", "--coordinator-bind=127.0.0.1:0", "--dump-volume", "/v", "--dump-retention=3",
-                   "--dump-wait=2", "--leader-label=false", "--analyzer=/bin/ftcomm-trace", NULL};
-  assert_int_equal(ftck_options_parse(8, argv3, &o), FTC_OK);
+                   "--dump-wait=2", "--leader-label=false", "--analyzer=/bin/ftcomm-trace", "--token-check=5", NULL};
+  assert_int_equal(ftck_options_parse(9, argv3, &o), FTC_OK);
+  assert_int_equal(o.token_check_s, 5); /* still accepted (old command lines start), main warns it is ignored */
   assert_string_equal(o.coordinator_bind, "127.0.0.1:0");
   assert_string_equal(o.dump_volume, "/v");
   assert_int_equal(o.dump_retention, 3);
