@@ -164,6 +164,37 @@ static void a_hang_in_flight_becomes_its_timeout(void **state) {
   rm_tmpdir(f.dir);
 }
 
+/* A GPU cannot read plain host memory, and the double (NCCL_DOUBLE_DEVICE_ONLY)
+ * refuses it too. A scalar collective on host memory, as the core's step
+ * boundary makes (ftc_comm_step's allreduce of a stack variable), is staged
+ * through pinned and device memory: it works, blocking and asynchronous;
+ * a large host buffer is not staged and is refused. */
+static void a_scalar_on_host_memory_is_staged(void **state) {
+  (void)state;
+  setenv("NCCL_DOUBLE_DEVICE_ONLY", "1", 1);
+  fixture_t f;
+  open_comm(&f, "stage", 10000);
+  int64_t a = 7, b = 0;
+  assert_int_equal(ftc_allreduce(&a, &b, 1, FTC_I64, FTC_MIN, f.comm, 5000), FTC_OK);
+  assert_int_equal(b, 7);
+  double d[4] = {1.5, 2.5, 3.5, 4.5}, e[4] = {0};
+  ftc_request_t *req;
+  assert_int_equal(ftc_iallreduce(d, e, 4, FTC_F64, FTC_SUM, f.comm, &req), FTC_OK);
+  assert_int_equal(ftc_wait(req, 5000), FTC_OK);
+  ftc_request_free(req);
+  assert_true(e[0] == 1.5 && e[3] == 4.5);
+  int32_t root = 11;
+  assert_int_equal(ftc_broadcast(&root, 1, FTC_I32, 0, f.comm, 5000), FTC_OK);
+  assert_int_equal(root, 11);
+  static float big[1024];
+  assert_int_equal(ftc_allreduce(big, big, 1024, FTC_F32, FTC_SUM, f.comm, 5000),
+                   FTC_ERR_INVALID_ARGUMENT);
+  if (!strstr(ftc_last_error(), "invalid argument")) fail_msg("last error: %s", ftc_last_error());
+  assert_int_equal(ftc_comm_destroy(f.comm), FTC_OK);
+  unsetenv("NCCL_DOUBLE_DEVICE_ONLY");
+  rm_tmpdir(f.dir);
+}
+
 int main(void) {
   char lib[512];
   double_path("2.32.3", lib, sizeof lib);
@@ -172,6 +203,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(async_allreduces_are_enqueued_back_to_back),
       cmocka_unit_test(a_hang_in_flight_becomes_its_timeout),
+      cmocka_unit_test(a_scalar_on_host_memory_is_staged),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

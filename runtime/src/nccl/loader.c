@@ -210,6 +210,16 @@ static ftc_status_t load_runtime(ftc__nccl_lib_t *lib, const char *override) {
       return ftc__error(FTC_ERR_LIBRARY_NOT_FOUND, "%s has no %s: not a usable %s runtime",
                         lib->info.runtime, name, lib->info.rccl ? "HIP" : "CUDA");
   }
+  if (!lib->info.rccl) {
+    *(void **)&lib->rt.PointerGetAttributes = dlsym(lib->rt_handle, "cudaPointerGetAttributes");
+    *(void **)&lib->rt.MemcpyAsync = dlsym(lib->rt_handle, "cudaMemcpyAsync");
+    *(void **)&lib->rt.HostAlloc = dlsym(lib->rt_handle, "cudaHostAlloc");
+    *(void **)&lib->rt.FreeHost = dlsym(lib->rt_handle, "cudaFreeHost");
+    *(void **)&lib->rt.GetLastError = dlsym(lib->rt_handle, "cudaGetLastError");
+    if (!lib->rt.PointerGetAttributes || !lib->rt.MemcpyAsync || !lib->rt.HostAlloc ||
+        !lib->rt.FreeHost || !lib->rt.GetLastError)
+      lib->rt.PointerGetAttributes = NULL; /* no staging */
+  }
   if (lib->rt.GetDeviceCount(&lib->info.devices) != cudaSuccess) lib->info.devices = 0;
   return FTC_OK;
 }

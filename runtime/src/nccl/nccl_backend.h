@@ -197,10 +197,16 @@ typedef struct ftc__nccl_work {
   int64_t completed_ns;    /* when a poll first saw ev_end done (0: not yet) */
   struct ftc_rec *rec;     /* when set: started/completed/failed are recorded */
   uint64_t rec_id;         /* in rec, from ftc_rec_schedule() */
-  int recorded;            /* atomic bits: 1 started, 2 ended */
+  int recorded;            /* atomic bits: 1 started, 2 ended, 4 staged result copied */
+  void *stage;             /* a staging slot (small collective on host memory), or NULL */
+  void *stage_user;        /* where its result goes at completion */
+  size_t stage_bytes;
 } ftc__nccl_work_t;
 
-/* Enqueue op on stream (NULL: the communicator's), device buffers. Returns
+/* Enqueue op on stream (NULL: the communicator's), device buffers (a small
+ * allreduce, broadcast or reduce, up to 64 bytes, may use host memory: it
+ * is staged through pinned and device memory of the communicator, e.g. the
+ * core's step-boundary allreduce of a stack variable). Returns
  * at once; complete with ftc__nccl_comm_wait. FTC_ERR_REVOKED/ABORTED once
  * the epoch has failed. Ranks in op->peer are ranks of the view. rec and
  * rec_id (may be NULL) go into the work for the flight recorder. */

@@ -64,6 +64,13 @@ typedef struct ftc__cuda_fns {
   cudaError_t (*Malloc)(void **, size_t);
   cudaError_t (*Free)(void *);
   const char *(*GetErrorString)(cudaError_t);
+  /* host staging of small collectives on host buffers (CUDA only; NULL on
+   * HIP, whose pointer attributes differ): all four or none */
+  cudaError_t (*PointerGetAttributes)(struct cudaPointerAttributes *, const void *);
+  cudaError_t (*MemcpyAsync)(void *, const void *, size_t, enum cudaMemcpyKind, cudaStream_t);
+  cudaError_t (*HostAlloc)(void **, size_t, unsigned int);
+  cudaError_t (*FreeHost)(void *);
+  cudaError_t (*GetLastError)(void);
 } ftc__cuda_fns_t;
 
 struct ftc__nccl_lib {

@@ -42,7 +42,19 @@ struct ftc__nccl_comm {
   int npool, cap;
   ftc__nccl_step_t last_step;
   int64_t last_ns;
+  struct stage_blk *stages; /* staging of small collectives on host memory */
 };
+
+/* Staging: slots of STAGE_BYTES in blocks of pinned host and device memory.
+ * A slot whose work failed may still be written by the stream: it is
+ * retired, never reused (freed with the communicator). */
+#define STAGE_BYTES 64
+#define STAGE_SLOTS 64
+typedef struct stage_blk {
+  char *host, *dev;
+  uint64_t busy; /* bit per slot: in use or retired */
+  struct stage_blk *next;
+} stage_blk_t;
 
 /* --- small helpers ------------------------------------------------------- */
 
@@ -571,6 +583,73 @@ static const char *coll_name(ftc_rec_op_t c) {
   return (unsigned)c < FTC_REC_OP_COUNT ? n[c] : "?";
 }
 
+/* 1 when p is host memory a GPU cannot read (neither device nor pinned). */
+static int host_memory(ftc__nccl_comm_t *c, const void *p) {
+  struct cudaPointerAttributes a;
+  memset(&a, 0, sizeof a);
+  cudaError_t e = c->lib->rt.PointerGetAttributes(&a, p);
+  if (e != cudaSuccess) {
+    c->lib->rt.GetLastError(); /* CUDA < 11 answers invalid value for it */
+    return e == cudaErrorInvalidValue;
+  }
+  return a.type == cudaMemoryTypeUnregistered;
+}
+
+/* Bytes to stage for ops (one small allreduce, broadcast or reduce on host
+ * memory), 0 for none. */
+static size_t stage_bytes(ftc__nccl_comm_t *c, const ftc__op_t *const *ops, int n) {
+  if (n != 1 || !c->lib->rt.PointerGetAttributes) return 0;
+  const ftc__op_t *op = ops[0];
+  if (op->coll != FTC_REC_ALLREDUCE && op->coll != FTC_REC_BROADCAST && op->coll != FTC_REC_REDUCE)
+    return 0;
+  size_t b = op->count * dsize[op->dtype];
+  if (b == 0 || b > STAGE_BYTES) return 0;
+  if ((op->sendbuf && host_memory(c, op->sendbuf)) || (op->recvbuf && host_memory(c, op->recvbuf)))
+    return b;
+  return 0;
+}
+
+static ftc_status_t stage_get(ftc__nccl_comm_t *c, char **host, char **dev) {
+  stage_blk_t *b = c->stages;
+  while (b && b->busy == ~0ULL) b = b->next;
+  if (!b) {
+    b = ftc__calloc(1, sizeof *b);
+    if (!b) return ftc__error(FTC_ERR_NO_MEMORY, "out of memory for a staging block");
+    cudaError_t e = c->lib->rt.HostAlloc((void **)&b->host, STAGE_SLOTS * STAGE_BYTES, 0);
+    if (e == cudaSuccess) e = c->lib->rt.Malloc((void **)&b->dev, STAGE_SLOTS * STAGE_BYTES);
+    if (e != cudaSuccess) {
+      if (b->host) c->lib->rt.FreeHost(b->host);
+      ftc__free(b);
+      return ftc__error(FTC_ERR_BACKEND, "staging memory for a collective on host memory: %s",
+                        c->lib->rt.GetErrorString(e));
+    }
+    b->next = c->stages, c->stages = b;
+  }
+  int i = __builtin_ctzll(~b->busy);
+  b->busy |= 1ULL << i;
+  *host = b->host + (size_t)i * STAGE_BYTES;
+  *dev = b->dev + (size_t)i * STAGE_BYTES;
+  return FTC_OK;
+}
+
+static void stage_put(ftc__nccl_comm_t *c, void *host, int retire) {
+  for (stage_blk_t *b = c->stages; b && host; b = b->next)
+    if ((char *)host >= b->host && (char *)host < b->host + STAGE_SLOTS * STAGE_BYTES) {
+      if (!retire) b->busy &= ~(1ULL << (((char *)host - b->host) / STAGE_BYTES));
+      return;
+    }
+}
+
+static void stages_free(ftc__nccl_comm_t *c) {
+  while (c->stages) {
+    stage_blk_t *b = c->stages;
+    c->stages = b->next;
+    c->lib->rt.FreeHost(b->host);
+    c->lib->rt.Free(b->dev);
+    ftc__free(b);
+  }
+}
+
 static ftc_status_t gate(ftc__nccl_comm_t *c) {
   ftc_status_t e = ftc__nccl_comm_error(c);
   if (e == FTC_ERR_ABORTED || !get_nc(c))
@@ -610,7 +689,9 @@ static void event_put(ftc__nccl_comm_t *c, cudaEvent_t ev) {
 void ftc__nccl_work_release(ftc__nccl_comm_t *c, ftc__nccl_work_t *w) {
   event_put(c, (cudaEvent_t)w->ev_start);
   event_put(c, (cudaEvent_t)w->ev_end);
+  stage_put(c, w->stage, 0);
   w->ev_start = w->ev_end = NULL;
+  w->stage = NULL;
 }
 
 void ftc__nccl_work_discard(ftc__nccl_comm_t *c, ftc__nccl_work_t *w) {
@@ -618,7 +699,9 @@ void ftc__nccl_work_discard(ftc__nccl_comm_t *c, ftc__nccl_work_t *w) {
    * CUDA releases it once reached. */
   if (w->ev_start) c->lib->rt.EventDestroy((cudaEvent_t)w->ev_start);
   if (w->ev_end) c->lib->rt.EventDestroy((cudaEvent_t)w->ev_end);
+  stage_put(c, w->stage, 1);
   w->ev_start = w->ev_end = NULL;
+  w->stage = NULL;
 }
 
 static ncclResult_t enqueue(ftc__nccl_comm_t *c, ncclComm_t nc, const ftc__op_t *op,
@@ -698,12 +781,32 @@ static ftc_status_t launch(ftc__nccl_comm_t *c, const ftc__op_t *const *ops, int
   ncclComm_t nc = get_nc(c);
   cudaStream_t s = stream ? (cudaStream_t)stream : c->stream;
   cudaEvent_t a = NULL, b = NULL;
+  /* A small collective on host memory runs on a staging slot: in by a
+   * copy to pinned memory and an async copy to the device, out the same
+   * way back, the result copied to the caller's buffer at completion. */
+  ftc__op_t staged;
+  const ftc__op_t *one[1];
+  char *sh = NULL, *sd = NULL;
+  size_t sb = stage_bytes(c, ops, n);
+  if (sb) {
+    FTC_CHECK_GOTO(stage_get(c, &sh, &sd), st, out);
+    staged = *ops[0];
+    if (staged.sendbuf) memcpy(sh, staged.sendbuf, sb);
+    else if (staged.recvbuf) memcpy(sh, staged.recvbuf, sb);
+    w->stage = sh, w->stage_user = staged.recvbuf, w->stage_bytes = sb;
+    staged.sendbuf = staged.recvbuf = sd;
+    one[0] = &staged;
+    ops = one;
+  }
   FTC_CHECK_GOTO(event_get(c, &a), st, out);
   FTC_CHECK_GOTO(event_get(c, &b), st, out_a);
   w->enqueued_ns = ftc__now_ns();
   cudaError_t e = c->lib->rt.EventRecord(a, s);
+  if (e == cudaSuccess && sh)
+    e = c->lib->rt.MemcpyAsync(sd, sh, sb, cudaMemcpyHostToDevice, s);
   if (e != cudaSuccess) {
-    st = ftc__error(FTC_ERR_BACKEND, "cudaEventRecord failed: %s", c->lib->rt.GetErrorString(e));
+    st = ftc__error(FTC_ERR_BACKEND, "cudaEventRecord/cudaMemcpyAsync failed: %s",
+                    c->lib->rt.GetErrorString(e));
     goto out_b;
   }
   ncclResult_t r = enqueue_all(c, nc, ops, n, s);
@@ -720,9 +823,11 @@ static ftc_status_t launch(ftc__nccl_comm_t *c, const ftc__op_t *const *ops, int
     if (st != FTC_ERR_INVALID_ARGUMENT) fail(c, st);
     goto out_b;
   }
-  e = c->lib->rt.EventRecord(b, s);
+  if (sh) e = c->lib->rt.MemcpyAsync(sh, sd, sb, cudaMemcpyDeviceToHost, s);
+  if (e == cudaSuccess) e = c->lib->rt.EventRecord(b, s);
   if (e != cudaSuccess) {
-    st = ftc__error(FTC_ERR_BACKEND, "cudaEventRecord failed: %s", c->lib->rt.GetErrorString(e));
+    st = ftc__error(FTC_ERR_BACKEND, "cudaEventRecord/cudaMemcpyAsync failed: %s",
+                    c->lib->rt.GetErrorString(e));
     fail(c, st);
     goto out_b;
   }
@@ -733,6 +838,8 @@ out_b:
 out_a:
   event_put(c, a);
 out:
+  stage_put(c, w->stage, 1); /* its copies may be queued: never reused */
+  w->stage = NULL;
   rec_note(w, 2, FTC_REC_FAILED, 0);
   return st;
 }
@@ -797,6 +904,8 @@ ftc_status_t ftc__nccl_work_poll(ftc__nccl_comm_t *c, ftc__nccl_work_t *w, int *
   }
   q = c->lib->rt.EventQuery((cudaEvent_t)w->ev_end);
   if (q == cudaSuccess) {
+    if (w->stage && w->stage_user && !(__atomic_fetch_or(&w->recorded, 4, __ATOMIC_ACQ_REL) & 4))
+      memcpy(w->stage_user, w->stage, w->stage_bytes);
     int64_t now = ftc__now_ns();
     set_once(&w->started_ns, now);
     rec_note(w, 1, FTC_REC_STARTED, __atomic_load_n(&w->started_ns, __ATOMIC_ACQUIRE));
@@ -922,6 +1031,7 @@ void ftc__nccl_comm_free(ftc__nccl_comm_t *c) {
   ftc__free(c->pool);
   if (c->scratch) c->lib->rt.Free(c->scratch);
   if (c->own_stream) c->lib->rt.StreamDestroy(c->own_stream);
+  stages_free(c);
   view_drop(c->view);
   pthread_mutex_destroy(&c->mu);
   ftc__free(c);

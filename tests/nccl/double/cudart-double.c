@@ -224,13 +224,93 @@ EXPORT cudaError_t cudaEventDestroy(cudaEvent_t ev) {
   return cudaSuccess;
 }
 
-EXPORT cudaError_t cudaMalloc(void **p, size_t n) {
+/* "Device" and pinned memory are host memory, remembered so that
+ * cudaPointerGetAttributes can tell them from plain host memory. */
+typedef struct region {
+  char *p;
+  size_t n;
+  enum cudaMemoryType type;
+  struct region *next;
+} region_t;
+static pthread_mutex_t regions_mu = PTHREAD_MUTEX_INITIALIZER;
+static region_t *regions;
+
+static cudaError_t region_alloc(void **p, size_t n, enum cudaMemoryType type) {
+  region_t *r = calloc(1, sizeof *r);
   *p = calloc(1, n ? n : 1);
-  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-EXPORT cudaError_t cudaFree(void *p) {
-  free(p);
+  if (!r || !*p) {
+    free(r), free(*p);
+    *p = NULL;
+    return cudaErrorMemoryAllocation;
+  }
+  r->p = *p, r->n = n ? n : 1, r->type = type;
+  pthread_mutex_lock(&regions_mu);
+  r->next = regions, regions = r;
+  pthread_mutex_unlock(&regions_mu);
   return cudaSuccess;
+}
+
+static void region_free(void *p) {
+  if (!p) return;
+  pthread_mutex_lock(&regions_mu);
+  for (region_t **q = &regions; *q; q = &(*q)->next)
+    if ((*q)->p == p) {
+      region_t *r = *q;
+      *q = r->next;
+      free(r);
+      break;
+    }
+  pthread_mutex_unlock(&regions_mu);
+  free(p);
+}
+
+EXPORT cudaError_t cudaMalloc(void **p, size_t n) { return region_alloc(p, n, cudaMemoryTypeDevice); }
+EXPORT cudaError_t cudaFree(void *p) {
+  region_free(p);
+  return cudaSuccess;
+}
+EXPORT cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) {
+  (void)flags;
+  return region_alloc(p, n, cudaMemoryTypeHost);
+}
+EXPORT cudaError_t cudaFreeHost(void *p) {
+  region_free(p);
+  return cudaSuccess;
+}
+EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *ptr) {
+  memset(a, 0, sizeof *a);
+  a->type = cudaMemoryTypeUnregistered;
+  pthread_mutex_lock(&regions_mu);
+  for (region_t *r = regions; r; r = r->next)
+    if ((const char *)ptr >= r->p && (const char *)ptr < r->p + r->n) {
+      a->type = r->type;
+      a->devicePointer = a->hostPointer = (void *)ptr;
+      break;
+    }
+  pthread_mutex_unlock(&regions_mu);
+  return cudaSuccess;
+}
+EXPORT cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+
+typedef struct copy_job {
+  void *dst;
+  const void *src;
+  size_t n;
+} copy_job_t;
+static void copy_main(void *arg) {
+  copy_job_t *j = arg;
+  memmove(j->dst, j->src, j->n);
+  free(j);
+}
+EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k,
+                                   cudaStream_t st) {
+  (void)k;
+  copy_job_t *j = malloc(sizeof *j);
+  if (!j) return cudaErrorMemoryAllocation;
+  j->dst = dst, j->src = src, j->n = n;
+  cudaError_t e = push(S(st), copy_main, j, NULL);
+  if (e != cudaSuccess) free(j);
+  return e;
 }
 EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k) {
   (void)k;

@@ -28,6 +28,8 @@
  *   NCCL_DOUBLE_ENQUEUE_INPROGRESS_MS=ms  collectives return ncclInProgress and
  *                                 the communicator stays in progress this long
  *   NCCL_DOUBLE_COLL_MS=ms        each collective takes at least ms on the stream
+ *   NCCL_DOUBLE_DEVICE_ONLY=1     a buffer that is neither cudaMalloc'd nor pinned is
+ *                                 refused (ncclInvalidArgument), as a GPU cannot read it
  *   NCCL_DOUBLE_LOG=path          append one line per lifecycle call
  *                                 ("<pid> <call> rank=<r> size=<n> failed=<0|1>"),
  *                                 and one per collective enqueued
@@ -959,9 +961,18 @@ static ncclResult_t launch(op_t *o, cudaStream_t s) {
   return ncclSuccess;
 }
 
+/* NCCL_DOUBLE_DEVICE_ONLY: 1 when p is memory a GPU could read. */
+static int device_ok(const void *p) {
+  if (!p || !env_int("NCCL_DOUBLE_DEVICE_ONLY", 0)) return 1;
+  struct cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) return 0;
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeHost;
+}
+
 static op_t *op_new(struct ncclComm *c, kind_t k, const void *s, void *r, size_t count,
                     ncclDataType_t t, ncclRedOp_t rop, int root) {
   if (!c || tsize(t) == 0 || (root < 0 || root >= c->nranks)) return NULL;
+  if (!device_ok(s) || !device_ok(r)) return NULL; /* "bad argument" */
   op_t *o = calloc(1, sizeof *o);
   if (!o) return NULL;
   o->c = c, o->kind = k, o->send = s, o->recv = r, o->count = count, o->t = t, o->rop = rop;
@@ -973,7 +984,7 @@ static op_t *op_new(struct ncclComm *c, kind_t k, const void *s, void *r, size_t
   do {                                                      \
     op_t *o_ = (mk); /* once: it allocates */               \
     if (!o_) {                                              \
-      set_err(NULL, ncclInvalidArgument, "bad argument");   \
+      set_err(NULL, ncclInvalidArgument, "bad argument, or a buffer the GPU cannot read");   \
       return ncclInvalidArgument;                           \
     }                                                       \
     return launch(o_, (s));                                 \
@@ -1020,7 +1031,7 @@ EXPORT ncclResult_t ncclGroupEnd(void) {
 
 static ncclResult_t p2p(struct ncclComm *c, int send, void *buf, size_t count, ncclDataType_t t,
                         int peer, cudaStream_t s) {
-  if (!c || peer < 0 || peer >= c->nranks || !tsize(t)) return ncclInvalidArgument;
+  if (!c || peer < 0 || peer >= c->nranks || !tsize(t) || !device_ok(buf)) return ncclInvalidArgument;
   op_t *o = g_depth ? g_op : NULL;
   if (!o) {
     o = op_new(c, K_P2P, NULL, NULL, 0, t, ncclSum, 0);
