@@ -210,6 +210,7 @@ int main(int argc, char **argv) {
         next_listen = ftc__now_ns() + 2000000000LL;
       }
     }
+    ftck_coords_poll(a.coords);
     usleep(100000);
   }
   int lost = __atomic_load_n(&a.lost, __ATOMIC_ACQUIRE);

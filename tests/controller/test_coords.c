@@ -188,6 +188,41 @@ static void two_jobs_share_one_port_and_a_lost_slot_shrinks_at_once(void **state
   ftc__member_close(b0);
 }
 
+/* The poll queues a job once per published change (an epoch, its size,
+ * sessions), and not again while nothing changes; nothing before any rank. */
+static void the_poll_queues_a_job_when_its_coordinator_publishes_a_change(void **state) {
+  fixture_t *fx = *state;
+  start_job(fx, "ns/p", "p", "token-p", 1);
+  ftck_coords_poll(fx->cs);
+  int before = __atomic_load_n(&fx->notified, __ATOMIC_RELAXED);
+  ftck_coords_poll(fx->cs);
+  assert_int_equal(__atomic_load_n(&fx->notified, __ATOMIC_RELAXED), before); /* no rank yet: nothing new */
+  ftc_status_t st;
+  ftc__member_t *m = join(fx, "p", "token-p", 0, 1, WAIT_MS, &st);
+  assert_int_equal(st, FTC_OK);
+  ftc__view_t *v = NULL;
+  assert_int_equal(ftc__member_wait_view(m, 0, WAIT_MS, &v), FTC_OK);
+  /* The epoch's event has queued it already; the view may be published a
+   * moment after: wait for it, then the poll queues the job once more. */
+  ftc__coord_view_t *cv = NULL;
+  for (int i = 0; i < 200; i++) {
+    cv = ftck_coords_view(fx->cs, "ns/p");
+    if (cv && cv->epoch == v->epoch) break;
+    ftc__coord_view_free(cv);
+    cv = NULL;
+    usleep(10000);
+  }
+  assert_non_null(cv);
+  ftc__coord_view_free(cv);
+  before = __atomic_load_n(&fx->notified, __ATOMIC_RELAXED);
+  ftck_coords_poll(fx->cs);
+  assert_int_equal(__atomic_load_n(&fx->notified, __ATOMIC_RELAXED), before + 1);
+  ftck_coords_poll(fx->cs);
+  assert_int_equal(__atomic_load_n(&fx->notified, __ATOMIC_RELAXED), before + 1); /* nothing changed since */
+  ftc__view_free(v);
+  ftc__member_close(m);
+}
+
 static void a_rank_of_a_job_without_coordinator_is_turned_away(void **state) {
   fixture_t *fx = *state;
   ftc_status_t st;
@@ -373,6 +408,8 @@ int main(void) {
       cmocka_unit_test(client_frames_are_unmasked_and_unmasked_frames_refused),
       cmocka_unit_test(the_port_binds_every_address_or_one_and_refuses_bad_ones),
       cmocka_unit_test_setup_teardown(two_jobs_share_one_port_and_a_lost_slot_shrinks_at_once, setup, teardown),
+      cmocka_unit_test_setup_teardown(the_poll_queues_a_job_when_its_coordinator_publishes_a_change, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(a_rank_of_a_job_without_coordinator_is_turned_away, setup, teardown),
       cmocka_unit_test_setup_teardown(a_job_that_is_removed_stops_its_coordinator, setup, teardown),
       cmocka_unit_test_setup_teardown(a_timeout_report_becomes_an_analyzed_incident, setup, teardown),

@@ -10,7 +10,9 @@
  * memory; it is never held while calling a coordinator, the analyzer or
  * notify(). Entries are made, remade and freed only by the worker holding
  * their key (or at destroy, after the workers stopped); the router thread
- * reads an entry's immutable fields under cs->mu.
+ * reads an entry's immutable fields under cs->mu. ftck_coords_poll reads each
+ * coordinator's stats (its own leaf lock) under cs->mu; nothing takes cs->mu
+ * under a coordinator's lock.
  */
 #include "jobcoord.h"
 
@@ -64,6 +66,9 @@ typedef struct jc {
   int *slot_of_rank;         /* the last view the reconciler read: rank -> slot */
   int nview;
   uint64_t view_epoch;
+  /* ftck_coords_poll's last look: the published epoch, its size, sessions. */
+  uint64_t polled_epoch;
+  int polled_size, polled_connected;
 } jc_t;
 
 struct ftck_coords {
@@ -577,6 +582,38 @@ ftc_status_t ftck_coords_take_incidents(ftck_coords_t *cs, const char *key, ftck
   if (dir[0]) ftck_prune_incidents(dir, cs->retention);
   *out = v;
   return FTC_OK;
+}
+
+void ftck_coords_poll(ftck_coords_t *cs) {
+  if (!cs) return;
+  char *keys[64];
+  size_t n = 0;
+  int more = 1;
+  while (more) {
+    more = 0;
+    n = 0;
+    pthread_mutex_lock(&cs->mu);
+    for (jc_t *j = cs->jobs; j; j = j->next) {
+      ftc__coord_stats_t st;
+      ftc__coord_stats(j->co, &st);
+      if (st.epoch == j->polled_epoch && st.epoch_size == j->polled_size && st.connected == j->polled_connected)
+        continue;
+      if (n == sizeof keys / sizeof keys[0]) {
+        more = 1; /* the rest on the next round, after these are told */
+        break;
+      }
+      if (!(keys[n] = ftc__strdup(j->key))) break; /* no memory: the next poll tries again */
+      n++;
+      j->polled_epoch = st.epoch;
+      j->polled_size = st.epoch_size;
+      j->polled_connected = st.connected;
+    }
+    pthread_mutex_unlock(&cs->mu);
+    for (size_t i = 0; i < n; i++) {
+      if (cs->notify) cs->notify(cs->ud, keys[i]);
+      ftc__free(keys[i]);
+    }
+  }
 }
 
 void ftck_coords_get_stats(ftck_coords_t *cs, ftck_coords_stats_t *out) {

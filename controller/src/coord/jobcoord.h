@@ -60,6 +60,14 @@ ftc_status_t ftck_coords_ensure(ftck_coords_t *cs, const char *key, const ftck_c
 void ftck_coords_remove(ftck_coords_t *cs, const char *key);
 int ftck_coords_has(ftck_coords_t *cs, const char *key);
 
+/* Queue (notify) every job whose coordinator published a change since the
+ * last poll: another epoch, its size, or sessions that came or went. Events
+ * are emitted before the coordinator publishes what they announce, and a
+ * coordinator that adopts a running epoch, or sees its ranks reconnect,
+ * emits none; the controller's main loop calls this every 100 ms so status
+ * follows anyway. Cheap: one lock per coordinator, no API call. */
+void ftck_coords_poll(ftck_coords_t *cs);
+
 /* The process holding `slot` (pod `pod`) is gone: drop it now, so survivors
  * shrink without waiting for heartbeats. Once per pod. */
 ftc_status_t ftck_coords_slot_lost(ftck_coords_t *cs, const char *key, int slot, const char *pod, const char *reason);
