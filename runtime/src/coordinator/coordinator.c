@@ -1033,10 +1033,10 @@ static void on_tick(lws_sorted_usec_list_t *sul) {
  * connection blinked comes back with its id and goes on; one that died is
  * reported by its data-plane peers (a member without a session is dropped
  * at the first report) or does not come back (on_tick). A member that was
- * not in an epoch yet is dropped at once. */
+ * not in an epoch yet, or that a peer already reported, is dropped at once. */
 static void session_closed(ftc__coord_t *co, member_t *m) {
   m->sess = NULL;
-  if (m->state == M_ACTIVE && co->formed) {
+  if (m->state == M_ACTIVE && co->formed && !m->suspect_ns) {
     m->detached_ns = ftc__now_ns();
     co->stats_dirty = 1;
     FTC_INFO(FTC_SUB_COORD, "job %s: rank %d (slot %d, member %llu) lost its session; its place "

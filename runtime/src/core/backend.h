@@ -54,6 +54,9 @@ typedef struct ftc__backend_ops {
   void (*close)(void *h, int planned);
   /* The peer to blame for the last failed run, -1 if unknown. */
   int (*failed_peer)(const void *h);
+  /* 1: failed_peer() is known when the run fails (the failing thread reports
+   * it to the coordinator at once); 0: it is found later (the watchdog). */
+  int blames_at_once;
 
   /* Optional (GPU backends; NULL: run() only): asynchronous requests are
    * enqueued back to back on the device. launch() enqueues op and returns

@@ -315,7 +315,11 @@ void ftc__comm_fail(ftc_comm_t *comm, ftc_status_t why, const char *detail) {
                                   __ATOMIC_ACQUIRE)) {
     FTC_WARN(FTC_SUB_COLL, "epoch %llu failed: %s: %s", (unsigned long long)comm->epoch,
              ftc_strerror(why), detail ? detail : "");
-    ftc__watchdog_kick(comm); /* it dumps and tells the coordinator */
+    /* The coordinator hears it from this thread when the backend knows the
+     * peer already (one thread hop less before the next epoch), else from
+     * the watchdog, which also captures the dump. */
+    if (comm->be->blames_at_once) ftc__watchdog_report(comm);
+    ftc__watchdog_kick(comm);
   }
   expected = 0;
   __atomic_compare_exchange_n(&comm->interrupt, &expected, (int)why, 0, __ATOMIC_ACQ_REL,

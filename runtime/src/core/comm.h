@@ -90,7 +90,8 @@ struct ftc_comm {
   int64_t wd_hold_ns;         /* under wd_mu: since when their files wait (0: they don't) */
   uint64_t wd_hold_epoch;     /* under wd_mu: ... for an epoch after this one */
   pthread_mutex_t wd_cap_mu;  /* serializes the capture of failures and dump requests */
-  uint64_t wd_handled;        /* under wd_cap_mu: the epoch whose failure was reported */
+  uint64_t wd_handled;        /* under wd_cap_mu: the epoch whose failure dump was captured */
+  uint64_t wd_reported;       /* under wd_cap_mu: the epoch whose failure was reported */
   int recovering;             /* atomic: the application thread is moving to a new epoch */
   uint64_t target_epoch;      /* atomic: epoch being connected by that move, 0 none */
   ftc__view_t *prev_view;     /* the view before the last change, NULL for the first */
@@ -127,6 +128,9 @@ ftc_status_t ftc__watchdog_start(ftc_comm_t *comm);
 void ftc__watchdog_stop(ftc_comm_t *comm);
 void ftc__watchdog_kick(ftc_comm_t *comm);
 void ftc__watchdog_capture(ftc_comm_t *comm);
+/* Report the failed epoch's broken peer to the coordinator now, from the
+ * calling thread (once per epoch; the watchdog does it otherwise). */
+void ftc__watchdog_report(ftc_comm_t *comm);
 
 /* Fault injection (fault.c), off unless FTCOMM_FAULT is set: parsed once.
  * ftc__fault_armed is read on the hot path (one predictable branch). */

@@ -383,19 +383,35 @@ static void wd_dump_request(ftc_comm_t *comm) {
   wd_queue(comm, d);
 }
 
-/* A failed epoch, once: tell the coordinator, then capture the rank's own
- * dump. */
-static void wd_failure(ftc_comm_t *comm) {
-  int e = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
-  uint64_t epoch = __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
-  if (!e || e == FTC_ERR_ABORTED || comm->wd_handled == epoch) return;
-  comm->wd_handled = epoch;
+/* Tell the coordinator about the failed epoch `epoch`, once (wd_cap_mu held). */
+static void wd_report_locked(ftc_comm_t *comm, int e, uint64_t epoch) {
+  if (comm->wd_reported == epoch) return;
+  comm->wd_reported = epoch;
   pthread_mutex_lock(&comm->lock);
   int peer = comm->bh ? comm->be->failed_peer(comm->bh) : -1;
   pthread_mutex_unlock(&comm->lock);
   if (comm->member)
     ftc__member_report_failure(comm->member, epoch, peer >= 0 ? &peer : NULL, peer >= 0 ? 1 : 0,
                                (ftc_status_t)e);
+}
+
+void ftc__watchdog_report(ftc_comm_t *comm) {
+  if (!comm->member) return;
+  pthread_mutex_lock(&comm->wd_cap_mu);
+  int e = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
+  uint64_t epoch = __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
+  if (e && e != FTC_ERR_ABORTED) wd_report_locked(comm, e, epoch);
+  pthread_mutex_unlock(&comm->wd_cap_mu);
+}
+
+/* A failed epoch, once: tell the coordinator (unless the failing thread
+ * did), then capture the rank's own dump. */
+static void wd_failure(ftc_comm_t *comm) {
+  int e = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
+  uint64_t epoch = __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
+  if (!e || e == FTC_ERR_ABORTED || comm->wd_handled == epoch) return;
+  comm->wd_handled = epoch;
+  wd_report_locked(comm, e, epoch);
   struct ftc__wd_dump *d =
       wd_capture_new(e == FTC_ERR_TIMEOUT ? "timeout" : e == FTC_ERR_REVOKED ? "revoked" : "error");
   if (!d) {

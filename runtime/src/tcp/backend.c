@@ -59,6 +59,7 @@ const ftc__backend_ops_t ftc__backend_tcp = {
     .interrupt = tcp_interrupt,
     .close = tcp_close,
     .failed_peer = tcp_failed_peer,
+    .blames_at_once = 1,
     .peer_fds = tcp_peer_fds,
     .mark_left = tcp_mark_left,
     .peer_left = tcp_peer_left,
