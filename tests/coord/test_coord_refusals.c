@@ -175,6 +175,49 @@ static void invalid_fields_and_unknown_types_are_refused(void **state) {
   expect_coordinator_serves();
 }
 
+static int connect_raw(void);
+
+/* A hello whose data-plane address is not host:port or [IPv6]:port is
+ * refused, the reason saying what is wrong; well-formed IPv6 ones join. */
+static void malformed_data_addresses_are_refused(void **state) {
+  (void)state;
+  static const char *const bad[][2] = {
+      {"fd00::1:7470", "brackets"},
+      {"[fd00::1:7470", "does not close"},
+      {"10.0.0.1", "has no port"},
+      {"[10.0.0.1]:80", "is not an IPv6 address"},
+      {"host:99999", "no valid port"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    char msg[512];
+    snprintf(msg, sizeof(msg),
+             "{\"v\":1,\"type\":\"hello\",\"job\":\"rawjob\",\"token\":\"" TOKEN "\",\"slot\":0,"
+             "\"world_size\":1,\"min_size\":1,\"addr\":\"%s\"}",
+             bad[i][0]);
+    int fd = connect_raw();
+    assert_int_equal(raw_ws_send_text(fd, msg), 0);
+    char *text = NULL;
+    assert_int_equal(raw_ws_recv(fd, &text, 5000), WS_TEXT);
+    if (!strstr(text, "\"bad_message\"") || !strstr(text, bad[i][1]))
+      fail_msg("addr %s: expected bad_message saying \"%s\", got %s", bad[i][0], bad[i][1], text);
+    free(text);
+    assert_true(raw_ws_closed(fd, 5000));
+    close(fd);
+  }
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+  ftc__member_cfg_t c = {.coordinator = addr, .job = "rawjob", .token = TOKEN, .slot = 0,
+                         .world_size = 1, .min_size = 1, .data_addr = "[fd00::1:2]:7470",
+                         .connect_timeout_ms = 5000};
+  ftc__member_t *m = NULL;
+  assert_int_equal(ftc__member_open(&c, &m), FTC_OK);
+  ftc__view_t *v = NULL;
+  assert_int_equal(ftc__member_wait_view(m, 0, 5000, &v), FTC_OK);
+  assert_string_equal(v->members[0].addr, "[fd00::1:2]:7470");
+  ftc__view_free(v);
+  ftc__member_close(m);
+}
+
 static void binary_frame_is_refused(void **state) {
   (void)state;
   int fd = connect_raw();
@@ -348,6 +391,7 @@ int main(void) {
       cmocka_unit_test(oversized_message_is_refused_and_coordinator_stays_up),
       cmocka_unit_test(message_before_hello_is_refused_and_coordinator_stays_up),
       cmocka_unit_test(invalid_fields_and_unknown_types_are_refused),
+      cmocka_unit_test(malformed_data_addresses_are_refused),
       cmocka_unit_test(binary_frame_is_refused),
       cmocka_unit_test(wrong_token_over_raw_session_gets_auth_failed),
       cmocka_unit_test(second_hello_is_refused),

@@ -39,5 +39,40 @@ rc=$?
 check "a rank that never joins makes ftc_comm_create time out, not hang" \
   $([ $rc = 0 ] && grep -q "create timed out after" "$T/out"; echo $?) "rc=$rc"
 
+# IPv6 (FTCOMM_SOCKET_FAMILY, see docs/environment.md): the same collectives
+# with the coordinator and the data plane on ::1, and a dual-stack job whose
+# ranks advertise ::1 and 127.0.0.1 alternately to dual-stack listeners.
+if grep -q '^00000000000000000000000000000001 ' /proc/net/if_inet6 2>/dev/null; then
+  for n in 2 4; do
+    FTCOMM_SOCKET_FAMILY=ipv6 FTCOMM_LOG_LEVEL=info timeout -k 5 120 "$RUN" -n "$n" --timeout 100 -- \
+      "$PROG" all >"$T/out" 2>"$T/err"
+    rc=$?
+    check "ipv6: every collective matches the reference at $n ranks over ::1" \
+      $([ $rc = 0 ] && grep -q "matched the reference at $n ranks" "$T/out" &&
+        grep -q 'coordinator listening on \[::1\]:' "$T/err" &&
+        [ "$(grep -c 'joined as member .* (data \[::1\]:[0-9]*, initial)' "$T/err")" = "$n" ]
+        echo $?) "rc=$rc"
+  done
+  FTCOMM_BIND_HOST='*' FTCOMM_LOG_LEVEL=info timeout -k 5 120 "$RUN" -n 4 --timeout 100 -- sh -c \
+    'if [ $((FTCOMM_SLOT % 2)) = 0 ]; then FTCOMM_ADVERTISE_HOST=::1; else FTCOMM_ADVERTISE_HOST=127.0.0.1; fi
+     export FTCOMM_ADVERTISE_HOST; exec "$0" "$@"' "$PROG" all >"$T/out" 2>"$T/err"
+  rc=$?
+  check "dual-stack: ranks advertising ::1 and 127.0.0.1 form one job on dual-stack listeners" \
+    $([ $rc = 0 ] && grep -q "matched the reference at 4 ranks" "$T/out" &&
+      [ "$(grep -c '(data \[::1\]:[0-9]*, initial)' "$T/err")" = 2 ] &&
+      [ "$(grep -c '(data 127\.0\.0\.1:[0-9]*, initial)' "$T/err")" = 2 ]
+      echo $?) "rc=$rc"
+else
+  echo "skip ipv6 and dual-stack cases: this host has no IPv6 loopback (::1 is not in /proc/net/if_inet6)"
+fi
+FTCOMM_SOCKET_FAMILY=ipv5 timeout -k 5 30 "$RUN" -q -n 1 -- "$PROG" all >"$T/out" 2>"$T/err"
+rc=$?
+check "an unknown FTCOMM_SOCKET_FAMILY is refused, naming the values" \
+  $([ $rc != 0 ] && grep -q 'FTCOMM_SOCKET_FAMILY="ipv5" is not an address family; set auto, ipv4 or ipv6' "$T/err"; echo $?) "rc=$rc"
+FTCOMM_BIND_HOST=127.0.0.1 FTCOMM_ADVERTISE_HOST=fd00::1:7470 timeout -k 5 30 "$RUN" -q -n 1 -- "$PROG" all >"$T/out" 2>"$T/err"
+rc=$?
+check "an advertised IPv6 address the IPv4 listener cannot serve is refused, saying so" \
+  $([ $rc != 0 ] && grep -q 'FTCOMM_ADVERTISE_HOST=fd00::1:7470 is an IPv6 address' "$T/out" "$T/err"; echo $?) "rc=$rc"
+
 echo "mp: $pass passed, $fail failed"
 [ $fail = 0 ]

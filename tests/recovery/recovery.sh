@@ -219,5 +219,18 @@ run garbage 60 -n 2 -- bash -c \
 [ "$(cat "$tmp/garbage.rc")" = 0 ] && [ "$(finals garbage | wc -l)" = 2 ] &&
   ok garbage "the job finished" || bad garbage "garbage at the coordinator broke the job"
 
+# Kill and replace with the coordinator and the data plane on IPv6 loopback.
+if grep -q '^00000000000000000000000000000001 ' /proc/net/if_inet6 2>/dev/null; then
+  FTCOMM_SOCKET_FAMILY=ipv6 run ipv6-replace 60 -n 4 --replace --replace-delay 0.2 --inject kill:1@5 -- \
+    "$BIN/ftcomm-trainer" "${TRAIN[@]}"
+  if check ipv6-replace 4; then
+    grep -q 'joined at epoch' "$tmp/ipv6-replace.out" && grep -q 'took the model at step' "$tmp/ipv6-replace.out" &&
+      ok ipv6-replace "over ::1, the replacement joined, got the model and finished with the others" ||
+      bad ipv6-replace "no joiner took the model"
+  fi
+else
+  echo "skip ipv6-replace: this host has no IPv6 loopback (::1 is not in /proc/net/if_inet6)"
+fi
+
 echo "recovery: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ftc_addr.h"
 #include "ftc_alloc.h"
 #include "ftc_error.h"
 #include "ftc_param.h"
@@ -504,6 +505,13 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
   if (h->slot >= co->world_size) {
     refuse(co, s, FTC__PERR_BAD_SLOT, "slot %d is outside the job's slots 0..%d", h->slot,
            co->world_size - 1);
+    return;
+  }
+  char ah[FTC__ADDR_HOST_MAX];
+  int aport;
+  if (h->addr && *h->addr &&
+      ftc__addr_split("its data-plane addr", h->addr, ah, sizeof(ah), &aport) != FTC_OK) {
+    refuse(co, s, FTC__PERR_BAD_MESSAGE, "slot %d: %s", h->slot, ftc_last_error());
     return;
   }
   if (h->prev_member_id) {
@@ -1058,7 +1066,13 @@ static int coord_callback(struct lws *wsi, enum lws_callback_reasons reason, voi
     case LWS_CALLBACK_ESTABLISHED:
       memset(s, 0, sizeof(*s));
       s->wsi = wsi;
-      if (!lws_get_peer_simple(wsi, s->peer, sizeof(s->peer))) snprintf(s->peer, sizeof(s->peer), "?");
+      struct sockaddr_storage pss;
+      socklen_t psl = sizeof(pss);
+      int pfd = (int)lws_get_socket_fd(wsi);
+      if (pfd >= 0 && getpeername(pfd, (struct sockaddr *)&pss, &psl) == 0)
+        ftc__addr_format((struct sockaddr *)&pss, psl, s->peer, sizeof(s->peer));
+      else if (!lws_get_peer_simple(wsi, s->peer, sizeof(s->peer)))
+        snprintf(s->peer, sizeof(s->peer), "?");
       lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, co->hello_timeout_s);
       FTC_DEBUG(FTC_SUB_COORD, "job %s: session from %s", co->job, s->peer);
       break;
@@ -1171,14 +1185,14 @@ ftc_status_t ftc__coord_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out) 
   co->ctx = lws_create_context(&info);
   if (!co->ctx) {
     st = ftc__error(FTC_ERR_SYSTEM,
-                    "the coordinator cannot listen on %s:%d (address in use or not local?)",
+                    "the coordinator cannot listen on %s port %d (address in use or not local?)",
                     co->bind_host, cfg->port);
     goto out_destroy_lock;
   }
   struct lws_vhost *vh = lws_get_vhost_by_name(co->ctx, "ftcomm-coordinator");
   co->port = vh ? lws_get_vhost_listen_port(vh) : -1;
   if (co->port <= 0) {
-    st = ftc__error(FTC_ERR_SYSTEM, "the coordinator did not get a port to listen on (%s:%d)",
+    st = ftc__error(FTC_ERR_SYSTEM, "the coordinator did not get a port to listen on (%s port %d)",
                     co->bind_host, cfg->port);
     goto out_destroy_context;
   }
@@ -1190,8 +1204,10 @@ ftc_status_t ftc__coord_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out) 
     goto out_destroy_context;
   }
   pthread_setname_np(co->thread, "ftc-coord");
-  FTC_INFO(FTC_SUB_COORD, "job %s: coordinator listening on %s:%d for %d ranks (min %d)",
-           co->job, co->bind_host, co->port, co->world_size, co->min_size);
+  char where[FTC__ADDR_MAX];
+  ftc__addr_join(co->bind_host, co->port, where, sizeof(where));
+  FTC_INFO(FTC_SUB_COORD, "job %s: coordinator listening on %s for %d ranks (min %d)", co->job,
+           where, co->world_size, co->min_size);
   *out = co;
   return FTC_OK;
 

@@ -260,7 +260,8 @@ ftc_status_t ftc_comm_create(const ftc_config_t *cfg, ftc_comm_t **out) {
                     "controller, or set cfg.coordinator to host:port");
     goto out_free;
   }
-  if ((st = ftc__tcp_listen(c->cfg.bind_host, c->cfg.advertise_host, c->tcfg.socket_buffer,
+  if ((st = ftc__tcp_listen(c->cfg.bind_host, c->cfg.advertise_host, c->tcfg.family,
+                            c->tcfg.socket_buffer,
                             &c->listen_fd, c->data_addr, sizeof(c->data_addr))) != FTC_OK)
     goto out_free;
   gethostname(hostname, sizeof(hostname) - 1);

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ftc_addr.h"
 #include "ftc_alloc.h"
 #include "ftc_error.h"
 #include "ftc_time.h"
@@ -44,7 +45,7 @@ enum session_state {
 
 struct ftc__member {
   /* Immutable after open. */
-  char *coord, *host_name, *job, *token, *data_addr, *pod, *node, *host;
+  char *coord, *host_name, *host_hdr, *job, *token, *data_addr, *pod, *node, *host;
   int port, slot, world_size, min_size, joiner, cfg_heartbeat_ms, connect_timeout_ms;
   struct lws_context *ctx;
   struct lws_protocols protocols[2];
@@ -154,8 +155,8 @@ static void try_connect(lws_sorted_usec_list_t *sul) {
   ci.address = m->host_name;
   ci.port = m->port;
   ci.path = FTC__PROTO_WS_PATH;
-  ci.host = m->host_name;
-  ci.origin = m->host_name;
+  ci.host = m->host_hdr;
+  ci.origin = m->host_hdr;
   ci.protocol = FTC__PROTO_WS_NAME;
   ci.ietf_version_or_minus_one = -1;
   ci.pwsi = &m->wsi;
@@ -164,8 +165,7 @@ static void try_connect(lws_sorted_usec_list_t *sul) {
     m->wsi = NULL;
     if (!m->conn_err[0] || strstr(m->conn_err, "cannot start"))
       snprintf(m->conn_err, sizeof(m->conn_err),
-               "cannot start a connection to %s port %d (does the host name resolve?)",
-               m->host_name, m->port);
+               "cannot start a connection to %s (does the host name resolve?)", m->coord);
     schedule_retry(m);
   }
 }
@@ -535,6 +535,7 @@ static void *service_main(void *arg) {
 static void free_strings(ftc__member_t *m) {
   ftc__free(m->coord);
   ftc__free(m->host_name);
+  ftc__free(m->host_hdr);
   ftc__free(m->job);
   ftc__free(m->token);
   ftc__free(m->data_addr);
@@ -543,29 +544,35 @@ static void free_strings(ftc__member_t *m) {
   ftc__free(m->host);
 }
 
-/* Split "host:port" or "[v6]:port". */
+/* Split "host:port" or "[IPv6]:port", optionally as a URL
+ * "ws://host:port/path" (the path, if any, the one the coordinator serves);
+ * host_hdr is the host as an HTTP Host header writes it (an IPv6 literal in
+ * brackets). */
 static ftc_status_t parse_coord(ftc__member_t *m, const char *s) {
-  const char *colon = strrchr(s, ':');
-  const char *h = s, *hend = colon;
-  if (!colon || colon == s || !colon[1])
+  char host[FTC__ADDR_HOST_MAX], hp[FTC__ADDR_MAX];
+  const char *a = s;
+  if (strncmp(a, "wss://", 6) == 0)
     return ftc__error(FTC_ERR_CONFIG,
-                      "coordinator address \"%s\" is not host:port (set FTCOMM_COORDINATOR)", s);
-  if (*s == '[') {
-    if (colon[-1] != ']')
-      return ftc__error(FTC_ERR_CONFIG, "coordinator address \"%s\" is not [host]:port", s);
-    h = s + 1;
-    hend = colon - 1;
-  }
-  char *end;
-  errno = 0;
-  long p = strtol(colon + 1, &end, 10);
-  if (errno || *end || p < 1 || p > 65535)
-    return ftc__error(FTC_ERR_CONFIG, "coordinator address \"%s\" has no valid port", s);
-  m->port = (int)p;
-  m->host_name = ftc__malloc((size_t)(hend - h) + 1);
-  if (!m->host_name) return ftc__error(FTC_ERR_NO_MEMORY, "out of memory");
-  memcpy(m->host_name, h, (size_t)(hend - h));
-  m->host_name[hend - h] = '\0';
+                      "FTCOMM_COORDINATOR=\"%.300s\": the coordinator speaks ws://, not wss://", s);
+  if (strncmp(a, "ws://", 5) == 0) a += 5;
+  const char *slash = strchr(a, '/');
+  size_t n = slash ? (size_t)(slash - a) : strlen(a);
+  if (slash && strcmp(slash, "/") != 0 && strcmp(slash, FTC__PROTO_WS_PATH) != 0)
+    return ftc__error(FTC_ERR_CONFIG,
+                      "FTCOMM_COORDINATOR=\"%.300s\": the coordinator serves the path %s, not %s; "
+                      "write host:port",
+                      s, FTC__PROTO_WS_PATH, slash);
+  if (n >= sizeof(hp))
+    return ftc__error(FTC_ERR_CONFIG, "FTCOMM_COORDINATOR=\"%.300s\" is too long", s);
+  memcpy(hp, a, n);
+  hp[n] = '\0';
+  ftc_status_t st = ftc__addr_split("FTCOMM_COORDINATOR", hp, host, sizeof(host), &m->port);
+  if (st != FTC_OK) return st;
+  m->host_name = ftc__strdup(host);
+  size_t hl = strlen(host) + 3;
+  m->host_hdr = ftc__malloc(hl);
+  if (!m->host_name || !m->host_hdr) return ftc__error(FTC_ERR_NO_MEMORY, "out of memory");
+  snprintf(m->host_hdr, hl, strchr(host, ':') ? "[%s]" : "%s", host);
   return FTC_OK;
 }
 

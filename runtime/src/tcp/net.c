@@ -44,6 +44,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "ftc_addr.h"
 #include "ftc_alloc.h"
 #include "ftc_error.h"
 #include "ftc_param.h"
@@ -66,7 +67,8 @@ ftc_status_t ftc__tcp_cfg_from_env(ftc__tcp_cfg_t *cfg) {
   cfg->spin_us = (int)v;
   if ((st = ftc__param_int(FTC_P_TCP_SOCKETS, &v)) != FTC_OK) return st;
   cfg->sockets = (int)v;
-  return FTC_OK;
+  return ftc__addr_family_parse("FTCOMM_SOCKET_FAMILY", ftc__param_str(FTC_P_SOCKET_FAMILY),
+                                &cfg->family);
 }
 
 /* ---- handshake messages ---- */
@@ -140,85 +142,168 @@ static void set_sockopts(int fd, int64_t bufsize) {
 static void describe_peer(int fd, char *buf, size_t len) {
   struct sockaddr_storage ss;
   socklen_t sl = sizeof(ss);
-  char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?";
   if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0)
-    getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), serv, sizeof(serv),
-                NI_NUMERICHOST | NI_NUMERICSERV);
-  snprintf(buf, len, "%s:%s", host, serv);
+    ftc__addr_format((struct sockaddr *)&ss, sl, buf, len);
+  else
+    snprintf(buf, len, "?");
 }
 
-static int first_ipv4(char *out, size_t len) {
+/* The first address, up and not loopback, of family (AF_INET, or AF_INET6
+ * outside fe80::/10, whose zone would not reach another host). */
+static int first_addr(int family, char *out, size_t len) {
   struct ifaddrs *ifs, *i;
   int found = 0;
   if (getifaddrs(&ifs) != 0) return 0;
   for (i = ifs; i && !found; i = i->ifa_next) {
-    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+    if (!i->ifa_addr || i->ifa_addr->sa_family != family) continue;
     if ((i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP)) continue;
-    struct sockaddr_in *sin = (struct sockaddr_in *)i->ifa_addr;
-    if (inet_ntop(AF_INET, &sin->sin_addr, out, (socklen_t)len)) found = 1;
+    if (family == AF_INET) {
+      const struct sockaddr_in *sin = (const struct sockaddr_in *)i->ifa_addr;
+      found = inet_ntop(AF_INET, &sin->sin_addr, out, (socklen_t)len) != NULL;
+    } else {
+      const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)i->ifa_addr;
+      if (IN6_IS_ADDR_LINKLOCAL(&s6->sin6_addr) || IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr)) continue;
+      found = inet_ntop(AF_INET6, &s6->sin6_addr, out, (socklen_t)len) != NULL;
+    }
   }
   freeifaddrs(ifs);
   return found;
 }
 
-static int is_wildcard(const char *h) {
-  return !h || !*h || strcmp(h, "0.0.0.0") == 0 || strcmp(h, "::") == 0 || strcmp(h, "*") == 0;
+/* A socket bound and listening on sa; -1 with errno. v6only: -1 leaves the
+ * kernel's default, else IPV6_V6ONLY for an AF_INET6 socket. */
+static int listen_on(const struct sockaddr *sa, socklen_t sl, int v6only, int64_t socket_buffer) {
+  int one = 1;
+  int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (sa->sa_family == AF_INET6 && v6only >= 0)
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
+  set_sockopts(fd, socket_buffer);
+  if (bind(fd, sa, sl) != 0 || listen(fd, 128) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
 }
 
-ftc_status_t ftc__tcp_listen(const char *bind_host, const char *advertise_host,
+ftc_status_t ftc__tcp_listen(const char *bind_host, const char *advertise_host, int family,
                              int64_t socket_buffer, int *fd_out, char *addr, size_t addrlen) {
-  struct addrinfo hints = {0}, *ai = NULL;
+  char bh[FTC__ADDR_HOST_MAX], host[FTC__ADDR_HOST_MAX];
+  const char *fam = ftc__addr_family_name(family);
   ftc_status_t st;
-  int fd = -1, one = 1, rc;
-  const char *bh = is_wildcard(bind_host) ? NULL : bind_host;
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  if ((rc = getaddrinfo(bh, "0", &hints, &ai)) != 0)
-    return ftc__error(FTC_ERR_CONFIG, "FTCOMM_BIND_HOST=%s cannot be resolved: %s",
-                      bind_host ? bind_host : "", gai_strerror(rc));
-  fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    st = ftc__error(FTC_ERR_SYSTEM, "socket: %s", strerror(errno));
-    goto out_free_ai;
+  int fd = -1;
+  if (!bind_host || !*bind_host) bind_host = "*";
+  if (strcmp(bind_host, "*") == 0)
+    snprintf(bh, sizeof(bh), "*");
+  else if ((st = ftc__addr_host("FTCOMM_BIND_HOST", bind_host, bh, sizeof(bh))) != FTC_OK)
+    return st;
+  int bfam = ftc__addr_literal_family(bh);
+  if (family != AF_UNSPEC && bfam != AF_UNSPEC && bfam != family)
+    return ftc__error(FTC_ERR_CONFIG,
+                      "FTCOMM_BIND_HOST=%s is an %s address but FTCOMM_SOCKET_FAMILY=%s; set one "
+                      "of that family, or * for all of them",
+                      bind_host, bfam == AF_INET ? "IPv4" : "IPv6", fam);
+  /* Where the listener is: the wildcard of a family, or one address. */
+  int wild = strcmp(bh, "*") == 0 || strcmp(bh, "0.0.0.0") == 0 || strcmp(bh, "::") == 0;
+  int lfam = AF_UNSPEC; /* family of the socket; AF_INET6 dual-stack unless v6only */
+  int v6only = -1;
+  if (wild) {
+    struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
+    int want = strcmp(bh, "0.0.0.0") == 0 ? AF_INET : strcmp(bh, "::") == 0 ? AF_INET6 : family;
+    if (want != AF_INET) { /* IPv6, or both on one dual-stack socket */
+      v6only = family == AF_INET6;
+      fd = listen_on((struct sockaddr *)&a6, sizeof(a6), v6only, socket_buffer);
+      lfam = AF_INET6;
+      if (fd < 0 && want == AF_UNSPEC &&
+          (errno == EAFNOSUPPORT || errno == EADDRNOTAVAIL || errno == EPROTONOSUPPORT)) {
+        FTC_DEBUG(FTC_SUB_NET, "no IPv6 on this host (%s); listening on IPv4 only",
+                  strerror(errno));
+        want = AF_INET;
+      }
+    }
+    if (want == AF_INET) {
+      fd = listen_on((struct sockaddr *)&a4, sizeof(a4), -1, socket_buffer);
+      lfam = AF_INET;
+    }
+  } else {
+    struct addrinfo hints = {0}, *ai = NULL;
+    int rc;
+    hints.ai_family = family;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    if ((rc = getaddrinfo(bh, "0", &hints, &ai)) != 0 || !ai)
+      return ftc__error(FTC_ERR_CONFIG, "FTCOMM_BIND_HOST=%s cannot be resolved%s%s: %s", bind_host,
+                        family != AF_UNSPEC ? " as " : "", family != AF_UNSPEC ? fam : "",
+                        gai_strerror(rc));
+    lfam = ai->ai_family;
+    v6only = 1; /* one address: no mapped IPv4 */
+    fd = listen_on(ai->ai_addr, ai->ai_addrlen, v6only, socket_buffer);
+    freeaddrinfo(ai);
   }
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  set_sockopts(fd, socket_buffer);
-  if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-    st = ftc__error(FTC_ERR_SYSTEM, "binding the data plane to %s: %s (check FTCOMM_BIND_HOST)",
-                    bind_host ? bind_host : "0.0.0.0", strerror(errno));
-    goto out_close_fd;
-  }
-  if (listen(fd, 128) != 0) {
-    st = ftc__error(FTC_ERR_SYSTEM, "listen: %s", strerror(errno));
-    goto out_close_fd;
-  }
-  struct sockaddr_in sin;
-  socklen_t sl = sizeof(sin);
-  if (getsockname(fd, (struct sockaddr *)&sin, &sl) != 0) {
+  if (fd < 0)
+    return ftc__error(FTC_ERR_SYSTEM,
+                      "binding the data plane to %s (%s): %s (check FTCOMM_BIND_HOST and "
+                      "FTCOMM_SOCKET_FAMILY=%s)",
+                      bind_host, lfam == AF_INET ? "IPv4" : "IPv6", strerror(errno), fam);
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof(ss);
+  if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
     st = ftc__error(FTC_ERR_SYSTEM, "getsockname: %s", strerror(errno));
     goto out_close_fd;
   }
-  char host[128];
-  const char *pod_ip = getenv("POD_IP");
-  if (advertise_host && *advertise_host)
-    snprintf(host, sizeof(host), "%s", advertise_host);
-  else if (pod_ip && *pod_ip)
-    snprintf(host, sizeof(host), "%s", pod_ip);
-  else if (bh)
+  unsigned port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                 : ((struct sockaddr_in *)&ss)->sin_port);
+  /* The address peers use, and the setting it came from. */
+  const char *pod_ip = getenv("POD_IP"), *from;
+  if (advertise_host && *advertise_host) {
+    from = "FTCOMM_ADVERTISE_HOST";
+    if ((st = ftc__addr_host(from, advertise_host, host, sizeof(host))) != FTC_OK) goto out_close_fd;
+  } else if (pod_ip && *pod_ip) {
+    from = "POD_IP";
+    if ((st = ftc__addr_host(from, pod_ip, host, sizeof(host))) != FTC_OK) goto out_close_fd;
+  } else if (!wild) {
+    from = "FTCOMM_BIND_HOST";
     snprintf(host, sizeof(host), "%s", bh);
-  else if (!first_ipv4(host, sizeof(host)))
-    snprintf(host, sizeof(host), "127.0.0.1");
-  snprintf(addr, addrlen, "%s:%u", host, (unsigned)ntohs(sin.sin_port));
-  freeaddrinfo(ai);
+  } else {
+    from = NULL;
+    if (!((lfam == AF_INET || !v6only) && first_addr(AF_INET, host, sizeof(host))) &&
+        !(lfam == AF_INET6 && first_addr(AF_INET6, host, sizeof(host))))
+      snprintf(host, sizeof(host), "%s", lfam == AF_INET6 && v6only ? "::1" : "127.0.0.1");
+  }
+  int afam = ftc__addr_literal_family(host);
+  if (from && afam != AF_UNSPEC) {
+    const char *why = NULL;
+    if (family != AF_UNSPEC && afam != family)
+      why = "FTCOMM_SOCKET_FAMILY";
+    else if (afam == AF_INET6 && lfam == AF_INET)
+      why = "FTCOMM_BIND_HOST (an IPv4 listener)";
+    else if (afam == AF_INET && lfam == AF_INET6 && v6only == 1)
+      why = "FTCOMM_BIND_HOST (an IPv6-only listener)";
+    if (why) {
+      st = ftc__error(FTC_ERR_CONFIG,
+                      "%s=%s is an %s address, which %s rules out; peers could not connect. Set "
+                      "FTCOMM_SOCKET_FAMILY=auto with FTCOMM_BIND_HOST=*, or addresses of one "
+                      "family",
+                      from, host, afam == AF_INET ? "IPv4" : "IPv6", why);
+      goto out_close_fd;
+    }
+  }
+  if (ftc__addr_join(host, (int)port, addr, addrlen) >= (int)addrlen) {
+    st = ftc__error(FTC_ERR_CONFIG, "the data-plane address %s is too long", host);
+    goto out_close_fd;
+  }
   *fd_out = fd;
-  FTC_DEBUG(FTC_SUB_NET, "data plane listening, advertised as %s", addr);
+  FTC_DEBUG(FTC_SUB_NET, "data plane listening on %s (%s%s), advertised as %s", bind_host,
+            lfam == AF_INET ? "IPv4" : "IPv6", lfam == AF_INET6 && v6only != 1 ? " and IPv4" : "",
+            addr);
   return FTC_OK;
 
 out_close_fd:
   close(fd);
-out_free_ai:
-  freeaddrinfo(ai);
   return st;
 }
 
@@ -272,18 +357,26 @@ typedef struct ftc__boot {
 
 #define SPARE_HELLO_NS (5000 * 1000000LL)
 
-static int parse_addr(const char *addr, struct sockaddr_storage *ss, socklen_t *sl) {
-  char host[128];
-  const char *colon = strrchr(addr, ':');
-  if (!colon || (size_t)(colon - addr) >= sizeof(host)) return -1;
-  memcpy(host, addr, (size_t)(colon - addr));
-  host[colon - addr] = '\0';
-  char *h = host;
-  size_t hl = strlen(h);
-  if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') h[hl - 1] = '\0', h++;
+/* Resolve a peer's advertised "host:port" / "[IPv6]:port" with the
+ * configured family; on failure why says what is wrong. */
+static int parse_addr(const char *addr, int family, struct sockaddr_storage *ss, socklen_t *sl,
+                      char *why, size_t whylen) {
+  char host[FTC__ADDR_HOST_MAX], port[8];
+  int p, rc;
+  if (ftc__addr_split("its address", addr, host, sizeof(host), &p) != FTC_OK) {
+    snprintf(why, whylen, "%s", ftc_last_error());
+    return -1;
+  }
+  snprintf(port, sizeof(port), "%d", p);
   struct addrinfo hints = {0}, *ai = NULL;
+  hints.ai_family = family;
   hints.ai_socktype = SOCK_STREAM;
-  if (getaddrinfo(h, colon + 1, &hints, &ai) != 0 || !ai) return -1;
+  if ((rc = getaddrinfo(host, port, &hints, &ai)) != 0 || !ai) {
+    snprintf(why, whylen, "%s cannot be resolved%s%s: %s", host,
+             family != AF_UNSPEC ? " as " : "", family != AF_UNSPEC ? ftc__addr_family_name(family) : "",
+             gai_strerror(rc));
+    return -1;
+  }
   memcpy(ss, ai->ai_addr, ai->ai_addrlen);
   *sl = ai->ai_addrlen;
   freeaddrinfo(ai);
@@ -313,8 +406,10 @@ static void conn_retry(boot_t *b, pend_t *p, const char *why) {
 static void conn_start(boot_t *b, pend_t *p) {
   struct sockaddr_storage ss;
   socklen_t sl;
-  if (parse_addr(b->view->members[p->rank].addr, &ss, &sl) != 0) {
-    conn_retry(b, p, "address cannot be resolved");
+  char why[320];
+  if (parse_addr(b->view->members[p->rank].addr, b->tp->cfg.family, &ss, &sl, why,
+                 sizeof(why)) != 0) {
+    conn_retry(b, p, why);
     return;
   }
   p->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

@@ -27,12 +27,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "coordinator/coordinator.h"
+#include "ftc_addr.h"
 #include "ftc_alloc.h"
 #include "ftc_error.h"
 #include "ftc_log.h"
@@ -72,6 +74,7 @@ typedef struct run {
   ftc__coord_t *co;
   char token[65];
   char coord_addr[64];
+  const char *loopback;    /* "127.0.0.1", or "::1" with FTCOMM_SOCKET_FAMILY=ipv6 */
   char dump_dir[PATH_MAX];
   rank_t *ranks;
   int alive;
@@ -354,8 +357,8 @@ static char **rank_env(run_t *r, int slot) {
   if (incarnation) ADD("FTCOMM_JOINER=1");
   if (fault[0]) ADD("FTCOMM_FAULT=%s", fault);
   /* Everything is on this machine: keep the data plane on loopback. */
-  if (!have_bind) ADD("FTCOMM_BIND_HOST=127.0.0.1");
-  if (!have_adv) ADD("FTCOMM_ADVERTISE_HOST=127.0.0.1");
+  if (!have_bind) ADD("FTCOMM_BIND_HOST=%s", r->loopback);
+  if (!have_adv) ADD("FTCOMM_ADVERTISE_HOST=%s", r->loopback);
 #undef ADD
   env[k] = NULL;
   for (size_t i = 0; i < k; i++) {
@@ -536,7 +539,7 @@ static int respawn_pending(const run_t *r) {
 
 static ftc_status_t start_coordinator(run_t *r, int port) {
   ftc__coord_cfg_t cc = {
-      .bind_host = "127.0.0.1",
+      .bind_host = r->loopback,
       .port = port,
       .job = r->o.job,
       .token = r->token,
@@ -792,6 +795,15 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ftcomm-run: %s (--dump-dir)\n", ftc_last_error());
     return 1;
   }
+  /* The coordinator and the ranks' data plane are on loopback of the
+   * family FTCOMM_SOCKET_FAMILY names (IPv4 unless it says ipv6). */
+  int family;
+  if (ftc__addr_family_parse("FTCOMM_SOCKET_FAMILY", getenv("FTCOMM_SOCKET_FAMILY"), &family) !=
+      FTC_OK) {
+    fprintf(stderr, "ftcomm-run: %s\n", ftc_last_error());
+    return 1;
+  }
+  r.loopback = family == AF_INET6 ? "::1" : "127.0.0.1";
   if ((st = make_token(r.token, sizeof(r.token))) != FTC_OK) {
     fprintf(stderr, "ftcomm-run: %s\n", ftc_last_error());
     return 1;
@@ -811,7 +823,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ftcomm-run: cannot start the coordinator: %s\n", ftc_last_error());
     goto out_close_signals;
   }
-  snprintf(r.coord_addr, sizeof(r.coord_addr), "127.0.0.1:%d", ftc__coord_port(r.co));
+  ftc__addr_join(r.loopback, ftc__coord_port(r.co), r.coord_addr, sizeof(r.coord_addr));
   r.ranks = ftc__calloc((size_t)r.o.nranks, sizeof(*r.ranks));
   if (!r.ranks) {
     fprintf(stderr, "ftcomm-run: out of memory\n");
