@@ -11,7 +11,7 @@
 #   - the budget runs out -> Failed with a message saying what to raise
 #   - API server restart after an etcd compaction: watches get 410, caches relist,
 #     and the controller keeps working
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../cluster/lib.sh"
 start_cluster
 ctl=$build/bin/ftcomm-controller
 live=$build/tests/controller/kube_live
@@ -21,7 +21,8 @@ check "CRD, namespace and RBAC apply" kc apply -f "$root/crds/ftcomm.dev_trainin
 kc wait --for=condition=Established crd/trainingjobs.ftcomm.dev --timeout=20s >/dev/null
 
 # --- RBAC: least privilege -----------------------------------------------------
-check_out "deploy/rbac.yaml has no wildcard" '^0$' grep -c '\*' "$root/deploy/rbac.yaml"
+# grep -c exits 1 when it counts nothing (and 2, with another message, if the file is missing).
+check_fails "deploy/rbac.yaml has no wildcard" '^0$' grep -c '\*' "$root/deploy/rbac.yaml"
 sa=system:serviceaccount:ftcomm-system:ftcomm-controller
 can() { kc auth can-i "$@" --as=$sa; }
 for allowed in "create pods -n any" "delete pods -n any" "watch pods -A" "list trainingjobs.ftcomm.dev -A" \
@@ -35,7 +36,7 @@ for denied in "update secrets -n any" "delete secrets -n any" "patch pods -n any
               "update pods -n any" "create leases.coordination.k8s.io -n default" "create deployments.apps -n any" \
               "create pods --subresource=exec -n any" "update pods --subresource=status -n any" "update nodes" "delete nodes"; do
   # shellcheck disable=SC2086
-  check_out "RBAC denies: $denied" '(^|'$'\n'')no$' can $denied
+  check_fails "RBAC denies: $denied" '(^|'$'\n'')no$' can $denied
 done
 
 token=$(kc -n ftcomm-system create token ftcomm-controller --duration=1h)
@@ -86,7 +87,7 @@ check_out "a client certificate (inline -data) authenticates" '^[0-9]+$' env KUB
 openssl req -x509 -newkey rsa:2048 -nodes -keyout "$work/other-ca.key" -out "$work/other-ca.crt" -days 1 \
   -subj "/CN=not-the-cluster-ca" >/dev/null 2>&1
 cert_kubeconfig "$work/wrong-ca.kubeconfig" "$work/other-ca.crt"
-check_out "a server whose certificate the CA did not sign is refused" '(SSL|certificate).*(verif|problem)' \
+check_fails "a server whose certificate the CA did not sign is refused" '(SSL|certificate).*(verif|problem)' \
   env KUBECONFIG="$work/wrong-ca.kubeconfig" timeout 30 "$live" list-rv default
 
 # --- the controller -----------------------------------------------------------------
@@ -331,8 +332,8 @@ kc -n team create serviceaccount ftcomm-team >/dev/null
 kc -n team create rolebinding ftcomm-team --clusterrole=ftcomm-controller --serviceaccount=team:ftcomm-team >/dev/null
 kc -n team create role ftcomm-team-lease --verb=get,create,update --resource=leases.coordination.k8s.io >/dev/null
 kc -n team create rolebinding ftcomm-team-lease --role=ftcomm-team-lease --serviceaccount=team:ftcomm-team >/dev/null
-check_out "the namespaced ServiceAccount cannot list pods cluster-wide" '(^|'$'\n'')no$' kc auth can-i list pods -A --as=system:serviceaccount:team:ftcomm-team
-check_out "... nor watch nodes" '(^|'$'\n'')no$' kc auth can-i watch nodes --as=system:serviceaccount:team:ftcomm-team
+check_fails "the namespaced ServiceAccount cannot list pods cluster-wide" '(^|'$'\n'')no$' kc auth can-i list pods -A --as=system:serviceaccount:team:ftcomm-team
+check_fails "... nor watch nodes" '(^|'$'\n'')no$' kc auth can-i watch nodes --as=system:serviceaccount:team:ftcomm-team
 team_token=$(kc -n team create token ftcomm-team --duration=1h)
 sed -e "s|token: \"$token\"|token: \"$team_token\"|" -e 's|namespace: ftcomm-system|namespace: team|' "$sa_kubeconfig" >"$work/team.kubeconfig"
 echo "=== controller team" >>"$ctrl_log"

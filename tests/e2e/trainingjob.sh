@@ -14,7 +14,7 @@
 # rank restarts both pods with a fresh coordinator, and that job Succeeds too. And
 # onHang dumpOnly: an incident with dumps and analysis, no replacement.
 # Bounded in time; every process is stopped on exit.
-. "$(dirname "$0")/../controller/lib.sh"
+. "$(dirname "$0")/../cluster/lib.sh"
 ctl=$build/bin/ftcomm-controller
 trainer=$build/bin/ftcomm-trainer
 trace=$build/bin/ftcomm-trace

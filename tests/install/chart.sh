@@ -10,7 +10,7 @@
 #   accepted; helm uninstall removes the release's objects and keeps the CRD, the
 #   TrainingJobs and the dump claim (helm.sh/resource-policy: keep).
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../cluster/lib.sh"
 start_cluster
 cd "$root"
 ns=ftcomm-system

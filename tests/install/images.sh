@@ -8,7 +8,7 @@
 #   setuid; the Dockerfiles are multi-stage, run the same target and USER 65532;
 #   the runtime image's header, library and pkg-config file build a program.
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../cluster/lib.sh"
 cd "$root"
 
 packages_of() { grep -v '^#' "images/$1/packages.txt" | awk 'NF { print $1 }'; }

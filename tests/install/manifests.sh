@@ -7,7 +7,7 @@
 #   restricted Pod Security Standard and admits the controller's pod; the
 #   ServiceAccount gets exactly its rules.
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../cluster/lib.sh"
 start_cluster
 cd "$root"
 ns=ftcomm-system

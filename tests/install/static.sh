@@ -5,7 +5,7 @@
 #   chart's own checks refuse bad values with a message naming the value;
 #   non-default values render what they say; docs/crd-reference.md is fresh.
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../cluster/lib.sh"
 use_tools
 cd "$root"
 

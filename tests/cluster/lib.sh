@@ -1,0 +1,98 @@
+# lib.sh - the harness of the suites that run against the local control plane
+# (tests/controller, tests/install, tests/e2e). Source it first:
+#
+#   . "$(dirname "$0")/../cluster/lib.sh"
+#   start_cluster [--kwok] [--gc]   # etcd + kube-apiserver (+ kwok, + the GC) for this suite
+#   check "the CRD applies" kc apply -f crds/...
+#   ...
+#   finish                          # prints "# N passed, M failed"; exit status 1 on a failure
+#
+# The checks (each prints "ok   - DESC" or "FAIL - DESC" and the command's last lines):
+#   check DESC CMD...             CMD exits 0
+#   check_out DESC REGEX CMD...   CMD exits 0 AND its output (stdout and stderr) matches
+#                                 REGEX (bash =~, extended; '^$' = no output at all)
+#   check_fails DESC REGEX CMD... CMD exits non-zero AND its output matches REGEX (a refusal
+#                                 that must say what is wrong, `kubectl auth can-i` saying no)
+#   eventually SECONDS CMD...     not a check: retry CMD every 0.2 s until it exits 0;
+#                                 exits 1 if it never did (wrap it: check DESC eventually ...)
+# Helpers: kc (the built kubectl, bounded), hm (the built helm), use_tools (FTC_HELM and
+# FTC_KUBECTL without a cluster). Variables: root (the repository), build (the build
+# directory: FTC_BUILD_DIR, default build/release; build/address runs sanitized
+# binaries), chart, cluster (cluster.sh), work (a fresh directory, removed on exit when
+# every check passed, kept and named otherwise), dir (the cluster's, after start_cluster).
+# On exit the cluster is stopped, and so is a background controller whose pid a suite
+# keeps in ctrl_pid. A suite with more to stop sets its own EXIT trap that calls on_exit.
+# It sets -u and pipefail; -e is the suite's choice (the checks work under both).
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cluster=$root/tests/cluster/cluster.sh
+build=$root/${FTC_BUILD_DIR:-build/release}
+chart=$root/charts/ftcomm
+pass=0 fail=0
+work=$(mktemp -d "${TMPDIR:-/tmp}/ftct-$(basename "$(dirname "$0")")-$(basename "$0" .sh).XXXXXX")
+dir=
+ctrl_pid=
+
+ok() { pass=$((pass + 1)); echo "ok   - $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL - $*"; }
+show() { if [ -n "$1" ]; then echo "$1" | tail -"$2" | sed 's/^/       /'; else echo "       (no output)"; fi; }
+
+check() {  # check DESC CMD...: CMD exits 0
+  local desc=$1 out; shift
+  if out=$("$@" 2>&1); then ok "$desc"; else bad "$desc"; show "$out" 25; fi
+}
+check_out() {  # check_out DESC REGEX CMD...: CMD exits 0 and its output matches REGEX
+  local desc=$1 re=$2 out rc=0; shift 2
+  out=$("$@" 2>&1) || rc=$?
+  if [ $rc -ne 0 ]; then bad "$desc (exit status $rc)"; show "$out" 25; return 0; fi
+  if [[ $out =~ $re ]]; then ok "$desc"; else bad "$desc (wanted /$re/)"; show "$out" 25; fi
+}
+check_fails() {  # check_fails DESC REGEX CMD...: CMD exits non-zero and its output matches REGEX
+  local desc=$1 re=$2 out; shift 2
+  if out=$("$@" 2>&1); then bad "$desc (it succeeded)"; show "$out" 15; return 0; fi
+  if [[ $out =~ $re ]]; then ok "$desc"; else bad "$desc (wanted /$re/)"; show "$out" 15; fi
+}
+eventually() {  # eventually SECONDS CMD...: retry CMD every 0.2 s until it exits 0
+  local limit=$1; shift
+  local end=$(( $(date +%s) + limit ))
+  until "$@" >/dev/null 2>&1; do
+    [ "$(date +%s)" -ge "$end" ] && return 1
+    sleep 0.2
+  done
+}
+kc() { timeout 60 "$FTC_KUBECTL" "$@"; }
+hm() { timeout 120 "$FTC_HELM" "$@"; }
+
+# The tools without a cluster: FTC_HELM and FTC_KUBECTL from the cached build.
+use_tools() {
+  local bin
+  bin=$(timeout 3600 "$root/tests/cluster/build.sh") || { echo "FAIL - building helm and kubectl (tests/cluster/build.sh)"; exit 1; }
+  export FTC_HELM=$bin/helm FTC_KUBECTL=$bin/kubectl
+  export HELM_CACHE_HOME=$work/helm/cache HELM_CONFIG_HOME=$work/helm/config HELM_DATA_HOME=$work/helm/data
+}
+
+start_cluster() {  # start_cluster [--kwok] [--gc]: the suite's cluster in $work/cluster, its env sourced
+  [ -x "$cluster" ] || { echo "FAIL - tests/cluster/cluster.sh is missing"; exit 1; }
+  timeout 3600 "$root/tests/cluster/build.sh" >/dev/null || { echo "FAIL - building the control plane (tests/cluster/build.sh)"; exit 1; }
+  dir=$work/cluster
+  if ! timeout 120 "$cluster" start "$@" --owner $$ "$dir" >"$work/start.log" 2>&1; then
+    cat "$work/start.log"
+    echo "FAIL - cluster start"
+    exit 1
+  fi
+  # shellcheck disable=SC1091
+  . "$dir/env"
+}
+
+on_exit() {
+  local rc=$?
+  if [ -n "${ctrl_pid:-}" ]; then kill "$ctrl_pid" 2>/dev/null && wait "$ctrl_pid" 2>/dev/null; fi
+  if [ -n "$dir" ]; then "$cluster" stop "$dir" >/dev/null 2>&1 || true; fi
+  if [ "$fail" -eq 0 ] && [ $rc -eq 0 ]; then rm -rf "$work"; else echo "# kept $work for its logs"; fi
+}
+trap on_exit EXIT
+
+finish() {
+  echo "# $pass passed, $fail failed"
+  [ "$fail" -eq 0 ]
+}
