@@ -4,8 +4,8 @@
 #   tests/cluster/build.sh            build if needed, print the bin directory
 #   tests/cluster/build.sh --force    rebuild even if up to date
 #
-# Builds kube-apiserver, kubectl, etcd and helm (module tools/) and kwok (module
-# tools/kwok/) with CGO_ENABLED=0 -tags selinux,notest and version ldflags, into
+# Builds kube-apiserver, kubectl, kube-controller-manager, etcd and helm (module
+# tools/) and kwok (module tools/kwok/) with CGO_ENABLED=0 -tags selinux,notest and version ldflags, into
 #   ${FTC_CLUSTER_BIN:-$HOME/.cache/ftcomm/cluster-bin/<key>}
 # where <key> hashes the go.mod/go.sum files, this script and the Go version, so a
 # change to any of them builds afresh and an unchanged tree skips the build.
@@ -78,6 +78,9 @@ step() {  # step NAME DIR LDFLAGS PKG...
 
 say "k8s $k8s, etcd $etcdv, helm $helmv -> $bin"
 step "kube-apiserver, kubectl" "$tools" "$ldk8s" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
+# Its own step (after the API server's, whose packages it mostly shares) so that its
+# cost shows: the tests that need garbage collection start it (cluster.sh --gc).
+step kube-controller-manager "$tools" "$ldk8s" k8s.io/kubernetes/cmd/kube-controller-manager
 step etcd "$tools" "-s -w" ./cmd/etcd
 step helm "$tools" "$ldhelm" helm.sh/helm/v3/cmd/helm
 if [ "${FTC_CLUSTER_NO_KWOK:-0}" != 1 ] && [ -f "$tools/kwok/go.mod" ]; then
