@@ -508,8 +508,11 @@ static ftc_status_t load_pods(pass_t *p, json_t **pods, json_t *mine) {
 }
 
 /* Has slot s lost its pod? A slot without any pod starts one (a new slot, or
- * the job resumes) and is not lost. Otherwise *lost is the lost pod (or a
- * placeholder with the remembered name and node), NULL when all is well. */
+ * the job resumes) and is not lost: a new slot of a job whose ranks run
+ * (spec.replicas raised) starts as a joiner, admitted at their next epoch;
+ * otherwise the slot starts fresh with the others. Otherwise *lost is the lost
+ * pod (or a placeholder with the remembered name and node), NULL when all is
+ * well. */
 static ftc_status_t find_loss(pass_t *p, int s, json_t **lost, int *lost_inc, int *node_down) {
   slot_view_t *sv = &p->slots[s];
   json_t *member = json_array_get(p->members, (size_t)s);
@@ -521,7 +524,8 @@ static ftc_status_t find_loss(pass_t *p, int s, json_t **lost, int *lost_inc, in
     int prev_inc = ftck_incarnation_from_name(p->name, s, prev);
     if (prev_inc < 0 || (prev_state && !strcmp(prev_state, "Suspended"))) {
       json_t *np = NULL;
-      ftc_status_t st = create_pod(p->r, p->job, &p->spec, s, prev_inc + 1, 0, "", &np, NULL);
+      int joiner = prev_inc < 0 && ftck_jint(p->job, "status.worldSize", 0) > 0;
+      ftc_status_t st = create_pod(p->r, p->job, &p->spec, s, prev_inc + 1, joiner, "", &np, NULL);
       if (st != FTC_OK) return st;
       json_array_append_new(p->created, np);
       sv->cur = np;
@@ -928,6 +932,23 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
     int remembered = ftck_incarnation_from_name(name, s, ftck_jstr(json_array_get(p.members, (size_t)s), "pod"));
     int newest = p.slots[s].inc > remembered ? p.slots[s].inc : remembered;
     if (newest > p.max_inc) p.max_inc = newest;
+  }
+  /* spec.replicas changed since status last listed one member per slot. */
+  size_t had = json_array_size(p.members);
+  if (had > 0 && had != (size_t)p.spec.replicas && !p.spec.suspend) {
+    int lo = (int)had < p.spec.replicas ? (int)had : p.spec.replicas;
+    int hi = (int)had < p.spec.replicas ? p.spec.replicas - 1 : (int)had - 1;
+    char slots[64], note[256];
+    if (lo == hi)
+      snprintf(slots, sizeof slots, "slot %d", lo);
+    else
+      snprintf(slots, sizeof slots, "slots %d..%d", lo, hi);
+    snprintf(note, sizeof note, "spec.replicas %zu -> %d: %s %s", had, p.spec.replicas, slots,
+             (int)had >= p.spec.replicas                     ? (lo == hi ? "removed (its pod deleted)" : "removed (their pods deleted)")
+             : ftck_jint(p.job, "status.worldSize", 0) > 0 ? "added (joining the running job)"
+                                                           : "added");
+    FTC_INFO(FTC_SUB_CTRL, "%s: %s", key, note);
+    report_event(r, p.job, "Normal", "Scaled", "Scale", note);
   }
   json_t *restart_cause = NULL; /* restartAll: the first lost pod (borrowed) */
   for (int s = 0; s < p.spec.replicas && !p.spec.suspend; s++) {
