@@ -5,6 +5,8 @@
 #   kube_live  a C program the scripts run against the real API server (pagination,
 #              watch, 410, conflict retry, informer)
 #   *.sh       integration suites against a real kube-apiserver from tests/cluster
+#              (lifecycle.sh also runs the GC of kube-controller-manager, and pods
+#              as ftcomm-trainer processes through tests/e2e/agent)
 CTL_TEST_PROGS := $(patsubst tests/controller/%.c,%,$(wildcard tests/controller/test_*.c))
 CTL_TEST_BINS := $(addprefix $(BUILD)/tests/controller/,$(CTL_TEST_PROGS))
 CTL_LIVE := $(BUILD)/tests/controller/kube_live
@@ -19,6 +21,6 @@ $(BUILD)/tests/controller/$(1): $(BUILD)/obj/tests/controller/$(1).o $$(CONTROLL
 endef
 $(foreach t,$(CTL_TEST_PROGS) kube_live,$(eval $(call ctl_test,$(t))))
 
-TEST_BINS += $(CTL_TEST_BINS) $(CTL_LIVE) $(CONTROLLER_BIN) $(TRACE_BIN)
+TEST_BINS += $(CTL_TEST_BINS) $(CTL_LIVE) $(CONTROLLER_BIN) $(TRACE_BIN) $(BUILD)/bin/ftcomm-trainer
 TEST_SUITES += $(CTL_TEST_BINS) tests/controller/crd.sh tests/controller/controller.sh \
-               tests/controller/steady.sh
+               tests/controller/steady.sh tests/controller/lifecycle.sh
