@@ -105,9 +105,17 @@ leader_running() {  # the recorded process itself runs (not gone, not a zombie)
 # launch NAME CMD...: run CMD in a new session (its own process group) with its
 # output in DIR/logs/NAME.log, and record its pid (= the group id).
 launch() {
-  local name=$1; shift
+  local name=$1 pid i; shift
   setsid "$@" </dev/null >>"$dir/logs/$name.log" 2>&1 &
-  echo $! >"$(pidfile "$name")"
+  pid=$!
+  echo $pid >"$(pidfile "$name")"
+  # The group exists only once the child has run setsid; until then (a while on a
+  # loaded machine) `alive` would read it as a part that exited while starting.
+  for i in $(seq 1 200); do
+    kill -0 -- "-$pid" 2>/dev/null && return 0
+    kill -0 "$pid" 2>/dev/null || return 0  # gone already: wait_ready reports it with its log
+    sleep 0.05
+  done
 }
 
 # halt NAME: TERM its group, wait, then KILL.
