@@ -62,6 +62,13 @@ if grep -q '^00000000000000000000000000000001 ' /proc/net/if_inet6 2>/dev/null; 
       [ "$(grep -c '(data \[::1\]:[0-9]*, initial)' "$T/err")" = 2 ] &&
       [ "$(grep -c '(data 127\.0\.0\.1:[0-9]*, initial)' "$T/err")" = 2 ]
       echo $?) "rc=$rc"
+  FTCOMM_SOCKET_FAMILY=ipv6 FTCOMM_BIND_HOST='*' FTCOMM_SOCKET_IFNAME=lo FTCOMM_LOG_LEVEL=info \
+    timeout -k 5 120 "$RUN" -n 2 --timeout 100 -- "$PROG" all >"$T/out" 2>"$T/err"
+  rc=$?
+  check "ipv6: FTCOMM_SOCKET_IFNAME=lo advertises ::1 from a wildcard listener" \
+    $([ $rc = 0 ] && grep -q "matched the reference at 2 ranks" "$T/out" &&
+      [ "$(grep -c '(data \[::1\]:[0-9]*, initial)' "$T/err")" = 2 ]
+      echo $?) "rc=$rc"
 else
   echo "skip ipv6 and dual-stack cases: this host has no IPv6 loopback (::1 is not in /proc/net/if_inet6)"
 fi

@@ -40,7 +40,7 @@ ftc__view_t *harness_view(int n, int my_rank, uint64_t epoch, int *fds) {
     v->members[r].member_id = 1000 + (uint64_t)r;
     v->members[r].joined_epoch = 1;
     if (fds) {
-      if (ftc__tcp_listen("127.0.0.1", NULL, AF_UNSPEC, 0, &fds[r], v->members[r].addr,
+      if (ftc__tcp_listen("127.0.0.1", NULL, AF_UNSPEC, NULL, 0, &fds[r], v->members[r].addr,
                           sizeof(v->members[r].addr)) != FTC_OK) {
         fprintf(stderr, "harness: listen failed: %s\n", ftc_last_error());
         abort();

@@ -223,18 +223,18 @@ static void an_ipv6_listener_advertises_a_bracketed_address(void **state) {
   int fd = -1;
   char addr[FTC__ADDR_MAX];
   unsetenv("POD_IP");
-  assert_int_equal(ftc__tcp_listen("::1", NULL, AF_INET6, 0, &fd, addr, sizeof(addr)), FTC_OK);
+  assert_int_equal(ftc__tcp_listen("::1", NULL, AF_INET6, NULL, 0, &fd, addr, sizeof(addr)), FTC_OK);
   assert_true(strncmp(addr, "[::1]:", 6) == 0);
   assert_int_equal(reaches(fd, AF_INET6, "::1", port_of(addr)), 0);
   close(fd);
   /* Brackets in the setting are accepted too. */
-  assert_int_equal(ftc__tcp_listen("[::1]", "[::1]", AF_UNSPEC, 0, &fd, addr, sizeof(addr)),
+  assert_int_equal(ftc__tcp_listen("[::1]", "[::1]", AF_UNSPEC, NULL, 0, &fd, addr, sizeof(addr)),
                    FTC_OK);
   assert_true(strncmp(addr, "[::1]:", 6) == 0);
   close(fd);
   /* The pod IP of an IPv6 cluster, as the downward API gives it. */
   setenv("POD_IP", "fd00::1:2", 1);
-  assert_int_equal(ftc__tcp_listen("*", NULL, AF_UNSPEC, 0, &fd, addr, sizeof(addr)), FTC_OK);
+  assert_int_equal(ftc__tcp_listen("*", NULL, AF_UNSPEC, NULL, 0, &fd, addr, sizeof(addr)), FTC_OK);
   assert_true(strncmp(addr, "[fd00::1:2]:", 12) == 0);
   close(fd);
   unsetenv("POD_IP");
@@ -245,20 +245,20 @@ static void a_wildcard_listener_with_auto_serves_both_families(void **state) {
   NEED_IPV6();
   int fd = -1;
   char addr[FTC__ADDR_MAX];
-  assert_int_equal(ftc__tcp_listen("*", "127.0.0.1", AF_UNSPEC, 0, &fd, addr, sizeof(addr)),
+  assert_int_equal(ftc__tcp_listen("*", "127.0.0.1", AF_UNSPEC, NULL, 0, &fd, addr, sizeof(addr)),
                    FTC_OK);
   int port = port_of(addr);
   assert_int_equal(reaches(fd, AF_INET, "127.0.0.1", port), 0);
   assert_int_equal(reaches(fd, AF_INET6, "::1", port), 0);
   close(fd);
   /* ipv6 only: IPv4 does not reach it. */
-  assert_int_equal(ftc__tcp_listen("*", "::1", AF_INET6, 0, &fd, addr, sizeof(addr)), FTC_OK);
+  assert_int_equal(ftc__tcp_listen("*", "::1", AF_INET6, NULL, 0, &fd, addr, sizeof(addr)), FTC_OK);
   port = port_of(addr);
   assert_int_equal(reaches(fd, AF_INET6, "::1", port), 0);
   assert_int_not_equal(reaches(fd, AF_INET, "127.0.0.1", port), 0);
   close(fd);
   /* ipv4 only. */
-  assert_int_equal(ftc__tcp_listen("*", "127.0.0.1", AF_INET, 0, &fd, addr, sizeof(addr)), FTC_OK);
+  assert_int_equal(ftc__tcp_listen("*", "127.0.0.1", AF_INET, NULL, 0, &fd, addr, sizeof(addr)), FTC_OK);
   port = port_of(addr);
   assert_int_equal(reaches(fd, AF_INET, "127.0.0.1", port), 0);
   assert_int_not_equal(reaches(fd, AF_INET6, "::1", port), 0);
@@ -268,7 +268,7 @@ static void a_wildcard_listener_with_auto_serves_both_families(void **state) {
 static void listen_bad(const char *bind, const char *adv, int family, const char *says) {
   int fd = -1;
   char addr[FTC__ADDR_MAX];
-  ftc_status_t st = ftc__tcp_listen(bind, adv, family, 0, &fd, addr, sizeof(addr));
+  ftc_status_t st = ftc__tcp_listen(bind, adv, family, NULL, 0, &fd, addr, sizeof(addr));
   if (st != FTC_ERR_CONFIG || !strstr(ftc_last_error(), says))
     fail_msg("listen(%s, %s, %s) gave %s \"%s\", expected a config error saying \"%s\"", bind,
              adv ? adv : "NULL", ftc__addr_family_name(family), ftc_strerror(st),
@@ -290,6 +290,44 @@ static void a_listener_refuses_addresses_peers_could_not_use(void **state) {
   setenv("POD_IP", "fd00::1:2:7470]", 1);
   listen_bad("*", NULL, AF_UNSPEC, "POD_IP");
   unsetenv("POD_IP");
+}
+
+static void the_interface_setting_picks_the_advertised_address(void **state) {
+  (void)state;
+  int fd = -1;
+  char addr[FTC__ADDR_MAX];
+  unsetenv("POD_IP");
+  /* Loopback counts when it is named; the family is the listener's. */
+  assert_int_equal(ftc__tcp_listen("*", NULL, AF_INET, "lo", 0, &fd, addr, sizeof(addr)), FTC_OK);
+  assert_true(strncmp(addr, "127.0.0.1:", 10) == 0);
+  assert_int_equal(reaches(fd, AF_INET, "127.0.0.1", port_of(addr)), 0);
+  close(fd);
+  assert_int_equal(ftc__tcp_listen("*", NULL, AF_INET, "=lo,=nosuch", 0, &fd, addr, sizeof(addr)),
+                   FTC_OK);
+  assert_true(strncmp(addr, "127.0.0.1:", 10) == 0);
+  close(fd);
+  /* FTCOMM_ADVERTISE_HOST wins over it. */
+  assert_int_equal(ftc__tcp_listen("*", "127.0.0.2", AF_INET, "lo", 0, &fd, addr, sizeof(addr)),
+                   FTC_OK);
+  assert_true(strncmp(addr, "127.0.0.2:", 10) == 0);
+  close(fd);
+  /* Exact names do not match a prefix; none selected is an error listing them. */
+  assert_int_equal(ftc__tcp_listen("*", NULL, AF_INET, "=l", 0, &fd, addr, sizeof(addr)),
+                   FTC_ERR_CONFIG);
+  assert_non_null(strstr(ftc_last_error(), "FTCOMM_SOCKET_IFNAME==l selects no interface"));
+  assert_non_null(strstr(ftc_last_error(), "lo ipv4"));
+  assert_int_equal(ftc__tcp_listen("*", NULL, AF_INET, "nosuchif", 0, &fd, addr, sizeof(addr)),
+                   FTC_ERR_CONFIG);
+  assert_non_null(strstr(ftc_last_error(), "interfaces up: "));
+  if (have_ipv6_loopback()) {
+    assert_int_equal(ftc__tcp_listen("*", NULL, AF_INET6, "lo", 0, &fd, addr, sizeof(addr)),
+                     FTC_OK);
+    assert_true(strncmp(addr, "[::1]:", 6) == 0);
+    assert_int_equal(reaches(fd, AF_INET6, "::1", port_of(addr)), 0);
+    close(fd);
+  } else {
+    print_message("SKIP: no IPv6 loopback; FTCOMM_SOCKET_IFNAME=lo with ipv6 not run\n");
+  }
 }
 
 static void a_bad_coordinator_address_fails_create_saying_so(void **state) {
@@ -325,6 +363,7 @@ int main(void) {
       cmocka_unit_test(an_ipv6_listener_advertises_a_bracketed_address),
       cmocka_unit_test(a_wildcard_listener_with_auto_serves_both_families),
       cmocka_unit_test(a_listener_refuses_addresses_peers_could_not_use),
+      cmocka_unit_test(the_interface_setting_picks_the_advertised_address),
       cmocka_unit_test(a_bad_coordinator_address_fails_create_saying_so),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

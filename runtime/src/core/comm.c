@@ -261,7 +261,7 @@ ftc_status_t ftc_comm_create(const ftc_config_t *cfg, ftc_comm_t **out) {
     goto out_free;
   }
   if ((st = ftc__tcp_listen(c->cfg.bind_host, c->cfg.advertise_host, c->tcfg.family,
-                            c->tcfg.socket_buffer,
+                            c->tcfg.ifname, c->tcfg.socket_buffer,
                             &c->listen_fd, c->data_addr, sizeof(c->data_addr))) != FTC_OK)
     goto out_free;
   gethostname(hostname, sizeof(hostname) - 1);

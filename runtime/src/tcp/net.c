@@ -67,6 +67,7 @@ ftc_status_t ftc__tcp_cfg_from_env(ftc__tcp_cfg_t *cfg) {
   cfg->spin_us = (int)v;
   if ((st = ftc__param_int(FTC_P_TCP_SOCKETS, &v)) != FTC_OK) return st;
   cfg->sockets = (int)v;
+  cfg->ifname = ftc__param_str(FTC_P_SOCKET_IFNAME);
   return ftc__addr_family_parse("FTCOMM_SOCKET_FAMILY", ftc__param_str(FTC_P_SOCKET_FAMILY),
                                 &cfg->family);
 }
@@ -148,26 +149,66 @@ static void describe_peer(int fd, char *buf, size_t len) {
     snprintf(buf, len, "?");
 }
 
-/* The first address, up and not loopback, of family (AF_INET, or AF_INET6
- * outside fe80::/10, whose zone would not reach another host). */
-static int first_addr(int family, char *out, size_t len) {
+/* NCCL_SOCKET_IFNAME's syntax: a comma-separated list of name prefixes,
+ * "=" before it for exact names, "^" (first) to exclude those instead. */
+static int ifname_match(const char *spec, const char *name) {
+  int exclude = 0, exact = 0, hit = 0;
+  if (*spec == '^') exclude = 1, spec++;
+  if (*spec == '=') exact = 1, spec++;
+  for (const char *p = spec; *p && !hit;) {
+    const char *e = strchr(p, ',');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    if (n) hit = strncmp(name, p, n) == 0 && (!exact || name[n] == '\0');
+    p = e ? e + 1 : p + n;
+  }
+  return exclude ? !hit : hit;
+}
+
+/* The first address of family on an interface that is up (AF_INET, or
+ * AF_INET6 outside fe80::/10, whose zone would not reach another host):
+ * with ifname (FTCOMM_SOCKET_IFNAME) set, of an interface it selects, else
+ * of any but loopback. */
+static int first_addr(int family, const char *ifname, char *out, size_t len) {
   struct ifaddrs *ifs, *i;
   int found = 0;
+  int any = !ifname || !*ifname;
   if (getifaddrs(&ifs) != 0) return 0;
   for (i = ifs; i && !found; i = i->ifa_next) {
-    if (!i->ifa_addr || i->ifa_addr->sa_family != family) continue;
-    if ((i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP)) continue;
+    if (!i->ifa_addr || i->ifa_addr->sa_family != family || !(i->ifa_flags & IFF_UP)) continue;
+    if (any ? (i->ifa_flags & IFF_LOOPBACK) != 0 : !ifname_match(ifname, i->ifa_name)) continue;
+    if (!any && ifname[0] == '^' && (i->ifa_flags & IFF_LOOPBACK)) continue;
     if (family == AF_INET) {
       const struct sockaddr_in *sin = (const struct sockaddr_in *)i->ifa_addr;
       found = inet_ntop(AF_INET, &sin->sin_addr, out, (socklen_t)len) != NULL;
     } else {
       const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)i->ifa_addr;
-      if (IN6_IS_ADDR_LINKLOCAL(&s6->sin6_addr) || IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr)) continue;
+      if (IN6_IS_ADDR_LINKLOCAL(&s6->sin6_addr)) continue;
+      if (any && IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr)) continue;
       found = inet_ntop(AF_INET6, &s6->sin6_addr, out, (socklen_t)len) != NULL;
     }
   }
   freeifaddrs(ifs);
   return found;
+}
+
+/* "lo (ipv4, ipv6), eth0 (ipv4)": the interfaces that are up, for errors. */
+static void list_interfaces(char *out, size_t len) {
+  struct ifaddrs *ifs, *i;
+  size_t o = 0;
+  out[0] = '\0';
+  if (getifaddrs(&ifs) != 0) return;
+  for (i = ifs; i && o + 1 < len; i = i->ifa_next) {
+    if (!i->ifa_addr || !(i->ifa_flags & IFF_UP)) continue;
+    int f = i->ifa_addr->sa_family;
+    if (f != AF_INET && f != AF_INET6) continue;
+    char item[IFNAMSIZ + 8];
+    snprintf(item, sizeof(item), "%s %s", i->ifa_name, f == AF_INET ? "ipv4" : "ipv6");
+    int seen = 0; /* an interface with several addresses of a family: once */
+    for (const char *p = out; !seen && (p = strstr(p, item)) != NULL; p++)
+      seen = (p == out || p[-1] == ' ') && (p[strlen(item)] == ',' || p[strlen(item)] == '\0');
+    if (!seen) o += (size_t)snprintf(out + o, len - o, "%s%s", o ? ", " : "", item);
+  }
+  freeifaddrs(ifs);
 }
 
 /* A socket bound and listening on sa; -1 with errno. v6only: -1 leaves the
@@ -190,7 +231,7 @@ static int listen_on(const struct sockaddr *sa, socklen_t sl, int v6only, int64_
 }
 
 ftc_status_t ftc__tcp_listen(const char *bind_host, const char *advertise_host, int family,
-                             int64_t socket_buffer, int *fd_out, char *addr, size_t addrlen) {
+                             const char *ifname, int64_t socket_buffer, int *fd_out, char *addr, size_t addrlen) {
   char bh[FTC__ADDR_HOST_MAX], host[FTC__ADDR_HOST_MAX];
   const char *fam = ftc__addr_family_name(family);
   ftc_status_t st;
@@ -262,6 +303,20 @@ ftc_status_t ftc__tcp_listen(const char *bind_host, const char *advertise_host, 
   if (advertise_host && *advertise_host) {
     from = "FTCOMM_ADVERTISE_HOST";
     if ((st = ftc__addr_host(from, advertise_host, host, sizeof(host))) != FTC_OK) goto out_close_fd;
+  } else if (ifname && *ifname) {
+    /* The address of the interfaces named, of a family the listener serves. */
+    from = "FTCOMM_SOCKET_IFNAME";
+    if (!((lfam == AF_INET || v6only != 1) && first_addr(AF_INET, ifname, host, sizeof(host))) &&
+        !(lfam == AF_INET6 && first_addr(AF_INET6, ifname, host, sizeof(host)))) {
+      char ifs[512];
+      list_interfaces(ifs, sizeof(ifs));
+      st = ftc__error(FTC_ERR_CONFIG,
+                      "FTCOMM_SOCKET_IFNAME=%s selects no interface that is up with an %s "
+                      "address (link-local IPv6 does not count); interfaces up: %s",
+                      ifname,
+                      lfam == AF_INET ? "IPv4" : v6only == 1 ? "IPv6" : "IPv4 or IPv6", ifs);
+      goto out_close_fd;
+    }
   } else if (pod_ip && *pod_ip) {
     from = "POD_IP";
     if ((st = ftc__addr_host(from, pod_ip, host, sizeof(host))) != FTC_OK) goto out_close_fd;
@@ -270,9 +325,9 @@ ftc_status_t ftc__tcp_listen(const char *bind_host, const char *advertise_host, 
     snprintf(host, sizeof(host), "%s", bh);
   } else {
     from = NULL;
-    if (!((lfam == AF_INET || !v6only) && first_addr(AF_INET, host, sizeof(host))) &&
-        !(lfam == AF_INET6 && first_addr(AF_INET6, host, sizeof(host))))
-      snprintf(host, sizeof(host), "%s", lfam == AF_INET6 && v6only ? "::1" : "127.0.0.1");
+    if (!((lfam == AF_INET || v6only != 1) && first_addr(AF_INET, NULL, host, sizeof(host))) &&
+        !(lfam == AF_INET6 && first_addr(AF_INET6, NULL, host, sizeof(host))))
+      snprintf(host, sizeof(host), "%s", lfam == AF_INET6 && v6only == 1 ? "::1" : "127.0.0.1");
   }
   int afam = ftc__addr_literal_family(host);
   if (from && afam != AF_UNSPEC) {

@@ -47,6 +47,7 @@ typedef struct ftc__tcp_cfg {
   int spin_us;              /* busy-poll before sleeping in poll() */
   int sockets;              /* per peer pair: 1 carries both ways, 2 one per direction */
   int family;               /* FTCOMM_SOCKET_FAMILY: AF_UNSPEC (auto), AF_INET or AF_INET6 */
+  const char *ifname;       /* FTCOMM_SOCKET_IFNAME or NULL: interfaces to advertise */
   const int *interrupt;     /* atomic; nonzero stops a run with that status */
 } ftc__tcp_cfg_t;
 
@@ -60,11 +61,13 @@ typedef struct ftc__tcp ftc__tcp_t;
  * AF_INET6; see FTCOMM_BIND_HOST and FTCOMM_SOCKET_FAMILY: a wildcard with
  * auto is one dual-stack IPv6 socket, or IPv4 on a host without IPv6).
  * *addr gets "host:port" or "[IPv6]:port" with the host peers should use:
- * advertise_host, else $POD_IP, else bind_host when it is a specific
- * address, else the first non-loopback address the listener serves (IPv4
- * first), else loopback. An advertised literal the listener cannot serve is
- * FTC_ERR_CONFIG. */
+ * advertise_host, else the first address of an interface ifname selects
+ * (NCCL_SOCKET_IFNAME's syntax; none is FTC_ERR_CONFIG), else $POD_IP,
+ * else bind_host when it is a specific address, else the first
+ * non-loopback address the listener serves (IPv4 first), else loopback. An
+ * advertised literal the listener cannot serve is FTC_ERR_CONFIG. */
 ftc_status_t ftc__tcp_listen(const char *bind_host, const char *advertise_host, int family,
+                             const char *ifname,
                              int64_t socket_buffer, int *fd, char *addr, size_t addrlen);
 
 /* Connect to every peer of view (lower rank accepts, higher connects), with

@@ -336,7 +336,10 @@ static char **rank_env(run_t *r, int slot) {
     for (size_t j = 0; j < sizeof(ours) / sizeof(ours[0]); j++)
       if (strncmp(environ[i], ours[j], strlen(ours[j])) == 0) skip = 1;
     if (strncmp(environ[i], "FTCOMM_BIND_HOST=", 17) == 0) have_bind = 1;
-    if (strncmp(environ[i], "FTCOMM_ADVERTISE_HOST=", 22) == 0) have_adv = 1;
+    /* FTCOMM_SOCKET_IFNAME picks the advertised address itself. */
+    if (strncmp(environ[i], "FTCOMM_ADVERTISE_HOST=", 22) == 0 ||
+        strncmp(environ[i], "FTCOMM_SOCKET_IFNAME=", 21) == 0)
+      have_adv = 1;
     /* A replacement does not inherit the fault that killed its predecessor. */
     if ((fault[0] || incarnation) && strncmp(environ[i], "FTCOMM_FAULT=", 13) == 0) skip = 1;
     if (!skip) env[k++] = ftc__strdup(environ[i]);
