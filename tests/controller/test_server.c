@@ -60,6 +60,9 @@ static void test_options_defaults_env_and_flags(void **state) {
   assert_int_equal(o.leader_elect, 0);
   assert_int_equal(o.workers, 4);
   assert_string_equal(o.lease_name, "l");
+  char *argv4[] = {"x", "--coordinator-address=[fd00::10]:7470", NULL};
+  assert_int_equal(ftck_options_parse(2, argv4, &o), FTC_OK);
+  assert_string_equal(o.coordinator_address, "[fd00::10]:7470");
   unsetenv("WATCH_NAMESPACE");
   unsetenv("POD_NAME");
   unsetenv("POD_NAMESPACE");
@@ -76,6 +79,8 @@ static void test_option_errors_name_the_flag(void **state) {
       {3, {"x", "--lease-duration=10", "--renew-deadline=10"}, "--renew-deadline (10) must be shorter than --lease-duration (10)"},
       {2, {"x", "positional"}, "unexpected argument"},
       {2, {"x", "--dump-retention=0"}, "--dump-retention: expected an integer in [1, 100000]"},
+      {2, {"x", "--coordinator-address=fd00::10:7470"}, "an IPv6 address with a port must be in brackets"},
+      {2, {"x", "--coordinator-address=ftcomm-controller"}, "--coordinator-address=\"ftcomm-controller\" has no port"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     assert_int_equal(ftck_options_parse(cases[i].argc, cases[i].argv, &o), FTC_ERR_CONFIG);

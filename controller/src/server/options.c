@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ftc_addr.h"
 #include "ftc_error.h"
 
 enum kind { STR, INT, BOOL };
@@ -143,6 +144,11 @@ ftc_status_t ftck_options_parse(int argc, char **argv, ftck_options_t *o) {
   if (o->retry_period_s >= o->renew_deadline_s)
     return ftc__error(FTC_ERR_CONFIG, "--retry-period (%d) must be shorter than --renew-deadline (%d)",
                       o->retry_period_s, o->renew_deadline_s);
+  /* Pods get it as FTCOMM_COORDINATOR: refuse here what every rank would. */
+  char ch[FTC__ADDR_HOST_MAX];
+  int cp;
+  if (ftc__addr_split("--coordinator-address", o->coordinator_address, ch, sizeof ch, &cp) != FTC_OK)
+    return FTC_ERR_CONFIG;
   if (!o->identity[0]) {
     char host[200] = "unknown";
     gethostname(host, sizeof host - 1);
