@@ -298,12 +298,13 @@ static void lost_member_gives_next_epoch_without_it(void **state) {
   for (int s = 0; s < 3; s++) m[s] = join(&fx, s, 3);
   ftc__view_t *v = view_after(m[0], 0);
   assert_int_equal(v->epoch, 1);
-  uint64_t id2 = v->members[2].member_id;
+  uint64_t id1 = v->members[1].member_id, id2 = v->members[2].member_id;
   ftc__view_free(v);
   /* Slot 1 disappears without a leave (its coordinator session is cut). */
   assert_int_equal(ftc__coord_slot_lost(fx.co, 1, "pod deleted"), FTC_OK);
   v = view_after(m[0], 1);
   assert_int_equal(v->epoch, 2);
+  assert_int_equal(ftc__member_left_cleanly(m[0], id1), 0); /* lost, not left */
   assert_int_equal(v->size, 2);
   assert_int_equal(v->members[0].slot, 0);
   assert_int_equal(v->members[1].slot, 2);
@@ -338,6 +339,9 @@ static void leave_then_joiner_gives_two_new_epochs_never_reusing_numbers(void **
   v = view_after(m[0], 1);
   assert_int_equal(v->epoch, 2);
   assert_int_equal(v->size, 2);
+  /* The view says so, so that its peers do not take it for a failure. */
+  assert_int_equal(ftc__member_left_cleanly(m[0], old_id1), 1);
+  assert_int_equal(ftc__member_left_cleanly(m[0], v->members[0].member_id), 0);
   ftc__view_free(v);
   ftc__coord_stats_t st;
   WAIT_STATS(fx.co, st, st.left == 1);

@@ -123,6 +123,13 @@ static void built_messages_decode_to_what_they_carry(void **state) {
   assert_int_equal(m.members[2].joined_epoch, 4);
   assert_string_equal(m.members[1].addr, "b:2");
   assert_string_equal(m.backend, "blob==");
+  assert_int_equal(m.nleft, 0);
+  ftc__msg_clear(&m);
+
+  uint64_t left[2] = {12, 1ull << 50};
+  m = roundtrip(ftc__proto_view_left(ftc__proto_view(5, wm, 1, NULL), left, 2), FTC__MSG_VIEW);
+  assert_int_equal(m.nleft, 2);
+  assert_true(m.left[0] == 12 && m.left[1] == 1ull << 50);
   ftc__msg_clear(&m);
 
   int ranks[] = {1, 4};

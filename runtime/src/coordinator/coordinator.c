@@ -104,6 +104,8 @@ struct ftc__coord {
   member_t **view; /* current epoch, rank order */
   int view_n, view_cap;
   int view_dirty; /* an active member was dropped since the last epoch */
+  uint64_t *left_ids; /* members of the epoch that left cleanly since: the next view says so */
+  int nleft, left_cap;
   int lost_since_epoch; /* ... and not by a clean leave */
   uint64_t epoch, max_known_epoch, next_id;
   int formed; /* this coordinator has announced an epoch */
@@ -352,6 +354,17 @@ static void adopt_view(ftc__coord_t *co, const ftc__hello_t *h) {
  * next epoch is formed by maybe_form_epoch(). */
 static void drop_member(ftc__coord_t *co, member_t *m, int left, const char *why) {
   if (m->state == M_ACTIVE) co->view_dirty = 1;
+  if (left && m->state == M_ACTIVE) {
+    /* Named in the next view, so that its peers do not revoke an epoch for
+     * a rank that finished (docs/recovery.md, the watchdog). Out of memory
+     * it is left out: they still see its connections closed. */
+    if (co->nleft == co->left_cap) {
+      int ncap = co->left_cap ? 2 * co->left_cap : 16;
+      uint64_t *nl = ftc__realloc(co->left_ids, (size_t)ncap * sizeof(*nl));
+      if (nl) co->left_ids = nl, co->left_cap = ncap;
+    }
+    if (co->nleft < co->left_cap) co->left_ids[co->nleft++] = m->id;
+  }
   if (left) {
     co->counts.left++;
   } else {
@@ -452,7 +465,8 @@ static void maybe_form_epoch(ftc__coord_t *co) {
   for (int i = 0; i < co->nmembers; i++) co->members[i]->suspect_ns = 0;
   co->lost_since_epoch = 0;
   co->stats_dirty = 1;
-  json_t *v = ftc__proto_view(e, wm, n, NULL);
+  json_t *v = ftc__proto_view_left(ftc__proto_view(e, wm, n, NULL), co->left_ids, co->nleft);
+  co->nleft = 0;
   ftc__frame_t *f = ftc__proto_encode(v, LWS_PRE);
   ftc__free(wm);
   if (!f) {
@@ -1325,6 +1339,7 @@ void ftc__coord_destroy(ftc__coord_t *co) {
   }
   ftc__free(co->pub_view.members);
   ftc__free(co->backend_blob);
+  ftc__free(co->left_ids);
   pthread_mutex_destroy(&co->lock);
   free_config(co);
   ftc__free(co);

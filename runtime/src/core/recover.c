@@ -521,8 +521,9 @@ static void wd_view(ftc_comm_t *comm, uint64_t *checked) {
   int gone = -1;
   for (int r = 0; comm->view && r < comm->view->size && gone < 0; r++)
     if (!view_has(v, comm->view->members[r].member_id) &&
-        !(comm->be->peer_left && comm->be->peer_left(comm->bh, r)) && !peer_closed_locked(comm, r))
-      gone = r; /* a member that said goodbye left on purpose: nothing to revoke */
+        !(comm->be->peer_left && comm->be->peer_left(comm->bh, r)) && !peer_closed_locked(comm, r) &&
+        !ftc__member_left_cleanly(comm->member, comm->view->members[r].member_id))
+      gone = r; /* a member that said goodbye (or the coordinator says left) left on purpose */
   pthread_mutex_unlock(&comm->lock);
   if (gone >= 0) {
     char detail[160];

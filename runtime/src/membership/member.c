@@ -34,6 +34,7 @@
 #define RETRY_FIRST_MS 50
 #define RETRY_MAX_MS 1000
 #define LEAVE_WAIT_MS 1000
+#define LEFT_KEEP 256
 
 enum session_state {
   S_CONNECTING,   /* first connection: connecting or waiting for welcome */
@@ -84,6 +85,8 @@ struct ftc__member {
   char *backend_blob;     /* the newest backend blob the coordinator relayed */
   int notify_fd;          /* eventfd written on a new view or dump request, -1 */
   uint64_t latest_epoch;  /* atomic copy of view->epoch, for the step boundary */
+  uint64_t left[LEFT_KEEP]; /* members the views said left cleanly, the newest LEFT_KEEP */
+  int nleft;
 };
 
 /* Wake the owner's watchdog (caller holds m->lock). */
@@ -319,6 +322,7 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
       }
       FTC_INFO(FTC_SUB_COORD, "slot %d: epoch %llu: rank %d of %d", m->slot,
                (unsigned long long)v->epoch, v->my_rank, v->size);
+      for (int i = 0; i < msg.nleft; i++) m->left[m->nleft++ % LEFT_KEEP] = msg.left[i];
       ftc__view_free(m->view);
       m->view = v;
       m->known_epoch = v->epoch;
@@ -913,6 +917,16 @@ ftc_status_t ftc__member_upload_dump(ftc__member_t *m, const char *incident, int
   FTC_INFO(FTC_SUB_COORD, "slot %d: uploading a dump of %zu bytes in %zu fragments (%s)",
            m->slot, len, nfrag, incident);
   return FTC_OK;
+}
+
+int ftc__member_left_cleanly(ftc__member_t *m, uint64_t member_id) {
+  int found = 0;
+  if (!m) return 0;
+  pthread_mutex_lock(&m->lock);
+  int n = m->nleft < LEFT_KEEP ? m->nleft : LEFT_KEEP;
+  for (int i = 0; i < n && !found; i++) found = m->left[i] == member_id;
+  pthread_mutex_unlock(&m->lock);
+  return found;
 }
 
 uint64_t ftc__member_latest_epoch(const ftc__member_t *m) {

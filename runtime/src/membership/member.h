@@ -95,6 +95,10 @@ int ftc__member_take_dump_request(ftc__member_t *m, char *incident, size_t len);
 ftc_status_t ftc__member_upload_dump(ftc__member_t *m, const char *incident, int rank,
                                      const char *data, size_t len);
 
+/* 1 when a view received said member_id left the job cleanly (a leave;
+ * the newest 256 are kept), 0 otherwise. */
+int ftc__member_left_cleanly(ftc__member_t *m, uint64_t member_id);
+
 /* The epoch of the newest view received (0 before the first). Lock-free:
  * one atomic load, for the step boundary's hot path. */
 uint64_t ftc__member_latest_epoch(const ftc__member_t *m);

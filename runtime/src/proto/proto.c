@@ -180,6 +180,20 @@ json_t *ftc__proto_view(uint64_t epoch, const ftc__wire_member_t *members, int n
   return finish(o, err);
 }
 
+json_t *ftc__proto_view_left(json_t *view, const uint64_t *ids, int n) {
+  if (!view || n <= 0) return view;
+  json_t *arr = json_array();
+  int err = !arr;
+  for (int i = 0; !err && i < n; i++) err |= json_array_append_new(arr, json_integer((json_int_t)ids[i]));
+  if (err || json_object_set_new(view, "left", arr)) {
+    if (!err) arr = NULL; /* stolen by the failed set */
+    json_decref(arr);
+    json_decref(view);
+    return NULL;
+  }
+  return view;
+}
+
 json_t *ftc__proto_backend(uint64_t epoch, const char *blob) {
   json_t *o = msg_new(FTC__MSG_BACKEND);
   if (!o) return NULL;
@@ -429,6 +443,27 @@ static void decode_view(dec_t *d, ftc__msg_t *m) {
   m->epoch = get_u64(d, d->o, "epoch", 0);
   m->backend = get_str(d, d->o, "backend", FTC__PROTO_MAX_BLOB, 1);
   decode_members(d, json_object_get(d->o, "members"), "members", m);
+  json_t *left = json_object_get(d->o, "left");
+  if (!left || d->bad) return;
+  size_t n = json_is_array(left) ? json_array_size(left) : 0;
+  if (!json_is_array(left) || n > FTC__PROTO_MAX_FAILED) {
+    fail(d, "field \"%s\" must be an array of at most 65536 member ids", "left");
+    return;
+  }
+  if (!n) return;
+  if (!(m->left = ftc__calloc(n, sizeof(uint64_t)))) {
+    fail(d, "out of memory decoding %s", "left");
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    json_t *e = json_array_get(left, i);
+    if (!json_is_integer(e) || json_integer_value(e) <= 0) {
+      fail(d, "entries of \"%s\" must be member ids", "left");
+      return;
+    }
+    m->left[i] = (uint64_t)json_integer_value(e);
+  }
+  m->nleft = (int)n;
 }
 
 static void decode_failure(dec_t *d, ftc__msg_t *m) {
@@ -609,6 +644,7 @@ void ftc__msg_clear(ftc__msg_t *msg) {
   ftc__free(msg->members);
   ftc__free(msg->ranks);
   ftc__free(msg->member_ids);
+  ftc__free(msg->left);
   json_decref(msg->root);
   memset(msg, 0, sizeof(*msg));
 }

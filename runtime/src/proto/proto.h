@@ -121,6 +121,9 @@ typedef struct ftc__msg {
   int *ranks;
   int nmember_ids;
   uint64_t *member_ids;
+  /* view: members of the previous epoch that left cleanly (may be 0) */
+  int nleft;
+  uint64_t *left;
   int status;
   /* leave, dump_request, error: reason; error: code (wire name, and parsed) */
   const char *reason;
@@ -151,6 +154,10 @@ json_t *ftc__proto_hello(const ftc__hello_t *h);
 json_t *ftc__proto_welcome(uint64_t member_id, uint64_t epoch, int heartbeat_ms, int max_message);
 json_t *ftc__proto_view(uint64_t epoch, const ftc__wire_member_t *members, int n,
                         const char *backend);
+/* Add to a view message the member ids of members of the epoch before it
+ * that left cleanly (a leave): "left", optional. Returns view, or NULL
+ * (view released) when out of memory. */
+json_t *ftc__proto_view_left(json_t *view, const uint64_t *ids, int n);
 json_t *ftc__proto_heartbeat(uint64_t epoch);
 /* member_ids may be NULL; else n ids of the failed ranks in that epoch. */
 json_t *ftc__proto_failure(uint64_t epoch, const int *ranks, const uint64_t *member_ids, int n,
