@@ -40,7 +40,7 @@ ctrl_log=$work/controller.log
 port=
 start_controller() {  # start_controller ID
   echo "=== controller $1" >>"$ctrl_log"
-  FTCOMM_LOG_LEVEL=info "$ctl" --kubeconfig "$work/sa.kubeconfig" --listen-address 127.0.0.1:0 --identity "steady-$1" \
+  FTCOMM_LOG_LEVEL=${FTC_STEADY_LOG:-info} "$ctl" --kubeconfig "$work/sa.kubeconfig" --listen-address 127.0.0.1:0 --identity "steady-$1" \
     --leader-elect=false --coordinator-address coord.test:7470 --dump-dir /dumps \
     --coordinator-bind 127.0.0.1:0 --dump-volume "$work/dumps" >>"$ctrl_log" 2>&1 &
   ctrl_pid=$!
@@ -61,14 +61,17 @@ metric() { metrics | awk -v m="$1" '$1 == m { print $2 }'; }
 # lines, and their sum.
 requests() { metrics | awk -F'[{}" ]+' '/^ftcomm_controller_api_requests_total/ && $3 != "WATCH" { print $3, $5, $NF }' | sort; }
 nonwatch() { requests | awk '{ n += $3 } END { print n + 0 }'; }
-# Wait until no request but watches has gone out for 3 s in a row (at most 60 s).
+# Nothing queued or waiting for a delay in the work queue.
+queue_idle() { metrics | awk '$1 == "ftcomm_controller_workqueue_depth" || $1 == "ftcomm_controller_workqueue_waiting" { n += $2 } END { exit n != 0 }'; }
+# Wait until the work queue is idle and no request but watches has gone out for 3 s
+# in a row (at most 60 s), as the scale bench does.
 settle() {
   local last now still=0 end=$(( $(date +%s) + 60 ))
   last=$(nonwatch)
   while [ "$(date +%s)" -lt "$end" ]; do
     sleep 1
     now=$(nonwatch)
-    if [ "$now" = "$last" ]; then still=$((still + 1)); [ $still -ge 3 ] && return 0; else still=0; fi
+    if [ "$now" = "$last" ] && queue_idle; then still=$((still + 1)); [ $still -ge 3 ] && return 0; else still=0; fi
     last=$now
   done
   return 1
@@ -109,6 +112,7 @@ if [ "$before" = "$after" ]; then
 else
   bad "idle for $idle s: requests other than watches went out"
   diff <(echo "$before") <(echo "$after") | sed 's/^/       /'
+  metrics | grep -E '^ftcomm_controller_(reconciles_total|workqueue)' | sed 's/^/       /'
 fi
 
 # The pool keeps the connections: four watches, two workers and the status writes
