@@ -10,6 +10,7 @@
  * unique id). Each collective of the double takes NCCL_DOUBLE_COLL_MS on the
  * stream; the double logs when each was enqueued (NCCL_DOUBLE_LOG).
  */
+#include <dlfcn.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +23,9 @@
 
 #define NREQ 4
 #define COLL_MS 100
+
+static const char *g_expect = "NCCL 2.32.3"; /* the backend line this process loads */
+static const char *g_self;                   /* argv[0], to run the RCCL mode */
 
 typedef struct fixture {
   char dir[256], log[300];
@@ -43,7 +47,7 @@ static void open_comm(fixture_t *f, const char *tag, int timeout_ms) {
   harness_view_free(v);
   char be[256];
   assert_int_equal(ftc_comm_backend(f->comm, be, sizeof be), FTC_OK);
-  assert_non_null(strstr(be, "NCCL 2.32.3"));
+  if (!strstr(be, g_expect)) fail_msg("backend \"%s\", expected %s", be, g_expect);
 }
 
 /* When the double enqueued collective seq (0: not found). */
@@ -169,6 +173,20 @@ static void a_hang_in_flight_becomes_its_timeout(void **state) {
  * boundary makes (ftc_comm_step's allreduce of a stack variable), is staged
  * through pinned and device memory: it works, blocking and asynchronous;
  * a large host buffer is not staged and is refused. */
+/* The receive buffer of the double's last enqueued collective (NULL: none). */
+static void *last_recv(const char *log) {
+  FILE *in = fopen(log, "r");
+  if (!in) return NULL;
+  char line[512];
+  void *p = NULL;
+  while (fgets(line, sizeof line, in)) {
+    const char *r = strstr(line, " recv=");
+    if (strstr(line, " enqueue ") && r) p = (void *)(uintptr_t)strtoull(r + 6, NULL, 16);
+  }
+  fclose(in);
+  return p;
+}
+
 static void a_scalar_on_host_memory_is_staged(void **state) {
   (void)state;
   setenv("NCCL_DOUBLE_DEVICE_ONLY", "1", 1);
@@ -177,6 +195,24 @@ static void a_scalar_on_host_memory_is_staged(void **state) {
   int64_t a = 7, b = 0;
   assert_int_equal(ftc_allreduce(&a, &b, 1, FTC_I64, FTC_MIN, f.comm, 5000), FTC_OK);
   assert_int_equal(b, 7);
+  void *seen = last_recv(f.log);
+  assert_non_null(seen);
+  assert_ptr_not_equal(seen, &b); /* NCCL got the staging slot */
+  /* pinned memory (the runtime's own host allocation) is passed as it is */
+  void *rt = dlopen(cudart_double_path(), RTLD_NOW | RTLD_NOLOAD);
+  assert_non_null(rt);
+  int (*host_alloc)(void **, size_t, unsigned) =
+      (int (*)(void **, size_t, unsigned))dlsym(rt, strstr(g_expect, "RCCL") ? "hipHostMalloc" : "cudaHostAlloc");
+  int (*host_free)(void *) = (int (*)(void *))dlsym(rt, strstr(g_expect, "RCCL") ? "hipHostFree" : "cudaFreeHost");
+  assert_true(host_alloc && host_free);
+  int64_t *pinned = NULL;
+  assert_int_equal(host_alloc((void **)&pinned, 2 * sizeof *pinned, 0), 0);
+  pinned[0] = 5;
+  assert_int_equal(ftc_allreduce(&pinned[0], &pinned[1], 1, FTC_I64, FTC_MAX, f.comm, 5000), FTC_OK);
+  assert_int_equal(pinned[1], 5);
+  assert_ptr_equal(last_recv(f.log), &pinned[1]);
+  host_free(pinned);
+  dlclose(rt);
   double d[4] = {1.5, 2.5, 3.5, 4.5}, e[4] = {0};
   ftc_request_t *req;
   assert_int_equal(ftc_iallreduce(d, e, 4, FTC_F64, FTC_SUM, f.comm, &req), FTC_OK);
@@ -195,8 +231,38 @@ static void a_scalar_on_host_memory_is_staged(void **state) {
   rm_tmpdir(f.dir);
 }
 
-int main(void) {
+/* The same on RCCL (the HIP runtime's hipPointerGetAttributes, whose struct
+ * and memory-type numbers are its own): this program run again in its
+ * "rccl" mode (the library is chosen once per process), as ROCm 6 answers
+ * and as ROCm 5 does (HIP_DOUBLE_VERSION=50700000: an error for plain host
+ * memory, other numbers). */
+static void a_scalar_on_host_memory_is_staged_on_rccl(void **state) {
+  (void)state;
+  const char *versions[] = {NULL, "50700000"};
+  for (int i = 0; i < 2; i++) {
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+      if (versions[i]) setenv("HIP_DOUBLE_VERSION", versions[i], 1);
+      execl(g_self, g_self, "rccl", (char *)NULL);
+      _exit(127);
+    }
+    int rc = wait_child(pid, 60000);
+    if (rc != 0) fail_msg("the RCCL run (HIP_DOUBLE_VERSION=%s) exited %d", versions[i] ? versions[i] : "default", rc);
+  }
+}
+
+int main(int argc, char **argv) {
   char lib[512];
+  g_self = argv[0];
+  if (argc > 1 && !strcmp(argv[1], "rccl")) {
+    snprintf(lib, sizeof lib, "%s/librccl_double_2.30.7.so", NCCL_DOUBLE_DIR);
+    setenv("FTCOMM_NCCL_LIBRARY", lib, 1);
+    setenv("FTCOMM_CUDA_RUNTIME_LIBRARY", cudart_double_path(), 1);
+    g_expect = "RCCL 2.30.7";
+    const struct CMUnitTest rccl[] = {cmocka_unit_test(a_scalar_on_host_memory_is_staged)};
+    return cmocka_run_group_tests_name("rccl", rccl, NULL, NULL);
+  }
   double_path("2.32.3", lib, sizeof lib);
   setenv("FTCOMM_NCCL_LIBRARY", lib, 1);
   setenv("FTCOMM_CUDA_RUNTIME_LIBRARY", cudart_double_path(), 1);
@@ -204,6 +270,7 @@ int main(void) {
       cmocka_unit_test(async_allreduces_are_enqueued_back_to_back),
       cmocka_unit_test(a_hang_in_flight_becomes_its_timeout),
       cmocka_unit_test(a_scalar_on_host_memory_is_staged),
+      cmocka_unit_test(a_scalar_on_host_memory_is_staged_on_rccl),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,7 @@
  * `make deps` installed it, the real libnccl.so.2), status mapping, unique
  * id blobs and the epoch planner.
  */
+#include <dlfcn.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -126,6 +127,88 @@ static void recovery_wish_from_the_environment_lowers_the_path(void **state) {
   assert_int_equal(ftc__nccl_lib_info(lib)->path, FTC__NCCL_PATH_REINIT);
   ftc__nccl_lib_close(lib);
   unsetenv("FTCOMM_NCCL_RECOVERY");
+  ftc__param_reset();
+}
+
+/* What the double's ncclGetUniqueId saw of NCCL_SOCKET_FAMILY/IFNAME after
+ * ftc__nccl_lib_open with the given ftcomm settings (NULL: unset) and a
+ * user's own NCCL_SOCKET_IFNAME (NULL: unset): the log line's tail. */
+static ftc_status_t socket_env_seen(const char *family, const char *ifname,
+                                    const char *user_ifname, char *seen, size_t len) {
+  char path[512], dir[256], log[300];
+  double_path("2.32.3", path, sizeof path);
+  make_tmpdir(dir, sizeof dir, "sockenv");
+  snprintf(log, sizeof log, "%s/log", dir);
+  setenv("NCCL_DOUBLE_LOG", log, 1);
+  unsetenv("NCCL_SOCKET_FAMILY");
+  unsetenv("NCCL_SOCKET_IFNAME");
+  if (family) setenv("FTCOMM_SOCKET_FAMILY", family, 1);
+  if (ifname) setenv("FTCOMM_SOCKET_IFNAME", ifname, 1);
+  if (user_ifname) setenv("NCCL_SOCKET_IFNAME", user_ifname, 1);
+  ftc__param_reset();
+  ftc__nccl_lib_t *lib = NULL;
+  ftc_status_t st = ftc__nccl_lib_open(path, cudart_double_path(), &lib);
+  seen[0] = '\0';
+  if (st == FTC_OK) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    assert_non_null(h);
+    int (*get_id)(void *) = (int (*)(void *))dlsym(h, "ncclGetUniqueId");
+    assert_non_null(get_id);
+    char id[128];
+    assert_int_equal(get_id(id), 0);
+    dlclose(h);
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+      char *p = strstr(line, "socket_family=");
+      if (strstr(line, " getuniqueid ") && p) {
+        p[strcspn(p, "\n")] = '\0';
+        snprintf(seen, len, "%s", p);
+      }
+    }
+    fclose(f);
+    ftc__nccl_lib_close(lib);
+  }
+  unsetenv("FTCOMM_SOCKET_FAMILY");
+  unsetenv("FTCOMM_SOCKET_IFNAME");
+  unsetenv("NCCL_SOCKET_FAMILY");
+  unsetenv("NCCL_SOCKET_IFNAME");
+  unsetenv("NCCL_DOUBLE_LOG");
+  ftc__param_reset();
+  rm_tmpdir(dir);
+  return st;
+}
+
+/* FTCOMM_SOCKET_FAMILY/IFNAME reach NCCL's own sockets as
+ * NCCL_SOCKET_FAMILY/IFNAME before NCCL reads them; a user's NCCL_* value
+ * is kept; auto and no interface set nothing; a bad family is refused. */
+static void socket_settings_carry_over_to_nccl_unless_set(void **state) {
+  (void)state;
+  char seen[256];
+  assert_int_equal(socket_env_seen("ipv4", "lo", NULL, seen, sizeof seen), FTC_OK);
+  assert_string_equal(seen, "socket_family=AF_INET socket_ifname=lo");
+  assert_int_equal(socket_env_seen("ipv6", "=eth0,ib", NULL, seen, sizeof seen), FTC_OK);
+  assert_string_equal(seen, "socket_family=AF_INET6 socket_ifname==eth0,ib");
+  assert_int_equal(socket_env_seen("ipv6", "lo", "^docker", seen, sizeof seen), FTC_OK);
+  assert_string_equal(seen, "socket_family=AF_INET6 socket_ifname=^docker");
+  assert_int_equal(socket_env_seen("auto", NULL, NULL, seen, sizeof seen), FTC_OK);
+  assert_string_equal(seen, "socket_family=(unset) socket_ifname=(unset)");
+  assert_int_equal(socket_env_seen("ipv5", NULL, NULL, seen, sizeof seen), FTC_ERR_CONFIG);
+  assert_non_null(strstr(ftc_last_error(), "FTCOMM_SOCKET_FAMILY=\"ipv5\" is not an address family"));
+  /* a user's NCCL_SOCKET_FAMILY too */
+  setenv("NCCL_SOCKET_FAMILY", "AF_INET", 1);
+  char buf[128];
+  setenv("FTCOMM_SOCKET_FAMILY", "ipv6", 1);
+  ftc__param_reset();
+  assert_int_equal(ftc__nccl_socket_env(buf, sizeof buf), FTC_OK);
+  assert_string_equal(buf, "");
+  assert_string_equal(getenv("NCCL_SOCKET_FAMILY"), "AF_INET");
+  unsetenv("NCCL_SOCKET_FAMILY");
+  assert_int_equal(ftc__nccl_socket_env(buf, sizeof buf), FTC_OK);
+  assert_string_equal(buf, "NCCL_SOCKET_FAMILY=AF_INET6");
+  unsetenv("NCCL_SOCKET_FAMILY");
+  unsetenv("FTCOMM_SOCKET_FAMILY");
   ftc__param_reset();
 }
 
@@ -334,6 +417,7 @@ int main(void) {
       cmocka_unit_test(each_double_version_is_detected_with_its_caps_and_path),
       cmocka_unit_test(rccl_counts_revoke_shrink_grow_from_2_30_7),
       cmocka_unit_test(recovery_wish_from_the_environment_lowers_the_path),
+      cmocka_unit_test(socket_settings_carry_over_to_nccl_unless_set),
       cmocka_unit_test(missing_library_names_what_was_looked_for),
       cmocka_unit_test(real_nccl_from_the_wheel_loads_and_reports_its_caps),
       cmocka_unit_test(nccl_results_map_to_clear_statuses),

@@ -6,8 +6,11 @@
  */
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
+#include "ftc_addr.h"
 #include "ftc_alloc.h"
 #include "ftc_error.h"
 #include "ftc_log.h"
@@ -210,16 +213,30 @@ static ftc_status_t load_runtime(ftc__nccl_lib_t *lib, const char *override) {
       return ftc__error(FTC_ERR_LIBRARY_NOT_FOUND, "%s has no %s: not a usable %s runtime",
                         lib->info.runtime, name, lib->info.rccl ? "HIP" : "CUDA");
   }
+  void *h = lib->rt_handle;
   if (!lib->info.rccl) {
-    *(void **)&lib->rt.PointerGetAttributes = dlsym(lib->rt_handle, "cudaPointerGetAttributes");
-    *(void **)&lib->rt.MemcpyAsync = dlsym(lib->rt_handle, "cudaMemcpyAsync");
-    *(void **)&lib->rt.HostAlloc = dlsym(lib->rt_handle, "cudaHostAlloc");
-    *(void **)&lib->rt.FreeHost = dlsym(lib->rt_handle, "cudaFreeHost");
-    *(void **)&lib->rt.GetLastError = dlsym(lib->rt_handle, "cudaGetLastError");
-    if (!lib->rt.PointerGetAttributes || !lib->rt.MemcpyAsync || !lib->rt.HostAlloc ||
-        !lib->rt.FreeHost || !lib->rt.GetLastError)
-      lib->rt.PointerGetAttributes = NULL; /* no staging */
+    *(void **)&lib->rt.PointerGetAttributes = dlsym(h, "cudaPointerGetAttributes");
+    *(void **)&lib->rt.MemcpyAsync = dlsym(h, "cudaMemcpyAsync");
+    *(void **)&lib->rt.HostAlloc = dlsym(h, "cudaHostAlloc");
+    *(void **)&lib->rt.FreeHost = dlsym(h, "cudaFreeHost");
+    *(void **)&lib->rt.GetLastError = dlsym(h, "cudaGetLastError");
+    lib->rt.can_stage = lib->rt.PointerGetAttributes != NULL;
+  } else {
+    /* hipHostMalloc, not the deprecated hipHostAlloc; same signatures and
+     * hipMemcpyKind numbers as CUDA's */
+    *(void **)&lib->rt.HipPointerGetAttributes = dlsym(h, "hipPointerGetAttributes");
+    *(void **)&lib->rt.MemcpyAsync = dlsym(h, "hipMemcpyAsync");
+    *(void **)&lib->rt.HostAlloc = dlsym(h, "hipHostMalloc");
+    *(void **)&lib->rt.FreeHost = dlsym(h, "hipHostFree");
+    *(void **)&lib->rt.GetLastError = dlsym(h, "hipGetLastError");
+    cudaError_t (*get_version)(int *);
+    *(void **)&get_version = dlsym(h, "hipRuntimeGetVersion");
+    if (!get_version || get_version(&lib->rt.hip_version) != cudaSuccess)
+      lib->rt.hip_version = FTC__HIP_VERSION_6; /* libamdhip64.so.6 or later by name */
+    lib->rt.can_stage = lib->rt.HipPointerGetAttributes != NULL;
   }
+  if (!lib->rt.MemcpyAsync || !lib->rt.HostAlloc || !lib->rt.FreeHost || !lib->rt.GetLastError)
+    lib->rt.can_stage = 0;
   if (lib->rt.GetDeviceCount(&lib->info.devices) != cudaSuccess) lib->info.devices = 0;
   return FTC_OK;
 }
@@ -245,10 +262,46 @@ void ftc__nccl_describe(const ftc__nccl_lib_t *lib, char *buf, size_t len) {
            ftc__nccl_path_name(lib->info.path), caps);
 }
 
+/* NCCL's own sockets (its bootstrap; its data without InfiniBand) follow
+ * NCCL_SOCKET_FAMILY (AF_INET or AF_INET6) and NCCL_SOCKET_IFNAME (the same
+ * syntax as FTCOMM_SOCKET_IFNAME), which NCCL reads at its first unique id
+ * or init. Before that, ftcomm's FTCOMM_SOCKET_FAMILY (ipv4, ipv6; auto sets
+ * nothing) and FTCOMM_SOCKET_IFNAME fill them in where the user left them
+ * unset; a user's NCCL_* value always wins. Writes what it set into buf. */
+ftc_status_t ftc__nccl_socket_env(char *buf, size_t len) {
+  int family = AF_UNSPEC;
+  buf[0] = '\0';
+  ftc_status_t st = ftc__addr_family_parse("FTCOMM_SOCKET_FAMILY",
+                                           ftc__param_str(FTC_P_SOCKET_FAMILY), &family);
+  if (st != FTC_OK) return st;
+  const char *ifname = ftc__param_str(FTC_P_SOCKET_IFNAME);
+  const char *fam = family == AF_INET ? "AF_INET" : family == AF_INET6 ? "AF_INET6" : NULL;
+  struct {
+    const char *name, *value;
+  } t[] = {{"NCCL_SOCKET_FAMILY", fam}, {"NCCL_SOCKET_IFNAME", ifname && *ifname ? ifname : NULL}};
+  size_t o = 0;
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    const char *have = getenv(t[i].name);
+    if (!t[i].value || (have && *have)) continue;
+    if (setenv(t[i].name, t[i].value, 1) != 0)
+      return ftc__error(FTC_ERR_SYSTEM, "could not set %s=%s for NCCL", t[i].name, t[i].value);
+    int n = snprintf(buf + o, len - o, "%s%s=%s", o ? " " : "", t[i].name, t[i].value);
+    if (n > 0 && (size_t)n < len - o) o += (size_t)n;
+  }
+  return FTC_OK;
+}
+
 ftc_status_t ftc__nccl_lib_open(const char *nccl_path, const char *runtime_path,
                                 ftc__nccl_lib_t **out) {
   ftc_status_t st = FTC_OK;
   *out = NULL;
+  char sockenv[256];
+  st = ftc__nccl_socket_env(sockenv, sizeof sockenv);
+  if (st != FTC_OK) return st;
+  /* once: a later call finds them set */
+  if (sockenv[0])
+    FTC_INFO(FTC_SUB_NCCL, "set %s for NCCL's own sockets (from FTCOMM_SOCKET_FAMILY/IFNAME)",
+             sockenv);
   ftc__nccl_lib_t *lib = ftc__calloc(1, sizeof *lib);
   if (!lib) return ftc__error(FTC_ERR_NO_MEMORY, "out of memory loading NCCL");
   const char *env = nccl_path ? nccl_path : ftc__param_str(FTC_P_NCCL_LIBRARY);

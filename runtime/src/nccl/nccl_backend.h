@@ -74,6 +74,13 @@ typedef struct ftc__nccl_info {
 ftc_status_t ftc__nccl_lib_open(const char *nccl_path, const char *runtime_path,
                                 ftc__nccl_lib_t **out);
 void ftc__nccl_lib_close(ftc__nccl_lib_t *lib);
+
+/* Called by ftc__nccl_lib_open before NCCL is opened: sets NCCL_SOCKET_FAMILY
+ * (AF_INET/AF_INET6 from FTCOMM_SOCKET_FAMILY=ipv4/ipv6) and
+ * NCCL_SOCKET_IFNAME (from FTCOMM_SOCKET_IFNAME) where the user has not set
+ * them; buf gets "NAME=value ..." of what it set ("" for nothing).
+ * FTC_ERR_CONFIG for a bad FTCOMM_SOCKET_FAMILY. */
+ftc_status_t ftc__nccl_socket_env(char *buf, size_t len);
 const ftc__nccl_info_t *ftc__nccl_lib_info(const ftc__nccl_lib_t *lib);
 
 /* Capabilities a library of this version with these symbols has (pure). */

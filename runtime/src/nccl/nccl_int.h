@@ -3,7 +3,8 @@
  * tables of NCCL and of the CUDA (or HIP) runtime, typed from the real
  * nccl.h and cuda_runtime_api.h. HIP's runtime has the same signatures and
  * error numbers for the calls used here (hipSuccess 0, hipErrorNotReady 600),
- * so one table serves both, filled with a "cuda" or "hip" prefix.
+ * so one table serves both, filled with a "cuda" or "hip" prefix; only
+ * hipPointerGetAttributes has a struct of its own (below).
  */
 #ifndef FTC_NCCL_INT_H
 #define FTC_NCCL_INT_H
@@ -49,6 +50,22 @@ typedef struct ftc__nccl_fns {
                            ncclConfig_t *);
 } ftc__nccl_fns_t;
 
+/* hipPointerAttribute_t of ROCm 6 and later (hip_runtime_api.h): type is
+ * enum hipMemoryType, Unregistered 0, Host 1, Device 2, Managed 3, Array 10,
+ * Unified 11. ROCm 5 named the first field memoryType, numbered Host 0,
+ * Device 1, Array 2, Unified 3, and answered hipErrorInvalidValue for
+ * unregistered host memory. */
+struct ftc__hip_pointer_attr {
+  int type;
+  int device;
+  void *devicePointer;
+  void *hostPointer;
+  int isManaged;
+  unsigned allocationFlags;
+};
+#define FTC__HIP_MEMORY_UNREGISTERED 0
+#define FTC__HIP_VERSION_6 60000000
+
 typedef struct ftc__cuda_fns {
   cudaError_t (*GetDeviceCount)(int *);
   cudaError_t (*SetDevice)(int);
@@ -64,13 +81,18 @@ typedef struct ftc__cuda_fns {
   cudaError_t (*Malloc)(void **, size_t);
   cudaError_t (*Free)(void *);
   const char *(*GetErrorString)(cudaError_t);
-  /* host staging of small collectives on host buffers (CUDA only; NULL on
-   * HIP, whose pointer attributes differ): all four or none */
+  /* host staging of small collectives on host buffers (can_stage when all
+   * of them are there): cudaPointerGetAttributes on CUDA,
+   * hipPointerGetAttributes (its own struct) on HIP; hipHostMalloc and
+   * hipHostFree stand for cudaHostAlloc and cudaFreeHost */
   cudaError_t (*PointerGetAttributes)(struct cudaPointerAttributes *, const void *);
+  cudaError_t (*HipPointerGetAttributes)(struct ftc__hip_pointer_attr *, const void *);
   cudaError_t (*MemcpyAsync)(void *, const void *, size_t, enum cudaMemcpyKind, cudaStream_t);
   cudaError_t (*HostAlloc)(void **, size_t, unsigned int);
   cudaError_t (*FreeHost)(void *);
   cudaError_t (*GetLastError)(void);
+  int can_stage;
+  int hip_version; /* hipRuntimeGetVersion (HIP_VERSION: major * 10^7 + minor * 10^5 + patch) */
 } ftc__cuda_fns_t;
 
 struct ftc__nccl_lib {

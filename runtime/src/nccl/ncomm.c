@@ -585,6 +585,17 @@ static const char *coll_name(ftc_rec_op_t c) {
 
 /* 1 when p is host memory a GPU cannot read (neither device nor pinned). */
 static int host_memory(ftc__nccl_comm_t *c, const void *p) {
+  if (c->lib->info.rccl) {
+    struct ftc__hip_pointer_attr h;
+    memset(&h, 0, sizeof h);
+    cudaError_t e = c->lib->rt.HipPointerGetAttributes(&h, p);
+    if (e != cudaSuccess) {
+      c->lib->rt.GetLastError(); /* ROCm 5 answers invalid value for it */
+      return e == cudaErrorInvalidValue;
+    }
+    /* ROCm 5 numbered host memory (pinned, as it answered) 0 */
+    return c->lib->rt.hip_version >= FTC__HIP_VERSION_6 && h.type == FTC__HIP_MEMORY_UNREGISTERED;
+  }
   struct cudaPointerAttributes a;
   memset(&a, 0, sizeof a);
   cudaError_t e = c->lib->rt.PointerGetAttributes(&a, p);
@@ -598,7 +609,7 @@ static int host_memory(ftc__nccl_comm_t *c, const void *p) {
 /* Bytes to stage for ops (one small allreduce, broadcast or reduce on host
  * memory), 0 for none. */
 static size_t stage_bytes(ftc__nccl_comm_t *c, const ftc__op_t *const *ops, int n) {
-  if (n != 1 || !c->lib->rt.PointerGetAttributes) return 0;
+  if (n != 1 || !c->lib->rt.can_stage) return 0;
   const ftc__op_t *op = ops[0];
   if (op->coll != FTC_REC_ALLREDUCE && op->coll != FTC_REC_BROADCAST && op->coll != FTC_REC_REDUCE)
     return 0;

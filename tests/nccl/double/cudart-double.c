@@ -9,7 +9,9 @@
  * until the stream has got there, like a GPU that is still busy.
  *
  * Switches (environment): CUDA_DOUBLE_DEVICES=N devices reported (default
- * 1; 0 makes a host without a GPU).
+ * 1; 0 makes a host without a GPU); HIP_DOUBLE_VERSION=v what
+ * hipRuntimeGetVersion answers (default 60400000, ROCm 6.4; below 60000000
+ * hipPointerGetAttributes behaves as ROCm 5's, below).
  */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -346,3 +348,49 @@ HIP_ALIAS(hipEventDestroy, cudaEventDestroy)
 HIP_ALIAS(hipGetErrorString, cudaGetErrorString)
 HIP_ALIAS(hipMalloc, cudaMalloc)
 HIP_ALIAS(hipFree, cudaFree)
+HIP_ALIAS(hipMemcpyAsync, cudaMemcpyAsync)
+HIP_ALIAS(hipHostMalloc, cudaHostAlloc)
+HIP_ALIAS(hipHostFree, cudaFreeHost)
+HIP_ALIAS(hipGetLastError, cudaGetLastError)
+
+static int hip_version(void) {
+  const char *e = getenv("HIP_DOUBLE_VERSION");
+  return e && *e ? atoi(e) : 60400000;
+}
+
+EXPORT cudaError_t hipRuntimeGetVersion(int *v) {
+  *v = hip_version();
+  return cudaSuccess;
+}
+
+/* hipPointerAttribute_t and hipPointerGetAttributes as ROCm 6 has them
+ * (hip_runtime_api.h): type Unregistered 0, Host 1, Device 2, and the two
+ * fields CUDA's struct lacks, all written. As ROCm 5 (HIP_DOUBLE_VERSION below
+ * 60000000): Host 0, Device 1, and hipErrorInvalidValue (1) for memory that
+ * is neither. */
+typedef struct hip_pointer_attr {
+  int type;
+  int device;
+  void *devicePointer;
+  void *hostPointer;
+  int isManaged;
+  unsigned allocationFlags;
+} hip_pointer_attr_t;
+
+EXPORT cudaError_t hipPointerGetAttributes(hip_pointer_attr_t *a, const void *ptr) {
+  struct cudaPointerAttributes c;
+  cudaPointerGetAttributes(&c, ptr);
+  int v5 = hip_version() < 60000000;
+  memset(a, 0, sizeof *a);
+  a->device = 0;
+  a->isManaged = 0;
+  a->allocationFlags = 0;
+  if (c.type == cudaMemoryTypeUnregistered) {
+    if (v5) return cudaErrorInvalidValue;
+    a->type = 0;
+    return cudaSuccess;
+  }
+  a->type = c.type == cudaMemoryTypeDevice ? (v5 ? 1 : 2) : (v5 ? 0 : 1);
+  a->devicePointer = a->hostPointer = (void *)ptr;
+  return cudaSuccess;
+}

@@ -31,9 +31,11 @@
  *   NCCL_DOUBLE_DEVICE_ONLY=1     a buffer that is neither cudaMalloc'd nor pinned is
  *                                 refused (ncclInvalidArgument), as a GPU cannot read it
  *   NCCL_DOUBLE_LOG=path          append one line per lifecycle call
- *                                 ("<pid> <call> rank=<r> size=<n> failed=<0|1>"),
+ *                                 ("<pid> <call> rank=<r> size=<n> failed=<0|1>";
+ *                                 getuniqueid and init add the NCCL_SOCKET_FAMILY
+ *                                 and NCCL_SOCKET_IFNAME they saw),
  *                                 and one per collective enqueued
- *                                 ("... enqueue ... seq=<k> t_ns=<monotonic>")
+ *                                 ("... enqueue ... seq=<k> t_ns=<monotonic> recv=<buffer>")
  */
 #include <arpa/inet.h>
 #include <cuda_runtime_api.h>
@@ -421,9 +423,16 @@ static int read_uid(const ncclUniqueId *id, uid_t_ *u) {
   return memcmp(u->magic, MAGIC, sizeof MAGIC) == 0 ? 0 : -1;
 }
 
+/* What NCCL's bootstrap would read at this call: its socket settings. */
+static const char *env_or_unset(const char *name) {
+  const char *e = getenv(name);
+  return e && *e ? e : "(unset)";
+}
+
 EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
   make_uid(id, random_token());
-  dlog("getuniqueid", NULL, NULL);
+  dlog("getuniqueid", NULL, "socket_family=%s socket_ifname=%s",
+       env_or_unset("NCCL_SOCKET_FAMILY"), env_or_unset("NCCL_SOCKET_IFNAME"));
   return ncclSuccess;
 }
 
@@ -439,7 +448,8 @@ EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniq
   struct ncclComm *c = comm_new(u.token, u.dir, rank, nranks);
   if (!c) return ncclSystemError;
   *out = c;
-  dlog("init", c, NULL);
+  dlog("init", c, "socket_family=%s socket_ifname=%s", env_or_unset("NCCL_SOCKET_FAMILY"),
+       env_or_unset("NCCL_SOCKET_IFNAME"));
   return start_create(c, config, NULL, 0);
 }
 
@@ -944,7 +954,7 @@ static ncclResult_t launch(op_t *o, cudaStream_t s) {
   o->hang = env_int("NCCL_DOUBLE_HANG_AT", 0) == o->seq;
   o->fail = env_int("NCCL_DOUBLE_FAIL_AT", 0) == o->seq;
   o->delay_ms = env_int("NCCL_DOUBLE_COLL_MS", 0);
-  dlog("enqueue", c, "seq=%d t_ns=%lld", o->seq, (long long)now_ns());
+  dlog("enqueue", c, "seq=%d t_ns=%lld recv=%p", o->seq, (long long)now_ns(), o->recv);
   __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
   __atomic_add_fetch(&c->busy, 1, __ATOMIC_ACQ_REL);
   if (cudaLaunchHostFunc(s, run_op, o) != cudaSuccess) {
