@@ -10,7 +10,7 @@
 #   - a restarted controller reads the token Secrets from its cache: it sends no
 #     POST at all (no Secret created again, no 409) and creates no pod; one whose
 #     Secret was deleted while no controller ran gets that one Secret (one POST)
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../cluster/lib.sh"
 start_cluster
 ctl=$build/bin/ftcomm-controller
 [ -x "$ctl" ] || { echo "FAIL - build first: make test-bins"; exit 1; }
