@@ -113,6 +113,29 @@ if check joiner-killed 4; then
     ok joiner-killed "the second replacement made it" || bad joiner-killed "the joiner was not killed"
 fi
 
+# Two replacements admitted in back-to-back epochs into a job running at
+# reduced size (min 2 of 4): ranks 1 and 2 die at step 5, the survivors go
+# on as 2, and the two joiners start together. When the first is admitted
+# at epoch E and the second at E+1 before the first connected, the first
+# must drop E at once and connect E+1 with the others (before the fix it
+# waited out FTCOMM_CONNECT_TIMEOUT_MS, refused by ranks already at E+1,
+# and failed). Three rounds: the admissions fall in separate epochs about
+# half the time; the case says how often they did.
+two_joiners_ok=1 split=0
+for round in 1 2 3; do
+  name=two-joiners-$round t0=$SECONDS
+  run "$name" 60 -n 4 --min-size 2 --replace --replace-delay 0.2 --inject kill:1@5 --inject kill:2@5 -- \
+    "$BIN/ftcomm-trainer" "${TRAIN[@]}"
+  if grep -q 'within FTCOMM_CONNECT_TIMEOUT_MS\|cannot join the job' "$tmp/$name.out"; then
+    bad "$name" "a joiner waited out the connect timeout at a superseded epoch"; two_joiners_ok=0; continue
+  fi
+  [ $((SECONDS - t0)) -le 15 ] || { bad "$name" "took $((SECONDS - t0)) s"; two_joiners_ok=0; continue; }
+  check "$name" 4 || { two_joiners_ok=0; continue; }
+  grep -q '3 ranks (with joiners)' "$tmp/$name.out" && split=$((split + 1))
+done
+[ "$two_joiners_ok" = 1 ] &&
+  ok two-joiners "3 rounds, 4 identical finishers each; joiners admitted in separate epochs in $split"
+
 # A stopped rank (SIGSTOP): missed heartbeats exclude it, every live rank
 # dumps, and ftcomm-trace names it.
 run stopped 60 -n 4 --min-size 2 --inject stop:2@5 -- "$BIN/ftcomm-trainer" "${TRAIN[@]}"

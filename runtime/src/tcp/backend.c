@@ -11,6 +11,7 @@
 static ftc_status_t tcp_connect(ftc_comm_t *comm, const ftc__view_t *view, void **out) {
   ftc__tcp_cfg_t cfg = comm->tcfg;
   cfg.connect_timeout_ms = comm->connect_timeout_ms;
+  cfg.member = comm->member;
   ftc__tcp_t *tp = NULL;
   /* The previous epoch's transport (still comm->bh) lends its spare
    * connections; it is closed after this returns. */

@@ -815,6 +815,19 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
               adopted, (unsigned long long)b->view->epoch);
   while (b->connected < need) {
     int64_t now = ftc__now_ns();
+    /* The peers that matter are moving to a newer epoch (a second joiner
+     * was admitted, another member failed): those already there refuse
+     * this epoch's hellos, so waiting for them would only run out the
+     * connect timeout. Give up at once; the caller takes the newer one. */
+    uint64_t latest = ftc__member_latest_epoch(tp->cfg.member);
+    if (latest > b->view->epoch) {
+      st = ftc__error(FTC_ERR_REVOKED,
+                      "rank %d: epoch %llu was superseded by epoch %llu while connecting its "
+                      "data plane (%d of %d connections made); moving on to the newer epoch",
+                      tp->rank, (unsigned long long)b->view->epoch, (unsigned long long)latest,
+                      b->connected, need);
+      goto out_free;
+    }
     if (now >= deadline) {
       char missing[256] = "";
       size_t len = 0;

@@ -49,6 +49,8 @@ typedef struct ftc__tcp_cfg {
   int family;               /* FTCOMM_SOCKET_FAMILY: AF_UNSPEC (auto), AF_INET or AF_INET6 */
   const char *ifname;       /* FTCOMM_SOCKET_IFNAME or NULL: interfaces to advertise */
   const int *interrupt;     /* atomic; nonzero stops a run with that status */
+  const ftc__member_t *member; /* coordinator session or NULL: a newer epoch it has announced
+                                * ends a bootstrap at once (FTC_ERR_REVOKED) */
 } ftc__tcp_cfg_t;
 
 /* Defaults for the tunables from the FTCOMM_* table (token and interrupt
