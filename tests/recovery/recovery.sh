@@ -121,8 +121,13 @@ fi
 # waited out FTCOMM_CONNECT_TIMEOUT_MS, refused by ranks already at E+1,
 # and failed). Three rounds: the admissions fall in separate epochs about
 # half the time; the case says how often they did.
-two_joiners_ok=1 split=0
-for round in 1 2 3; do
+# FTC_RECOVERY_SKIP=two-joiners skips it (tests/nccl/recovery_nccl.sh on NCCL's
+# grow path, a known limit there: docs/recovery.md).
+two_joiners_ok=1 split=0 rounds="1 2 3"
+case " ${FTC_RECOVERY_SKIP:-} " in
+  *" two-joiners "*) echo "skip two-joiners: FTC_RECOVERY_SKIP"; two_joiners_ok=skip rounds= ;;
+esac
+for round in $rounds; do
   name=two-joiners-$round t0=$SECONDS
   run "$name" 60 -n 4 --min-size 2 --replace --replace-delay 0.2 --inject kill:1@5 --inject kill:2@5 -- \
     "$BIN/ftcomm-trainer" "${TRAIN[@]}"
