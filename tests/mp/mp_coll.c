@@ -7,6 +7,11 @@
  *   die        rank 1 exits after one allreduce without destroying its
  *              communicator; the others must see the failure (peer lost or
  *              revoked) within seconds and print "survivor saw <status>"
+ *   stall      rank 1 stops itself (SIGSTOP: alive, silent) after one allreduce,
+ *              having written its pid to $MP_COLL_PIDFILE; the others' next
+ *              allreduce (2 s) must fail (timeout, or revoked or peer lost once
+ *              the coordinator dropped it): they print
+ *              "survivor saw <status>" and SIGKILL it
  *   absent     slot 1 never joins; slot 0's ftc_comm_create must fail with
  *              FTC_ERR_TIMEOUT within FTCOMM_CONNECT_TIMEOUT_MS (+1 s) and
  *              print "create timed out after N ms"
@@ -14,6 +19,7 @@
  *   sweep [MAX] prints "bytes us" rows of f32 sum allreduce from 8 B to MAX
  *              bytes (default 4 MiB; rank 0), for measuring the cutover
  */
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,6 +126,35 @@ static int run_die(ftc_comm_t *comm) {
   return 0;
 }
 
+static int run_stall(ftc_comm_t *comm) {
+  float x = 1;
+  const char *pidfile = getenv("MP_COLL_PIDFILE");
+  CHECK(pidfile && *pidfile, "MP_COLL_PIDFILE is not set");
+  CHECK(ftc_allreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, 5000) == FTC_OK, "first allreduce");
+  if (rank == 1) {
+    FILE *f = fopen(pidfile, "w");
+    CHECK(f != NULL, "cannot write %s", pidfile);
+    fprintf(f, "%d\n", (int)getpid());
+    fclose(f);
+    raise(SIGSTOP);
+    _exit(3); /* never: the survivors kill it */
+  }
+  int64_t t0 = ftc__now_ns();
+  ftc_status_t st = ftc_allreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, 2000);
+  /* the first to time out reports; once the coordinator drops rank 1,
+   * ftcomm-run kills it and a survivor still waiting may see its sockets close */
+  CHECK(st == FTC_ERR_TIMEOUT || st == FTC_ERR_REVOKED || st == FTC_ERR_PEER_LOST, "survivor got %s",
+        ftc_strerror(st));
+  printf("survivor saw %s after %lld ms: %s\n", ftc_strerror(st),
+         (long long)((ftc__now_ns() - t0) / 1000000), ftc_last_error());
+  fflush(stdout);
+  FILE *f = fopen(pidfile, "r");
+  int pid = 0;
+  if (f && fscanf(f, "%d", &pid) == 1 && pid > 0) kill(pid, SIGKILL);
+  if (f) fclose(f);
+  return 0;
+}
+
 static void run_latency(ftc_comm_t *comm) {
   double x = 1;
   for (int i = 0; i < 200; i++) ftc_allreduce(&x, &x, 1, FTC_F64, FTC_SUM, comm, 5000);
@@ -180,6 +215,8 @@ int main(int argc, char **argv) {
     run_all(comm);
   else if (strcmp(mode, "die") == 0)
     run_die(comm);
+  else if (strcmp(mode, "stall") == 0)
+    run_stall(comm);
   else if (strcmp(mode, "latency") == 0)
     run_latency(comm);
   else if (strcmp(mode, "sweep") == 0)

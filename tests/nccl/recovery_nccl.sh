@@ -75,6 +75,22 @@ for v in 2.32.3 2.26.5; do
   [ $rc = 0 ] && [ "$named" = 3 ] && ok "$v: every survivor's error names the rank the coordinator dropped" ||
     bad "$v: blame (rc=$rc, named by $named survivors)" "$tmp/$v/blame.out"
 
+  # A rank that stops (alive, silent): the survivors time out, their reports
+  # convict it (silent past two heartbeats), and they wait for that epoch
+  # (FTCOMM_NCCL_BLAME_MS) to name it in the timeout's error.
+  FTCOMM_HEARTBEAT_MS=200 FTCOMM_HEARTBEAT_TIMEOUT_MS=60000 FTCOMM_CONNECT_TIMEOUT_MS=20000 \
+    FTCOMM_TIMEOUT_MS=30000 MP_COLL_PIDFILE="$tmp/$v/stall.pid" \
+    timeout -k 5 120 "$BUILD/bin/ftcomm-run" -q -n 4 --min-size 3 --grace 10 --timeout 60 -- \
+    "$BUILD/tests/mp/mp_coll" stall >"$tmp/$v/stall.out" 2>&1
+  rc=$?
+  # (the first survivor to time out reports it; once it is dropped, ftcomm-run
+  # kills it, and a survivor still waiting may see a lost peer instead)
+  named=$(grep -c "survivor saw .*rank 1 (slot 1) is gone: the coordinator's epoch 2 leaves it out" "$tmp/$v/stall.out")
+  timed=$(grep -c "survivor saw operation timed out .*rank 1 (slot 1) is gone" "$tmp/$v/stall.out")
+  [ $rc = 0 ] && [ "$named" = 3 ] && [ "$timed" -ge 1 ] &&
+    ok "$v: every survivor's error names the stopped rank the coordinator convicted ($timed timeouts)" ||
+    bad "$v: stall (rc=$rc, named by $named survivors, $timed after a timeout)" "$tmp/$v/stall.out"
+
   # Two joiners admitted in back-to-back epochs: on the grow path the first one,
   # admitted at E and moved to E+1, is taken for a survivor there (joined_epoch < E+1)
   # with no communicator to grow (known limit, docs/recovery.md); the fallback runs it.

@@ -17,7 +17,8 @@
  * coordinator does: a member of the epoch that a newer epoch leaves out has
  * departed (its session closed, or its heartbeats stopped, or the ranks'
  * reports convicted it). A failed collective names it in its status
- * (waiting up to FTCOMM_NCCL_BLAME_MS for that announcement), and
+ * (waiting up to FTCOMM_NCCL_BLAME_MS for that announcement after a lost
+ * peer or a timeout), and
  * failed_peer() answers it, as the TCP backend answers the peer whose
  * connection broke.
  */
@@ -135,12 +136,14 @@ static int departed(nbh_t *h, int64_t wait_ms, uint64_t *in_epoch) {
     if (ftc__member_wait_view(m, after, left_ms > 0 ? (int)left_ms : 0, &v) != FTC_OK || !v)
       return -1;
     int r = left_out(h, v);
+    int same = r < 0 && v->size == h->size; /* the next epoch keeps everyone */
     after = v->epoch;
     ftc__view_free(v);
     if (r >= 0) {
       *in_epoch = after;
       return r;
     }
+    if (same) return -1; /* nobody was dropped: no need to wait on */
   }
 }
 
@@ -163,9 +166,12 @@ static ftc_status_t blame(nbh_t *h, ftc_status_t st) {
   ftc__comm_fail(h->comm, st, msg);
   uint64_t epoch = 0;
   int r = __atomic_load_n(&h->culprit, __ATOMIC_ACQUIRE);
-  /* A lost peer's session closes with it: its announcement is near. A hang
-   * is convicted only after heartbeats stop: no wait for it here. */
-  if (r < 0 && (r = departed(h, st == FTC_ERR_PEER_LOST ? blame_ms() : 0, &epoch)) >= 0)
+  /* A lost peer's session closes with it: its announcement is near. After a
+   * timeout, a hung (silent) member is convicted as soon as the reports of
+   * the epoch's failure (ours went with ftc__comm_fail) reach the
+   * coordinator: wait for that too. A revoke or a backend error only looks. */
+  int64_t wait_ms = st == FTC_ERR_PEER_LOST || st == FTC_ERR_TIMEOUT ? blame_ms() : 0;
+  if (r < 0 && (r = departed(h, wait_ms, &epoch)) >= 0)
     note_culprit(h, r, epoch);
   if (r < 0)
     return ftc__error(st, "%s (the coordinator has dropped no member of epoch %llu yet)", msg,
