@@ -86,6 +86,14 @@ typedef struct ftc__backend_ops {
   int (*spare_poll)(void *h, int listen_fd, int build, struct pollfd *pfd, int max);
   void (*spare_events)(void *h, int listen_fd, const struct pollfd *pfd, int n);
   void (*spare_stop)(void *h);
+  /* Optional: the next epoch's connections to its new members (joiners)
+   * made before the step boundary (see ftc__tcp_early_start), driven by the
+   * idle progress thread while that epoch is announced: early_start (1: it
+   * runs), then early_poll / early_events as for the spares (0 entries:
+   * none running). */
+  int (*early_start)(void *h, const ftc__view_t *next);
+  int (*early_poll)(void *h, int listen_fd, struct pollfd *pfd, int max);
+  void (*early_events)(void *h, int listen_fd, const struct pollfd *pfd, int n);
 } ftc__backend_ops_t;
 
 extern const ftc__backend_ops_t ftc__backend_tcp;

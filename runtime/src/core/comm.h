@@ -63,6 +63,8 @@ struct ftc_comm {
   int settled;            /* atomic: the epoch is in use (engine.c, SETTLE_COLLECTIVES) */
   int settling;           /* collectives completed in the epoch before that (data-plane owner) */
   int spares;             /* FTCOMM_SPARE_CONNECTIONS: make spare connections for the next epoch */
+  uint64_t early_epoch;   /* progress thread: the announced epoch whose new members it
+                           * connects early (be->early_start), 0 none */
   int error;              /* atomic: the error that broke the epoch (async error) */
   int aborted;            /* atomic */
   uint64_t seq;           /* collective sequence in the epoch, from 1 */

@@ -302,13 +302,15 @@ static void idle_wait(ftc_comm_t *comm, unsigned char *ignore, int nignore) {
   enum { MAXP = 256, MAXS = 1 + MAXP + 64 };
   struct pollfd pfd[1 + MAXS + MAXP];
   int fds[MAXP], ranks[MAXP];
-  int n = 0, base, sp = 0, spares = comm->spares && comm->be->spare_poll && comm->bh;
+  int n = 0, base, sp = 0, early = 0, spares = comm->spares && comm->be->spare_poll && comm->bh;
   pfd[n++] = (struct pollfd){comm->wake_fd, POLLIN, 0};
   /* While a later epoch is coming (this one failed, or the coordinator
    * announced the next), callers are peers of that epoch: leave them in the
-   * backlog for its bootstrap instead of refusing them. Otherwise the
-   * listener takes spare connections (the next epoch's, made once this
-   * epoch's first collective is done) and refuses anyone else. */
+   * backlog for its bootstrap instead of refusing them, unless that epoch
+   * adds members (a joiner): then its bootstrap begins here, for the
+   * connections with them (be->early_start). Otherwise the listener takes
+   * spare connections (the next epoch's, made once this epoch's first
+   * collective is done) and refuses anyone else. */
   int next_coming = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE) ||
                     ftc__member_latest_epoch(comm->member) >
                         __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
@@ -320,6 +322,22 @@ static void idle_wait(ftc_comm_t *comm, unsigned char *ignore, int nignore) {
       pfd[n] = (struct pollfd){comm->listen_fd, POLLIN, 0}, sp = 1;
   } else if (spares) {
     comm->be->spare_stop(comm->bh);
+    /* A later epoch that adds members (a joiner was admitted) is connected
+     * to them now; at its step boundary those connections are ready. */
+    if (comm->be->early_start && comm->listen_fd >= 0 &&
+        !__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE)) {
+      uint64_t latest = ftc__member_latest_epoch(comm->member);
+      if (latest != comm->early_epoch) {
+        ftc__view_t *v = NULL;
+        comm->early_epoch = latest;
+        if (ftc__member_wait_view(comm->member, __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE),
+                                  0, &v) == FTC_OK) {
+          comm->be->early_start(comm->bh, v);
+          ftc__view_free(v);
+        }
+      }
+      early = sp = comm->be->early_poll(comm->bh, comm->listen_fd, pfd + n, MAXS);
+    }
   }
   n += sp;
   base = n;
@@ -336,7 +354,10 @@ static void idle_wait(ftc_comm_t *comm, unsigned char *ignore, int nignore) {
     ssize_t r = read(comm->wake_fd, &v, sizeof(v));
     (void)r;
   }
-  if (sp && !__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE) &&
+  if (early) {
+    if (!__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE))
+      comm->be->early_events(comm->bh, comm->listen_fd, pfd + 1, sp);
+  } else if (sp && !__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE) &&
       ftc__member_latest_epoch(comm->member) <= __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE)) {
     if (spares)
       comm->be->spare_events(comm->bh, comm->listen_fd, pfd + 1, sp);

@@ -514,6 +514,8 @@ static void wd_view(ftc_comm_t *comm, uint64_t *checked) {
   }
   if (*checked == latest || __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE)) return;
   *checked = latest;
+  /* The idle progress thread connects to the epoch's new members now. */
+  if (comm->spares) ftc__engine_wake(comm);
   ftc__view_t *v = NULL;
   if (ftc__member_wait_view(comm->member, epoch, 0, &v) != FTC_OK) return;
   /* comm->view is swapped under comm->lock by the thread that rebuilds. */

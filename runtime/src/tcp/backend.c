@@ -51,6 +51,13 @@ static void tcp_spare_events(void *h, int listen_fd, const struct pollfd *pfd, i
   ftc__tcp_spare_events(h, listen_fd, pfd, n);
 }
 static void tcp_spare_stop(void *h) { ftc__tcp_spare_stop(h); }
+static int tcp_early_start(void *h, const ftc__view_t *next) { return ftc__tcp_early_start(h, next); }
+static int tcp_early_poll(void *h, int listen_fd, struct pollfd *pfd, int max) {
+  return ftc__tcp_early_poll(h, listen_fd, pfd, max);
+}
+static void tcp_early_events(void *h, int listen_fd, const struct pollfd *pfd, int n) {
+  ftc__tcp_early_events(h, listen_fd, pfd, n);
+}
 
 const ftc__backend_ops_t ftc__backend_tcp = {
     .name = "tcp",
@@ -69,4 +76,7 @@ const ftc__backend_ops_t ftc__backend_tcp = {
     .spare_poll = tcp_spare_poll,
     .spare_events = tcp_spare_events,
     .spare_stop = tcp_spare_stop,
+    .early_start = tcp_early_start,
+    .early_poll = tcp_early_poll,
+    .early_events = tcp_early_events,
 };

@@ -399,6 +399,8 @@ typedef struct ftc__boot {
   ftc__tcp_t *tp;
   const ftc__view_t *view;
   int spare;
+  int early;                            /* an epoch's bootstrap run early (ftc__tcp_early_start):
+                                         * polled by the idle thread like a spare one */
   int started;                          /* spare: this rank's connectors were started */
   pend_t *conn;                         /* 2 * size: conn[2 * rank + lane], connectors
                                          * (ranks below ours) and adoptions */
@@ -448,8 +450,10 @@ static void conn_retry(boot_t *b, pend_t *p, const char *why) {
   snprintf(b->last_problem, sizeof(b->last_problem), "rank %d (%s): %s", p->rank,
            b->view->members[p->rank].addr, why);
   pend_close(p);
-  if (b->spare) { /* a spare is not worth a retry: the next epoch connects anew */
-    FTC_DEBUG(FTC_SUB_NET, "no spare connection to %s", b->last_problem);
+  if (b->spare || b->early) { /* a spare is not worth a retry: the next epoch connects anew;
+                               * an early connection is made again by its bootstrap */
+    FTC_DEBUG(FTC_SUB_NET, "no %s connection to %s", b->spare ? "spare" : "early",
+              b->last_problem);
     p->state = P_IDLE;
     return;
   }
@@ -665,7 +669,7 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
   if (d == -2) { refuse(b, p, "the handshake is not signed with this job's token"); return; }
   int regular = h.kind == FTC__TCP_HELLO || h.kind == FTC__TCP_HELLO_UP || h.kind == FTC__TCP_HELLO_DOWN;
   int spare = h.kind == FTC__TCP_SPARE || h.kind == FTC__TCP_SPARE_UP || h.kind == FTC__TCP_SPARE_DOWN;
-  if (b->spare && regular && h.epoch > b->view->epoch) {
+  if ((b->spare || b->early) && regular && h.epoch > b->view->epoch) {
     /* A peer already connecting the next epoch, which this rank has not
      * heard of yet: its bootstrap answers (ftc__tcp_connect, prev). */
     p->state = P_HELD;
@@ -769,6 +773,20 @@ static int take_spare(ftc__tcp_t *prev, uint64_t member_id, int lane) {
   return -1;
 }
 
+/* Move the hellos `from` kept for a later epoch into b and answer them. */
+static void take_held(boot_t *b, boot_t *from) {
+  for (int i = 0; from && i < from->nacc; i++) {
+    pend_t *h = &from->acc[i];
+    if (h->state != P_HELD || b->nacc >= MAX_PENDING_ACCEPTS) continue;
+    pend_t *p = &b->acc[b->nacc++];
+    *p = *h;
+    p->state = P_WAIT_HELLO;
+    h->fd = -1;
+    h->state = P_IDLE;
+    acc_event(b, p, POLLIN);
+  }
+}
+
 static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_t deadline) {
   ftc__tcp_t *tp = b->tp;
   const int lanes = tp->cfg.sockets;
@@ -781,17 +799,13 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
     st = ftc__error(FTC_ERR_NO_MEMORY, "allocating the bootstrap poll set");
     goto out_free;
   }
-  /* Hellos for this epoch that prev's spare acceptor kept: answer them
-   * here as if they had just arrived. */
-  for (int i = 0; prev && prev->spare_boot && i < prev->spare_boot->nacc; i++) {
-    pend_t *h = &prev->spare_boot->acc[i];
-    if (h->state != P_HELD || b->nacc >= MAX_PENDING_ACCEPTS) continue;
-    pend_t *p = &b->acc[b->nacc++];
-    *p = *h;
-    p->state = P_WAIT_HELLO;
-    h->fd = -1;
-    h->state = P_IDLE;
-    acc_event(b, p, POLLIN);
+  /* Hellos for this epoch that prev's spare acceptor (or an abandoned
+   * early bootstrap) kept: answer them here as if they had just arrived. */
+  if (prev) take_held(b, prev->spare_boot);
+  if (prev && prev->early) {
+    take_held(b, prev->early->spare_boot);
+    ftc__tcp_destroy(prev->early);
+    prev->early = NULL;
   }
   if (prev) ftc__tcp_spare_stop(prev);
   /* Each socket of a pair: adopt prev's spare, else the higher rank connects. */
@@ -800,6 +814,7 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
     if (r == tp->rank) continue;
     for (int lane = 0; lane < lanes; lane++) {
       pend_t *p = &b->conn[2 * r + lane];
+      if (pend_waits(p)) continue; /* started early (ftc__tcp_early_start) */
       p->rank = r;
       p->lane = lane;
       if (*lane_slot(tp, r, lane, 0) >= 0) continue; /* a kept hello connected it */
@@ -903,15 +918,18 @@ out_free:
   return st;
 }
 
-static boot_t *boot_new(ftc__tcp_t *tp, const ftc__view_t *view, int spare) {
+static boot_t *boot_new(ftc__tcp_t *tp, const ftc__view_t *view, int spare, int early) {
   boot_t *b = ftc__calloc(1, sizeof(*b));
   if (!b) return NULL;
   b->tp = tp;
   b->view = view;
   b->spare = spare;
+  b->early = early;
   b->conn = ftc__calloc(2 * (size_t)view->size, sizeof(*b->conn));
-  b->owner = spare ? ftc__calloc(1 + 2 * (size_t)view->size + MAX_PENDING_ACCEPTS, sizeof(*b->owner)) : NULL;
-  if (!b->conn || (spare && !b->owner)) {
+  b->owner = spare || early
+                 ? ftc__calloc(1 + 2 * (size_t)view->size + MAX_PENDING_ACCEPTS, sizeof(*b->owner))
+                 : NULL;
+  if (!b->conn || ((spare || early) && !b->owner)) {
     ftc__free(b->conn);
     ftc__free(b->owner);
     ftc__free(b);
@@ -930,15 +948,10 @@ static void boot_free(boot_t *b) {
   ftc__free(b);
 }
 
-ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view, int listen_fd,
-                              ftc__tcp_t *prev, ftc__tcp_t **out) {
-  ftc_status_t st;
-  *out = NULL;
-  if (view->my_rank < 0 || view->my_rank >= view->size)
-    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "this process is not a member of epoch %llu",
-                      (unsigned long long)view->epoch);
+/* A transport for view, not connected yet (NULL: out of memory). */
+static ftc__tcp_t *tp_new(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view) {
   ftc__tcp_t *tp = ftc__calloc(1, sizeof(*tp));
-  if (!tp) return ftc__error(FTC_ERR_NO_MEMORY, "allocating the TCP transport");
+  if (!tp) return NULL;
   tp->cfg = *cfg;
   if (tp->cfg.chunk_bytes < 4096) tp->cfg.chunk_bytes = 4096;
   if (tp->cfg.sockets != 1) tp->cfg.sockets = 2;
@@ -957,30 +970,69 @@ ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view
   tp->view = *view;
   tp->view.backend_blob = NULL;
   tp->view.members = ftc__calloc((size_t)view->size, sizeof(*tp->view.members));
-  if (!tp->peers || !tp->pfd || !tp->pidx || !tp->stage || !tp->segs || !tp->streams ||
-      !tp->view.members) {
-    st = ftc__error(FTC_ERR_NO_MEMORY, "allocating the TCP transport for %d ranks", view->size);
-    goto out_destroy;
-  }
-  memcpy(tp->view.members, view->members, (size_t)view->size * sizeof(*view->members));
   tp->failed_peer = -1;
-  for (int r = 0; r < view->size; r++) {
+  for (int r = 0; tp->peers && r < view->size; r++) { /* before any ftc__tcp_destroy */
     tp->peers[r].fd = tp->peers[r].sfd = -1;
     tp->peers[r].spare_fd = tp->peers[r].spare_sfd = -1;
     tp->peers[r].member_id = view->members[r].member_id;
   }
+  if (!tp->peers || !tp->pfd || !tp->pidx || !tp->stage || !tp->segs || !tp->streams ||
+      !tp->view.members) {
+    ftc__tcp_destroy(tp);
+    return NULL;
+  }
+  memcpy(tp->view.members, view->members, (size_t)view->size * sizeof(*view->members));
+  return tp;
+}
+
+ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view, int listen_fd,
+                              ftc__tcp_t *prev, ftc__tcp_t **out) {
+  ftc_status_t st = FTC_OK;
+  *out = NULL;
+  if (view->my_rank < 0 || view->my_rank >= view->size)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "this process is not a member of epoch %llu",
+                      (unsigned long long)view->epoch);
+  ftc__tcp_t *tp = NULL;
+  boot_t *b = NULL;
+  ftc__tcp_t *early = prev ? prev->early : NULL;
+  int same = early && early->epoch == view->epoch && early->rank == view->my_rank &&
+             early->size == view->size;
+  for (int r = 0; same && r < view->size; r++)
+    same = early->peers[r].member_id == view->members[r].member_id;
+  if (same) {
+    /* This epoch's bootstrap began early: continue it. */
+    prev->early = NULL;
+    tp = early;
+    b = tp->spare_boot;
+    tp->spare_boot = NULL;
+    b->early = 0;
+    int keep_sockets = tp->cfg.sockets;
+    tp->cfg = *cfg;
+    if (tp->cfg.chunk_bytes < 4096) tp->cfg.chunk_bytes = 4096;
+    tp->cfg.sockets = keep_sockets;
+    tp->early_made = b->connected;
+  } else if (!(tp = tp_new(cfg, view))) {
+    return ftc__error(FTC_ERR_NO_MEMORY, "allocating the TCP transport for %d ranks", view->size);
+  }
   if (view->size > 1) {
-    boot_t *b = boot_new(tp, view, 0);
-    if (!b) {
+    if (!b && !(b = boot_new(tp, view, 0, 0))) {
       st = ftc__error(FTC_ERR_NO_MEMORY, "allocating the bootstrap state");
       goto out_destroy;
     }
     st = bootstrap(b, listen_fd, prev, ftc__deadline_ns(cfg->connect_timeout_ms));
     boot_free(b);
     if (st != FTC_OK) goto out_destroy;
+  } else {
+    boot_free(b);
   }
-  FTC_INFO(FTC_SUB_NET, "rank %d: data plane of epoch %llu connected to %d peers", tp->rank,
-           (unsigned long long)tp->epoch, tp->size - 1);
+  if (tp->early_made)
+    FTC_INFO(FTC_SUB_NET,
+             "rank %d: data plane of epoch %llu connected to %d peers (%d socket(s) to new "
+             "members made early)",
+             tp->rank, (unsigned long long)tp->epoch, tp->size - 1, tp->early_made);
+  else
+    FTC_INFO(FTC_SUB_NET, "rank %d: data plane of epoch %llu connected to %d peers", tp->rank,
+             (unsigned long long)tp->epoch, tp->size - 1);
   *out = tp;
   return FTC_OK;
 
@@ -989,12 +1041,86 @@ out_destroy:
   return st;
 }
 
+/* ---- early connections to the members a later epoch adds ---- */
+
+int ftc__tcp_early_start(ftc__tcp_t *tp, const ftc__view_t *next) {
+  if (!tp) return 0;
+  ftc__tcp_t *old = tp->early;
+  if (old && old->epoch == next->epoch) return 1;
+  tp->early = NULL;
+  int fresh = 0;
+  if (next->epoch > tp->epoch && next->my_rank >= 0 && next->my_rank < next->size && next->size > 1)
+    for (int r = 0; r < next->size; r++) {
+      int known = 0;
+      for (int k = 0; k < tp->size && !known; k++)
+        known = tp->peers[k].member_id == next->members[r].member_id;
+      fresh += !known;
+    }
+  ftc__tcp_t *e = fresh ? tp_new(&tp->cfg, next) : NULL;
+  boot_t *b = e ? boot_new(e, &e->view, 0, 1) : NULL;
+  if (e && !b) ftc__tcp_destroy(e), e = NULL;
+  if (b) {
+    e->spare_boot = b;
+    /* Hellos for a later epoch kept meanwhile: maybe for this one. */
+    if (old) take_held(b, old->spare_boot);
+    take_held(b, tp->spare_boot);
+    for (int r = 0; r < e->rank; r++) {
+      int known = 0;
+      for (int k = 0; k < tp->size && !known; k++) known = tp->peers[k].member_id == e->peers[r].member_id;
+      if (known) continue; /* a survivor: its spare is adopted at the step boundary */
+      for (int lane = 0; lane < e->cfg.sockets; lane++) {
+        pend_t *p = &b->conn[2 * r + lane];
+        p->rank = r;
+        p->lane = lane;
+        conn_start(b, p);
+      }
+    }
+    tp->early = e;
+    FTC_DEBUG(FTC_SUB_NET, "rank %d: connecting early to the %d new member(s) of epoch %llu",
+              e->rank, fresh, (unsigned long long)next->epoch);
+  }
+  ftc__tcp_destroy(old);
+  return tp->early != NULL;
+}
+
+int ftc__tcp_early_poll(ftc__tcp_t *tp, int listen_fd, struct pollfd *pfd, int max) {
+  boot_t *b = tp && tp->early ? tp->early->spare_boot : NULL;
+  if (!b || max < 1) return 0;
+  ftc__tcp_t *e = tp->early;
+  int n = 0;
+  pfd[n] = (struct pollfd){listen_fd, POLLIN, 0};
+  b->owner[n++] = NULL;
+  for (int i = 0; i < 2 * e->size && n < max; i++) {
+    pend_t *p = &b->conn[i];
+    if (!pend_waits(p)) continue;
+    pfd[n] = (struct pollfd){p->fd, p->state == P_CONNECTING ? POLLOUT : POLLIN, 0};
+    b->owner[n++] = p;
+  }
+  for (int i = 0; i < b->nacc && n < max; i++) {
+    pend_t *p = &b->acc[i];
+    if (p->state != P_WAIT_HELLO) continue;
+    pfd[n] = (struct pollfd){p->fd, POLLIN, 0};
+    b->owner[n++] = p;
+  }
+  b->nowner = n;
+  return n;
+}
+
+void ftc__tcp_early_events(ftc__tcp_t *tp, int listen_fd, const struct pollfd *pfd, int n) {
+  boot_t *b = tp && tp->early ? tp->early->spare_boot : NULL;
+  for (int i = 0; b && i < n && i < b->nowner; i++) {
+    pend_t *o = b->owner[i];
+    if (!pfd[i].revents || (o && o->fd != pfd[i].fd)) continue;
+    dispatch(b, listen_fd, o, pfd[i].revents);
+  }
+}
+
 /* ---- spare connections ---- */
 
 int ftc__tcp_spare_poll(ftc__tcp_t *tp, int listen_fd, int build, struct pollfd *pfd, int max) {
   if (max < 1) return 0;
   boot_t *b = tp->spare_boot;
-  if (!b && !(b = tp->spare_boot = boot_new(tp, &tp->view, 1))) {
+  if (!b && !(b = tp->spare_boot = boot_new(tp, &tp->view, 1, 0))) {
     pfd[0] = (struct pollfd){listen_fd, POLLIN, 0}; /* out of memory: refuse callers */
     return 1;
   }
@@ -1075,6 +1201,7 @@ void ftc__tcp_shutdown(ftc__tcp_t *tp) {
 
 void ftc__tcp_destroy(ftc__tcp_t *tp) {
   if (!tp) return;
+  ftc__tcp_destroy(tp->early);
   boot_free(tp->spare_boot);
   if (tp->peers)
     for (int r = 0; r < tp->size; r++) {

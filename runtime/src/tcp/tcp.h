@@ -107,6 +107,23 @@ int ftc__tcp_spare_poll(ftc__tcp_t *tp, int listen_fd, int build, struct pollfd 
 void ftc__tcp_spare_events(ftc__tcp_t *tp, int listen_fd, const struct pollfd *pfd, int n);
 void ftc__tcp_spare_stop(ftc__tcp_t *tp);
 int ftc__tcp_spare_count(const ftc__tcp_t *tp);
+/* Early connections to joiners: when the coordinator announced a later
+ * epoch `next` that adds members (a joiner was admitted), the idle progress
+ * thread starts that epoch's bootstrap for the new members only, before the
+ * step boundary at which every rank moves: this rank connects to the new
+ * members below it and the listener takes the hellos of those above it
+ * (and of any member of `next` that connects early), with the same
+ * authenticated handshake. ftc__tcp_connect for `next` then continues that
+ * bootstrap (its connections to the survivors are adopted spares as
+ * usual), so the joiner's connections are already made. ftc__tcp_early_start
+ * returns 1 when there is something to connect early (0: a later epoch
+ * without new members, or tp is not part of next); a previous early
+ * bootstrap for another epoch is abandoned. ftc__tcp_early_poll and
+ * ftc__tcp_early_events are driven like the spare functions (0 entries:
+ * none running). */
+int ftc__tcp_early_start(ftc__tcp_t *tp, const ftc__view_t *next);
+int ftc__tcp_early_poll(ftc__tcp_t *tp, int listen_fd, struct pollfd *pfd, int max);
+void ftc__tcp_early_events(ftc__tcp_t *tp, int listen_fd, const struct pollfd *pfd, int n);
 /* Sockets of this epoch that were adopted spares (for tests and logs). */
 int ftc__tcp_adopted(const ftc__tcp_t *tp);
 void ftc__tcp_destroy(ftc__tcp_t *tp);

@@ -46,6 +46,10 @@ struct ftc__tcp {
   ftc__view_t view;       /* a copy of the epoch's view (members owned), for spares */
   struct ftc__boot *spare_boot; /* spare connections being made, NULL before */
   int adopted;            /* connections of this epoch that were spares */
+  int early_made;         /* connections of this epoch made before it was taken up */
+  struct ftc__tcp *early; /* the next epoch's transport, connecting its new members early
+                           * (ftc__tcp_early_start), NULL when none; its bootstrap state
+                           * is early->spare_boot */
   int shared;             /* this run uses each pair's shared socket both ways */
 };
 
