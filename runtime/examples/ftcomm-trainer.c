@@ -195,6 +195,20 @@ static int parse_options(int argc, char **argv, struct options *o) {
  * sent by broadcast to every rank (not only to joiners: survivors may be a
  * step apart after a recovery). state[] is the parameters followed by the
  * last loss. */
+/* Print which ranks of the current epoch this rank takes for new (holding
+ * no state; ftc_comm_rank_is_new), one line per membership change: every rank
+ * of an epoch must print the same set (tests/recovery two-joiners compares). */
+static void print_new_ranks(ftc_comm_t *comm, const ftc_epoch_info_t *info) {
+  char fresh[512] = "";
+  size_t fl = 0;
+  for (int r = 0, is_new = 0; r < info->size && fl < sizeof(fresh) - 12; r++)
+    if (ftc_comm_rank_is_new(comm, r, &is_new) == FTC_OK && is_new)
+      fl += (size_t)snprintf(fresh + fl, sizeof(fresh) - fl, " %d", r);
+  fprintf(stderr, "ftcomm-trainer: epoch %llu: rank %d of %d%s: new ranks:%s\n",
+          (unsigned long long)info->epoch, info->rank, info->size,
+          info->joiner ? " (joiner)" : "", fresh);
+}
+
 static ftc_status_t sync_state(ftc_comm_t *comm, double *state, size_t n, int *step) {
   int rank;
   ftc_comm_rank(comm, &rank);
@@ -293,6 +307,7 @@ int main(int argc, char **argv) {
     if (st == FTC_OK && info.changed) {
       /* A joiner was admitted at this step boundary (a joiner's own first
        * step boundary reports the same): send it the model. */
+      print_new_ranks(comm, &info);
       if (!info.joiner) {
         char fresh[128] = "";
         size_t fl = 0;
@@ -354,6 +369,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ftcomm-trainer: recovered at step %d: epoch %llu, rank %d of %d (was %d of %d), "
             "%d lost, %d joined\n", step, (unsigned long long)info.epoch, info.rank, info.size,
             info.prev_rank, info.prev_size, info.lost, info.joined);
+    print_new_ranks(comm, &info);
     recovered = 1;
   }
   ftc_comm_rank(comm, &rank);

@@ -312,9 +312,9 @@ typedef struct ftc_epoch_info {
   int prev_size;      /* size before the change; 0 for a joiner's first epoch */
   int changed;        /* 1: the membership changed in this call */
   int lost;           /* members of the previous epoch missing from this one */
-  int joined;         /* members of this epoch that were not in the previous one */
-  int sync_root;      /* lowest rank that was already a member of the previous epoch
-                       * (it holds the application's state); -1 when none */
+  int joined;         /* new members: holding no state (ftc_comm_rank_is_new) */
+  int sync_root;      /* lowest rank that holds the application's state (not new);
+                       * -1 when none */
   int joiner;         /* 1: this process was started as a joiner (FTCOMM_JOINER=1) and
                        * has not yet finished a step: it needs the application's state */
 } ftc_epoch_info_t;
@@ -347,10 +347,11 @@ FTC_API ftc_status_t ftc_comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_i
  * From the application thread (the view changes only inside its calls). */
 FTC_API ftc_status_t ftc_comm_info(const ftc_comm_t *comm, ftc_epoch_info_t *info);
 
-/* *is_new = 1 when `rank` of the current epoch was not a member of this
- * process's previous epoch (for a joiner's first epoch: was admitted in it
- * while older members exist), i.e. it needs the application's state. From
- * the application thread. */
+/* *is_new = 1 when `rank` of the current epoch holds no application state
+ * (it has never completed a step boundary, i.e. an ftc_comm_step whose
+ * allreduce succeeded) while another member does, i.e. it needs the state.
+ * The coordinator marks this in the view, so every rank of an epoch gets the
+ * same answer (docs/recovery.md, "Who is new"). From the application thread. */
 FTC_API ftc_status_t ftc_comm_rank_is_new(const ftc_comm_t *comm, int rank, int *is_new);
 
 /* Write a flight-recorder dump of this process now (trigger "api", with

@@ -174,7 +174,27 @@ static void built_messages_decode_to_what_they_carry(void **state) {
   m = roundtrip(ftc__proto_leave("bye"), FTC__MSG_LEAVE);
   ftc__msg_clear(&m);
   m = roundtrip(ftc__proto_heartbeat(2), FTC__MSG_HEARTBEAT);
+  assert_int_equal(m.ready, 0);
   ftc__msg_clear(&m);
+  m = roundtrip(ftc__proto_heartbeat_ready(4, 3), FTC__MSG_HEARTBEAT);
+  assert_int_equal(m.epoch, 4);
+  assert_int_equal(m.ready, 3);
+  ftc__msg_clear(&m);
+
+  /* "fresh": absent (0, an older coordinator), true (1), false (2). */
+  ftc__wire_member_t fm[3] = {{0, 0, 11, 1, "a:1", 0}, {1, 1, 12, 1, "b:2", 1},
+                              {2, 2, 13, 1, "c:3", 2}};
+  m = roundtrip(ftc__proto_view(4, fm, 3, NULL), FTC__MSG_VIEW);
+  assert_int_equal(m.members[0].state, 0);
+  assert_int_equal(m.members[1].state, 1);
+  assert_int_equal(m.members[2].state, 2);
+  ftc__msg_clear(&m);
+  char text[] = "{\"v\":1,\"type\":\"view\",\"epoch\":2,\"members\":[{\"rank\":0,\"slot\":0,"
+                "\"member_id\":1,\"joined_epoch\":1,\"addr\":\"a\",\"fresh\":1}]}";
+  char why[256];
+  assert_int_equal(ftc__proto_decode(text, strlen(text), 1 << 20, &m, why, sizeof why),
+                   FTC__PERR_BAD_MESSAGE);
+  assert_non_null(strstr(why, "fresh"));
 }
 
 static void error_codes_map_to_statuses(void **state) {

@@ -142,10 +142,21 @@ for round in $rounds; do
   fi
   [ $((SECONDS - t0)) -le 15 ] || { bad "$name" "took $((SECONDS - t0)) s"; two_joiners_ok=0; continue; }
   check "$name" 4 || { two_joiners_ok=0; continue; }
+  # Every rank of an epoch names the same new ranks (ftc_comm_rank_is_new),
+  # and a joiner at its admission names itself: lines
+  # "epoch E: rank R of N[ (joiner)]: new ranks: A B".
+  why=$(grep -o 'epoch [0-9]*: rank [0-9]* of [0-9]*\( (joiner)\)\?: new ranks:.*' "$tmp/$name.out" | awk '
+    { e = $2; sub(":", "", e); set = $0; sub(/.*new ranks:/, "", set)
+      if (e in seen && seen[e] != set) { printf "epoch %s: \"%s\" and \"%s\"; ", e, seen[e], set; bad = 1 }
+      seen[e] = set; n++
+      if (/\(joiner\)/ && (" " set " ") !~ (" " $4 " ")) { printf "epoch %s: joiner rank %s not in \"%s\"; ", e, $4, set; bad = 1 }
+      if (set != "") grew = 1 }
+    END { if (!n) print "no \"new ranks\" lines"; else if (!grew) print "no epoch names a new rank"; exit bad || !n || !grew }')
+  [ $? = 0 ] || { bad "$name" "ranks disagree on who is new: $why"; two_joiners_ok=0; continue; }
   grep -q '3 ranks (with joiners)' "$tmp/$name.out" && split=$((split + 1))
 done
 [ "$two_joiners_ok" = 1 ] &&
-  ok two-joiners "3 rounds, 4 identical finishers each; joiners admitted in separate epochs in $split"
+  ok two-joiners "3 rounds, 4 identical finishers each, every rank of an epoch names the same new ranks; joiners admitted in separate epochs in $split"
 
 # A stopped rank (SIGSTOP): missed heartbeats exclude it, every live rank
 # dumps, and ftcomm-trace names it.

@@ -47,6 +47,7 @@ typedef struct member {
   int state;
   int rank; /* in the current view when M_ACTIVE */
   uint64_t joined_epoch;
+  uint64_t ready_epoch; /* its first completed step boundary (heartbeat "ready"), 0: fresh */
   char addr[FTC__PROTO_MAX_ADDR + 1];
   char host[64];
   int64_t pid;
@@ -267,7 +268,8 @@ static void send_current_view(ftc__coord_t *co, session_t *s) {
       ftc__free(wm);
       return;
     }
-    wm[r] = (ftc__wire_member_t){r, m->slot, m->id, m->joined_epoch, m->addr};
+    wm[r] = (ftc__wire_member_t){r, m->slot, m->id, m->joined_epoch, m->addr,
+                                 m->ready_epoch ? 2 : 1};
   }
   send_msg(s, ftc__proto_view(co->epoch, wm, co->view_n, NULL), 0);
   ftc__free(wm);
@@ -332,6 +334,10 @@ static void adopt_view(ftc__coord_t *co, const ftc__hello_t *h) {
     m->state = M_ACTIVE;
     m->rank = i;
     m->joined_epoch = w->joined_epoch;
+    /* The view says who held state; not said (an older rank): all did but
+     * those admitted in that epoch. */
+    if (w->state == 2 || (!w->state && w->joined_epoch < h->known_epoch))
+      m->ready_epoch = h->known_epoch;
     co->view[i] = m;
     if (m->id > co->next_id) co->next_id = m->id;
   }
@@ -455,7 +461,8 @@ static void maybe_form_epoch(ftc__coord_t *co) {
     m->rank = r;
     m->state = M_ACTIVE;
     if (!m->joined_epoch) m->joined_epoch = e;
-    wm[r] = (ftc__wire_member_t){r, m->slot, m->id, m->joined_epoch, m->addr};
+    wm[r] = (ftc__wire_member_t){r, m->slot, m->id, m->joined_epoch, m->addr,
+                                 m->ready_epoch ? 2 : 1};
   }
   co->view_n = n;
   co->epoch = e;
@@ -906,6 +913,12 @@ static int handle_message(ftc__coord_t *co, session_t *s, const char *text, size
   s->m->last_seen_ns = ftc__now_ns();
   switch (msg.type) {
     case FTC__MSG_HEARTBEAT:
+      if (msg.ready && !s->m->ready_epoch) {
+        s->m->ready_epoch = msg.ready;
+        FTC_DEBUG(FTC_SUB_COORD, "job %s: slot %d (member %llu) holds state since epoch %llu",
+                  co->job, s->m->slot, (unsigned long long)s->m->id,
+                  (unsigned long long)msg.ready);
+      }
       send_msg(s, ftc__proto_heartbeat(co->epoch), 0);
       break;
     case FTC__MSG_FAILURE: handle_failure(co, s, &msg); break;

@@ -100,6 +100,7 @@ struct ftc_comm {
   uint64_t steps;             /* ftc_comm_step calls (application thread) */
   uint64_t moves;             /* moves to a new epoch (application thread) */
   int joiner_pending;         /* started as a joiner and no step finished yet */
+  int ready;                  /* a step boundary completed: told the coordinator (ftc__member_set_ready) */
 };
 
 /* Lifecycle (comm.c). */

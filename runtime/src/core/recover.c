@@ -42,11 +42,36 @@ static int view_has(const ftc__view_t *v, uint64_t member_id) {
   return 0;
 }
 
-/* Whether member r of v holds no state: not in prev; without prev, admitted
- * in v while older members exist. */
+/* Whether the coordinator said, for every member of v, whether it holds
+ * state ("fresh" in the view; absent from an older coordinator), and some
+ * member does (otherwise: a first epoch, or an application that never calls
+ * ftc_comm_step; the per-process rule applies). */
+static int view_has_fresh(const ftc__view_t *v) {
+  int held = 0;
+  for (int r = 0; r < v->size; r++) {
+    if (v->members[r].state == FTC__STATE_UNKNOWN) return 0;
+    held |= v->members[r].state == FTC__STATE_HELD;
+  }
+  return held;
+}
+
+/* Whether member r of v is new, i.e. needs the application's state. With the
+ * coordinator's "fresh" bits (every rank of v reads the same ones): r holds
+ * no state (never completed a step boundary) while another member does. An
+ * older coordinator: r was not in prev; without prev, r was admitted in v
+ * while older members exist. */
 static int member_is_new(const ftc__view_t *v, const ftc__view_t *prev, int r, int any_old) {
+  if (view_has_fresh(v)) return any_old && v->members[r].state == FTC__STATE_FRESH;
   if (prev) return !view_has(prev, v->members[r].member_id);
   return any_old && v->members[r].joined_epoch == v->epoch;
+}
+
+/* Whether some member of v holds state (see member_is_new). */
+static int view_any_old(const ftc__view_t *v) {
+  int bits = view_has_fresh(v), any = 0;
+  for (int r = 0; r < v->size; r++)
+    any |= bits ? v->members[r].state == FTC__STATE_HELD : v->members[r].joined_epoch < v->epoch;
+  return any;
 }
 
 /* Describe comm's current view against prev (NULL: a first epoch). */
@@ -62,14 +87,24 @@ static void describe(const ftc_comm_t *comm, const ftc__view_t *prev, int change
   info->prev_size = prev ? prev->size : 0;
   info->joiner = comm->joiner_pending;
   info->sync_root = -1;
-  for (int r = 0; r < v->size; r++) {
-    /* Without a previous epoch, members admitted before this one hold state. */
-    int old = prev ? view_has(prev, v->members[r].member_id)
-                   : v->members[r].joined_epoch < v->epoch;
-    if (old && info->sync_root < 0) info->sync_root = r;
-    if (!old && (prev || info->joiner || v->members[r].joined_epoch == v->epoch)) info->joined++;
+  if (view_has_fresh(v)) {
+    /* The same answer on every rank: the coordinator's bits. */
+    int any_old = view_any_old(v);
+    for (int r = 0; r < v->size; r++) {
+      int is_new = member_is_new(v, prev, r, any_old);
+      if (!is_new && any_old && info->sync_root < 0) info->sync_root = r;
+      info->joined += is_new;
+    }
+  } else {
+    for (int r = 0; r < v->size; r++) {
+      /* Without a previous epoch, members admitted before this one hold state. */
+      int old = prev ? view_has(prev, v->members[r].member_id)
+                     : v->members[r].joined_epoch < v->epoch;
+      if (old && info->sync_root < 0) info->sync_root = r;
+      if (!old && (prev || info->joiner || v->members[r].joined_epoch == v->epoch)) info->joined++;
+    }
+    if (!prev && info->sync_root < 0) info->joined = 0; /* a first epoch: nobody is new */
   }
-  if (!prev && info->sync_root < 0) info->joined = 0; /* a first epoch: nobody is new */
   for (int r = 0; prev && r < prev->size; r++)
     if (!view_has(v, prev->members[r].member_id)) info->lost++;
 }
@@ -238,6 +273,12 @@ ftc_status_t ftc_comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *i
   if (v < (int64_t)epoch) v = (int64_t)epoch;
   ftc_status_t st = ftc_allreduce(&v, &v, 1, FTC_I64, FTC_MIN, comm, timeout_ms);
   if (st != FTC_OK) return st;
+  /* A completed step boundary: this process holds the application's state
+   * (whatever was sent to it at the boundary that admitted it came before). */
+  if (!comm->ready && comm->member) {
+    ftc__member_set_ready(comm->member, epoch);
+    comm->ready = 1;
+  }
   if ((uint64_t)v <= epoch) {
     if (info) {
       *info = (ftc_epoch_info_t){epoch, comm->view->my_rank, comm->view->size,
@@ -266,9 +307,7 @@ ftc_status_t ftc_comm_rank_is_new(const ftc_comm_t *comm, int rank, int *is_new)
   if (rank < 0 || rank >= v->size)
     return ftc__error(FTC_ERR_INVALID_ARGUMENT, "rank %d is out of range; the epoch has ranks 0 .. %d",
                       rank, v->size - 1);
-  int any_old = 0;
-  for (int r = 0; r < v->size; r++) any_old |= v->members[r].joined_epoch < v->epoch;
-  *is_new = member_is_new(v, comm->prev_view, rank, any_old);
+  *is_new = member_is_new(v, comm->prev_view, rank, view_any_old(v));
   return FTC_OK;
 }
 

@@ -74,6 +74,7 @@ struct ftc__member {
   char error_msg[512];
   uint64_t member_id;
   uint64_t known_epoch;
+  uint64_t ready_epoch; /* first completed step boundary, 0: none (ftc__member_set_ready) */
   ftc__view_t *view;
   ftc__frameq_t outq;
   int leaving;
@@ -178,10 +179,10 @@ static void send_heartbeat(lws_sorted_usec_list_t *sul) {
   if (!m->wsi) return;
   pthread_mutex_lock(&m->lock);
   int open = m->state == S_OPEN && !m->leaving;
-  uint64_t epoch = m->known_epoch;
+  uint64_t epoch = m->known_epoch, ready = m->ready_epoch;
   pthread_mutex_unlock(&m->lock);
   if (!open) return;
-  ftc__frame_t *f = ftc__proto_encode(ftc__proto_heartbeat(epoch), LWS_PRE);
+  ftc__frame_t *f = ftc__proto_encode(ftc__proto_heartbeat_ready(epoch, ready), LWS_PRE);
   if (f) {
     pthread_mutex_lock(&m->lock);
     ftc__frameq_push(&m->outq, f);
@@ -215,7 +216,9 @@ static void send_hello(ftc__member_t *m) {
   if (m->view && m->view->size > 0 && (wm = ftc__calloc((size_t)m->view->size, sizeof(*wm)))) {
     for (int i = 0; i < m->view->size; i++) {
       const ftc__view_member_t *vm = &m->view->members[i];
-      wm[i] = (ftc__wire_member_t){vm->rank, vm->slot, vm->member_id, vm->joined_epoch, vm->addr};
+      wm[i] = (ftc__wire_member_t){vm->rank, vm->slot, vm->member_id, vm->joined_epoch, vm->addr,
+                                    vm->state};
+      if (vm->member_id == m->member_id && m->ready_epoch) wm[i].state = FTC__STATE_HELD;
     }
     h.view = wm;
     h.view_n = m->view->size;
@@ -250,6 +253,7 @@ static ftc__view_t *view_from_msg(const ftc__msg_t *msg, uint64_t my_id) {
     vm->slot = w->slot;
     vm->member_id = w->member_id;
     vm->joined_epoch = w->joined_epoch;
+    vm->state = w->state;
     snprintf(vm->addr, sizeof(vm->addr), "%s", w->addr);
     if (w->member_id == my_id) v->my_rank = i;
   }
@@ -840,6 +844,21 @@ void ftc__view_free(ftc__view_t *v) {
   ftc__free(v->members);
   ftc__free(v->backend_blob);
   ftc__free(v);
+}
+
+void ftc__member_set_ready(ftc__member_t *m, uint64_t epoch) {
+  pthread_mutex_lock(&m->lock);
+  int first = !m->ready_epoch && epoch;
+  if (first) m->ready_epoch = epoch;
+  uint64_t known = m->known_epoch;
+  pthread_mutex_unlock(&m->lock);
+  if (!first) return;
+  /* At once, so the next epoch the coordinator forms counts it as holding
+   * state; if the session is down, the hello's view and heartbeats carry it. */
+  ftc_status_t st = queue_msg(m, ftc__proto_heartbeat_ready(known, epoch), 0);
+  if (st != FTC_OK)
+    FTC_DEBUG(FTC_SUB_COORD, "ready at epoch %llu not sent now (%s); the next heartbeat says it",
+              (unsigned long long)epoch, ftc_strerror(st));
 }
 
 ftc_status_t ftc__member_report_failure(ftc__member_t *m, uint64_t epoch, const int *ranks,

@@ -45,12 +45,22 @@ typedef struct ftc__member_cfg {
   int heartbeat_ms;       /* 0: protocol default */
 } ftc__member_cfg_t;
 
+/* Whether a member holds the application's state, as the coordinator says
+ * in the view ("fresh"). Zero: not said (an older coordinator, or a view made
+ * without one): the ranks then fall back to joined_epoch. */
+typedef enum ftc__state {
+  FTC__STATE_UNKNOWN = 0,
+  FTC__STATE_FRESH = 1, /* never completed a step boundary: needs the state */
+  FTC__STATE_HELD = 2,  /* completed a step boundary: holds the state */
+} ftc__state_t;
+
 typedef struct ftc__view_member {
   int rank;               /* index in members[] */
   int slot;
   uint64_t member_id;     /* unique per process incarnation, never reused in a job */
   uint64_t joined_epoch;  /* epoch at which this member was admitted */
   char addr[128];         /* data-plane host:port */
+  int state;              /* ftc__state_t: whether it holds the application's state */
 } ftc__view_member_t;
 
 typedef struct ftc__view {
@@ -79,6 +89,11 @@ void ftc__view_free(ftc__view_t *v);
  * Queued (also while reconnecting); FTC_ERR_COORDINATOR (or the session's
  * error) once the session is closed. Like every failing call it sets
  * ftc_last_error(). */
+/* Record that this process completed its first step boundary in `epoch`
+ * (it holds the application's state from now on) and tell the coordinator
+ * at once; heartbeats repeat it. Only the first call counts. */
+void ftc__member_set_ready(ftc__member_t *m, uint64_t epoch);
+
 ftc_status_t ftc__member_report_failure(ftc__member_t *m, uint64_t epoch, const int *ranks,
                                         int n, ftc_status_t why);
 

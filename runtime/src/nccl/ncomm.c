@@ -216,13 +216,35 @@ static int find_member(const ftc__view_t *v, uint64_t id) {
   return -1;
 }
 
+/* Whether member i of next comes without a communicator: the coordinator's
+ * "fresh" bit (it never completed a step boundary, so it never had a working
+ * communicator; the same answer on every rank, also for a joiner whose
+ * admission epoch was superseded before it connected); without the bits,
+ * admitted in next. */
+static int is_joiner(const ftc__view_t *next, int i) {
+  /* The bits count when all are given and someone holds state (an
+   * application that never calls ftc_comm_step leaves everyone fresh). */
+  int bits = 1, held = 0;
+  for (int r = 0; r < next->size; r++) {
+    if (next->members[r].state == FTC__STATE_UNKNOWN) bits = 0;
+    held |= next->members[r].state == FTC__STATE_HELD;
+  }
+  if (bits && held) return next->members[i].state == FTC__STATE_FRESH;
+  return next->members[i].joined_epoch >= next->epoch;
+}
+
 void ftc__nccl_plan(ftc__nccl_path_t path, const ftc__view_t *old, const ftc__view_t *next,
                     ftc__nccl_plan_t *p) {
   memset(p, 0, sizeof *p);
   p->publisher = -1;
-  int first_survivor = -1, joiner_before_survivor = 0;
+  int first_survivor = -1, joiner_before_survivor = 0, mismatch = 0;
   for (int i = 0; i < next->size; i++) {
-    if (next->members[i].joined_epoch >= next->epoch) {
+    /* Survivors must be exactly the members of the communicator being grown:
+     * a member that finished a step boundary right after the coordinator
+     * decided next is still fresh in next while holding a communicator. */
+    if (old && is_joiner(next, i) == (find_member(old, next->members[i].member_id) >= 0))
+      mismatch = 1;
+    if (is_joiner(next, i)) {
       p->joiners++;
     } else {
       if (p->joiners) joiner_before_survivor = 1;
@@ -245,7 +267,7 @@ void ftc__nccl_plan(ftc__nccl_path_t path, const ftc__view_t *old, const ftc__vi
       init = 1;
     else
       p->step = FTC__NCCL_STEP_JOIN;
-  } else if (p->n_excluded < 0) {
+  } else if (p->n_excluded < 0 || mismatch) {
     init = 1;
   } else {
     int ex = p->n_excluded > 0, jo = p->joiners > 0;
@@ -430,8 +452,7 @@ ftc_status_t ftc__nccl_enter_epoch(ftc__nccl_lib_t *lib, ftc__nccl_comm_t **cp,
     p.publisher = 0;
     p.blob_kind = "init";
   }
-  if (!c && p.step == FTC__NCCL_STEP_JOIN &&
-      next->members[next->my_rank].joined_epoch < next->epoch)
+  if (!c && p.step == FTC__NCCL_STEP_JOIN && !is_joiner(next, next->my_rank))
     return ftc__error(FTC_ERR_INVALID_ARGUMENT, "epoch %llu names this process a survivor "
                       "(joined at epoch %llu) but it has no communicator to grow",
                       (unsigned long long)next->epoch,
@@ -499,7 +520,7 @@ ftc_status_t ftc__nccl_enter_epoch(ftc__nccl_lib_t *lib, ftc__nccl_comm_t **cp,
     FTC_CHECK_GOTO(ftc__nccl_blob_decode(blob, "grow", (uint8_t *)uid.internal), st, out_view);
     int nrank = p.survivors;
     for (int i = 0; i < next->my_rank; i++)
-      if (next->members[i].joined_epoch >= next->epoch) nrank++;
+      if (is_joiner(next, i)) nrank++;
     r = lib->n.CommGrow(NULL, next->size, &uid, nrank, &out, &cfg);
     FTC_CHECK_GOTO(settle(c, r, out, deadline, "ncclCommGrow (joining)"), st, out_view);
     swap_nc(c, out);

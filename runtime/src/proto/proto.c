@@ -127,6 +127,11 @@ static json_t *members_array(const ftc__wire_member_t *members, int n) {
                           members[i].slot, "member_id", (json_int_t)members[i].member_id,
                           "joined_epoch", (json_int_t)members[i].joined_epoch, "addr",
                           members[i].addr ? members[i].addr : "");
+    if (m && members[i].state &&
+        json_object_set_new(m, "fresh", json_boolean(members[i].state == 1))) {
+      json_decref(m);
+      m = NULL;
+    }
     if (!m || json_array_append_new(arr, m)) {
       json_decref(arr);
       return NULL;
@@ -207,6 +212,12 @@ json_t *ftc__proto_heartbeat(uint64_t epoch) {
   json_t *o = msg_new(FTC__MSG_HEARTBEAT);
   if (!o) return NULL;
   return finish(o, set(o, "epoch", json_integer((json_int_t)epoch)));
+}
+
+json_t *ftc__proto_heartbeat_ready(uint64_t epoch, uint64_t ready) {
+  json_t *o = ftc__proto_heartbeat(epoch);
+  if (!o || !ready) return o;
+  return finish(o, set(o, "ready", json_integer((json_int_t)ready)));
 }
 
 json_t *ftc__proto_failure(uint64_t epoch, const int *ranks, const uint64_t *member_ids, int n,
@@ -435,6 +446,7 @@ static void decode_members(dec_t *d, json_t *arr, const char *name, ftc__msg_t *
     w->member_id = get_u64(d, e, "member_id", 0);
     w->joined_epoch = get_u64(d, e, "joined_epoch", 0);
     w->addr = get_str(d, e, "addr", FTC__PROTO_MAX_ADDR, 0);
+    w->state = !json_object_get(e, "fresh") ? 0 : get_bool(d, e, "fresh", 1) ? 1 : 2;
     if (!d->bad && w->rank != (int)i) fail(d, "\"%s\" must be ordered by rank", name);
   }
 }
@@ -591,7 +603,10 @@ ftc__perr_t ftc__proto_decode(const char *text, size_t len, size_t max_len, ftc_
       if (!d.bad && msg->member_id == 0) fail(&d, "field \"%s\" must not be 0", "member_id");
       break;
     case FTC__MSG_VIEW: decode_view(&d, msg); break;
-    case FTC__MSG_HEARTBEAT: msg->epoch = get_u64(&d, o, "epoch", 1); break;
+    case FTC__MSG_HEARTBEAT:
+      msg->epoch = get_u64(&d, o, "epoch", 1);
+      msg->ready = get_u64(&d, o, "ready", 1);
+      break;
     case FTC__MSG_BACKEND:
       msg->epoch = get_u64(&d, o, "epoch", 0);
       msg->backend = get_str(&d, o, "blob", FTC__PROTO_MAX_BACKEND, 0);

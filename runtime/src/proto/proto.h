@@ -82,6 +82,10 @@ typedef struct ftc__wire_member {
   uint64_t member_id;
   uint64_t joined_epoch;
   const char *addr;
+  /* "fresh": whether the member holds the application's state, as
+   * ftc__state_t (membership/member.h): 0 not said (the field is absent),
+   * 1 fresh (true: never completed a step boundary), 2 holds it (false). */
+  int state;
 } ftc__wire_member_t;
 
 /* Fields of a hello (building and decoding). Strings may be NULL when optional. */
@@ -112,6 +116,9 @@ typedef struct ftc__msg {
   int max_message;
   /* welcome, view, heartbeat, failure, dump_request: epoch */
   uint64_t epoch;
+  /* heartbeat (rank -> coordinator): the epoch of the sender's first
+   * completed step boundary, 0: none yet (optional "ready") */
+  uint64_t ready;
   /* view */
   int nmembers;
   ftc__wire_member_t *members;
@@ -159,6 +166,8 @@ json_t *ftc__proto_view(uint64_t epoch, const ftc__wire_member_t *members, int n
  * (view released) when out of memory. */
 json_t *ftc__proto_view_left(json_t *view, const uint64_t *ids, int n);
 json_t *ftc__proto_heartbeat(uint64_t epoch);
+/* A rank's heartbeat with "ready" (omitted when 0). */
+json_t *ftc__proto_heartbeat_ready(uint64_t epoch, uint64_t ready);
 /* member_ids may be NULL; else n ids of the failed ranks in that epoch. */
 json_t *ftc__proto_failure(uint64_t epoch, const int *ranks, const uint64_t *member_ids, int n,
                            ftc_status_t why);
