@@ -326,6 +326,44 @@ static void lost_member_gives_next_epoch_without_it(void **state) {
   ftc__coord_destroy(fx.co);
 }
 
+/* "fresh" in views: every member until it says it completed a step boundary
+ * (heartbeat "ready"), then never again; a joiner is fresh. */
+static void members_are_fresh_until_they_report_ready(void **state) {
+  (void)state;
+  fixture_t fx;
+  start_coord(3, 2, &fx);
+  ftc__member_t *m[3];
+  for (int s = 0; s < 3; s++) m[s] = join(&fx, s, 3);
+  ftc__view_t *v = view_after(m[0], 0);
+  for (int r = 0; r < 3; r++) assert_int_equal(v->members[r].state, FTC__STATE_FRESH);
+  ftc__view_free(v);
+  ftc__member_set_ready(m[0], 1);
+  ftc__member_set_ready(m[2], 1);
+  ftc__member_set_ready(m[2], 5); /* only the first counts */
+  usleep(300 * 1000); /* the ready heartbeats reach the coordinator (localhost) */
+  ftc__member_close(m[1]);
+  v = view_after(m[0], 1);
+  assert_int_equal(v->epoch, 2);
+  assert_int_equal(v->size, 2);
+  assert_int_equal(v->members[0].state, FTC__STATE_HELD);
+  assert_int_equal(v->members[1].state, FTC__STATE_HELD);
+  ftc__view_free(v);
+  ftc__member_cfg_t c = member_cfg(&fx, 1, 3);
+  c.joiner = 1;
+  ftc__member_t *j = NULL;
+  assert_int_equal(ftc__member_open(&c, &j), FTC_OK);
+  ftc__view_t *vj = view_after(j, 0);
+  assert_int_equal(vj->epoch, 3);
+  assert_int_equal(vj->members[0].state, FTC__STATE_HELD);
+  assert_int_equal(vj->members[1].state, FTC__STATE_FRESH);
+  assert_int_equal(vj->members[2].state, FTC__STATE_HELD);
+  ftc__view_free(vj);
+  ftc__member_close(j);
+  ftc__member_close(m[0]);
+  ftc__member_close(m[2]);
+  ftc__coord_destroy(fx.co);
+}
+
 static void leave_then_joiner_gives_two_new_epochs_never_reusing_numbers(void **state) {
   (void)state;
   fixture_t fx;
@@ -1007,6 +1045,7 @@ int main(void) {
       cmocka_unit_test(a_coordinator_that_stays_away_fails_the_session_after_the_timeout),
       cmocka_unit_test(joining_survives_an_allocation_failure_anywhere),
       cmocka_unit_test(host_sees_events_and_the_current_epoch),
+      cmocka_unit_test(members_are_fresh_until_they_report_ready),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
