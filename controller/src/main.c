@@ -90,7 +90,10 @@ static void handle(const char *path, int *status, const char **ctype, char **bod
     *status = ready ? 200 : 503;
     *body = ftc__strdup(ready ? "ok\n" : "caches not synced\n");
   } else if (!strcmp(path, "/metrics")) {
-    ftck_metrics_src_t src = {a->client, a->rec, a->leader ? ftck_leader_is_leader(a->leader) : 1, a->coords};
+    ftck_leader_stats_t ls;
+    if (a->leader) ftck_leader_get_stats(a->leader, &ls);
+    ftck_metrics_src_t src = {a->client, a->rec, a->leader ? ftck_leader_is_leader(a->leader) : 1, a->coords,
+                              a->leader ? &ls : NULL};
     *body = ftck_metrics_render(&src);
     *status = *body ? 200 : 500;
     *ctype = "text/plain; version=0.0.4; charset=utf-8";

@@ -13,7 +13,8 @@
 #   - deleting a TrainingJob: the garbage collector deletes its pods and its token Secret
 #     (owner references), the controller stops the job's coordinator and makes nothing
 #     again; with --cascade=foreground the job waits for its pods, and the controller does
-#     not replace the pods the garbage collector deletes meanwhile
+#     not replace the pods the garbage collector deletes meanwhile; a job deleted while a
+#     missing pod of it waits for its backoff leaves no record in the controller's memory
 # About 2 minutes. FTC_BUILD_DIR selects the binaries (e.g. a sanitized controller).
 . "$(dirname "$0")/../cluster/lib.sh"
 ctl=$build/bin/ftcomm-controller
@@ -192,6 +193,20 @@ check_out "... and the controller has replaced none of the pods the collector de
 check_out "... nor made any" '^$' kc get pods -n $ns -l ftcomm.dev/job=slow -o name
 check "the test lets go of its ConfigMap" kc patch configmap slow-hold -n $ns --type=merge -p '{"metadata":{"finalizers":null}}'
 check "then the job is gone" eventually 60 bash -c "! $FTC_KUBECTL get tj slow -n $ns 2>/dev/null"
+
+# --- a job deleted while a missing pod waits for its backoff: nothing is left remembered ----------
+check_out "with jobs grow and slow gone, the reconciler keeps no record of them" '^0$' metric ftcomm_controller_reconciler_records
+job wait 1 1 60 4 "[\"$trainer\"]" '["--steps", "1000000", "--step-ms", "20", "--log-every", "1000"]' |
+  sed 's/backoffSeconds: 0/backoffSeconds: 600/' >"$work/wait.yaml"
+check "a 1-rank job with a 600 s backoff applies" kc apply -f "$work/wait.yaml"
+member() { [ "$(tj wait '{.status.members[0].pod}')" = wait-0-0 ]; }
+check "its pod wait-0-0 is a member" eventually 60 member
+check "wait-0-0 is deleted behind the controller's back (--force)" kc delete pod wait-0-0 -n $ns --grace-period=0 --force
+remembered() { [ "$(metric ftcomm_controller_reconciler_records)" = "$1" ]; }
+check "the reconciler remembers the job's token and the missing pod (2 records)" eventually 20 remembered 2
+check_out "... whose replacement waits for the backoff" '^$' kc get pods -n $ns -l ftcomm.dev/job=wait -o name
+check "kubectl delete tj wait during the backoff" kc delete tj wait -n $ns --wait=false
+check "then the reconciler keeps no record of it (0)" eventually 30 remembered 0
 
 # --- no orphans ---------------------------------------------------------------------------------
 kill "$agent_pid"; wait "$agent_pid" 2>/dev/null; agent_pid=

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # steady.sh - ftcomm-controller's steady state against a real kube-apiserver, with
-# exactly the RBAC in deploy/ (its ServiceAccount token) and no leader election (so
-# no Lease renewals):
+# exactly the RBAC in deploy/ (its ServiceAccount token) and leader election on:
 #   - once the jobs' pods and token Secrets exist, an idle window sees no request
-#     to the API server but the watches (the controller's own request counters)
+#     to the API server but the watches and one PUT of the Lease per retry period
+#     (2 s): no GET of it (the controller's own request counters)
+#   - when someone else writes the Lease, the leader's next PUT gets a 409; it reads
+#     the Lease once (GET), renews it and goes on leading
 #   - the connections are reused while four watches hold theirs
 #   - a deleted token Secret is made again at once (its watch event, not a timer),
 #     with the same token, and an Event says so
@@ -41,7 +43,7 @@ port=
 start_controller() {  # start_controller ID
   echo "=== controller $1" >>"$ctrl_log"
   FTCOMM_LOG_LEVEL=${FTC_STEADY_LOG:-info} "$ctl" --kubeconfig "$work/sa.kubeconfig" --listen-address 127.0.0.1:0 --identity "steady-$1" \
-    --leader-elect=false --coordinator-address coord.test:7470 --dump-dir /dumps \
+    --leader-label=false --coordinator-address coord.test:7470 --dump-dir /dumps \
     --coordinator-bind 127.0.0.1:0 --dump-volume "$work/dumps" >>"$ctrl_log" 2>&1 &
   ctrl_pid=$!
   eventually 10 grep -q "identity steady-$1\$" "$ctrl_log" || return 1
@@ -58,9 +60,29 @@ stop_controller() {
 metrics() { curl -sf --max-time 10 "http://127.0.0.1:$port/metrics"; }
 metric() { metrics | awk -v m="$1" '$1 == m { print $2 }'; }
 # Requests other than watches (a watch is counted when it ends), as "VERB CODE N"
-# lines, and their sum.
+# lines, and their sum; those for the Lease ("VERB N"); and the sum of the others.
 requests() { metrics | awk -F'[{}" ]+' '/^ftcomm_controller_api_requests_total/ && $3 != "WATCH" { print $3, $5, $NF }' | sort; }
-nonwatch() { requests | awk '{ n += $3 } END { print n + 0 }'; }
+lease_requests() { metrics | awk -F'[{}" ]+' '/^ftcomm_controller_lease_requests_total/ { print $3, $NF }' | sort; }
+lease_req() { lease_requests | awk -v v="$1" '$1 == v { print $2 }'; }
+nonwatch() { { requests; lease_requests | awk '{ print $1, "lease", -$2 }'; } | awk '{ n += $3 } END { print n + 0 }'; }
+# idle_window SECONDS: nothing but the Lease's PUTs (one per 2 s retry period) goes out.
+idle_window() {
+  local before after lget0 lput0 lget1 lput1 d lo hi
+  before=$(requests); lget0=$(lease_req GET); lput0=$(lease_req PUT)
+  sleep "$1"
+  after=$(requests); lget1=$(lease_req GET); lput1=$(lease_req PUT)
+  d=$((lput1 - lput0)) lo=$(($1 / 2 - 1)) hi=$(($1 / 2 + 1))
+  # The only line that may change is PUT 200, by exactly the Lease's PUTs.
+  local want
+  want=$(echo "$before" | awk -v d="$d" '$1 == "PUT" && $2 == 200 { $3 += d } { print }')
+  if [ "$after" = "$want" ] && [ "$lget1" = "$lget0" ] && [ "$d" -ge "$lo" ] && [ "$d" -le "$hi" ]; then
+    ok "idle for $1 s: no request but the watches and $d PUTs of the Lease (no GET)"
+  else
+    bad "idle for $1 s: expected only $lo..$hi PUTs of the Lease and no other request; Lease PUTs $d, GETs $((lget1 - lget0))"
+    diff <(echo "$before") <(echo "$after") | sed 's/^/       /'
+    metrics | grep -E '^ftcomm_controller_(reconciles_total|workqueue)' | sed 's/^/       /'
+  fi
+}
 # Nothing queued or waiting for a delay in the work queue.
 queue_idle() { metrics | awk '$1 == "ftcomm_controller_workqueue_depth" || $1 == "ftcomm_controller_workqueue_waiting" { n += $2 } END { exit n != 0 }'; }
 # Wait until the work queue is idle and no request but watches has gone out for 3 s
@@ -77,7 +99,7 @@ settle() {
   return 1
 }
 
-if start_controller 1; then ok "controller starts with the ServiceAccount token (no leader election) and becomes ready"; else bad "controller start"; cat "$ctrl_log"; fi
+if start_controller 1; then ok "controller starts with the ServiceAccount token, takes the Lease and becomes ready"; else bad "controller start"; cat "$ctrl_log"; fi
 kc create namespace steady >/dev/null
 for j in a b c; do
   cat <<YAML
@@ -103,17 +125,21 @@ check "three token Secrets exist" eventually 10 count_secrets
 check "an unrelated Secret is created" kc create secret generic unrelated -n steady --from-literal=token=abc
 
 # --- idle: the watches only ---------------------------------------------------------
-check "the controller settles (no request for 3 s)" settle
-before=$(requests)
-sleep "$idle"
-after=$(requests)
-if [ "$before" = "$after" ]; then
-  ok "idle for $idle s: no request but the watches"
-else
-  bad "idle for $idle s: requests other than watches went out"
-  diff <(echo "$before") <(echo "$after") | sed 's/^/       /'
-  metrics | grep -E '^ftcomm_controller_(reconciles_total|workqueue)' | sed 's/^/       /'
-fi
+check "the controller settles (no request but the Lease's for 3 s)" settle
+idle_window "$idle"
+
+# --- someone else writes the Lease: one 409, one GET, and the controller still leads ----
+lget0=$(lease_req GET) c409=$(requests | awk '$1 == "PUT" && $2 == 409 { print $3 }')
+check "someone annotates the Lease" kc -n ftcomm-system annotate lease ftcomm-controller test.ftcomm.dev/touched=1
+reread() { [ "$(lease_req GET)" -gt "$lget0" ]; }
+check "the leader's next renewal gets a 409 and reads the Lease again" eventually 10 reread
+check_out "... once (one GET, one 409)" "^1 1\$" echo "$(( $(lease_req GET) - lget0 )) $(( $(requests | awk '$1 == "PUT" && $2 == 409 { print $3 }') - ${c409:-0} ))"
+check_out "... saying so" 'renewing Lease ftcomm-system/ftcomm-controller without reading it failed' grep 'without reading it' "$ctrl_log"
+check_out "... and it still leads" '^1$' metric ftcomm_controller_leader
+holder() { kc -n ftcomm-system get lease ftcomm-controller -o jsonpath='{.spec.holderIdentity} {.metadata.annotations.test\.ftcomm\.dev/touched}'; }
+check_out "... holding the Lease it renewed (the annotation kept)" '^steady-1 1$' holder
+check "the controller settles again" settle
+idle_window 10
 
 # The pool keeps the connections: four watches, two workers and the status writes
 # share a handful (a pool that is too small opens one per request).
@@ -152,13 +178,7 @@ fi
 check_out "... and created no pod" '^0$' metric ftcomm_controller_pods_created_total
 tokens_after=$(for j in a b c; do secret_token "job-$j-ftcomm-token"; echo; done)
 check "the token Secrets are unchanged" test "$tokens_before" = "$tokens_after"
-before=$(requests)
-sleep 10
-after=$(requests)
-if [ "$before" = "$after" ]; then ok "after the restart, idle for 10 s: no request but the watches"; else
-  bad "after the restart, idle for 10 s: requests other than watches went out"
-  diff <(echo "$before") <(echo "$after") | sed 's/^/       /'
-fi
+idle_window 10
 check_out "the Secret cache listed once" '^1$' metric 'ftcomm_controller_lists_total{informer="secrets"}'
 
 # --- a Secret deleted while no controller runs: only that one is made -----------------------

@@ -326,7 +326,7 @@ static ftc_status_t ensure_secret(ftck_reconciler_t *r, const json_t *job, char 
   }
   if (st == FTC_OK) {
     pthread_mutex_lock(&r->mu);
-    if (uid) json_object_set_new(r->secrets_ok, uid, json_pack("{s:s, s:I}", "token", token, "made", (json_int_t)made));
+    if (uid) json_object_set_new(r->secrets_ok, uid, json_pack("{s:s, s:I, s:s++}", "token", token, "made", (json_int_t)made, "job", ns, "/", name));
     json_object_del(r->secrets_gone, skey);
     pthread_mutex_unlock(&r->mu);
   }
@@ -877,6 +877,37 @@ static void compute_status(pass_t *p, json_t *computed, json_t *conds) {
                 spec->suspend ? "spec.suspend is true: the job's pods are deleted" : "running");
 }
 
+/* A job that is gone (or going): forget what was remembered about its pods
+ * and token Secret, so a deleted job leaves nothing behind in memory (a pod
+ * found missing is remembered until replaced, which a deleted job never is;
+ * its Secret's deletion by the garbage collector queues this job again). */
+static void forget_job(ftck_reconciler_t *r, const char *key, const char *ns, const char *name) {
+  size_t n = strlen(key);
+  const char *k;
+  json_t *v;
+  void *tmp;
+  char sname[300], skey[600];
+  int has_secret = ftck_secret_name(name, sname, sizeof sname) == 0;
+  if (has_secret) snprintf(skey, sizeof skey, "%s/%s", ns, sname);
+  pthread_mutex_lock(&r->mu);
+  if (has_secret) json_object_del(r->secrets_gone, skey);
+  json_object_foreach_safe(r->vanished, tmp, k, v) {
+    if (!strncmp(k, key, n) && k[n] == '/') json_object_del(r->vanished, k);
+  }
+  json_object_foreach_safe(r->secrets_ok, tmp, k, v) {
+    const char *jk = ftck_jstr(v, "job");
+    if (jk && !strcmp(jk, key)) json_object_del(r->secrets_ok, k);
+  }
+  pthread_mutex_unlock(&r->mu);
+}
+
+static size_t remembered(ftck_reconciler_t *r) {
+  pthread_mutex_lock(&r->mu);
+  size_t n = json_object_size(r->vanished) + json_object_size(r->secrets_ok) + json_object_size(r->secrets_gone);
+  pthread_mutex_unlock(&r->mu);
+  return n;
+}
+
 ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requeue_ms) {
   ftc_status_t st = FTC_OK;
   char ns[256], name[256], err[256];
@@ -888,10 +919,12 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
   if (!p.job) {
     FTC_DEBUG(FTC_SUB_CTRL, "%s: gone; its pods go with it (owner references)", key);
     if (r->coords) ftck_coords_remove(r->coords, key);
+    forget_job(r, key, ns, name);
     return FTC_OK;
   }
   if (ftck_jstr(p.job, "metadata.deletionTimestamp")) {
     if (r->coords) ftck_coords_remove(r->coords, key);
+    forget_job(r, key, ns, name);
     goto out_free_job;
   }
   json_t *pods = NULL, *mine = NULL, *conds = NULL;
@@ -1097,6 +1130,7 @@ void ftck_reconciler_get_stats(ftck_reconciler_t *r, ftck_reconciler_stats_t *ou
   out->reconciles_error = __atomic_load_n(&r->stats.reconciles_error, __ATOMIC_RELAXED);
   out->pods_created = __atomic_load_n(&r->stats.pods_created, __ATOMIC_RELAXED);
   out->pods_deleted = __atomic_load_n(&r->stats.pods_deleted, __ATOMIC_RELAXED);
+  out->remembered = remembered(r);
   out->replacements = __atomic_load_n(&r->stats.replacements, __ATOMIC_RELAXED);
 }
 

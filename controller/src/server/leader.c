@@ -2,6 +2,13 @@
  * leader.c - the Lease candidate and the renew thread. le->mu guards
  * is_leader, stop and the observed record; it is never held across an API
  * call.
+ *
+ * Renewing is an optimistic update, as client-go's leaderelection does it:
+ * the leader PUTs the Lease it got back from its last successful write (so
+ * with that write's resourceVersion) without reading it first. Only when
+ * that PUT fails (409: someone else wrote it; or any error) does it read the
+ * Lease and decide again, in the same attempt. A steady leader sends one
+ * request per retry period.
  */
 #include "leader.h"
 
@@ -30,7 +37,29 @@ struct ftck_leader {
   pthread_t thread;
   char observed[512];      /* holder + renewTime last seen */
   int64_t observed_at_ns;  /* local time it was first seen */
+  /* The Lease as our last successful create/PUT returned it, NULL when not
+   * leading or after a failed write. Used only by the thread that calls
+   * ftck_leader_try (acquire, then the renew thread, then release after
+   * joining it), so it needs no lock. */
+  json_t *mine;
+  ftck_leader_stats_t stats; /* atomics */
 };
+
+static ftc_status_t lease_get(ftck_leader_t *le, long *code, json_t **out) {
+  __atomic_add_fetch(&le->stats.gets, 1, __ATOMIC_RELAXED);
+  return ftck_get(le->c, le->path, code, out);
+}
+
+static ftc_status_t lease_put(ftck_leader_t *le, json_t *lease, long *code, json_t **out) {
+  __atomic_add_fetch(&le->stats.puts, 1, __ATOMIC_RELAXED);
+  return ftck_replace(le->c, le->path, lease, code, out);
+}
+
+void ftck_leader_get_stats(ftck_leader_t *le, ftck_leader_stats_t *out) {
+  out->gets = __atomic_load_n(&le->stats.gets, __ATOMIC_RELAXED);
+  out->puts = __atomic_load_n(&le->stats.puts, __ATOMIC_RELAXED);
+  out->posts = __atomic_load_n(&le->stats.posts, __ATOMIC_RELAXED);
+}
 
 ftc_status_t ftck_leader_create(ftck_client_t *c, const ftck_leader_opts_t *o, ftck_leader_t **out) {
   *out = NULL;
@@ -74,12 +103,64 @@ int ftck_leader_is_leader(ftck_leader_t *le) {
   return v;
 }
 
+/* Remember what the server stored after our write (takes *stored), and that
+ * we saw ourselves renew just now. */
+static void keep_mine(ftck_leader_t *le, json_t *stored, const char *now) {
+  json_decref(le->mine);
+  le->mine = stored;
+  int64_t t = ftc__now_ns();
+  pthread_mutex_lock(&le->mu);
+  snprintf(le->observed, sizeof le->observed, "%s|%s", le->identity, now);
+  le->observed_at_ns = t;
+  pthread_mutex_unlock(&le->mu);
+}
+
+static void forget_mine(ftck_leader_t *le) {
+  json_decref(le->mine);
+  le->mine = NULL;
+}
+
+/* The fast path: renew by PUTting the Lease of our last write with a new
+ * renewTime. 1 renewed; 0 not tried (not leading, nothing kept, or our own
+ * record is older than the lease duration); -1 the PUT failed (the caller
+ * reads the Lease and decides again). */
+static int renew_optimistically(ftck_leader_t *le, const char *now) {
+  if (!le->mine || !ftck_leader_is_leader(le)) return 0;
+  pthread_mutex_lock(&le->mu);
+  int valid = ftc__now_ns() < le->observed_at_ns + (int64_t)le->lease_s * 1000000000LL;
+  pthread_mutex_unlock(&le->mu);
+  if (!valid) return 0;
+  json_t *lease = json_deep_copy(le->mine);
+  json_t *spec = lease ? json_object_get(lease, "spec") : NULL;
+  if (!json_is_object(spec) || json_object_set_new(spec, "renewTime", json_string(now)) != 0 ||
+      json_object_set_new(spec, "holderIdentity", json_string(le->identity)) != 0 ||
+      json_object_set_new(spec, "leaseDurationSeconds", json_integer(le->lease_s)) != 0) {
+    json_decref(lease);
+    forget_mine(le);
+    return 0;
+  }
+  json_t *stored = NULL;
+  long code = 0;
+  ftc_status_t st = lease_put(le, lease, &code, &stored);
+  json_decref(lease);
+  forget_mine(le);
+  if (st != FTC_OK || !json_is_object(stored)) {
+    json_decref(stored);
+    FTC_WARN(FTC_SUB_CTRL, "leader election: renewing Lease %s/%s without reading it failed (%s); reading it",
+             le->ns, le->name, st != FTC_OK ? ftc_last_error() : "no object in the reply");
+    return -1;
+  }
+  keep_mine(le, stored, now);
+  return 1;
+}
+
 int ftck_leader_try(ftck_leader_t *le) {
   char now[64];
   ftck_format_microtime(ftc__wall_ns(), now, sizeof now);
-  json_t *lease = NULL;
+  if (renew_optimistically(le, now) == 1) return 1;
+  json_t *lease = NULL, *stored = NULL;
   long code = 0;
-  ftc_status_t st = ftck_get(le->c, le->path, &code, &lease);
+  ftc_status_t st = lease_get(le, &code, &lease);
   if (st != FTC_OK && code == 404) {
     json_t *obj = json_pack("{s:s, s:s, s:{s:s, s:s}, s:{s:s, s:i, s:s, s:s, s:i}}", "apiVersion",
                             "coordination.k8s.io/v1", "kind", "Lease", "metadata", "name", le->name, "namespace",
@@ -89,9 +170,12 @@ int ftck_leader_try(ftck_leader_t *le) {
       ftc__error(FTC_ERR_NO_MEMORY, "leader election: no memory");
       return -1;
     }
-    st = ftck_create(le->c, le->collection, obj, &code, NULL);
+    __atomic_add_fetch(&le->stats.posts, 1, __ATOMIC_RELAXED);
+    st = ftck_create(le->c, le->collection, obj, &code, &stored);
     json_decref(obj);
     if (st == FTC_OK) {
+      if (json_is_object(stored)) keep_mine(le, stored, now);
+      else json_decref(stored);
       FTC_INFO(FTC_SUB_CTRL, "leader election: %s created Lease %s/%s and leads", le->identity, le->ns, le->name);
       set_leader(le, 1);
       return 1;
@@ -116,6 +200,7 @@ int ftck_leader_try(ftck_leader_t *le) {
   int held = holder && *holder;
   if (held && !mine && t < observed_at + dur * 1000000000LL) {
     json_decref(lease);
+    forget_mine(le);
     set_leader(le, 0);
     return 0;
   }
@@ -140,13 +225,16 @@ int ftck_leader_try(ftck_leader_t *le) {
     ftc__error(FTC_ERR_NO_MEMORY, "leader election: no memory");
     return -1;
   }
-  st = ftck_replace(le->c, le->path, lease, &code, NULL);
+  st = lease_put(le, lease, &code, &stored);
   json_decref(lease);
   if (st == FTC_OK) {
+    if (json_is_object(stored)) keep_mine(le, stored, now);
+    else json_decref(stored);
     if (!mine) FTC_INFO(FTC_SUB_CTRL, "leader election: %s took Lease %s/%s", le->identity, le->ns, le->name);
     set_leader(le, 1);
     return 1;
   }
+  forget_mine(le);
   return code == 409 ? 0 : -1;
 }
 
@@ -218,7 +306,7 @@ void ftck_leader_release(ftck_leader_t *le) {
   if (!ftck_leader_is_leader(le)) return;
   json_t *lease = NULL;
   long code = 0;
-  if (ftck_get(le->c, le->path, &code, &lease) == FTC_OK &&
+  if (lease_get(le, &code, &lease) == FTC_OK &&
       strcmp(ftck_jstr(lease, "spec.holderIdentity") ? ftck_jstr(lease, "spec.holderIdentity") : "", le->identity) == 0) {
     char now[64];
     ftck_format_microtime(ftc__wall_ns(), now, sizeof now);
@@ -227,7 +315,7 @@ void ftck_leader_release(ftck_leader_t *le) {
     json_object_set_new(spec, "leaseDurationSeconds", json_integer(1));
     json_object_set_new(spec, "renewTime", json_string(now));
     json_object_set_new(spec, "acquireTime", json_string(now));
-    if (ftck_replace(le->c, le->path, lease, &code, NULL) == FTC_OK)
+    if (lease_put(le, lease, &code, NULL) == FTC_OK)
       FTC_INFO(FTC_SUB_CTRL, "leader election: %s released Lease %s/%s", le->identity, le->ns, le->name);
     else
       FTC_WARN(FTC_SUB_CTRL, "leader election: release failed: %s", ftc_last_error());
@@ -250,5 +338,6 @@ void ftck_leader_destroy(ftck_leader_t *le) {
   ftc__free(le->identity);
   ftc__free(le->path);
   ftc__free(le->collection);
+  json_decref(le->mine);
   ftc__free(le);
 }

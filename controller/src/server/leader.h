@@ -10,6 +10,8 @@
 #ifndef FTCK_LEADER_H
 #define FTCK_LEADER_H
 
+#include <stdint.h>
+
 #include "ftcomm.h"
 #include "kube_client.h"
 
@@ -33,6 +35,11 @@ ftc_status_t ftck_leader_start_renewing(ftck_leader_t *le);
 int ftck_leader_is_leader(ftck_leader_t *le);
 /* Stop renewing (flag + wakeup + join) and release the Lease if held. */
 void ftck_leader_release(ftck_leader_t *le);
+/* Requests this candidate sent for its Lease, by verb (all outcomes). */
+typedef struct ftck_leader_stats {
+  uint64_t gets, puts, posts;
+} ftck_leader_stats_t;
+void ftck_leader_get_stats(ftck_leader_t *le, ftck_leader_stats_t *out);
 void ftck_leader_destroy(ftck_leader_t *le);
 
 #endif

@@ -110,11 +110,22 @@ char *ftck_metrics_render(const ftck_metrics_src_t *src) {
           "# HELP ftcomm_controller_replacements_total Lost pods replaced.\n"
           "# TYPE ftcomm_controller_replacements_total counter\n"
           "ftcomm_controller_replacements_total %llu\n"
+          "# HELP ftcomm_controller_reconciler_records Records the reconciler keeps per job beside its caches (each job's token; pods found missing until replaced; token Secrets seen deleted); 0 once every job is deleted.\n"
+          "# TYPE ftcomm_controller_reconciler_records gauge\n"
+          "ftcomm_controller_reconciler_records %llu\n"
           "# HELP ftcomm_controller_leader 1 while this instance holds the leader Lease.\n"
           "# TYPE ftcomm_controller_leader gauge\n"
           "ftcomm_controller_leader %d\n",
       (unsigned long long)rs.pods_created, (unsigned long long)rs.pods_deleted, (unsigned long long)rs.replacements,
-      src->leader);
+      (unsigned long long)rs.remembered, src->leader);
+  if (src->lease)
+    put(&o, "# HELP ftcomm_controller_lease_requests_total Requests sent for the leader Lease, by verb (a steady leader sends one PUT per retry period).\n"
+            "# TYPE ftcomm_controller_lease_requests_total counter\n"
+            "ftcomm_controller_lease_requests_total{verb=\"GET\"} %llu\n"
+            "ftcomm_controller_lease_requests_total{verb=\"PUT\"} %llu\n"
+            "ftcomm_controller_lease_requests_total{verb=\"POST\"} %llu\n",
+        (unsigned long long)src->lease->gets, (unsigned long long)src->lease->puts,
+        (unsigned long long)src->lease->posts);
   if (src->coords) {
     ftck_coords_stats_t cs;
     ftck_coords_get_stats(src->coords, &cs);

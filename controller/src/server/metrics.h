@@ -9,6 +9,7 @@
 
 #include "jobcoord.h"
 #include "kube_client.h"
+#include "leader.h"
 #include "trainingjob.h"
 
 typedef struct ftck_metrics_src {
@@ -16,6 +17,7 @@ typedef struct ftck_metrics_src {
   ftck_reconciler_t *reconciler;
   int leader; /* 1 leader, 0 not (or election off: 1) */
   ftck_coords_t *coords; /* may be NULL */
+  const ftck_leader_stats_t *lease; /* NULL when leader election is off */
 } ftck_metrics_src_t;
 
 /* New text (ftc__free), or NULL on no memory. */
