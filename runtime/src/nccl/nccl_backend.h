@@ -115,6 +115,9 @@ typedef struct ftc__nccl_xchg {
   ftc_status_t (*publish)(void *arg, uint64_t epoch, const char *blob);
   ftc_status_t (*fetch)(void *arg, uint64_t epoch, char *blob, size_t len, int64_t deadline_ns);
   void *arg;
+  /* The newest epoch announced (may be NULL): an init, grow or shrink of an
+   * older one gives up at once (FTC_ERR_REVOKED), as the TCP bootstrap does. */
+  uint64_t (*latest)(void *arg);
 } ftc__nccl_xchg_t;
 
 #define FTC__NCCL_DEVICE_CURRENT (-2)

@@ -28,8 +28,13 @@ static inline ftc_status_t ftc__nccl_member_fetch(void *arg, uint64_t epoch, cha
 }
 
 /* An exchange that goes through membership session m (which must outlive it). */
+static inline uint64_t ftc__nccl_member_latest(void *arg) {
+  return ftc__member_latest_epoch((ftc__member_t *)arg);
+}
+
 static inline ftc__nccl_xchg_t ftc__nccl_xchg_member(ftc__member_t *m) {
-  ftc__nccl_xchg_t x = {ftc__nccl_member_publish, ftc__nccl_member_fetch, m};
+  ftc__nccl_xchg_t x = {ftc__nccl_member_publish, ftc__nccl_member_fetch, m,
+                        ftc__nccl_member_latest};
   return x;
 }
 

@@ -36,6 +36,8 @@ struct ftc__nccl_comm {
   cudaStream_t stream, own_stream;
   int error;              /* atomic ftc_status_t: what broke the epoch */
   const int *interrupt;   /* the owner's atomic status; nonzero stops waits (may be NULL) */
+  const ftc__nccl_xchg_t *entering_x; /* while entering epoch `entering`: whether it was superseded */
+  uint64_t entering;
   int revoked;
   void *scratch;          /* 16 device bytes for barriers */
   cudaEvent_t *pool;
@@ -317,7 +319,23 @@ static ftc_status_t settle(ftc__nccl_comm_t *c, ncclResult_t r, ncclComm_t nc, i
     goto out_abort;
   }
   if (!nc) return ftc__error(FTC_ERR_BACKEND, "%s returned no communicator", what);
-  st = poll_ready(c->lib, nc, deadline, what, c->timeout_ms, c->interrupt);
+  const ftc__nccl_xchg_t *x = c->entering_x;
+  for (;;) {
+    /* Slices of 50 ms: between them, give up an epoch a newer one has
+     * superseded (a joiner's first init runs before any watchdog could
+     * interrupt it; its peers have moved on and will never join). */
+    int64_t slice = x && x->latest ? ftc__now_ns() + 50 * 1000000LL : deadline;
+    if (slice > deadline) slice = deadline;
+    st = poll_ready(c->lib, nc, slice, what, c->timeout_ms, c->interrupt);
+    if (st != FTC_ERR_TIMEOUT || slice >= deadline) break;
+    uint64_t latest = x->latest(x->arg);
+    if (latest > c->entering) {
+      st = ftc__error(FTC_ERR_REVOKED, "%s: epoch %llu was superseded by epoch %llu; moving on to "
+                      "the newer epoch", what, (unsigned long long)c->entering,
+                      (unsigned long long)latest);
+      break;
+    }
+  }
   if (st == FTC_OK) return FTC_OK;
 out_abort:
   if (nc) abort_nc(c->lib, nc, c->timeout_ms);
@@ -473,6 +491,7 @@ ftc_status_t ftc__nccl_enter_epoch(ftc__nccl_lib_t *lib, ftc__nccl_comm_t **cp,
   int64_t t0 = ftc__now_ns();
   int64_t deadline = ftc__deadline_ns(c->timeout_ms);
   parent = created ? NULL : get_nc(c);
+  c->entering_x = x, c->entering = next->epoch;
   FTC_CHECK_GOTO(set_device(c), st, out_view);
   FTC_DEBUG(FTC_SUB_NCCL, "epoch %llu: %s (excluded %d, joiners %d, publisher %d)",
             (unsigned long long)next->epoch, ftc__nccl_step_name(p.step), p.n_excluded,
@@ -528,6 +547,7 @@ ftc_status_t ftc__nccl_enter_epoch(ftc__nccl_lib_t *lib, ftc__nccl_comm_t **cp,
     break;
   }
   }
+  c->entering_x = NULL;
   view_drop(c->view);
   c->view = nv;
   c->rank = next->my_rank;
@@ -550,6 +570,7 @@ out_fail:
     ftc__nccl_comm_free(c);
     goto out;
   }
+  c->entering_x = NULL;
   fail(c, st);
   /* A move that failed before replacing the communicator (a shrink or grow
    * interrupted by a newer epoch, a timeout) keeps it: every rank retries
