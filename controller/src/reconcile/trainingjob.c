@@ -252,8 +252,24 @@ static ftc_status_t read_secret(ftck_reconciler_t *r, const char *ns, const char
  * pods, replacements and the coordinator keep agreeing; one that holds
  * another token hands that on. A Secret made here that the cache has not
  * shown yet is trusted for SECRET_TRUST_NS (*requeue_ms: look again then). */
+/* Whether the job is being deleted (or gone) on the server itself: asked
+ * before making again a Secret or a pod that was deleted, because the
+ * garbage collector deletes them when the job is deleted, and the job's
+ * watch can show its deletionTimestamp after the pods' and Secret's watches
+ * showed their deletion. 1 going, 0 not (or the GET failed: carry on). */
+static int job_going(ftck_reconciler_t *r, const char *ns, const char *name) {
+  char *path = ftck_path(FTCK_GROUP, FTCK_VERSION, ns, FTCK_PLURAL, name);
+  json_t *job = NULL;
+  long code = 0;
+  ftc_status_t st = path ? ftck_get(r->c, path, &code, &job) : FTC_ERR_NO_MEMORY;
+  ftc__free(path);
+  int going = (st != FTC_OK && code == 404) || (st == FTC_OK && ftck_jstr(job, "metadata.deletionTimestamp"));
+  json_decref(job);
+  return going;
+}
+
 static ftc_status_t ensure_secret(ftck_reconciler_t *r, const json_t *job, char *token, size_t tn,
-                                  int64_t *requeue_ms) {
+                                  int64_t *requeue_ms, int *going) {
   const char *uid = ftck_jstr(job, "metadata.uid");
   const char *name = ftck_jstr(job, "metadata.name");
   const char *ns = ftck_jstr(job, "metadata.namespace");
@@ -289,6 +305,10 @@ static ftc_status_t ensure_secret(ftck_reconciler_t *r, const json_t *job, char 
     *requeue_ms = (SECRET_TRUST_NS - (now - made)) / 1000000 + 1;
     return FTC_OK; /* made here a moment ago; the cache has not shown it yet */
   } else if (token[0]) {
+    if (job_going(r, ns, name)) {
+      *going = 1;
+      return FTC_OK;
+    }
     st = create_secret(r, job, sname, token, &code);
     if (st == FTC_OK) {
       made = now;
@@ -482,6 +502,7 @@ typedef struct pass {
   int max_inc;           /* newest incarnation of any slot, remembered ones included */
   int exhausted, replacing, ever_lost;
   int64_t now, requeue;  /* wall ns; smallest delay after which to look again, -1 none */
+  int going;             /* 0 not asked; 1 the server says the job is being deleted; 2 it is not */
 } pass_t;
 
 /* This job's pods by slot, from the cache; from the server itself when the
@@ -944,7 +965,9 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
     goto out_write_status;
   }
   char token[256];
-  FTC_CHECK_GOTO(ensure_secret(r, p.job, token, sizeof token, &p.requeue), st, out_free_pass);
+  int going = 0;
+  FTC_CHECK_GOTO(ensure_secret(r, p.job, token, sizeof token, &p.requeue, &going), st, out_free_pass);
+  if (going) goto out_going;
   p.slots = ftc__calloc((size_t)p.spec.replicas, sizeof *p.slots);
   mine = json_array();
   if (!p.slots || !mine) {
@@ -989,6 +1012,8 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
     int lost_inc = -1, node_down = 0;
     FTC_CHECK_GOTO(find_loss(&p, s, &lost, &lost_inc, &node_down), st, out_free_pass);
     if (!lost) continue;
+    if (!p.going && ftck_jstr(lost, "metadata.deletionTimestamp")) p.going = job_going(r, ns, name) ? 1 : 2;
+    if (p.going == 1) goto out_going;
     p.ever_lost = 1;
     declare_lost(&p, s, lost, node_down);
     if (p.spec.mode == FTCK_MODE_RESTART_ALL) {
@@ -1028,6 +1053,12 @@ out_write_status:;
     if (st != FTC_OK) FTC_WARN(FTC_SUB_CTRL, "%s: status update failed: %s", key, ftc_last_error());
   }
   if (requeue_ms) *requeue_ms = p.requeue;
+  goto out_free_pass;
+out_going:
+  /* Its watch event follows; meanwhile nothing is made again for it. */
+  FTC_INFO(FTC_SUB_CTRL, "%s: being deleted (the server says so before the cache does); nothing made again", key);
+  if (r->coords) ftck_coords_remove(r->coords, key);
+  forget_job(r, key, ns, name);
 out_free_pass:
   json_decref(mine);
   json_decref(pods);
