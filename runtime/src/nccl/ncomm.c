@@ -39,6 +39,7 @@ struct ftc__nccl_comm {
   const ftc__nccl_xchg_t *entering_x; /* while entering epoch `entering`: whether it was superseded */
   uint64_t entering;
   int revoked;
+  int kept;               /* the last move failed before replacing nc: nc is unharmed */
   void *scratch;          /* 16 device bytes for barriers */
   cudaEvent_t *pool;
   int npool, cap;
@@ -436,12 +437,22 @@ ftc_status_t ftc__nccl_comm_shrink(ftc__nccl_comm_t *c, const int *excluded, int
   return FTC_OK;
 }
 
-static ftc_status_t do_split(ftc__nccl_comm_t *c, int key, int64_t deadline) {
-  ncclComm_t nc = get_nc(c), out = NULL;
-  ncclConfig_t cfg = nonblocking_config();
-  ncclResult_t r = c->lib->n.CommSplit(nc, 0, key, &out, &cfg);
-  ftc_status_t st = settle(c, r, out, deadline, "ncclCommSplit (rank order after grow)");
-  if (st != FTC_OK) return st;
+/* Take grown, the communicator a grow just made: in rank order (split by
+ * key) when reorder, else as it is. Only then is the parent replaced: a
+ * split that fails aborts grown and keeps the parent, so that every
+ * survivor of a failed move (its grow or its split interrupted by a newer
+ * epoch) retries from the same parent and plans the same move. */
+static ftc_status_t take_grown(ftc__nccl_comm_t *c, ncclComm_t grown, int reorder, int key,
+                               int64_t deadline) {
+  ncclComm_t out = grown;
+  if (reorder) {
+    ncclConfig_t cfg = nonblocking_config();
+    out = NULL;
+    ncclResult_t r = c->lib->n.CommSplit(grown, 0, key, &out, &cfg);
+    ftc_status_t st = settle(c, r, out, deadline, "ncclCommSplit (rank order after grow)");
+    abort_nc(c->lib, grown, c->timeout_ms);
+    if (st != FTC_OK) return st;
+  }
   swap_nc(c, out);
   return FTC_OK;
 }
@@ -521,8 +532,7 @@ ftc_status_t ftc__nccl_enter_epoch(ftc__nccl_lib_t *lib, ftc__nccl_comm_t **cp,
     r = lib->n.CommGrow(get_nc(c), next->size, next->my_rank == p.publisher ? &uid : NULL, -1,
                         &out, &cfg);
     FTC_CHECK_GOTO(settle(c, r, out, deadline, "ncclCommGrow"), st, out_view);
-    swap_nc(c, out);
-    if (p.reorder) FTC_CHECK_GOTO(do_split(c, next->my_rank, deadline), st, out_view);
+    FTC_CHECK_GOTO(take_grown(c, out, p.reorder, next->my_rank, deadline), st, out_view);
     break;
   case FTC__NCCL_STEP_JOIN: {
     /* The blob's kind decides: the survivors re-init when they could not grow. */
@@ -542,8 +552,7 @@ ftc_status_t ftc__nccl_enter_epoch(ftc__nccl_lib_t *lib, ftc__nccl_comm_t **cp,
       if (is_joiner(next, i)) nrank++;
     r = lib->n.CommGrow(NULL, next->size, &uid, nrank, &out, &cfg);
     FTC_CHECK_GOTO(settle(c, r, out, deadline, "ncclCommGrow (joining)"), st, out_view);
-    swap_nc(c, out);
-    if (p.reorder) FTC_CHECK_GOTO(do_split(c, next->my_rank, deadline), st, out_view);
+    FTC_CHECK_GOTO(take_grown(c, out, p.reorder, next->my_rank, deadline), st, out_view);
     break;
   }
   }
@@ -555,6 +564,7 @@ ftc_status_t ftc__nccl_enter_epoch(ftc__nccl_lib_t *lib, ftc__nccl_comm_t **cp,
   __atomic_store_n(&c->epoch, next->epoch, __ATOMIC_RELEASE);
   __atomic_store_n(&c->error, FTC_OK, __ATOMIC_RELEASE);
   c->revoked = 0;
+  c->kept = 0;
   c->last_step = p.step;
   c->last_ns = ftc__now_ns() - t0;
   FTC_INFO(FTC_SUB_NCCL, "epoch %llu: rank %d of %d by %s in %.1f ms",
@@ -578,6 +588,7 @@ out_fail:
    * that failed after replacing it leaves nothing consistent: abort, and
    * the next move re-inits. */
   if (!parent || get_nc(c) != parent) swap_nc(c, NULL);
+  else c->kept = 1;
 out:
   return st;
 }
@@ -1032,7 +1043,12 @@ ftc_status_t ftc__nccl_comm_revoke(ftc__nccl_comm_t *c, ftc_status_t why) {
   fail(c, why != FTC_OK ? why : FTC_ERR_REVOKED);
   ncclComm_t nc = get_nc(c);
   if (!nc) return FTC_OK;
-  if (!(c->lib->info.caps & FTC__NCCL_CAP_REVOKE) || c->revoked) return FTC_OK;
+  /* A communicator kept after a failed move (a grow or shrink interrupted by
+   * a newer epoch) ran nothing since its last step boundary and is the
+   * parent of the retry: revoking it would break that retry (a grow's
+   * survivors reach each other through their parent; after a revoke their
+   * every ncclCommGrow of the newer epoch failed until the recovery timeout). */
+  if (!(c->lib->info.caps & FTC__NCCL_CAP_REVOKE) || c->revoked || c->kept) return FTC_OK;
   ncclResult_t r = c->lib->n.CommRevoke(nc, NCCL_REVOKE_DEFAULT);
   if (r != ncclSuccess && r != ncclInProgress)
     return ftc__nccl_status(r, "ncclCommRevoke", last_error(c->lib, nc));
