@@ -403,7 +403,11 @@ static ftc_status_t get_uid(ftc__nccl_comm_t *c, const ftc__nccl_plan_t *p,
       return ftc__error(FTC_ERR_INTERNAL, "NCCL unique id blob does not fit");
     return x->publish(x->arg, next->epoch, blob);
   }
-  if (!strcmp(p->blob_kind, "grow") && p->step != FTC__NCCL_STEP_JOIN) return FTC_OK;
+  /* A survivor that does not publish passes no id to ncclCommGrow (the
+   * root's reaches it through the parent, which does not say for which
+   * epoch): it waits for this epoch's blob first, so that it never takes
+   * the id of a newer epoch the root went on to while it still grows this
+   * one (the fetch gives up once this epoch is replaced). */
   st = x->fetch(x->arg, next->epoch, blob, sizeof blob, deadline);
   if (st != FTC_OK) return st;
   return ftc__nccl_blob_decode(blob, p->blob_kind, (uint8_t *)uid->internal);
