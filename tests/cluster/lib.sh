@@ -16,7 +16,8 @@
 #   eventually SECONDS CMD...     not a check: retry CMD every 0.2 s until it exits 0;
 #                                 exits 1 if it never did (wrap it: check DESC eventually ...)
 # Helpers: kc (the built kubectl, bounded), hm (the built helm), use_tools (FTC_HELM and
-# FTC_KUBECTL without a cluster). Variables: root (the repository), build (the build
+# FTC_KUBECTL without a cluster), and from util.sh free_port and write_sa_kubeconfig.
+# Variables: root (the repository), build (the build
 # directory: FTC_BUILD_DIR, default build/release; build/address runs sanitized
 # binaries), chart, cluster (cluster.sh), work (a fresh directory, removed on exit when
 # every check passed, kept and named otherwise), dir (the cluster's, after start_cluster).
@@ -28,6 +29,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cluster=$root/tests/cluster/cluster.sh
 build=$root/${FTC_BUILD_DIR:-build/release}
 chart=$root/charts/ftcomm
+# shellcheck source=util.sh
+. "$root/tests/cluster/util.sh"
 pass=0 fail=0
 work=$(mktemp -d "${TMPDIR:-/tmp}/ftct-$(basename "$(dirname "$0")")-$(basename "$0" .sh).XXXXXX")
 dir=

@@ -41,20 +41,7 @@ done
 
 token=$(kc -n ftcomm-system create token ftcomm-controller --duration=1h)
 sa_kubeconfig=$work/sa.kubeconfig
-cat >"$sa_kubeconfig" <<KC
-apiVersion: v1
-kind: Config
-current-context: ftcomm
-contexts:
-- name: ftcomm
-  context: {cluster: local, user: ftcomm-controller, namespace: ftcomm-system}
-clusters:
-- name: local
-  cluster: {server: "$FTC_APISERVER_URL", certificate-authority: "$FTC_CA_FILE"}
-users:
-- name: ftcomm-controller
-  user: {token: "$token"}
-KC
+write_sa_kubeconfig "$sa_kubeconfig" "$token"
 
 # --- the client library against this server ---------------------------------------
 echo "# kube_live basic (admin credentials)"

@@ -37,7 +37,7 @@ vol=$work/volume
 state=$work/agent
 ctrl_log=$work/controller.log
 mkdir -p "$vol" "$state"
-coord_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+coord_port=$(free_port)
 
 check "CRD applies" kc apply -f "$root/crds/ftcomm.dev_trainingjobs.yaml"
 kc wait --for=condition=Established crd/trainingjobs.ftcomm.dev --timeout=20s >/dev/null

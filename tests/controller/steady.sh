@@ -23,20 +23,7 @@ idle=${FTC_STEADY_IDLE:-31}
 check "CRD, namespace and RBAC apply" kc apply -f "$root/crds/ftcomm.dev_trainingjobs.yaml" -f "$root/deploy/namespace.yaml" -f "$root/deploy/rbac.yaml"
 kc wait --for=condition=Established crd/trainingjobs.ftcomm.dev --timeout=20s >/dev/null
 token=$(kc -n ftcomm-system create token ftcomm-controller --duration=1h)
-cat >"$work/sa.kubeconfig" <<KC
-apiVersion: v1
-kind: Config
-current-context: ftcomm
-contexts:
-- name: ftcomm
-  context: {cluster: local, user: ftcomm-controller, namespace: ftcomm-system}
-clusters:
-- name: local
-  cluster: {server: "$FTC_APISERVER_URL", certificate-authority: "$FTC_CA_FILE"}
-users:
-- name: ftcomm-controller
-  user: {token: "$token"}
-KC
+write_sa_kubeconfig "$work/sa.kubeconfig" "$token"
 
 ctrl_log=$work/controller.log
 port=

@@ -103,7 +103,7 @@ contexts: [{name: sa, context: {cluster: local, user: sa, namespace: $ns}}]
 clusters: [{name: local, cluster: {server: "$FTC_APISERVER_URL", certificate-authority: "$FTC_CA_FILE"}}]
 users: [{name: sa, user: {token: "$token"}}]
 KC
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  port=$(free_port)
   while IFS= read -r a; do
     case $a in
       --listen-address=*) a=--listen-address=127.0.0.1:$port ;;

@@ -34,6 +34,8 @@ RESYNC=${CTL_BENCH_RESYNC:-}
 RESTART=${CTL_BENCH_RESTART:-1}
 ctl=$root/$BUILD/bin/ftcomm-controller
 cluster=$root/tests/cluster/cluster.sh
+# shellcheck source=../../cluster/util.sh
+. "$root/tests/cluster/util.sh"
 
 if [ ! -x "$ctl" ]; then
   echo "bench-controller: $ctl is not built (make)" >&2
@@ -68,20 +70,7 @@ kc apply -f crds/ftcomm.dev_trainingjobs.yaml -f deploy/namespace.yaml -f deploy
 kc wait --for=condition=Established crd/trainingjobs.ftcomm.dev --timeout=30s >/dev/null
 kc create namespace bench >/dev/null
 token=$(kc -n ftcomm-system create token ftcomm-controller --duration=2h)
-cat >"$work/sa.kubeconfig" <<KC
-apiVersion: v1
-kind: Config
-current-context: ftcomm
-contexts:
-- name: ftcomm
-  context: {cluster: local, user: ftcomm-controller, namespace: ftcomm-system}
-clusters:
-- name: local
-  cluster: {server: "$FTC_APISERVER_URL", certificate-authority: "$FTC_CA_FILE"}
-users:
-- name: ftcomm-controller
-  user: {token: "$token"}
-KC
+write_sa_kubeconfig "$work/sa.kubeconfig" "$token"
 
 # Flags of newer controllers: the embedded coordinators' port and the incident folder.
 extra=()
