@@ -558,7 +558,7 @@ def write_md(r, path):
         f"| all pods Running (kwok, bound by the bench) | {s(r['all_running_s'])} ({r['pods_running']} pods) | |",
         f"| API requests, create phase | {fmt_verbs(r['create_requests'])} | |",
         f"| API requests, {r['idle_s']:.0f} s idle (controller's counters) | {fmt_verbs(r['idle_requests'])} "
-        f"(Lease: {r['idle_lease_expected']} expected GET+PUT pairs) | only watches: "
+        f"(Lease: {r['idle_lease_expected']} expected renewals, one PUT each) | only watches: "
         f"{mark(not idle_non_lease and lease_calls <= 2 * r['idle_lease_expected'] + 2)} (apart from the Lease) |",
         f"| API server, {r['idle_s']:.0f} s idle, non-watch requests on trainingjobs/pods/secrets/events | "
         f"{', '.join(f'{k} {int(v)}' for k, v in sorted(r['idle_server_requests_controller_resources'].items())) or 'none'} | |",
