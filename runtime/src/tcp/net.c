@@ -1083,14 +1083,14 @@ int ftc__tcp_early_start(ftc__tcp_t *tp, const ftc__view_t *next) {
   return tp->early != NULL;
 }
 
-int ftc__tcp_early_poll(ftc__tcp_t *tp, int listen_fd, struct pollfd *pfd, int max) {
-  boot_t *b = tp && tp->early ? tp->early->spare_boot : NULL;
-  if (!b || max < 1) return 0;
-  ftc__tcp_t *e = tp->early;
+/* The descriptors a background bootstrap waits on: the listener, its connections to the
+ * first nconn pending slots, and accepted sockets waiting for their hello; b->owner[i]
+ * names what pfd[i] belongs to (NULL: the listener) for boot_events. */
+static int boot_pollfds(boot_t *b, int listen_fd, int nconn, struct pollfd *pfd, int max) {
   int n = 0;
   pfd[n] = (struct pollfd){listen_fd, POLLIN, 0};
   b->owner[n++] = NULL;
-  for (int i = 0; i < 2 * e->size && n < max; i++) {
+  for (int i = 0; i < nconn && n < max; i++) {
     pend_t *p = &b->conn[i];
     if (!pend_waits(p)) continue;
     pfd[n] = (struct pollfd){p->fd, p->state == P_CONNECTING ? POLLOUT : POLLIN, 0};
@@ -1106,13 +1106,23 @@ int ftc__tcp_early_poll(ftc__tcp_t *tp, int listen_fd, struct pollfd *pfd, int m
   return n;
 }
 
-void ftc__tcp_early_events(ftc__tcp_t *tp, int listen_fd, const struct pollfd *pfd, int n) {
-  boot_t *b = tp && tp->early ? tp->early->spare_boot : NULL;
-  for (int i = 0; b && i < n && i < b->nowner; i++) {
+static void boot_events(boot_t *b, int listen_fd, const struct pollfd *pfd, int n) {
+  for (int i = 0; i < n && i < b->nowner; i++) {
     pend_t *o = b->owner[i];
     if (!pfd[i].revents || (o && o->fd != pfd[i].fd)) continue;
     dispatch(b, listen_fd, o, pfd[i].revents);
   }
+}
+
+int ftc__tcp_early_poll(ftc__tcp_t *tp, int listen_fd, struct pollfd *pfd, int max) {
+  boot_t *b = tp && tp->early ? tp->early->spare_boot : NULL;
+  if (!b || max < 1) return 0;
+  return boot_pollfds(b, listen_fd, 2 * tp->early->size, pfd, max);
+}
+
+void ftc__tcp_early_events(ftc__tcp_t *tp, int listen_fd, const struct pollfd *pfd, int n) {
+  boot_t *b = tp && tp->early ? tp->early->spare_boot : NULL;
+  if (b) boot_events(b, listen_fd, pfd, n);
 }
 
 /* ---- spare connections ---- */
@@ -1135,27 +1145,12 @@ int ftc__tcp_spare_poll(ftc__tcp_t *tp, int listen_fd, int build, struct pollfd 
         if (*lane_slot(tp, r, lane, 1) < 0 && *lane_slot(tp, r, lane, 0) >= 0) conn_start(b, p);
       }
   }
-  int n = 0;
-  pfd[n] = (struct pollfd){listen_fd, POLLIN, 0};
-  b->owner[n++] = NULL;
-  for (int i = 0; i < 2 * tp->rank && n < max; i++) {
-    pend_t *p = &b->conn[i];
-    if (!pend_waits(p)) continue;
-    pfd[n] = (struct pollfd){p->fd, p->state == P_CONNECTING ? POLLOUT : POLLIN, 0};
-    b->owner[n++] = p;
-  }
-  for (int i = 0; i < b->nacc && n < max; i++) {
+  for (int i = 0; i < b->nacc; i++) {
     pend_t *p = &b->acc[i];
-    if ((p->state == P_WAIT_HELLO || p->state == P_HELD) && p->retry_at <= now) {
+    if ((p->state == P_WAIT_HELLO || p->state == P_HELD) && p->retry_at <= now)
       refuse(b, p, "no handshake for this epoch within %lld ms", SPARE_HELLO_NS / 1000000);
-      continue;
-    }
-    if (p->state != P_WAIT_HELLO) continue;
-    pfd[n] = (struct pollfd){p->fd, POLLIN, 0};
-    b->owner[n++] = p;
   }
-  b->nowner = n;
-  return n;
+  return boot_pollfds(b, listen_fd, 2 * tp->rank, pfd, max);
 }
 
 void ftc__tcp_spare_events(ftc__tcp_t *tp, int listen_fd, const struct pollfd *pfd, int n) {
@@ -1164,11 +1159,7 @@ void ftc__tcp_spare_events(ftc__tcp_t *tp, int listen_fd, const struct pollfd *p
     if (n > 0 && pfd[0].revents) ftc__tcp_refuse_pending(listen_fd);
     return;
   }
-  for (int i = 0; i < n && i < b->nowner; i++) {
-    pend_t *o = b->owner[i];
-    if (!pfd[i].revents || (o && o->fd != pfd[i].fd)) continue;
-    dispatch(b, listen_fd, o, pfd[i].revents);
-  }
+  boot_events(b, listen_fd, pfd, n);
 }
 
 void ftc__tcp_spare_stop(ftc__tcp_t *tp) {
