@@ -164,21 +164,30 @@ static int matrix_body(ftc_comm_t *comm, int rank, int n, void *arg) {
   return 0;
 }
 
-#define MATRIX_TEST(name, coll, n)                                                          \
-  static void name(void **state) {                                                          \
-    (void)state;                                                                            \
-    assert_int_equal(harness_run(n, matrix_body, (void *)(intptr_t)(coll), &small_opts), 0); \
+/* The same with the allreduce's ring in place of halving and doubling. */
+static const harness_opts_t ring_opts = {
+    .time_limit_s = 120,
+    .env = {"FTCOMM_CHUNK_BYTES=4096", "FTCOMM_RING_THRESHOLD=2048", "FTCOMM_SPIN_US=0",
+            "FTCOMM_HALVING_MAX=0"},
+};
+
+#define MATRIX_TEST(name, coll, n, opts)                                                \
+  static void name(void **state) {                                                      \
+    (void)state;                                                                        \
+    assert_int_equal(harness_run(n, matrix_body, (void *)(intptr_t)(coll), opts), 0);    \
   }
 
-#define MATRIX_SET(prefix, coll)   \
-  MATRIX_TEST(prefix##_1, coll, 1) \
-  MATRIX_TEST(prefix##_2, coll, 2) \
-  MATRIX_TEST(prefix##_3, coll, 3) \
-  MATRIX_TEST(prefix##_4, coll, 4) \
-  MATRIX_TEST(prefix##_7, coll, 7) \
-  MATRIX_TEST(prefix##_8, coll, 8)
+#define MATRIX_SET_WITH(prefix, coll, opts)   \
+  MATRIX_TEST(prefix##_1, coll, 1, opts) \
+  MATRIX_TEST(prefix##_2, coll, 2, opts) \
+  MATRIX_TEST(prefix##_3, coll, 3, opts) \
+  MATRIX_TEST(prefix##_4, coll, 4, opts) \
+  MATRIX_TEST(prefix##_7, coll, 7, opts) \
+  MATRIX_TEST(prefix##_8, coll, 8, opts)
+#define MATRIX_SET(prefix, coll) MATRIX_SET_WITH(prefix, coll, &small_opts)
 
 MATRIX_SET(allreduce_matches_reference_at_size, FTC_REC_ALLREDUCE)
+MATRIX_SET_WITH(allreduce_by_ring_matches_reference_at_size, FTC_REC_ALLREDUCE, &ring_opts)
 MATRIX_SET(broadcast_delivers_root_data_at_size, FTC_REC_BROADCAST)
 MATRIX_SET(reduce_matches_reference_on_root_at_size, FTC_REC_REDUCE)
 MATRIX_SET(allgather_concatenates_in_rank_order_at_size, FTC_REC_ALLGATHER)
@@ -399,6 +408,15 @@ static void allreduce_of_64_mib_is_exact_at_4_ranks(void **state) {
   assert_int_equal(harness_run(4, big_body, (void *)(uintptr_t)(16u << 20), &big_opts), 0);
 }
 
+/* Halving and doubling over 64 MiB, with the fold of a non-power of two. */
+static const harness_opts_t halving_opts = {
+    .time_limit_s = 120, .env = {"FTCOMM_SPIN_US=0", "FTCOMM_HALVING_MAX=1073741824"}};
+
+static void allreduce_of_64_mib_by_halving_is_exact_at_3_ranks(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(3, big_body, (void *)(uintptr_t)(16u << 20), &halving_opts), 0);
+}
+
 static int huge_body(ftc_comm_t *comm, int rank, int n, void *arg) {
   (void)arg;
   size_t count = (256u << 20) + 3; /* u8: just past 256 MiB, not a multiple of anything */
@@ -428,6 +446,7 @@ static void allreduce_past_256_mib_is_exact(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       SET_ENTRIES(allreduce_matches_reference_at_size),
+      SET_ENTRIES(allreduce_by_ring_matches_reference_at_size),
       SET_ENTRIES(broadcast_delivers_root_data_at_size),
       SET_ENTRIES(reduce_matches_reference_on_root_at_size),
       SET_ENTRIES(allgather_concatenates_in_rank_order_at_size),
@@ -440,6 +459,7 @@ int main(void) {
       cmocka_unit_test(requests_complete_in_the_order_started),
       cmocka_unit_test(allreduce_of_64_mib_is_exact_at_2_ranks),
       cmocka_unit_test(allreduce_of_64_mib_is_exact_at_4_ranks),
+      cmocka_unit_test(allreduce_of_64_mib_by_halving_is_exact_at_3_ranks),
       cmocka_unit_test(allreduce_past_256_mib_is_exact),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

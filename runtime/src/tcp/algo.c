@@ -2,7 +2,9 @@
  * algo.c - the collective algorithms of the TCP backend, expressed as runs
  * of the stream engine (xfer.c):
  *   allreduce       recursive doubling with the non-power-of-two fold below
- *                   FTCOMM_RING_THRESHOLD bytes; above it a ring
+ *                   FTCOMM_RING_THRESHOLD bytes; from there to
+ *                   FTCOMM_HALVING_MAX recursive halving + doubling
+ *                   (Rabenseifner) with the same fold; above it a ring
  *                   reduce-scatter + allgather as one pipelined stream per
  *                   neighbour (a block is forwarded chunk by chunk as soon
  *                   as it is reduced)
@@ -113,6 +115,70 @@ static ftc_status_t allreduce_rd(ftc__tcp_t *tp, const ftc__op_t *op, const ftc_
       st = sendrecv(tp, -1, NULL, 0, r + 1, buf, bytes, red, deadline);
   }
   return st;
+}
+
+/* Recursive halving reduce-scatter + recursive doubling allgather
+ * (Rabenseifner): log2(p) exchanges each way instead of the ring's n - 1,
+ * the same bytes per rank. Non-powers of two fold first, as in
+ * allreduce_rd: of the first 2 * rem ranks the even ones hand their vector
+ * to the odd neighbour and get the result back at the end. Every element is
+ * reduced by one rank only and then copied, so all ranks agree bitwise. */
+static ftc_status_t allreduce_rhd(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red_t *red,
+                                  int64_t deadline) {
+  const int n = tp->size, r = tp->rank;
+  const size_t es = red->esize, count = op->count, bytes = count * es;
+  const char *sb = op->sendbuf;
+  char *rb = op->recvbuf;
+  ftc_status_t st;
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const int rem = n - p;
+  int vr;
+  if (r < 2 * rem) {
+    if (r % 2 == 0) {
+      if ((st = sendrecv(tp, r + 1, sb, bytes, -1, NULL, 0, red, deadline)) != FTC_OK) return st;
+      return sendrecv(tp, -1, NULL, 0, r + 1, rb, bytes, red, deadline);
+    }
+    if ((st = recv_reduce(tp, r - 1, rb, sb, bytes, 0, red, deadline)) != FTC_OK) return st;
+    sb = rb; /* this rank's operand is now the pair's sum */
+    vr = r / 2;
+  } else {
+    vr = r - rem;
+  }
+#define REAL(v) ((v) < rem ? (v) * 2 + 1 : (v) + rem)
+#define OFF(b) (blk_off(count, p, (b)) * es)
+  ftc__seg_t *g = tp->segs;
+  int lo = 0, hi = p;
+  for (int mask = p / 2; mask > 0; mask >>= 1) {
+    const int peer = REAL(vr ^ mask), mid = lo + mask;
+    int klo = lo, khi = mid, slo = mid, shi = hi; /* keep, send */
+    if (vr & mask) klo = mid, khi = hi, slo = lo, shi = mid;
+    g[0] = (ftc__seg_t){.src = sb + OFF(slo), .len = OFF(shi) - OFF(slo)};
+    g[1] = (ftc__seg_t){.dst = rb + OFF(klo), .src = sb + OFF(klo), .len = OFF(khi) - OFF(klo),
+                        .reduce = 1, .finish = (unsigned char)(mask == 1)};
+    stream_at(tp, 0, peer, 1, &g[0], 1);
+    stream_at(tp, 1, peer, 0, &g[1], 1);
+    if ((st = ftc__xfer_run(tp, tp->streams, 2, red, deadline)) != FTC_OK) return st;
+    sb = rb;
+    lo = klo, hi = khi;
+  }
+  for (int mask = 1; mask < p; mask <<= 1) {
+    const int peer = REAL(vr ^ mask);
+    const int plo = (vr & mask) ? lo - mask : hi, phi = plo + mask;
+    g[0] = (ftc__seg_t){.src = rb + OFF(lo), .len = OFF(hi) - OFF(lo)};
+    g[1] = (ftc__seg_t){.dst = rb + OFF(plo), .len = OFF(phi) - OFF(plo)};
+    stream_at(tp, 0, peer, 1, &g[0], 1);
+    stream_at(tp, 1, peer, 0, &g[1], 1);
+    if ((st = ftc__xfer_run(tp, tp->streams, 2, red, deadline)) != FTC_OK) return st;
+    if (plo < lo)
+      lo = plo;
+    else
+      hi = phi;
+  }
+#undef OFF
+#undef REAL
+  if (r < 2 * rem) return sendrecv(tp, r - 1, rb, bytes, -1, NULL, 0, red, deadline);
+  return FTC_OK;
 }
 
 static ftc_status_t allreduce_ring(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red_t *red,
@@ -340,6 +406,7 @@ ftc_status_t ftc__tcp_run(ftc__tcp_t *tp, const ftc__op_t *op, int64_t deadline_
     case FTC_REC_ALLREDUCE:
       if (bytes < tp->cfg.ring_threshold || op->count < (size_t)tp->size)
         return allreduce_rd(tp, op, &red, deadline_ns);
+      if (bytes < tp->cfg.halving_max) return allreduce_rhd(tp, op, &red, deadline_ns);
       return allreduce_ring(tp, op, &red, deadline_ns);
     case FTC_REC_BROADCAST: return broadcast(tp, op, &red, deadline_ns);
     case FTC_REC_REDUCE: return reduce(tp, op, &red, deadline_ns);

@@ -63,6 +63,8 @@ ftc_status_t ftc__tcp_cfg_from_env(ftc__tcp_cfg_t *cfg) {
   cfg->chunk_bytes = (size_t)v & ~(size_t)63;
   if ((st = ftc__param_int(FTC_P_RING_THRESHOLD, &v)) != FTC_OK) return st;
   cfg->ring_threshold = (size_t)v;
+  if ((st = ftc__param_int(FTC_P_HALVING_MAX, &v)) != FTC_OK) return st;
+  cfg->halving_max = (size_t)v;
   if ((st = ftc__param_int(FTC_P_SPIN_US, &v)) != FTC_OK) return st;
   cfg->spin_us = (int)v;
   if ((st = ftc__param_int(FTC_P_TCP_SOCKETS, &v)) != FTC_OK) return st;

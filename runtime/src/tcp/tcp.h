@@ -44,6 +44,7 @@ typedef struct ftc__tcp_cfg {
   int64_t socket_buffer;    /* SO_SNDBUF/SO_RCVBUF, 0 keeps autotuning */
   size_t chunk_bytes;       /* pipeline and staging chunk */
   size_t ring_threshold;    /* bytes from which ring/chain algorithms are used */
+  size_t halving_max;       /* allreduce: below it (and from ring_threshold) halving-doubling */
   int spin_us;              /* busy-poll before sleeping in poll() */
   int sockets;              /* per peer pair: 1 carries both ways, 2 one per direction */
   int family;               /* FTCOMM_SOCKET_FAMILY: AF_UNSPEC (auto), AF_INET or AF_INET6 */
