@@ -3,7 +3,8 @@
  * /healthz, /readyz and /metrics, fill the caches, take the leader Lease,
  * then open the coordinator port, label this pod as the leader (the
  * Service sends ranks only to the leader's coordinators) and reconcile
- * until SIGTERM/SIGINT (or the Lease is lost); then stop in reverse order,
+ * until SIGTERM/SIGINT (or the Lease is lost), sweeping the dump volume for
+ * the folders of deleted jobs meanwhile; then stop in reverse order,
  * drop the label and release the Lease so a successor starts at once.
  */
 #include <signal.h>
@@ -71,6 +72,30 @@ static void leader_label(app_t *a, int on) {
             LEADER_LABEL, a->opt.pod_namespace, a->opt.pod_name, ftc_last_error());
   json_decref(patch);
   ftc__free(path);
+}
+
+/* For the dump sweep: does TrainingJob ns/name exist in the synced cache? */
+static int job_lookup(void *ud, const char *ns, const char *name, ftck_job_ref_t *ref) {
+  app_t *a = ud;
+  ftck_informer_t *jobs = ftck_reconciler_informer(a->rec, 0);
+  if (!jobs || !ftck_informer_synced(jobs)) return -1;
+  char key[512];
+  snprintf(key, sizeof key, "%s/%s", ns, name);
+  json_t *job = ftck_informer_get(jobs, key);
+  if (!job) return 0;
+  const char *uid = ftck_jstr(job, "metadata.uid");
+  int64_t created = ftck_parse_time(ftck_jstr(job, "metadata.creationTimestamp"));
+  snprintf(ref->uid, sizeof ref->uid, "%s", uid ? uid : "");
+  ref->created_s = created < 0 ? -1 : created / 1000000000LL;
+  json_decref(job);
+  return 1;
+}
+
+/* How often the leader sweeps the dump volume: a quarter of the ttl,
+ * between 1 s and 1 min. */
+static int64_t sweep_period_ns(int64_t ttl_s) {
+  int64_t p = ttl_s / 4;
+  return (p < 1 ? 1 : p > 60 ? 60 : p) * 1000000000LL;
 }
 
 static void on_lost(void *ud) {
@@ -202,7 +227,20 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ftcomm-controller: %s\n", ftc_last_error());
     goto out_release;
   }
+  int64_t next_sweep = 0; /* the first at once: the caches have synced */
+  if (!a.opt.dump_ttl_after_deletion_s)
+    fprintf(stderr, "ftcomm-controller: --dump-ttl-after-deletion=0: the dump folders of deleted jobs are kept\n");
   while (!stopping()) {
+    if (a.opt.dump_ttl_after_deletion_s && ftc__now_ns() >= next_sweep) {
+      ftck_coords_sweep_opts_t so = {.ns = a.opt.watch_namespace,
+                                     .ttl_s = a.opt.dump_ttl_after_deletion_s,
+                                     .now_s = ftc__wall_ns() / 1000000000LL,
+                                     .lookup = job_lookup,
+                                     .ud = &a};
+      if (ftck_coords_sweep(a.coords, &so) != FTC_OK)
+        fprintf(stderr, "ftcomm-controller: %s; trying again at the next sweep\n", ftc_last_error());
+      next_sweep = ftc__now_ns() + sweep_period_ns(a.opt.dump_ttl_after_deletion_s);
+    }
     if (ftck_coords_port(a.coords) < 0 && ftc__now_ns() >= next_listen) {
       if (ftck_coords_listen(a.coords) == FTC_OK) {
         fprintf(stderr, "ftcomm-controller: coordinator port %d (%s), dumps in %s\n", ftck_coords_port(a.coords),

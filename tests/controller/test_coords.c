@@ -4,8 +4,9 @@
  * frames), real membership clients (runtime/src/membership) of two jobs
  * meeting their own coordinators through one port, a rank of an unknown job
  * turned away, a slot declared lost shrinking the epoch at once, and the
- * incident folder: ftcomm-trace's analysis written next to real dumps, and
- * retention keeping the newest incidents.
+ * incident folder: ftcomm-trace's analysis written next to real dumps and
+ * the job's uid stamped on it, and the sweep of deleted jobs' folders
+ * sparing a job that has a coordinator (the rules: test_retention.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -129,7 +130,9 @@ static ftc__member_t *join(fixture_t *fx, const char *job, const char *token, in
 }
 
 static void start_job(fixture_t *fx, const char *key, const char *job, const char *token, int world) {
-  ftck_coord_params_t p = {.job = job, .token = token, .world_size = world, .min_size = 1,
+  char uid[64];
+  snprintf(uid, sizeof uid, "uid-%s", job);
+  ftck_coord_params_t p = {.job = job, .token = token, .uid = uid, .world_size = world, .min_size = 1,
                            .hang_timeout_ms = 60000};
   int created = 0;
   assert_int_equal(ftck_coords_ensure(fx->cs, key, &p, &created), FTC_OK);
@@ -336,6 +339,14 @@ static void a_timeout_report_becomes_an_analyzed_incident(void **state) {
   assert_int_equal(stat(path, &sb), 0);
   snprintf(path, sizeof path, "%s/ns/t/%s/rank-2.json", fx->dir, name0);
   assert_int_equal(stat(path, &sb), 0);
+  /* Whose incident it is, for a job re-created under this name later. */
+  snprintf(path, sizeof path, "%s/ns/t/%s/.job-uid", fx->dir, name0);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  char uid[64] = "";
+  assert_non_null(fgets(uid, sizeof uid, f));
+  fclose(f);
+  assert_string_equal(uid, "uid-t\n");
   ftck_coords_stats_t s;
   ftck_coords_get_stats(fx->cs, &s);
   assert_int_equal(s.hangs, 1);
@@ -385,21 +396,41 @@ static void the_analysis_goes_next_to_the_dumps(void **state) {
   assert_non_null(strstr(headline, "could not read the dumps"));
 }
 
-static void retention_keeps_the_newest_incidents(void **state) {
+static int no_job(void *ud, const char *ns, const char *name, ftck_job_ref_t *ref) {
+  (void)ud;
+  (void)ns;
+  (void)name;
+  (void)ref;
+  return 0;
+}
+
+static void a_job_with_a_coordinator_keeps_its_folder_and_a_sweep_removes_the_rest(void **state) {
   fixture_t *fx = *state;
-  char dir[PATH_MAX + 16], d[3 * PATH_MAX];
-  snprintf(dir, sizeof dir, "%s/ns/job", fx->dir);
-  const char *names[] = {"hang-e1-100", "hang-e2-200", "hang-e3-300", "hang-e4-400"};
-  for (int i = 0; i < 4; i++) {
-    snprintf(d, sizeof d, "mkdir -p '%s/%s' && touch -d @%d '%s/%s'", dir, names[i], 1000000 + i, dir, names[i]);
-    assert_int_equal(system(d), 0);
-  }
-  ftck_prune_incidents(dir, 2);
-  struct stat sb;
-  for (int i = 0; i < 4; i++) {
-    snprintf(d, sizeof d, "%s/%s", dir, names[i]);
-    assert_int_equal(stat(d, &sb) == 0, i >= 2);
-  }
+  char path[PATH_MAX + 64], cmd[3 * PATH_MAX + 128];
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s/ns/run' '%s/ns/old/hang-e1-1' && echo 1000 >'%s/ns/run/.deleted-at'", fx->dir,
+           fx->dir, fx->dir);
+  assert_int_equal(system(cmd), 0);
+  /* Making its coordinator drops the mark an earlier deletion left. */
+  start_job(fx, "ns/run", "run", "token-run", 2);
+  snprintf(path, sizeof path, "%s/ns/run/.deleted-at", fx->dir);
+  assert_int_equal(access(path, F_OK), -1);
+  /* Not in the cache (deleted, not reconciled yet), but it has a coordinator: left alone. */
+  ftck_coords_sweep_opts_t o = {.ttl_s = 60, .now_s = 2000000000, .lookup = no_job};
+  assert_int_equal(ftck_coords_sweep(fx->cs, &o), FTC_OK);
+  assert_int_equal(access(path, F_OK), -1);
+  snprintf(path, sizeof path, "%s/ns/old/.deleted-at", fx->dir);
+  assert_int_equal(access(path, F_OK), 0);
+  o.now_s += 60;
+  assert_int_equal(ftck_coords_sweep(fx->cs, &o), FTC_OK);
+  snprintf(path, sizeof path, "%s/ns/old", fx->dir);
+  assert_int_equal(access(path, F_OK), -1);
+  snprintf(path, sizeof path, "%s/ns/run", fx->dir);
+  assert_int_equal(access(path, F_OK), 0);
+  ftck_coords_stats_t s;
+  ftck_coords_get_stats(fx->cs, &s);
+  assert_int_equal(s.sweeps, 2);
+  assert_int_equal(s.dirs_removed_deleted, 1);
+  assert_int_equal(s.dirs_waiting, 0);
 }
 
 int main(void) {
@@ -414,7 +445,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_job_that_is_removed_stops_its_coordinator, setup, teardown),
       cmocka_unit_test_setup_teardown(a_timeout_report_becomes_an_analyzed_incident, setup, teardown),
       cmocka_unit_test_setup_teardown(the_analysis_goes_next_to_the_dumps, setup, teardown),
-      cmocka_unit_test_setup_teardown(retention_keeps_the_newest_incidents, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_job_with_a_coordinator_keeps_its_folder_and_a_sweep_removes_the_rest, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,9 @@
  * dump), the dumps land in the job's folder of the volume, and once they are
  * all in (or dump_wait_ms passed; a stopped rank never sends one) the worker
  * reconciling the job runs ftcomm-trace on the folder, writes the analysis
- * next to the dumps and drops the oldest incidents beyond the retention.
+ * next to the dumps (stamped with the job's uid) and drops the oldest
+ * incidents beyond the retention; and the sweep that removes the folders of
+ * deleted jobs (retention.c) once they are --dump-ttl-after-deletion old.
  *
  * Lock: cs->mu guards the table, each entry's pending incidents and lost-pod
  * memory; it is never held while calling a coordinator, the analyzer or
@@ -12,14 +14,15 @@
  * their key (or at destroy, after the workers stopped); the router thread
  * reads an entry's immutable fields under cs->mu. ftck_coords_poll reads each
  * coordinator's stats (its own leaf lock) under cs->mu; nothing takes cs->mu
- * under a coordinator's lock.
+ * under a coordinator's lock. cs->vol_mu serializes making a job's folder
+ * (and its coordinator entry) with the sweep deciding about that folder; it
+ * is taken before cs->mu and before the caller's lookup (an informer's lock).
  */
 #include "jobcoord.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
 #include <pthread.h>
@@ -37,6 +40,7 @@
 #include "ftc_log.h"
 #include "ftc_param.h"
 #include "ftc_time.h"
+#include "retention.h"
 #include "router.h"
 
 extern char **environ;
@@ -55,7 +59,7 @@ typedef struct pending {
 typedef struct jc {
   struct jc *next;
   ftck_coords_t *cs;
-  char *key, *job, *token;
+  char *key, *job, *token, *uid;
   int world_size, min_size, hang_ms;
   ftc__coord_t *co;
   int port;
@@ -76,6 +80,7 @@ struct ftck_coords {
   int retention, dump_wait_ms;
   void (*notify)(void *ud, const char *key);
   void *ud;
+  pthread_mutex_t vol_mu; /* before mu */
   pthread_mutex_t mu;
   jc_t *jobs;
   ftck_router_t *router; /* set once by ftck_coords_listen on the main thread */
@@ -176,6 +181,7 @@ ftc_status_t ftck_coords_create(const ftck_coords_opts_t *o, ftck_coords_t **out
   cs->notify = o->notify;
   cs->ud = o->ud;
   pthread_mutex_init(&cs->mu, NULL);
+  pthread_mutex_init(&cs->vol_mu, NULL);
   if (!cs->bind || !cs->dump_volume || !cs->analyzer) {
     ftck_coords_destroy(cs);
     return ftc__error(FTC_ERR_NO_MEMORY, "coordinators: no memory");
@@ -208,6 +214,7 @@ static void jc_free(jc_t *j) {
   ftc__free(j->key);
   ftc__free(j->job);
   ftc__free(j->token);
+  ftc__free(j->uid);
   ftc__free(j);
 }
 
@@ -220,6 +227,7 @@ void ftck_coords_destroy(ftck_coords_t *cs) {
     jc_free(j);
   }
   pthread_mutex_destroy(&cs->mu);
+  pthread_mutex_destroy(&cs->vol_mu);
   ftc__free(cs->bind);
   ftc__free(cs->dump_volume);
   ftc__free(cs->analyzer);
@@ -266,7 +274,8 @@ ftc_status_t ftck_coords_ensure(ftck_coords_t *cs, const char *key, const ftck_c
   pthread_mutex_lock(&cs->mu);
   jc_t *old = find(cs, key);
   int same = old && old->world_size == p->world_size && old->min_size == p->min_size &&
-             old->hang_ms == p->hang_timeout_ms && !strcmp(old->token, p->token) && !strcmp(old->job, p->job);
+             old->hang_ms == p->hang_timeout_ms && !strcmp(old->token, p->token) && !strcmp(old->job, p->job) &&
+             !strcmp(old->uid, p->uid ? p->uid : "");
   pthread_mutex_unlock(&cs->mu);
   if (same) return FTC_OK;
   ftc_status_t st = FTC_OK;
@@ -276,18 +285,25 @@ ftc_status_t ftck_coords_ensure(ftck_coords_t *cs, const char *key, const ftck_c
   j->key = ftc__strdup(key);
   j->job = ftc__strdup(p->job);
   j->token = ftc__strdup(p->token);
+  j->uid = ftc__strdup(p->uid ? p->uid : "");
   j->lost = json_object();
   j->world_size = p->world_size;
   j->min_size = p->min_size;
   j->hang_ms = p->hang_timeout_ms;
-  if (!j->key || !j->job || !j->token || !j->lost) {
+  if (!j->key || !j->job || !j->token || !j->uid || !j->lost) {
     st = ftc__error(FTC_ERR_NO_MEMORY, "coordinators: no memory");
     goto out_free_job;
   }
   snprintf(j->dump_dir, sizeof j->dump_dir, "%s/%s", cs->dump_volume, key); /* key is ns/name */
+  /* Under vol_mu until the entry is in the table: a sweep sees either no
+   * folder or a job with a coordinator. A job that has one is not gone. */
+  pthread_mutex_lock(&cs->vol_mu);
   if (mkdir_p(j->dump_dir) != 0)
     FTC_WARN(FTC_SUB_CTRL, "%s: cannot make the dump folder %s: %s; dumps of this job will be refused", key,
              j->dump_dir, strerror(errno));
+  char mark[PATH_MAX + 32];
+  snprintf(mark, sizeof mark, "%s/%s", j->dump_dir, FTCK_MARK_DELETED);
+  unlink(mark);
   uint64_t first = p->first_epoch;
   if (old) {
     ftc__coord_stats_t s;
@@ -309,7 +325,7 @@ ftc_status_t ftck_coords_ensure(ftck_coords_t *cs, const char *key, const ftck_c
                          .dump_dir = j->dump_dir,
                          .on_event = on_event,
                          .event_arg = j};
-  FTC_CHECK_GOTO(ftc__coord_create(&cc, &j->co), st, out_free_job);
+  FTC_CHECK_GOTO(ftc__coord_create(&cc, &j->co), st, out_unlock_volume);
   j->port = ftc__coord_port(j->co);
   pthread_mutex_lock(&cs->mu);
   if (old) {
@@ -321,6 +337,7 @@ ftc_status_t ftck_coords_ensure(ftck_coords_t *cs, const char *key, const ftck_c
   j->next = cs->jobs;
   cs->jobs = j;
   pthread_mutex_unlock(&cs->mu);
+  pthread_mutex_unlock(&cs->vol_mu);
   /* The old coordinator's ranks lose their sessions, reconnect through the
    * router and meet the new one, which adopts their epoch. */
   jc_free(old);
@@ -331,6 +348,8 @@ ftc_status_t ftck_coords_ensure(ftck_coords_t *cs, const char *key, const ftck_c
            key, old ? "remade the" : "started the", p->world_size, p->min_size, p->hang_timeout_ms,
            (unsigned long long)first, j->dump_dir);
   return FTC_OK;
+out_unlock_volume:
+  pthread_mutex_unlock(&cs->vol_mu);
 out_free_job:
   jc_free(j);
   return st;
@@ -467,60 +486,6 @@ int ftck_analyze_dir(const char *analyzer, const char *dir, char *headline, size
   return 0;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  return remove(path) != 0 && errno != ENOENT ? -1 : 0;
-}
-
-typedef struct aged {
-  char name[256];
-  struct timespec mtime;
-} aged_t;
-
-static int newest_first(const void *a, const void *b) {
-  const aged_t *x = a, *y = b;
-  if (x->mtime.tv_sec != y->mtime.tv_sec) return x->mtime.tv_sec < y->mtime.tv_sec ? 1 : -1;
-  if (x->mtime.tv_nsec != y->mtime.tv_nsec) return x->mtime.tv_nsec < y->mtime.tv_nsec ? 1 : -1;
-  return strcmp(y->name, x->name);
-}
-
-void ftck_prune_incidents(const char *dir, int keep) {
-  DIR *d = opendir(dir);
-  if (!d) return;
-  aged_t *v = NULL;
-  size_t n = 0, cap = 0;
-  struct dirent *de;
-  while ((de = readdir(d))) {
-    if (de->d_name[0] == '.') continue;
-    char path[PATH_MAX];
-    struct stat sb;
-    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-    if (lstat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) continue;
-    if (n == cap) {
-      size_t nc = cap ? cap * 2 : 16;
-      aged_t *nv = ftc__realloc(v, nc * sizeof *nv);
-      if (!nv) break;
-      v = nv;
-      cap = nc;
-    }
-    snprintf(v[n].name, sizeof v[n].name, "%s", de->d_name);
-    v[n++].mtime = sb.st_mtim;
-  }
-  closedir(d);
-  if (n > (size_t)keep) qsort(v, n, sizeof *v, newest_first);
-  for (size_t i = (size_t)keep; i < n; i++) {
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", dir, v[i].name);
-    if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) == 0)
-      FTC_INFO(FTC_SUB_CTRL, "removed incident %s (keeping the newest %d)", path, keep);
-    else
-      FTC_WARN(FTC_SUB_CTRL, "cannot remove incident %s: %s", path, strerror(errno));
-  }
-  ftc__free(v);
-}
-
 ftc_status_t ftck_coords_take_incidents(ftck_coords_t *cs, const char *key, ftck_incident_t **out, size_t *n,
                                         int64_t *wait_ms) {
   *out = NULL;
@@ -528,11 +493,12 @@ ftc_status_t ftck_coords_take_incidents(ftck_coords_t *cs, const char *key, ftck
   *wait_ms = -1;
   int64_t now = ftc__now_ns(), wait_ns = (int64_t)cs->dump_wait_ms * 1000000;
   pending_t *ready = NULL;
-  char dir[PATH_MAX] = "";
+  char dir[PATH_MAX] = "", uid[128] = "";
   pthread_mutex_lock(&cs->mu);
   jc_t *j = find(cs, key);
   if (j) {
     snprintf(dir, sizeof dir, "%s", j->dump_dir);
+    snprintf(uid, sizeof uid, "%s", j->uid);
     for (pending_t **pp = &j->pending; *pp;) {
       pending_t *p = *pp;
       if (p->inc.dumps >= p->asked || now - p->start_ns >= wait_ns) {
@@ -565,6 +531,10 @@ ftc_status_t ftck_coords_take_incidents(ftck_coords_t *cs, const char *key, ftck
     ready = p->next;
     ftck_incident_t *inc = &v[(*n)++];
     *inc = p->inc;
+    /* Whose incident this is, for the sweep when a job of the same name
+     * comes later (retention.h). */
+    if (uid[0] && ftck_stamp_incident(inc->dump_path, uid) != 0)
+      FTC_WARN(FTC_SUB_CTRL, "%s: cannot write %s/%s: %s", key, inc->dump_path, FTCK_MARK_JOB_UID, strerror(errno));
     int rank = -1;
     if (ftck_analyze_dir(cs->analyzer, inc->dump_path, inc->headline, sizeof inc->headline, &rank) != 0)
       FTC_WARN(FTC_SUB_CTRL, "%s: incident %s: %s", key, inc->name, inc->headline);
@@ -579,7 +549,10 @@ ftc_status_t ftck_coords_take_incidents(ftck_coords_t *cs, const char *key, ftck
              inc->dumps == 1 ? "" : "s", p->asked, inc->headline);
     ftc__free(p);
   }
-  if (dir[0]) ftck_prune_incidents(dir, cs->retention);
+  if (dir[0]) {
+    int removed = ftck_prune_incidents(dir, cs->retention);
+    __atomic_add_fetch(&cs->stats.dirs_removed_retention, (uint64_t)removed, __ATOMIC_RELAXED);
+  }
   *out = v;
   return FTC_OK;
 }
@@ -622,6 +595,11 @@ void ftck_coords_get_stats(ftck_coords_t *cs, ftck_coords_stats_t *out) {
   out->hangs = __atomic_load_n(&cs->stats.hangs, __ATOMIC_RELAXED);
   out->dumps = __atomic_load_n(&cs->stats.dumps, __ATOMIC_RELAXED);
   out->slots_declared_lost = __atomic_load_n(&cs->stats.slots_declared_lost, __ATOMIC_RELAXED);
+  out->dirs_removed_deleted = __atomic_load_n(&cs->stats.dirs_removed_deleted, __ATOMIC_RELAXED);
+  out->dirs_removed_stale = __atomic_load_n(&cs->stats.dirs_removed_stale, __ATOMIC_RELAXED);
+  out->dirs_removed_retention = __atomic_load_n(&cs->stats.dirs_removed_retention, __ATOMIC_RELAXED);
+  out->dirs_waiting = __atomic_load_n(&cs->stats.dirs_waiting, __ATOMIC_RELAXED);
+  out->sweeps = __atomic_load_n(&cs->stats.sweeps, __ATOMIC_RELAXED);
   out->listening = __atomic_load_n(&cs->listening, __ATOMIC_ACQUIRE);
   ftck_router_stats_t rs = {0};
   if (out->listening) ftck_router_get_stats(cs->router, &rs);
@@ -629,4 +607,52 @@ void ftck_coords_get_stats(ftck_coords_t *cs, ftck_coords_stats_t *out) {
   out->router_routed = rs.routed;
   out->router_unrouted = rs.unrouted;
   out->router_open = rs.open;
+}
+
+/* ---- the folders of deleted jobs ---- */
+
+typedef struct sweep_ctx {
+  ftck_coords_t *cs;
+  ftck_job_lookup_fn lookup;
+  void *ud;
+} sweep_ctx_t;
+
+static void sweep_hold(void *ud, int on) {
+  sweep_ctx_t *x = ud;
+  if (on) pthread_mutex_lock(&x->cs->vol_mu);
+  else pthread_mutex_unlock(&x->cs->vol_mu);
+}
+
+/* The caller's answer (its cache); a job missing there that still has a
+ * coordinator (its deletion not reconciled yet) is left for later. */
+static int sweep_lookup(void *ud, const char *ns, const char *name, ftck_job_ref_t *ref) {
+  sweep_ctx_t *x = ud;
+  int live = x->lookup(x->ud, ns, name, ref);
+  if (live != 0) return live;
+  char key[512];
+  snprintf(key, sizeof key, "%s/%s", ns, name);
+  return ftck_coords_has(x->cs, key) ? -1 : 0;
+}
+
+ftc_status_t ftck_coords_sweep(ftck_coords_t *cs, const ftck_coords_sweep_opts_t *o) {
+  sweep_ctx_t x = {.cs = cs, .lookup = o->lookup, .ud = o->ud};
+  uint64_t n = __atomic_add_fetch(&cs->stats.sweeps, 1, __ATOMIC_RELAXED);
+  ftck_retention_opts_t ro = {.volume = cs->dump_volume,
+                              .ns = o->ns,
+                              .ttl_s = o->ttl_s,
+                              .now_s = o->now_s,
+                              .lookup = sweep_lookup,
+                              .hold = sweep_hold,
+                              .ud = &x,
+                              .quiet = n > 1};
+  ftck_retention_result_t r;
+  ftc_status_t st = ftck_retention_sweep(&ro, &r);
+  __atomic_add_fetch(&cs->stats.dirs_removed_deleted, r.deleted, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&cs->stats.dirs_removed_stale, r.stale, __ATOMIC_RELAXED);
+  __atomic_store_n(&cs->stats.dirs_waiting, r.waiting, __ATOMIC_RELAXED);
+  FTC_DEBUG(FTC_SUB_CTRL, "dump volume swept: %llu folders of deleted jobs removed, %llu waiting, %llu incidents of "
+            "earlier jobs removed, %llu entries left alone, %llu errors", (unsigned long long)r.deleted,
+            (unsigned long long)r.waiting, (unsigned long long)r.stale, (unsigned long long)r.skipped,
+            (unsigned long long)r.errors);
+  return st;
 }

@@ -7,7 +7,9 @@
  * rank), and hang incidents, whose dumps it collects into the dump volume as
  * <volume>/<namespace>/<job>/<incident>/rank-<r>.json, analyzes with
  * ftcomm-trace (analysis.json, analysis.txt, analysis.html next to them) and
- * prunes to the newest --dump-retention incidents per job.
+ * prunes to the newest --dump-retention incidents per job; the folders of
+ * deleted jobs go after --dump-ttl-after-deletion (ftck_coords_sweep,
+ * retention.h).
  *
  * Threads: coordinator events arrive on each coordinator's service thread
  * and are only recorded here (under cs->mu) before notify() queues the job;
@@ -22,6 +24,7 @@
 
 #include "coordinator/coordinator.h"
 #include "ftcomm.h"
+#include "retention.h"
 
 typedef struct ftck_coords ftck_coords_t;
 
@@ -47,6 +50,7 @@ void ftck_coords_destroy(ftck_coords_t *cs);
 typedef struct ftck_coord_params {
   const char *job;          /* the job's name: what its ranks say in their hello */
   const char *token;        /* its Secret's token */
+  const char *uid;          /* the job's metadata.uid, stamped on its incidents; NULL: none */
   int world_size, min_size;
   int hang_timeout_ms;      /* a member silent this long is hung (coordinator heartbeat timeout) */
   uint64_t first_epoch;     /* status.epoch: a new coordinator numbers its epochs above it */
@@ -98,6 +102,10 @@ ftc_status_t ftck_coords_take_incidents(ftck_coords_t *cs, const char *key, ftck
 typedef struct ftck_coords_stats {
   uint64_t coordinators, epochs, hangs, dumps, slots_declared_lost;
   uint64_t router_accepted, router_routed, router_unrouted, router_open;
+  /* Folders removed from the dump volume: of deleted jobs, incidents of an
+   * earlier job of the same name, beyond --dump-retention; folders of
+   * deleted jobs waiting out the ttl (at the last sweep); sweeps done. */
+  uint64_t dirs_removed_deleted, dirs_removed_stale, dirs_removed_retention, dirs_waiting, sweeps;
   int listening;
 } ftck_coords_stats_t;
 void ftck_coords_get_stats(ftck_coords_t *cs, ftck_coords_stats_t *out);
@@ -107,7 +115,19 @@ void ftck_coords_get_stats(ftck_coords_t *cs, ftck_coords_stats_t *out);
  * 0 when the analyzer ran (healthy or a finding), -1 otherwise (why in
  * headline). Exposed for the tests. */
 int ftck_analyze_dir(const char *analyzer, const char *dir, char *headline, size_t n, int *rank);
-/* Keep the newest `keep` incident folders under dir (by modification time). */
-void ftck_prune_incidents(const char *dir, int keep);
+
+typedef struct ftck_coords_sweep_opts {
+  const char *ns;            /* NULL or "": every namespace; else only this one (--namespace) */
+  int64_t ttl_s;             /* --dump-ttl-after-deletion, > 0 */
+  int64_t now_s;             /* wall clock, unix seconds */
+  ftck_job_lookup_fn lookup; /* the jobs that exist: the TrainingJob cache, synced */
+  void *ud;
+} ftck_coords_sweep_opts_t;
+
+/* Remove what deleted (or re-created) jobs left in the dump volume once
+ * they are ttl old (retention.h), on the caller's thread; a job with a
+ * coordinator is never gone. The leader calls it at start-up, once its
+ * caches synced, and then periodically. Counts go to the stats. */
+ftc_status_t ftck_coords_sweep(ftck_coords_t *cs, const ftck_coords_sweep_opts_t *o);
 
 #endif

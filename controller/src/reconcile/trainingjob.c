@@ -757,6 +757,7 @@ static ftc_status_t ensure_coordinator(pass_t *p, const char *token, const json_
   int64_t hang_ms = (int64_t)p->spec.hang_timeout_s * 1000;
   ftck_coord_params_t cp = {.job = p->name,
                             .token = token,
+                            .uid = ftck_jstr(p->job, "metadata.uid"),
                             .world_size = p->spec.replicas,
                             .min_size = p->spec.min_replicas,
                             .hang_timeout_ms = hang_ms > 3600000 ? 3600000 : hang_ms < 50 ? 50 : (int)hang_ms,

@@ -158,6 +158,20 @@ char *ftck_metrics_render(const ftck_metrics_src_t *src) {
         (unsigned long long)cs.slots_declared_lost, (unsigned long long)cs.hangs, (unsigned long long)cs.dumps,
         (unsigned long long)cs.router_open, (unsigned long long)cs.router_routed,
         (unsigned long long)cs.router_unrouted);
+    put(&o, "# HELP ftcomm_controller_dump_dirs_removed_total Folders removed from the dump volume, by reason: job_deleted (a deleted TrainingJob's folder, after --dump-ttl-after-deletion), job_recreated (an incident of an earlier job of the same name), retention (beyond --dump-retention).\n"
+            "# TYPE ftcomm_controller_dump_dirs_removed_total counter\n"
+            "ftcomm_controller_dump_dirs_removed_total{reason=\"job_deleted\"} %llu\n"
+            "ftcomm_controller_dump_dirs_removed_total{reason=\"job_recreated\"} %llu\n"
+            "ftcomm_controller_dump_dirs_removed_total{reason=\"retention\"} %llu\n"
+            "# HELP ftcomm_controller_dump_dirs_awaiting_removal Folders of deleted TrainingJobs waiting out --dump-ttl-after-deletion (at the last sweep).\n"
+            "# TYPE ftcomm_controller_dump_dirs_awaiting_removal gauge\n"
+            "ftcomm_controller_dump_dirs_awaiting_removal %llu\n"
+            "# HELP ftcomm_controller_dump_sweeps_total Sweeps of the dump volume for the folders of deleted TrainingJobs.\n"
+            "# TYPE ftcomm_controller_dump_sweeps_total counter\n"
+            "ftcomm_controller_dump_sweeps_total %llu\n",
+        (unsigned long long)cs.dirs_removed_deleted, (unsigned long long)cs.dirs_removed_stale,
+        (unsigned long long)cs.dirs_removed_retention, (unsigned long long)cs.dirs_waiting,
+        (unsigned long long)cs.sweeps);
   }
   if (o.failed) {
     ftc__free(o.p);

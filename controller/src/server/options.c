@@ -13,7 +13,7 @@
 #include "ftc_addr.h"
 #include "ftc_error.h"
 
-enum kind { STR, INT, BOOL };
+enum kind { STR, INT, BOOL, DUR };
 
 typedef struct flag {
   const char *name;
@@ -26,6 +26,9 @@ typedef struct flag {
 #define S(f) STR, offsetof(ftck_options_t, f), sizeof(((ftck_options_t *)0)->f), 0, 0
 #define I(f, lo, hi) INT, offsetof(ftck_options_t, f), 0, lo, hi
 #define B(f) BOOL, offsetof(ftck_options_t, f), 0, 0, 1
+#define D(f) DUR, offsetof(ftck_options_t, f), 0, 0, 0
+
+#define DUR_MAX_S (3650LL * 86400) /* ten years */
 
 static const flag_t flags[] = {
     {"kubeconfig", S(kubeconfig), "kubeconfig file (default $KUBECONFIG, in-cluster, ~/.kube/config)"},
@@ -48,6 +51,7 @@ static const flag_t flags[] = {
     {"coordinator-bind", S(coordinator_bind), "host:port where ranks reach the jobs' coordinators (default :7470; port 0 picks one, logged)"},
     {"dump-volume", S(dump_volume), "folder of incidents: <namespace>/<job>/<incident>/rank-<r>.json and analysis (default /var/lib/ftcomm/dumps)"},
     {"dump-retention", I(dump_retention, 1, 100000), "incidents kept per job, the newest (default 10)"},
+    {"dump-ttl-after-deletion", D(dump_ttl_after_deletion_s), "how long the dump folder of a deleted TrainingJob stays, e.g. 7d, 36h, 90m; 0 keeps it forever (default 7d)"},
     {"dump-wait", I(dump_wait_s, 1, 3600), "seconds an incident waits for every rank's dump before it is analyzed (default 10)"},
     {"token-check", I(token_check_s, 1, 86400), "deprecated, ignored: token Secrets are watched (a deleted one is made again at once)"},
     {"analyzer", S(analyzer), "the ftcomm-trace binary (default: next to this one, else $PATH)"},
@@ -64,6 +68,7 @@ static ftc_status_t set_flag(ftck_options_t *o, const flag_t *f, const char *v) 
     set_str(o, f, v);
     return FTC_OK;
   }
+  if (f->kind == DUR) return ftck_parse_duration(f->name, v, (int64_t *)((char *)o + f->off));
   int *dst = (int *)((char *)o + f->off);
   if (f->kind == BOOL) {
     if (!strcmp(v, "true") || !strcmp(v, "1")) *dst = 1;
@@ -79,11 +84,41 @@ static ftc_status_t set_flag(ftck_options_t *o, const flag_t *f, const char *v) 
   return FTC_OK;
 }
 
+ftc_status_t ftck_parse_duration(const char *what, const char *v, int64_t *out) {
+  int64_t total = 0;
+  const char *p = v;
+  if (!strcmp(v, "0")) {
+    *out = 0;
+    return FTC_OK;
+  }
+  while (*p) {
+    if (*p < '0' || *p > '9') goto out_bad;
+    int64_t n = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+      n = n * 10 + (*p - '0');
+      if (n > DUR_MAX_S) goto out_too_long;
+    }
+    int64_t unit = *p == 's' ? 1 : *p == 'm' ? 60 : *p == 'h' ? 3600 : *p == 'd' ? 86400 : 0;
+    if (!unit) goto out_bad;
+    p++;
+    if (n > (DUR_MAX_S - total) / unit) goto out_too_long;
+    total += n * unit;
+  }
+  if (p == v) goto out_bad;
+  *out = total;
+  return FTC_OK;
+out_too_long:
+  return ftc__error(FTC_ERR_CONFIG, "--%s: \"%s\" is longer than the most it takes, 3650d", what, v);
+out_bad:
+  return ftc__error(FTC_ERR_CONFIG, "--%s: expected a duration such as 7d, 36h, 90m, 45s or 1h30m (0 keeps the "
+                    "folders forever), got \"%s\"", what, v);
+}
+
 void ftck_options_usage(const char *argv0) {
   printf("usage: %s [--flag=value ...]\n\nRuns TrainingJobs (ftcomm.dev/v1alpha1) on Kubernetes.\n\n", argv0);
   for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
-    printf("  --%-22s %s\n", flags[i].name, flags[i].doc);
-  printf("  --%-22s %s\n", "help", "this text");
+    printf("  --%-24s %s\n", flags[i].name, flags[i].doc);
+  printf("  --%-24s %s\n", "help", "this text");
   printf("\nEnvironment: KUBECONFIG, WATCH_NAMESPACE, POD_NAME, POD_NAMESPACE; logging with FTCOMM_LOG_LEVEL and\n"
          "FTCOMM_LOG_SUBSYS (k8s, ctrl).\n");
 }
@@ -109,6 +144,7 @@ ftc_status_t ftck_options_parse(int argc, char **argv, ftck_options_t *o) {
   snprintf(o->coordinator_bind, sizeof o->coordinator_bind, ":7470");
   snprintf(o->dump_volume, sizeof o->dump_volume, "/var/lib/ftcomm/dumps");
   o->dump_retention = 10;
+  o->dump_ttl_after_deletion_s = 7 * 86400;
   o->dump_wait_s = 10;
   o->leader_label = 1;
   if (env("KUBECONFIG")) snprintf(o->kubeconfig, sizeof o->kubeconfig, "%s", env("KUBECONFIG"));

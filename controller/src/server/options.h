@@ -9,6 +9,8 @@
 #ifndef FTCK_OPTIONS_H
 #define FTCK_OPTIONS_H
 
+#include <stdint.h>
+
 #include "ftcomm.h"
 
 typedef struct ftck_options {
@@ -32,6 +34,7 @@ typedef struct ftck_options {
   char coordinator_bind[256];    /* the coordinator port: [host]:port */
   char dump_volume[512];         /* incidents: <volume>/<ns>/<job>/<incident>/ */
   int dump_retention;            /* incidents kept per job */
+  int64_t dump_ttl_after_deletion_s; /* a deleted job's dump folder goes this long after; 0: kept forever */
   int dump_wait_s;               /* how long an incident waits for the ranks' dumps */
   char analyzer[512];            /* ftcomm-trace; empty: next to the binary, else $PATH */
   int token_check_s;             /* --token-check: deprecated and ignored (0 unless given) */
@@ -45,5 +48,9 @@ typedef struct ftck_options {
  * naming the flag on a bad or unknown flag. */
 ftc_status_t ftck_options_parse(int argc, char **argv, ftck_options_t *o);
 void ftck_options_usage(const char *argv0);
+/* A duration as the flags take it: whole numbers with a unit each, s, m, h
+ * or d ("90s", "1h30m", "7d"), or "0". Seconds into *out; FTC_ERR_CONFIG
+ * with a message naming `what` otherwise. */
+ftc_status_t ftck_parse_duration(const char *what, const char *v, int64_t *out);
 
 #endif
