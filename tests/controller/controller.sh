@@ -11,6 +11,9 @@
 #   - the budget runs out -> Failed with a message saying what to raise
 #   - API server restart after an etcd compaction: watches get 410, caches relist,
 #     and the controller keeps working
+#   - the dump folder of a deleted job goes after --dump-ttl-after-deletion; a live
+#     job's stays, without the incidents of an earlier job of its name; links and odd
+#     names in the volume are left alone; a controller of one namespace sweeps only it
 . "$(dirname "$0")/../cluster/lib.sh"
 start_cluster
 ctl=$build/bin/ftcomm-controller
@@ -94,7 +97,7 @@ start_controller() {  # start_controller ID [in-cluster]
   KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT=$FTC_APISERVER_PORT KUBECONFIG= \
   FTCOMM_LOG_LEVEL=info "$ctl" "${how[@]}" --listen-address 127.0.0.1:0 --identity "ctl-$1" \
     ${lease_flags:---lease-duration 40 --renew-deadline 30 --retry-period 1} --coordinator-address coord.test:7470 --dump-dir /dumps \
-    --coordinator-bind 127.0.0.1:0 --dump-volume "$work/dumps" >>"$ctrl_log" 2>&1 &
+    --coordinator-bind 127.0.0.1:0 --dump-volume "$work/dumps" ${ttl_flags:-} >>"$ctrl_log" 2>&1 &
   ctrl_pid=$!
   eventually 10 grep -q "identity ctl-$1\$" "$ctrl_log"
   port=$(sed -n 's/.*health and metrics on port \([0-9]*\).*/\1/p' "$ctrl_log" | tail -1)
@@ -313,6 +316,19 @@ check "with no controller running: a frozen cache that still shows a failed pod 
   timeout 60 "$live" frozen ml llm llm-1-1
 check "... the replacement llm-1-2 exists" has_pod llm-1-2
 
+# What deleted jobs, an earlier job named llm, and others left in the dump volume.
+vol=$work/dumps
+llm_uid=$(kc get tj llm -n ml -o jsonpath='{.metadata.uid}')
+mkdir -p "$vol/ml/llm/hang-e1-mine" "$vol/ml/llm/hang-e1-earlier" "$vol/ml/llm/hang-e1-unstamped" \
+  "$vol/ml/gone/hang-e1-1" "$vol/lost+found" "$work/outside"
+echo "$llm_uid" >"$vol/ml/llm/hang-e1-mine/.job-uid"
+echo 00000000-earlier >"$vol/ml/llm/hang-e1-earlier/.job-uid"
+touch -d @1000000000 "$vol/ml/llm/hang-e1-unstamped"  # no .job-uid, written long before llm was created
+echo '{}' >"$vol/ml/gone/hang-e1-1/rank-0.json"
+echo keep >"$work/outside/precious"
+ln -s "$work/outside/precious" "$vol/ml/gone/hang-e1-1/rank-1.json"
+ln -s "$work/outside" "$vol/ml/escape"
+
 # --- one namespace only: a RoleBinding, so no rights on nodes ----------------------------------
 kc create namespace team >/dev/null
 kc -n team create serviceaccount ftcomm-team >/dev/null
@@ -326,7 +342,7 @@ sed -e "s|token: \"$token\"|token: \"$team_token\"|" -e 's|namespace: ftcomm-sys
 echo "=== controller team" >>"$ctrl_log"
 FTCOMM_LOG_LEVEL=info "$ctl" --kubeconfig "$work/team.kubeconfig" --namespace team --watch-nodes=false \
   --lease-namespace team --identity ctl-team --listen-address 127.0.0.1:0 --coordinator-bind 127.0.0.1:0 \
-  --dump-volume "$work/dumps" >>"$ctrl_log" 2>&1 &
+  --dump-volume "$work/dumps" --dump-ttl-after-deletion=1s >>"$ctrl_log" 2>&1 &
 ctrl_pid=$!
 eventually 10 grep -q 'identity ctl-team$' "$ctrl_log"
 port=$(sed -n 's/.*health and metrics on port \([0-9]*\).*/\1/p' "$ctrl_log" | tail -1)
@@ -337,8 +353,40 @@ check "a TrainingJob in team applies" kc apply -f "$work/team-job.yaml"
 tpods() { [ "$(kc get pods -n team -l ftcomm.dev/job=small -o jsonpath='{range .items[*]}{.metadata.name}{" "}{end}')" = "small-0-0 small-1-0 small-2-0 " ]; }
 check "it runs the job in its namespace" eventually 20 tpods
 check_out "it has no Node informer" '^$' metric 'ftcomm_controller_lists_total{informer="nodes"}'
+swept() { [ "$(metric ftcomm_controller_dump_sweeps_total)" -ge "$1" ]; }
+check "it sweeps the dump volume every second (--dump-ttl-after-deletion=1s)" eventually 10 swept 3
+check "... only its namespace's folders: ml/gone is not marked, ml/llm keeps every incident" \
+  bash -c "! test -e '$vol/ml/gone/.deleted-at' && test -d '$vol/ml/llm/hang-e1-earlier' -a -d '$vol/ml/llm/hang-e1-unstamped'"
 if stop_controller; then ok "the namespaced controller stops on SIGTERM"; else bad "the namespaced controller stops on SIGTERM"; fi
 if sed -n '/=== controller team/,$p' "$ctrl_log" | grep -q Forbidden; then bad "the namespaced controller was refused something"; sed -n '/=== controller team/,$p' "$ctrl_log" | grep Forbidden | head -3; else ok "the namespaced controller was refused nothing"; fi
+
+# --- the dump folders of deleted jobs go after --dump-ttl-after-deletion ------------------------
+check "the deleted job classic had a dump folder" test -d "$vol/ml/classic"
+ttl_flags="--dump-ttl-after-deletion 3s"
+if start_controller 5; then ok "a controller with --dump-ttl-after-deletion 3s leads"; else bad "ttl controller start"; fi
+ttl_flags=
+check "the folder ml/gone, of a job that does not exist, is marked at start-up" eventually 10 test -s "$vol/ml/gone/.deleted-at"
+check "... and not removed yet" test -d "$vol/ml/gone/hang-e1-1"
+t0=$(date +%s)
+check "... removed once 3 s have passed" eventually 15 bash -c "! test -e '$vol/ml/gone'"
+echo "# ml/gone removed $(( $(date +%s) - t0 )) s after it was found marked"
+check_out "a link in it was removed, not what it pointed at" '^keep$' cat "$work/outside/precious"
+check "the running job llm keeps its folder and its own incident" test -d "$vol/ml/llm/hang-e1-mine"
+check "... and loses the incidents of an earlier job named llm (another uid; no uid and older than llm)" \
+  bash -c "! test -e '$vol/ml/llm/hang-e1-earlier' && ! test -e '$vol/ml/llm/hang-e1-unstamped'"
+check "the link ml/escape and the folder lost+found are left alone" test -L "$vol/ml/escape" -a -d "$vol/lost+found"
+ctl5_log() { sed -n '/=== controller 5/,$p' "$ctrl_log"; }
+check_out "... saying so (lost+found)" 'lost\+found: not a namespace name; left alone' ctl5_log
+check_out "... saying so (ml/escape)" 'ml/escape: a symbolic link \(never followed\); left alone' ctl5_log
+check "the TrainingJob classic is deleted" kc delete tj classic -n ml --wait=false
+check "its dump folder goes 3 s after" eventually 20 bash -c "! test -e '$vol/ml/classic'"
+check_out "the log says which folder went and why" "removed $vol/ml/classic, the dump folder of TrainingJob ml/classic, gone for [3-9]s \(--dump-ttl-after-deletion=3s\)" ctl5_log
+metric_is() { [ "$(metric "$1")" = "$2" ]; }  # a sweep's counts are published once it is done
+check "metrics: 2 folders of deleted jobs removed" eventually 5 metric_is 'ftcomm_controller_dump_dirs_removed_total{reason="job_deleted"}' 2
+check "metrics: 2 incidents of an earlier job removed" eventually 5 metric_is 'ftcomm_controller_dump_dirs_removed_total{reason="job_recreated"}' 2
+check "metrics: no folder waits" eventually 5 metric_is ftcomm_controller_dump_dirs_awaiting_removal 0
+check "llm's folder is still there" test -d "$vol/ml/llm/hang-e1-mine"
+if stop_controller; then ok "the controller stops on SIGTERM"; else bad "the controller stops on SIGTERM"; fi
 
 # --- a leader that cannot renew its Lease steps down -----------------------------------------
 lease_flags="--lease-duration 4 --renew-deadline 3 --retry-period 1"
