@@ -14,7 +14,9 @@
 #     (owner references), the controller stops the job's coordinator and makes nothing
 #     again; with --cascade=foreground the job waits for its pods, and the controller does
 #     not replace the pods the garbage collector deletes meanwhile; a job deleted while a
-#     missing pod of it waits for its backoff leaves no record in the controller's memory
+#     missing pod of it waits for its backoff leaves no record in the controller's memory;
+#     the job's dump folder (the incident's dumps, stamped with the job's uid) goes
+#     --dump-ttl-after-deletion (3 s here) after the job is gone
 # About 2 minutes. FTC_BUILD_DIR selects the binaries (e.g. a sanitized controller).
 . "$(dirname "$0")/../cluster/lib.sh"
 ctl=$build/bin/ftcomm-controller
@@ -46,7 +48,7 @@ kc create namespace $ns >/dev/null
 echo "=== controller" >>"$ctrl_log"
 FTCOMM_LOG_LEVEL=info "$ctl" --kubeconfig "$KUBECONFIG" --namespace $ns --identity lc-1 --listen-address 127.0.0.1:0 \
   --coordinator-bind "127.0.0.1:$coord_port" --coordinator-address "127.0.0.1:$coord_port" \
-  --dump-volume "$vol" --dump-dir "$work/pod-dumps" --dump-wait 4 \
+  --dump-volume "$vol" --dump-dir "$work/pod-dumps" --dump-wait 4 --dump-ttl-after-deletion 3s \
   --lease-duration 15 --renew-deadline 10 --retry-period 2 >>"$ctrl_log" 2>&1 &
 ctrl_pid=$!
 listening() { grep -q "coordinator port $coord_port" "$ctrl_log"; }
@@ -141,6 +143,7 @@ echo "# dumpPath $dump_path; analysis: $(head -1 "$dump_path/analysis.txt" 2>/de
 check_out "... with its dumps in the volume as <ns>/<job>/<incident>/" "^$vol/$ns/slow/" echo "$dump_path"
 check "every rank's dump is there (the slow one answered too)" bash -c "[ \$(ls '$dump_path'/rank-*.json | wc -l) = 3 ]"
 check "the analysis is next to them" test -s "$dump_path/analysis.json" -a -s "$dump_path/analysis.txt"
+check_out "... and the job's uid (.job-uid), for a job re-created under its name later" "^$(tj slow '{.metadata.uid}')\$" cat "$dump_path/.job-uid"
 msg=$(tj slow '{.status.incidents[0].message}')
 check_out "the incident's message is the analyzer's first line" "^$(head -1 "$dump_path/analysis.txt" | sed 's/[][\.*^$()+?{}|]/\\&/g')\$" echo "$msg"
 check_out "a Warning Event CollectiveTimeout names the culprit" 'CollectiveTimeout: .*slow-1-0' events slow
@@ -193,6 +196,9 @@ check_out "... and the controller has replaced none of the pods the collector de
 check_out "... nor made any" '^$' kc get pods -n $ns -l ftcomm.dev/job=slow -o name
 check "the test lets go of its ConfigMap" kc patch configmap slow-hold -n $ns --type=merge -p '{"metadata":{"finalizers":null}}'
 check "then the job is gone" eventually 60 bash -c "! $FTC_KUBECTL get tj slow -n $ns 2>/dev/null"
+check "its dump folder stayed while it was being deleted" test -s "$dump_path/rank-0.json"
+check "... and goes 3 s after it is gone (--dump-ttl-after-deletion 3s)" eventually 20 bash -c "! test -e '$vol/$ns/slow'"
+check "so did the folder of job grow" bash -c "! test -e '$vol/$ns/grow'"
 
 # --- a job deleted while a missing pod waits for its backoff: nothing is left remembered ----------
 check_out "with jobs grow and slow gone, the reconciler keeps no record of them" '^0$' metric ftcomm_controller_reconciler_records
