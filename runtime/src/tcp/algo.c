@@ -122,7 +122,8 @@ static ftc_status_t allreduce_rd(ftc__tcp_t *tp, const ftc__op_t *op, const ftc_
  * the same bytes per rank. Non-powers of two fold first, as in
  * allreduce_rd: of the first 2 * rem ranks the even ones hand their vector
  * to the odd neighbour and get the result back at the end. Every element is
- * reduced by one rank only and then copied, so all ranks agree bitwise. */
+ * reduced by one rank only and then copied, so all ranks agree bitwise. At 2
+ * ranks this is the ring. */
 static ftc_status_t allreduce_rhd(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red_t *red,
                                   int64_t deadline) {
   const int n = tp->size, r = tp->rank;
@@ -154,15 +155,28 @@ static ftc_status_t allreduce_rhd(ftc__tcp_t *tp, const ftc__op_t *op, const ftc
     int klo = lo, khi = mid, slo = mid, shi = hi; /* keep, send */
     if (vr & mask) klo = mid, khi = hi, slo = lo, shi = mid;
     g[0] = (ftc__seg_t){.src = sb + OFF(slo), .len = OFF(shi) - OFF(slo)};
-    g[1] = (ftc__seg_t){.dst = rb + OFF(klo), .src = sb + OFF(klo), .len = OFF(khi) - OFF(klo),
+    g[2] = (ftc__seg_t){.dst = rb + OFF(klo), .src = sb + OFF(klo), .len = OFF(khi) - OFF(klo),
                         .reduce = 1, .finish = (unsigned char)(mask == 1)};
-    stream_at(tp, 0, peer, 1, &g[0], 1);
-    stream_at(tp, 1, peer, 0, &g[1], 1);
+    ftc__stream_t *snd = stream_at(tp, 1, peer, 1, &g[0], 1);
+    stream_at(tp, 0, peer, 0, &g[2], 1);
+    if (mask == 1) {
+      /* The last halving step and the first doubling step go to the same
+       * peer: one run, the reduced block forwarded chunk by chunk as soon as
+       * it is reduced (what the ring does at 2 ranks), the peer's block
+       * received in place. */
+      g[1] = (ftc__seg_t){.src = rb + OFF(klo), .len = g[2].len};
+      g[3] = (ftc__seg_t){.dst = rb + OFF(slo), .len = g[0].len};
+      snd->nseg = 2;
+      snd->dep = 0;
+      snd->lag = g[0].len;
+      tp->streams[0].nseg = 2;
+    }
     if ((st = ftc__xfer_run(tp, tp->streams, 2, red, deadline)) != FTC_OK) return st;
     sb = rb;
     lo = klo, hi = khi;
   }
-  for (int mask = 1; mask < p; mask <<= 1) {
+  lo &= ~1, hi = lo + 2;
+  for (int mask = 2; mask < p; mask <<= 1) {
     const int peer = REAL(vr ^ mask);
     const int plo = (vr & mask) ? lo - mask : hi, phi = plo + mask;
     g[0] = (ftc__seg_t){.src = rb + OFF(lo), .len = OFF(hi) - OFF(lo)};
