@@ -100,10 +100,9 @@ start_controller() {  # start_controller ID [in-cluster]
     --coordinator-bind 127.0.0.1:0 --dump-volume "$work/dumps" ${ttl_flags:-} >>"$ctrl_log" 2>&1 &
   ctrl_pid=$!
   eventually 10 grep -q "identity ctl-$1\$" "$ctrl_log"
-  port=$(sed -n 's/.*health and metrics on port \([0-9]*\).*/\1/p' "$ctrl_log" | tail -1)
+  port=$(ctrl_port)
   eventually 20 curl -sf "http://127.0.0.1:$port/readyz"
 }
-metric() { curl -s "http://127.0.0.1:$port/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
 stop_controller() {
   kill -TERM "$ctrl_pid"
   local t0; t0=$(date +%s%N)
@@ -345,7 +344,7 @@ FTCOMM_LOG_LEVEL=info "$ctl" --kubeconfig "$work/team.kubeconfig" --namespace te
   --dump-volume "$work/dumps" --dump-ttl-after-deletion=1s >>"$ctrl_log" 2>&1 &
 ctrl_pid=$!
 eventually 10 grep -q 'identity ctl-team$' "$ctrl_log"
-port=$(sed -n 's/.*health and metrics on port \([0-9]*\).*/\1/p' "$ctrl_log" | tail -1)
+port=$(ctrl_port)
 check "a controller scoped to namespace team, without node rights (--watch-nodes=false), becomes ready" \
   eventually 20 curl -sf "http://127.0.0.1:$port/readyz"
 sed -e 's/namespace: ml/namespace: team/' -e 's/name: llm,/name: small,/' "$work/job.yaml" >"$work/team-job.yaml"

@@ -19,48 +19,9 @@
 #     --dump-ttl-after-deletion (3 s here) after the job is gone
 # About 2 minutes. FTC_BUILD_DIR selects the binaries (e.g. a sanitized controller).
 . "$(dirname "$0")/../cluster/lib.sh"
-ctl=$build/bin/ftcomm-controller
-trainer=$build/bin/ftcomm-trainer
-trace=$build/bin/ftcomm-trace
-[ -x "$ctl" ] && [ -x "$trainer" ] && [ -x "$trace" ] || { echo "FAIL - build first: make test-bins"; exit 1; }
-start_cluster --gc
-
-agent_pid=
-cleanup() {
-  local rc=$?
-  [ -n "$agent_pid" ] && kill "$agent_pid" 2>/dev/null && wait "$agent_pid" 2>/dev/null
-  (exit $rc)
-  on_exit  # stops the controller and the cluster; keeps $work on failure
-}
-trap cleanup EXIT
-
-ns=lc
-vol=$work/volume
-state=$work/agent
-ctrl_log=$work/controller.log
-mkdir -p "$vol" "$state"
-coord_port=$(free_port)
-
-check "CRD applies" kc apply -f "$root/crds/ftcomm.dev_trainingjobs.yaml"
-kc wait --for=condition=Established crd/trainingjobs.ftcomm.dev --timeout=20s >/dev/null
-kc create namespace $ns >/dev/null
-
-echo "=== controller" >>"$ctrl_log"
-FTCOMM_LOG_LEVEL=info "$ctl" --kubeconfig "$KUBECONFIG" --namespace $ns --identity lc-1 --listen-address 127.0.0.1:0 \
-  --coordinator-bind "127.0.0.1:$coord_port" --coordinator-address "127.0.0.1:$coord_port" \
-  --dump-volume "$vol" --dump-dir "$work/pod-dumps" --dump-wait 4 --dump-ttl-after-deletion 3s \
-  --lease-duration 15 --renew-deadline 10 --retry-period 2 >>"$ctrl_log" 2>&1 &
-ctrl_pid=$!
-listening() { grep -q "coordinator port $coord_port" "$ctrl_log"; }
-check "the controller leads and opens its coordinator port" eventually 30 listening
-port=$(sed -n 's/.*health and metrics on port \([0-9]*\).*/\1/p' "$ctrl_log" | tail -1)
-metric() { curl -s "http://127.0.0.1:$port/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
-
-python3 "$root/tests/e2e/agent" --namespace $ns --nodes node-a,node-b,node-c,node-d,node-e --state "$state" \
-  --root "$root" >"$work/agent.log" 2>&1 &
-agent_pid=$!
-nodes_up() { [ "$(kc get nodes -l ftcomm.dev/e2e-agent -o name | wc -l)" = 5 ]; }
-check "the node agent registers its Nodes" eventually 20 nodes_up
+agent_suite lc --gc
+if run_controller lc-1 --dump-ttl-after-deletion 3s; then ok "the controller leads and opens its coordinator port"; else bad "controller start"; fi
+start_agent node-a,node-b,node-c,node-d,node-e
 
 # job NAME REPLICAS MIN TIMEOUT HANG COMMAND-JSON ARGS-JSON: a TrainingJob manifest
 job() {

@@ -34,7 +34,7 @@ start_controller() {  # start_controller ID
     --coordinator-bind 127.0.0.1:0 --dump-volume "$work/dumps" >>"$ctrl_log" 2>&1 &
   ctrl_pid=$!
   eventually 10 grep -q "identity steady-$1\$" "$ctrl_log" || return 1
-  port=$(sed -n 's/.*health and metrics on port \([0-9]*\).*/\1/p' "$ctrl_log" | tail -1)
+  port=$(ctrl_port)
   eventually 20 curl -sf "http://127.0.0.1:$port/readyz"
 }
 stop_controller() {

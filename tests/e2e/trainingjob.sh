@@ -15,50 +15,10 @@
 # onHang dumpOnly: an incident with dumps and analysis, no replacement.
 # Bounded in time; every process is stopped on exit.
 . "$(dirname "$0")/../cluster/lib.sh"
-ctl=$build/bin/ftcomm-controller
-trainer=$build/bin/ftcomm-trainer
-trace=$build/bin/ftcomm-trace
-[ -x "$ctl" ] && [ -x "$trainer" ] && [ -x "$trace" ] || { echo "FAIL - build first: make"; exit 1; }
-start_cluster
-
-agent_pid=
-cleanup() {
-  local rc=$?
-  [ -n "$agent_pid" ] && kill "$agent_pid" 2>/dev/null && wait "$agent_pid" 2>/dev/null
-  (exit $rc)
-  on_exit  # stops the controller and the cluster; keeps $work on failure
-}
-trap cleanup EXIT
-
-ns=e2e
-vol=$work/volume
-state=$work/agent
-ctrl_log=$work/controller.log
-mkdir -p "$vol" "$state"
-coord_port=$(free_port)
-
-check "CRD applies" kc apply -f "$root/crds/ftcomm.dev_trainingjobs.yaml"
-kc wait --for=condition=Established crd/trainingjobs.ftcomm.dev --timeout=20s >/dev/null
-kc create namespace $ns >/dev/null
-
-start_controller() {  # start_controller N
-  echo "=== controller $1" >>"$ctrl_log"
-  FTCOMM_LOG_LEVEL=info "$ctl" --kubeconfig "$KUBECONFIG" --namespace $ns --identity "e2e-$1" --listen-address 127.0.0.1:0 \
-    --coordinator-bind "127.0.0.1:$coord_port" --coordinator-address "127.0.0.1:$coord_port" \
-    --dump-volume "$vol" --dump-dir "$work/pod-dumps" --dump-wait 4 --dump-retention 5 \
-    --lease-duration 15 --renew-deadline 10 --retry-period 2 >>"$ctrl_log" 2>&1 &
-  ctrl_pid=$!
-  eventually 10 grep -q "identity e2e-$1\$" "$ctrl_log"
-  port=$(sed -n 's/.*health and metrics on port \([0-9]*\).*/\1/p' "$ctrl_log" | tail -1)
-  eventually 30 bash -c "sed -n '/=== controller $1/,\$p' '$ctrl_log' | grep -q 'coordinator port $coord_port'"
-}
+agent_suite e2e
+start_controller() { run_controller "e2e-$1" --dump-retention 5; }  # start_controller N
 if start_controller 1; then ok "the controller leads and opens its coordinator port $coord_port"; else bad "controller start"; fi
-metric() { curl -s "http://127.0.0.1:$port/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
-
-python3 "$root/tests/e2e/agent" --namespace $ns --nodes node-a,node-b,node-c,node-d,node-e --state "$state" \
-  --root "$root" >"$work/agent.log" 2>&1 &
-agent_pid=$!
-check "the node agent registers its Nodes" eventually 20 bash -c "[ \"\$($FTC_KUBECTL get nodes -l ftcomm.dev/e2e-agent -o name | wc -l)\" = 5 ]"
+start_agent node-a,node-b,node-c,node-d,node-e
 
 cat >"$work/job.yaml" <<YAML
 apiVersion: ftcomm.dev/v1alpha1
