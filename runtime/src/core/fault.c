@@ -20,6 +20,9 @@
  *                  epoch, before connecting it (a joiner killed while joining)
  *   blink@STEP     drop the coordinator session at step boundary STEP without
  *                  a leave, as a network blink would; it reconnects
+ *   lateview:MS    the coordinator session stalls MS milliseconds on every
+ *                  view that admits a member (this rank hears of a joiner's
+ *                  epoch late; the others move without waiting for it)
  * ftcomm-run --inject passes these to the target rank's environment. When
  * nothing is armed the hot path pays one load of ftc__fault_armed.
  */
@@ -38,9 +41,9 @@ int ftc__fault_armed;
 
 static struct {
   int64_t kill_step, stop_step, slow_ms;
-  int64_t drop_seq, delay_seq, delay_ms, rkill, jkill, giveup_seq, blink_step;
+  int64_t drop_seq, delay_seq, delay_ms, rkill, jkill, giveup_seq, blink_step, late_view_ms;
   int drop_done, delay_done, giveup_done; /* atomic */
-} fault = {-1, -1, 0, -1, -1, 0, -1, 0, -1, -1, 0, 0, 0};
+} fault = {-1, -1, 0, -1, -1, 0, -1, 0, -1, -1, 0, 0, 0, 0};
 
 static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
 
@@ -75,6 +78,8 @@ static int parse_item(const char *s, const char *end) {
   if (kl == 5 && !strncmp(s, "rkill", 5) && at) return parse_num(at + 1, end, &fault.rkill);
   if (kl == 5 && !strncmp(s, "jkill", 5) && !at && !colon) return fault.jkill = 1, 0;
   if (kl == 5 && !strncmp(s, "blink", 5) && at) return parse_num(at + 1, end, &fault.blink_step);
+  if (kl == 8 && !strncmp(s, "lateview", 8) && colon && !at)
+    return parse_num(colon + 1, end, &fault.late_view_ms);
   if (kl == 6 && !strncmp(s, "giveup", 6) && at && !colon)
     return parse_num(at + 1, end, &fault.giveup_seq);
   if (kl == 5 && !strncmp(s, "delay", 5) && colon && at && at > colon)
@@ -103,6 +108,8 @@ static void fault_parse(void) {
 void ftc__fault_init(void) { pthread_once(&fault_once, fault_parse); }
 
 void ftc__fault_step(ftc_comm_t *comm, uint64_t step) {
+  if (step == 1 && fault.late_view_ms > 0 && comm->member)
+    ftc__member_fault_late_views(comm->member, (int)fault.late_view_ms);
   if ((int64_t)step == fault.blink_step && comm->member) {
     FTC_WARN(FTC_SUB_RECOVERY, "fault injection: dropping the coordinator session at step %llu",
              (unsigned long long)step);

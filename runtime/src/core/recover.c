@@ -4,9 +4,10 @@
  * ftc_comm_recover() and ftc_comm_step() move the communicator to a later
  * epoch announced by the coordinator (the single decision point): shrink
  * after a failure, grow when a joiner was admitted. ftc_comm_step() makes
- * the grow decision consistent with one 8-byte MIN allreduce of the newest
- * epoch each rank has heard of: only when every rank has heard of a newer
- * epoch do all of them move, in the same call.
+ * the grow decision consistent with one 8-byte MAX allreduce of the newest
+ * epoch each rank has heard of: as soon as any rank has heard of a newer
+ * epoch, all of them move, in the same call; a rank that has not heard of
+ * it yet waits for its view (already on its way from the coordinator).
  *
  * The watchdog thread ("ftc-watchdog") sleeps on comm->wd_fd and reacts to:
  * a failed epoch (it writes the "timeout"/"error"/"revoked" dump and reports
@@ -133,7 +134,7 @@ static ftc_status_t move_epoch(ftc_comm_t *comm, uint64_t min_epoch, int64_t dea
   int saved_connect = comm->connect_timeout_ms;
   int64_t t0 = ftc__now_ns();
   __atomic_store_n(&comm->recovering, 1, __ATOMIC_RELEASE);
-  for (int attempt = 0;; attempt++) {
+  for (int attempt = 0;;) {
     int64_t now = ftc__now_ns();
     if (now >= deadline) {
       int below = prev->size - 1 < comm->cfg.min_size;
@@ -151,7 +152,9 @@ static ftc_status_t move_epoch(ftc_comm_t *comm, uint64_t min_epoch, int64_t dea
     ftc__view_t *v = NULL;
     int64_t slice = (deadline - now) / 1000000;
     if (slice > 100) slice = 100;
-    st = ftc__member_wait_view(comm->member, comm->view->epoch, (int)(slice < 1 ? 1 : slice), &v);
+    /* Epochs below min_epoch are not waited for (nor spun on). */
+    uint64_t after = min_epoch - 1 > comm->view->epoch ? min_epoch - 1 : comm->view->epoch;
+    st = ftc__member_wait_view(comm->member, after, (int)(slice < 1 ? 1 : slice), &v);
     if (st == FTC_ERR_TIMEOUT) continue;
     if (st != FTC_OK) {
       char why[512]; /* ftc_last_error() is the buffer ftc__error() writes */
@@ -183,6 +186,7 @@ static ftc_status_t move_epoch(ftc_comm_t *comm, uint64_t min_epoch, int64_t dea
              (unsigned long long)prev->epoch, (unsigned long long)v->epoch, v->my_rank, v->size,
              attempt + 1);
     st = ftc__comm_rebuild(comm, v);
+    attempt++;
     __atomic_store_n(&comm->target_epoch, 0, __ATOMIC_RELEASE);
     uint64_t tried = v->epoch;
     ftc__view_free(v);
@@ -269,9 +273,10 @@ ftc_status_t ftc_comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *i
     return FTC_OK;
   }
   uint64_t epoch = comm->view->epoch;
-  int64_t v = (int64_t)ftc__member_latest_epoch(comm->member);
-  if (v < (int64_t)epoch) v = (int64_t)epoch;
-  ftc_status_t st = ftc_allreduce(&v, &v, 1, FTC_I64, FTC_MIN, comm, timeout_ms);
+  int64_t heard = (int64_t)ftc__member_latest_epoch(comm->member);
+  if (heard < (int64_t)epoch) heard = (int64_t)epoch;
+  int64_t v = heard;
+  ftc_status_t st = ftc_allreduce(&v, &v, 1, FTC_I64, FTC_MAX, comm, timeout_ms);
   if (st != FTC_OK) return st;
   /* A completed step boundary: this process holds the application's state
    * (whatever was sent to it at the boundary that admitted it came before). */
@@ -286,7 +291,15 @@ ftc_status_t ftc_comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *i
     }
     return FTC_OK;
   }
-  /* Every rank has heard of epoch v: all move in this call. */
+  /* Some rank has heard of epoch v: all move in this call. One that has not
+   * waits in move_epoch for its view, which the coordinator sent to every
+   * member; if its session broke meanwhile, it comes back with the view, or
+   * the coordinator drops it and the others take the epoch after
+   * (docs/recovery.md, "The step boundary"). */
+  if (heard < v)
+    FTC_INFO(FTC_SUB_RECOVERY,
+             "step boundary: moving to epoch %lld, which this rank has not heard of yet "
+             "(it knows %lld); waiting for its view", (long long)v, (long long)heard);
   int64_t t0 = ftc__now_ns();
   ftc__view_t *prev = NULL;
   st = move_epoch(comm, (uint64_t)v, recover_deadline(FTC_TIMEOUT_DEFAULT), &prev);

@@ -54,6 +54,7 @@ struct ftc__member {
   int started;
   int stop; /* atomic */
   int drop;  /* atomic: fault injection asks the service thread to drop the connection */
+  int late_view_ms; /* atomic: fault injection stalls on views that admit a member */
 
   /* Owned by the service thread. */
   struct lws *wsi;
@@ -263,6 +264,13 @@ out_free_view:
   return NULL;
 }
 
+/* Whether a view admits a member (one joined at its epoch). */
+static int view_admits(const ftc__msg_t *msg) {
+  for (int i = 0; i < msg->nmembers; i++)
+    if (msg->members[i].joined_epoch == msg->epoch) return 1;
+  return 0;
+}
+
 /* Handle one complete message from the coordinator. Returns -1 to close. */
 static int handle_message(ftc__member_t *m, const char *text, size_t len) {
   ftc__msg_t msg;
@@ -312,6 +320,16 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
       start_heartbeats = 1; /* after the unlock: no lws call under m->lock */
       break;
     case FTC__MSG_VIEW: {
+      int late_ms = __atomic_load_n(&m->late_view_ms, __ATOMIC_ACQUIRE);
+      if (late_ms > 0 && view_admits(&msg)) {
+        pthread_mutex_unlock(&m->lock);
+        FTC_WARN(FTC_SUB_RECOVERY, "fault injection: slot %d: taking epoch %llu %d ms late",
+                 m->slot, (unsigned long long)msg.epoch, late_ms);
+        struct timespec late = {late_ms / 1000, (long)(late_ms % 1000) * 1000000L};
+        while (nanosleep(&late, &late) != 0) {
+        }
+        pthread_mutex_lock(&m->lock);
+      }
       if (m->view && msg.epoch <= m->view->epoch) {
         FTC_WARN(FTC_SUB_COORD, "slot %d: ignoring epoch %llu, not newer than %llu", m->slot,
                  (unsigned long long)msg.epoch, (unsigned long long)m->view->epoch);
@@ -974,6 +992,10 @@ void ftc__member_fault_drop(ftc__member_t *m) {
   if (!m) return;
   __atomic_store_n(&m->drop, 1, __ATOMIC_RELEASE);
   lws_cancel_service(m->ctx);
+}
+
+void ftc__member_fault_late_views(ftc__member_t *m, int ms) {
+  if (m) __atomic_store_n(&m->late_view_ms, ms, __ATOMIC_RELEASE);
 }
 
 void ftc__member_close(ftc__member_t *m) {

@@ -145,6 +145,11 @@ ftc_status_t ftc__member_error(ftc__member_t *m);
  * as a network blink would; the session reconnects as described above. */
 void ftc__member_fault_drop(ftc__member_t *m);
 
+/* Fault injection: from now on the service thread stalls `ms` milliseconds
+ * on every view that admits a member before storing it (this rank hears of
+ * a joiner's epoch late, as through a slow or stalled session); 0 stops it. */
+void ftc__member_fault_late_views(ftc__member_t *m, int ms);
+
 /* Leave the job cleanly (a "leave" message) and free. NULL is a no-op. */
 void ftc__member_close(ftc__member_t *m);
 

@@ -119,7 +119,7 @@ static int set_replace_delay(run_opts_t *o, const char *arg, char *err, size_t e
 }
 
 /* kill:R@STEP, stop:R@STEP, slow:R:MS, drop:R@SEQ, delay:R:MS@SEQ,
- * blink:R@STEP, coord-restart:SECONDS. */
+ * blink:R@STEP, late-view:R:MS, coord-restart:SECONDS. */
 static int set_inject(run_opts_t *o, const char *arg, char *err, size_t errlen) {
   if (o->ninject >= RUN_MAX_INJECT) {
     snprintf(err, errlen, "at most %d --inject options", RUN_MAX_INJECT);
@@ -155,10 +155,15 @@ static int set_inject(run_opts_t *o, const char *arg, char *err, size_t errlen) 
   } else if (sscanf(arg, "slow:%ld:%ld%c", &slot, &a, &tail) == 2 && slot >= 0 && a >= 0) {
     in->slot = (int)slot;
     snprintf(in->fault, sizeof(in->fault), "slow:%ld", a);
+  } else if (sscanf(arg, "late-view:%ld:%ld%c", &slot, &a, &tail) == 2 && slot >= 0 && a >= 1 &&
+             a <= 600000) {
+    in->slot = (int)slot;
+    snprintf(in->fault, sizeof(in->fault), "lateview:%ld", a);
   } else {
     snprintf(err, errlen,
              "--inject needs kill:RANK@STEP, stop:RANK@STEP, slow:RANK:MS, drop:RANK@SEQ, "
-             "delay:RANK:MS@SEQ, kill-recover:RANK@N, kill-joiner:RANK, blink:RANK@STEP or "
+             "delay:RANK:MS@SEQ, kill-recover:RANK@N, kill-joiner:RANK, blink:RANK@STEP, "
+             "late-view:RANK:MS or "
              "coord-restart:SECONDS, "
              "not '%s'",
              arg);
@@ -191,7 +196,8 @@ static const opt_row_t rows[] = {
      "kill:R@STEP, stop:R@STEP (SIGSTOP), slow:R:MS, drop:R@SEQ, delay:R:MS@SEQ (rank R's "
      "first process, steps counted by ftc_comm_step), kill-recover:R@N (in its N-th "
      "recovery), kill-joiner:R (R's first replacement, once admitted), blink:R@STEP (its "
-     "coordinator session drops and reconnects), coord-restart:SECONDS; "
+     "coordinator session drops and reconnects), late-view:R:MS (it hears of a joiner's "
+     "epoch MS ms late), coord-restart:SECONDS; "
      "repeatable",
      set_inject},
     {"quiet", 'q', NULL, "no status line on the terminal", set_quiet},
