@@ -12,7 +12,10 @@
  * the coordinator on its port.
  *
  * One thread (main) runs the event loop: poll() over the ranks' output pipes
- * and a self-pipe fed by the signal handlers. The coordinator runs its own
+ * and a self-pipe fed by the signal handlers. A rank that exits is seen at
+ * once (waitid with WNOWAIT) and reaped REAP_DELAY_MS later: reaping makes
+ * the kernel tear down the process's /proc entries, CPU that the survivors
+ * need for their recovery at that moment (docs/recovery.md, "Benchmark"). The coordinator runs its own
  * thread; main only reads its stats. Ranks start with posix_spawnp in their
  * own process groups, so a terminal's Ctrl-C reaches ftcomm-run alone and is
  * forwarded once to each rank's whole group.
@@ -48,6 +51,7 @@ extern char **environ;
 #define STATUS_PERIOD_MS 250
 #define DRAIN_AFTER_EXIT_MS 300
 #define EXIT_TIMEOUT 124
+#define REAP_DELAY_MS 20
 
 typedef struct stream {
   int fd;            /* -1 once closed */
@@ -58,8 +62,10 @@ typedef struct stream {
 
 typedef struct rank {
   int slot;
-  pid_t pid;         /* 0 once reaped */
-  int status;        /* from waitpid, valid once reaped */
+  pid_t pid;         /* 0 once it exited */
+  int status;        /* its wait status, valid once it exited */
+  pid_t zombie;      /* an exited process not reaped yet, 0: none */
+  int64_t reap_at;   /* when to reap it */
   int killed_by_us;  /* SIGKILL sent by the launcher */
   int incarnation;   /* 0 for the first process, then one per replacement */
   int64_t respawn_at; /* --replace: when to start the next one, 0: none planned */
@@ -241,13 +247,46 @@ static void begin_stop(run_t *r, double grace_s) {
   r->kill_at_ns = ftc__now_ns() + (int64_t)(grace_s * 1e9);
 }
 
+/* The wait status of a child that exited, from waitid's siginfo. */
+static int status_of(const siginfo_t *si) {
+  if (si->si_code == CLD_EXITED) return (si->si_status & 0xff) << 8;
+  return (si->si_status & 0x7f) | (si->si_code == CLD_DUMPED ? 0x80 : 0);
+}
+
+/* Reap the exited ranks' processes that are due (all of them with `all`);
+ * the earliest left for later lowers *wake. */
+static void reap_zombies(run_t *r, int all, int64_t *wake) {
+  int64_t now = ftc__now_ns();
+  for (int i = 0; i < r->o.nranks; i++) {
+    rank_t *k = &r->ranks[i];
+    if (!k->zombie) continue;
+    if (all || now >= k->reap_at) {
+      int status;
+      while (waitpid(k->zombie, &status, 0) < 0 && errno == EINTR) {
+      }
+      k->zombie = 0;
+    } else if (wake && k->reap_at < *wake) {
+      *wake = k->reap_at;
+    }
+  }
+}
+
 static void reap(run_t *r) {
-  int status;
-  pid_t pid;
-  while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-    for (int i = 0; i < r->o.nranks; i++) {
-      rank_t *k = &r->ranks[i];
-      if (k->pid != pid) continue;
+  for (int i = 0; i < r->o.nranks; i++) {
+    rank_t *k = &r->ranks[i];
+    siginfo_t si;
+    memset(&si, 0, sizeof(si));
+    if (!k->pid || waitid(P_PID, (id_t)k->pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+        si.si_pid != k->pid)
+      continue;
+    int status = status_of(&si);
+    {
+      if (k->zombie) { /* the slot's previous process, not yet reaped */
+        while (waitpid(k->zombie, &(int){0}, 0) < 0 && errno == EINTR) {
+        }
+      }
+      k->zombie = k->pid;
+      k->reap_at = ftc__now_ns() + REAP_DELAY_MS * 1000000LL;
       k->pid = 0;
       k->status = status;
       r->alive--;
@@ -649,6 +688,7 @@ static void event_loop(run_t *r) {
     if (deadline && deadline < wake && !r->timed_out) wake = deadline;
     if (r->kill_at_ns && r->kill_at_ns < wake) wake = r->kill_at_ns;
     if (drain_until && drain_until < wake) wake = drain_until;
+    reap_zombies(r, 0, &wake);
     int timeout = (int)((wake - now + 999999) / 1000000);
     int rc = poll(pfd, (nfds_t)n, timeout < 0 ? 0 : timeout);
     if (rc < 0 && errno != EINTR) {
@@ -664,6 +704,7 @@ static void event_loop(run_t *r) {
     status_draw(r);
   }
   /* Wait for anything killed but not yet reaped. */
+  reap_zombies(r, 1, NULL);
   while (r->alive > 0) {
     int status;
     pid_t pid = waitpid(-1, &status, 0);
