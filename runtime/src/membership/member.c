@@ -702,8 +702,10 @@ ftc_status_t ftc__member_open(const ftc__member_cfg_t *cfg, ftc__member_t **out)
     st = ftc__error(FTC_ERR_SYSTEM, "cannot create the libwebsockets client context");
     goto out_free;
   }
-  /* The first attempt runs on the service thread, like every later one. */
-  lws_sul_schedule(m->ctx, 0, &m->sul_connect, try_connect, 1);
+  /* The first attempt starts here, before the service thread exists (so
+   * it still owns nothing), rather than when that thread first runs: the
+   * coordinator accepts meanwhile. Every later attempt runs on the thread. */
+  try_connect(&m->sul_connect);
   int err = pthread_create(&m->thread, NULL, service_main, m);
   if (err) {
     st = ftc__error(FTC_ERR_SYSTEM, "cannot start the membership thread: %s", strerror(err));
