@@ -33,7 +33,7 @@
  * a newer major version and accepts any minor version. */
 #define FTC_REC_FORMAT_NAME "ftcomm-flight-recorder"
 #define FTC_REC_FORMAT_MAJOR 1
-#define FTC_REC_FORMAT_MINOR 0
+#define FTC_REC_FORMAT_MINOR 1
 
 /* Returned by ftc_rec_schedule() when nothing was recorded (NULL or
  * disabled recorder); the other calls ignore it. */
@@ -218,6 +218,59 @@ ftc_rec_capture_t *ftc_rec_capture(void);
 ftc_status_t ftc_rec_capture_write(const ftc_rec_capture_t *capture, const char *dir,
                                    const char *reason, char *path, size_t path_len);
 void ftc_rec_capture_free(ftc_rec_capture_t *capture);
+
+/*
+ * What the dump of a failed epoch adds to a capture when it is written
+ * (docs/dump-format.md, "failure" and "verdict"): this rank's own failure,
+ * and the coordinator's verdict on the epoch, i.e. which members its next
+ * epoch left out and why, or why there is none yet.
+ */
+typedef struct ftc_rec_dropped {
+  int rank;            /* its rank in the epoch the dump describes (>= 0) */
+  int slot;            /* its slot in the job, -1 unknown */
+  uint64_t member_id;  /* the coordinator's member id, 0 unknown */
+  const char *reason;  /* "crashed" (its process or session is gone), "hung" (connected
+                        * but silent or convicted), "left" (said goodbye), "lost"
+                        * (dropped, cause not said: an older coordinator) */
+  const char *detail;  /* the coordinator's words, may be NULL */
+} ftc_rec_dropped_t;
+
+typedef struct ftc_rec_outcome {
+  int64_t epoch;       /* the epoch the dump describes (>= 0) */
+  /* This rank's failure: failed = 1 writes "failure". */
+  int failed;
+  int status;          /* the ftc_status_t that failed the epoch (not FTC_OK) */
+  int peer;            /* the rank the backend saw fail (TCP: the broken connection's
+                        * peer; NCCL: the rank the coordinator dropped), -1 none */
+  /* The verdict: next_epoch >= 0 (and > epoch) once the coordinator announced
+   * a later epoch; dropped[ndropped] are the members it leaves out (none: it
+   * kept everyone). next_epoch = -1: no verdict yet, pending says why. */
+  int64_t next_epoch;
+  const ftc_rec_dropped_t *dropped;
+  int ndropped;
+  const char *pending;
+} ftc_rec_outcome_t;
+#define FTC_REC_OUTCOME_INIT {-1, 0, 0, -1, -1, NULL, 0, NULL}
+
+/* "crashed", "hung", "left", "lost": 1 for a reason a dump may carry. */
+int ftc_rec_drop_reason_known(const char *reason);
+
+/* A status's name in dumps ("timeout", "peer_lost", ...); "unknown" outside
+ * the enum. Static strings. */
+const char *ftc_rec_status_name(int status);
+
+/*
+ * ftc_rec_capture_write() with the outcome of the epoch (NULL: none, as
+ * ftc_rec_capture_write). An outcome that makes no sense is refused with
+ * FTC_ERR_INVALID_ARGUMENT and nothing is written: a negative epoch, a next
+ * epoch not after it, a failure with status FTC_OK or outside the enum, a
+ * peer below -1, dropped members without a next epoch or with a rank below
+ * 0, the same rank twice, or an unknown reason; no next epoch and no
+ * pending text. Everything is copied into the file; the caller keeps o.
+ */
+ftc_status_t ftc_rec_capture_write_outcome(const ftc_rec_capture_t *capture, const char *dir,
+                                           const char *reason, const ftc_rec_outcome_t *o,
+                                           char *path, size_t path_len);
 
 /* Ask the recorder's dump thread to write a dump with reason "signal"
  * (when reason_code is 0) or "request". Async-signal-safe; returns at once.

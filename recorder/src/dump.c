@@ -132,6 +132,8 @@ static void w_str(const char *s) {
   w_put("\"", 1);
 }
 
+#define W_LIT(lit) w_put(lit, sizeof(lit) - 1)
+
 static void w_key_str(const char *key, const char *val) {
   w_printf("\"%s\":", key);
   w_str(val);
@@ -238,7 +240,114 @@ static uint64_t live_budget(uint64_t max_bytes, size_t *ncomms_out, uint64_t *to
   return entry_budget(max_bytes, ncomms, total);
 }
 
-static void write_header(const proc_info_t *pi, const char *reason, int64_t wall, int64_t mono) {
+static const char *const status_names[FTC_STATUS_COUNT] = {
+    "ok",          "invalid_argument", "no_memory", "system",         "timeout",
+    "peer_lost",   "revoked",          "auth",      "protocol",       "below_min_size",
+    "not_supported", "backend",        "library_not_found", "in_progress", "aborted",
+    "config",      "coordinator",      "internal",
+};
+
+const char *ftc_rec_status_name(int status) {
+  return status >= 0 && status < FTC_STATUS_COUNT ? status_names[status] : "unknown";
+}
+
+static const char *const drop_reasons[] = {"crashed", "hung", "left", "lost"};
+
+int ftc_rec_drop_reason_known(const char *reason) {
+  for (size_t i = 0; reason && i < sizeof(drop_reasons) / sizeof(drop_reasons[0]); i++)
+    if (!strcmp(reason, drop_reasons[i])) return 1;
+  return 0;
+}
+
+/* An outcome the writer can stand behind, or FTC_ERR_INVALID_ARGUMENT
+ * saying what is wrong with it. */
+static ftc_status_t check_outcome(const ftc_rec_outcome_t *o) {
+  const char *what = "flight recorder: the outcome of the epoch";
+  if (o->epoch < 0)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "%s has epoch %lld; want the epoch the dump describes",
+                      what, (long long)o->epoch);
+  if (o->failed && (o->status <= FTC_OK || o->status >= FTC_STATUS_COUNT))
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                      "%s says this rank failed with status %d; want an error code 1 .. %d", what,
+                      o->status, FTC_STATUS_COUNT - 1);
+  if (o->failed && o->peer < -1)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "%s names peer %d; want a rank, or -1 for none",
+                      what, o->peer);
+  if (o->ndropped < 0 || (o->ndropped > 0 && !o->dropped))
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "%s has %d dropped members%s", what, o->ndropped,
+                      o->ndropped > 0 ? " but no list of them" : "");
+  if (o->next_epoch < 0) {
+    if (o->next_epoch != -1)
+      return ftc__error(FTC_ERR_INVALID_ARGUMENT, "%s has next epoch %lld; want one after %lld, "
+                        "or -1 for no verdict yet", what, (long long)o->next_epoch,
+                        (long long)o->epoch);
+    if (o->ndropped > 0)
+      return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                        "%s drops %d members but names no next epoch that drops them", what,
+                        o->ndropped);
+    if (!o->pending || !*o->pending)
+      return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                        "%s has no verdict (next epoch -1) and does not say why (pending)", what);
+    return FTC_OK;
+  }
+  if (o->next_epoch <= o->epoch)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "%s: next epoch %lld is not after epoch %lld", what,
+                      (long long)o->next_epoch, (long long)o->epoch);
+  for (int i = 0; i < o->ndropped; i++) {
+    const ftc_rec_dropped_t *d = &o->dropped[i];
+    if (d->rank < 0)
+      return ftc__error(FTC_ERR_INVALID_ARGUMENT, "%s: dropped member %d has rank %d", what, i,
+                        d->rank);
+    if (d->slot < -1)
+      return ftc__error(FTC_ERR_INVALID_ARGUMENT, "%s: rank %d has slot %d; want a slot or -1",
+                        what, d->rank, d->slot);
+    if (!ftc_rec_drop_reason_known(d->reason))
+      return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                        "%s: rank %d was dropped for \"%s\"; want crashed, hung, left or lost",
+                        what, d->rank, d->reason ? d->reason : "(null)");
+    for (int k = 0; k < i; k++)
+      if (o->dropped[k].rank == d->rank)
+        return ftc__error(FTC_ERR_INVALID_ARGUMENT, "%s names rank %d twice among the dropped",
+                          what, d->rank);
+  }
+  return FTC_OK;
+}
+
+/* Longest coordinator's detail kept per dropped member. */
+#define DETAIL_MAX 240
+
+static void write_outcome(const ftc_rec_outcome_t *o) {
+  if (o->failed)
+    w_printf("\"failure\":{\"epoch\":%" PRId64 ",\"status\":\"%s\",\"code\":%d,\"message\":\"%s\","
+             "\"peer\":%d},\n",
+             o->epoch, ftc_rec_status_name(o->status), o->status,
+             ftc_strerror((ftc_status_t)o->status), o->peer);
+  w_printf("\"verdict\":{\"epoch\":%" PRId64 ",\"decided\":%s,", o->epoch,
+           o->next_epoch >= 0 ? "true" : "false");
+  if (o->next_epoch >= 0) {
+    w_printf("\"next_epoch\":%" PRId64 ",\"dropped\":[", o->next_epoch);
+    for (int i = 0; i < o->ndropped; i++) {
+      const ftc_rec_dropped_t *d = &o->dropped[i];
+      w_printf("%s{\"rank\":%d,\"slot\":%d,\"member_id\":%" PRIu64 ",\"reason\":\"%s\"",
+               i ? "," : "", d->rank, d->slot, d->member_id, d->reason);
+      if (d->detail && *d->detail) {
+        char detail[DETAIL_MAX + 1];
+        snprintf(detail, sizeof(detail), "%s", d->detail);
+        W_LIT(",\"detail\":");
+        w_str(detail);
+      }
+      w_put("}", 1);
+    }
+    W_LIT("]},\n");
+  } else {
+    W_LIT("\"next_epoch\":null,\"dropped\":[],\"pending\":");
+    w_str(o->pending);
+    W_LIT("},\n");
+  }
+}
+
+static void write_header(const proc_info_t *pi, const char *reason, int64_t wall, int64_t mono,
+                         const ftc_rec_outcome_t *o) {
   char host[256] = "";
   gethostname(host, sizeof(host) - 1);
   time_t secs = (time_t)(wall / 1000000000LL);
@@ -265,6 +374,7 @@ static void write_header(const proc_info_t *pi, const char *reason, int64_t wall
   w_printf("\"trigger_time_ns\":%" PRId64 ",\"trigger_time\":\"%s\",\"trigger_monotonic_ns\":%" PRId64
            ",",
            wall, iso, mono);
+  if (o) write_outcome(o);
   w_put(entry_fields, sizeof(entry_fields) - 1);
 }
 
@@ -282,8 +392,9 @@ static void write_comm_head(const comm_view_t *cv, int first_comm) {
 
 /* The dump's text from the live rings (registry lock held), or from c. */
 static void write_body(const proc_info_t *pi, const char *reason, int64_t wall, int64_t mono,
-                       uint64_t max_bytes, const struct ftc_rec_capture *c) {
-  write_header(pi, reason, wall, mono);
+                       uint64_t max_bytes, const struct ftc_rec_capture *c,
+                       const ftc_rec_outcome_t *o) {
+  write_header(pi, reason, wall, mono, o);
   int truncated;
   if (c) {
     for (size_t i = 0; i < c->ncomms; i++) {
@@ -336,7 +447,7 @@ static int publish(int dfd, const char *tmp, int rank, int64_t wall, char *name,
 
 /* Write the dump of the live rings (c NULL) or of a capture. */
 static ftc_status_t dump_file(const struct ftc_rec_capture *c, const char *dir, const char *reason,
-                              char *path, size_t path_len) {
+                              const ftc_rec_outcome_t *o, char *path, size_t path_len) {
   ftc_status_t st = FTC_OK;
   int64_t max_bytes = 0;
   char tmp[128], name[256], dirbuf[FTC_REC_INFO_STR];
@@ -375,10 +486,10 @@ static ftc_status_t dump_file(const struct ftc_rec_capture *c, const char *dir, 
   w.len = 0;
   w.total = 0;
   if (c) {
-    write_body(&pi, reason, wall, mono, (uint64_t)max_bytes, c);
+    write_body(&pi, reason, wall, mono, (uint64_t)max_bytes, c, o);
   } else {
     pthread_mutex_lock(&ftc__rec_registry_lock);
-    write_body(&pi, reason, wall, mono, (uint64_t)max_bytes, NULL);
+    write_body(&pi, reason, wall, mono, (uint64_t)max_bytes, NULL, NULL);
     pthread_mutex_unlock(&ftc__rec_registry_lock);
   }
   w_flush();
@@ -421,7 +532,7 @@ out_unlock_dump:
 }
 
 ftc_status_t ftc_rec_dump(const char *dir, const char *reason, char *path, size_t path_len) {
-  return dump_file(NULL, dir, reason, path, path_len);
+  return dump_file(NULL, dir, reason, NULL, path, path_len);
 }
 
 void ftc_rec_capture_free(ftc_rec_capture_t *c) {
@@ -475,7 +586,18 @@ ftc_rec_capture_t *ftc_rec_capture(void) {
 ftc_status_t ftc_rec_capture_write(const ftc_rec_capture_t *c, const char *dir, const char *reason,
                                    char *path, size_t path_len) {
   if (!c) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "flight recorder: no capture to write");
-  return dump_file(c, dir, reason, path, path_len);
+  return dump_file(c, dir, reason, NULL, path, path_len);
+}
+
+ftc_status_t ftc_rec_capture_write_outcome(const ftc_rec_capture_t *c, const char *dir,
+                                           const char *reason, const ftc_rec_outcome_t *o,
+                                           char *path, size_t path_len) {
+  if (!c) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "flight recorder: no capture to write");
+  if (o) {
+    ftc_status_t st = check_outcome(o);
+    if (st != FTC_OK) return st;
+  }
+  return dump_file(c, dir, reason, o, path, path_len);
 }
 
 uint64_t ftc_rec_dump_count(void) {

@@ -21,6 +21,7 @@
 #include <jansson.h>
 #include <pthread.h>
 
+#include "ftc_error.h"
 #include "ftc_param.h"
 #include "ftc_recorder.h"
 
@@ -84,7 +85,10 @@ static void a_dump_is_valid_json_with_every_communicator(void **state) {
   json_t *root = json_load_file(path, 0, &err);
   if (!root) fail_msg("%s: %s at line %d", path, err.text, err.line);
   assert_string_equal(json_string_value(json_object_get(root, "format")), "ftcomm-flight-recorder");
-  assert_string_equal(json_string_value(json_object_get(root, "version")), "1.0");
+  assert_string_equal(json_string_value(json_object_get(root, "version")), "1.1");
+  /* Not about a failed epoch: no outcome. */
+  assert_null(json_object_get(root, "failure"));
+  assert_null(json_object_get(root, "verdict"));
   assert_string_equal(json_string_value(json_object_get(root, "job")), "train\"x");
   assert_string_equal(json_string_value(json_object_get(root, "reason")), "api");
   assert_int_equal(json_integer_value(json_object_get(root, "rank")), 5);
@@ -316,6 +320,158 @@ static void an_application_signal_handler_is_left_alone(void **state) {
   signal(SIGUSR1, SIG_DFL);
 }
 
+/* A capture of one recorder with one failed collective, for the outcome tests. */
+static ftc_rec_capture_t *failed_epoch_capture(ftc_rec_t **rec) {
+  ftc_rec_process_info_t info = FTC_REC_PROCESS_INFO_INIT;
+  info.rank = 0;
+  info.world_size = 4;
+  info.epoch = 3;
+  ftc_rec_set_process_info(&info);
+  assert_int_equal(ftc_rec_create(8, 0x33, "world", 3, 0, 4, rec), FTC_OK);
+  uint64_t id = ftc_rec_schedule(*rec, 3, 1, FTC_REC_ALLREDUCE, FTC_F32, 1, 4, -1, -1);
+  ftc_rec_failed(*rec, id, 0);
+  ftc_rec_capture_t *c = ftc_rec_capture();
+  assert_non_null(c);
+  return c;
+}
+
+static json_t *load(const char *path) {
+  json_error_t err;
+  json_t *root = json_load_file(path, 0, &err);
+  if (!root) fail_msg("%s: %s at line %d", path, err.text, err.line);
+  return root;
+}
+
+static void a_failure_dump_carries_the_failure_and_the_verdict(void **state) {
+  (void)state;
+  ftc_rec_t *rec;
+  ftc_rec_capture_t *c = failed_epoch_capture(&rec);
+  ftc_rec_dropped_t dropped[2] = {
+      {2, 2, 1001, "hung", "is silent for 412 ms while its epoch was reported \"broken\""},
+      {1, 1, 1000, "crashed", NULL},
+  };
+  ftc_rec_outcome_t o = FTC_REC_OUTCOME_INIT;
+  o.epoch = 3;
+  o.failed = 1;
+  o.status = FTC_ERR_PEER_LOST;
+  o.peer = 1;
+  o.next_epoch = 4;
+  o.dropped = dropped;
+  o.ndropped = 2;
+  char path[512];
+  assert_int_equal(ftc_rec_capture_write_outcome(c, NULL, "error", &o, path, sizeof(path)), FTC_OK);
+  json_t *root = load(path);
+  json_t *f = json_object_get(root, "failure"), *v = json_object_get(root, "verdict");
+  assert_int_equal(json_integer_value(json_object_get(f, "epoch")), 3);
+  assert_string_equal(json_string_value(json_object_get(f, "status")), "peer_lost");
+  assert_int_equal(json_integer_value(json_object_get(f, "code")), FTC_ERR_PEER_LOST);
+  assert_string_equal(json_string_value(json_object_get(f, "message")), ftc_strerror(FTC_ERR_PEER_LOST));
+  assert_int_equal(json_integer_value(json_object_get(f, "peer")), 1);
+  assert_int_equal(json_integer_value(json_object_get(v, "epoch")), 3);
+  assert_true(json_is_true(json_object_get(v, "decided")));
+  assert_int_equal(json_integer_value(json_object_get(v, "next_epoch")), 4);
+  assert_null(json_object_get(v, "pending"));
+  json_t *d = json_object_get(v, "dropped");
+  assert_int_equal(json_array_size(d), 2);
+  json_t *d0 = json_array_get(d, 0), *d1 = json_array_get(d, 1);
+  assert_int_equal(json_integer_value(json_object_get(d0, "rank")), 2);
+  assert_int_equal(json_integer_value(json_object_get(d0, "slot")), 2);
+  assert_int_equal(json_integer_value(json_object_get(d0, "member_id")), 1001);
+  assert_string_equal(json_string_value(json_object_get(d0, "reason")), "hung");
+  assert_string_equal(json_string_value(json_object_get(d0, "detail")),
+                      "is silent for 412 ms while its epoch was reported \"broken\"");
+  assert_string_equal(json_string_value(json_object_get(d1, "reason")), "crashed");
+  assert_null(json_object_get(d1, "detail"));
+  /* The rest of the dump is the capture's. */
+  assert_string_equal(json_string_value(json_object_get(root, "reason")), "error");
+  json_t *ent = json_array_get(json_object_get(json_array_get(json_object_get(root, "communicators"), 0), "entries"), 0);
+  assert_string_equal(json_string_value(json_array_get(ent, 10)), "failed");
+  json_decref(root);
+  ftc_rec_capture_free(c);
+  ftc_rec_destroy(rec);
+}
+
+static void a_dump_without_a_verdict_says_why(void **state) {
+  (void)state;
+  ftc_rec_t *rec;
+  ftc_rec_capture_t *c = failed_epoch_capture(&rec);
+  ftc_rec_outcome_t o = FTC_REC_OUTCOME_INIT;
+  o.epoch = 3;
+  o.pending = "the coordinator had announced no epoch after 3";
+  char path[512];
+  assert_int_equal(ftc_rec_capture_write_outcome(c, NULL, "coordinator", &o, path, sizeof(path)), FTC_OK);
+  json_t *root = load(path);
+  assert_null(json_object_get(root, "failure")); /* not this rank's failure */
+  json_t *v = json_object_get(root, "verdict");
+  assert_true(json_is_false(json_object_get(v, "decided")));
+  assert_true(json_is_null(json_object_get(v, "next_epoch")));
+  assert_int_equal(json_array_size(json_object_get(v, "dropped")), 0);
+  assert_string_equal(json_string_value(json_object_get(v, "pending")), o.pending);
+  json_decref(root);
+  /* A verdict that kept every member: decided, nobody dropped. */
+  o.next_epoch = 4;
+  o.pending = NULL;
+  assert_int_equal(ftc_rec_capture_write_outcome(c, NULL, "coordinator", &o, path, sizeof(path)), FTC_OK);
+  root = load(path);
+  v = json_object_get(root, "verdict");
+  assert_true(json_is_true(json_object_get(v, "decided")));
+  assert_int_equal(json_array_size(json_object_get(v, "dropped")), 0);
+  json_decref(root);
+  ftc_rec_capture_free(c);
+  ftc_rec_destroy(rec);
+}
+
+static void an_outcome_that_makes_no_sense_is_refused_and_nothing_written(void **state) {
+  (void)state;
+  ftc_rec_t *rec;
+  ftc_rec_capture_t *c = failed_epoch_capture(&rec);
+  ftc_rec_dropped_t ok1 = {1, 1, 7, "crashed", NULL};
+  ftc_rec_dropped_t neg = {-1, 1, 7, "crashed", NULL};
+  ftc_rec_dropped_t odd = {1, 1, 7, "vanished", NULL};
+  ftc_rec_dropped_t noreason = {1, 1, 7, NULL, NULL};
+  ftc_rec_dropped_t badslot = {1, -5, 7, "left", NULL};
+  ftc_rec_dropped_t twice[2] = {{1, 1, 7, "crashed", NULL}, {1, 1, 7, "hung", NULL}};
+  static const ftc_rec_outcome_t base = {3, 1, FTC_ERR_TIMEOUT, -1, 4, NULL, 0, NULL};
+  struct {
+    ftc_rec_outcome_t o;
+    const char *says;
+  } cases[] = {
+      {{-1, 0, 0, -1, 4, NULL, 0, NULL}, "epoch -1"},
+      {{3, 1, FTC_OK, -1, 4, NULL, 0, NULL}, "status 0"},
+      {{3, 1, FTC_STATUS_COUNT, -1, 4, NULL, 0, NULL}, "want an error code"},
+      {{3, 1, FTC_ERR_TIMEOUT, -7, 4, NULL, 0, NULL}, "peer -7"},
+      {{3, 0, 0, -1, 3, NULL, 0, NULL}, "next epoch 3 is not after epoch 3"},
+      {{3, 0, 0, -1, -2, NULL, 0, "x"}, "next epoch -2"},
+      {{3, 0, 0, -1, -1, &ok1, 1, "x"}, "names no next epoch"},
+      {{3, 0, 0, -1, -1, NULL, 0, NULL}, "does not say why"},
+      {{3, 0, 0, -1, -1, NULL, 0, ""}, "does not say why"},
+      {{3, 0, 0, -1, 4, NULL, 2, NULL}, "no list of them"},
+      {{3, 0, 0, -1, 4, &ok1, -1, NULL}, "-1 dropped members"},
+      {{3, 0, 0, -1, 4, &neg, 1, NULL}, "has rank -1"},
+      {{3, 0, 0, -1, 4, &odd, 1, NULL}, "dropped for \"vanished\"; want crashed, hung, left or lost"},
+      {{3, 0, 0, -1, 4, &noreason, 1, NULL}, "dropped for \"(null)\""},
+      {{3, 0, 0, -1, 4, &badslot, 1, NULL}, "slot -5"},
+      {{3, 0, 0, -1, 4, twice, 2, NULL}, "names rank 1 twice"},
+  };
+  uint64_t before = ftc_rec_dump_count();
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    char path[512] = "";
+    ftc_status_t st = ftc_rec_capture_write_outcome(c, NULL, "error", &cases[i].o, path, sizeof(path));
+    if (st != FTC_ERR_INVALID_ARGUMENT || !strstr(ftc_last_error(), cases[i].says))
+      fail_msg("case %zu: status %d, message \"%s\", want one saying \"%s\"", i, st,
+               ftc_last_error(), cases[i].says);
+    assert_string_equal(path, "");
+  }
+  assert_int_equal(ftc_rec_dump_count(), before);
+  char names[4][256];
+  assert_int_equal(list_dir(names, 4), 0);
+  /* The same capture with a sound outcome is written. */
+  assert_int_equal(ftc_rec_capture_write_outcome(c, NULL, "timeout", &base, NULL, 0), FTC_OK);
+  assert_int_equal(list_dir(names, 4), 1);
+  ftc_rec_capture_free(c);
+  ftc_rec_destroy(rec);
+}
+
 int main(void) {
   setenv("FTCOMM_DUMP_SIGNAL", "0", 1);
   const struct CMUnitTest tests[] = {
@@ -326,6 +482,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(dumps_taken_while_recording_hold_whole_entries, setup_dir, remove_dir),
       cmocka_unit_test_setup_teardown(the_dump_signal_makes_the_dump_thread_write_a_dump, setup_dir, remove_dir),
       cmocka_unit_test_setup_teardown(an_application_signal_handler_is_left_alone, setup_dir, remove_dir),
+      cmocka_unit_test_setup_teardown(a_failure_dump_carries_the_failure_and_the_verdict, setup_dir, remove_dir),
+      cmocka_unit_test_setup_teardown(a_dump_without_a_verdict_says_why, setup_dir, remove_dir),
+      cmocka_unit_test_setup_teardown(an_outcome_that_makes_no_sense_is_refused_and_nothing_written, setup_dir, remove_dir),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
