@@ -132,6 +132,23 @@ static void built_messages_decode_to_what_they_carry(void **state) {
   assert_true(m.left[0] == 12 && m.left[1] == 1ull << 50);
   ftc__msg_clear(&m);
 
+  /* The verdict on the previous epoch: who was dropped and why; a detail
+   * past the limit is cut at a character boundary (still UTF-8). */
+  char longer[400];
+  memset(longer, 'x', sizeof(longer));
+  memcpy(longer + FTC__PROTO_MAX_DROP_DETAIL - 1, "\xc3\xa9", 2); /* an e-acute across the cut */
+  longer[sizeof(longer) - 1] = '\0';
+  ftc__wire_dropped_t dr[3] = {{12, "crashed", "lost its session"}, {13, "hung", longer}, {14, "left", NULL}};
+  m = roundtrip(ftc__proto_view_dropped(ftc__proto_view(6, wm, 1, NULL), dr, 3), FTC__MSG_VIEW);
+  assert_int_equal(m.ndropped, 3);
+  assert_true(m.dropped[0].member_id == 12 && m.dropped[2].member_id == 14);
+  assert_string_equal(m.dropped[0].reason, "crashed");
+  assert_string_equal(m.dropped[0].detail, "lost its session");
+  assert_string_equal(m.dropped[1].reason, "hung");
+  assert_int_equal(strlen(m.dropped[1].detail), FTC__PROTO_MAX_DROP_DETAIL - 1);
+  assert_null(m.dropped[2].detail);
+  ftc__msg_clear(&m);
+
   int ranks[] = {1, 4};
   m = roundtrip(ftc__proto_failure(9, ranks, NULL, 2, FTC_ERR_TIMEOUT), FTC__MSG_FAILURE);
   assert_int_equal(m.epoch, 9);

@@ -107,6 +107,8 @@ struct ftc__coord {
   int view_dirty; /* an active member was dropped since the last epoch */
   uint64_t *left_ids; /* members of the epoch that left cleanly since: the next view says so */
   int nleft, left_cap;
+  struct drop_rec *drops; /* members of the epoch dropped since, and why: the next view says so */
+  int ndrops, drops_cap;
   int lost_since_epoch; /* ... and not by a clean leave */
   uint64_t epoch, max_known_epoch, next_id;
   int formed; /* this coordinator has announced an epoch */
@@ -355,11 +357,41 @@ static void adopt_view(ftc__coord_t *co, const ftc__hello_t *h) {
     if (co->members[k]->sess) send_current_view(co, co->members[k]->sess);
 }
 
+/* A member of the current epoch dropped since it was formed: the next
+ * view names it with the verdict (docs/protocol.md, view "dropped"). */
+struct drop_rec {
+  uint64_t id;
+  const char *reason; /* static */
+  char detail[FTC__PROTO_MAX_DROP_DETAIL + 1];
+};
+
+static int session_gone(const struct member *m);
+static int64_t evidence_ns(const ftc__coord_t *co);
+
+/* Why m is dropped, in a word: it left; its session is gone (crashed); it
+ * is connected but silent past the evidence time (hung); else lost (the
+ * host declared its slot lost, ...). Out of memory it is left out. */
+static void note_drop(ftc__coord_t *co, const member_t *m, int left, const char *why) {
+  if (co->ndrops == co->drops_cap) {
+    int ncap = co->drops_cap ? 2 * co->drops_cap : 16;
+    struct drop_rec *nd = ftc__realloc(co->drops, (size_t)ncap * sizeof(*nd));
+    if (!nd) return;
+    co->drops = nd, co->drops_cap = ncap;
+  }
+  struct drop_rec *d = &co->drops[co->ndrops++];
+  d->id = m->id;
+  d->reason = left                                                 ? "left"
+              : session_gone(m)                                    ? "crashed"
+              : ftc__now_ns() - m->last_seen_ns > evidence_ns(co) ? "hung"
+                                                                   : "lost";
+  snprintf(d->detail, sizeof(d->detail), "%s", why ? why : "");
+}
+
 /* Remove a member from the job (it left, was lost, timed out or was
  * reported). Its session, if any, is detached; the caller closes it. The
  * next epoch is formed by maybe_form_epoch(). */
 static void drop_member(ftc__coord_t *co, member_t *m, int left, const char *why) {
-  if (m->state == M_ACTIVE) co->view_dirty = 1;
+  if (m->state == M_ACTIVE) co->view_dirty = 1, note_drop(co, m, left, why);
   if (left && m->state == M_ACTIVE) {
     /* Named in the next view, so that its peers do not revoke an epoch for
      * a rank that finished (docs/recovery.md, the watchdog). Out of memory
@@ -474,6 +506,12 @@ static void maybe_form_epoch(ftc__coord_t *co) {
   co->stats_dirty = 1;
   json_t *v = ftc__proto_view_left(ftc__proto_view(e, wm, n, NULL), co->left_ids, co->nleft);
   co->nleft = 0;
+  ftc__wire_dropped_t *wd = co->ndrops ? ftc__calloc((size_t)co->ndrops, sizeof(*wd)) : NULL;
+  for (int i = 0; wd && i < co->ndrops; i++)
+    wd[i] = (ftc__wire_dropped_t){co->drops[i].id, co->drops[i].reason, co->drops[i].detail};
+  if (wd) v = ftc__proto_view_dropped(v, wd, co->ndrops); /* out of memory: no verdict */
+  ftc__free(wd);
+  co->ndrops = 0;
   ftc__frame_t *f = ftc__proto_encode(v, LWS_PRE);
   ftc__free(wm);
   if (!f) {
@@ -1353,6 +1391,7 @@ void ftc__coord_destroy(ftc__coord_t *co) {
   ftc__free(co->pub_view.members);
   ftc__free(co->backend_blob);
   ftc__free(co->left_ids);
+  ftc__free(co->drops);
   pthread_mutex_destroy(&co->lock);
   free_config(co);
   ftc__free(co);

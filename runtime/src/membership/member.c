@@ -35,6 +35,7 @@
 #define RETRY_MAX_MS 1000
 #define LEAVE_WAIT_MS 1000
 #define LEFT_KEEP 256
+#define DROP_KEEP 64
 
 enum session_state {
   S_CONNECTING,   /* first connection: connecting or waiting for welcome */
@@ -89,6 +90,12 @@ struct ftc__member {
   uint64_t latest_epoch;  /* atomic copy of view->epoch, for the step boundary */
   uint64_t left[LEFT_KEEP]; /* members the views said left cleanly, the newest LEFT_KEEP */
   int nleft;
+  struct dropped_rec {      /* members the views said were dropped, and why: the newest DROP_KEEP */
+    uint64_t id;
+    char reason[FTC__PROTO_MAX_DROP_REASON + 1];
+    char detail[FTC__PROTO_MAX_DROP_DETAIL + 1];
+  } drops[DROP_KEEP];
+  int ndrops;
 };
 
 /* Wake the owner's watchdog (caller holds m->lock). */
@@ -345,6 +352,13 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
       FTC_INFO(FTC_SUB_COORD, "slot %d: epoch %llu: rank %d of %d", m->slot,
                (unsigned long long)v->epoch, v->my_rank, v->size);
       for (int i = 0; i < msg.nleft; i++) m->left[m->nleft++ % LEFT_KEEP] = msg.left[i];
+      for (int i = 0; i < msg.ndropped; i++) {
+        struct dropped_rec *d = &m->drops[m->ndrops++ % DROP_KEEP];
+        d->id = msg.dropped[i].member_id;
+        snprintf(d->reason, sizeof(d->reason), "%s", msg.dropped[i].reason);
+        snprintf(d->detail, sizeof(d->detail), "%s",
+                 msg.dropped[i].detail ? msg.dropped[i].detail : "");
+      }
       ftc__view_free(m->view);
       m->view = v;
       m->known_epoch = v->epoch;
@@ -964,6 +978,23 @@ int ftc__member_left_cleanly(ftc__member_t *m, uint64_t member_id) {
   pthread_mutex_lock(&m->lock);
   int n = m->nleft < LEFT_KEEP ? m->nleft : LEFT_KEEP;
   for (int i = 0; i < n && !found; i++) found = m->left[i] == member_id;
+  pthread_mutex_unlock(&m->lock);
+  return found;
+}
+
+int ftc__member_drop_reason(ftc__member_t *m, uint64_t member_id, char *reason, size_t rlen,
+                            char *detail, size_t dlen) {
+  int found = 0;
+  if (!m) return 0;
+  pthread_mutex_lock(&m->lock);
+  int n = m->ndrops < DROP_KEEP ? m->ndrops : DROP_KEEP;
+  for (int i = 0; i < n && !found; i++) {
+    const struct dropped_rec *d = &m->drops[i];
+    if (d->id != member_id) continue;
+    found = 1;
+    if (reason && rlen) snprintf(reason, rlen, "%s", d->reason);
+    if (detail && dlen) snprintf(detail, dlen, "%s", d->detail);
+  }
   pthread_mutex_unlock(&m->lock);
   return found;
 }

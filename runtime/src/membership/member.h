@@ -114,6 +114,14 @@ ftc_status_t ftc__member_upload_dump(ftc__member_t *m, const char *incident, int
  * the newest 256 are kept), 0 otherwise. */
 int ftc__member_left_cleanly(ftc__member_t *m, uint64_t member_id);
 
+/* Why the coordinator dropped member_id, as a view said ("dropped"): 1 with
+ * its reason word ("crashed", "hung", "left", "lost", or a newer
+ * coordinator's word) copied into reason[rlen] and its words into
+ * detail[dlen] (either may be NULL); 0 when no view said (an older
+ * coordinator; the newest 64 are kept). */
+int ftc__member_drop_reason(ftc__member_t *m, uint64_t member_id, char *reason, size_t rlen,
+                            char *detail, size_t dlen);
+
 /* The epoch of the newest view received (0 before the first). Lock-free:
  * one atomic load, for the step boundary's hot path. */
 uint64_t ftc__member_latest_epoch(const ftc__member_t *m);

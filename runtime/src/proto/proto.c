@@ -185,6 +185,36 @@ json_t *ftc__proto_view(uint64_t epoch, const ftc__wire_member_t *members, int n
   return finish(o, err);
 }
 
+json_t *ftc__proto_view_dropped(json_t *view, const ftc__wire_dropped_t *d, int n) {
+  if (!view || n <= 0) return view;
+  json_t *arr = json_array();
+  int err = !arr;
+  for (int i = 0; !err && i < n; i++) {
+    json_t *o = json_object();
+    err |= !o;
+    if (!o) break;
+    err |= set(o, "member_id", json_integer((json_int_t)d[i].member_id));
+    err |= set(o, "reason", json_string(d[i].reason ? d[i].reason : "lost"));
+    if (d[i].detail && *d[i].detail) {
+      /* Cut to the limit at a character boundary (json_string wants UTF-8). */
+      size_t len = strlen(d[i].detail);
+      if (len > FTC__PROTO_MAX_DROP_DETAIL) {
+        len = FTC__PROTO_MAX_DROP_DETAIL;
+        while (len > 0 && ((unsigned char)d[i].detail[len] & 0xc0) == 0x80) len--;
+      }
+      err |= set(o, "detail", json_stringn(d[i].detail, len));
+    }
+    err |= json_array_append_new(arr, o);
+  }
+  if (err || json_object_set_new(view, "dropped", arr)) {
+    if (!err) arr = NULL; /* stolen by the failed set */
+    json_decref(arr);
+    json_decref(view);
+    return NULL;
+  }
+  return view;
+}
+
 json_t *ftc__proto_view_left(json_t *view, const uint64_t *ids, int n) {
   if (!view || n <= 0) return view;
   json_t *arr = json_array();
@@ -451,7 +481,9 @@ static void decode_members(dec_t *d, json_t *arr, const char *name, ftc__msg_t *
   }
 }
 
-static void decode_view(dec_t *d, ftc__msg_t *m) {
+static void decode_dropped(dec_t *d, ftc__msg_t *m);
+
+static void decode_view_members(dec_t *d, ftc__msg_t *m) {
   m->epoch = get_u64(d, d->o, "epoch", 0);
   m->backend = get_str(d, d->o, "backend", FTC__PROTO_MAX_BLOB, 1);
   decode_members(d, json_object_get(d->o, "members"), "members", m);
@@ -476,6 +508,39 @@ static void decode_view(dec_t *d, ftc__msg_t *m) {
     m->left[i] = (uint64_t)json_integer_value(e);
   }
   m->nleft = (int)n;
+}
+
+static void decode_view(dec_t *d, ftc__msg_t *m) {
+  decode_view_members(d, m);
+  decode_dropped(d, m);
+}
+
+static void decode_dropped(dec_t *d, ftc__msg_t *m) {
+  json_t *arr = json_object_get(d->o, "dropped");
+  if (!arr || d->bad) return;
+  size_t n = json_is_array(arr) ? json_array_size(arr) : 0;
+  if (!json_is_array(arr) || n > FTC__PROTO_MAX_FAILED) {
+    fail(d, "field \"%s\" must be an array of at most 65536 members", "dropped");
+    return;
+  }
+  if (!n) return;
+  if (!(m->dropped = ftc__calloc(n, sizeof(*m->dropped)))) {
+    fail(d, "out of memory decoding %s", "dropped");
+    return;
+  }
+  for (size_t i = 0; i < n && !d->bad; i++) {
+    json_t *e = json_array_get(arr, i);
+    if (!json_is_object(e)) {
+      fail(d, "entries of \"%s\" must be objects", "dropped");
+      return;
+    }
+    ftc__wire_dropped_t *x = &m->dropped[i];
+    x->member_id = get_u64(d, e, "member_id", 0);
+    x->reason = get_str(d, e, "reason", FTC__PROTO_MAX_DROP_REASON, 0);
+    x->detail = get_str(d, e, "detail", FTC__PROTO_MAX_DROP_DETAIL, 1);
+    if (!d->bad && !x->member_id) fail(d, "entries of \"%s\" must name a member id", "dropped");
+  }
+  m->ndropped = (int)n;
 }
 
 static void decode_failure(dec_t *d, ftc__msg_t *m) {
@@ -660,6 +725,7 @@ void ftc__msg_clear(ftc__msg_t *msg) {
   ftc__free(msg->ranks);
   ftc__free(msg->member_ids);
   ftc__free(msg->left);
+  ftc__free(msg->dropped);
   json_decref(msg->root);
   memset(msg, 0, sizeof(*msg));
 }

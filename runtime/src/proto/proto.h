@@ -102,6 +102,17 @@ typedef struct ftc__hello {
   int view_n;
 } ftc__hello_t;
 
+/* A member of the previous epoch that a view leaves out, and why (the
+ * coordinator's verdict): reason "crashed", "hung", "left" or "lost" (a
+ * receiver takes an unknown word for "lost"); detail: the coordinator's words. */
+typedef struct ftc__wire_dropped {
+  uint64_t member_id;
+  const char *reason;
+  const char *detail; /* may be NULL */
+} ftc__wire_dropped_t;
+#define FTC__PROTO_MAX_DROP_REASON 16
+#define FTC__PROTO_MAX_DROP_DETAIL 240
+
 /*
  * A decoded message. Strings point into `root` and live until
  * ftc__msg_clear(); `members` and `ranks` are allocated and freed there too.
@@ -131,6 +142,9 @@ typedef struct ftc__msg {
   /* view: members of the previous epoch that left cleanly (may be 0) */
   int nleft;
   uint64_t *left;
+  /* view: members of the previous epoch it leaves out, and why (may be 0) */
+  int ndropped;
+  ftc__wire_dropped_t *dropped;
   int status;
   /* leave, dump_request, error: reason; error: code (wire name, and parsed) */
   const char *reason;
@@ -165,6 +179,10 @@ json_t *ftc__proto_view(uint64_t epoch, const ftc__wire_member_t *members, int n
  * that left cleanly (a leave): "left", optional. Returns view, or NULL
  * (view released) when out of memory. */
 json_t *ftc__proto_view_left(json_t *view, const uint64_t *ids, int n);
+/* Add to a view message the members of the epoch before it that it leaves
+ * out, and why: "dropped", optional. Returns view, or NULL (view released)
+ * when out of memory. */
+json_t *ftc__proto_view_dropped(json_t *view, const ftc__wire_dropped_t *d, int n);
 json_t *ftc__proto_heartbeat(uint64_t epoch);
 /* A rank's heartbeat with "ready" (omitted when 0). */
 json_t *ftc__proto_heartbeat_ready(uint64_t epoch, uint64_t ready);
