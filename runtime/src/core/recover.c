@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "core/comm.h"
+#include "proto/proto.h"
 #include "ftc_alloc.h"
 #include "ftc_error.h"
 #include "ftc_param.h"
@@ -375,14 +376,33 @@ struct ftc__wd_dump {
   int status;             /* the failure, for the log */
   char incident[128];     /* "" for the rank's own dump */
   int rank;
+  int peer;               /* the rank the backend saw fail (own dump), -1 none */
+  int64_t t_ns;           /* when it was captured */
+  ftc__view_t *view;      /* the epoch's view, for the verdict; NULL if it was gone */
 };
+
+/* The view of `epoch`, copied under comm->lock (NULL if comm moved on). */
+static ftc__view_t *wd_view_of(ftc_comm_t *comm, uint64_t epoch) {
+  ftc__view_t *v = NULL;
+  pthread_mutex_lock(&comm->lock);
+  if (comm->view && comm->view->epoch == epoch) v = ftc__view_copy(comm->view);
+  pthread_mutex_unlock(&comm->lock);
+  return v;
+}
+
+static void wd_dump_free(struct ftc__wd_dump *d) {
+  ftc_rec_capture_free(d->capture);
+  ftc__view_free(d->view);
+  ftc__free(d);
+}
 
 /* Queue a captured dump. While the epoch is failed its files wait until
  * the next epoch's first collective completed (the recovery is done) or a
  * watchdog period passed: formatting and fsync would compete with the
- * recovery for the CPU. */
+ * recovery for the CPU. A dump the coordinator asked for waits likewise,
+ * for its verdict (the next view follows the request). */
 static void wd_queue(ftc_comm_t *comm, struct ftc__wd_dump *d) {
-  int failed = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE) != 0;
+  int failed = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE) != 0 || d->incident[0];
   pthread_mutex_lock(&comm->wd_mu);
   struct ftc__wd_dump **tail = &comm->wd_dumps;
   while (*tail) tail = &(*tail)->next;
@@ -414,7 +434,7 @@ static struct ftc__wd_dump *wd_capture_new(const char *reason) {
     ftc__free(d);
     d = NULL;
   }
-  if (d) d->reason = reason;
+  if (d) d->reason = reason, d->peer = -1, d->t_ns = ftc__now_ns();
   return d;
 }
 
@@ -432,16 +452,23 @@ static void wd_dump_request(ftc_comm_t *comm) {
   snprintf(d->incident, sizeof(d->incident), "%s", incident);
   d->rank = __atomic_load_n(&comm->rank, __ATOMIC_ACQUIRE);
   d->epoch = __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
+  d->view = wd_view_of(comm, d->epoch);
   wd_queue(comm, d);
+}
+
+/* The peer the current epoch's backend saw fail, -1 none. */
+static int wd_failed_peer(ftc_comm_t *comm) {
+  pthread_mutex_lock(&comm->lock);
+  int peer = comm->bh ? comm->be->failed_peer(comm->bh) : -1;
+  pthread_mutex_unlock(&comm->lock);
+  return peer;
 }
 
 /* Tell the coordinator about the failed epoch `epoch`, once (wd_cap_mu held). */
 static void wd_report_locked(ftc_comm_t *comm, int e, uint64_t epoch) {
   if (comm->wd_reported == epoch) return;
   comm->wd_reported = epoch;
-  pthread_mutex_lock(&comm->lock);
-  int peer = comm->bh ? comm->be->failed_peer(comm->bh) : -1;
-  pthread_mutex_unlock(&comm->lock);
+  int peer = wd_failed_peer(comm);
   if (comm->member)
     ftc__member_report_failure(comm->member, epoch, peer >= 0 ? &peer : NULL, peer >= 0 ? 1 : 0,
                                (ftc_status_t)e);
@@ -473,7 +500,25 @@ static void wd_failure(ftc_comm_t *comm) {
   }
   d->epoch = epoch;
   d->status = e;
+  d->peer = wd_failed_peer(comm);
+  d->view = wd_view_of(comm, epoch);
   wd_queue(comm, d);
+}
+
+/* Just before the move: the backend of the failed epoch may name its
+ * failed peer by now (NCCL learns it from the coordinator's epoch). */
+static void wd_update_peer(ftc_comm_t *comm) {
+  uint64_t epoch = __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
+  int peer = -2;
+  for (;;) {
+    pthread_mutex_lock(&comm->wd_mu);
+    struct ftc__wd_dump *d = comm->wd_dumps;
+    while (d && (d->incident[0] || d->epoch != epoch || d->peer >= 0)) d = d->next;
+    if (d && peer >= 0) d->peer = peer;
+    pthread_mutex_unlock(&comm->wd_mu);
+    if (!d || peer != -2) return;
+    if ((peer = wd_failed_peer(comm)) < 0) return; /* comm->lock is not taken under wd_mu */
+  }
 }
 
 void ftc__watchdog_capture(ftc_comm_t *comm) {
@@ -481,8 +526,98 @@ void ftc__watchdog_capture(ftc_comm_t *comm) {
   pthread_mutex_lock(&comm->wd_cap_mu);
   wd_dump_request(comm);
   wd_failure(comm);
+  wd_update_peer(comm);
   pthread_mutex_unlock(&comm->wd_cap_mu);
   ftc__watchdog_kick(comm); /* it writes them */
+}
+
+/* The coordinator's verdict on d's epoch, as far as it is known now: the
+ * newest epoch it announced after it, and the members of d's epoch that
+ * this one leaves out (and why, as the views said). *dropped is allocated
+ * (the caller frees it); pending[len] says why there is no verdict. */
+static void wd_verdict(ftc_comm_t *comm, const struct ftc__wd_dump *d, ftc_rec_outcome_t *o,
+                       ftc_rec_dropped_t **dropped, char *pending, size_t len) {
+  *dropped = NULL;
+  o->next_epoch = -1;
+  o->pending = pending;
+  if (!comm->member) {
+    snprintf(pending, len, "this communicator has no coordinator to decide on epoch %llu",
+             (unsigned long long)d->epoch);
+    return;
+  }
+  if (!d->view) {
+    snprintf(pending, len, "this rank had moved past epoch %llu when its dump was captured",
+             (unsigned long long)d->epoch);
+    return;
+  }
+  ftc__view_t *v = NULL;
+  if (ftc__member_wait_view(comm->member, d->epoch, 0, &v) != FTC_OK || !v) {
+    int off = snprintf(pending, len,
+                       "the coordinator had announced no epoch after %llu %lld ms after this "
+                       "dump was captured",
+                       (unsigned long long)d->epoch, (long long)((ftc__now_ns() - d->t_ns) / 1000000));
+    if (d->view->size - 1 < comm->cfg.min_size && off > 0 && (size_t)off < len)
+      off += snprintf(pending + off, len - (size_t)off,
+                      "; without one of its %d members the job is below its minimum size %d, "
+                      "so the coordinator waits for a joiner before the next epoch",
+                      d->view->size, comm->cfg.min_size);
+    if (ftc__member_error(comm->member) != FTC_OK && off > 0 && (size_t)off < len)
+      snprintf(pending + off, len - (size_t)off, "; the coordinator session has ended (%s)",
+               ftc_strerror(ftc__member_error(comm->member)));
+    return;
+  }
+  o->next_epoch = (int64_t)v->epoch;
+  /* The list, then each one's detail (FTC__PROTO_MAX_DROP_DETAIL + 1 bytes). */
+  size_t n = (size_t)d->view->size + 1, dlen = FTC__PROTO_MAX_DROP_DETAIL + 1;
+  *dropped = ftc__calloc(1, n * (sizeof(**dropped) + dlen));
+  if (!*dropped) {
+    o->next_epoch = -1;
+    snprintf(pending, len, "out of memory listing the members epoch %llu left out",
+             (unsigned long long)v->epoch);
+    ftc__view_free(v);
+    return;
+  }
+  for (int r = 0; r < d->view->size; r++) {
+    const ftc__view_member_t *m = &d->view->members[r];
+    if (view_has(v, m->member_id)) continue;
+    char *detail = (char *)(*dropped + n) + (size_t)o->ndropped * dlen, word[32] = "";
+    ftc_rec_dropped_t *x = &(*dropped)[o->ndropped++];
+    x->rank = r;
+    x->slot = m->slot;
+    x->member_id = m->member_id;
+    x->detail = detail;
+    /* The coordinator's word; a view without one (an older coordinator)
+     * still says who left cleanly. */
+    if (!ftc__member_drop_reason(comm->member, m->member_id, word, sizeof(word), detail, dlen))
+      snprintf(word, sizeof(word), "%s",
+               ftc__member_left_cleanly(comm->member, m->member_id) ? "left" : "lost");
+    x->reason = !strcmp(word, "crashed") ? "crashed"
+                : !strcmp(word, "hung")  ? "hung"
+                : !strcmp(word, "left")  ? "left"
+                                         : "lost";
+  }
+  o->dropped = *dropped;
+  ftc__view_free(v);
+}
+
+/* Write d with its outcome: the rank's failure (its own dump) and the
+ * coordinator's verdict on the epoch. */
+static ftc_status_t wd_write_one(ftc_comm_t *comm, const struct ftc__wd_dump *d, char *path,
+                                 size_t len) {
+  ftc_rec_outcome_t o = FTC_REC_OUTCOME_INIT;
+  ftc_rec_dropped_t *dropped = NULL;
+  char pending[512];
+  o.epoch = (int64_t)d->epoch;
+  if (!d->incident[0]) {
+    o.failed = 1;
+    o.status = d->status;
+    o.peer = d->peer;
+  }
+  wd_verdict(comm, d, &o, &dropped, pending, sizeof(pending));
+  ftc_status_t st =
+      ftc_rec_capture_write_outcome(d->capture, comm->cfg.dump_dir, d->reason, &o, path, len);
+  ftc__free(dropped);
+  return st;
 }
 
 /* Write (and upload) the captured dumps, oldest first. */
@@ -494,8 +629,7 @@ static void wd_write_dumps(ftc_comm_t *comm) {
     pthread_mutex_unlock(&comm->wd_mu);
     if (!d) return;
     char path[4096];
-    ftc_status_t st = ftc_rec_capture_write(d->capture, comm->cfg.dump_dir, d->reason, path,
-                                            sizeof(path));
+    ftc_status_t st = wd_write_one(comm, d, path, sizeof(path));
     if (!d->incident[0]) {
       if (st == FTC_OK)
         FTC_INFO(FTC_SUB_RECOVERY, "epoch %llu failed (%s): dump written to %s",
@@ -516,8 +650,7 @@ static void wd_write_dumps(ftc_comm_t *comm) {
         FTC_INFO(FTC_SUB_RECOVERY, "dump for incident %s: %s (uploaded)", d->incident, path);
       ftc__free(data);
     }
-    ftc_rec_capture_free(d->capture);
-    ftc__free(d);
+    wd_dump_free(d);
   }
 }
 
