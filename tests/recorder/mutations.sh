@@ -15,6 +15,7 @@ out = sys.argv[1]
 random.seed(7)
 srcs = [sorted(glob.glob("tests/recorder/cases/never-entered/*.json"))[0],
         sorted(glob.glob("tests/recorder/cases/unknown-fields/*.json"))[0],
+        sorted(glob.glob("tests/recorder/cases/verdict-agrees/*.json"))[0],
         sorted(glob.glob("tests/recorder/cases/pytorch/nccl_trace_rank_*"))[0]]
 for si, src in enumerate(srcs):
     data = open(src, "rb").read()

@@ -504,9 +504,7 @@ static void analyze_group(ctx_t *x, int gi) {
 
 /* Whole set ---------------------------------------------------------------- */
 
-void tr_analyze(tr_set_t *set, tr_report_t *rep) {
-  memset(rep, 0, sizeof(*rep));
-  rep->primary = -1;
+static void analyze_dumps(tr_set_t *set, tr_report_t *rep) {
   ctx_t x = {.set = set, .rep = rep};
   size_t nactive = 0;
   int maxrank = -1;
@@ -616,7 +614,160 @@ void tr_analyze(tr_set_t *set, tr_report_t *rep) {
   rep->exit_status = TR_EXIT_FINDING;
 }
 
+/* The coordinator's verdict ------------------------------------------------ */
+
+static int same_verdict(const tr_verdict_t *a, const tr_verdict_t *b) {
+  if (a->epoch != b->epoch || a->next_epoch != b->next_epoch || a->ndropped != b->ndropped) return 0;
+  for (size_t i = 0; i < a->ndropped; i++) {
+    size_t k = 0;
+    while (k < b->ndropped && b->dropped[k].rank != a->dropped[i].rank) k++;
+    if (k == b->ndropped || strcmp(a->dropped[i].reason, b->dropped[k].reason)) return 0;
+  }
+  return 1;
+}
+
+/* Ranks the primary finding blames (never the ranks that wait for it). */
+static size_t culprits_of(const tr_report_t *rep, int *out, size_t max) {
+  if (rep->primary < 0) return 0;
+  const tr_finding_t *f = &rep->f[rep->primary];
+  if (f->kind != TR_K_MISMATCH && f->kind != TR_K_NEVER_ENTERED && f->kind != TR_K_MISSING_DUMP &&
+      f->kind != TR_K_BROKEN_FILE && f->kind != TR_K_STRAGGLER &&
+      !(f->kind == TR_K_STUCK && !strstr(f->what, " waiting in ")))
+    return 0;
+  size_t n = f->nranks < max ? f->nranks : max;
+  memcpy(out, f->ranks, n * sizeof(int));
+  return n;
+}
+
+/* "rank 2 hung (was silent for 1568 ms (heartbeat timeout))" for each
+ * member the verdict drops (those that left on purpose are no culprits). */
+static void describe_dropped(const tr_verdict_t *v, char *buf, size_t len) {
+  size_t off = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < v->ndropped && off < len; i++) {
+    const tr_dropped_t *d = &v->dropped[i];
+    const char *verb = !strcmp(d->reason, "crashed") ? "crashed"
+                       : !strcmp(d->reason, "hung")  ? "hung"
+                       : !strcmp(d->reason, "left")  ? "left"
+                                                     : "was lost";
+    int w = snprintf(buf + off, len - off, "%srank %d %s", off ? ", " : "", d->rank, verb);
+    if (w > 0) off += (size_t)w;
+    if (d->detail && *d->detail && off < len) {
+      w = snprintf(buf + off, len - off, " (%s)", d->detail);
+      if (w > 0) off += (size_t)w;
+    }
+  }
+}
+
+/* Compare the verdicts the dumps carry with what the dumps alone say, and
+ * let the verdict name the culprit when the dumps do not. */
+static void judge_verdict(tr_set_t *set, tr_report_t *rep) {
+  tr_verdict_sum_t *vs = &rep->verdict;
+  vs->dump = vs->pending_dump = -1;
+  /* The verdict on the newest epoch judged; of those, the one most dumps carry. */
+  int64_t newest = -1;
+  for (size_t i = 0; i < set->nd; i++) {
+    const tr_dump_t *d = &set->d[i];
+    if (d->superseded || !d->verdict.present) continue;
+    if (!d->verdict.decided) {
+      vs->pending++;
+      if (vs->pending_dump < 0) vs->pending_dump = (int)i;
+      continue;
+    }
+    if (d->verdict.epoch > newest) newest = d->verdict.epoch;
+  }
+  size_t best_votes = 0;
+  for (size_t i = 0; i < set->nd; i++) {
+    const tr_dump_t *d = &set->d[i];
+    if (d->superseded || !d->verdict.present || !d->verdict.decided || d->verdict.epoch != newest)
+      continue;
+    vs->with_verdict++;
+    size_t votes = 0;
+    for (size_t k = 0; k < set->nd; k++) {
+      const tr_dump_t *o = &set->d[k];
+      if (!o->superseded && o->verdict.present && o->verdict.decided &&
+          same_verdict(&d->verdict, &o->verdict))
+        votes++;
+    }
+    if (votes > best_votes) best_votes = votes, vs->dump = (int)i;
+  }
+  vs->agreeing = best_votes;
+  int cul[64];
+  vs->nculprits = culprits_of(rep, cul, 64);
+  if (vs->nculprits) {
+    vs->culprits = tr_xmalloc(vs->nculprits * sizeof(int));
+    memcpy(vs->culprits, cul, vs->nculprits * sizeof(int));
+  }
+  if (vs->dump < 0) {
+    if (vs->pending)
+      snprintf(vs->text, sizeof(vs->text), "no verdict yet in %zu dump%s (rank %d: %s)", vs->pending,
+               vs->pending == 1 ? "" : "s", set->d[vs->pending_dump].rank,
+               set->d[vs->pending_dump].verdict.pending);
+    return;
+  }
+  const tr_verdict_t *v = &set->d[vs->dump].verdict;
+  /* The ranks the coordinator blames: dropped, not for leaving. */
+  int blamed[64];
+  size_t nb = 0;
+  for (size_t i = 0; i < v->ndropped && nb < 64; i++)
+    if (strcmp(v->dropped[i].reason, "left")) blamed[nb++] = v->dropped[i].rank;
+  qsort(blamed, nb, sizeof(int), cmp_int);
+  char who_[1024], list[450];
+  describe_dropped(v, who_, sizeof(who_));
+  char votes[96];
+  snprintf(votes, sizeof(votes), "%zu of %zu dumps with a verdict", vs->agreeing, vs->with_verdict);
+  if (!vs->nculprits) {
+    vs->agreement = TR_AGREE_SILENT;
+  } else {
+    int same = vs->nculprits == nb;
+    for (size_t i = 0; same && i < nb; i++) same = vs->culprits[i] == blamed[i];
+    vs->agreement = same ? TR_AGREE_YES : TR_AGREE_NO;
+  }
+  if (!v->ndropped)
+    snprintf(vs->text, sizeof(vs->text),
+             "the coordinator's epoch %lld keeps every member of epoch %lld (%s)",
+             (long long)v->next_epoch, (long long)v->epoch, votes);
+  else
+    snprintf(vs->text, sizeof(vs->text), "the coordinator's epoch %lld drops from epoch %lld: %s (%s)",
+             (long long)v->next_epoch, (long long)v->epoch, who_, votes);
+  char *h = rep->headline;
+  size_t hl = sizeof(rep->headline), off = strlen(h);
+  if (vs->agreement == TR_AGREE_YES) {
+    snprintf(h + off, hl - off, "; the coordinator agrees: %s, dropped in epoch %lld", who_,
+             (long long)v->next_epoch);
+  } else if (vs->agreement == TR_AGREE_NO) {
+    snprintf(h + off, hl - off, "; the coordinator disagrees: %s in epoch %lld%s",
+             nb ? "it dropped" : "it dropped nobody", (long long)v->next_epoch,
+             nb ? "" : " (every member stays)");
+    if (nb) {
+      off = strlen(h);
+      snprintf(h + off, hl - off, " %s", who_);
+    }
+  } else if (nb) {
+    /* The dumps alone name nobody: the verdict does. */
+    char rest[1024];
+    snprintf(rest, sizeof(rest), "%s", h);
+    snprintf(h, hl, "VERDICT: %s, dropped from epoch %lld in epoch %lld by the coordinator; "
+             "from the dumps alone: %s", who_, (long long)v->epoch, (long long)v->next_epoch, rest);
+    char w[1024];
+    snprintf(w, sizeof(w), "%s", vs->text);
+    size_t cap = rep->nf;
+    add_finding(rep, &cap, TR_K_VERDICT, -1, 0, blamed, nb, w);
+    rep->primary = (int)rep->nf - 1;
+    rep->exit_status = TR_EXIT_FINDING;
+  }
+  (void)list;
+}
+
+void tr_analyze(tr_set_t *set, tr_report_t *rep) {
+  memset(rep, 0, sizeof(*rep));
+  rep->primary = -1;
+  analyze_dumps(set, rep);
+  if (rep->exit_status != TR_EXIT_UNUSABLE) judge_verdict(set, rep);
+}
+
 void tr_report_free(tr_report_t *rep) {
+  ftc__free(rep->verdict.culprits);
   for (size_t i = 0; i < rep->nf; i++) ftc__free(rep->f[i].ranks);
   ftc__free(rep->f);
   for (size_t i = 0; i < rep->ng; i++) ftc__free(rep->g[i].m);

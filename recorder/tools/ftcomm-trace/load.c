@@ -90,6 +90,13 @@ static void dump_free(tr_dump_t *d) {
     ftc__free(d->comms[i].e);
   }
   ftc__free(d->comms);
+  for (size_t i = 0; i < d->verdict.ndropped; i++) {
+    ftc__free(d->verdict.dropped[i].reason);
+    ftc__free(d->verdict.dropped[i].detail);
+  }
+  ftc__free(d->verdict.dropped);
+  ftc__free(d->verdict.pending);
+  ftc__free(d->failure.status);
   ftc__free(d->job);
   ftc__free(d->pod);
   ftc__free(d->node);

@@ -10,6 +10,8 @@
  */
 #include <errno.h>
 #include <setjmp.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -210,6 +212,139 @@ static int boolean(parser_t *P) {
   return num(P, 0) != 0;
 }
 
+/* The 1.1 members "failure" and "verdict" (docs/dump-format.md). The writer
+ * never writes them otherwise, so a wrong type or an odd value makes the
+ * file unreadable, with a message that names the member. */
+__attribute__((format(printf, 2, 3))) static void failf(parser_t *P, const char *fmt, ...) {
+  char m[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(m, sizeof(m), fmt, ap);
+  va_end(ap);
+  fail(P, m);
+}
+
+static int64_t int_at_least(parser_t *P, const char *what, int64_t lo) {
+  char c = peek(P);
+  if (c != '-' && (c < '0' || c > '9')) failf(P, "%s must be an integer", what);
+  char *s = P->p;
+  int64_t v = num(P, 0);
+  for (char *q = s; q < P->p; q++)
+    if (*q == '.' || *q == 'e' || *q == 'E') failf(P, "%s must be an integer", what);
+  if (v < lo) failf(P, "%s is %lld; it must be at least %lld", what, (long long)v, (long long)lo);
+  return v;
+}
+
+static char *string_of(parser_t *P, const char *what, int nonempty) {
+  size_t n;
+  if (peek(P) != '"') failf(P, "%s must be a string", what);
+  char *s = str(P, &n);
+  if (nonempty && !n) failf(P, "%s must not be empty", what);
+  return tr_xstrndup(s, n);
+}
+
+static int bool_of(parser_t *P, const char *what) {
+  peek(P);
+  if (lit(P, "true")) return 1;
+  if (lit(P, "false")) return 0;
+  failf(P, "%s must be true or false", what);
+  return 0;
+}
+
+static void failure_member(parser_t *P, tr_failure_t *f) {
+  int have_epoch = 0;
+  size_t n;
+  if (peek(P) != '{') fail(P, "\"failure\" must be an object");
+  if (f->present) fail(P, "\"failure\" appears twice");
+  f->present = 1;
+  f->peer = -1;
+  P->p++;
+  if (peek(P) != '}') {
+    do {
+      char *k = str(P, &n);
+      expect(P, ':');
+      if (!strcmp(k, "epoch")) f->epoch = int_at_least(P, "\"failure\" \"epoch\"", 0), have_epoch = 1;
+      else if (!strcmp(k, "status")) { free(f->status); f->status = string_of(P, "\"failure\" \"status\"", 1); }
+      else if (!strcmp(k, "peer")) f->peer = (int)int_at_least(P, "\"failure\" \"peer\"", -1);
+      else skip(P, 1);
+    } while (more(P, '}'));
+  } else {
+    P->p++;
+  }
+  if (!have_epoch || !f->status) fail(P, "\"failure\" needs \"epoch\" and \"status\"");
+}
+
+static void dropped_members(parser_t *P, tr_verdict_t *v) {
+  size_t n, cap = 0;
+  if (peek(P) != '[') fail(P, "\"verdict\" \"dropped\" must be an array");
+  if (v->dropped) fail(P, "\"verdict\" \"dropped\" appears twice");
+  P->p++;
+  if (peek(P) == ']') { P->p++; return; }
+  do {
+    if (v->ndropped == cap) {
+      cap = cap ? 2 * cap : 4;
+      v->dropped = tr_xrealloc(v->dropped, cap * sizeof(*v->dropped));
+    }
+    tr_dropped_t *d = &v->dropped[v->ndropped++];
+    memset(d, 0, sizeof(*d));
+    d->rank = -1;
+    d->slot = -1;
+    if (peek(P) != '{') fail(P, "\"verdict\" \"dropped\" entries must be objects");
+    P->p++;
+    if (peek(P) != '}') {
+      do {
+        char *k = str(P, &n);
+        expect(P, ':');
+        if (!strcmp(k, "rank")) d->rank = (int)int_at_least(P, "a dropped member's \"rank\"", 0);
+        else if (!strcmp(k, "slot")) d->slot = (int)int_at_least(P, "a dropped member's \"slot\"", -1);
+        else if (!strcmp(k, "reason")) { free(d->reason); d->reason = string_of(P, "a dropped member's \"reason\"", 1); }
+        else if (!strcmp(k, "detail")) { free(d->detail); d->detail = string_of(P, "a dropped member's \"detail\"", 0); }
+        else skip(P, 1);
+      } while (more(P, '}'));
+    } else {
+      P->p++;
+    }
+    if (d->rank < 0 || !d->reason) fail(P, "a dropped member needs \"rank\" and \"reason\"");
+    for (size_t i = 0; i + 1 < v->ndropped; i++)
+      if (v->dropped[i].rank == d->rank) failf(P, "\"verdict\" drops rank %d twice", d->rank);
+  } while (more(P, ']'));
+}
+
+static void verdict_member(parser_t *P, tr_verdict_t *v) {
+  int have_epoch = 0, have_decided = 0, have_next = 0;
+  size_t n;
+  if (peek(P) != '{') fail(P, "\"verdict\" must be an object");
+  if (v->present) fail(P, "\"verdict\" appears twice");
+  v->present = 1;
+  v->next_epoch = -1;
+  P->p++;
+  if (peek(P) != '}') {
+    do {
+      char *k = str(P, &n);
+      expect(P, ':');
+      if (!strcmp(k, "epoch")) v->epoch = int_at_least(P, "\"verdict\" \"epoch\"", 0), have_epoch = 1;
+      else if (!strcmp(k, "decided")) v->decided = bool_of(P, "\"verdict\" \"decided\""), have_decided = 1;
+      else if (!strcmp(k, "next_epoch")) {
+        have_next = 1;
+        if (peek(P) == 'n' && lit(P, "null")) v->next_epoch = -1;
+        else v->next_epoch = int_at_least(P, "\"verdict\" \"next_epoch\"", 1);
+      } else if (!strcmp(k, "dropped")) dropped_members(P, v);
+      else if (!strcmp(k, "pending")) { free(v->pending); v->pending = string_of(P, "\"verdict\" \"pending\"", 1); }
+      else skip(P, 1);
+    } while (more(P, '}'));
+  } else {
+    P->p++;
+  }
+  if (!have_epoch || !have_decided || !have_next)
+    fail(P, "\"verdict\" needs \"epoch\", \"decided\" and \"next_epoch\"");
+  if (v->decided && v->next_epoch <= v->epoch)
+    failf(P, "\"verdict\" is decided but its next epoch %lld is not after epoch %lld",
+          (long long)v->next_epoch, (long long)v->epoch);
+  if (!v->decided && (v->next_epoch >= 0 || v->ndropped))
+    fail(P, "\"verdict\" is not decided yet names a next epoch or dropped members");
+  if (!v->decided && !v->pending) fail(P, "\"verdict\" is not decided and does not say why (\"pending\")");
+}
+
 enum col {
   C_SKIP = 0, C_EPOCH, C_SEQ, C_OP, C_DTYPE, C_COUNT, C_PEER, C_RANK, C_SIZE, C_STATE,
   C_CREATED, C_STARTED, C_COMPLETED, C_TIMEOUT
@@ -406,6 +541,8 @@ int tr_parse_ftcomm(char *buf, size_t len, tr_dump_t *d, char *why, size_t whyle
       else if (!strcmp(k, "trigger_time_ns")) d->trigger_wall_ns = num(&P, 0);
       else if (!strcmp(k, "trigger_monotonic_ns")) d->trigger_mono_ns = num(&P, 0);
       else if (!strcmp(k, "truncated")) d->truncated = boolean(&P);
+      else if (!strcmp(k, "failure")) failure_member(&P, &d->failure);
+      else if (!strcmp(k, "verdict")) verdict_member(&P, &d->verdict);
       else if (!strcmp(k, "entry_fields")) {
         cols.n = 0;
         expect(&P, '[');

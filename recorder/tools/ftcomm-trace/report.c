@@ -12,7 +12,10 @@
 
 static const char *const kind_names[TR_K_COUNT] = {
     "mismatch", "never_entered", "missing_dump", "failed", "stuck", "all_stuck", "straggler", "broken_file",
+    "verdict",
 };
+
+static const char *const agreement_names[] = {"none", "agree", "disagree", "dumps_name_nobody"};
 
 static const char *state_word(int st) {
   static const char *const w[] = {"scheduled", "started", "completed", "failed"};
@@ -71,6 +74,26 @@ void tr_print_text(FILE *out, const tr_set_t *set, const tr_report_t *rep, int v
             d0->format == TR_FMT_PYTORCH ? "PyTorch Flight Recorder" : "ftcomm", d0->version,
             d0->reason ? d0->reason : "?", t);
   }
+  if (rep->verdict.text[0]) {
+    static const char *const how[] = {"", " (the dumps alone name the same ranks)",
+                                      " (the dumps alone name others: they disagree)",
+                                      " (the dumps alone name nobody)"};
+    fprintf(out, "verdict: %s%s\n", rep->verdict.text, how[rep->verdict.agreement]);
+  }
+  size_t nfail = 0;
+  for (size_t i = 0; i < set->nd; i++) {
+    const tr_dump_t *d = &set->d[i];
+    if (d->superseded || !d->failure.present) continue;
+    if (nfail == 0) fprintf(out, "failures seen:");
+    if (nfail < 16 || verbose) {
+      fprintf(out, " rank %d %s in epoch %lld", d->rank, d->failure.status, (long long)d->failure.epoch);
+      if (d->failure.peer >= 0) fprintf(out, " (its backend blames rank %d)", d->failure.peer);
+      fprintf(out, ";");
+    }
+    nfail++;
+  }
+  if (nfail > 16 && !verbose) fprintf(out, " ... %zu more (use --verbose)", nfail - 16);
+  if (nfail) fprintf(out, "\n");
   for (size_t i = 0; i < set->nbad; i++)
     fprintf(out, "%s: %s: %s\n", set->bad[i].skipped ? "ignored" : "unreadable", set->bad[i].file,
             set->bad[i].why);
@@ -137,9 +160,38 @@ int tr_print_json(FILE *out, const tr_set_t *set, const tr_report_t *rep) {
     json_t *f = json_pack("{s:s, s:i, s:s, s:s, s:b}", "file", d->file, "rank", d->rank, "format",
                           d->format == TR_FMT_PYTORCH ? "pytorch" : "ftcomm", "version", d->version,
                           "superseded", d->superseded);
+    if (d->failure.present)
+      json_object_set_new(f, "failure", json_pack("{s:I, s:s, s:i}", "epoch", (json_int_t)d->failure.epoch,
+                                                  "status", d->failure.status, "peer", d->failure.peer));
     json_array_append_new(files, f);
   }
   json_object_set_new(root, "dumps", files);
+  const tr_verdict_sum_t *vs = &rep->verdict;
+  if (vs->dump >= 0 || vs->pending) {
+    json_t *v = json_object();
+    json_object_set_new(v, "agreement", json_string(agreement_names[vs->agreement]));
+    json_object_set_new(v, "dumps_with_verdict", json_integer((json_int_t)vs->with_verdict));
+    json_object_set_new(v, "dumps_agreeing", json_integer((json_int_t)vs->agreeing));
+    json_object_set_new(v, "dumps_pending", json_integer((json_int_t)vs->pending));
+    json_object_set_new(v, "culprits_from_dumps", ranks_json(vs->culprits, vs->nculprits));
+    json_object_set_new(v, "text", json_string(vs->text));
+    if (vs->dump >= 0) {
+      const tr_verdict_t *t = &set->d[vs->dump].verdict;
+      json_object_set_new(v, "epoch", json_integer((json_int_t)t->epoch));
+      json_object_set_new(v, "next_epoch", json_integer((json_int_t)t->next_epoch));
+      json_t *dr = json_array();
+      for (size_t i = 0; i < t->ndropped; i++) {
+        json_t *o = json_pack("{s:i, s:i, s:s}", "rank", t->dropped[i].rank, "slot",
+                              t->dropped[i].slot, "reason", t->dropped[i].reason);
+        if (t->dropped[i].detail) json_object_set_new(o, "detail", json_string(t->dropped[i].detail));
+        json_array_append_new(dr, o);
+      }
+      json_object_set_new(v, "dropped", dr);
+    } else {
+      json_object_set_new(v, "pending", json_string(set->d[vs->pending_dump].verdict.pending));
+    }
+    json_object_set_new(root, "verdict", v);
+  }
   json_t *bad = json_array();
   for (size_t i = 0; i < set->nbad; i++)
     json_array_append_new(bad, json_pack("{s:s, s:i, s:b, s:s}", "file", set->bad[i].file, "rank",

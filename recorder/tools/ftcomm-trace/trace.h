@@ -46,6 +46,32 @@ typedef struct tr_comm {
 
 enum tr_format { TR_FMT_FTCOMM = 1, TR_FMT_PYTORCH = 2 };
 
+/* The coordinator's verdict a dump carries (format 1.1, "verdict"). */
+typedef struct tr_dropped {
+  int rank;      /* in the verdict's epoch */
+  int slot;
+  char *reason;  /* crashed, hung, left, lost (a newer word is kept as it is) */
+  char *detail;  /* may be NULL */
+} tr_dropped_t;
+
+typedef struct tr_verdict {
+  int present;         /* the dump has one */
+  int64_t epoch;       /* the epoch it judges */
+  int decided;
+  int64_t next_epoch;  /* -1 when not decided */
+  tr_dropped_t *dropped;
+  size_t ndropped;
+  char *pending;       /* why not decided; may be NULL */
+} tr_verdict_t;
+
+/* This rank's own failure (format 1.1, "failure"). */
+typedef struct tr_failure {
+  int present;
+  int64_t epoch;
+  char *status;  /* "timeout", "peer_lost", ... */
+  int peer;      /* the rank its backend saw fail, -1 none */
+} tr_failure_t;
+
 typedef struct tr_dump {
   char *path;    /* as found in the directory */
   const char *file; /* basename, into path */
@@ -59,6 +85,8 @@ typedef struct tr_dump {
   tr_comm_t *comms;
   size_t ncomms;
   int superseded; /* an older dump of a rank that has a newer one */
+  tr_failure_t failure;
+  tr_verdict_t verdict;
 } tr_dump_t;
 
 /* A file that could not be used, and why. */
@@ -102,6 +130,7 @@ enum tr_kind {
   TR_K_ALL_STUCK,    /* every member in it past its timeout */
   TR_K_STRAGGLER,
   TR_K_BROKEN_FILE,
+  TR_K_VERDICT,      /* the coordinator dropped ranks the dumps alone do not name */
   TR_K_COUNT
 };
 
@@ -139,6 +168,26 @@ typedef struct tr_group {
   char note[256];
 } tr_group_t;
 
+/* What the dumps' verdicts say, and whether the dumps alone agree. */
+enum tr_agreement {
+  TR_AGREE_NONE = 0,   /* no dump carries a decided verdict */
+  TR_AGREE_YES,        /* the dumps name the same ranks the coordinator dropped */
+  TR_AGREE_NO,         /* they name others */
+  TR_AGREE_SILENT,     /* the dumps alone name no culprit: the verdict does */
+};
+
+typedef struct tr_verdict_sum {
+  int dump;            /* the dump whose verdict stands for the majority, -1: none decided */
+  size_t with_verdict; /* dumps with a decided verdict */
+  size_t agreeing;     /* of those, carrying the same one */
+  size_t pending;      /* dumps whose verdict says it is not decided yet */
+  int pending_dump;    /* one of them, -1 */
+  int agreement;       /* enum tr_agreement */
+  int *culprits;       /* the ranks the dumps alone name (primary finding), sorted */
+  size_t nculprits;
+  char text[1024];     /* one line for people: the verdict and how it compares */
+} tr_verdict_sum_t;
+
 typedef struct tr_report {
   tr_group_t *g;
   size_t ng;
@@ -150,7 +199,8 @@ typedef struct tr_report {
   int *missing;      /* global ranks without a usable dump */
   size_t nmissing;
   int exit_status;
-  char headline[1024];
+  char headline[1536];
+  tr_verdict_sum_t verdict;
 } tr_report_t;
 
 void tr_analyze(tr_set_t *set, tr_report_t *rep);
