@@ -332,7 +332,13 @@ static void write_outcome(const ftc_rec_outcome_t *o) {
                i ? "," : "", d->rank, d->slot, d->member_id, d->reason);
       if (d->detail && *d->detail) {
         char detail[DETAIL_MAX + 1];
-        snprintf(detail, sizeof(detail), "%s", d->detail);
+        size_t len = strlen(d->detail);
+        if (len > DETAIL_MAX) { /* cut at a character boundary */
+          len = DETAIL_MAX;
+          while (len > 0 && ((unsigned char)d->detail[len] & 0xc0) == 0x80) len--;
+        }
+        memcpy(detail, d->detail, len);
+        detail[len] = '\0';
         W_LIT(",\"detail\":");
         w_str(detail);
       }
