@@ -14,6 +14,32 @@ tmp=$(mktemp -d /tmp/ftcomm-nccl-rec-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
 ok() { echo "ok   $1"; pass=$((pass + 1)); }
+# dumps_name DIR RANK REASON: every survivor's failure dump in DIR carries
+# the coordinator's verdict dropping RANK for REASON, and names RANK as the
+# peer its backend saw fail (NCCL names none; the backend takes the rank the
+# coordinator's epoch leaves out). Prints what it saw; exit 1 otherwise.
+dumps_name() {
+  python3 - "$@" <<'PY'
+import glob, json, os, sys
+d, rank, reason = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+newest = {}
+for f in glob.glob(os.path.join(d, "rank-*.json")):
+    j = json.load(open(f))
+    if j.get("failure") and (j["rank"] not in newest or j["trigger_time_ns"] > newest[j["rank"]]["trigger_time_ns"]):
+        newest[j["rank"]] = j
+if len(newest) != 3:
+    sys.exit("%d survivors wrote a failure dump, want 3" % len(newest))
+for r, j in sorted(newest.items()):
+    v, f = j.get("verdict") or {}, j["failure"]
+    named = [x for x in v.get("dropped", []) if x["rank"] == rank]
+    if not v.get("decided") or not named or named[0]["reason"] != reason:
+        sys.exit("rank %d's failure dump does not name rank %d (%s): %s" % (r, rank, reason, json.dumps(v)))
+    if f["peer"] != rank:
+        sys.exit("rank %d's failure (%s) blames peer %d, want %d" % (r, f["status"], f["peer"], rank))
+print("3 survivors' failure dumps name rank %d (%s: %s) as the coordinator's verdict and as their failed peer (%s)"
+      % (rank, reason, named[0].get("detail", ""), ", ".join(sorted(set(j["failure"]["status"] for j in newest.values())))))
+PY
+}
 bad() { echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/    | /' "$2" | tail -n 30; fail=$((fail + 1)); }
 
 PROBE=$BUILD/tests/nccl/api_probe
@@ -68,20 +94,23 @@ for v in 2.32.3 2.26.5; do
   # NCCL does not say which peer died; the coordinator does (its next epoch
   # leaves rank 1 out): every survivor's error names it.
   FTCOMM_CONNECT_TIMEOUT_MS=20000 FTCOMM_TIMEOUT_MS=30000 \
-    timeout -k 5 120 "$BUILD/bin/ftcomm-run" -q -n 4 --min-size 3 --grace 10 --timeout 60 -- \
-    "$BUILD/tests/mp/mp_coll" die >"$tmp/$v/blame.out" 2>&1
+    timeout -k 5 120 "$BUILD/bin/ftcomm-run" -q -n 4 --min-size 3 --grace 10 --timeout 60 \
+    --dump-dir "$tmp/$v/blame-dumps" -- "$BUILD/tests/mp/mp_coll" die >"$tmp/$v/blame.out" 2>&1
   rc=$?
   named=$(grep -c "survivor saw a peer rank was lost .*rank 1 (slot 1) is gone: the coordinator's epoch 2 leaves it out" "$tmp/$v/blame.out")
   [ $rc = 0 ] && [ "$named" = 3 ] && ok "$v: every survivor's error names the rank the coordinator dropped" ||
     bad "$v: blame (rc=$rc, named by $named survivors)" "$tmp/$v/blame.out"
+  # ... and so does every survivor's failure dump.
+  if why=$(dumps_name "$tmp/$v/blame-dumps" 1 crashed 2>&1); then ok "$v: $why"
+  else echo "$why" >>"$tmp/$v/blame.out"; bad "$v: blame dumps: $why" "$tmp/$v/blame.out"; fi
 
   # A rank that stops (alive, silent): the survivors time out, their reports
   # convict it (silent past two heartbeats), and they wait for that epoch
   # (FTCOMM_NCCL_BLAME_MS) to name it in the timeout's error.
   FTCOMM_HEARTBEAT_MS=200 FTCOMM_HEARTBEAT_TIMEOUT_MS=60000 FTCOMM_CONNECT_TIMEOUT_MS=20000 \
     FTCOMM_TIMEOUT_MS=30000 MP_COLL_PIDFILE="$tmp/$v/stall.pid" \
-    timeout -k 5 120 "$BUILD/bin/ftcomm-run" -q -n 4 --min-size 3 --grace 10 --timeout 60 -- \
-    "$BUILD/tests/mp/mp_coll" stall >"$tmp/$v/stall.out" 2>&1
+    timeout -k 5 120 "$BUILD/bin/ftcomm-run" -q -n 4 --min-size 3 --grace 10 --timeout 60 \
+    --dump-dir "$tmp/$v/stall-dumps" -- "$BUILD/tests/mp/mp_coll" stall >"$tmp/$v/stall.out" 2>&1
   rc=$?
   # (the first survivor to time out reports it; once it is dropped, ftcomm-run
   # kills it, and a survivor still waiting may see a lost peer instead)
@@ -90,6 +119,8 @@ for v in 2.32.3 2.26.5; do
   [ $rc = 0 ] && [ "$named" = 3 ] && [ "$timed" -ge 1 ] &&
     ok "$v: every survivor's error names the stopped rank the coordinator convicted ($timed timeouts)" ||
     bad "$v: stall (rc=$rc, named by $named survivors, $timed after a timeout)" "$tmp/$v/stall.out"
+  if why=$(dumps_name "$tmp/$v/stall-dumps" 1 hung 2>&1); then ok "$v: $why"
+  else echo "$why" >>"$tmp/$v/stall.out"; bad "$v: stall dumps: $why" "$tmp/$v/stall.out"; fi
 
   # All of it, two-joiners included on both paths: the view's "fresh" bits tell
   # every rank which members come without a communicator (docs/recovery.md).

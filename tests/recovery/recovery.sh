@@ -69,10 +69,43 @@ run reference 60 -n 4 -- "$BIN/ftcomm-trainer" "${TRAIN[@]}"
 ref_loss=$(finals reference | head -1 | awk '{print $5}')
 if [ -z "$ref_loss" ]; then bad reference "no final line"; echo "recovery: the reference run failed"; exit 1; fi
 
+# verdict_names NAME RANK REASON: every survivor's failure dump (the newest
+# dump of each rank in the job's dump directory, incidents aside) carries the
+# coordinator's verdict dropping RANK for REASON, and ftcomm-trace agrees.
+verdict_names() {
+  local name=$1 rank=$2 reason=$3 why
+  why=$(python3 - "$tmp/dumps-$name" "$rank" "$reason" <<'PY'
+import glob, json, os, sys
+d, rank, reason = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+newest = {}
+for f in glob.glob(os.path.join(d, "rank-*.json")):
+    j = json.load(open(f))
+    if j.get("failure") and (j["rank"] not in newest or j["trigger_time_ns"] > newest[j["rank"]]["trigger_time_ns"]):
+        newest[j["rank"]] = j
+if len(newest) < 3:
+    sys.exit("%d survivors wrote a failure dump, want 3" % len(newest))
+for r, j in sorted(newest.items()):
+    v = j.get("verdict") or {}
+    named = [x for x in v.get("dropped", []) if x["rank"] == rank]
+    if not v.get("decided") or not named or named[0]["reason"] != reason:
+        sys.exit("rank %d's failure dump does not name rank %d (%s): %s" % (r, rank, reason, json.dumps(v)))
+print("%d survivors' failure dumps name rank %d (%s: %s)" % (len(newest), rank, reason, named[0].get("detail", "")))
+PY
+  ) || { bad "$name" "$why"; return 1; }
+  local head
+  head=$("$BIN/ftcomm-trace" "$tmp/dumps-$name" 2>/dev/null | head -1)
+  case $head in
+    *"coordinator agrees: rank $rank $reason"* | "VERDICT: rank $rank $reason"*) ;;
+    *) bad "$name" "ftcomm-trace does not name rank $rank ($reason) from the verdict: $head"; return 1 ;;
+  esac
+  echo "     ($name: $why; trace: $head)"
+}
+
 case_kill() { # a kill at rank position $1 shrinks the job to 3
   local name=kill-rank$1
   run "$name" 60 -n 4 --min-size 2 --inject "kill:$1@5" -- "$BIN/ftcomm-trainer" "${TRAIN[@]}"
-  check "$name" 3 && ok "$name" "3 survivors, identical parameters, loss $ref_loss"
+  check "$name" 3 && verdict_names "$name" "$1" crashed &&
+    ok "$name" "3 survivors, identical parameters, loss $ref_loss; their failure dumps name rank $1 (crashed)"
 }
 case_kill 0
 case_kill 1
@@ -208,8 +241,9 @@ if allow_timeouts=1 check stopped 3; then
   else
     head=$("$BIN/ftcomm-trace" "$inc" | head -1)
     case $head in
-      *"rank 2"*) ok stopped "excluded; $(ls "$inc" | wc -l) dumps; trace: $head" ;;
-      *) bad stopped "ftcomm-trace does not name rank 2: $head" ;;
+      *"coordinator agrees: rank 2 hung"*) verdict_names stopped 2 hung &&
+        ok stopped "excluded; $(ls "$inc" | wc -l) dumps; trace: $head" ;;
+      *) bad stopped "ftcomm-trace does not name rank 2 (hung, the coordinator agreeing): $head" ;;
     esac
   fi
 fi

@@ -464,6 +464,14 @@ static int wd_failed_peer(ftc_comm_t *comm) {
   return peer;
 }
 
+/* The same, if comm is still at `epoch` (its backend is that epoch's). */
+static int wd_failed_peer_in(ftc_comm_t *comm, uint64_t epoch) {
+  pthread_mutex_lock(&comm->lock);
+  int peer = comm->bh && comm->view && comm->view->epoch == epoch ? comm->be->failed_peer(comm->bh) : -1;
+  pthread_mutex_unlock(&comm->lock);
+  return peer;
+}
+
 /* Tell the coordinator about the failed epoch `epoch`, once (wd_cap_mu held). */
 static void wd_report_locked(ftc_comm_t *comm, int e, uint64_t epoch) {
   if (comm->wd_reported == epoch) return;
@@ -500,7 +508,7 @@ static void wd_failure(ftc_comm_t *comm) {
   }
   d->epoch = epoch;
   d->status = e;
-  d->peer = wd_failed_peer(comm);
+  d->peer = wd_failed_peer_in(comm, epoch);
   d->view = wd_view_of(comm, epoch);
   wd_queue(comm, d);
 }
@@ -517,7 +525,7 @@ static void wd_update_peer(ftc_comm_t *comm) {
     if (d && peer >= 0) d->peer = peer;
     pthread_mutex_unlock(&comm->wd_mu);
     if (!d || peer != -2) return;
-    if ((peer = wd_failed_peer(comm)) < 0) return; /* comm->lock is not taken under wd_mu */
+    if ((peer = wd_failed_peer_in(comm, epoch)) < 0) return; /* comm->lock is not under wd_mu */
   }
 }
 
@@ -611,7 +619,9 @@ static ftc_status_t wd_write_one(ftc_comm_t *comm, const struct ftc__wd_dump *d,
   if (!d->incident[0]) {
     o.failed = 1;
     o.status = d->status;
-    o.peer = d->peer;
+    /* Not moved yet (the application has not recovered): the epoch's
+     * backend may name the peer by now (NCCL learns it from the coordinator). */
+    o.peer = d->peer >= 0 ? d->peer : wd_failed_peer_in(comm, d->epoch);
   }
   wd_verdict(comm, d, &o, &dropped, pending, sizeof(pending));
   ftc_status_t st =
