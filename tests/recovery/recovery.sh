@@ -313,8 +313,26 @@ fi
 # Below the minimum with no joiner: the survivors wait, then fail clearly.
 FTCOMM_RECOVER_TIMEOUT_MS=1500 run below-min 60 -n 3 --grace 30 --inject kill:1@5 -- \
   "$BIN/ftcomm-trainer" "${TRAIN[@]}"
-if [ "$(cat "$tmp/below-min.rc")" != 0 ] && grep -q 'fewer ranks than FTCOMM_MIN_SIZE' "$tmp/below-min.out"; then
-  ok below-min "survivors failed with FTC_ERR_BELOW_MIN_SIZE"
+# Their failure dumps were written without a verdict and say why.
+pending=$(python3 - "$tmp/dumps-below-min" <<'PY'
+import glob, json, os, sys
+n = 0
+for f in glob.glob(os.path.join(sys.argv[1], "rank-*.json")):
+    j = json.load(open(f))
+    if not j.get("failure"): continue
+    v = j.get("verdict") or {}
+    if v.get("decided") is not False or "below its minimum size" not in v.get("pending", ""):
+        sys.exit("rank %d's failure dump: %s" % (j["rank"], json.dumps(v)))
+    n += 1
+if n < 2: sys.exit("%d failure dumps, want 2" % n)
+print("%d failure dumps say no verdict yet: %s" % (n, v["pending"]))
+PY
+)
+if [ "$(cat "$tmp/below-min.rc")" != 0 ] && grep -q 'fewer ranks than FTCOMM_MIN_SIZE' "$tmp/below-min.out" &&
+  [ -n "$pending" ]; then
+  ok below-min "survivors failed with FTC_ERR_BELOW_MIN_SIZE; $pending"
+elif [ -z "$pending" ]; then
+  bad below-min "the survivors' failure dumps do not say why they have no verdict"
 else
   bad below-min "expected a clear below-minimum failure"
 fi
