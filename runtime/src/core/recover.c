@@ -756,7 +756,12 @@ static void *watchdog_main(void *arg) {
     wd_view(comm, &checked);
     if (!(hold = wd_hold_left(comm, period * 1000000LL))) wd_write_dumps(comm);
   }
-  wd_write_dumps(comm); /* a failure just before the communicator was destroyed */
+  /* A failure just before the communicator was destroyed (its kick may have
+   * come with the stop): captured and written now. */
+  pthread_mutex_lock(&comm->wd_cap_mu);
+  wd_failure(comm);
+  pthread_mutex_unlock(&comm->wd_cap_mu);
+  wd_write_dumps(comm);
   return NULL;
 }
 
