@@ -209,6 +209,17 @@ static void print_new_ranks(ftc_comm_t *comm, const ftc_epoch_info_t *info) {
           info->joiner ? " (joiner)" : "", fresh);
 }
 
+/* Who the recovery left out, and the coordinator's reason (ftc_comm_lost). */
+static void print_lost(ftc_comm_t *comm, const ftc_epoch_info_t *info) {
+  for (int i = 0; i < info->lost; i++) {
+    int prev_rank, slot;
+    ftc_drop_reason_t why;
+    if (ftc_comm_lost(comm, i, &prev_rank, &slot, &why) == FTC_OK)
+      fprintf(stderr, "ftcomm-trainer: epoch %llu left out rank %d (slot %d) of the epoch before: %s\n",
+              (unsigned long long)info->epoch, prev_rank, slot, ftc_drop_reason_name(why));
+  }
+}
+
 static ftc_status_t sync_state(ftc_comm_t *comm, double *state, size_t n, int *step) {
   int rank;
   ftc_comm_rank(comm, &rank);
@@ -369,6 +380,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ftcomm-trainer: recovered at step %d: epoch %llu, rank %d of %d (was %d of %d), "
             "%d lost, %d joined\n", step, (unsigned long long)info.epoch, info.rank, info.size,
             info.prev_rank, info.prev_size, info.lost, info.joined);
+    print_lost(comm, &info);
     print_new_ranks(comm, &info);
     recovered = 1;
   }

@@ -347,6 +347,27 @@ FTC_API ftc_status_t ftc_comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_i
  * From the application thread (the view changes only inside its calls). */
 FTC_API ftc_status_t ftc_comm_info(const ftc_comm_t *comm, ftc_epoch_info_t *info);
 
+/* Why the coordinator dropped a member (ftc_comm_lost). Only appended. */
+typedef enum ftc_drop_reason {
+  FTC_DROP_LOST = 0,    /* dropped for another cause, or the coordinator did not say */
+  FTC_DROP_CRASHED = 1, /* its coordinator session closed: its process or node is gone */
+  FTC_DROP_HUNG = 2,    /* connected but silent past the evidence time: stopped or stuck */
+  FTC_DROP_LEFT = 3,    /* it left cleanly (ftc_comm_destroy, the end of its job) */
+} ftc_drop_reason_t;
+
+/* "lost", "crashed", "hung", "left"; "?" if unknown. */
+FTC_API const char *ftc_drop_reason_name(ftc_drop_reason_t reason);
+
+/* The index-th (0 .. info.lost - 1, in the previous epoch's rank order) member
+ * of the previous epoch that the current one left out, i.e. one that
+ * ftc_epoch_info_t.lost counts: its rank in the previous epoch, its slot, and
+ * the coordinator's reason (FTC_DROP_LOST when the coordinator did not say).
+ * Any output pointer may be NULL. FTC_ERR_INVALID_ARGUMENT for an index out
+ * of range (the message says how many there are). A query: it adds nothing
+ * to ftc_epoch_info_t, whose size is fixed. From the application thread. */
+FTC_API ftc_status_t ftc_comm_lost(const ftc_comm_t *comm, int index, int *prev_rank, int *slot,
+                                   ftc_drop_reason_t *reason);
+
 /* *is_new = 1 when `rank` of the current epoch holds no application state
  * (it has never completed a step boundary, i.e. an ftc_comm_step whose
  * allreduce succeeded) while another member does, i.e. it needs the state.

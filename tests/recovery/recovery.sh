@@ -101,11 +101,19 @@ PY
   echo "     ($name: $why; trace: $head)"
 }
 
+# lost_names NAME RANK REASON: every survivor's ftc_comm_lost after its
+# recovery (the trainer prints it) names RANK of the epoch before, for REASON.
+lost_names() {
+  local n
+  n=$(grep -c "ftcomm-trainer: epoch [0-9]* left out rank $2 (slot $2) of the epoch before: $3\$" "$tmp/$1.out")
+  [ "$n" = 3 ] || { bad "$1" "$n survivors' ftc_comm_lost name rank $2 ($3), want 3"; return 1; }
+}
+
 case_kill() { # a kill at rank position $1 shrinks the job to 3
   local name=kill-rank$1
   run "$name" 60 -n 4 --min-size 2 --inject "kill:$1@5" -- "$BIN/ftcomm-trainer" "${TRAIN[@]}"
-  check "$name" 3 && verdict_names "$name" "$1" crashed &&
-    ok "$name" "3 survivors, identical parameters, loss $ref_loss; their failure dumps name rank $1 (crashed)"
+  check "$name" 3 && verdict_names "$name" "$1" crashed && lost_names "$name" "$1" crashed &&
+    ok "$name" "3 survivors, identical parameters, loss $ref_loss; their failure dumps and ftc_comm_lost name rank $1 (crashed)"
 }
 case_kill 0
 case_kill 1
@@ -241,7 +249,7 @@ if allow_timeouts=1 check stopped 3; then
   else
     head=$("$BIN/ftcomm-trace" "$inc" | head -1)
     case $head in
-      *"coordinator agrees: rank 2 hung"*) verdict_names stopped 2 hung &&
+      *"coordinator agrees: rank 2 hung"*) verdict_names stopped 2 hung && lost_names stopped 2 hung &&
         ok stopped "excluded; $(ls "$inc" | wc -l) dumps; trace: $head" ;;
       *) bad stopped "ftcomm-trace does not name rank 2 (hung, the coordinator agreeing): $head" ;;
     esac

@@ -552,6 +552,15 @@ static int no_coordinator_body(ftc_comm_t *comm, int rank, int n, void *arg) {
   if (ftc_comm_recover(NULL, 100, &info) != FTC_ERR_INVALID_ARGUMENT ||
       ftc_comm_recover(comm, -7, &info) != FTC_ERR_INVALID_ARGUMENT)
     return RANK_FAIL(rank, "bad arguments accepted");
+  /* A first epoch lost nobody: any index is out of range, and says so. */
+  int prev_rank = -5;
+  if (ftc_comm_lost(comm, 0, &prev_rank, NULL, NULL) != FTC_ERR_INVALID_ARGUMENT || prev_rank != -5 ||
+      !strstr(ftc_last_error(), "index 0 is out of range; the epoch before epoch 1 lost 0 members"))
+    return RANK_FAIL(rank, "ftc_comm_lost on a first epoch: %s", ftc_last_error());
+  if (ftc_comm_lost(NULL, 0, NULL, NULL, NULL) != FTC_ERR_INVALID_ARGUMENT)
+    return RANK_FAIL(rank, "ftc_comm_lost(NULL) accepted");
+  if (strcmp(ftc_drop_reason_name(FTC_DROP_HUNG), "hung") || strcmp(ftc_drop_reason_name((ftc_drop_reason_t)9), "?"))
+    return RANK_FAIL(rank, "ftc_drop_reason_name");
   return 0;
 }
 

@@ -325,6 +325,41 @@ ftc_status_t ftc_comm_rank_is_new(const ftc_comm_t *comm, int rank, int *is_new)
   return FTC_OK;
 }
 
+const char *ftc_drop_reason_name(ftc_drop_reason_t reason) {
+  static const char *const names[] = {"lost", "crashed", "hung", "left"};
+  return (unsigned)reason < sizeof(names) / sizeof(names[0]) ? names[reason] : "?";
+}
+
+/* The coordinator's word for why member_id was dropped, as the views said. */
+static ftc_drop_reason_t drop_reason_of(ftc__member_t *m, uint64_t member_id) {
+  char word[32] = "";
+  if (!ftc__member_drop_reason(m, member_id, word, sizeof(word), NULL, 0))
+    return ftc__member_left_cleanly(m, member_id) ? FTC_DROP_LEFT : FTC_DROP_LOST;
+  return !strcmp(word, "crashed") ? FTC_DROP_CRASHED
+         : !strcmp(word, "hung")  ? FTC_DROP_HUNG
+         : !strcmp(word, "left")  ? FTC_DROP_LEFT
+                                  : FTC_DROP_LOST;
+}
+
+ftc_status_t ftc_comm_lost(const ftc_comm_t *comm, int index, int *prev_rank, int *slot,
+                           ftc_drop_reason_t *reason) {
+  if (!comm) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_lost: comm is NULL");
+  const ftc__view_t *prev = comm->prev_view, *v = comm->view;
+  int n = 0;
+  for (int r = 0; prev && r < prev->size; r++) {
+    if (view_has(v, prev->members[r].member_id)) continue;
+    if (n++ != index) continue;
+    if (prev_rank) *prev_rank = r;
+    if (slot) *slot = prev->members[r].slot;
+    if (reason) *reason = drop_reason_of(comm->member, prev->members[r].member_id);
+    return FTC_OK;
+  }
+  return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                    "ftc_comm_lost: index %d is out of range; the epoch before epoch %llu lost %d "
+                    "member%s (ftc_epoch_info_t.lost)",
+                    index, (unsigned long long)v->epoch, n, n == 1 ? "" : "s");
+}
+
 ftc_status_t ftc_comm_dump(ftc_comm_t *comm, const char *reason, char *path, size_t path_len) {
   if (!comm) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_dump: comm is NULL");
   return ftc_rec_dump(comm->cfg.dump_dir, reason && *reason ? reason : "api", path, path_len);
@@ -588,7 +623,7 @@ static void wd_verdict(ftc_comm_t *comm, const struct ftc__wd_dump *d, ftc_rec_o
   for (int r = 0; r < d->view->size; r++) {
     const ftc__view_member_t *m = &d->view->members[r];
     if (view_has(v, m->member_id)) continue;
-    char *detail = (char *)(*dropped + n) + (size_t)o->ndropped * dlen, word[32] = "";
+    char *detail = (char *)(*dropped + n) + (size_t)o->ndropped * dlen;
     ftc_rec_dropped_t *x = &(*dropped)[o->ndropped++];
     x->rank = r;
     x->slot = m->slot;
@@ -596,13 +631,8 @@ static void wd_verdict(ftc_comm_t *comm, const struct ftc__wd_dump *d, ftc_rec_o
     x->detail = detail;
     /* The coordinator's word; a view without one (an older coordinator)
      * still says who left cleanly. */
-    if (!ftc__member_drop_reason(comm->member, m->member_id, word, sizeof(word), detail, dlen))
-      snprintf(word, sizeof(word), "%s",
-               ftc__member_left_cleanly(comm->member, m->member_id) ? "left" : "lost");
-    x->reason = !strcmp(word, "crashed") ? "crashed"
-                : !strcmp(word, "hung")  ? "hung"
-                : !strcmp(word, "left")  ? "left"
-                                         : "lost";
+    ftc__member_drop_reason(comm->member, m->member_id, NULL, 0, detail, dlen);
+    x->reason = ftc_drop_reason_name(drop_reason_of(comm->member, m->member_id));
   }
   o->dropped = *dropped;
   ftc__view_free(v);
