@@ -394,6 +394,36 @@ FTC_API ftc_status_t ftc_comm_dump(ftc_comm_t *comm, const char *reason, char *p
  */
 FTC_API ftc_status_t ftc_comm_set_stream(ftc_comm_t *comm, void *stream);
 
+/*
+ * Allreduce algorithm of the TCP backend, like NCCL_ALGO for NCCL. AUTO
+ * chooses by size (recursive doubling below FTCOMM_RING_THRESHOLD, halving
+ * and doubling below FTCOMM_HALVING_MAX, the ring above; docs/api.md); the
+ * others force one algorithm for every size: RING (ring reduce-scatter +
+ * allgather, pipelined), HALVING (recursive halving reduce-scatter +
+ * recursive doubling allgather, Rabenseifner) and DOUBLING (recursive
+ * doubling of the whole vector). An allreduce of fewer elements than ranks
+ * always uses DOUBLING. The default comes from FTCOMM_ALLREDUCE_ALGO
+ * (auto|ring|halving|doubling).
+ */
+typedef enum ftc_algo {
+  FTC_ALGO_AUTO = 0,
+  FTC_ALGO_RING = 1,
+  FTC_ALGO_HALVING = 2,
+  FTC_ALGO_DOUBLING = 3,
+  FTC_ALGO_COUNT
+} ftc_algo_t;
+
+/* "auto", "ring", "halving", "doubling"; "?" if unknown. */
+FTC_API const char *ftc_algo_name(ftc_algo_t algo);
+
+/* Set the algorithm of this communicator's allreduces from the next one
+ * started (a request already started keeps its own). Every rank must set
+ * the same algorithm before the same collective: ranks that disagree fail
+ * that collective or wait until its timeout. Safe from any thread;
+ * FTC_ERR_INVALID_ARGUMENT for an unknown algo, FTC_ERR_NOT_SUPPORTED on
+ * the NCCL backend (NCCL reads NCCL_ALGO). */
+FTC_API ftc_status_t ftc_comm_set_allreduce_algo(ftc_comm_t *comm, ftc_algo_t algo);
+
 /* The backend in one line, e.g. "tcp" or "NCCL 2.32.3 (libnccl.so.2) path
  * shrink+grow caps nonblocking,split,shrink,revoke,grow" (the recovery path
  * chosen from the library's version), copied into buf[len]. */

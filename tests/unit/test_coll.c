@@ -186,8 +186,112 @@ static const harness_opts_t ring_opts = {
   MATRIX_TEST(prefix##_8, coll, 8, opts)
 #define MATRIX_SET(prefix, coll) MATRIX_SET_WITH(prefix, coll, &small_opts)
 
+/* Each algorithm forced for every size (FTCOMM_ALLREDUCE_ALGO): the ring and
+ * halving below the threshold too, recursive doubling above it. */
+static const harness_opts_t forced_ring_opts = {
+    .time_limit_s = 120,
+    .env = {"FTCOMM_CHUNK_BYTES=4096", "FTCOMM_RING_THRESHOLD=2048", "FTCOMM_SPIN_US=0",
+            "FTCOMM_ALLREDUCE_ALGO=ring"},
+};
+static const harness_opts_t forced_halving_opts = {
+    .time_limit_s = 120,
+    .env = {"FTCOMM_CHUNK_BYTES=4096", "FTCOMM_RING_THRESHOLD=2048", "FTCOMM_SPIN_US=0",
+            "FTCOMM_ALLREDUCE_ALGO=halving"},
+};
+static const harness_opts_t forced_doubling_opts = {
+    .time_limit_s = 120,
+    .env = {"FTCOMM_CHUNK_BYTES=4096", "FTCOMM_RING_THRESHOLD=2048", "FTCOMM_SPIN_US=0",
+            "FTCOMM_ALLREDUCE_ALGO=doubling"},
+};
+
 MATRIX_SET(allreduce_matches_reference_at_size, FTC_REC_ALLREDUCE)
 MATRIX_SET_WITH(allreduce_by_ring_matches_reference_at_size, FTC_REC_ALLREDUCE, &ring_opts)
+MATRIX_SET_WITH(allreduce_forced_to_ring_matches_reference_at_size, FTC_REC_ALLREDUCE,
+                &forced_ring_opts)
+MATRIX_SET_WITH(allreduce_forced_to_halving_matches_reference_at_size, FTC_REC_ALLREDUCE,
+                &forced_halving_opts)
+MATRIX_SET_WITH(allreduce_forced_to_doubling_matches_reference_at_size, FTC_REC_ALLREDUCE,
+                &forced_doubling_opts)
+
+/* ftc_comm_set_allreduce_algo switches the algorithm from the next call:
+ * every algorithm in turn, blocking and async, each call checked (what
+ * ftcomm-bench -A a,b does); a request started before a switch keeps its
+ * algorithm. Bad arguments are refused. */
+static int switching_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)arg;
+  if (ftc_comm_set_allreduce_algo(comm, FTC_ALGO_COUNT) != FTC_ERR_INVALID_ARGUMENT ||
+      !strstr(ftc_last_error(), "FTC_ALGO_AUTO"))
+    return RANK_FAIL(rank, "an unknown algorithm was not refused: %s", ftc_last_error());
+  if (ftc_comm_set_allreduce_algo(NULL, FTC_ALGO_RING) != FTC_ERR_INVALID_ARGUMENT)
+    return RANK_FAIL(rank, "a NULL communicator was not refused");
+  const size_t counts[] = {300, (size_t)n * 1024, 2 * (size_t)n * 1024 + 5};
+  int iter = 0;
+  for (int round = 0; round < 2; round++)
+    for (int a = 0; a < FTC_ALGO_COUNT; a++)
+      for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+        ftc_status_t st = ftc_comm_set_allreduce_algo(comm, (ftc_algo_t)a);
+        if (st != FTC_OK) return RANK_FAIL(rank, "set %s: %s", ftc_algo_name((ftc_algo_t)a), ftc_last_error());
+        if (one_case(comm, rank, n, FTC_REC_ALLREDUCE, FTC_F32, FTC_SUM, counts[c], iter & 1,
+                     round, iter))
+          return RANK_FAIL(rank, "with algorithm %s", ftc_algo_name((ftc_algo_t)a));
+        iter++;
+      }
+  /* started under one algorithm, waited for after a switch */
+  enum { C = 5000 };
+  static float x[C], y[C];
+  for (int i = 0; i < C; i++) x[i] = (float)(rank + i % 7);
+  ftc_request_t *req = NULL;
+  if (ftc_comm_set_allreduce_algo(comm, FTC_ALGO_HALVING) != FTC_OK)
+    return RANK_FAIL(rank, "set: %s", ftc_last_error());
+  if (ftc_iallreduce(x, y, C, FTC_F32, FTC_SUM, comm, &req) != FTC_OK)
+    return RANK_FAIL(rank, "iallreduce: %s", ftc_last_error());
+  /* the ranks now disagree: harmless unless the started request changed */
+  ftc_comm_set_allreduce_algo(comm, rank % 2 ? FTC_ALGO_RING : FTC_ALGO_DOUBLING);
+  ftc_status_t st = ftc_wait(req, FTC_TIMEOUT_DEFAULT);
+  ftc_request_free(req);
+  if (st != FTC_OK) return RANK_FAIL(rank, "wait: %s", ftc_last_error());
+  for (int i = 0; i < C; i++)
+    if (y[i] != (float)(n * (n - 1) / 2 + n * (i % 7)))
+      return RANK_FAIL(rank, "element %d is %g", i, y[i]);
+  return 0;
+}
+
+static const harness_opts_t switching_opts = {
+    .time_limit_s = 120,
+    .env = {"FTCOMM_CHUNK_BYTES=4096", "FTCOMM_RING_THRESHOLD=2048", "FTCOMM_SPIN_US=0"},
+};
+
+/* The setting is what runs: ranks set to different algorithms (ring on
+ * rank 0, recursive doubling on rank 1) move the same bytes at 2 ranks but
+ * reduce different blocks, so the result is wrong (or the call fails). */
+static int disagreeing_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)arg, (void)n;
+  enum { C = 4096 };
+  static float x[C];
+  for (int i = 0; i < C; i++) x[i] = (float)(rank * 100000 + i);
+  if (ftc_comm_set_allreduce_algo(comm, rank == 0 ? FTC_ALGO_RING : FTC_ALGO_DOUBLING) != FTC_OK)
+    return RANK_FAIL(rank, "set: %s", ftc_last_error());
+  if (ftc_allreduce(x, x, C, FTC_F32, FTC_SUM, comm, 2000) != FTC_OK) return 0;
+  for (int i = 0; i < C; i++)
+    if (x[i] != (float)(100000 + 2 * i)) return 0;
+  return RANK_FAIL(rank, "ranks on different algorithms got the right answer: the setting was ignored");
+}
+
+static void ranks_that_set_different_algorithms_do_not_get_the_right_answer(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(2, disagreeing_body, NULL, &switching_opts), 0);
+}
+
+
+static void allreduce_algorithm_switched_per_call_matches_reference_at_3_ranks(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(3, switching_body, NULL, &switching_opts), 0);
+}
+
+static void allreduce_algorithm_switched_per_call_matches_reference_at_8_ranks(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(8, switching_body, NULL, &switching_opts), 0);
+}
 MATRIX_SET(broadcast_delivers_root_data_at_size, FTC_REC_BROADCAST)
 MATRIX_SET(reduce_matches_reference_on_root_at_size, FTC_REC_REDUCE)
 MATRIX_SET(allgather_concatenates_in_rank_order_at_size, FTC_REC_ALLGATHER)
@@ -447,6 +551,12 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       SET_ENTRIES(allreduce_matches_reference_at_size),
       SET_ENTRIES(allreduce_by_ring_matches_reference_at_size),
+      SET_ENTRIES(allreduce_forced_to_ring_matches_reference_at_size),
+      SET_ENTRIES(allreduce_forced_to_halving_matches_reference_at_size),
+      SET_ENTRIES(allreduce_forced_to_doubling_matches_reference_at_size),
+      cmocka_unit_test(allreduce_algorithm_switched_per_call_matches_reference_at_3_ranks),
+      cmocka_unit_test(allreduce_algorithm_switched_per_call_matches_reference_at_8_ranks),
+      cmocka_unit_test(ranks_that_set_different_algorithms_do_not_get_the_right_answer),
       SET_ENTRIES(broadcast_delivers_root_data_at_size),
       SET_ENTRIES(reduce_matches_reference_on_root_at_size),
       SET_ENTRIES(allgather_concatenates_in_rank_order_at_size),

@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "core/op.h"
 #include "ftc_param.h"
 #include "ftcomm.h"
 
@@ -19,7 +20,7 @@ static int clean_env(void **state) {
   (void)state;
   const char *vars[] = {"FTCOMM_JOB", "FTCOMM_TIMEOUT_MS", "FTCOMM_WORLD_SIZE", "FTCOMM_SLOT",
                         "FTCOMM_MIN_SIZE", "FTCOMM_BACKEND", "FTCOMM_CONNECT_TIMEOUT_MS",
-                        "FTCOMM_COORDINATOR", "FTCOMM_TOKEN"};
+                        "FTCOMM_COORDINATOR", "FTCOMM_TOKEN", "FTCOMM_ALLREDUCE_ALGO"};
   for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) unsetenv(vars[i]);
   ftc__param_reset();
   return 0;
@@ -100,6 +101,42 @@ static void an_unknown_backend_is_a_config_error(void **state) {
   assert_non_null(strstr(ftc_last_error(), "FTCOMM_BACKEND"));
 }
 
+static void every_allreduce_algorithm_name_is_accepted(void **state) {
+  (void)state;
+  const char *names[] = {"auto", "ring", "halving", "doubling", "Ring", "" /* unset */};
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+    setenv("FTCOMM_ALLREDUCE_ALGO", names[i], 1);
+    ftc__param_reset();
+    ftc_config_t cfg = FTC_CONFIG_INITIALIZER;
+    assert_int_equal(ftc_config_resolve(&cfg), FTC_OK);
+  }
+  for (int a = 0; a < FTC_ALGO_COUNT; a++) {
+    ftc_algo_t got;
+    assert_int_equal(ftc__algo_parse("X", ftc_algo_name((ftc_algo_t)a), &got), FTC_OK);
+    assert_int_equal(got, a);
+  }
+  assert_string_equal(ftc_algo_name(FTC_ALGO_COUNT), "?");
+}
+
+static void an_unknown_allreduce_algorithm_is_a_config_error_listing_the_valid_ones(void **state) {
+  (void)state;
+  const char *bad[] = {"tree", "ring,halving", "rings"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    setenv("FTCOMM_ALLREDUCE_ALGO", bad[i], 1);
+    ftc__param_reset();
+    ftc_config_t cfg = FTC_CONFIG_INITIALIZER;
+    assert_int_equal(ftc_config_resolve(&cfg), FTC_ERR_CONFIG);
+    assert_non_null(strstr(ftc_last_error(), "FTCOMM_ALLREDUCE_ALGO"));
+    assert_non_null(strstr(ftc_last_error(), bad[i]));
+    assert_non_null(strstr(ftc_last_error(), "auto, ring, halving, doubling"));
+    /* ftc_comm_create resolves the config first: refused before connecting */
+    ftc_comm_t *comm = (ftc_comm_t *)&cfg;
+    assert_int_equal(ftc_comm_create(NULL, &comm), FTC_ERR_CONFIG);
+    assert_null(comm);
+    assert_non_null(strstr(ftc_last_error(), "FTCOMM_ALLREDUCE_ALGO"));
+  }
+}
+
 static void a_slot_outside_the_world_is_a_config_error(void **state) {
   (void)state;
   ftc_config_t cfg = FTC_CONFIG_INITIALIZER;
@@ -136,6 +173,9 @@ int main(void) {
       cmocka_unit_test_setup(an_out_of_range_variable_is_a_config_error_with_the_range, clean_env),
       cmocka_unit_test_setup(an_out_of_range_field_is_a_config_error_naming_its_variable, clean_env),
       cmocka_unit_test_setup(an_unknown_backend_is_a_config_error, clean_env),
+      cmocka_unit_test_setup(every_allreduce_algorithm_name_is_accepted, clean_env),
+      cmocka_unit_test_setup(an_unknown_allreduce_algorithm_is_a_config_error_listing_the_valid_ones,
+                             clean_env),
       cmocka_unit_test_setup(a_slot_outside_the_world_is_a_config_error, clean_env),
       cmocka_unit_test_setup(a_min_size_above_the_world_is_a_config_error, clean_env),
       cmocka_unit_test_setup(a_config_without_the_initializer_is_refused, clean_env),

@@ -84,7 +84,8 @@ static ftc_status_t prep_allreduce(check_t *c, const char *name, const void *sen
   if ((st = check_count(c, count, dtype, 1)) != FTC_OK) return st;
   if ((st = check_buf(c, sendbuf, count, "sendbuf")) != FTC_OK) return st;
   if ((st = check_buf(c, recvbuf, count, "recvbuf")) != FTC_OK) return st;
-  *o = (ftc__op_t){FTC_REC_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, -1};
+  *o = (ftc__op_t){FTC_REC_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, -1,
+                   (ftc_algo_t)__atomic_load_n(&comm->allreduce_algo, __ATOMIC_RELAXED)};
   return FTC_OK;
 }
 

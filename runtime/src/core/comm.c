@@ -120,6 +120,10 @@ static ftc_status_t comm_new(const ftc_config_t *cfg_in, ftc_comm_t **out) {
   int64_t spin;
   if ((st = ftc__param_int(FTC_P_SPIN_US, &spin)) != FTC_OK) goto out_free;
   c->spin_us = (int)spin;
+  ftc_algo_t algo;
+  if ((st = ftc__algo_parse("FTCOMM_ALLREDUCE_ALGO", ftc__param_str(FTC_P_ALLREDUCE_ALGO), &algo)) != FTC_OK)
+    goto out_free;
+  c->allreduce_algo = (int)algo;
   int64_t spares;
   if ((st = ftc__param_int(FTC_P_SPARE_CONNECTIONS, &spares)) != FTC_OK) goto out_free;
   c->spares = (int)spares;
@@ -383,6 +387,22 @@ ftc_status_t ftc_comm_size(const ftc_comm_t *comm, int *size) {
 ftc_status_t ftc_comm_epoch(const ftc_comm_t *comm, uint64_t *epoch) {
   if (!comm || !epoch) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "comm and epoch must not be NULL");
   *epoch = __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
+  return FTC_OK;
+}
+
+ftc_status_t ftc_comm_set_allreduce_algo(ftc_comm_t *comm, ftc_algo_t algo) {
+  if (!comm) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_set_allreduce_algo: NULL communicator");
+  if ((unsigned)algo >= FTC_ALGO_COUNT)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                      "ftc_comm_set_allreduce_algo: unknown algorithm %d; use FTC_ALGO_AUTO, _RING, "
+                      "_HALVING or _DOUBLING",
+                      (int)algo);
+  if (comm->be != &ftc__backend_tcp)
+    return ftc__error(FTC_ERR_NOT_SUPPORTED,
+                      "ftc_comm_set_allreduce_algo: the %s backend chooses its own algorithms "
+                      "(NCCL: NCCL_ALGO)",
+                      comm->be ? comm->be->name : "?");
+  __atomic_store_n(&comm->allreduce_algo, (int)algo, __ATOMIC_RELAXED);
   return FTC_OK;
 }
 

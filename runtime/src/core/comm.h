@@ -48,6 +48,7 @@ struct ftc_comm {
   ftc_config_t cfg;       /* resolved; strings point at the copies below */
   char *strs[8];          /* owned copies of cfg's strings */
   int spin_us;
+  int allreduce_algo;     /* atomic ftc_algo_t: FTCOMM_ALLREDUCE_ALGO, then ftc_comm_set_allreduce_algo */
   int listen_fd;
   char data_addr[160];
   ftc__member_t *member;  /* NULL when built from a view by a test */

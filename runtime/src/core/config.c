@@ -2,16 +2,34 @@
  * config.c - resolution of ftc_config_t: every field the caller left unset
  * is taken from the FTCOMM_* table (environment, then default), and every
  * value is range-checked against the table so a bad value is reported with
- * the variable's name and its allowed range. Also ftc_version().
+ * the variable's name and its allowed range. Also ftc_version() and the
+ * allreduce algorithm names (FTCOMM_ALLREDUCE_ALGO).
  */
 #include <string.h>
 #include <strings.h>
 
+#include "core/op.h"
 #include "ftc_error.h"
 #include "ftc_param.h"
 #include "ftcomm.h"
 
 int ftc_version(void) { return FTC_VERSION_CODE; }
+
+static const char *const algo_names[FTC_ALGO_COUNT] = {"auto", "ring", "halving", "doubling"};
+
+const char *ftc_algo_name(ftc_algo_t algo) {
+  return (unsigned)algo < FTC_ALGO_COUNT ? algo_names[algo] : "?";
+}
+
+ftc_status_t ftc__algo_parse(const char *what, const char *name, ftc_algo_t *out) {
+  for (int i = 0; name && i < FTC_ALGO_COUNT; i++)
+    if (strcasecmp(name, algo_names[i]) == 0) {
+      *out = (ftc_algo_t)i;
+      return FTC_OK;
+    }
+  return ftc__error(FTC_ERR_CONFIG, "%s=\"%s\" is not an algorithm; use one of auto, ring, halving, doubling",
+                    what, name ? name : "");
+}
 
 static ftc_status_t resolve_int(int *field, ftc_param_id_t id) {
   const ftc_param_desc_t *d = ftc__param_desc(id);
@@ -59,6 +77,9 @@ ftc_status_t ftc_config_resolve(ftc_config_t *cfg) {
       strcasecmp(cfg->backend, "auto") != 0)
     return ftc__error(FTC_ERR_CONFIG, "FTCOMM_BACKEND=\"%s\" is not one of tcp, nccl, auto",
                       cfg->backend);
+  ftc_algo_t algo;
+  if ((st = ftc__algo_parse("FTCOMM_ALLREDUCE_ALGO", ftc__param_str(FTC_P_ALLREDUCE_ALGO), &algo)) != FTC_OK)
+    return st;
   if (cfg->slot >= cfg->world_size && !cfg->joiner)
     return ftc__error(FTC_ERR_CONFIG,
                       "FTCOMM_SLOT=%d is not below FTCOMM_WORLD_SIZE=%d; slots are 0 .. world size - 1",

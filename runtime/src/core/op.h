@@ -18,6 +18,11 @@ typedef struct ftc__op {
   ftc_dtype_t dtype;   /* barrier: FTC_U8 */
   ftc_op_t op;
   int peer;            /* root of broadcast/reduce, peer of send/recv, -1 otherwise */
+  ftc_algo_t algo;     /* allreduce: the communicator's algorithm when it was issued */
 } ftc__op_t;
+
+/* Parse an algorithm name (case-insensitive) for `what` (the variable's
+ * name, in the error); FTC_ERR_CONFIG listing the valid names otherwise. */
+ftc_status_t ftc__algo_parse(const char *what, const char *name, ftc_algo_t *out);
 
 #endif

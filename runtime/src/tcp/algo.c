@@ -7,7 +7,8 @@
  *                   (Rabenseifner) with the same fold; above it a ring
  *                   reduce-scatter + allgather as one pipelined stream per
  *                   neighbour (a block is forwarded chunk by chunk as soon
- *                   as it is reduced)
+ *                   as it is reduced); FTCOMM_ALLREDUCE_ALGO or
+ *                   ftc_comm_set_allreduce_algo force one for every size
  *   broadcast       binomial tree (small) or pipelined chain (large)
  *   reduce          binomial tree (small) or pipelined chain (large)
  *   allgather       ring, received straight into the result (zero copy)
@@ -417,11 +418,18 @@ ftc_status_t ftc__tcp_run(ftc__tcp_t *tp, const ftc__op_t *op, int64_t deadline_
     }
   }
   switch (op->coll) {
-    case FTC_REC_ALLREDUCE:
-      if (bytes < tp->cfg.ring_threshold || op->count < (size_t)tp->size)
-        return allreduce_rd(tp, op, &red, deadline_ns);
-      if (bytes < tp->cfg.halving_max) return allreduce_rhd(tp, op, &red, deadline_ns);
+    case FTC_REC_ALLREDUCE: {
+      ftc_algo_t a = op->algo;
+      if (op->count < (size_t)tp->size)
+        a = FTC_ALGO_DOUBLING; /* blocks of the ring and of halving would be empty */
+      else if (a == FTC_ALGO_AUTO)
+        a = bytes < tp->cfg.ring_threshold ? FTC_ALGO_DOUBLING
+            : bytes < tp->cfg.halving_max  ? FTC_ALGO_HALVING
+                                           : FTC_ALGO_RING;
+      if (a == FTC_ALGO_DOUBLING) return allreduce_rd(tp, op, &red, deadline_ns);
+      if (a == FTC_ALGO_HALVING) return allreduce_rhd(tp, op, &red, deadline_ns);
       return allreduce_ring(tp, op, &red, deadline_ns);
+    }
     case FTC_REC_BROADCAST: return broadcast(tp, op, &red, deadline_ns);
     case FTC_REC_REDUCE: return reduce(tp, op, &red, deadline_ns);
     case FTC_REC_ALLGATHER: return allgather_ring(tp, op, &red, deadline_ns);
