@@ -78,4 +78,26 @@ rows=$(grep -Ec '^ +[0-9]+ +[0-9]+ ' "$tmp/text.txt" || true)
 [ "$rows" -eq 3 ] || { echo "want 3 text rows, got $rows"; cat "$tmp/text.txt"; exit 1; }
 awk '/^ +[0-9]+ +[0-9]+ / { if (NF != 10 || $9 != 0) { print "bad row: " $0; exit 1 } }' "$tmp/text.txt"
 grep -q '^# Out of bounds values : 0 OK' "$tmp/text.txt"
+# -A: algorithms compared interleaved, one row per algorithm per size, in the
+# order given, each checked; CSV labels carry the algorithm
+runbench "$tmp/algos.txt" -b 64K -e 512K -f 8 -n 4 -w 1 -A ring,halving,doubling
+awk '/^ +[0-9]+ +[0-9]+ / { n++; want = n % 3 == 1 ? "ring" : n % 3 == 2 ? "halving" : "doubling"
+       if (NF != 11 || $9 != 0 || $11 != want || !($6 > 0)) { print "bad row " n ": " $0; exit 1 } }
+     END { if (n != 6) { print "want 6 rows, got " n + 0; exit 1 } }' "$tmp/algos.txt" ||
+  { cat "$tmp/algos.txt"; exit 1; }
+grep -q '#wrong  iters  algo' "$tmp/algos.txt"
+runbench "$tmp/algos.csv" -b 1M -e 1M -n 3 -w 1 -A Halving,auto --csv -l test
+sed 's/^test:[a-z]*,/test,/' "$tmp/algos.csv" >"$tmp/algos-plain.csv"
+check_csv "$tmp/algos-plain.csv" 2 1 1048576 1048576 || { cat "$tmp/algos.csv"; exit 1; }
+[ "$(cut -d, -f1 "$tmp/algos.csv" | tr '\n' ' ')" = "system test:halving test:auto " ] ||
+  { cat "$tmp/algos.csv"; exit 1; }
+
+# what is refused, with the reason
+for bad in "-A tree" "-A ring,,halving" "-A ring -c broadcast" "-A ring,halving -a"; do
+  # shellcheck disable=SC2086
+  if timeout -k 5 25 "$run" -q -n 2 --timeout 20 -- "$bench" $bad >"$tmp/bad.out" 2>&1; then
+    echo "ftcomm-bench $bad was accepted"; exit 1
+  fi
+  grep -q 'ftcomm-bench: -A' "$tmp/bad.out" || { echo "ftcomm-bench $bad:"; cat "$tmp/bad.out"; exit 1; }
+done
 echo "ftcomm-bench: rows well-formed and correct at 2 ranks"

@@ -7,10 +7,18 @@
  * elements in the first iteration's result summed over the ranks. The
  * options, data, check and row format are shared with the Open MPI and Gloo
  * harnesses (tests/bench/common), so the numbers compare one to one.
+ *
+ * -A a,b,... (allreduce on TCP) compares algorithms in one run: at each size
+ * every algorithm is checked, warmed up and then timed in alternating blocks
+ * (ALGO_BLOCK timed calls after one untimed call per block, the order
+ * reversed every round), so each sees the same noise; rank 0 prints one row
+ * per algorithm, whose time is the median per call (each rank's, then the
+ * slowest rank's). One algorithm alone is set once and timed as usual.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "bench_util.h"
 #include "ftcomm.h"
@@ -85,11 +93,91 @@ static void fail(const char *what, int rank, ftc_status_t st) {
           ftc_last_error());
 }
 
+#define MAX_ALGOS 8
+#define ALGO_BLOCK 3
+
+static const char extra_help[] =
+    "  -A, --algorithm LIST    allreduce algorithms to compare, comma-separated:\n"
+    "                          auto|ring|halving|doubling; each size is timed for each,\n"
+    "                          interleaved, one row per algorithm (time: median per call)\n";
+
+/* "ring,halving" -> algos[]; returns how many, or -1 with a message in err. */
+static int parse_algos(const char *list, ftc_algo_t *algos, char *err, size_t errlen) {
+  int n = 0;
+  const char *p = list;
+  for (;;) {
+    size_t len = strcspn(p, ",");
+    int found = -1;
+    for (int a = 0; a < FTC_ALGO_COUNT; a++)
+      if (strlen(ftc_algo_name((ftc_algo_t)a)) == len &&
+          strncasecmp(p, ftc_algo_name((ftc_algo_t)a), len) == 0)
+        found = a;
+    if (found < 0 || n == MAX_ALGOS) {
+      if (found < 0)
+        snprintf(err, errlen, "-A: '%.*s' is not an algorithm; use auto, ring, halving or doubling",
+                 (int)len, p);
+      else
+        snprintf(err, errlen, "-A: at most %d algorithms", MAX_ALGOS);
+      return -1;
+    }
+    algos[n++] = (ftc_algo_t)found;
+    if (!p[len]) return n;
+    p += len + 1;
+  }
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The interleaved comparison of one size: per-call medians into us[a]. */
+static ftc_status_t time_interleaved(const struct bench *b, const ftc_algo_t *algos, int nalgo,
+                                     int iters, double *us) {
+  double *t = malloc(sizeof(double) * (size_t)nalgo * (size_t)iters);
+  int got[MAX_ALGOS] = {0};
+  ftc_status_t st = FTC_OK;
+  if (!t) return FTC_ERR_NO_MEMORY;
+  for (int round = 0, left = nalgo; left > 0 && st == FTC_OK; round++) {
+    for (int k = 0; k < nalgo && st == FTC_OK; k++) {
+      int a = round % 2 ? nalgo - 1 - k : k;
+      if (got[a] == iters) continue;
+      if ((st = ftc_comm_set_allreduce_algo(b->comm, algos[a])) != FTC_OK ||
+          (st = run_blocking(b)) != FTC_OK)
+        break;
+      for (int i = 0; i < ALGO_BLOCK && got[a] < iters; i++) {
+        double t0 = bench_now();
+        if ((st = run_blocking(b)) != FTC_OK) break;
+        t[(size_t)a * (size_t)iters + (size_t)got[a]++] = (bench_now() - t0) * 1e6;
+      }
+      if (got[a] == iters) left--;
+    }
+  }
+  for (int a = 0; a < nalgo && st == FTC_OK; a++) {
+    double *ta = t + (size_t)a * (size_t)iters;
+    qsort(ta, (size_t)iters, sizeof(double), cmp_double);
+    us[a] = iters % 2 ? ta[iters / 2] : (ta[iters / 2 - 1] + ta[iters / 2]) / 2;
+  }
+  free(t);
+  return st;
+}
+
 int main(int argc, char **argv) {
   bench_opts_t o;
   char err[256];
-  int rc = bench_parse_args(argc, argv, &o, "ftcomm", NULL, err, sizeof(err));
+  int rc = bench_parse_args(argc, argv, &o, "ftcomm", extra_help, err, sizeof(err));
   if (rc > 0) return 0;
+  ftc_algo_t algos[MAX_ALGOS];
+  int nalgo = 0;
+  if (rc == 0 && o.algo) {
+    nalgo = parse_algos(o.algo, algos, err, sizeof(err));
+    if (nalgo < 0)
+      rc = -1;
+    else if (o.coll != BENCH_ALLREDUCE)
+      rc = -1, snprintf(err, sizeof(err), "-A: only allreduce has algorithms to choose (-c allreduce)");
+    else if (nalgo > 1 && o.async)
+      rc = -1, snprintf(err, sizeof(err), "-A with several algorithms times blocking calls; drop -a");
+  }
   if (rc < 0) {
     fprintf(stderr, "ftcomm-bench: %s\n", err);
     return 2;
@@ -108,6 +196,14 @@ int main(int argc, char **argv) {
     if (rank == 0) fprintf(stderr, "ftcomm-bench: root %d out of range for %d ranks\n", o.root, size);
     ftc_comm_destroy(comm);
     return 2;
+  }
+  if (nalgo > 0) {
+    if ((st = ftc_comm_set_allreduce_algo(comm, algos[0])) != FTC_OK) {
+      fail("-A", rank, st);
+      ftc_comm_destroy(comm);
+      return 2;
+    }
+    o.row_algo = ftc_algo_name(algos[0]);
   }
   if (rank == 0) {
     char detail[96];
@@ -142,22 +238,53 @@ int main(int argc, char **argv) {
     bench_iterations(&o, g.bytes, &warmup, &iters);
     bench_fill(&o, &g, rank, size, b.sbuf, b.rbuf);
 
-    /* the first iteration is checked */
-    if ((st = run_many(&b, 1, reqs)) != FTC_OK) {
-      fail(bench_coll_name(o.coll), rank, st);
-      failed = 1;
-      goto next;
+    /* the first iteration (of each algorithm) is checked */
+    int64_t wrong = 0, wrongs[MAX_ALGOS] = {0};
+    for (int a = 0; a < (nalgo > 1 ? nalgo : 1); a++) {
+      if (nalgo > 1) {
+        ftc_comm_set_allreduce_algo(comm, algos[a]);
+        if (a > 0) bench_fill(&o, &g, rank, size, b.sbuf, b.rbuf);
+      }
+      if ((st = run_many(&b, 1, reqs)) != FTC_OK) {
+        fail(bench_coll_name(o.coll), rank, st);
+        failed = 1;
+        goto next;
+      }
+      wrongs[a] = o.check ? (int64_t)bench_check(&o, &g, rank, size,
+                                                 o.coll == BENCH_BROADCAST ? b.sbuf : b.rbuf)
+                          : 0;
+      if ((st = run_many(&b, warmup, reqs)) != FTC_OK) {
+        fail("warmup", rank, st);
+        failed = 1;
+        goto next;
+      }
     }
-    int64_t wrong = o.check ? (int64_t)bench_check(&o, &g, rank, size,
-                                                   o.coll == BENCH_BROADCAST ? b.sbuf : b.rbuf)
-                            : 0;
-    if ((st = ftc_allreduce(&wrong, &wrong, 1, FTC_I64, FTC_SUM, comm, o.timeout_ms)) != FTC_OK ||
-        (st = run_many(&b, warmup, reqs)) != FTC_OK ||
+    if ((st = ftc_allreduce(wrongs, wrongs, MAX_ALGOS, FTC_I64, FTC_SUM, comm, o.timeout_ms)) != FTC_OK ||
         (st = ftc_barrier(comm, o.timeout_ms)) != FTC_OK) {
       fail("warmup", rank, st);
       failed = 1;
       goto next;
     }
+    if (nalgo > 1) {
+      double us[MAX_ALGOS];
+      if ((st = time_interleaved(&b, algos, nalgo, iters, us)) != FTC_OK ||
+          (st = ftc_allreduce(us, us, (size_t)nalgo, FTC_F64, FTC_MAX, comm, o.timeout_ms)) != FTC_OK) {
+        fail("interleaved allreduce", rank, st);
+        failed = 1;
+        goto next;
+      }
+      for (int a = 0; a < nalgo; a++) {
+        if (rank == 0) {
+          o.row_algo = ftc_algo_name(algos[a]);
+          bench_print_row(stdout, &o, size, &g, us[a], (size_t)wrongs[a]);
+          busbw_sum += us[a] > 0 ? (double)g.bytes / (us[a] * 1e3) * bench_busbw_factor(o.coll, size) : 0;
+          rows++;
+        }
+        total_wrong += (size_t)wrongs[a];
+      }
+      goto next;
+    }
+    wrong = wrongs[0];
     double t0 = bench_now();
     st = run_many(&b, iters, reqs);
     double us = (bench_now() - t0) * 1e6 / iters;

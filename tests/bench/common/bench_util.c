@@ -424,8 +424,9 @@ void bench_print_header(FILE *f, const bench_opts_t *o, int nranks, const char *
           bench_coll_name(o->coll), nranks, o->warmup, o->iters, o->async ? ", async" : "",
           detail && *detail ? ", " : "", detail ? detail : "");
   fprintf(f, "#\n");
-  fprintf(f, "# %10s %12s %6s %6s %6s %10s %8s %8s %7s %6s\n", "size", "count", "type", "redop",
-          "root", "time", "algbw", "busbw", "#wrong", "iters");
+  const char *ac = o->row_algo ? "  algo" : "";
+  fprintf(f, "# %10s %12s %6s %6s %6s %10s %8s %8s %7s %6s%s\n", "size", "count", "type", "redop",
+          "root", "time", "algbw", "busbw", "#wrong", "iters", ac);
   fprintf(f, "# %10s %12s %6s %6s %6s %10s %8s %8s %7s %6s\n", "(B)", "(elements)", "", "", "",
           "(us)", "(GB/s)", "(GB/s)", "", "");
 }
@@ -439,12 +440,14 @@ void bench_print_row(FILE *f, const bench_opts_t *o, int nranks, const bench_geo
   int w, n;
   bench_iterations(o, g->bytes, &w, &n);
   if (o->csv)
-    fprintf(f, "%s,%s,%d,%zu,%zu,%s,%s,%d,%.3f,%.6f,%.6f,%zu,%d\n", o->label,
-            bench_coll_name(o->coll), nranks, g->bytes, g->count, bench_dtype_name(o->dtype), op,
-            root, time_us, algbw, busbw, wrong, n);
+    fprintf(f, "%s%s%s,%s,%d,%zu,%zu,%s,%s,%d,%.3f,%.6f,%.6f,%zu,%d\n", o->label,
+            o->row_algo ? ":" : "", o->row_algo ? o->row_algo : "", bench_coll_name(o->coll),
+            nranks, g->bytes, g->count, bench_dtype_name(o->dtype), op, root, time_us, algbw, busbw,
+            wrong, n);
   else
-    fprintf(f, "  %10zu %12zu %6s %6s %6d %10.2f %8.3f %8.3f %7zu %6d\n", g->bytes, g->count,
-            bench_dtype_name(o->dtype), op, root, time_us, algbw, busbw, wrong, n);
+    fprintf(f, "  %10zu %12zu %6s %6s %6d %10.2f %8.3f %8.3f %7zu %6d%s%s\n", g->bytes, g->count,
+            bench_dtype_name(o->dtype), op, root, time_us, algbw, busbw, wrong, n,
+            o->row_algo ? "  " : "", o->row_algo ? o->row_algo : "");
   fflush(f);
 }
 

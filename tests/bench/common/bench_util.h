@@ -46,7 +46,10 @@ typedef struct bench_opts {
   int check;          /* -C 0 disables the check of the first iteration */
   int timeout_ms;     /* -t: per-collective timeout where the library takes one */
   const char *label;  /* -l: system name in the rows */
-  const char *algo;   /* -A: algorithm name for harnesses that offer several */
+  const char *algo;   /* -A: algorithm name (ftcomm-bench: a comma list) for harnesses that offer several */
+  const char *row_algo; /* set by the harness: the algorithm of the next row, printed as a last
+                         * text column ("algo" in the header when set at header time) and as
+                         * "label:algo" in CSV rows; NULL: none */
   int nranks;         /* -N: ranks to start, for harnesses that start their own */
 } bench_opts_t;
 
