@@ -129,6 +129,14 @@ static ftc__member_t *join(fixture_t *fx, const char *job, const char *token, in
   return m;
 }
 
+/* A member that the test needs: its join must succeed. */
+static ftc__member_t *joined(fixture_t *fx, const char *job, const char *token, int slot, int world) {
+  ftc_status_t st;
+  ftc__member_t *m = join(fx, job, token, slot, world, WAIT_MS, &st);
+  assert_int_equal(st, FTC_OK);
+  return m;
+}
+
 static void start_job(fixture_t *fx, const char *key, const char *job, const char *token, int world) {
   char uid[64];
   snprintf(uid, sizeof uid, "uid-%s", job);
@@ -145,13 +153,8 @@ static void two_jobs_share_one_port_and_a_lost_slot_shrinks_at_once(void **state
   fixture_t *fx = *state;
   start_job(fx, "ns/a", "a", "token-a", 2);
   start_job(fx, "ns/b", "b", "token-b", 1);
-  ftc_status_t st;
-  ftc__member_t *a0 = join(fx, "a", "token-a", 0, 2, WAIT_MS, &st);
-  assert_int_equal(st, FTC_OK);
-  ftc__member_t *a1 = join(fx, "a", "token-a", 1, 2, WAIT_MS, &st);
-  assert_int_equal(st, FTC_OK);
-  ftc__member_t *b0 = join(fx, "b", "token-b", 0, 1, WAIT_MS, &st);
-  assert_int_equal(st, FTC_OK);
+  ftc__member_t *a0 = joined(fx, "a", "token-a", 0, 2), *a1 = joined(fx, "a", "token-a", 1, 2);
+  ftc__member_t *b0 = joined(fx, "b", "token-b", 0, 1);
   ftc__view_t *va = NULL, *vb = NULL;
   assert_int_equal(ftc__member_wait_view(a0, 0, WAIT_MS, &va), FTC_OK);
   assert_int_equal(ftc__member_wait_view(b0, 0, WAIT_MS, &vb), FTC_OK);
@@ -165,6 +168,7 @@ static void two_jobs_share_one_port_and_a_lost_slot_shrinks_at_once(void **state
   assert_true(__atomic_load_n(&fx->notified, __ATOMIC_RELAXED) >= 2); /* an epoch each */
 
   /* The wrong token reaches job a's coordinator, which refuses it. */
+  ftc_status_t st;
   ftc__member_t *bad = join(fx, "a", "wrong", 0, 2, WAIT_MS, &st);
   assert_null(bad);
   assert_int_equal(st, FTC_ERR_AUTH);
@@ -200,9 +204,7 @@ static void the_poll_queues_a_job_when_its_coordinator_publishes_a_change(void *
   int before = __atomic_load_n(&fx->notified, __ATOMIC_RELAXED);
   ftck_coords_poll(fx->cs);
   assert_int_equal(__atomic_load_n(&fx->notified, __ATOMIC_RELAXED), before); /* no rank yet: nothing new */
-  ftc_status_t st;
-  ftc__member_t *m = join(fx, "p", "token-p", 0, 1, WAIT_MS, &st);
-  assert_int_equal(st, FTC_OK);
+  ftc__member_t *m = joined(fx, "p", "token-p", 0, 1);
   ftc__view_t *v = NULL;
   assert_int_equal(ftc__member_wait_view(m, 0, WAIT_MS, &v), FTC_OK);
   /* The epoch's event has queued it already; the view may be published a
@@ -288,11 +290,7 @@ static int take_request(ftc__member_t *m, char *incident, size_t n) {
 static void a_timeout_report_becomes_an_analyzed_incident(void **state) {
   fixture_t *fx = *state;
   start_job(fx, "ns/t", "t", "token-t", 2);
-  ftc_status_t st;
-  ftc__member_t *m0 = join(fx, "t", "token-t", 0, 2, WAIT_MS, &st);
-  assert_int_equal(st, FTC_OK);
-  ftc__member_t *m1 = join(fx, "t", "token-t", 1, 2, WAIT_MS, &st);
-  assert_int_equal(st, FTC_OK);
+  ftc__member_t *m0 = joined(fx, "t", "token-t", 0, 2), *m1 = joined(fx, "t", "token-t", 1, 2);
   ftc__view_t *v = NULL;
   assert_int_equal(ftc__member_wait_view(m0, 0, WAIT_MS, &v), FTC_OK);
   ftc__coord_view_free(ftck_coords_view(fx->cs, "ns/t")); /* what a reconcile reads: ranks to slots */

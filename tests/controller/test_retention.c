@@ -127,6 +127,25 @@ static int exists(fixture_t *fx, const char *rel) {
   return lstat(at(fx, rel, p, sizeof p), &sb) == 0;
 }
 
+/* Each path (relative to the volume, or absolute) of the NULL-terminated
+ * list exists (want 1) or does not. */
+static void expect_exist(fixture_t *fx, int want, const char *rel, va_list ap) {
+  for (; rel; rel = va_arg(ap, const char *))
+    if (exists(fx, rel) != want) fail_msg("%s %s", rel, want ? "is gone" : "is still there");
+}
+static void expect_there(fixture_t *fx, const char *rel, ...) {
+  va_list ap;
+  va_start(ap, rel);
+  expect_exist(fx, 1, rel, ap);
+  va_end(ap);
+}
+static void expect_gone(fixture_t *fx, const char *rel, ...) {
+  va_list ap;
+  va_start(ap, rel);
+  expect_exist(fx, 0, rel, ap);
+  va_end(ap);
+}
+
 static void read_text(fixture_t *fx, const char *rel, char *buf, size_t n) {
   char p[2 * PATH_MAX];
   FILE *f = fopen(at(fx, rel, p, sizeof p), "r");
@@ -215,11 +234,8 @@ static void a_recreated_job_loses_only_the_earlier_jobs_incidents(void **state) 
   r = sweep_at(fx, NOW, NULL);
   assert_int_equal(r.stale, 2);
   assert_int_equal(r.deleted, 0);
-  assert_false(exists(fx, "ml/llm/old-stamped"));
-  assert_false(exists(fx, "ml/llm/old-unstamped"));
-  assert_true(exists(fx, "ml/llm/new-stamped"));
-  assert_true(exists(fx, "ml/llm/skewed-unstamped"));
-  assert_true(exists(fx, "ml/llm/new-unstamped"));
+  expect_gone(fx, "ml/llm/old-stamped", "ml/llm/old-unstamped", NULL);
+  expect_there(fx, "ml/llm/new-stamped", "ml/llm/skewed-unstamped", "ml/llm/new-unstamped", NULL);
 }
 
 static void links_are_never_followed(void **state) {
@@ -254,12 +270,9 @@ static void links_are_never_followed(void **state) {
   assert_true(S_ISREG(sb.st_mode));
   r = sweep_at(fx, NOW + TTL, NULL);
   assert_int_equal(r.deleted, 2);
-  assert_false(exists(fx, "ml/gone"));
-  assert_false(exists(fx, "ml/gone2"));
+  expect_gone(fx, "ml/gone", "ml/gone2", NULL);
   /* Links in the volume stay; what they point at is untouched. */
-  assert_true(exists(fx, "evil"));
-  assert_true(exists(fx, "ml/escape"));
-  assert_true(exists(fx, "ml/live/hang-link"));
+  expect_there(fx, "evil", "ml/escape", "ml/live/hang-link", NULL);
   char t[64];
   snprintf(o, sizeof o, "%s/precious", fx->outside);
   read_text(fx, o, t, sizeof t);
@@ -283,8 +296,7 @@ static void odd_names_are_left_alone(void **state) {
   r = sweep_at(fx, NOW + 10 * TTL, NULL);
   assert_int_equal(r.deleted + r.waiting, 0);
   for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) assert_true(exists(fx, odd[i]));
-  assert_true(exists(fx, "ml/file.txt"));
-  assert_true(exists(fx, ".snapshot/ml/gone"));
+  expect_there(fx, "ml/file.txt", ".snapshot/ml/gone", NULL);
   /* A dotted job name is a name like any other. */
   mkdirs(fx, "ml/llm.v2");
   sweep_at(fx, NOW, NULL);
@@ -347,12 +359,8 @@ static void the_count_keeps_the_newest_incidents_and_no_link(void **state) {
   link_to(fx, fx->outside, "ml/job/hang-e0-0");
   char p[2 * PATH_MAX];
   assert_int_equal(ftck_prune_incidents(at(fx, "ml/job", p, sizeof p), 2), 2);
-  assert_false(exists(fx, "ml/job/hang-e1-100"));
-  assert_false(exists(fx, "ml/job/hang-e2-200"));
-  assert_true(exists(fx, "ml/job/hang-e3-300"));
-  assert_true(exists(fx, "ml/job/hang-e4-400"));
-  assert_true(exists(fx, "ml/job/hang-e0-0"));
-  assert_true(exists(fx, fx->outside));
+  expect_gone(fx, "ml/job/hang-e1-100", "ml/job/hang-e2-200", NULL);
+  expect_there(fx, "ml/job/hang-e3-300", "ml/job/hang-e4-400", "ml/job/hang-e0-0", fx->outside, NULL);
 }
 
 static void an_incident_is_stamped_with_its_job(void **state) {
