@@ -118,18 +118,23 @@ check_out "all 4 final ranks report a params_hash" '^4$' bash -c "echo '$hashes'
 check_out "... and it is the same on every rank" '^1$' bash -c "echo '$hashes' | sort -u | grep -c ."
 check_out "the job's coordinator is stopped once it Succeeded" 'llm: stopped its coordinator' grep 'stopped its coordinator' "$ctrl_log"
 
+# --- 2-rank variants of job llm, each with a stopped rank -------------------------------------
+tjn() { kc get tj "$1" -n $ns -o jsonpath="$2"; }  # tjn JOB JSONPATH
+runs_two() { [ "$(tjn "$1" '{.status.phase} {.status.worldSize}')" = "Running 2" ]; }
+has_hang() { [ "$(tjn "$1" '{.status.incidents[0].kind}')" = Hang ]; }
+two_rank_job() {  # two_rank_job NAME ONHANG STEPS: applied, and running for 2 s
+  sed -e "s/name: llm,/name: $1,/" -e 's/replicas: 4/replicas: 2/' -e 's/minReplicas: 2/minReplicas: 1/' \
+      -e "s/onHang: replace/onHang: $2/" -e "s/\"5000\"/\"$3\"/" "$work/job.yaml" >"$work/$1.yaml"
+  check "a 2-rank job with onHang $2 applies" kc apply -f "$work/$1.yaml"
+  check "it runs" eventually 60 runs_two "$1"
+  sleep 2
+}
+
 # --- onHang restartAll: every pod starts again, with a fresh coordinator -------------------
-sed -e 's/name: llm,/name: small,/' -e 's/replicas: 4/replicas: 2/' -e 's/minReplicas: 2/minReplicas: 1/' \
-    -e 's/onHang: replace/onHang: restartAll/' -e 's/"5000"/"1500"/' "$work/job.yaml" >"$work/small.yaml"
-check "a 2-rank job with onHang restartAll applies" kc apply -f "$work/small.yaml"
-sj() { kc get tj small -n $ns -o jsonpath="$1"; }
-small_running() { [ "$(sj '{.status.phase} {.status.worldSize}')" = "Running 2" ]; }
-check "it runs" eventually 60 small_running
-sleep 2
+two_rank_job small restartAll 1500
 spid=$(cat "$state/pids/small-0-0")
 kill -STOP "$spid"
-small_hang() { [ "$(sj '{.status.incidents[0].kind}')" = Hang ]; }
-check "stopping one rank makes a Hang incident" eventually 60 small_hang
+check "stopping one rank makes a Hang incident" eventually 60 has_hang small
 restarted() { [ "$(kc get pods -n $ns -l ftcomm.dev/job=small -o jsonpath='{range .items[*]}{.metadata.name}={.status.phase} {end}')" = "small-0-1=Running small-1-1=Running " ]; }
 check "restartAll: both pods start again at incarnation 1 (the old ones are gone)" eventually 60 restarted
 check_out "... as a fresh start (FTCOMM_JOINER=0)" '^0$' \
@@ -137,26 +142,19 @@ check_out "... as a fresh start (FTCOMM_JOINER=0)" '^0$' \
 check_out "... with an Event JobRestarted" 'JobRestarted' kc get events -n $ns --field-selector reason=JobRestarted -o jsonpath='{.items[*].reason}'
 check_out "... and a fresh coordinator" 'e2e/small: stopped its coordinator' grep 'e2e/small: stopped its coordinator' "$ctrl_log"
 check "the stopped process is gone" bash -c "! kill -0 $spid 2>/dev/null"
-small_done() { [ "$(sj '{.status.phase}')" = Succeeded ]; }
+small_done() { [ "$(tjn small '{.status.phase}')" = Succeeded ]; }
 check "the restarted job Succeeds" eventually 120 small_done
 shashes=$(cat "$state"/logs/small-0-1.log "$state"/logs/small-1-1.log | sed -n 's/^final: .*params_hash \([0-9a-f]*\).*/\1/p')
 check_out "... both ranks with one params_hash" '^1 2$' bash -c "echo \$(echo '$shashes' | sort -u | grep -c .) \$(echo '$shashes' | grep -c .)"
 
 # --- onHang dumpOnly: an incident and its dumps, nothing replaced --------------------------
-sed -e 's/name: llm,/name: dmp,/' -e 's/replicas: 4/replicas: 2/' -e 's/minReplicas: 2/minReplicas: 1/' \
-    -e 's/onHang: replace/onHang: dumpOnly/' -e 's/"5000"/"100000"/' "$work/job.yaml" >"$work/dmp.yaml"
-check "a 2-rank job with onHang dumpOnly applies" kc apply -f "$work/dmp.yaml"
-tj3() { kc get tj dmp -n $ns -o jsonpath="$1"; }
-dmp_running() { [ "$(tj3 '{.status.phase} {.status.worldSize}')" = "Running 2" ]; }
-check "it runs" eventually 60 dmp_running
-sleep 2
-rank_d1=$(tj3 '{.status.members[1].rank}')
+two_rank_job dmp dumpOnly 100000
+rank_d1=$(tjn dmp '{.status.members[1].rank}')
 dpid=$(cat "$state/pids/dmp-1-0")
 kill -STOP "$dpid"
-dmp_inc() { [ "$(tj3 '{.status.incidents[0].kind}')" = Hang ]; }
-check "stopping a rank makes a Hang incident" eventually 60 dmp_inc
+check "stopping a rank makes a Hang incident" eventually 60 has_hang dmp
 check_out "... naming its pod and, in the analysis, rank $rank_d1" "^dmp-1-0 .*rank $rank_d1([^0-9]|\$)" \
-  tj3 '{.status.incidents[0].culprit} {.status.incidents[0].message}'
+  tjn dmp '{.status.incidents[0].culprit} {.status.incidents[0].message}'
 check "... with the survivor's dump and the analysis in the volume" \
   bash -c "d=\$($FTC_KUBECTL get tj dmp -n $ns -o jsonpath='{.status.incidents[0].dumpPath}'); test -s \$d/rank-0.json -o -s \$d/rank-1.json && test -s \$d/analysis.json"
 sleep 3
