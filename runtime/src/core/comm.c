@@ -63,6 +63,7 @@ static void comm_free(ftc_comm_t *c) {
   ftc__watchdog_stop(c);
   if (c->member) ftc__member_set_notify(c->member, -1);
   ftc__engine_stop(c);
+  if (c->retired) c->be->close(c->retired, 1);
   if (c->bh) c->be->close(c->bh, !__atomic_load_n(&c->error, __ATOMIC_ACQUIRE));
   ftc_rec_destroy(c->rec);
   if (c->member) ftc__member_close(c->member);
@@ -172,8 +173,17 @@ ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view) {
   pthread_mutex_unlock(&comm->lock);
   view_copy_free(old_view);
   /* A planned move (a joiner was admitted): peers still between
-   * collectives of the old epoch must not take the close for a crash. */
-  if (old) comm->be->close(old, !__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE));
+   * collectives of the old epoch must not take the close for a crash. On
+   * TCP the old sockets are closed (with a goodbye) only once the new epoch
+   * is in use, when every peer has moved too: closed now, each goodbye
+   * would wake a peer that is still moving (engine.c, idle_wait). */
+  if (comm->retired) comm->be->close(comm->retired, 1);
+  comm->retired = NULL;
+  int planned = old && !__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
+  if (planned && comm->be == &ftc__backend_tcp)
+    comm->retired = old;
+  else if (old)
+    comm->be->close(old, planned);
   ftc__free(comm->p2p_seq);
   comm->p2p_seq = seqs;
   comm->seq = 0;

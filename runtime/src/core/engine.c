@@ -124,11 +124,12 @@ static ftc_status_t execute(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq,
       ++comm->settling >= SETTLE_COLLECTIVES) {
     /* The epoch is in use (every rank completed its first collective
      * before this one could): work held back during the move (writing the
-     * failed epoch's dumps, making spare connections) may run now without
-     * slowing a rank that is still finishing it. */
+     * failed epoch's dumps, making spare connections, closing the previous
+     * epoch's sockets) may run now without slowing a rank that is still
+     * finishing it. */
     __atomic_store_n(&comm->settled, 1, __ATOMIC_RELEASE);
     ftc__watchdog_kick(comm);
-    if (comm->spares) ftc__engine_wake(comm); /* the progress thread makes the spares */
+    ftc__engine_wake(comm); /* the progress thread makes the spares, closes the old sockets */
   }
   return st;
 }
@@ -302,6 +303,12 @@ static void idle_wait(ftc_comm_t *comm, unsigned char *ignore, int nignore) {
   enum { MAXP = 256, MAXS = 1 + MAXP + 64 };
   struct pollfd pfd[1 + MAXS + MAXP];
   int fds[MAXP], ranks[MAXP];
+  /* The previous epoch's sockets after a planned move: every peer has moved
+   * once this epoch settled, so the goodbyes wake nobody still moving. */
+  if (comm->retired && __atomic_load_n(&comm->settled, __ATOMIC_ACQUIRE)) {
+    comm->be->close(comm->retired, 1);
+    comm->retired = NULL;
+  }
   int n = 0, base, sp = 0, early = 0, spares = comm->spares && comm->be->spare_poll && comm->bh;
   pfd[n++] = (struct pollfd){comm->wake_fd, POLLIN, 0};
   /* While a later epoch is coming (this one failed, or the coordinator
