@@ -11,7 +11,9 @@
  * to a name that no earlier dump holds (an existing file is never replaced).
  * A capture (ftc_rec_capture) copies what a dump shows into memory at once,
  * to be written later by ftc_rec_capture_write: the recovery path takes one
- * when an epoch fails and writes it off its critical path.
+ * when an epoch fails and writes it off its critical path, with the outcome
+ * known by then (the rank's failure, the coordinator's verdict), which the
+ * writer checks before it writes anything.
  */
 #include <errno.h>
 #include <fcntl.h>

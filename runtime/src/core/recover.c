@@ -11,7 +11,9 @@
  *
  * The watchdog thread ("ftc-watchdog") sleeps on comm->wd_fd and reacts to:
  * a failed epoch (it writes the "timeout"/"error"/"revoked" dump and reports
- * the broken peer to the coordinator, once per epoch), a dump request from
+ * the broken peer to the coordinator, once per epoch; the dump is captured
+ * at the failure and written later with the coordinator's verdict on the
+ * epoch as known by then: docs/dump-format.md), a dump request from
  * the coordinator (it dumps and uploads, even while the application thread
  * is stuck in a collective), and a newer epoch that leaves out a member of
  * the current one (it revokes the current epoch, which releases a collective
