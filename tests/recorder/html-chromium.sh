@@ -2,7 +2,7 @@
 # html-chromium.sh - ftcomm-trace's HTML page, opened in headless Chromium:
 # the page of a diverging job must render with the first divergence marked
 # (id="divergence", at the culprit's seq) and the headline; a healthy job's
-# page must have no mark. Skipped, with a message, when Chromium is absent.
+# page must have no mark; the coordinator's verdict, when there is one, shows. Skipped, with a message, when Chromium is absent.
 set -u
 cd "$(dirname "$0")/../.."
 trace=${FTC_REC_TRACE:-build/release/bin/ftcomm-trace}
@@ -33,6 +33,12 @@ grep -Eo '(src|href)="[^"]*"' "$tmp/stuck.html" && { echo "FAIL: the page refers
 render "$tmp/healthy.html" >"$tmp/healthy.dom"
 grep -q 'class="healthy"' "$tmp/healthy.dom" || { echo "FAIL: healthy page not rendered"; fail=1; }
 grep -q 'id="divergence"' "$tmp/healthy.dom" && { echo "FAIL: a healthy job's page marks a divergence"; fail=1; }
+
+# The coordinator's verdict, when the dumps carry one, is on the page.
+"$trace" --html "$tmp/verdict.html" tests/recorder/cases/verdict-agrees >/dev/null
+render "$tmp/verdict.html" >"$tmp/verdict.dom"
+grep -q 'id="verdict">Verdict: the coordinator.s epoch 1 drops from epoch 0: rank 1 crashed' "$tmp/verdict.dom" ||
+  { echo "FAIL: the verdict is not on the page"; fail=1; }
 
 [ $fail = 0 ] && echo "ok   HTML page rendered in $(basename "$browser"), divergence marked"
 exit $fail

@@ -118,6 +118,14 @@ int tr_write_html(const char *path, const tr_set_t *set, const tr_report_t *rep)
   fprintf(f, "<h1 id=\"headline\" class=\"%s\">", cls);
   esc(f, rep->headline);
   fprintf(f, "</h1>\n<p>%d of %d ranks dumped.</p>\n", rep->ranks_present, rep->world_size);
+  if (rep->verdict.text[0]) {
+    static const char *const how[] = {"", " The dumps alone name the same ranks.",
+                                      " The dumps alone name others: they disagree.",
+                                      " The dumps alone name nobody."};
+    fprintf(f, "<p id=\"verdict\">Verdict: ");
+    esc(f, rep->verdict.text);
+    fprintf(f, ".%s</p>\n", how[rep->verdict.agreement]);
+  }
   if (rep->nf || set->nbad) {
     fprintf(f, "<h2>Findings</h2>\n<ul id=\"findings\">\n");
     for (size_t i = 0; i < rep->nf; i++) {
