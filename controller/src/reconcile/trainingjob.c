@@ -724,12 +724,20 @@ static ftc_status_t restart_all(pass_t *p, const json_t *cause, int skip_backoff
  * (at most FRESH_WAIT_NS, e.g. for pods stuck on a lost node). The fresh
  * ranks retry meanwhile (FTCOMM_CONNECT_TIMEOUT_MS). */
 #define FRESH_WAIT_NS (120LL * 1000000000LL)
-static int older_pods_remain(pass_t *p, const json_t *mine) {
+/* The incarnation the job's last restart of every pod started (while its
+ * older pods remain), and since when; -1 when none is in progress. */
+static int restarted_at(pass_t *p, int64_t *since) {
   pthread_mutex_lock(&p->r->mu);
   json_t *f = json_object_get(p->r->fresh, p->key);
   int inc = f ? (int)json_integer_value(json_object_get(f, "inc")) : -1;
-  int64_t since = f ? (int64_t)json_integer_value(json_object_get(f, "since")) : 0;
+  if (since) *since = f ? (int64_t)json_integer_value(json_object_get(f, "since")) : 0;
   pthread_mutex_unlock(&p->r->mu);
+  return inc;
+}
+
+static int older_pods_remain(pass_t *p, const json_t *mine) {
+  int64_t since;
+  int inc = restarted_at(p, &since);
   if (inc < 0) return 0;
   size_t i;
   json_t *pod;
@@ -913,6 +921,7 @@ static void forget_job(ftck_reconciler_t *r, const char *key, const char *ns, co
   if (has_secret) snprintf(skey, sizeof skey, "%s/%s", ns, sname);
   pthread_mutex_lock(&r->mu);
   if (has_secret) json_object_del(r->secrets_gone, skey);
+  json_object_del(r->fresh, key); /* a restart in progress: a job re-created under the name starts clean */
   json_object_foreach_safe(r->vanished, tmp, k, v) {
     if (!strncmp(k, key, n) && k[n] == '/') json_object_del(r->vanished, k);
   }
@@ -925,7 +934,8 @@ static void forget_job(ftck_reconciler_t *r, const char *key, const char *ns, co
 
 static size_t remembered(ftck_reconciler_t *r) {
   pthread_mutex_lock(&r->mu);
-  size_t n = json_object_size(r->vanished) + json_object_size(r->secrets_ok) + json_object_size(r->secrets_gone);
+  size_t n = json_object_size(r->vanished) + json_object_size(r->secrets_ok) + json_object_size(r->secrets_gone) +
+             json_object_size(r->fresh);
   pthread_mutex_unlock(&r->mu);
   return n;
 }
@@ -1018,7 +1028,10 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
     p.ever_lost = 1;
     declare_lost(&p, s, lost, node_down);
     if (p.spec.mode == FTCK_MODE_RESTART_ALL) {
-      if (!restart_cause) restart_cause = lost;
+      /* A pod lost before the restart in progress is no cause for another:
+       * its slot's new pod is made, though the pod cache may not show it
+       * yet (while it shows another slot's). */
+      if (!restart_cause && lost_inc >= restarted_at(&p, NULL)) restart_cause = lost;
       p.slots[s].state_override = 1;
       continue;
     }

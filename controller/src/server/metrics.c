@@ -110,7 +110,7 @@ char *ftck_metrics_render(const ftck_metrics_src_t *src) {
           "# HELP ftcomm_controller_replacements_total Lost pods replaced.\n"
           "# TYPE ftcomm_controller_replacements_total counter\n"
           "ftcomm_controller_replacements_total %llu\n"
-          "# HELP ftcomm_controller_reconciler_records Records the reconciler keeps per job beside its caches (each job's token; pods found missing until replaced; token Secrets seen deleted); 0 once every job is deleted.\n"
+          "# HELP ftcomm_controller_reconciler_records Records the reconciler keeps per job beside its caches (each job's token; pods found missing until replaced; token Secrets seen deleted; a restart of every pod until its older pods are gone); 0 once every job is deleted.\n"
           "# TYPE ftcomm_controller_reconciler_records gauge\n"
           "ftcomm_controller_reconciler_records %llu\n"
           "# HELP ftcomm_controller_leader 1 while this instance holds the leader Lease.\n"
