@@ -385,6 +385,22 @@ check "metrics: 2 folders of deleted jobs removed" eventually 5 metric_is 'ftcom
 check "metrics: 2 incidents of an earlier job removed" eventually 5 metric_is 'ftcomm_controller_dump_dirs_removed_total{reason="job_recreated"}' 2
 check "metrics: no folder waits" eventually 5 metric_is ftcomm_controller_dump_dirs_awaiting_removal 0
 check "llm's folder is still there" test -d "$vol/ml/llm/hang-e1-mine"
+# A job deleted and made again under its name at once: the earlier job's incidents go, the folder stays.
+sed -e 's/name: llm,/name: again,/' "$work/job.yaml" >"$work/again.yaml"
+check "a TrainingJob again applies" kc apply -f "$work/again.yaml"
+check "... and gets its dump folder" eventually 20 test -d "$vol/ml/again"
+first_uid=$(kc get tj again -n ml -o jsonpath='{.metadata.uid}')
+mkdir -p "$vol/ml/again/hang-e1-first" && echo "$first_uid" >"$vol/ml/again/hang-e1-first/.job-uid"
+check "it is deleted" kc delete tj again -n ml --wait=true
+check "... and made again under its name" kc apply -f "$work/again.yaml"
+second_uid=$(kc get tj again -n ml -o jsonpath='{.metadata.uid}')
+check "... with another uid" test "$first_uid" != "$second_uid"
+mkdir -p "$vol/ml/again/hang-e1-second" && echo "$second_uid" >"$vol/ml/again/hang-e1-second/.job-uid"
+check "the first job's incident goes once the second job is 3 s old" eventually 15 bash -c "! test -e '$vol/ml/again/hang-e1-first'"
+check_out "... saying whose it was" "removed $vol/ml/again/hang-e1-first, an incident of an earlier TrainingJob ml/again \(its .job-uid says uid $first_uid; the current one, uid $second_uid," ctl5_log
+check "the second job's incident and the folder stay" test -d "$vol/ml/again/hang-e1-second"
+check "the second job runs its pods" eventually 20 bash -c "[ \"\$($FTC_KUBECTL get pod again-0-0 -n ml -o jsonpath='{.metadata.ownerReferences[0].uid}')\" = $second_uid ]"
+check "metrics: 3 incidents of earlier jobs removed" eventually 5 metric_is 'ftcomm_controller_dump_dirs_removed_total{reason="job_recreated"}' 3
 if stop_controller; then ok "the controller stops on SIGTERM"; else bad "the controller stops on SIGTERM"; fi
 
 # --- a leader that cannot renew its Lease steps down -----------------------------------------
