@@ -451,14 +451,18 @@ static void wd_queue(ftc_comm_t *comm, struct ftc__wd_dump *d) {
   pthread_mutex_unlock(&comm->wd_mu);
 }
 
-/* Nanoseconds until held dumps may be written (0: now). */
-static int64_t wd_hold_left(ftc_comm_t *comm, int64_t period_ns) {
+/* Nanoseconds until held dumps may be written (0: now): once the next
+ * epoch is in use, else after period_ns, or while the coordinator has
+ * announced no epoch after the held one (no verdict yet) after verdict_ns
+ * more: the time it may take to convict on evidence. */
+static int64_t wd_hold_left(ftc_comm_t *comm, int64_t period_ns, int64_t verdict_ns) {
   pthread_mutex_lock(&comm->wd_mu);
   int64_t since = comm->wd_hold_ns, left = 0;
   if (since) {
     int recovered = __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE) > comm->wd_hold_epoch &&
                     __atomic_load_n(&comm->settled, __ATOMIC_ACQUIRE);
-    left = recovered ? 0 : since + period_ns - ftc__now_ns();
+    int verdict = !comm->member || ftc__member_latest_epoch(comm->member) > comm->wd_hold_epoch;
+    left = recovered ? 0 : since + period_ns + (verdict ? 0 : verdict_ns) - ftc__now_ns();
     if (left <= 0) comm->wd_hold_ns = 0, left = 0;
   }
   pthread_mutex_unlock(&comm->wd_mu);
@@ -765,8 +769,11 @@ static void wd_view(ftc_comm_t *comm, uint64_t *checked) {
 
 static void *watchdog_main(void *arg) {
   ftc_comm_t *comm = arg;
-  int64_t period;
+  int64_t period, hb;
   if (ftc__param_int(FTC_P_WATCHDOG_MS, &period) != FTC_OK) period = 1000;
+  if (ftc__param_int(FTC_P_HEARTBEAT_MS, &hb) != FTC_OK) hb = 1000;
+  /* Twice the coordinator's evidence time (docs/recovery.md, the evidence rule). */
+  int64_t verdict_ns = 2 * (2 * hb + 100) * 1000000LL;
   uint64_t checked = 0;
   int64_t hold = 0;
   for (;;) {
@@ -786,7 +793,7 @@ static void *watchdog_main(void *arg) {
     wd_failure(comm);
     pthread_mutex_unlock(&comm->wd_cap_mu);
     wd_view(comm, &checked);
-    if (!(hold = wd_hold_left(comm, period * 1000000LL))) wd_write_dumps(comm);
+    if (!(hold = wd_hold_left(comm, period * 1000000LL, verdict_ns))) wd_write_dumps(comm);
   }
   /* A failure just before the communicator was destroyed (its kick may have
    * come with the stop): captured and written now. */
