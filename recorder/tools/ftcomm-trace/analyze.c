@@ -712,7 +712,7 @@ static void judge_verdict(tr_set_t *set, tr_report_t *rep) {
   for (size_t i = 0; i < v->ndropped && nb < 64; i++)
     if (strcmp(v->dropped[i].reason, "left")) blamed[nb++] = v->dropped[i].rank;
   qsort(blamed, nb, sizeof(int), cmp_int);
-  char who_[1024], list[450];
+  char who_[1024];
   describe_dropped(v, who_, sizeof(who_));
   char votes[96];
   snprintf(votes, sizeof(votes), "%zu of %zu dumps with a verdict", vs->agreeing, vs->with_verdict);
@@ -736,13 +736,12 @@ static void judge_verdict(tr_set_t *set, tr_report_t *rep) {
     snprintf(h + off, hl - off, "; the coordinator agrees: %s, dropped in epoch %lld", who_,
              (long long)v->next_epoch);
   } else if (vs->agreement == TR_AGREE_NO) {
-    snprintf(h + off, hl - off, "; the coordinator disagrees: %s in epoch %lld%s",
-             nb ? "it dropped" : "it dropped nobody", (long long)v->next_epoch,
-             nb ? "" : " (every member stays)");
-    if (nb) {
-      off = strlen(h);
-      snprintf(h + off, hl - off, " %s", who_);
-    }
+    if (nb)
+      snprintf(h + off, hl - off, "; the coordinator disagrees: its epoch %lld dropped %s",
+               (long long)v->next_epoch, who_);
+    else
+      snprintf(h + off, hl - off, "; the coordinator disagrees: its epoch %lld keeps every member",
+               (long long)v->next_epoch);
   } else if (nb) {
     /* The dumps alone name nobody: the verdict does. */
     char rest[1024];
@@ -756,7 +755,6 @@ static void judge_verdict(tr_set_t *set, tr_report_t *rep) {
     rep->primary = (int)rep->nf - 1;
     rep->exit_status = TR_EXIT_FINDING;
   }
-  (void)list;
 }
 
 void tr_analyze(tr_set_t *set, tr_report_t *rep) {
