@@ -266,8 +266,25 @@ check ten-failures 2 && ok ten-failures "12 -> 2 ranks"
 # is formed again with the same members.
 run dropped-connection 60 -n 4 --inject drop:1@20 -- "$BIN/ftcomm-trainer" "${TRAIN[@]}"
 if check dropped-connection 4; then
-  grep -q 'recoveries 1' "$tmp/dropped-connection.out" &&
-    ok dropped-connection "same 4 ranks in a new epoch" || bad dropped-connection "no recovery happened"
+  # The failure dumps carry the verdict that nobody was dropped.
+  kept=$(python3 - "$tmp/dumps-dropped-connection" <<'PY'
+import glob, json, os, sys
+n = 0
+for f in glob.glob(os.path.join(sys.argv[1], "rank-*.json")):
+    j = json.load(open(f))
+    if not j.get("failure"): continue
+    v = j.get("verdict") or {}
+    if not v.get("decided") or v.get("dropped"):
+        sys.exit("rank %d's failure dump: %s" % (j["rank"], json.dumps(v)))
+    n += 1
+if n < 2: sys.exit("%d failure dumps, want at least the two ends of the connection" % n)
+print("%d failure dumps say epoch %d keeps every member" % (n, v["next_epoch"]))
+PY
+  ) || { bad dropped-connection "$kept"; kept=; }
+  if [ -n "$kept" ]; then
+    grep -q 'recoveries 1' "$tmp/dropped-connection.out" &&
+      ok dropped-connection "same 4 ranks in a new epoch; $kept" || bad dropped-connection "no recovery happened"
+  fi
 fi
 
 # Late completion, forced: rank 1 fails the last step's allreduce (#120 of
