@@ -81,5 +81,28 @@ rc=$?
 check "an advertised IPv6 address the IPv4 listener cannot serve is refused, saying so" \
   $([ $rc != 0 ] && grep -q 'FTCOMM_ADVERTISE_HOST=fd00::1:7470 is an IPv6 address' "$T/out" "$T/err"; echo $?) "rc=$rc"
 
+# Ranks whose settings choose different algorithms (docs/api.md, "Choosing
+# the algorithm") are refused by the data-plane handshake: every rank's
+# ftc_comm_create fails at once (not at the 20 s connect timeout) with
+# FTC_ERR_CONFIG naming the other rank, the variable and both values.
+# One slot gets its own value through a wrapper.
+for c in "3 1 FTCOMM_RING_THRESHOLD 2048 262144" "2 0 FTCOMM_ALLREDUCE_ALGO ring auto"; do
+  set -- $c
+  t0=$(date +%s%N)
+  timeout -k 5 60 "$RUN" -q -n "$1" --timeout 40 -- sh -c \
+    'if [ "$FTCOMM_SLOT" = "$1" ]; then export "$2=$3"; fi; shift 3; exec "$0" "$@"' \
+    "$PROG" "$2" "$3" "$4" all >"$T/out" 2>"$T/err"
+  rc=$? ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  ok=0
+  for r in $(seq 0 $(($1 - 1))); do
+    if [ "$r" = "$2" ]; then want="has $3=$5, this rank ($r) $4: set the same value on every rank"
+    else want="rank $2 has $3=$4, this rank ($r) $5: set the same value on every rank"; fi
+    grep -qF "[$r] ftc_comm_create: invalid configuration: " "$T/err" &&
+      grep "^\[$r\] ftc_comm_create" "$T/err" | grep -qF "$want" || ok=1
+  done
+  check "ranks with different $3 are all refused at creation, saying what to set ($1 ranks)" \
+    $([ $rc != 0 ] && [ $ok = 0 ] && [ $ms -lt 10000 ]; echo $?) "rc=$rc, ${ms} ms"
+done
+
 echo "mp: $pass passed, $fail failed"
 [ $fail = 0 ]

@@ -27,6 +27,17 @@ void harness_config(ftc_config_t *cfg, int timeout_ms, int connect_timeout_ms) {
   *cfg = c;
 }
 
+void harness_hello(struct ftc__tcp_hello *h, uint16_t kind, uint64_t epoch, uint64_t member_id,
+                   uint32_t rank, uint32_t size) {
+  ftc__tcp_cfg_t cfg = {0};
+  if (ftc__tcp_cfg_from_env(&cfg) != FTC_OK) {
+    fprintf(stderr, "harness: %s\n", ftc_last_error());
+    abort();
+  }
+  *h = (ftc__tcp_hello_t){kind, epoch, member_id, rank, size, {0}};
+  ftc__tcp_wire_of(&cfg, &h->wire);
+}
+
 ftc__view_t *harness_view(int n, int my_rank, uint64_t epoch, int *fds) {
   ftc__view_t *v = calloc(1, sizeof(*v));
   v->members = calloc((size_t)n, sizeof(*v->members));
@@ -61,6 +72,7 @@ static int rank_main(int rank, int n, ftc__view_t *view, int *fds, rank_body_fn 
   for (int r = 0; r < n; r++)
     if (r != rank) close(fds[r]);
   for (int i = 0; i < 8 && o->env[i]; i++) putenv((char *)o->env[i]);
+  for (int i = 0; rank < 4 && i < 2 && o->rank_env[rank][i]; i++) putenv((char *)o->rank_env[rank][i]);
   ftc__param_reset();
   view->my_rank = rank;
   view->my_member_id = view->members[rank].member_id;
@@ -68,6 +80,7 @@ static int rank_main(int rank, int n, ftc__view_t *view, int *fds, rank_body_fn 
   harness_config(&cfg, o->timeout_ms, o->connect_timeout_ms);
   ftc_comm_t *comm = NULL;
   ftc_status_t st = ftc__comm_create_from_view(&cfg, view, fds[rank], &comm);
+  if (st != FTC_OK && o->create_failed) return o->create_failed(st, ftc_last_error(), rank, n, arg);
   if (st != FTC_OK) {
     fprintf(stderr, "rank %d: communicator creation failed: %s: %s\n", rank, ftc_strerror(st),
             ftc_last_error());

@@ -9,6 +9,7 @@
 #ifndef FTC_TEST_HARNESS_H
 #define FTC_TEST_HARNESS_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "core/comm.h"
@@ -24,6 +25,11 @@ typedef struct harness_opts {
   int timeout_ms;         /* collective timeout; 0: 20000 */
   int connect_timeout_ms; /* 0: 10000 */
   const char *env[8];     /* "NAME=value" set in every rank before creation */
+  const char *rank_env[4][2]; /* "NAME=value" set in rank 0 .. 3 only, after env */
+  /* When set, a rank whose communicator creation fails returns what this
+   * returns (0: as the test expects) instead of failing; why is
+   * ftc_last_error(). */
+  int (*create_failed)(ftc_status_t st, const char *why, int rank, int size, void *arg);
 } harness_opts_t;
 
 /* Run body on n forked ranks; returns how many ranks failed (0: pass). */
@@ -34,6 +40,12 @@ int harness_run(int n, rank_body_fn body, void *arg, const harness_opts_t *opts)
  * Free with harness_view_free. */
 ftc__view_t *harness_view(int n, int my_rank, uint64_t epoch, int *fds);
 void harness_view_free(ftc__view_t *v);
+
+/* A data-plane hello with this process's wire settings (FTCOMM_* as the
+ * test set them), for tests that play a peer. */
+struct ftc__tcp_hello;
+void harness_hello(struct ftc__tcp_hello *h, uint16_t kind, uint64_t epoch, uint64_t member_id,
+                   uint32_t rank, uint32_t size);
 
 /* A configuration for tests: token, timeouts, recorder off. */
 void harness_config(ftc_config_t *cfg, int timeout_ms, int connect_timeout_ms);

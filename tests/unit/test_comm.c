@@ -274,7 +274,8 @@ static void strangers_are_refused_and_the_real_peer_is_accepted(void **state) {
   pthread_create(&t, NULL, create_thread, &c);
   const char *addr = c.view->members[0].addr;
   int up = -1, down = -1;
-  ftc__tcp_hello_t good = {FTC__TCP_HELLO_UP, 7, 1001, 1, 2};
+  ftc__tcp_hello_t good;
+  harness_hello(&good, FTC__TCP_HELLO_UP, 7, 1001, 1, 2);
   ftc__tcp_hello_t h = good;
   assert_int_equal(say_hello(addr, &h, "wrong-token", &up), 0);
   h.epoch = 6;
@@ -338,7 +339,8 @@ static void one_socket_per_pair_when_configured(void **state) {
   pthread_create(&t, NULL, create_thread, &c);
   const char *addr = c.view->members[0].addr;
   int keep = -1;
-  ftc__tcp_hello_t h = {FTC__TCP_HELLO_UP, 7, 1001, 1, 2};
+  ftc__tcp_hello_t h;
+  harness_hello(&h, FTC__TCP_HELLO_UP, 7, 1001, 1, 2);
   assert_int_equal(say_hello(addr, &h, HARNESS_TOKEN, &keep), 0);
   h.kind = FTC__TCP_HELLO_DOWN;
   assert_int_equal(say_hello(addr, &h, HARNESS_TOKEN, &keep), 0);
@@ -382,7 +384,8 @@ static void a_bad_socket_count_is_refused(void **state) {
 static int stranger_after_bootstrap_body(ftc_comm_t *comm, int rank, int n, void *arg) {
   (void)n, (void)arg;
   if (rank == 1) {
-    ftc__tcp_hello_t h = {FTC__TCP_SPARE, comm->view->epoch, comm->view->members[1].member_id, 1, 2};
+    ftc__tcp_hello_t h;
+    harness_hello(&h, FTC__TCP_SPARE, comm->view->epoch, comm->view->members[1].member_id, 1, 2);
     int keep = -1;
     if (say_hello(comm->view->members[0].addr, &h, "wrong-token", &keep) != 0)
       return RANK_FAIL(rank, "a spare hello with the wrong token was accepted");

@@ -121,14 +121,11 @@ static ftc_status_t comm_new(const ftc_config_t *cfg_in, ftc_comm_t **out) {
   int64_t spin;
   if ((st = ftc__param_int(FTC_P_SPIN_US, &spin)) != FTC_OK) goto out_free;
   c->spin_us = (int)spin;
-  ftc_algo_t algo;
-  if ((st = ftc__algo_parse("FTCOMM_ALLREDUCE_ALGO", ftc__param_str(FTC_P_ALLREDUCE_ALGO), &algo)) != FTC_OK)
-    goto out_free;
-  c->allreduce_algo = (int)algo;
   int64_t spares;
   if ((st = ftc__param_int(FTC_P_SPARE_CONNECTIONS, &spares)) != FTC_OK) goto out_free;
   c->spares = (int)spares;
   if ((st = ftc__tcp_cfg_from_env(&c->tcfg)) != FTC_OK) goto out_free;
+  c->allreduce_algo = c->tcfg.allreduce_algo; /* FTCOMM_ALLREDUCE_ALGO */
   c->tcfg.token = c->cfg.token;
   c->tcfg.connect_timeout_ms = c->cfg.connect_timeout_ms;
   c->tcfg.interrupt = &c->interrupt;
@@ -309,7 +306,10 @@ ftc_status_t ftc_comm_create(const ftc_config_t *cfg, ftc_comm_t **out) {
     /* A member of the epoch died or hung while connecting (a joiner meets
      * a failure): the coordinator forms a later epoch; take it. */
     left_ms = c->cfg.connect_timeout_ms - (ftc__now_ns() - t0) / 1000000;
-    if (c->thread_started || left_ms < 1 || st == FTC_ERR_NO_MEMORY || st == FTC_ERR_INVALID_ARGUMENT)
+    /* FTC_ERR_CONFIG: a peer's settings differ from this rank's (the
+     * handshake said which); a later epoch would not change them. */
+    if (c->thread_started || left_ms < 1 || st == FTC_ERR_NO_MEMORY ||
+        st == FTC_ERR_INVALID_ARGUMENT || st == FTC_ERR_CONFIG)
       goto out_free;
     FTC_INFO(FTC_SUB_RECOVERY, "connecting epoch %llu failed (%s); waiting for a later epoch",
              (unsigned long long)after, ftc_last_error());

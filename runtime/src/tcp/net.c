@@ -12,15 +12,24 @@
  * on loopback was a third of a 2-rank allreduce's time. With
  * FTCOMM_TCP_SOCKETS=1 one connection carries both directions.
  *
- * Handshake, once per connection (64-byte messages, little-endian): the
+ * Handshake, once per connection (88-byte messages, little-endian): the
  * acceptor sends a 16-byte random nonce; the connector answers HELLO (kind
  * HELLO for the one socket of a pair, HELLO_UP or HELLO_DOWN for one of
- * two) {magic, protocol, kind, epoch, member_id, rank, size,
- * HMAC-SHA256(token, nonce || header)}; the acceptor checks the MAC, the
- * epoch, that (rank, member_id) is that member of its view, that the kind
- * matches its own FTCOMM_TCP_SOCKETS and that this connection of the pair is
- * not connected yet, and answers ACK, MACed the same way, which the
- * connector checks in turn. Anything else is refused (closed) and logged.
+ * two) {magic, protocol, kind, epoch, member_id, rank, size, wire settings
+ * (FTCOMM_RING_THRESHOLD, FTCOMM_HALVING_MAX, FTCOMM_ALLREDUCE_ALGO,
+ * FTCOMM_TCP_SOCKETS), HMAC-SHA256(token, nonce || header)}; the acceptor
+ * checks the magic and protocol from the first 8 bytes (another version is
+ * refused before the rest, whose size may differ), the MAC, the epoch, that
+ * (rank, member_id) is that member of its view, that the wire settings are
+ * its own, that the kind matches its FTCOMM_TCP_SOCKETS and that this
+ * connection of the pair is not connected yet, and answers ACK with its own
+ * settings, MACed the same way, which the connector checks in turn.
+ * Anything else is refused (closed) and logged. A member whose settings
+ * differ gets a MISMATCH answer first, with the acceptor's settings, so both
+ * ends can say which differ: a process creating its communicator then fails
+ * it with FTC_ERR_CONFIG (after finishing the handshake with its other
+ * peers, for at most 3 s, so they hear it too); a running one (an epoch
+ * after the first) only refuses the newcomer, whose creation fails.
  *
  * Spare connections: between collectives the idle progress thread makes
  * the same sockets again for every pair (SPARE hellos, kind + 4), unused
@@ -69,6 +78,10 @@ ftc_status_t ftc__tcp_cfg_from_env(ftc__tcp_cfg_t *cfg) {
   cfg->spin_us = (int)v;
   if ((st = ftc__param_int(FTC_P_TCP_SOCKETS, &v)) != FTC_OK) return st;
   cfg->sockets = (int)v;
+  ftc_algo_t algo;
+  if ((st = ftc__algo_parse("FTCOMM_ALLREDUCE_ALGO", ftc__param_str(FTC_P_ALLREDUCE_ALGO), &algo)) != FTC_OK)
+    return st;
+  cfg->allreduce_algo = (int)algo;
   cfg->ifname = ftc__param_str(FTC_P_SOCKET_IFNAME);
   return ftc__addr_family_parse("FTCOMM_SOCKET_FAMILY", ftc__param_str(FTC_P_SOCKET_FAMILY),
                                 &cfg->family);
@@ -95,11 +108,14 @@ static uint64_t get_u64(const uint8_t *p) {
   return v;
 }
 
-static void hello_mac(const uint8_t header[32], const char *token,
+/* A hello is its header, then HMAC-SHA256(token, nonce || header). */
+#define HELLO_HEADER (FTC__TCP_HELLO_SIZE - 32)
+
+static void hello_mac(const uint8_t header[HELLO_HEADER], const char *token,
                       const uint8_t nonce[FTC__TCP_NONCE_SIZE], uint8_t mac[32]) {
-  uint8_t msg[FTC__TCP_NONCE_SIZE + 32];
+  uint8_t msg[FTC__TCP_NONCE_SIZE + HELLO_HEADER];
   memcpy(msg, nonce, FTC__TCP_NONCE_SIZE);
-  memcpy(msg + FTC__TCP_NONCE_SIZE, header, 32);
+  memcpy(msg + FTC__TCP_NONCE_SIZE, header, HELLO_HEADER);
   ftc__hmac_sha256(token ? token : "", token ? strlen(token) : 0, msg, sizeof(msg), mac);
 }
 
@@ -112,22 +128,80 @@ void ftc__tcp_hello_encode(uint8_t out[FTC__TCP_HELLO_SIZE], const ftc__tcp_hell
   put_u64(out + 16, h->member_id);
   put_u32(out + 24, h->rank);
   put_u32(out + 28, h->size);
-  hello_mac(out, token, nonce, out + 32);
+  put_u64(out + 32, h->wire.ring_threshold);
+  put_u64(out + 40, h->wire.halving_max);
+  put_u32(out + 48, h->wire.algo);
+  put_u32(out + 52, h->wire.sockets);
+  hello_mac(out, token, nonce, out + HELLO_HEADER);
+}
+
+int ftc__tcp_hello_version(const uint8_t in[FTC__TCP_PREFIX_SIZE]) {
+  return get_u32(in) == FTC__TCP_MAGIC ? get_u16(in + 4) : -1;
 }
 
 int ftc__tcp_hello_decode(const uint8_t in[FTC__TCP_HELLO_SIZE], ftc__tcp_hello_t *h,
                           const char *token, const uint8_t nonce[FTC__TCP_NONCE_SIZE]) {
-  if (get_u32(in) != FTC__TCP_MAGIC || get_u16(in + 4) != FTC__TCP_PROTO) return -1;
+  if (ftc__tcp_hello_version(in) != FTC__TCP_PROTO) return -1;
   uint8_t mac[32], diff = 0;
   hello_mac(in, token, nonce, mac);
-  for (int i = 0; i < 32; i++) diff |= (uint8_t)(mac[i] ^ in[32 + i]);
+  for (int i = 0; i < 32; i++) diff |= (uint8_t)(mac[i] ^ in[HELLO_HEADER + i]);
   if (diff) return -2;
   h->kind = get_u16(in + 6);
   h->epoch = get_u64(in + 8);
   h->member_id = get_u64(in + 16);
   h->rank = get_u32(in + 24);
   h->size = get_u32(in + 28);
+  h->wire.ring_threshold = get_u64(in + 32);
+  h->wire.halving_max = get_u64(in + 40);
+  h->wire.algo = get_u32(in + 48);
+  h->wire.sockets = get_u32(in + 52);
   return 0;
+}
+
+void ftc__tcp_wire_of(const ftc__tcp_cfg_t *cfg, ftc__tcp_wire_t *w) {
+  *w = (ftc__tcp_wire_t){.ring_threshold = cfg->ring_threshold,
+                         .halving_max = cfg->halving_max,
+                         .algo = (uint32_t)cfg->allreduce_algo,
+                         .sockets = cfg->sockets == 1 ? 1 : 2};
+}
+
+static void wire_value(char *out, size_t len, int which, const ftc__tcp_wire_t *w) {
+  switch (which) {
+    case 0: snprintf(out, len, "%llu", (unsigned long long)w->ring_threshold); break;
+    case 1: snprintf(out, len, "%llu", (unsigned long long)w->halving_max); break;
+    case 2: snprintf(out, len, "%s", w->algo < FTC_ALGO_COUNT ? ftc_algo_name((ftc_algo_t)w->algo) : "?"); break;
+    default: snprintf(out, len, "%u", (unsigned)w->sockets); break;
+  }
+}
+
+int ftc__tcp_wire_diff(const ftc__tcp_wire_t *theirs, int peer, const ftc__tcp_wire_t *ours,
+                       int me, char *out, size_t len) {
+  static const char *const names[] = {"FTCOMM_RING_THRESHOLD", "FTCOMM_HALVING_MAX",
+                                      "FTCOMM_ALLREDUCE_ALGO", "FTCOMM_TCP_SOCKETS"};
+  int differ[4] = {theirs->ring_threshold != ours->ring_threshold,
+                   theirs->halving_max != ours->halving_max, theirs->algo != ours->algo,
+                   theirs->sockets != ours->sockets};
+  int n = differ[0] + differ[1] + differ[2] + differ[3];
+  if (!n) return 0;
+  /* "rank 1 has A=x and B=y, this rank (0) x' and y'" */
+  char there[160] = "", here[96] = "", v[32];
+  size_t lt = 0, lh = 0;
+  for (int i = 0, k = 0; i < 4; i++) {
+    if (!differ[i]) continue;
+    const char *sep = k == 0 ? "" : k == n - 1 ? " and " : ", ";
+    k++;
+    wire_value(v, sizeof(v), i, theirs);
+    lt += (size_t)snprintf(there + lt, sizeof(there) - lt, "%s%s=%s", sep, names[i], v);
+    wire_value(v, sizeof(v), i, ours);
+    lh += (size_t)snprintf(here + lh, sizeof(here) - lh, "%s%s", sep, v);
+    if (lt >= sizeof(there)) lt = sizeof(there) - 1;
+    if (lh >= sizeof(here)) lh = sizeof(here) - 1;
+  }
+  snprintf(out, len,
+           "rank %d has %s, this rank (%d) %s: set the same value%s on every rank of the job "
+           "(ranks with different settings run different collective algorithms)",
+           peer, there, me, here, n > 1 ? "s" : "");
+  return 1;
 }
 
 /* ---- sockets ---- */
@@ -411,10 +485,20 @@ typedef struct ftc__boot {
   int connected;
   pend_t **owner;                       /* spare: what each polled entry belongs to */
   int nowner;
-  char last_problem[256];
+  int strict;                           /* this process is creating its communicator: a
+                                         * member whose wire settings differ fails it */
+  ftc_status_t fatal;                   /* strict: the bootstrap must end with this (FTC_OK: go
+                                         * on) and fatal_why, once every pair is settled */
+  int64_t fatal_until;                  /* ... or at this time, whichever comes first */
+  unsigned char *differs;               /* size: that member's wire settings differ */
+  char fatal_why[400];
+  char last_problem[400];
 } boot_t;
 
 #define SPARE_HELLO_NS (5000 * 1000000LL)
+/* A process whose peer's settings differ settles its other pairs for at
+ * most this long before it fails. */
+#define SETTLE_NS (3000 * 1000000LL)
 
 /* Resolve a peer's advertised "host:port" / "[IPv6]:port" with the
  * configured family; on failure why says what is wrong. */
@@ -511,7 +595,7 @@ static int write_all_small(int fd, const void *buf, size_t n) {
 
 static void refuse(boot_t *b, pend_t *p, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void refuse(boot_t *b, pend_t *p, const char *fmt, ...) {
-  char why[192], who[96];
+  char why[400], who[96];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(why, sizeof(why), fmt, ap);
@@ -521,6 +605,20 @@ static void refuse(boot_t *b, pend_t *p, const char *fmt, ...) {
            why);
   pend_close(p);
   p->state = P_IDLE;
+}
+
+/* A member of the view whose wire settings differ (why says which and what
+ * to do). A process creating its communicator (b->strict) ends the
+ * bootstrap with FTC_ERR_CONFIG and that message; a running one refuses the
+ * peer and goes on: the peer is a new process, which fails its own
+ * creation (and leaves the job), and the message stays for a timeout. */
+static void wire_mismatch(boot_t *b, int peer, const char *why) {
+  b->differs[peer] = 1;
+  snprintf(b->last_problem, sizeof(b->last_problem), "%s", why);
+  if (b->strict && b->fatal == FTC_OK) {
+    b->fatal = FTC_ERR_CONFIG;
+    snprintf(b->fatal_why, sizeof(b->fatal_why), "%s", why);
+  }
 }
 
 /* The socket of `rank` on `lane` (0: we send on it, 1: we receive; the
@@ -569,7 +667,8 @@ static void conn_event(boot_t *b, pend_t *p, short revents) {
     uint16_t kind = tp->cfg.sockets == 1 ? FTC__TCP_HELLO : p->lane ? FTC__TCP_HELLO_DOWN : FTC__TCP_HELLO_UP;
     if (b->spare) kind = (uint16_t)FTC__TCP_SPARE_OF(kind);
     ftc__tcp_hello_t h = {kind, b->view->epoch, b->view->my_member_id,
-                          (uint32_t)tp->rank, (uint32_t)tp->size};
+                          (uint32_t)tp->rank, (uint32_t)tp->size, {0}};
+    ftc__tcp_wire_of(&tp->cfg, &h.wire);
     uint8_t msg[FTC__TCP_HELLO_SIZE];
     ftc__tcp_hello_encode(msg, &h, tp->cfg.token, p->nonce);
     if (write_all_small(p->fd, msg, sizeof(msg)) != 0) {
@@ -583,20 +682,36 @@ static void conn_event(boot_t *b, pend_t *p, short revents) {
   if (p->state == P_WAIT_ACK) {
     int r = read_some(p, FTC__TCP_HELLO_SIZE);
     if (r < 0) {
-      conn_retry(b, p, "the peer closed the connection during the handshake (wrong job token or epoch?)");
+      conn_retry(b, p, "the peer closed the connection during the handshake (wrong job token, "
+                       "epoch or ftcomm version? its log says why)");
       return;
     }
     if (r == 0) return;
     ftc__tcp_hello_t h;
     const ftc__view_member_t *m = &b->view->members[p->rank];
     int d = ftc__tcp_hello_decode(p->buf, &h, tp->cfg.token, p->nonce);
-    if (d != 0 || h.kind != FTC__TCP_ACK || h.epoch != b->view->epoch ||
-        h.rank != (uint32_t)p->rank || h.member_id != m->member_id) {
+    if (d != 0 || (h.kind != FTC__TCP_ACK && h.kind != FTC__TCP_MISMATCH) ||
+        h.epoch != b->view->epoch || h.rank != (uint32_t)p->rank || h.member_id != m->member_id) {
       FTC_WARN(FTC_SUB_NET, "rank %d: the process at %s is not rank %d of epoch %llu (%s); %s",
                tp->rank, m->addr, p->rank, (unsigned long long)b->view->epoch,
                d == -2 ? "bad token MAC" : d == -1 ? "not an ftcomm peer" : "wrong identity",
                b->spare ? "no spare connection" : "retrying");
       conn_retry(b, p, "the acceptor is not the expected member");
+      return;
+    }
+    /* The member it should be: its settings must be ours (it checked ours). */
+    ftc__tcp_wire_t ours;
+    char why[400] = "";
+    ftc__tcp_wire_of(&tp->cfg, &ours);
+    if (ftc__tcp_wire_diff(&h.wire, p->rank, &ours, tp->rank, why, sizeof(why)) ||
+        h.kind == FTC__TCP_MISMATCH) {
+      if (h.kind == FTC__TCP_MISMATCH && why[0] == '\0')
+        snprintf(why, sizeof(why), "rank %d refused this rank's settings, which are its own", p->rank);
+      wire_mismatch(b, p->rank, why);
+      if (b->strict)
+        pend_close(p), p->state = P_IDLE;
+      else
+        conn_retry(b, p, why);
       return;
     }
     keep_fd(b, p->rank, p->lane, p->fd);
@@ -659,7 +774,16 @@ static void adopt_event(boot_t *b, pend_t *p, short revents) {
 static void acc_event(boot_t *b, pend_t *p, short revents) {
   ftc__tcp_t *tp = b->tp;
   if (!(revents & (POLLIN | POLLHUP | POLLERR))) return;
-  int r = read_some(p, FTC__TCP_HELLO_SIZE);
+  /* Magic and version first: another version's hello may be of another size. */
+  int r = read_some(p, FTC__TCP_PREFIX_SIZE);
+  if (r > 0) {
+    int v = ftc__tcp_hello_version(p->buf);
+    if (v < 0) { refuse(b, p, "not an ftcomm data-plane handshake (bad magic)"); return; }
+    if (v != FTC__TCP_PROTO)
+      { refuse(b, p, "it speaks data-plane protocol %d and this rank %d: run the same ftcomm "
+                     "version on every rank", v, FTC__TCP_PROTO); return; }
+    r = read_some(p, FTC__TCP_HELLO_SIZE);
+  }
   if (r < 0) {
     refuse(b, p, "closed before completing the handshake");
     return;
@@ -682,10 +806,6 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
   if (b->spare ? !spare : !regular)
     { refuse(b, p, "unexpected message kind %u%s", h.kind, b->spare ? " (between epochs)" : ""); return; }
   int kind = b->spare ? h.kind - FTC__TCP_SPARE_OF(0) : h.kind;
-  if ((kind == FTC__TCP_HELLO) != (tp->cfg.sockets == 1))
-    { refuse(b, p, "it uses %s per peer pair and this rank %s (FTCOMM_TCP_SOCKETS differs)",
-             kind == FTC__TCP_HELLO ? "one socket" : "two sockets",
-             tp->cfg.sockets == 1 ? "one" : "two"); return; }
   if (h.epoch != b->view->epoch)
     { refuse(b, p, "epoch %llu, this view is epoch %llu", (unsigned long long)h.epoch,
                   (unsigned long long)b->view->epoch); return; }
@@ -696,14 +816,30 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
     { refuse(b, p, "member %llu is not rank %u of epoch %llu (expected member %llu)",
                   (unsigned long long)h.member_id, h.rank, (unsigned long long)h.epoch,
                   (unsigned long long)b->view->members[h.rank].member_id); return; }
+  /* A member of the view: it runs the same algorithms as this rank only
+   * with the same settings. The answer tells it this rank's. */
+  ftc__tcp_hello_t ack = {FTC__TCP_ACK, b->view->epoch, b->view->my_member_id, (uint32_t)tp->rank,
+                          (uint32_t)tp->size, {0}};
+  ftc__tcp_wire_of(&tp->cfg, &ack.wire);
+  uint8_t msg[FTC__TCP_HELLO_SIZE];
+  char why[400];
+  if (ftc__tcp_wire_diff(&h.wire, (int)h.rank, &ack.wire, tp->rank, why, sizeof(why))) {
+    ack.kind = FTC__TCP_MISMATCH;
+    ftc__tcp_hello_encode(msg, &ack, tp->cfg.token, p->nonce);
+    (void)write_all_small(p->fd, msg, sizeof(msg)); /* best effort: it finds out anyway */
+    wire_mismatch(b, (int)h.rank, why);
+    refuse(b, p, "%s", why);
+    return;
+  }
+  if ((kind == FTC__TCP_HELLO) != (tp->cfg.sockets == 1))
+    { refuse(b, p, "it uses %s per peer pair and this rank %s (FTCOMM_TCP_SOCKETS differs)",
+             kind == FTC__TCP_HELLO ? "one socket" : "two sockets",
+             tp->cfg.sockets == 1 ? "one" : "two"); return; }
   /* The connector sends on UP (we receive on it: lane 1) and receives on
    * DOWN (we send: lane 0). */
   int lane = kind == FTC__TCP_HELLO_UP ? 1 : 0;
   if (*lane_slot(tp, (int)h.rank, lane, b->spare) >= 0)
     { refuse(b, p, "rank %u is already connected", h.rank); return; }
-  ftc__tcp_hello_t ack = {FTC__TCP_ACK, b->view->epoch, b->view->my_member_id, (uint32_t)tp->rank,
-                          (uint32_t)tp->size};
-  uint8_t msg[FTC__TCP_HELLO_SIZE];
   ftc__tcp_hello_encode(msg, &ack, tp->cfg.token, p->nonce);
   if (write_all_small(p->fd, msg, sizeof(msg)) != 0) { refuse(b, p, "sending the answer failed"); return; }
   /* The peer could not use the spare socket it had with us: neither do we. */
@@ -789,6 +925,14 @@ static void take_held(boot_t *b, boot_t *from) {
   }
 }
 
+/* Every peer is connected (each socket of the pair) or known to differ. */
+static int all_settled(const boot_t *b) {
+  const ftc__tcp_t *tp = b->tp;
+  for (int r = 0; r < tp->size; r++)
+    if (r != tp->rank && !b->differs[r] && (tp->peers[r].fd < 0 || tp->peers[r].sfd < 0)) return 0;
+  return 1;
+}
+
 static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_t deadline) {
   ftc__tcp_t *tp = b->tp;
   const int lanes = tp->cfg.sockets;
@@ -830,13 +974,27 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
   if (adopted)
     FTC_DEBUG(FTC_SUB_NET, "rank %d: adopting %d spare socket(s) for epoch %llu", tp->rank,
               adopted, (unsigned long long)b->view->epoch);
-  while (b->connected < need) {
+  while (b->connected < need || b->fatal != FTC_OK) {
     int64_t now = ftc__now_ns();
+    if (b->fatal != FTC_OK) {
+      /* Before giving up, finish the handshake with every peer, connected
+       * or refused: each one then hears of the difference from this rank
+       * too, rather than running into its connect timeout. */
+      if (!b->fatal_until) b->fatal_until = deadline < now + SETTLE_NS ? deadline : now + SETTLE_NS;
+      if (now >= b->fatal_until || all_settled(b)) {
+        st = ftc__error(b->fatal, "%s", b->fatal_why);
+        goto out_free;
+      }
+    }
     /* The peers that matter are moving to a newer epoch (a second joiner
      * was admitted, another member failed): those already there refuse
      * this epoch's hellos, so waiting for them would only run out the
      * connect timeout. Give up at once; the caller takes the newer one. */
     uint64_t latest = ftc__member_latest_epoch(tp->cfg.member);
+    if (latest > b->view->epoch && b->fatal != FTC_OK) {
+      st = ftc__error(b->fatal, "%s", b->fatal_why); /* a later epoch would not change it */
+      goto out_free;
+    }
     if (latest > b->view->epoch) {
       st = ftc__error(FTC_ERR_REVOKED,
                       "rank %d: epoch %llu was superseded by epoch %llu while connecting its "
@@ -859,7 +1017,7 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
                       b->last_problem);
       goto out_free;
     }
-    int64_t wake = deadline;
+    int64_t wake = b->fatal_until ? b->fatal_until : deadline;
     int n = 0;
     if (tp->rank < tp->size - 1) {
       pfd[n] = (struct pollfd){listen_fd, POLLIN, 0};
@@ -928,11 +1086,13 @@ static boot_t *boot_new(ftc__tcp_t *tp, const ftc__view_t *view, int spare, int 
   b->spare = spare;
   b->early = early;
   b->conn = ftc__calloc(2 * (size_t)view->size, sizeof(*b->conn));
+  b->differs = ftc__calloc((size_t)view->size, 1);
   b->owner = spare || early
                  ? ftc__calloc(1 + 2 * (size_t)view->size + MAX_PENDING_ACCEPTS, sizeof(*b->owner))
                  : NULL;
-  if (!b->conn || ((spare || early) && !b->owner)) {
+  if (!b->conn || !b->differs || ((spare || early) && !b->owner)) {
     ftc__free(b->conn);
+    ftc__free(b->differs);
     ftc__free(b->owner);
     ftc__free(b);
     return NULL;
@@ -946,6 +1106,7 @@ static void boot_free(boot_t *b) {
   for (int i = 0; i < b->nacc; i++) pend_close(&b->acc[i]);
   for (int i = 0; i < 2 * b->tp->size; i++) pend_close(&b->conn[i]);
   ftc__free(b->conn);
+  ftc__free(b->differs);
   ftc__free(b->owner);
   ftc__free(b);
 }
@@ -1021,6 +1182,7 @@ ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view
       st = ftc__error(FTC_ERR_NO_MEMORY, "allocating the bootstrap state");
       goto out_destroy;
     }
+    b->strict = prev == NULL; /* creating the communicator: nothing to keep running */
     st = bootstrap(b, listen_fd, prev, ftc__deadline_ns(cfg->connect_timeout_ms));
     boot_free(b);
     if (st != FTC_OK) goto out_destroy;

@@ -23,9 +23,9 @@
 #include "membership/member.h"
 
 #define FTC__TCP_MAGIC 0x46544344u /* "FTCD" */
-#define FTC__TCP_PROTO 1
+#define FTC__TCP_PROTO 2 /* 2: the hello carries the wire settings (ftc__tcp_wire_t) */
 #define FTC__TCP_NONCE_SIZE 16
-#define FTC__TCP_HELLO_SIZE 64
+#define FTC__TCP_HELLO_SIZE 88
 #define FTC__TCP_HELLO 1      /* one socket carries the pair's data both ways */
 #define FTC__TCP_ACK 2
 #define FTC__TCP_HELLO_UP 3   /* of two: the connector (higher rank) sends on it */
@@ -37,6 +37,7 @@
 #define FTC__TCP_SPARE_OF(kind) ((kind) + 4)
 #define FTC__TCP_ADOPT 9      /* a spare connection taken for an epoch */
 #define FTC__TCP_ADOPT_SIZE 16
+#define FTC__TCP_MISMATCH 10  /* the acceptor's answer to a member whose wire settings differ */
 
 typedef struct ftc__tcp_cfg {
   const char *token;        /* job token (NULL: empty); MACs the handshake */
@@ -47,6 +48,8 @@ typedef struct ftc__tcp_cfg {
   size_t halving_max;       /* allreduce: below it (and from ring_threshold) halving-doubling */
   int spin_us;              /* busy-poll before sleeping in poll() */
   int sockets;              /* per peer pair: 1 carries both ways, 2 one per direction */
+  int allreduce_algo;       /* FTCOMM_ALLREDUCE_ALGO (an ftc_algo_t): where a communicator's
+                             * algorithm starts */
   int family;               /* FTCOMM_SOCKET_FAMILY: AF_UNSPEC (auto), AF_INET or AF_INET6 */
   const char *ifname;       /* FTCOMM_SOCKET_IFNAME or NULL: interfaces to advertise */
   const int *interrupt;     /* atomic; nonzero stops a run with that status */
@@ -76,6 +79,10 @@ ftc_status_t ftc__tcp_listen(const char *bind_host, const char *advertise_host, 
 /* Connect to every peer of view (lower rank accepts, higher connects), with
  * the authenticated handshake; strangers are refused and logged. Blocks up
  * to cfg->connect_timeout_ms (FTC_ERR_TIMEOUT naming the missing ranks).
+ * A member whose wire settings (ftc__tcp_wire_t) differ from this rank's is
+ * refused; without prev (the communicator is being created) that is
+ * FTC_ERR_CONFIG saying which settings differ, once every other peer is
+ * connected or refused (at most 3 s more).
  * listen_fd stays owned by the caller. cfg is copied.
  *
  * prev (or NULL) is the transport of the previous epoch: a spare connection
@@ -178,13 +185,39 @@ int ftc__tcp_peer_fds(const ftc__tcp_t *tp, int *fds, int *ranks, int max);
  * being built, so any caller is a stranger. */
 void ftc__tcp_refuse_pending(int listen_fd);
 
+/* The settings that decide which bytes go to which peer on which socket:
+ * ranks that differ in any of them run different algorithms, so they would
+ * reduce the wrong blocks or wait for bytes that never come. Every hello
+ * and answer carries the sender's; a member whose settings differ is
+ * refused (FTC__TCP_MISMATCH). FTCOMM_CHUNK_BYTES, FTCOMM_SPIN_US and
+ * FTCOMM_SOCKET_BUFFER only change how a rank moves the same bytes, so they
+ * may differ. */
+typedef struct ftc__tcp_wire {
+  uint64_t ring_threshold; /* FTCOMM_RING_THRESHOLD */
+  uint64_t halving_max;    /* FTCOMM_HALVING_MAX */
+  uint32_t algo;           /* FTCOMM_ALLREDUCE_ALGO, an ftc_algo_t */
+  uint32_t sockets;        /* FTCOMM_TCP_SOCKETS */
+} ftc__tcp_wire_t;
+
+/* This rank's wire settings, from its configuration. */
+void ftc__tcp_wire_of(const ftc__tcp_cfg_t *cfg, ftc__tcp_wire_t *w);
+
+/* 0 when theirs (rank `peer`'s) equals ours (rank `me`'s); else 1, and
+ * out[len] says which settings differ and what to do, e.g. "rank 1 has
+ * FTCOMM_RING_THRESHOLD=2048, this rank (0) 262144: set the same value on
+ * every rank of the job ...". */
+int ftc__tcp_wire_diff(const ftc__tcp_wire_t *theirs, int peer, const ftc__tcp_wire_t *ours,
+                       int me, char *out, size_t len);
+
 /* Handshake messages (exposed for tests that play a stranger). */
 typedef struct ftc__tcp_hello {
-  uint16_t kind; /* FTC__TCP_HELLO, _HELLO_UP, _HELLO_DOWN, their _SPARE kinds or FTC__TCP_ACK */
+  uint16_t kind; /* FTC__TCP_HELLO, _HELLO_UP, _HELLO_DOWN, their _SPARE kinds, FTC__TCP_ACK
+                  * or FTC__TCP_MISMATCH */
   uint64_t epoch;
   uint64_t member_id;
   uint32_t rank;
   uint32_t size;
+  ftc__tcp_wire_t wire; /* the sender's */
 } ftc__tcp_hello_t;
 void ftc__tcp_hello_encode(uint8_t out[FTC__TCP_HELLO_SIZE], const ftc__tcp_hello_t *h,
                            const char *token, const uint8_t nonce[FTC__TCP_NONCE_SIZE]);
@@ -192,6 +225,12 @@ void ftc__tcp_hello_encode(uint8_t out[FTC__TCP_HELLO_SIZE], const ftc__tcp_hell
  * version, -2 bad MAC. */
 int ftc__tcp_hello_decode(const uint8_t in[FTC__TCP_HELLO_SIZE], ftc__tcp_hello_t *h,
                           const char *token, const uint8_t nonce[FTC__TCP_NONCE_SIZE]);
+/* The first FTC__TCP_PREFIX_SIZE bytes of every message (magic, protocol)
+ * are enough to refuse a peer of another version before the rest, whose
+ * size may differ: the protocol version they name, -1 when they are not
+ * ftcomm's magic. */
+#define FTC__TCP_PREFIX_SIZE 8
+int ftc__tcp_hello_version(const uint8_t in[FTC__TCP_PREFIX_SIZE]);
 
 void ftc__sha256(const void *data, size_t n, uint8_t out[32]);
 void ftc__hmac_sha256(const void *key, size_t keylen, const void *msg, size_t n, uint8_t out[32]);

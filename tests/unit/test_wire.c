@@ -1,0 +1,327 @@
+/*
+ * test_wire.c - every rank of a job runs the same collective algorithms:
+ * ranks whose FTCOMM_ALLREDUCE_ALGO, FTCOMM_RING_THRESHOLD,
+ * FTCOMM_HALVING_MAX or FTCOMM_TCP_SOCKETS differ are refused when the
+ * communicator is created, on both sides, at once, with FTC_ERR_CONFIG and
+ * a message naming the rank, the variable and both values; a member that
+ * differs is refused by the acceptor's handshake with an answer carrying its
+ * settings. Settings that only change how a rank moves the same bytes
+ * (FTCOMM_CHUNK_BYTES, FTCOMM_SPIN_US, FTCOMM_SOCKET_BUFFER) may differ.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "ftc_param.h"
+#include "ftc_time.h"
+#include "harness.h"
+#include "tcp/tcp.h"
+
+static int64_t ms_since(int64_t t0) { return (ftc__now_ns() - t0) / 1000000; }
+
+/* What each rank's creation must fail with: FTC_ERR_CONFIG and a message
+ * containing says[rank] (one of two, for a rank that may meet either peer
+ * first). */
+typedef struct refusal {
+  const char *says[4][2];
+} refusal_t;
+
+static int created_anyway(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)comm, (void)n, (void)arg;
+  return RANK_FAIL(rank, "the communicator was created although the ranks' settings differ");
+}
+
+static int check_refusal(ftc_status_t st, const char *why, int rank, int n, void *arg) {
+  (void)n;
+  const refusal_t *r = arg;
+  if (st != FTC_ERR_CONFIG)
+    return RANK_FAIL(rank, "creation failed with %s, not a configuration error: %s",
+                     ftc_strerror(st), why);
+  for (int i = 0; i < 2 && r->says[rank][i]; i++)
+    if (strstr(why, r->says[rank][i])) return 0;
+  return RANK_FAIL(rank, "the error \"%s\" does not say \"%s\"", why, r->says[rank][0]);
+}
+
+/* Run n ranks with the per-rank settings in opts; every rank must be
+ * refused as `expect` says, well before the connect timeout (20 s). */
+static void expect_refused(int n, harness_opts_t *opts, const refusal_t *expect) {
+  opts->connect_timeout_ms = 20000;
+  opts->time_limit_s = 60;
+  opts->create_failed = check_refusal;
+  int64_t t0 = ftc__now_ns();
+  assert_int_equal(harness_run(n, created_anyway, (void *)expect, opts), 0);
+  int64_t took = ms_since(t0);
+  if (took >= 10000) fail_msg("the refusal took %lld ms: it waited for a timeout", (long long)took);
+}
+
+static void ranks_with_different_allreduce_algorithms_are_refused_at_creation(void **state) {
+  (void)state;
+  harness_opts_t o = {.rank_env = {[1] = {"FTCOMM_ALLREDUCE_ALGO=ring"}}};
+  refusal_t r = {.says = {
+      {"rank 1 has FTCOMM_ALLREDUCE_ALGO=ring, this rank (0) auto: set the same value on every rank"},
+      {"rank 0 has FTCOMM_ALLREDUCE_ALGO=auto, this rank (1) ring: set the same value on every rank"},
+  }};
+  expect_refused(2, &o, &r);
+}
+
+static void ranks_with_different_ring_thresholds_are_refused_at_creation(void **state) {
+  (void)state;
+  harness_opts_t o = {.rank_env = {[1] = {"FTCOMM_RING_THRESHOLD=2048"}}};
+  refusal_t r = {.says = {
+      {"rank 1 has FTCOMM_RING_THRESHOLD=2048, this rank (0) 262144"},
+      {"rank 0 has FTCOMM_RING_THRESHOLD=262144, this rank (1) 2048"},
+  }};
+  expect_refused(2, &o, &r);
+}
+
+static void ranks_with_different_halving_limits_are_refused_at_creation(void **state) {
+  (void)state;
+  harness_opts_t o = {.rank_env = {[0] = {"FTCOMM_HALVING_MAX=0"}}};
+  refusal_t r = {.says = {
+      {"rank 1 has FTCOMM_HALVING_MAX=16777216, this rank (0) 0"},
+      {"rank 0 has FTCOMM_HALVING_MAX=0, this rank (1) 16777216"},
+  }};
+  expect_refused(2, &o, &r);
+}
+
+static void ranks_with_different_socket_counts_are_refused_at_creation(void **state) {
+  (void)state;
+  harness_opts_t o = {.rank_env = {[1] = {"FTCOMM_TCP_SOCKETS=1"}}};
+  refusal_t r = {.says = {
+      {"rank 1 has FTCOMM_TCP_SOCKETS=1, this rank (0) 2"},
+      {"rank 0 has FTCOMM_TCP_SOCKETS=2, this rank (1) 1"},
+  }};
+  expect_refused(2, &o, &r);
+}
+
+/* The middle rank of three differs in two settings: it accepts rank 2 and
+ * connects to rank 0, and every rank is refused, naming both settings. */
+static void one_rank_of_three_that_differs_fails_every_rank(void **state) {
+  (void)state;
+  harness_opts_t o = {
+      .rank_env = {[1] = {"FTCOMM_RING_THRESHOLD=4096", "FTCOMM_ALLREDUCE_ALGO=Halving"}}};
+  refusal_t r = {.says = {
+      {"rank 1 has FTCOMM_RING_THRESHOLD=4096 and FTCOMM_ALLREDUCE_ALGO=halving, this rank (0) "
+       "262144 and auto: set the same values on every rank"},
+      {"rank 0 has FTCOMM_RING_THRESHOLD=262144 and FTCOMM_ALLREDUCE_ALGO=auto, this rank (1) 4096 "
+       "and halving",
+       "rank 2 has FTCOMM_RING_THRESHOLD=262144 and FTCOMM_ALLREDUCE_ALGO=auto, this rank (1) 4096 "
+       "and halving"},
+      {"rank 1 has FTCOMM_RING_THRESHOLD=4096 and FTCOMM_ALLREDUCE_ALGO=halving, this rank (2) "
+       "262144 and auto"},
+  }};
+  expect_refused(3, &o, &r);
+}
+
+/* The same settings written differently are the same: the case of an
+ * algorithm's name, a default written out. */
+static int allreduce_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)arg;
+  enum { C = 300000 }; /* 1.2 MB: halving and the ring, several chunks of every size below */
+  static float x[C];
+  for (size_t count = 1; count <= C; count *= 7) {
+    for (size_t i = 0; i < count; i++) x[i] = (float)(rank + 1) * (float)(i % 97);
+    ftc_status_t st = ftc_allreduce(x, x, count, FTC_F32, FTC_SUM, comm, 20000);
+    if (st != FTC_OK) return RANK_FAIL(rank, "allreduce of %zu: %s", count, ftc_last_error());
+    float k = (float)(n * (n + 1) / 2);
+    for (size_t i = 0; i < count; i++)
+      if (x[i] != k * (float)(i % 97))
+        return RANK_FAIL(rank, "allreduce of %zu: element %zu is %g, not %g", count, i, x[i],
+                         k * (float)(i % 97));
+    float b[64];
+    for (int i = 0; i < 64; i++) b[i] = rank == 1 ? (float)i : -1.0f;
+    if ((st = ftc_broadcast(b, 64, FTC_F32, 1, comm, 20000)) != FTC_OK)
+      return RANK_FAIL(rank, "broadcast: %s", ftc_last_error());
+    for (int i = 0; i < 64; i++)
+      if (b[i] != (float)i) return RANK_FAIL(rank, "broadcast: element %d is %g", i, b[i]);
+  }
+  return 0;
+}
+
+static void the_same_settings_written_differently_are_accepted(void **state) {
+  (void)state;
+  harness_opts_t o = {.rank_env = {[0] = {"FTCOMM_ALLREDUCE_ALGO=RING", "FTCOMM_RING_THRESHOLD=262144"},
+                                   [1] = {"FTCOMM_ALLREDUCE_ALGO=ring"},
+                                   [2] = {"FTCOMM_ALLREDUCE_ALGO=Ring", "FTCOMM_TCP_SOCKETS=2"}}};
+  assert_int_equal(harness_run(3, allreduce_body, NULL, &o), 0);
+}
+
+/* The chunk size, the spin and the socket buffers change how a rank moves
+ * its bytes, not which: ranks that differ in them still agree, whichever
+ * algorithm runs. */
+static void chunk_spin_and_buffer_sizes_may_differ(void **state) {
+  (void)state;
+  harness_opts_t o = {.env = {"FTCOMM_RING_THRESHOLD=65536", "FTCOMM_HALVING_MAX=524288"},
+                      .rank_env = {[0] = {"FTCOMM_CHUNK_BYTES=4096", "FTCOMM_SPIN_US=0"},
+                                   [1] = {"FTCOMM_CHUNK_BYTES=1048576", "FTCOMM_SOCKET_BUFFER=0"},
+                                   [2] = {"FTCOMM_CHUNK_BYTES=65536", "FTCOMM_SPIN_US=1000"}}};
+  assert_int_equal(harness_run(3, allreduce_body, NULL, &o), 0);
+}
+
+/* ---- the acceptor's side, with this test playing the connector ---- */
+
+typedef struct creator {
+  ftc__view_t *view;
+  int fd;
+  ftc_comm_t *comm;
+  ftc_status_t st;
+  char why[512];
+} creator_t;
+
+static void *create_thread(void *arg) {
+  creator_t *c = arg;
+  ftc_config_t cfg;
+  harness_config(&cfg, 2000, 20000);
+  c->st = ftc__comm_create_from_view(&cfg, c->view, c->fd, &c->comm);
+  snprintf(c->why, sizeof(c->why), "%s", ftc_last_error());
+  return NULL;
+}
+
+static int dial(const char *addr) {
+  char host[128];
+  snprintf(host, sizeof(host), "%s", addr);
+  char *colon = strrchr(host, ':');
+  *colon = '\0';
+  struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+  inet_pton(AF_INET, host, &sin.sin_addr);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct timeval tv = {5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  assert_int_equal(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+  return fd;
+}
+
+static int read_full(int fd, void *buf, size_t n) {
+  size_t have = 0;
+  while (have < n) {
+    ssize_t r = recv(fd, (char *)buf + have, n - have, 0);
+    if (r <= 0) return -1;
+    have += (size_t)r;
+  }
+  return 0;
+}
+
+/* Rank 0 of a 2-rank view runs in a thread, creating its communicator;
+ * this test says rank 1's hello with a smaller FTCOMM_RING_THRESHOLD. Rank
+ * 0 answers MISMATCH with its own settings, closes, and its creation fails
+ * at once with FTC_ERR_CONFIG saying what to set. */
+static void the_acceptor_answers_a_member_that_differs_with_its_settings_and_fails(void **state) {
+  (void)state;
+  int fds[2];
+  creator_t c = {.view = harness_view(2, 0, 7, fds)};
+  c.fd = fds[0];
+  close(fds[1]);
+  pthread_t t;
+  int64_t t0 = ftc__now_ns();
+  pthread_create(&t, NULL, create_thread, &c);
+  ftc__tcp_hello_t h, ours;
+  harness_hello(&h, FTC__TCP_HELLO_UP, 7, 1001, 1, 2);
+  ours = h;
+  h.wire.ring_threshold = 2048;
+  int fd = dial(c.view->members[0].addr);
+  uint8_t nonce[FTC__TCP_NONCE_SIZE], msg[FTC__TCP_HELLO_SIZE];
+  assert_int_equal(read_full(fd, nonce, sizeof(nonce)), 0);
+  ftc__tcp_hello_encode(msg, &h, HARNESS_TOKEN, nonce);
+  assert_int_equal(send(fd, msg, sizeof(msg), 0), (ssize_t)sizeof(msg));
+  assert_int_equal(read_full(fd, msg, sizeof(msg)), 0);
+  ftc__tcp_hello_t ans;
+  assert_int_equal(ftc__tcp_hello_decode(msg, &ans, HARNESS_TOKEN, nonce), 0);
+  assert_int_equal(ans.kind, FTC__TCP_MISMATCH);
+  assert_int_equal(ans.rank, 0);
+  assert_true(ans.member_id == 1000 && ans.epoch == 7);
+  assert_memory_equal(&ans.wire, &ours.wire, sizeof(ours.wire));
+  char b;
+  assert_int_equal(recv(fd, &b, 1, 0), 0); /* then closed */
+  close(fd);
+  pthread_join(t, NULL);
+  assert_int_equal(c.st, FTC_ERR_CONFIG);
+  assert_null(c.comm);
+  if (!strstr(c.why, "rank 1 has FTCOMM_RING_THRESHOLD=2048, this rank (0) 262144: set the same "
+                     "value on every rank"))
+    fail_msg("the error says \"%s\"", c.why);
+  assert_true(ms_since(t0) < 10000);
+  harness_view_free(c.view);
+}
+
+/* A rank that is already running (it had an epoch before) does not fail
+ * for a new member that differs: it refuses it, which fails the newcomer's
+ * creation, and keeps waiting for the member the view names; the reason is
+ * in its timeout message. */
+typedef struct connector {
+  ftc__tcp_cfg_t cfg;
+  ftc__view_t *view;
+  int fd;
+  ftc__tcp_t *prev, *tp;
+  ftc_status_t st;
+  char why[512];
+} connector_t;
+
+static void *connect_thread(void *arg) {
+  connector_t *c = arg;
+  c->st = ftc__tcp_connect(&c->cfg, c->view, c->fd, c->prev, &c->tp);
+  snprintf(c->why, sizeof(c->why), "%s", ftc_last_error());
+  return NULL;
+}
+
+static void a_running_rank_refuses_a_new_member_that_differs_and_keeps_waiting(void **state) {
+  (void)state;
+  int fds[2], solo_fd;
+  connector_t c = {0};
+  assert_int_equal(ftc__tcp_cfg_from_env(&c.cfg), FTC_OK);
+  c.cfg.token = HARNESS_TOKEN;
+  c.cfg.connect_timeout_ms = 1500;
+  ftc__view_t *solo = harness_view(1, 0, 1, &solo_fd);
+  assert_int_equal(ftc__tcp_connect(&c.cfg, solo, solo_fd, NULL, &c.prev), FTC_OK); /* epoch 1 */
+  c.view = harness_view(2, 0, 2, fds);
+  c.fd = fds[0];
+  close(fds[1]);
+  pthread_t t;
+  pthread_create(&t, NULL, connect_thread, &c);
+  ftc__tcp_hello_t h;
+  harness_hello(&h, FTC__TCP_HELLO_UP, 2, 1001, 1, 2);
+  h.wire.algo = FTC_ALGO_DOUBLING;
+  int fd = dial(c.view->members[0].addr);
+  uint8_t nonce[FTC__TCP_NONCE_SIZE], msg[FTC__TCP_HELLO_SIZE];
+  assert_int_equal(read_full(fd, nonce, sizeof(nonce)), 0);
+  ftc__tcp_hello_encode(msg, &h, HARNESS_TOKEN, nonce);
+  assert_int_equal(send(fd, msg, sizeof(msg), 0), (ssize_t)sizeof(msg));
+  assert_int_equal(read_full(fd, msg, sizeof(msg)), 0);
+  ftc__tcp_hello_t ans;
+  assert_int_equal(ftc__tcp_hello_decode(msg, &ans, HARNESS_TOKEN, nonce), 0);
+  assert_int_equal(ans.kind, FTC__TCP_MISMATCH);
+  close(fd);
+  pthread_join(t, NULL);
+  assert_int_equal(c.st, FTC_ERR_TIMEOUT);
+  if (!strstr(c.why, "rank 1 has FTCOMM_ALLREDUCE_ALGO=doubling, this rank (0) auto"))
+    fail_msg("the timeout does not say why rank 1 was refused: \"%s\"", c.why);
+  ftc__tcp_destroy(c.prev);
+  close(fds[0]);
+  close(solo_fd);
+  harness_view_free(c.view);
+  harness_view_free(solo);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(ranks_with_different_allreduce_algorithms_are_refused_at_creation),
+      cmocka_unit_test(ranks_with_different_ring_thresholds_are_refused_at_creation),
+      cmocka_unit_test(ranks_with_different_halving_limits_are_refused_at_creation),
+      cmocka_unit_test(ranks_with_different_socket_counts_are_refused_at_creation),
+      cmocka_unit_test(one_rank_of_three_that_differs_fails_every_rank),
+      cmocka_unit_test(the_same_settings_written_differently_are_accepted),
+      cmocka_unit_test(chunk_spin_and_buffer_sizes_may_differ),
+      cmocka_unit_test(the_acceptor_answers_a_member_that_differs_with_its_settings_and_fails),
+      cmocka_unit_test(a_running_rank_refuses_a_new_member_that_differs_and_keeps_waiting),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
