@@ -381,6 +381,24 @@ run garbage 60 -n 2 -- bash -c \
 [ "$(cat "$tmp/garbage.rc")" = 0 ] && [ "$(finals garbage | wc -l)" = 2 ] &&
   ok garbage "the job finished" || bad garbage "garbage at the coordinator broke the job"
 
+# A replacement whose FTCOMM_ALLREDUCE_ALGO differs from the job's: the
+# data-plane handshake refuses it, its ftc_comm_create fails saying what to
+# set (each of ftcomm-run's restarts too), and the survivors go on at 3
+# without a collective timeout (TCP only: NCCL chooses its own algorithms).
+if [ "${FTCOMM_BACKEND:-tcp}" = tcp ]; then
+  run joiner-differs 60 -n 4 --min-size 3 --replace --replace-delay 0.2 --inject kill:1@5 -- sh -c \
+    'if [ "${FTCOMM_JOINER:-0}" = 1 ]; then export FTCOMM_ALLREDUCE_ALGO=ring; fi; exec "$@"' sh \
+    "$BIN/ftcomm-trainer" --steps 60 --step-ms 30 --batch 96 --samples 2048 --seed 7 --log-every 1000
+  if other_run=1 check joiner-differs 3; then
+    grep -q '^\[1\] ftcomm-trainer: cannot join the job: invalid configuration: rank [0-9] has FTCOMM_ALLREDUCE_ALGO=auto, this rank (1) ring: set the same value on every rank' \
+      "$tmp/joiner-differs.out" &&
+      ok joiner-differs "the replacement with FTCOMM_ALLREDUCE_ALGO=ring was refused, saying so; 3 finished" ||
+      bad joiner-differs "the replacement's ftc_comm_create did not fail with the settings' message"
+  fi
+else
+  echo "skip joiner-differs: FTCOMM_BACKEND=${FTCOMM_BACKEND} (the TCP handshake checks the settings)"
+fi
+
 # Kill and replace with the coordinator and the data plane on IPv6 loopback.
 if grep -q '^00000000000000000000000000000001 ' /proc/net/if_inet6 2>/dev/null; then
   FTCOMM_SOCKET_FAMILY=ipv6 run ipv6-replace 60 -n 4 --replace --replace-delay 0.2 --inject kill:1@5 -- \
