@@ -403,7 +403,9 @@ FTC_API ftc_status_t ftc_comm_set_stream(ftc_comm_t *comm, void *stream);
  * recursive doubling allgather, Rabenseifner) and DOUBLING (recursive
  * doubling of the whole vector). An allreduce of fewer elements than ranks
  * always uses DOUBLING. The default comes from FTCOMM_ALLREDUCE_ALGO
- * (auto|ring|halving|doubling).
+ * (auto|ring|halving|doubling), which, like FTCOMM_RING_THRESHOLD and
+ * FTCOMM_HALVING_MAX, must be the same on every rank: ftc_comm_create fails
+ * with FTC_ERR_CONFIG on every rank when a peer's differs, naming it.
  */
 typedef enum ftc_algo {
   FTC_ALGO_AUTO = 0,
@@ -417,9 +419,11 @@ typedef enum ftc_algo {
 FTC_API const char *ftc_algo_name(ftc_algo_t algo);
 
 /* Set the algorithm of this communicator's allreduces from the next one
- * started (a request already started keeps its own). Every rank must set
- * the same algorithm before the same collective: ranks that disagree fail
- * that collective or wait until its timeout. Safe from any thread;
+ * started (a request already started keeps its own). Every rank must call
+ * it with the same algorithm before the same collective, as every rank
+ * passes the same count and op (NCCL asks the same of its collective
+ * arguments): nothing checks it, and ranks that disagree get a wrong
+ * result, fail that collective or wait until its timeout. Safe from any thread;
  * FTC_ERR_INVALID_ARGUMENT for an unknown algo, FTC_ERR_NOT_SUPPORTED on
  * the NCCL backend (NCCL reads NCCL_ALGO). */
 FTC_API ftc_status_t ftc_comm_set_allreduce_algo(ftc_comm_t *comm, ftc_algo_t algo);
