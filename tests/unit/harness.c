@@ -102,7 +102,13 @@ int harness_run(int n, rank_body_fn body, void *arg, const harness_opts_t *opts)
   fflush(stderr);
   for (int r = 0; r < n; r++) {
     pids[r] = fork();
-    if (pids[r] == 0) exit(rank_main(r, n, view, fds, body, arg, &o)); /* exit: leak checks run */
+    if (pids[r] == 0) { /* exit: leak checks run, so free what the parent allocated first */
+      int rc = rank_main(r, n, view, fds, body, arg, &o);
+      harness_view_free(view);
+      free(pids);
+      free(fds);
+      exit(rc);
+    }
   }
   for (int r = 0; r < n; r++) close(fds[r]);
   int failed = 0, left = n;
