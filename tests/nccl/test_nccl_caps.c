@@ -410,6 +410,36 @@ static void plan_loss_and_join_in_one_epoch_is_shrink_then_grow(void **state) {
   free_view(next);
 }
 
+/* A survivor whose communicator holds a member the view still calls fresh
+ * (it finished a step boundary after the coordinator decided) inits; on
+ * the grow path the fresh members only follow the blob, so the first
+ * survivor publishes it, not a fresh view rank 0. */
+static void plan_init_on_the_grow_path_is_published_by_the_first_survivor(void **state) {
+  (void)state;
+  int s2[] = {1, 2};
+  uint64_t i2[] = {12, 13}, j2[] = {1, 2};
+  ftc__view_t *old = make_view(2, 2, s2, i2, j2, 0);
+  /* slot 0 comes back as member 15 (fresh, view rank 0); member 13 is in
+   * old's communicator but still fresh */
+  int s3[] = {0, 1, 2};
+  uint64_t i3[] = {15, 12, 13}, j3[] = {3, 1, 2};
+  ftc__view_t *next = make_view(3, 3, s3, i3, j3, 1);
+  next->members[0].state = FTC__STATE_FRESH;
+  next->members[1].state = FTC__STATE_HELD;
+  next->members[2].state = FTC__STATE_FRESH;
+  ftc__nccl_plan_t p;
+  ftc__nccl_plan(FTC__NCCL_PATH_SHRINK_GROW, old, next, &p);
+  assert_int_equal(p.step, FTC__NCCL_STEP_INIT);
+  assert_string_equal(p.blob_kind, "init");
+  assert_int_equal(p.publisher, 1);
+  /* elsewhere everyone inits, joiners too: view rank 0 publishes */
+  ftc__nccl_plan(FTC__NCCL_PATH_SHRINK, old, next, &p);
+  assert_int_equal(p.step, FTC__NCCL_STEP_INIT);
+  assert_int_equal(p.publisher, 0);
+  free_view(old);
+  free_view(next);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(caps_follow_the_version_table),
@@ -426,6 +456,7 @@ int main(void) {
       cmocka_unit_test(plan_loss_shrinks_or_reinits_by_path),
       cmocka_unit_test(plan_joiners_grow_with_reorder_or_reinit),
       cmocka_unit_test(plan_loss_and_join_in_one_epoch_is_shrink_then_grow),
+      cmocka_unit_test(plan_init_on_the_grow_path_is_published_by_the_first_survivor),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

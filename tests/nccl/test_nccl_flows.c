@@ -520,6 +520,105 @@ static void another_thread_interrupts_a_wait(void **s) {
   rm_tmpdir(f.dir);
 }
 
+/* --- a grow given up by its root -------------------------------------------------- */
+
+/* Slots 0 and 1 hold epoch 1. Slot 0 alone starts growing epoch 2 (slot 2
+ * admitted) and gives it up (interrupted, as when epoch 3 supersedes it
+ * before the others moved), after its grow sent epoch 2's id through the
+ * parent; slot 1 never hears of epoch 2. Epoch 3 adds slots 2 and 3: a
+ * grow from the same parent would hand slot 1 epoch 2's id (it never met
+ * the others: two-joiners on the double, 2 of 50 loaded runs). Slot 0
+ * publishes an init instead, and everyone follows it. */
+static int g_giveup;
+
+static void *giveup_later(void *arg) {
+  (void)arg;
+  usleep(300000);
+  __atomic_store_n(&g_giveup, (int)FTC_ERR_REVOKED, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+static const int gslots[] = {0, 1, 2, 3};
+static const uint64_t gids[] = {201, 202, 203, 204};
+static const uint64_t gjoined[] = {1, 1, 2, 3};
+
+/* A view of the first n of gslots at epoch e, slots 0 and 1 holding state. */
+static ftc__view_t *giveup_view(uint64_t e, int n, int me) {
+  ftc__view_t *v = make_view(e, n, gslots, gids, gjoined, me);
+  for (int i = 0; i < n; i++)
+    v->members[i].state = e == 1 ? FTC__STATE_FRESH : i < 2 ? FTC__STATE_HELD : FTC__STATE_FRESH;
+  return v;
+}
+
+static void giveup_child(flow_t *f, int slot) {
+  child_setup(f);
+  ftc__nccl_opts_t o = {0, 5000, NULL, &g_giveup};
+  ftc__nccl_comm_t *c = NULL;
+  char who[16];
+  snprintf(who, sizeof who, "slot%d", slot);
+  int bad;
+  ftc_status_t st;
+  if (slot < 2) {
+    ftc__view_t *v1 = giveup_view(1, 2, slot);
+    st = ftc__nccl_enter_epoch(f->lib, &c, v1, &f->x, &o);
+    CHILD_CHECK(st == FTC_OK, 120, "epoch 1: %s", ftc_strerror(st));
+    record_step(f, who, c);
+    st = allreduce_check(c, 1.0f, 2.0f, &bad);
+    CHILD_CHECK(st == FTC_OK && !bad, 121, "epoch 1 allreduce: %s", ftc_strerror(st));
+    free_view(v1);
+  }
+  if (slot == 0) {
+    ftc__view_t *v2 = giveup_view(2, 3, 0);
+    pthread_t t;
+    pthread_create(&t, NULL, giveup_later, NULL);
+    st = ftc__nccl_enter_epoch(f->lib, &c, v2, &f->x, &o);
+    pthread_join(t, NULL);
+    CHILD_CHECK(st == FTC_ERR_REVOKED, 122, "the given-up grow of epoch 2 gave %s", ftc_strerror(st));
+    __atomic_store_n(&g_giveup, 0, __ATOMIC_RELEASE);
+    free_view(v2);
+    /* epoch 3's blob may be published only now: the others wait for it */
+  }
+  ftc__view_t *v3 = giveup_view(3, 4, slot);
+  st = ftc__nccl_enter_epoch(f->lib, &c, v3, &f->x, &o);
+  CHILD_CHECK(st == FTC_OK, 123, "epoch 3: %s", ftc_strerror(st));
+  record_step(f, who, c);
+  st = allreduce_check(c, 1.0f, 4.0f, &bad);
+  CHILD_CHECK(st == FTC_OK && !bad, 124, "epoch 3 allreduce: %s", ftc_strerror(st));
+  CHILD_CHECK(order_ok(c), 125, "epoch 3 rank order differs from the view");
+  ftc__nccl_comm_free(c);
+  free_view(v3);
+  _exit(0);
+}
+
+static void a_grow_its_root_gave_up_is_followed_by_an_init(void **s) {
+  (void)s;
+  flow_t f;
+  flow_init(&f, "2.32.3", "giveup");
+  pid_t pid[4];
+  for (int r = 0; r < 4; r++)
+    if ((pid[r] = fork()) == 0) giveup_child(&f, r);
+  int rc[4];
+  for (int r = 0; r < 4; r++) rc[r] = wait_child(pid[r], 4 * TMO);
+  char st[4][64];
+  for (int r = 0; r < 4; r++) {
+    char who[16];
+    snprintf(who, sizeof who, "slot%d", r);
+    read_steps(&f, who, st[r], sizeof st[r]);
+  }
+  print_message("slot0 [%s] slot1 [%s] slot2 [%s] slot3 [%s]; exits %d %d %d %d\n", st[0], st[1],
+                st[2], st[3], rc[0], rc[1], rc[2], rc[3]);
+  for (int r = 0; r < 4; r++) assert_int_equal(rc[r], 0);
+  /* the root started epoch 2's grow and gave it up; epoch 3 is an init for all */
+  assert_int_equal(count_lines(f.log, " grow ", "root=1"), 1);
+  assert_int_equal(count_lines(f.log, " grow ", NULL), 1);
+  assert_string_equal(st[0], "init init ");
+  assert_string_equal(st[1], "init init ");
+  assert_string_equal(st[2], "init ");
+  assert_string_equal(st[3], "init ");
+  assert_int_equal(count_lines(f.log, " destroy ", "failed=1"), 0);
+  rm_tmpdir(f.dir);
+}
+
 /* --- in progress, asynchronous errors ------------------------------------------ */
 
 static void in_progress_child(flow_t *f) {
@@ -734,6 +833,7 @@ int main(void) {
       cmocka_unit_test(hang_becomes_timeout_2_32),
       cmocka_unit_test(hang_in_init_becomes_timeout),
       cmocka_unit_test(another_thread_interrupts_a_wait),
+      cmocka_unit_test(a_grow_its_root_gave_up_is_followed_by_an_init),
       cmocka_unit_test(in_progress_is_polled_within_the_timeout),
       cmocka_unit_test(async_system_error_is_a_backend_status),
       cmocka_unit_test(async_remote_error_is_peer_lost),

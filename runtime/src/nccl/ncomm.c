@@ -40,6 +40,7 @@ struct ftc__nccl_comm {
   uint64_t entering;
   int revoked;
   int kept;               /* the last move failed before replacing nc: nc is unharmed */
+  ncclComm_t tainted;     /* a grow this rank rooted from it was given up: the next move from it inits */
   void *scratch;          /* 16 device bytes for barriers */
   cudaEvent_t *pool;
   int npool, cap;
@@ -281,7 +282,13 @@ void ftc__nccl_plan(ftc__nccl_path_t path, const ftc__view_t *old, const ftc__vi
   }
   if (init) {
     p->step = FTC__NCCL_STEP_INIT;
+    /* On the grow path the fresh members join from the blob and never
+     * publish: the first survivor does, the rank that would root a grow,
+     * so that one rank decides the epoch's kind for all (the others follow
+     * the blob). Elsewhere every rank inits and view rank 0 publishes. */
     p->publisher = next->size > 0 ? 0 : -1;
+    if (old && path == FTC__NCCL_PATH_SHRINK_GROW && first_survivor >= 0)
+      p->publisher = first_survivor;
     p->blob_kind = "init";
     p->n_excluded = p->n_excluded < 0 ? 0 : p->n_excluded;
     return;
@@ -383,23 +390,24 @@ out_free:
   return st;
 }
 
+/* The epoch's unique id. The publisher makes it (kind p->blob_kind, or
+ * "init" when *kind says so) and publishes it; the others fetch it. On
+ * return *kind is the kind to follow: a survivor that planned a grow
+ * follows the publisher's init (its root gave up a grow from this parent:
+ * see ftc__nccl_enter_epoch). */
 static ftc_status_t get_uid(ftc__nccl_comm_t *c, const ftc__nccl_plan_t *p,
                             const ftc__view_t *next, const ftc__nccl_xchg_t *x,
-                            int64_t deadline, ncclUniqueId *uid) {
+                            int64_t deadline, ncclUniqueId *uid, const char **kind) {
   ftc_status_t st;
   char blob[FTC__NCCL_BLOB_MAX];
   if (next->my_rank == p->publisher) {
     ncclResult_t r;
     ncclComm_t nc = get_nc(c);
-    if (!strcmp(p->blob_kind, "grow"))
-      r = c->lib->n.CommGetUniqueId(nc, uid);
-    else
-      r = c->lib->n.GetUniqueId(uid);
+    int grow = !strcmp(*kind, "grow");
+    r = grow ? c->lib->n.CommGetUniqueId(nc, uid) : c->lib->n.GetUniqueId(uid);
     if (r != ncclSuccess)
-      return ftc__nccl_status(r, !strcmp(p->blob_kind, "grow") ? "ncclCommGetUniqueId"
-                                                                : "ncclGetUniqueId", "");
-    if (ftc__nccl_blob_encode(p->blob_kind, (const uint8_t *)uid->internal, blob,
-                              sizeof blob) < 0)
+      return ftc__nccl_status(r, grow ? "ncclCommGetUniqueId" : "ncclGetUniqueId", "");
+    if (ftc__nccl_blob_encode(*kind, (const uint8_t *)uid->internal, blob, sizeof blob) < 0)
       return ftc__error(FTC_ERR_INTERNAL, "NCCL unique id blob does not fit");
     return x->publish(x->arg, next->epoch, blob);
   }
@@ -410,7 +418,8 @@ static ftc_status_t get_uid(ftc__nccl_comm_t *c, const ftc__nccl_plan_t *p,
    * one (the fetch gives up once this epoch is replaced). */
   st = x->fetch(x->arg, next->epoch, blob, sizeof blob, deadline);
   if (st != FTC_OK) return st;
-  return ftc__nccl_blob_decode(blob, p->blob_kind, (uint8_t *)uid->internal);
+  if (!strcmp(*kind, "grow") && !strncmp(blob, "nccl-init:", 10)) *kind = "init";
+  return ftc__nccl_blob_decode(blob, *kind, (uint8_t *)uid->internal);
 }
 
 /* Replace c->nc by nc (the old one is aborted: never destroyed). */
@@ -468,6 +477,7 @@ ftc_status_t ftc__nccl_enter_epoch(ftc__nccl_lib_t *lib, ftc__nccl_comm_t **cp,
   ftc__nccl_comm_t *c = *cp;
   int created = 0;
   ncclComm_t parent = NULL; /* the communicator this move starts from */
+  ncclComm_t rooted = NULL; /* the parent this rank rooted a grow from */
   if (next->my_rank < 0 || next->my_rank >= next->size)
     return ftc__error(FTC_ERR_INVALID_ARGUMENT, "this process is not in epoch %llu",
                       (unsigned long long)next->epoch);
@@ -513,6 +523,8 @@ ftc_status_t ftc__nccl_enter_epoch(ftc__nccl_lib_t *lib, ftc__nccl_comm_t **cp,
             p.joiners, p.publisher);
   ncclUniqueId uid;
   memset(&uid, 0, sizeof uid);
+  const char *kind = p.blob_kind; /* the blob's kind, which every rank follows */
+  int uid_ready = 0;
   ncclConfig_t cfg = nonblocking_config();
   ncclComm_t out = NULL;
   ncclResult_t r;
@@ -520,8 +532,9 @@ ftc_status_t ftc__nccl_enter_epoch(ftc__nccl_lib_t *lib, ftc__nccl_comm_t **cp,
   case FTC__NCCL_STEP_NONE:
     break;
   case FTC__NCCL_STEP_INIT:
+  do_init:
     if (!created) swap_nc(c, NULL); /* after a failure: abort, never destroy */
-    FTC_CHECK_GOTO(get_uid(c, &p, next, x, deadline, &uid), st, out_view);
+    if (!uid_ready) FTC_CHECK_GOTO(get_uid(c, &p, next, x, deadline, &uid, &kind), st, out_view);
     r = lib->n.CommInitRankConfig(&out, next->size, uid, next->my_rank, &cfg);
     FTC_CHECK_GOTO(settle(c, r, out, deadline, "ncclCommInitRankConfig"), st, out_view);
     swap_nc(c, out);
@@ -532,7 +545,24 @@ ftc_status_t ftc__nccl_enter_epoch(ftc__nccl_lib_t *lib, ftc__nccl_comm_t **cp,
     if (p.step != FTC__NCCL_STEP_GROW) FTC_CHECK_GOTO(ftc__nccl_comm_shrink(c, p.excluded, p.n_excluded, deadline), st,
                                                   out_view);
     if (p.step == FTC__NCCL_STEP_SHRINK) break;
-    FTC_CHECK_GOTO(get_uid(c, &p, next, x, deadline, &uid), st, out_view);
+    /* A root that gave up a grow from this parent (its epoch superseded)
+     * had already sent that grow's id through the parent: a survivor that
+     * never grew that epoch would take it for this one's and never meet
+     * the others. Its peers may also have completed that grow (and its
+     * reorder split) without it. So it publishes an init instead, and
+     * every rank follows the blob's kind. */
+    if (next->my_rank == p.publisher && c->tainted && c->tainted == get_nc(c)) {
+      FTC_INFO(FTC_SUB_NCCL, "epoch %llu: a full init instead of a grow (this rank gave up a grow "
+               "from the same communicator)", (unsigned long long)next->epoch);
+      kind = "init";
+    }
+    FTC_CHECK_GOTO(get_uid(c, &p, next, x, deadline, &uid, &kind), st, out_view);
+    if (!strcmp(kind, "init")) {
+      p.step = FTC__NCCL_STEP_INIT;
+      uid_ready = 1;
+      goto do_init;
+    }
+    if (next->my_rank == p.publisher) rooted = get_nc(c);
     r = lib->n.CommGrow(get_nc(c), next->size, next->my_rank == p.publisher ? &uid : NULL, -1,
                         &out, &cfg);
     FTC_CHECK_GOTO(settle(c, r, out, deadline, "ncclCommGrow"), st, out_view);
@@ -569,6 +599,7 @@ ftc_status_t ftc__nccl_enter_epoch(ftc__nccl_lib_t *lib, ftc__nccl_comm_t **cp,
   __atomic_store_n(&c->error, FTC_OK, __ATOMIC_RELEASE);
   c->revoked = 0;
   c->kept = 0;
+  c->tainted = NULL;
   c->last_step = p.step;
   c->last_ns = ftc__now_ns() - t0;
   FTC_INFO(FTC_SUB_NCCL, "epoch %llu: rank %d of %d by %s in %.1f ms",
@@ -591,8 +622,12 @@ out_fail:
    * from the same parent and the same last view, so all plan alike. One
    * that failed after replacing it leaves nothing consistent: abort, and
    * the next move re-inits. */
-  if (!parent || get_nc(c) != parent) swap_nc(c, NULL);
-  else c->kept = 1;
+  if (!parent || get_nc(c) != parent) {
+    swap_nc(c, NULL);
+  } else {
+    c->kept = 1;
+    if (rooted == parent) c->tainted = parent;
+  }
 out:
   return st;
 }
