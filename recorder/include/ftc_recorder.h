@@ -35,6 +35,11 @@
 #define FTC_REC_FORMAT_MAJOR 1
 #define FTC_REC_FORMAT_MINOR 1
 
+/* The longest headline ftcomm-trace prints (the first line of its text
+ * report, with the coordinator's verdict), in bytes with the NUL: a reader
+ * of that line (the controller) sizes its buffer by it. */
+#define FTC_TRACE_HEADLINE_MAX 1536
+
 /* Returned by ftc_rec_schedule() when nothing was recorded (NULL or
  * disabled recorder); the other calls ignore it. */
 #define FTC_REC_NO_ID UINT64_MAX

@@ -394,6 +394,34 @@ static void the_analysis_goes_next_to_the_dumps(void **state) {
   assert_non_null(strstr(headline, "could not read the dumps"));
 }
 
+/* ftcomm-trace's headline with the coordinator's verdict runs up to
+ * FTC_TRACE_HEADLINE_MAX - 1 bytes: the incident keeps all of it (it was
+ * cut at 1023). An analyzer that prints one such line stands in for it. */
+static void a_headline_as_long_as_ftcomm_trace_prints_is_kept_whole(void **state) {
+  fixture_t *fx = *state;
+  char script[PATH_MAX + 32], inc[PATH_MAX + 32], cmd[3 * PATH_MAX], want[FTC_TRACE_HEADLINE_MAX];
+  size_t n = sizeof want - 1;
+  memset(want, 'x', n);
+  want[n] = '\0';
+  memcpy(want, "VERDICT: rank 3 hung", 20);
+  memcpy(want + n - 9, " (agrees)", 9);
+  snprintf(script, sizeof script, "%s/long-analyzer", fx->dir);
+  FILE *f = fopen(script, "w");
+  assert_non_null(f);
+  fprintf(f, "#!/bin/sh\n[ \"$1\" = --json ] && { echo '{}'; exit 1; }\necho '%s'\necho 'more'\nexit 1\n", want);
+  fclose(f);
+  assert_int_equal(chmod(script, 0755), 0);
+  snprintf(inc, sizeof inc, "%s/hang-e1-long", fx->dir);
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s'", inc);
+  assert_int_equal(system(cmd), 0);
+  ftck_incident_t incident;
+  int rank = 0;
+  assert_int_equal(ftck_analyze_dir(script, inc, incident.headline, sizeof incident.headline, &rank), 0);
+  assert_int_equal(strlen(incident.headline), n);
+  assert_string_equal(incident.headline, want);
+  assert_int_equal(rank, -1);
+}
+
 static int no_job(void *ud, const char *ns, const char *name, ftck_job_ref_t *ref) {
   (void)ud;
   (void)ns;
@@ -443,6 +471,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_job_that_is_removed_stops_its_coordinator, setup, teardown),
       cmocka_unit_test_setup_teardown(a_timeout_report_becomes_an_analyzed_incident, setup, teardown),
       cmocka_unit_test_setup_teardown(the_analysis_goes_next_to_the_dumps, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_headline_as_long_as_ftcomm_trace_prints_is_kept_whole, setup, teardown),
       cmocka_unit_test_setup_teardown(a_job_with_a_coordinator_keeps_its_folder_and_a_sweep_removes_the_rest, setup,
                                       teardown),
   };

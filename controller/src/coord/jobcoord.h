@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "coordinator/coordinator.h"
+#include "ftc_recorder.h"
 #include "ftcomm.h"
 #include "retention.h"
 
@@ -86,7 +87,7 @@ typedef struct ftck_incident {
   char kind[32];          /* Hang or CollectiveTimeout */
   char reason[256];       /* the coordinator's words */
   char dump_path[4352];   /* the folder in the volume */
-  char headline[1024];    /* the analyzer's first line, or why there is none */
+  char headline[FTC_TRACE_HEADLINE_MAX]; /* the analyzer's first line, or why there is none */
   int culprit_slot;       /* -1: unknown */
   int culprit_rank;       /* -1: unknown */
   int dumps;              /* dumps stored */

@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "ftc_recorder.h"
+
 /* Exit statuses of the tool. */
 enum { TR_EXIT_HEALTHY = 0, TR_EXIT_FINDING = 1, TR_EXIT_UNUSABLE = 2 };
 
@@ -199,7 +201,7 @@ typedef struct tr_report {
   int *missing;      /* global ranks without a usable dump */
   size_t nmissing;
   int exit_status;
-  char headline[1536];
+  char headline[FTC_TRACE_HEADLINE_MAX];
   tr_verdict_sum_t verdict;
 } tr_report_t;
 
