@@ -522,6 +522,11 @@ static int dumps_body(ftc_comm_t *comm, int rank, int n, void *arg) {
     return RANK_FAIL(rank, "no dump with reason \"error\" in %s", dir);
   if (!dir_has_dump_with(dir, "\"reason\": *\"checkpoint\""))
     return RANK_FAIL(rank, "no dump with reason \"checkpoint\" in %s", dir);
+  /* The TCP backend is part of the library: its version is the library's. */
+  char want[96];
+  snprintf(want, sizeof(want), "\"backend\": *\"tcp\", *\"backend_version\": *\"%d.%d.%d\"",
+           FTC_VERSION_MAJOR, FTC_VERSION_MINOR, FTC_VERSION_PATCH);
+  if (!dir_has_dump_with(dir, want)) return RANK_FAIL(rank, "no dump in %s says %s", dir, want);
   return 0;
 }
 

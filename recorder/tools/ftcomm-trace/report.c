@@ -68,9 +68,11 @@ void tr_print_text(FILE *out, const tr_set_t *set, const tr_report_t *rep, int v
   if (d0) {
     char t[64];
     when(d0->trigger_wall_ns, t, sizeof(t));
-    fprintf(out, "dumps: %d of %d ranks; job %s, backend %s %s, %s format %s, reason %s, at %s\n",
+    /* a dump without the backend's version (older TCP ones) says only its name */
+    const char *bv = d0->backend_version ? d0->backend_version : "";
+    fprintf(out, "dumps: %d of %d ranks; job %s, backend %s%s%s, %s format %s, reason %s, at %s\n",
             rep->ranks_present, rep->world_size, d0->job ? d0->job : "?",
-            d0->backend ? d0->backend : "?", d0->backend_version ? d0->backend_version : "",
+            d0->backend ? d0->backend : "?", bv[0] ? " " : "", bv,
             d0->format == TR_FMT_PYTORCH ? "PyTorch Flight Recorder" : "ftcomm", d0->version,
             d0->reason ? d0->reason : "?", t);
   }

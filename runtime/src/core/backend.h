@@ -18,6 +18,7 @@
 #define FTC_CORE_BACKEND_H
 
 #include <poll.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/op.h"
@@ -32,6 +33,9 @@ typedef int (*ftc__backend_more_fn)(void *ctx, const ftc__op_t **ops, int n, int
 
 typedef struct ftc__backend_ops {
   const char *name; /* "tcp", "nccl": logs and dumps */
+  /* Optional: the backend's version into buf (dumps' backend_version,
+   * docs/dump-format.md); NULL: none. Any thread, no lock. */
+  void (*version)(char *buf, size_t len);
   /* Bring the data plane of `view` up (this process is view->my_rank) within
    * comm->connect_timeout_ms, returning early with the status in
    * comm->interrupt when it is set. *out: the epoch's handle. During a

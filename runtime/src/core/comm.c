@@ -221,8 +221,8 @@ static ftc_status_t comm_bring_up(ftc_comm_t *c, const ftc__view_t *view) {
   info.job = c->cfg.job;
   info.backend = c->be->name;
   char be_version[256] = "";
-  if (c->be == &ftc__backend_nccl) {
-    ftc__nccl_backend_describe(be_version, sizeof(be_version));
+  if (c->be->version) {
+    c->be->version(be_version, sizeof(be_version));
     info.backend_version = be_version;
   }
   info.dump_dir = c->cfg.dump_dir;

@@ -344,6 +344,7 @@ static void nccl_drop_peer(void *hv, int rank) {
 
 const ftc__backend_ops_t ftc__backend_nccl = {
     .name = "nccl",
+    .version = ftc__nccl_backend_describe,
     .connect = nccl_connect,
     .run = nccl_run,
     .run_p2p = nccl_run_p2p,

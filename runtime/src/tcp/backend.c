@@ -4,6 +4,8 @@
  * configuration comes from the communicator (comm->tcfg: tunables, token,
  * interrupt flag) and its listener, created before the first view.
  */
+#include <stdio.h>
+
 #include "core/backend.h"
 #include "core/comm.h"
 #include "tcp/tcp.h"
@@ -59,8 +61,14 @@ static void tcp_early_events(void *h, int listen_fd, const struct pollfd *pfd, i
   ftc__tcp_early_events(h, listen_fd, pfd, n);
 }
 
+/* The TCP backend is part of libftcomm: its version is the library's. */
+static void tcp_version(char *buf, size_t len) {
+  snprintf(buf, len, "%d.%d.%d", FTC_VERSION_MAJOR, FTC_VERSION_MINOR, FTC_VERSION_PATCH);
+}
+
 const ftc__backend_ops_t ftc__backend_tcp = {
     .name = "tcp",
+    .version = tcp_version,
     .connect = tcp_connect,
     .run = tcp_run,
     .run_p2p = tcp_run_p2p,
