@@ -347,6 +347,30 @@ void ftc__comm_fail(ftc_comm_t *comm, ftc_status_t why, const char *detail) {
    * the coordinator weighs reports against heartbeats (docs/recovery.md). */
 }
 
+int ftc__comm_fail_epoch(ftc_comm_t *comm, uint64_t epoch, ftc_status_t why, const char *detail) {
+  pthread_mutex_lock(&comm->lock);
+  if (__atomic_load_n(&comm->recovering, __ATOMIC_ACQUIRE) ||
+      __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE) != epoch) {
+    pthread_mutex_unlock(&comm->lock);
+    return 0;
+  }
+  int expected = 0;
+  int first = __atomic_compare_exchange_n(&comm->error, &expected, (int)why, 0, __ATOMIC_ACQ_REL,
+                                          __ATOMIC_ACQUIRE);
+  expected = 0;
+  __atomic_compare_exchange_n(&comm->interrupt, &expected, (int)why, 0, __ATOMIC_ACQ_REL,
+                              __ATOMIC_ACQUIRE);
+  if (comm->bh) comm->be->interrupt(comm->bh);
+  pthread_mutex_unlock(&comm->lock);
+  if (first) {
+    FTC_WARN(FTC_SUB_COLL, "epoch %llu failed: %s: %s", (unsigned long long)epoch, ftc_strerror(why),
+             detail ? detail : "");
+    if (comm->be->blames_at_once) ftc__watchdog_report(comm);
+    ftc__watchdog_kick(comm);
+  }
+  return 1;
+}
+
 ftc_status_t ftc__comm_gate(ftc_comm_t *comm) {
   if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
     return ftc__error(FTC_ERR_ABORTED, "the communicator was aborted; destroy it");

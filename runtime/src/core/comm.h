@@ -112,6 +112,11 @@ ftc_status_t ftc__comm_create_from_view(const ftc_config_t *cfg, const ftc__view
 /* Mark the epoch failed with `why` (first failure wins), stop the running
  * collective and shut the sockets so reachable peers fail fast too. */
 void ftc__comm_fail(ftc_comm_t *comm, ftc_status_t why, const char *detail);
+/* The same for a revoke of `epoch` decided earlier (the watchdog's): nothing
+ * (0) once that epoch is not the current one or a recovery has started, whose
+ * connect cleared comm->interrupt; the test and the interrupt are one step
+ * under comm->lock, under which the recovery raises comm->recovering. */
+int ftc__comm_fail_epoch(ftc_comm_t *comm, uint64_t epoch, ftc_status_t why, const char *detail);
 /* The status a new collective gets: FTC_OK, FTC_ERR_REVOKED or FTC_ERR_ABORTED. */
 ftc_status_t ftc__comm_gate(ftc_comm_t *comm);
 /* Replace the data plane with one for `view` (a later epoch): runs on the

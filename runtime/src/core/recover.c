@@ -136,7 +136,12 @@ static ftc_status_t move_epoch(ftc_comm_t *comm, uint64_t min_epoch, int64_t dea
   if (!prev) return ftc__error(FTC_ERR_NO_MEMORY, "copying the view of the failed epoch");
   int saved_connect = comm->connect_timeout_ms;
   int64_t t0 = ftc__now_ns();
+  /* Under comm->lock: a revoke the watchdog decided before (for the epoch
+   * being left) either lands before this, and the connect clears it, or
+   * sees it and is dropped (ftc__comm_fail_epoch). */
+  pthread_mutex_lock(&comm->lock);
   __atomic_store_n(&comm->recovering, 1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&comm->lock);
   for (int attempt = 0;;) {
     int64_t now = ftc__now_ns();
     if (now >= deadline) {
@@ -762,7 +767,7 @@ static void wd_view(ftc_comm_t *comm, uint64_t *checked) {
     char detail[160];
     snprintf(detail, sizeof(detail), "the coordinator announced epoch %llu without rank %d",
              (unsigned long long)v->epoch, gone);
-    ftc__comm_fail(comm, FTC_ERR_REVOKED, detail);
+    ftc__comm_fail_epoch(comm, epoch, FTC_ERR_REVOKED, detail);
   }
   ftc__view_free(v);
 }
