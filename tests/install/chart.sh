@@ -149,14 +149,20 @@ check "the dump claim marked Bound (no provisioner here)" bind_claim
 check_out "helm upgrade: replicas 2, claim 50Gi, ServiceMonitor off, log level debug (NOTES warn: ReadWriteOnce)" \
   'WARNING: controller.replicas is 2 but the dump claim is ReadWriteOnce' \
   hm upgrade ftcomm "$chart" -n $ns --set dumps.persistence.storageClassName=expandable \
-    --set controller.replicas=2 --set dumps.persistence.size=50Gi --set serviceMonitor.enabled=false --set controller.logLevel=debug
+    --set controller.replicas=2 --set dumps.persistence.size=50Gi --set serviceMonitor.enabled=false --set controller.logLevel=debug \
+    --set dumps.retention=5 --set dumps.ttlAfterDeletion=1d12h
 check_out "... the Deployment has 2 replicas and the new log level" '^2 debug$' \
   kc -n $ns get deploy/ftcomm-controller -o jsonpath='{.spec.replicas} {.spec.template.spec.containers[0].env[?(@.name=="FTCOMM_LOG_LEVEL")].value}'
+check_out "... and the dump bounds as flags (dumps.retention, dumps.ttlAfterDeletion)" \
+  '"--dump-retention=5","--dump-ttl-after-deletion=1d12h"' \
+  kc -n $ns get deploy/ftcomm-controller -o jsonpath='{.spec.template.spec.containers[0].args}'
 check_out "... the claim asks for 50Gi" '^50Gi$' kc -n $ns get pvc/ftcomm-dumps -o jsonpath='{.spec.resources.requests.storage}'
 check_out "... the ServiceMonitor is gone" 'NotFound' bash -c '"$0" -n ftcomm-system get servicemonitor/ftcomm-controller 2>&1 || true' "$FTC_KUBECTL"
 check_out "... revision 2" '^2$' bash -c '"$0" -n ftcomm-system list -o json | jq -r ".[0].revision"' "$FTC_HELM"
 check_fails "helm upgrade refuses bad values too" "/image/pullPolicy': value must be one of" \
   hm upgrade ftcomm "$chart" -n $ns --reuse-values --set image.pullPolicy=Sometimes
+check_fails "... and a TTL that is not a duration" "'7days' does not match pattern" \
+  hm upgrade ftcomm "$chart" -n $ns --reuse-values --set dumps.ttlAfterDeletion=7days
 check_out "... and left revision 2 in place" '^2 deployed$' bash -c '"$0" -n ftcomm-system list -o json | jq -r ".[0] | \"\(.revision) \(.status)\""' "$FTC_HELM"
 
 # 5. The example TrainingJob.
