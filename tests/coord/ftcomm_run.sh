@@ -150,6 +150,16 @@ if command -v script >/dev/null; then
   check "no status line when stderr is not a terminal" $(grep -q "ranks alive" "$T/err"; [ $? = 1 ]; echo $?) "status on a pipe"
 fi
 
+# 8b. --replace backs off a replacement that keeps failing at once: with a
+# 0.05 s delay, 2.5 s hold about 5 restarts (0.05, 0.1, 0.2, 0.4, 0.8 ...),
+# not the ~40 of a fixed delay.
+timeout 60 "$RUN" -n 2 --replace --replace-delay 0.05 --grace 0.5 -- \
+  sh -c '[ "${FTCOMM_JOINER:-0}" = 1 ] && exit 3; [ $FTCOMM_SLOT = 1 ] && exit 5; sleep 2.5' >"$T/out" 2>"$T/err"
+restarts=$(grep -c "restarted rank 1 as a joiner" "$T/err")
+check "--replace backs off a replacement that fails at once" \
+  $([ "$restarts" -ge 3 ] && [ "$restarts" -le 8 ] && grep -q "failed within 10 s of its start, 2 times in a row: backing off" "$T/err"; echo $?) \
+  "$restarts restarts in 2.5 s, want 3 to 8, and the backing-off line"
+
 # 9. The command line.
 "$RUN" --help >"$T/out" 2>"$T/err"; rc=$?
 check "--help" $([ $rc = 0 ] && grep -q -- "--timeout SECONDS" "$T/out"; echo $?) "rc=$rc"

@@ -69,11 +69,20 @@ typedef struct rank {
   int killed_by_us;  /* SIGKILL sent by the launcher */
   int incarnation;   /* 0 for the first process, then one per replacement */
   int64_t respawn_at; /* --replace: when to start the next one, 0: none planned */
+  int64_t spawned_ns; /* when its current (or last) process started */
+  int quick_fails;   /* --replace: replacements in a row that failed within QUICK_FAIL_S */
   int not_replaced;  /* --replace: it failed as the job was finishing */
   stream_t out, err;
 } rank_t;
 
 #define MAX_REPLACEMENTS 100
+/* A replacement that fails within QUICK_FAIL_S of its start doubles the
+ * slot's next --replace-delay, up to BACKOFF_MAX_S (or --replace-delay when
+ * longer), as Kubernetes backs off a container that keeps crashing: one that
+ * can never join (a wrong setting, a missing file) is not restarted ten
+ * times a second. One that lived longer starts the slot over at the delay. */
+#define QUICK_FAIL_S 10
+#define BACKOFF_MAX_S 30.0
 
 typedef struct run {
   run_opts_t o;
@@ -271,6 +280,15 @@ static void reap_zombies(run_t *r, int all, int64_t *wake) {
   }
 }
 
+/* --replace-delay doubled per replacement in a row that failed quickly,
+ * at most BACKOFF_MAX_S (or the delay itself when that is longer). */
+static double replace_delay(const run_opts_t *o, int quick_fails) {
+  double cap = o->replace_delay_s > BACKOFF_MAX_S ? o->replace_delay_s : BACKOFF_MAX_S;
+  double d = o->replace_delay_s;
+  for (int i = 0; i < quick_fails && d < cap; i++) d = d > 0 ? d * 2 : 0.05;
+  return d < cap ? d : cap;
+}
+
 static void reap(run_t *r) {
   for (int i = 0; i < r->o.nranks; i++) {
     rank_t *k = &r->ranks[i];
@@ -322,8 +340,19 @@ static void reap(run_t *r) {
       if (r->o.replace && r->finishing) {
         k->not_replaced = 1;
       } else if (r->o.replace && r->replacements < MAX_REPLACEMENTS) {
-        k->respawn_at = ftc__now_ns() + (int64_t)(r->o.replace_delay_s * 1e9);
-        say(r, "rank %d %s; restarting it as a joiner in %.3g s", i, how, r->o.replace_delay_s);
+        int64_t now = ftc__now_ns();
+        if (k->incarnation > 0 && now - k->spawned_ns < QUICK_FAIL_S * 1000000000LL)
+          k->quick_fails++;
+        else
+          k->quick_fails = 0;
+        double delay = replace_delay(&r->o, k->quick_fails);
+        k->respawn_at = now + (int64_t)(delay * 1e9);
+        if (k->quick_fails)
+          say(r, "rank %d %s; restarting it as a joiner in %.3g s (its replacement failed within "
+                 "%d s of its start, %d time%s in a row: backing off)",
+              i, how, delay, QUICK_FAIL_S, k->quick_fails, k->quick_fails == 1 ? "" : "s");
+        else
+          say(r, "rank %d %s; restarting it as a joiner in %.3g s", i, how, delay);
       } else if (r->o.nranks - r->failures >= min) {
         say(r, "rank %d %s; the job goes on with %d of %d ranks (--min-size %d)", i, how,
             r->o.nranks - r->failures, r->o.nranks, min);
@@ -476,6 +505,7 @@ static ftc_status_t spawn_rank(run_t *r, int slot) {
   close(err[1]);
   k->out.fd = out[0];
   k->err.fd = err[0];
+  k->spawned_ns = ftc__now_ns();
   r->alive++;
   return FTC_OK;
 
