@@ -133,8 +133,8 @@ ftc__view_t *ftc__view_copy(const ftc__view_t *v);
 /* Watchdog (recover.c). start/stop around the engine; kick wakes it;
  * capture does, on the calling thread, what the watchdog's next round would
  * do first: report a failure known now and capture its dump, capture a dump
- * the coordinator asked for; the watchdog writes (and uploads) the files
- * later, so a recovery does not wait for them. */
+ * the coordinator asked for; the watchdog hands the files to the dump
+ * writer later, so a recovery does not wait for them. */
 ftc_status_t ftc__watchdog_start(ftc_comm_t *comm);
 void ftc__watchdog_stop(ftc_comm_t *comm);
 void ftc__watchdog_kick(ftc_comm_t *comm);
@@ -142,6 +142,23 @@ void ftc__watchdog_capture(ftc_comm_t *comm);
 /* Report the failed epoch's broken peer to the coordinator now, from the
  * calling thread (once per epoch; the watchdog does it otherwise). */
 void ftc__watchdog_report(ftc_comm_t *comm);
+
+/* The process's dump writer thread (dumpwriter.c): it writes (and uploads)
+ * the dumps the watchdogs captured, so no watchdog waits on the disk. A
+ * job: capture (stolen by a job that was made), reason (static), o (copied,
+ * NULL none); owner's dump directory and membership session (the upload of
+ * a dump with an incident). ftc__dw_submit steals the job. A communicator
+ * retains the writer while its watchdog runs; ftc__dw_release waits up to
+ * FTCOMM_DUMP_DRAIN_MS for its jobs, drops the rest with a log line, and
+ * the last one joins the thread. */
+typedef struct ftc__dw_job ftc__dw_job_t;
+ftc__dw_job_t *ftc__dw_job_new(ftc_comm_t *owner, ftc_rec_capture_t *capture, const char *reason,
+                               const ftc_rec_outcome_t *o, uint64_t epoch, int status,
+                               const char *incident, int rank);
+void ftc__dw_job_free(ftc__dw_job_t *job);
+void ftc__dw_submit(ftc__dw_job_t *job);
+void ftc__dw_retain(void);
+void ftc__dw_release(ftc_comm_t *owner);
 
 /* Fault injection (fault.c), off unless FTCOMM_FAULT is set: parsed once.
  * ftc__fault_armed is read on the hot path (one predictable branch). */
@@ -158,6 +175,8 @@ void ftc__fault_coll(ftc_comm_t *comm, uint64_t seq);
 /* After collective `seq` completed on this rank: FTC_OK, or the failure to
  * report instead (giveup@SEQ). */
 ftc_status_t ftc__fault_coll_done(ftc_comm_t *comm, uint64_t seq);
+/* On the dump writer thread, before a dump is written (dumpwrite:MS). */
+void ftc__fault_dump_write(void);
 
 /* Engine (engine.c). */
 ftc_status_t ftc__engine_start(ftc_comm_t *comm);

@@ -23,6 +23,8 @@
  *   lateview:MS    the coordinator session stalls MS milliseconds on every
  *                  view that admits a member (this rank hears of a joiner's
  *                  epoch late; the others move without waiting for it)
+ *   dumpwrite:MS   the dump writer thread sleeps MS milliseconds before each
+ *                  dump it writes (a slow or busy disk)
  * ftcomm-run --inject passes these to the target rank's environment. When
  * nothing is armed the hot path pays one load of ftc__fault_armed.
  */
@@ -42,8 +44,9 @@ int ftc__fault_armed;
 static struct {
   int64_t kill_step, stop_step, slow_ms;
   int64_t drop_seq, delay_seq, delay_ms, rkill, jkill, giveup_seq, blink_step, late_view_ms;
+  int64_t dump_write_ms;
   int drop_done, delay_done, giveup_done; /* atomic */
-} fault = {-1, -1, 0, -1, -1, 0, -1, 0, -1, -1, 0, 0, 0, 0};
+} fault = {-1, -1, 0, -1, -1, 0, -1, 0, -1, -1, 0, 0, 0, 0, 0};
 
 static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
 
@@ -80,6 +83,8 @@ static int parse_item(const char *s, const char *end) {
   if (kl == 5 && !strncmp(s, "blink", 5) && at) return parse_num(at + 1, end, &fault.blink_step);
   if (kl == 8 && !strncmp(s, "lateview", 8) && colon && !at)
     return parse_num(colon + 1, end, &fault.late_view_ms);
+  if (kl == 9 && !strncmp(s, "dumpwrite", 9) && colon && !at)
+    return parse_num(colon + 1, end, &fault.dump_write_ms);
   if (kl == 6 && !strncmp(s, "giveup", 6) && at && !colon)
     return parse_num(at + 1, end, &fault.giveup_seq);
   if (kl == 5 && !strncmp(s, "delay", 5) && colon && at && at > colon)
@@ -180,4 +185,11 @@ ftc_status_t ftc__fault_coll_done(ftc_comm_t *comm, uint64_t seq) {
   FTC_WARN(FTC_SUB_RECOVERY, "fault injection: giving up on collective #%llu after it completed "
            "on rank %d", (unsigned long long)seq, comm->rank);
   return ftc__error(FTC_ERR_PEER_LOST, "fault injection: gave up on a collective that completed");
+}
+
+void ftc__fault_dump_write(void) {
+  if (fault.dump_write_ms <= 0) return;
+  FTC_WARN(FTC_SUB_RECOVERY, "fault injection: delaying a dump write by %lld ms",
+           (long long)fault.dump_write_ms);
+  sleep_ms(fault.dump_write_ms);
 }

@@ -20,12 +20,9 @@
  * blocked on a hung peer) or that supersedes an epoch being connected (it
  * interrupts that attempt so the recovery takes the newer one).
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -381,34 +378,8 @@ void ftc__watchdog_kick(ftc_comm_t *comm) {
   (void)w;
 }
 
-/* Read a dump file whole (for the upload). */
-static char *read_file(const char *path, size_t *len) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return NULL;
-  struct stat sb;
-  char *buf = NULL;
-  if (fstat(fd, &sb) != 0 || sb.st_size <= 0) goto out_close;
-  buf = ftc__malloc((size_t)sb.st_size);
-  if (!buf) goto out_close;
-  size_t off = 0;
-  while (off < (size_t)sb.st_size) {
-    ssize_t n = read(fd, buf + off, (size_t)sb.st_size - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ftc__free(buf);
-      buf = NULL;
-      goto out_close;
-    }
-    off += (size_t)n;
-  }
-  *len = off;
-out_close:
-  close(fd);
-  return buf;
-}
-
-/* A dump captured when it was due and written later by the watchdog
- * (comm->wd_dumps, under wd_mu): the rank's own dump of a failed epoch, or
+/* A dump captured when it was due and handed to the dump writer later by
+ * the watchdog (comm->wd_dumps, under wd_mu): the rank's own dump of a failed epoch, or
  * one the coordinator asked for (incident set: uploaded under it). */
 struct ftc__wd_dump {
   struct ftc__wd_dump *next;
@@ -649,10 +620,10 @@ static void wd_verdict(ftc_comm_t *comm, const struct ftc__wd_dump *d, ftc_rec_o
   ftc__view_free(v);
 }
 
-/* Write d with its outcome: the rank's failure (its own dump) and the
- * coordinator's verdict on the epoch. */
-static ftc_status_t wd_write_one(ftc_comm_t *comm, const struct ftc__wd_dump *d, char *path,
-                                 size_t len) {
+/* Hand d to the dump writer with its outcome: the rank's failure (its own
+ * dump) and the coordinator's verdict on the epoch as known now. Nothing
+ * here waits on the disk (docs/recovery.md, "The watchdog thread"). */
+static void wd_hand_off(ftc_comm_t *comm, struct ftc__wd_dump *d) {
   ftc_rec_outcome_t o = FTC_REC_OUTCOME_INIT;
   ftc_rec_dropped_t *dropped = NULL;
   char pending[512];
@@ -665,13 +636,20 @@ static ftc_status_t wd_write_one(ftc_comm_t *comm, const struct ftc__wd_dump *d,
     o.peer = d->peer >= 0 ? d->peer : wd_failed_peer_in(comm, d->epoch);
   }
   wd_verdict(comm, d, &o, &dropped, pending, sizeof(pending));
-  ftc_status_t st =
-      ftc_rec_capture_write_outcome(d->capture, comm->cfg.dump_dir, d->reason, &o, path, len);
+  ftc__dw_job_t *job = ftc__dw_job_new(comm, d->capture, d->reason, &o, d->epoch, d->status,
+                                       d->incident, d->rank);
   ftc__free(dropped);
-  return st;
+  if (!job) {
+    FTC_WARN(FTC_SUB_RECOVERY, "cannot hand %s%s dump of epoch %llu to the dump writer: out of memory",
+             d->incident[0] ? "the incident " : "the failure", d->incident,
+             (unsigned long long)d->epoch);
+    return;
+  }
+  d->capture = NULL; /* the job's now */
+  ftc__dw_submit(job);
 }
 
-/* Write (and upload) the captured dumps, oldest first. */
+/* Hand the captured dumps to the dump writer, oldest first. */
 static void wd_write_dumps(ftc_comm_t *comm) {
   for (;;) {
     pthread_mutex_lock(&comm->wd_mu);
@@ -679,28 +657,7 @@ static void wd_write_dumps(ftc_comm_t *comm) {
     if (d) comm->wd_dumps = d->next;
     pthread_mutex_unlock(&comm->wd_mu);
     if (!d) return;
-    char path[4096];
-    ftc_status_t st = wd_write_one(comm, d, path, sizeof(path));
-    if (!d->incident[0]) {
-      if (st == FTC_OK)
-        FTC_INFO(FTC_SUB_RECOVERY, "epoch %llu failed (%s): dump written to %s",
-                 (unsigned long long)d->epoch, ftc_strerror((ftc_status_t)d->status), path);
-      else
-        FTC_WARN(FTC_SUB_RECOVERY, "epoch %llu failed; cannot write a dump: %s",
-                 (unsigned long long)d->epoch, ftc_last_error());
-    } else if (st != FTC_OK) {
-      FTC_WARN(FTC_SUB_RECOVERY, "cannot write the dump the coordinator asked for (%s): %s",
-               d->incident, ftc_last_error());
-    } else {
-      size_t len = 0;
-      char *data = read_file(path, &len);
-      if (!data || ftc__member_upload_dump(comm->member, d->incident, d->rank, data, len) != FTC_OK)
-        FTC_WARN(FTC_SUB_RECOVERY, "wrote %s for incident %s but cannot upload it: %s", path,
-                 d->incident, data ? ftc_last_error() : "cannot read it back");
-      else
-        FTC_INFO(FTC_SUB_RECOVERY, "dump for incident %s: %s (uploaded)", d->incident, path);
-      ftc__free(data);
-    }
+    wd_hand_off(comm, d);
     wd_dump_free(d);
   }
 }
@@ -814,6 +771,7 @@ ftc_status_t ftc__watchdog_start(ftc_comm_t *comm) {
   if (rc != 0) return ftc__error(FTC_ERR_SYSTEM, "starting the watchdog thread: %s", strerror(rc));
   pthread_setname_np(comm->wd_thread, "ftc-watchdog");
   comm->wd_started = 1;
+  ftc__dw_retain();
   return FTC_OK;
 }
 
@@ -825,4 +783,5 @@ void ftc__watchdog_stop(ftc_comm_t *comm) {
   ftc__watchdog_kick(comm);
   pthread_join(comm->wd_thread, NULL);
   comm->wd_started = 0;
+  ftc__dw_release(comm); /* its dumps are written (and uploaded) before it goes */
 }

@@ -1,0 +1,334 @@
+/*
+ * dumpwriter.c - the process's dump writer thread ("ftc-dumpwriter").
+ *
+ * The watchdogs capture failure and coordinator dumps and decide when they
+ * are due (recover.c); the files are formatted, written and fsynced here,
+ * and those the coordinator asked for are uploaded, so that a slow disk
+ * never holds up a watchdog's revokes, heartbeats or reports (a 4 s fsync
+ * under load timed out the survivors' collectives: docs/recovery.md).
+ *
+ * One thread per process, started at the first job and joined when the last
+ * communicator that uses it lets go (ftc__dw_release). Jobs wait in a FIFO of
+ * at most DW_MAX_QUEUED; a job beyond that drops the oldest waiting one, with
+ * a log line. ftc__dw_release(comm) waits, up to FTCOMM_DUMP_DRAIN_MS, for
+ * comm's jobs to be written (and uploaded: the upload uses comm's membership
+ * session) and drops, with a log line, those that are still waiting then.
+ *
+ * Lock order: dw.mu -> the membership session's lock (the upload, which only
+ * queues frames). The thread touches a communicator only through job->owner,
+ * and only under dw.mu, which ftc__dw_release takes before it lets go.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/comm.h"
+#include "proto/proto.h"
+#include "ftc_alloc.h"
+#include "ftc_error.h"
+#include "ftc_param.h"
+#include "ftc_time.h"
+
+#define DW_MAX_QUEUED 16
+
+struct ftc__dw_job {
+  struct ftc__dw_job *next;
+  ftc_comm_t *owner;          /* under dw.mu; NULL once the owner stopped waiting */
+  ftc_rec_capture_t *capture;
+  const char *reason;         /* static */
+  char dir[1024];
+  ftc_rec_outcome_t o;        /* points into the job's own copies below */
+  int has_outcome;
+  uint64_t epoch;
+  int status;                 /* the failure, for the log */
+  char incident[128];         /* "" for the rank's own dump */
+  int rank;
+  char pending[512];
+  ftc_rec_dropped_t *dropped; /* and their reasons and details, one block */
+};
+
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;          /* a job, a finished job, or stop */
+  struct ftc__dw_job *head, *tail;
+  int queued;
+  struct ftc__dw_job *busy;   /* the job being written */
+  int users;                  /* communicators that may submit */
+  int started, stop;
+  pthread_t thread;
+} dw = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, NULL, 0, 0, 0, 0};
+
+static void job_free(struct ftc__dw_job *j) {
+  if (!j) return;
+  ftc_rec_capture_free(j->capture);
+  ftc__free(j->dropped);
+  ftc__free(j);
+}
+
+static const char *job_what(const struct ftc__dw_job *j, char *buf, size_t len) {
+  if (j->incident[0])
+    snprintf(buf, len, "the dump for incident %s", j->incident);
+  else
+    snprintf(buf, len, "the failure dump of epoch %llu", (unsigned long long)j->epoch);
+  return buf;
+}
+
+ftc__dw_job_t *ftc__dw_job_new(ftc_comm_t *owner, ftc_rec_capture_t *capture, const char *reason,
+                               const ftc_rec_outcome_t *o, uint64_t epoch, int status,
+                               const char *incident, int rank) {
+  struct ftc__dw_job *j = ftc__calloc(1, sizeof(*j));
+  if (!j) return NULL;
+  j->owner = owner;
+  j->reason = reason;
+  snprintf(j->dir, sizeof(j->dir), "%s", owner->cfg.dump_dir ? owner->cfg.dump_dir : "");
+  j->epoch = epoch;
+  j->status = status;
+  snprintf(j->incident, sizeof(j->incident), "%s", incident ? incident : "");
+  j->rank = rank;
+  if (o) {
+    j->has_outcome = 1;
+    j->o = *o;
+    j->o.pending = NULL;
+    j->o.dropped = NULL;
+    if (o->pending) {
+      snprintf(j->pending, sizeof(j->pending), "%s", o->pending);
+      j->o.pending = j->pending;
+    }
+    if (o->ndropped > 0) {
+      /* The entries, then each one's reason and detail. */
+      size_t n = (size_t)o->ndropped, dlen = FTC__PROTO_MAX_DROP_DETAIL + 1, rlen = 16;
+      j->dropped = ftc__calloc(1, n * (sizeof(*j->dropped) + dlen + rlen));
+      if (!j->dropped) {
+        ftc__free(j);
+        return NULL;
+      }
+      for (size_t i = 0; i < n; i++) {
+        char *detail = (char *)(j->dropped + n) + i * (dlen + rlen), *why = detail + dlen;
+        j->dropped[i] = o->dropped[i];
+        snprintf(why, rlen, "%s", o->dropped[i].reason ? o->dropped[i].reason : "lost");
+        j->dropped[i].reason = why;
+        if (o->dropped[i].detail) {
+          snprintf(detail, dlen, "%s", o->dropped[i].detail);
+          j->dropped[i].detail = detail;
+        }
+      }
+      j->o.dropped = j->dropped;
+    }
+  }
+  j->capture = capture; /* stolen only on success */
+  return j;
+}
+
+void ftc__dw_job_free(ftc__dw_job_t *j) { job_free(j); }
+
+/* Read a dump file whole (for the upload). */
+static char *read_file(const char *path, size_t *len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  struct stat sb;
+  char *buf = NULL;
+  if (fstat(fd, &sb) != 0 || sb.st_size <= 0) goto out_close;
+  buf = ftc__malloc((size_t)sb.st_size);
+  if (!buf) goto out_close;
+  size_t off = 0;
+  while (off < (size_t)sb.st_size) {
+    ssize_t n = read(fd, buf + off, (size_t)sb.st_size - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ftc__free(buf);
+      buf = NULL;
+      goto out_close;
+    }
+    off += (size_t)n;
+  }
+  *len = off;
+out_close:
+  close(fd);
+  return buf;
+}
+
+/* Write j (no lock held: this is where the disk may be slow), then upload it
+ * if the coordinator asked for it and its communicator still waits. */
+static void job_run(struct ftc__dw_job *j) {
+  char path[4096];
+  if (__builtin_expect(ftc__fault_armed, 0)) ftc__fault_dump_write();
+  ftc_status_t st = ftc_rec_capture_write_outcome(j->capture, j->dir, j->reason,
+                                                  j->has_outcome ? &j->o : NULL, path, sizeof(path));
+  if (!j->incident[0]) {
+    if (st == FTC_OK)
+      FTC_INFO(FTC_SUB_RECOVERY, "epoch %llu failed (%s): dump written to %s",
+               (unsigned long long)j->epoch, ftc_strerror((ftc_status_t)j->status), path);
+    else
+      FTC_WARN(FTC_SUB_RECOVERY, "epoch %llu failed; cannot write a dump: %s",
+               (unsigned long long)j->epoch, ftc_last_error());
+    return;
+  }
+  if (st != FTC_OK) {
+    FTC_WARN(FTC_SUB_RECOVERY, "cannot write the dump the coordinator asked for (%s): %s",
+             j->incident, ftc_last_error());
+    return;
+  }
+  size_t len = 0;
+  char *data = read_file(path, &len);
+  ftc_status_t up = FTC_ERR_SYSTEM;
+  int gone = 0;
+  pthread_mutex_lock(&dw.mu);
+  if (!j->owner)
+    gone = 1;
+  else if (data && j->owner->member)
+    up = ftc__member_upload_dump(j->owner->member, j->incident, j->rank, data, len);
+  pthread_mutex_unlock(&dw.mu);
+  if (gone)
+    FTC_WARN(FTC_SUB_RECOVERY, "wrote %s for incident %s but its communicator was destroyed "
+             "before the upload (FTCOMM_DUMP_DRAIN_MS passed)", path, j->incident);
+  else if (up != FTC_OK)
+    FTC_WARN(FTC_SUB_RECOVERY, "wrote %s for incident %s but cannot upload it: %s", path,
+             j->incident, data ? ftc_last_error() : "cannot read it back");
+  else
+    FTC_INFO(FTC_SUB_RECOVERY, "dump for incident %s: %s (uploaded)", j->incident, path);
+  ftc__free(data);
+}
+
+static void *dw_main(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&dw.mu);
+  for (;;) {
+    while (!dw.head && !dw.stop) pthread_cond_wait(&dw.cv, &dw.mu);
+    struct ftc__dw_job *j = dw.head;
+    if (!j) break; /* stop, and nothing left */
+    dw.head = j->next;
+    if (!dw.head) dw.tail = NULL;
+    dw.queued--;
+    dw.busy = j;
+    pthread_mutex_unlock(&dw.mu);
+    job_run(j);
+    pthread_mutex_lock(&dw.mu);
+    dw.busy = NULL;
+    pthread_cond_broadcast(&dw.cv);
+    pthread_mutex_unlock(&dw.mu);
+    job_free(j);
+    pthread_mutex_lock(&dw.mu);
+  }
+  pthread_mutex_unlock(&dw.mu);
+  return NULL;
+}
+
+void ftc__dw_retain(void) {
+  pthread_mutex_lock(&dw.mu);
+  dw.users++;
+  pthread_mutex_unlock(&dw.mu);
+}
+
+void ftc__dw_submit(ftc__dw_job_t *j) {
+  struct ftc__dw_job *dropped = NULL;
+  pthread_mutex_lock(&dw.mu);
+  if (!dw.started) {
+    int rc = pthread_create(&dw.thread, NULL, dw_main, NULL);
+    if (rc != 0) {
+      pthread_mutex_unlock(&dw.mu);
+      /* No thread: written here, late rather than lost. */
+      FTC_WARN(FTC_SUB_RECOVERY, "cannot start the dump writer thread (%s); writing the dump "
+               "on the watchdog thread", strerror(rc));
+      job_run(j);
+      job_free(j);
+      return;
+    }
+    pthread_setname_np(dw.thread, "ftc-dumpwriter");
+    dw.started = 1;
+    dw.stop = 0;
+  } else if (dw.stop) {
+    /* The last communicator is letting go as another submits: written here. */
+    pthread_mutex_unlock(&dw.mu);
+    job_run(j);
+    job_free(j);
+    return;
+  }
+  if (dw.queued >= DW_MAX_QUEUED) {
+    dropped = dw.head;
+    dw.head = dropped->next;
+    if (!dw.head) dw.tail = NULL;
+    dw.queued--;
+  }
+  if (dw.tail)
+    dw.tail->next = j;
+  else
+    dw.head = j;
+  dw.tail = j;
+  dw.queued++;
+  pthread_cond_broadcast(&dw.cv);
+  pthread_mutex_unlock(&dw.mu);
+  if (dropped) {
+    char what[192];
+    FTC_WARN(FTC_SUB_RECOVERY, "dumps come faster than the disk takes them (%d waiting): "
+             "dropped %s, the oldest", DW_MAX_QUEUED, job_what(dropped, what, sizeof(what)));
+    job_free(dropped);
+  }
+}
+
+/* Whether a job of owner is waiting or being written (dw.mu held). */
+static int owner_busy_locked(ftc_comm_t *owner) {
+  if (dw.busy && dw.busy->owner == owner) return 1;
+  for (struct ftc__dw_job *j = dw.head; j; j = j->next)
+    if (j->owner == owner) return 1;
+  return 0;
+}
+
+void ftc__dw_release(ftc_comm_t *owner) {
+  int64_t drain_ms;
+  if (ftc__param_int(FTC_P_DUMP_DRAIN_MS, &drain_ms) != FTC_OK) drain_ms = 10000;
+  int64_t deadline = ftc__now_ns() + drain_ms * 1000000LL;
+  struct ftc__dw_job *left = NULL;
+  pthread_mutex_lock(&dw.mu);
+  while (owner_busy_locked(owner)) {
+    int64_t now = ftc__now_ns();
+    if (now >= deadline) break;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t wait = deadline - now < 100000000 ? deadline - now : 100000000; /* re-check often */
+    ts.tv_nsec += (long)wait;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&dw.cv, &dw.mu, &ts);
+  }
+  /* Past the bound: drop what still waits, and let the one being written
+   * finish without its communicator. */
+  for (struct ftc__dw_job **p = &dw.head; *p;) {
+    struct ftc__dw_job *j = *p;
+    if (j->owner != owner) {
+      p = &j->next;
+      continue;
+    }
+    *p = j->next;
+    dw.queued--;
+    j->next = left;
+    left = j;
+  }
+  dw.tail = NULL;
+  for (struct ftc__dw_job *j = dw.head; j; j = j->next) dw.tail = j;
+  if (dw.busy && dw.busy->owner == owner) dw.busy->owner = NULL;
+  int join = --dw.users <= 0 && dw.started;
+  if (join) dw.stop = 1;
+  pthread_cond_broadcast(&dw.cv);
+  pthread_mutex_unlock(&dw.mu);
+  while (left) {
+    struct ftc__dw_job *j = left;
+    left = j->next;
+    char what[192];
+    FTC_WARN(FTC_SUB_RECOVERY, "dropped %s: not written within FTCOMM_DUMP_DRAIN_MS (%lld ms) "
+             "of destroying its communicator", job_what(j, what, sizeof(what)),
+             (long long)drain_ms);
+    job_free(j);
+  }
+  if (!join) return;
+  /* The last user: the queue holds no job of a live communicator. The one
+   * being written (its communicator gave up on it) is finished first. */
+  pthread_join(dw.thread, NULL);
+  pthread_mutex_lock(&dw.mu);
+  dw.started = 0;
+  dw.stop = 0;
+  pthread_mutex_unlock(&dw.mu);
+}
