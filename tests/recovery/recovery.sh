@@ -399,6 +399,54 @@ else
   echo "skip joiner-differs: FTCOMM_BACKEND=${FTCOMM_BACKEND} (the TCP handshake checks the settings)"
 fi
 
+# A slow disk: every rank's dump writes take 5 s (dumpwrite:5000). Rank 1
+# is killed at step 5; soon after that recovery, while the survivors' dumps
+# of it are being written, rank 2 hangs at step 25 in a process ftcomm-run
+# cannot kill (its own session: as a killed process stuck in the kernel,
+# docs/nccl.md), so its connections stay open and only the watchdogs' revoke
+# (when the coordinator drops it, 1.5 s) releases the survivors' collective
+# before FTCOMM_TIMEOUT_MS (4 s). A watchdog that wrote the dumps itself
+# revoked after 5 s: a collective timeout. The dumps all land (the drain at
+# ftc_comm_destroy waits for them: FTCOMM_DUMP_DRAIN_MS).
+linger=$tmp/slow-disk.linger
+# The lingering rank goes once the survivors finished (ftcomm-run waits for it).
+(for _ in $(seq 600); do
+   [ "$(grep -c 'final: rank' "$tmp/slow-disk.out" 2>/dev/null)" -ge 2 ] && break; sleep 0.2
+ done; [ -s "$linger" ] && kill -9 "$(cat "$linger")" 2>/dev/null) &
+LINGER=$linger FTCOMM_DUMP_DRAIN_MS=40000 run slow-disk 120 -n 4 --min-size 2 -- sh -c '
+  case $FTCOMM_SLOT in
+    1) FTCOMM_FAULT=kill@5,dumpwrite:5000 ;;
+    2) FTCOMM_FAULT=stop@25,dumpwrite:5000; export FTCOMM_FAULT
+       setsid "$0" "$@" >"$LINGER.out" 2>&1 & echo $! >"$LINGER"; wait; exit ;;
+    *) FTCOMM_FAULT=dumpwrite:5000 ;;
+  esac
+  export FTCOMM_FAULT; exec "$0" "$@"' "$BIN/ftcomm-trainer" "${TRAIN[@]}"
+wait
+[ -s "$linger" ] && kill -9 "$(cat "$linger")" 2>/dev/null
+if check slow-disk 2; then
+  if ! why=$(python3 - "$tmp/dumps-slow-disk" <<'PY'
+import glob, json, os, sys
+fails = set()
+for f in glob.glob(os.path.join(sys.argv[1], "rank-*.json")):
+    j = json.load(open(f))
+    if j.get("failure"):
+        fails.add((j["epoch"], j["rank"]))
+if len(fails) < 4:
+    sys.exit("%d failure dumps landed, want one from each of the 2 survivors of each failure: %s"
+             % (len(fails), sorted(fails)))
+print("%d failure dumps landed" % len(fails))
+PY
+  ); then
+    bad slow-disk "$why"
+  elif [ "$(grep -c 'fault injection: delaying a dump write by 5000 ms' "$tmp/slow-disk.out")" -lt 4 ]; then
+    bad slow-disk "fewer than 4 dump writes were delayed"
+  elif ! grep -q 'communicator epoch revoked; .*the coordinator announced epoch 3 without rank 1' "$tmp/slow-disk.out"; then
+    bad slow-disk "the survivors' collective was not released by the watchdog's revoke"
+  else
+    ok slow-disk "2 survivors of a kill and a hang that only a revoke releases, no collective timeout with 5 s dump writes; $why"
+  fi
+fi
+
 # Kill and replace with the coordinator and the data plane on IPv6 loopback.
 if grep -q '^00000000000000000000000000000001 ' /proc/net/if_inet6 2>/dev/null; then
   FTCOMM_SOCKET_FAMILY=ipv6 run ipv6-replace 60 -n 4 --replace --replace-delay 0.2 --inject kill:1@5 -- \
