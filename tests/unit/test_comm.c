@@ -543,6 +543,34 @@ static void the_api_and_a_failed_epoch_write_dumps_into_the_dump_dir(void **stat
   assert_int_equal(system(cmd), 0);
 }
 
+/* Rank 1 dies; rank 0's epoch fails and rank 0 destroys its communicator at
+ * once, while the dump writer still sleeps (dumpwrite:1500) before the
+ * failure dump: destroy lets it land before the writer thread is joined. */
+static int slow_dump_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)n;
+  (void)arg;
+  if (rank == 1) _exit(0);
+  int32_t x = 1;
+  ftc_status_t st = ftc_allreduce(&x, &x, 1, FTC_I32, FTC_SUM, comm, 5000);
+  if (st != FTC_ERR_PEER_LOST && st != FTC_ERR_REVOKED)
+    return RANK_FAIL(rank, "allreduce with a dead peer gave %s", ftc_strerror(st));
+  return 0;
+}
+
+static void destroy_lets_a_slow_failure_dump_land(void **state) {
+  (void)state;
+  char dir[] = "/tmp/ftc-unit-dumps-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char env[64];
+  snprintf(env, sizeof(env), "FTCOMM_DUMP_DIR=%s", dir);
+  harness_opts_t o = {.env = {env, "FTCOMM_FAULT=dumpwrite:1500", "FTCOMM_DUMP_DRAIN_MS=20000"}};
+  assert_int_equal(harness_run(2, slow_dump_body, NULL, &o), 0);
+  assert_true(dir_has_dump_with(dir, "\"reason\": *\"error\""));
+  char cmd[128];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 static int no_coordinator_body(ftc_comm_t *comm, int rank, int n, void *arg) {
   (void)arg;
   ftc_epoch_info_t info;
@@ -986,6 +1014,7 @@ int main(void) {
       cmocka_unit_test(a_stranger_after_bootstrap_is_refused_and_training_goes_on),
       cmocka_unit_test(a_failed_epoch_reconnects_through_spare_connections),
       cmocka_unit_test(the_api_and_a_failed_epoch_write_dumps_into_the_dump_dir),
+      cmocka_unit_test(destroy_lets_a_slow_failure_dump_land),
       cmocka_unit_test(step_and_recover_without_a_coordinator),
       cmocka_unit_test(a_collective_past_its_timeout_fails_and_revokes_the_epoch),
       cmocka_unit_test(a_dead_peer_fails_the_collective_with_peer_lost),

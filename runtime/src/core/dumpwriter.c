@@ -217,7 +217,21 @@ static void *dw_main(void *arg) {
   return NULL;
 }
 
+/* A forked child has no writer thread: it starts its own at its first job.
+ * The parent's waiting jobs stay the parent's (their memory is left). */
+static void dw_atfork_child(void) {
+  pthread_mutex_init(&dw.mu, NULL);
+  pthread_cond_init(&dw.cv, NULL);
+  dw.head = dw.tail = dw.busy = NULL;
+  dw.queued = 0;
+  dw.started = dw.stop = 0;
+}
+
+static pthread_once_t dw_once = PTHREAD_ONCE_INIT;
+static void dw_init(void) { pthread_atfork(NULL, NULL, dw_atfork_child); }
+
 void ftc__dw_retain(void) {
+  pthread_once(&dw_once, dw_init);
   pthread_mutex_lock(&dw.mu);
   dw.users++;
   pthread_mutex_unlock(&dw.mu);
