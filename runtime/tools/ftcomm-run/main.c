@@ -76,11 +76,13 @@ typedef struct rank {
 } rank_t;
 
 #define MAX_REPLACEMENTS 100
-/* A replacement that fails within QUICK_FAIL_S of its start doubles the
- * slot's next --replace-delay, up to BACKOFF_MAX_S (or --replace-delay when
- * longer), as Kubernetes backs off a container that keeps crashing: one that
- * can never join (a wrong setting, a missing file) is not restarted ten
- * times a second. One that lived longer starts the slot over at the delay. */
+/* A replacement that exits with an error code within QUICK_FAIL_S of its
+ * start doubles the slot's next --replace-delay, up to BACKOFF_MAX_S (or
+ * --replace-delay when longer), as Kubernetes backs off a container that
+ * keeps crashing: one that can never join (a wrong setting, a missing file)
+ * is not restarted ten times a second. One that lived longer, or was killed
+ * by a signal (a node's or an operator's doing, and every trial of the
+ * recovery benchmark), starts the slot over at the delay. */
 #define QUICK_FAIL_S 10
 #define BACKOFF_MAX_S 30.0
 
@@ -341,14 +343,15 @@ static void reap(run_t *r) {
         k->not_replaced = 1;
       } else if (r->o.replace && r->replacements < MAX_REPLACEMENTS) {
         int64_t now = ftc__now_ns();
-        if (k->incarnation > 0 && now - k->spawned_ns < QUICK_FAIL_S * 1000000000LL)
+        if (k->incarnation > 0 && WIFEXITED(status) &&
+            now - k->spawned_ns < QUICK_FAIL_S * 1000000000LL)
           k->quick_fails++;
         else
           k->quick_fails = 0;
         double delay = replace_delay(&r->o, k->quick_fails);
         k->respawn_at = now + (int64_t)(delay * 1e9);
         if (k->quick_fails)
-          say(r, "rank %d %s; restarting it as a joiner in %.3g s (its replacement failed within "
+          say(r, "rank %d %s; restarting it as a joiner in %.3g s (its replacement exited within "
                  "%d s of its start, %d time%s in a row: backing off)",
               i, how, delay, QUICK_FAIL_S, k->quick_fails, k->quick_fails == 1 ? "" : "s");
         else
