@@ -3,10 +3,13 @@
  */
 #include "harness.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -150,4 +153,33 @@ int harness_run(int n, rank_body_fn body, void *arg, const harness_opts_t *opts)
   free(pids);
   free(fds);
   return failed;
+}
+
+int harness_dial(const char *addr, int timeout_s) {
+  char host[128];
+  snprintf(host, sizeof(host), "%s", addr);
+  char *colon = strrchr(host, ':');
+  if (!colon) return -1;
+  *colon = '\0';
+  struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+  if (inet_pton(AF_INET, host, &sin.sin_addr) != 1) return -1;
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  struct timeval tv = {timeout_s, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int harness_read_full(int fd, void *buf, size_t n) {
+  size_t have = 0;
+  while (have < n) {
+    ssize_t r = recv(fd, (char *)buf + have, n - have, 0);
+    if (r <= 0) return -1;
+    have += (size_t)r;
+  }
+  return 0;
 }

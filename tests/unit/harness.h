@@ -47,6 +47,13 @@ struct ftc__tcp_hello;
 void harness_hello(struct ftc__tcp_hello *h, uint16_t kind, uint64_t epoch, uint64_t member_id,
                    uint32_t rank, uint32_t size);
 
+/* A TCP connection to a member's data-plane address ("127.0.0.1:port"),
+ * with receives timing out after timeout_s; -1 if it cannot connect. */
+int harness_dial(const char *addr, int timeout_s);
+
+/* Receive exactly n bytes: 0, or -1 on a close, an error or the timeout. */
+int harness_read_full(int fd, void *buf, size_t n);
+
 /* A configuration for tests: token, timeouts, recorder off. */
 void harness_config(ftc_config_t *cfg, int timeout_ms, int connect_timeout_ms);
 

@@ -217,27 +217,9 @@ static void *create_thread(void *arg) {
 }
 
 static int dial(const char *addr) {
-  char host[128];
-  snprintf(host, sizeof(host), "%s", addr);
-  char *colon = strrchr(host, ':');
-  *colon = '\0';
-  struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
-  inet_pton(AF_INET, host, &sin.sin_addr);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct timeval tv = {2, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  assert_int_equal(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+  int fd = harness_dial(addr, 2);
+  assert_true(fd >= 0);
   return fd;
-}
-
-static int read_full(int fd, void *buf, size_t n) {
-  size_t have = 0;
-  while (have < n) {
-    ssize_t r = recv(fd, (char *)buf + have, n - have, 0);
-    if (r <= 0) return -1;
-    have += (size_t)r;
-  }
-  return 0;
 }
 
 /* Dial rank 0 and say hello as `h` signed with `token`; 1 if it answered
@@ -246,10 +228,10 @@ static int read_full(int fd, void *buf, size_t n) {
 static int say_hello(const char *addr, const ftc__tcp_hello_t *h, const char *token, int *keep) {
   int fd = dial(addr);
   uint8_t nonce[FTC__TCP_NONCE_SIZE], msg[FTC__TCP_HELLO_SIZE];
-  assert_int_equal(read_full(fd, nonce, sizeof(nonce)), 0);
+  assert_int_equal(harness_read_full(fd, nonce, sizeof(nonce)), 0);
   ftc__tcp_hello_encode(msg, h, token, nonce);
   assert_int_equal(send(fd, msg, sizeof(msg), 0), (ssize_t)sizeof(msg));
-  if (read_full(fd, msg, sizeof(msg)) != 0) {
+  if (harness_read_full(fd, msg, sizeof(msg)) != 0) {
     close(fd);
     return 0;
   }
@@ -317,7 +299,7 @@ static void strangers_are_refused_and_the_real_peer_is_accepted(void **state) {
   x = 9;
   assert_int_equal(ftc_send(&x, 1, FTC_I32, 1, c.comm, 2000), FTC_OK);
   int32_t got = 0;
-  assert_int_equal(read_full(down, &got, sizeof(got)), 0);
+  assert_int_equal(harness_read_full(down, &got, sizeof(got)), 0);
   assert_int_equal(got, 9);
   ftc_comm_destroy(c.comm);
   close(up);
@@ -352,7 +334,7 @@ static void one_socket_per_pair_when_configured(void **state) {
   assert_int_equal(c.st, FTC_OK);
   int32_t x = 9, got = 0;
   assert_int_equal(ftc_send(&x, 1, FTC_I32, 1, c.comm, 2000), FTC_OK);
-  assert_int_equal(read_full(keep, &got, sizeof(got)), 0);
+  assert_int_equal(harness_read_full(keep, &got, sizeof(got)), 0);
   assert_int_equal(got, 9);
   ftc_comm_destroy(c.comm);
   close(keep);

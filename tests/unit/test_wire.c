@@ -188,27 +188,9 @@ static void *create_thread(void *arg) {
 }
 
 static int dial(const char *addr) {
-  char host[128];
-  snprintf(host, sizeof(host), "%s", addr);
-  char *colon = strrchr(host, ':');
-  *colon = '\0';
-  struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
-  inet_pton(AF_INET, host, &sin.sin_addr);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct timeval tv = {5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  assert_int_equal(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+  int fd = harness_dial(addr, 5);
+  assert_true(fd >= 0);
   return fd;
-}
-
-static int read_full(int fd, void *buf, size_t n) {
-  size_t have = 0;
-  while (have < n) {
-    ssize_t r = recv(fd, (char *)buf + have, n - have, 0);
-    if (r <= 0) return -1;
-    have += (size_t)r;
-  }
-  return 0;
 }
 
 /* Rank 0 of a 2-rank view runs in a thread, creating its communicator;
@@ -230,10 +212,10 @@ static void the_acceptor_answers_a_member_that_differs_with_its_settings_and_fai
   h.wire.ring_threshold = 2048;
   int fd = dial(c.view->members[0].addr);
   uint8_t nonce[FTC__TCP_NONCE_SIZE], msg[FTC__TCP_HELLO_SIZE];
-  assert_int_equal(read_full(fd, nonce, sizeof(nonce)), 0);
+  assert_int_equal(harness_read_full(fd, nonce, sizeof(nonce)), 0);
   ftc__tcp_hello_encode(msg, &h, HARNESS_TOKEN, nonce);
   assert_int_equal(send(fd, msg, sizeof(msg), 0), (ssize_t)sizeof(msg));
-  assert_int_equal(read_full(fd, msg, sizeof(msg)), 0);
+  assert_int_equal(harness_read_full(fd, msg, sizeof(msg)), 0);
   ftc__tcp_hello_t ans;
   assert_int_equal(ftc__tcp_hello_decode(msg, &ans, HARNESS_TOKEN, nonce), 0);
   assert_int_equal(ans.kind, FTC__TCP_MISMATCH);
@@ -292,10 +274,10 @@ static void a_running_rank_refuses_a_new_member_that_differs_and_keeps_waiting(v
   h.wire.algo = FTC_ALGO_DOUBLING;
   int fd = dial(c.view->members[0].addr);
   uint8_t nonce[FTC__TCP_NONCE_SIZE], msg[FTC__TCP_HELLO_SIZE];
-  assert_int_equal(read_full(fd, nonce, sizeof(nonce)), 0);
+  assert_int_equal(harness_read_full(fd, nonce, sizeof(nonce)), 0);
   ftc__tcp_hello_encode(msg, &h, HARNESS_TOKEN, nonce);
   assert_int_equal(send(fd, msg, sizeof(msg), 0), (ssize_t)sizeof(msg));
-  assert_int_equal(read_full(fd, msg, sizeof(msg)), 0);
+  assert_int_equal(harness_read_full(fd, msg, sizeof(msg)), 0);
   ftc__tcp_hello_t ans;
   assert_int_equal(ftc__tcp_hello_decode(msg, &ans, HARNESS_TOKEN, nonce), 0);
   assert_int_equal(ans.kind, FTC__TCP_MISMATCH);
