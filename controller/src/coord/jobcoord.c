@@ -53,8 +53,15 @@ typedef struct pending {
   int asked;
   uint64_t epoch;
   int64_t start_ns; /* monotonic */
-  int view_known;   /* the reconciler's last view is of the epoch that hung */
+  int *slot_of_rank; /* rank -> slot in the epoch that hung, when the reconciler
+                     * had read that epoch's view by the time it hung; NULL: unknown */
+  int nview;
 } pending_t;
+
+static void pending_free(pending_t *p) {
+  ftc__free(p->slot_of_rank);
+  ftc__free(p);
+}
 
 typedef struct jc {
   struct jc *next;
@@ -118,6 +125,15 @@ static void on_event(void *arg, const ftc__coord_event_t *ev) {
       FTC_WARN(FTC_SUB_CTRL, "%s: %s; collecting the dumps of %d ranks into %s", j->key, p->inc.reason, p->asked,
                p->inc.dump_path);
       pthread_mutex_lock(&cs->mu);
+      /* Which slot had which rank in the epoch that hung, kept with the
+       * incident: by the time its dumps are in (they may wait seconds for the
+       * coordinator's verdict) the job can be at a later epoch, renumbered
+       * or not, and the culprit the analyzer names is a rank of this one. */
+      if (j->slot_of_rank && j->view_epoch == ev->epoch &&
+          (p->slot_of_rank = ftc__calloc((size_t)j->nview, sizeof *p->slot_of_rank))) {
+        memcpy(p->slot_of_rank, j->slot_of_rank, (size_t)j->nview * sizeof *p->slot_of_rank);
+        p->nview = j->nview;
+      }
       p->next = j->pending;
       j->pending = p;
       pthread_mutex_unlock(&cs->mu);
@@ -207,7 +223,7 @@ static void jc_free(jc_t *j) {
   while (j->pending) {
     pending_t *p = j->pending;
     j->pending = p->next;
-    ftc__free(p);
+    pending_free(p);
   }
   json_decref(j->lost);
   ftc__free(j->slot_of_rank);
@@ -505,7 +521,6 @@ ftc_status_t ftck_coords_take_incidents(ftck_coords_t *cs, const char *key, ftck
         *pp = p->next;
         p->next = ready;
         ready = p;
-        p->view_known = p->epoch == j->view_epoch;
         continue;
       }
       int64_t left = (p->start_ns + wait_ns - now) / 1000000 + 1;
@@ -522,7 +537,7 @@ ftc_status_t ftck_coords_take_incidents(ftck_coords_t *cs, const char *key, ftck
     while (ready) {
       pending_t *p = ready;
       ready = p->next;
-      ftc__free(p);
+      pending_free(p);
     }
     return ftc__error(FTC_ERR_NO_MEMORY, "coordinators: no memory");
   }
@@ -540,14 +555,19 @@ ftc_status_t ftck_coords_take_incidents(ftck_coords_t *cs, const char *key, ftck
       FTC_WARN(FTC_SUB_CTRL, "%s: incident %s: %s", key, inc->name, inc->headline);
     if (inc->culprit_rank < 0 && rank >= 0) {
       inc->culprit_rank = rank;
-      pthread_mutex_lock(&cs->mu);
-      j = find(cs, key);
-      if (p->view_known && j && j->slot_of_rank && rank < j->nview) inc->culprit_slot = j->slot_of_rank[rank];
-      pthread_mutex_unlock(&cs->mu);
+      if (p->slot_of_rank && rank < p->nview) {
+        inc->culprit_slot = p->slot_of_rank[rank];
+      } else {
+        pthread_mutex_lock(&cs->mu);
+        j = find(cs, key);
+        if (j && j->slot_of_rank && j->view_epoch == p->epoch && rank < j->nview)
+          inc->culprit_slot = j->slot_of_rank[rank];
+        pthread_mutex_unlock(&cs->mu);
+      }
     }
     FTC_WARN(FTC_SUB_CTRL, "%s: incident %s: %d dump%s of %d; %s", key, inc->name, inc->dumps,
              inc->dumps == 1 ? "" : "s", p->asked, inc->headline);
-    ftc__free(p);
+    pending_free(p);
   }
   if (dir[0]) {
     int removed = ftck_prune_incidents(dir, cs->retention);
