@@ -1085,9 +1085,9 @@ static void on_tick(lws_sorted_usec_list_t *sul) {
                (long long)silent_ms);
       request_hang_dumps(co, m, hang);
     }
-    session_t *s = m->sess;
-    drop_member(co, m, 0, why);
-    if (s) kill_session(s);
+    /* Told why, in case it is alive after all (a host that starved it):
+     * what it still sends is ignored, not refused as a stranger's. */
+    exclude_member(co, m, FTC__PERR_EXCLUDED, why);
     dropped = 1;
     i--; /* drop_member moved the last member into slot i */
   }
