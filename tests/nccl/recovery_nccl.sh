@@ -18,28 +18,7 @@ ok() { echo "ok   $1"; pass=$((pass + 1)); }
 # the coordinator's verdict dropping RANK for REASON, and names RANK as the
 # peer its backend saw fail (NCCL names none; the backend takes the rank the
 # coordinator's epoch leaves out). Prints what it saw; exit 1 otherwise.
-dumps_name() {
-  python3 - "$@" <<'PY'
-import glob, json, os, sys
-d, rank, reason = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-newest = {}
-for f in glob.glob(os.path.join(d, "rank-*.json")):
-    j = json.load(open(f))
-    if j.get("failure") and (j["rank"] not in newest or j["trigger_time_ns"] > newest[j["rank"]]["trigger_time_ns"]):
-        newest[j["rank"]] = j
-if len(newest) != 3:
-    sys.exit("%d survivors wrote a failure dump, want 3" % len(newest))
-for r, j in sorted(newest.items()):
-    v, f = j.get("verdict") or {}, j["failure"]
-    named = [x for x in v.get("dropped", []) if x["rank"] == rank]
-    if not v.get("decided") or not named or named[0]["reason"] != reason:
-        sys.exit("rank %d's failure dump does not name rank %d (%s): %s" % (r, rank, reason, json.dumps(v)))
-    if f["peer"] != rank:
-        sys.exit("rank %d's failure (%s) blames peer %d, want %d" % (r, f["status"], f["peer"], rank))
-print("3 survivors' failure dumps name rank %d (%s: %s) as the coordinator's verdict and as their failed peer (%s)"
-      % (rank, reason, named[0].get("detail", ""), ", ".join(sorted(set(j["failure"]["status"] for j in newest.values())))))
-PY
-}
+dumps_name() { python3 tests/recovery/failure_dumps.py "$@" --exactly 3 --peer; }
 bad() { echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/    | /' "$2" | tail -n 30; fail=$((fail + 1)); }
 
 PROBE=$BUILD/tests/nccl/api_probe

@@ -74,24 +74,7 @@ if [ -z "$ref_loss" ]; then bad reference "no final line"; echo "recovery: the r
 # coordinator's verdict dropping RANK for REASON, and ftcomm-trace agrees.
 verdict_names() {
   local name=$1 rank=$2 reason=$3 why
-  why=$(python3 - "$tmp/dumps-$name" "$rank" "$reason" <<'PY'
-import glob, json, os, sys
-d, rank, reason = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-newest = {}
-for f in glob.glob(os.path.join(d, "rank-*.json")):
-    j = json.load(open(f))
-    if j.get("failure") and (j["rank"] not in newest or j["trigger_time_ns"] > newest[j["rank"]]["trigger_time_ns"]):
-        newest[j["rank"]] = j
-if len(newest) < 3:
-    sys.exit("%d survivors wrote a failure dump, want 3" % len(newest))
-for r, j in sorted(newest.items()):
-    v = j.get("verdict") or {}
-    named = [x for x in v.get("dropped", []) if x["rank"] == rank]
-    if not v.get("decided") or not named or named[0]["reason"] != reason:
-        sys.exit("rank %d's failure dump does not name rank %d (%s): %s" % (r, rank, reason, json.dumps(v)))
-print("%d survivors' failure dumps name rank %d (%s: %s)" % (len(newest), rank, reason, named[0].get("detail", "")))
-PY
-  ) || { bad "$name" "$why"; return 1; }
+  why=$(python3 tests/recovery/failure_dumps.py "$tmp/dumps-$name" "$rank" "$reason" 2>&1) || { bad "$name" "$why"; return 1; }
   local head
   head=$("$BIN/ftcomm-trace" "$tmp/dumps-$name" 2>/dev/null | head -1)
   case $head in
