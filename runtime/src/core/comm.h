@@ -159,6 +159,8 @@ void ftc__dw_job_free(ftc__dw_job_t *job);
 void ftc__dw_submit(ftc__dw_job_t *job);
 void ftc__dw_retain(void);
 void ftc__dw_release(ftc_comm_t *owner);
+/* How many jobs wait, and whether one is being written (for tests). */
+void ftc__dw_stats(int *queued, int *busy);
 
 /* Fault injection (fault.c), off unless FTCOMM_FAULT is set: parsed once.
  * ftc__fault_armed is read on the hot path (one predictable branch). */

@@ -283,6 +283,13 @@ void ftc__dw_submit(ftc__dw_job_t *j) {
   }
 }
 
+void ftc__dw_stats(int *queued, int *busy) {
+  pthread_mutex_lock(&dw.mu);
+  *queued = dw.queued;
+  *busy = dw.busy != NULL;
+  pthread_mutex_unlock(&dw.mu);
+}
+
 /* Whether a job of owner is waiting or being written (dw.mu held). */
 static int owner_busy_locked(ftc_comm_t *owner) {
   if (dw.busy && dw.busy->owner == owner) return 1;
@@ -295,7 +302,7 @@ void ftc__dw_release(ftc_comm_t *owner) {
   int64_t drain_ms;
   if (ftc__param_int(FTC_P_DUMP_DRAIN_MS, &drain_ms) != FTC_OK) drain_ms = 10000;
   int64_t deadline = ftc__now_ns() + drain_ms * 1000000LL;
-  struct ftc__dw_job *left = NULL;
+  struct ftc__dw_job *left = NULL, **left_tail = &left; /* oldest first, for the log */
   pthread_mutex_lock(&dw.mu);
   while (owner_busy_locked(owner)) {
     int64_t now = ftc__now_ns();
@@ -318,8 +325,9 @@ void ftc__dw_release(ftc_comm_t *owner) {
     }
     *p = j->next;
     dw.queued--;
-    j->next = left;
-    left = j;
+    j->next = NULL;
+    *left_tail = j;
+    left_tail = &j->next;
   }
   dw.tail = NULL;
   for (struct ftc__dw_job *j = dw.head; j; j = j->next) dw.tail = j;
