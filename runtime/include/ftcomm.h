@@ -396,26 +396,31 @@ FTC_API ftc_status_t ftc_comm_set_stream(ftc_comm_t *comm, void *stream);
 
 /*
  * Allreduce algorithm of the TCP backend, like NCCL_ALGO for NCCL. AUTO
- * chooses by size (recursive doubling below FTCOMM_RING_THRESHOLD, halving
- * and doubling below FTCOMM_HALVING_MAX, the ring above; docs/api.md); the
- * others force one algorithm for every size: RING (ring reduce-scatter +
- * allgather, pipelined), HALVING (recursive halving reduce-scatter +
- * recursive doubling allgather, Rabenseifner) and DOUBLING (recursive
- * doubling of the whole vector). An allreduce of fewer elements than ranks
- * always uses DOUBLING. The default comes from FTCOMM_ALLREDUCE_ALGO
- * (auto|ring|halving|doubling), which, like FTCOMM_RING_THRESHOLD and
- * FTCOMM_HALVING_MAX, must be the same on every rank: ftc_comm_create fails
- * with FTC_ERR_CONFIG on every rank when a peer's differs, naming it.
+ * chooses by size (recursive doubling below FTCOMM_RING_THRESHOLD, or FLAT
+ * there when every rank is on one host with fewer online CPUs than ranks;
+ * halving and doubling below FTCOMM_HALVING_MAX, the ring above;
+ * docs/api.md); the others force one algorithm for every size: RING (ring
+ * reduce-scatter + allgather, pipelined), HALVING (recursive halving
+ * reduce-scatter + recursive doubling allgather, Rabenseifner), DOUBLING
+ * (recursive doubling of the whole vector) and FLAT (every rank sends its
+ * vector to rank 0, which reduces them in rank order and sends the result
+ * to each). An allreduce of fewer elements than ranks uses what AUTO uses
+ * for small ones in place of RING and HALVING. The default comes from
+ * FTCOMM_ALLREDUCE_ALGO (auto|ring|halving|doubling|flat), which, like
+ * FTCOMM_RING_THRESHOLD and FTCOMM_HALVING_MAX, must be the same on every
+ * rank: ftc_comm_create fails with FTC_ERR_CONFIG on every rank when a
+ * peer's differs, naming it. Every algorithm gives every rank the same bits.
  */
 typedef enum ftc_algo {
   FTC_ALGO_AUTO = 0,
   FTC_ALGO_RING = 1,
   FTC_ALGO_HALVING = 2,
   FTC_ALGO_DOUBLING = 3,
+  FTC_ALGO_FLAT = 4,
   FTC_ALGO_COUNT
 } ftc_algo_t;
 
-/* "auto", "ring", "halving", "doubling"; "?" if unknown. */
+/* "auto", "ring", "halving", "doubling", "flat"; "?" if unknown. */
 FTC_API const char *ftc_algo_name(ftc_algo_t algo);
 
 /* Set the algorithm of this communicator's allreduces from the next one

@@ -6,7 +6,9 @@
  * asynchronous. The chunk and the cutover are made small
  * (FTCOMM_CHUNK_BYTES=4096, FTCOMM_RING_THRESHOLD=2048) so small buffers
  * cross every code path. Big buffers are sampled: 64 MiB f32 sum allreduce
- * at 2 and 4 ranks with the default chunk.
+ * at 2 and 4 ranks with the default chunk. Each allreduce algorithm is also
+ * forced for every size (FTCOMM_ALLREDUCE_ALGO) and must give every rank
+ * the same bits with inputs whose reductions round.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +22,7 @@
 #include <cmocka.h>
 
 #include "core/op.h"
+#include "core/reduce.h"
 #include "ftc_time.h"
 #include "harness.h"
 #include "refdata.h"
@@ -203,6 +206,11 @@ static const harness_opts_t forced_doubling_opts = {
     .env = {"FTCOMM_CHUNK_BYTES=4096", "FTCOMM_RING_THRESHOLD=2048", "FTCOMM_SPIN_US=0",
             "FTCOMM_ALLREDUCE_ALGO=doubling"},
 };
+static const harness_opts_t forced_flat_opts = {
+    .time_limit_s = 120,
+    .env = {"FTCOMM_CHUNK_BYTES=4096", "FTCOMM_RING_THRESHOLD=2048", "FTCOMM_SPIN_US=0",
+            "FTCOMM_ALLREDUCE_ALGO=flat"},
+};
 
 MATRIX_SET(allreduce_matches_reference_at_size, FTC_REC_ALLREDUCE)
 MATRIX_SET_WITH(allreduce_by_ring_matches_reference_at_size, FTC_REC_ALLREDUCE, &ring_opts)
@@ -212,6 +220,75 @@ MATRIX_SET_WITH(allreduce_forced_to_halving_matches_reference_at_size, FTC_REC_A
                 &forced_halving_opts)
 MATRIX_SET_WITH(allreduce_forced_to_doubling_matches_reference_at_size, FTC_REC_ALLREDUCE,
                 &forced_doubling_opts)
+MATRIX_SET_WITH(allreduce_forced_to_flat_matches_reference_at_size, FTC_REC_ALLREDUCE,
+                &forced_flat_opts)
+
+/* Results feed training, so every rank must get the same bits, with inputs
+ * whose sums round (the reference matrix uses exact ones): each algorithm,
+ * f32/f64/f16/bf16, sum/prod/avg, counts below and above the cutover;
+ * every rank's result is gathered and compared byte for byte. Flat must
+ * also equal the serial reduction in rank order (rank 0 reduces
+ * x0 op x1, then op x2, ...), bit for bit. */
+static void inexact_fill(ftc_dtype_t dt, int rank, void *buf, size_t count) {
+  for (size_t i = 0; i < count; i++) {
+    uint32_t h = (uint32_t)(rank + 1) * 2654435761u ^ (uint32_t)i * 40503u;
+    h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
+    double v = 0.75 + (double)(h % 100003u) / 200006.0; /* [0.75, 1.25): products stay finite */
+    switch (dt) {
+      case FTC_F32: ((float *)buf)[i] = (float)v; break;
+      case FTC_F64: ((double *)buf)[i] = v / 3.0; break;
+      case FTC_F16: ((uint16_t *)buf)[i] = ftc__f32_to_f16((float)v); break;
+      default: ((uint16_t *)buf)[i] = ftc__f32_to_bf16((float)v); break;
+    }
+  }
+}
+
+static int bitwise_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)arg;
+  const ftc_dtype_t dts[] = {FTC_F32, FTC_F64, FTC_F16, FTC_BF16};
+  const ftc_op_t ops[] = {FTC_SUM, FTC_PROD, FTC_AVG};
+  const size_t counts[] = {1, 7, 300, (size_t)n * 1024 + 3};
+  enum { MAXC = 8 * 1024 + 3 };
+  static char x[MAXC * 8], y[MAXC * 8], serial[MAXC * 8], all[8 * MAXC * 8];
+  for (int a = 0; a < FTC_ALGO_COUNT; a++)
+    for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++)
+      for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
+        for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+          const size_t count = counts[c], bytes = count * ftc_dtype_size(dts[d]);
+          char what[128];
+          snprintf(what, sizeof(what), "%s %s %s count %zu", ftc_algo_name((ftc_algo_t)a),
+                   ftc_dtype_name(dts[d]), ftc_op_name(ops[o]), count);
+          if (ftc_comm_set_allreduce_algo(comm, (ftc_algo_t)a) != FTC_OK)
+            return RANK_FAIL(rank, "set %s: %s", what, ftc_last_error());
+          inexact_fill(dts[d], rank, x, count);
+          if (ftc_allreduce(x, y, count, dts[d], ops[o], comm, FTC_TIMEOUT_DEFAULT) != FTC_OK ||
+              ftc_allgather(y, all, bytes, FTC_U8, comm, FTC_TIMEOUT_DEFAULT) != FTC_OK)
+            return RANK_FAIL(rank, "%s: %s", what, ftc_last_error());
+          for (int q = 1; q < n; q++)
+            if (memcmp(all, all + (size_t)q * bytes, bytes) != 0)
+              return RANK_FAIL(rank, "%s: rank %d's result differs from rank 0's", what, q);
+          if (a != FTC_ALGO_FLAT) continue;
+          inexact_fill(dts[d], 0, serial, count);
+          for (int q = 1; q < n; q++) {
+            inexact_fill(dts[d], q, x, count);
+            ftc__reduce(serial, serial, x, count, dts[d], ops[o]);
+          }
+          if (ops[o] == FTC_AVG) ftc__reduce_avg_finish(serial, count, dts[d], n);
+          if (memcmp(serial, y, bytes) != 0)
+            return RANK_FAIL(rank, "%s: not the serial reduction in rank order", what);
+        }
+  return 0;
+}
+
+static void every_algorithm_gives_every_rank_the_same_bits_at_3_ranks(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(3, bitwise_body, NULL, &small_opts), 0);
+}
+
+static void every_algorithm_gives_every_rank_the_same_bits_at_8_ranks(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(8, bitwise_body, NULL, &small_opts), 0);
+}
 
 /* ftc_comm_set_allreduce_algo switches the algorithm from the next call:
  * every algorithm in turn, blocking and async, each call checked (what
@@ -554,6 +631,9 @@ int main(void) {
       SET_ENTRIES(allreduce_forced_to_ring_matches_reference_at_size),
       SET_ENTRIES(allreduce_forced_to_halving_matches_reference_at_size),
       SET_ENTRIES(allreduce_forced_to_doubling_matches_reference_at_size),
+      SET_ENTRIES(allreduce_forced_to_flat_matches_reference_at_size),
+      cmocka_unit_test(every_algorithm_gives_every_rank_the_same_bits_at_3_ranks),
+      cmocka_unit_test(every_algorithm_gives_every_rank_the_same_bits_at_8_ranks),
       cmocka_unit_test(allreduce_algorithm_switched_per_call_matches_reference_at_3_ranks),
       cmocka_unit_test(allreduce_algorithm_switched_per_call_matches_reference_at_8_ranks),
       cmocka_unit_test(ranks_that_set_different_algorithms_do_not_get_the_right_answer),

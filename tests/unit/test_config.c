@@ -103,7 +103,7 @@ static void an_unknown_backend_is_a_config_error(void **state) {
 
 static void every_allreduce_algorithm_name_is_accepted(void **state) {
   (void)state;
-  const char *names[] = {"auto", "ring", "halving", "doubling", "Ring", "" /* unset */};
+  const char *names[] = {"auto", "ring", "halving", "doubling", "flat", "Ring", "Flat", "" /* unset */};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
     setenv("FTCOMM_ALLREDUCE_ALGO", names[i], 1);
     ftc__param_reset();
@@ -128,7 +128,7 @@ static void an_unknown_allreduce_algorithm_is_a_config_error_listing_the_valid_o
     assert_int_equal(ftc_config_resolve(&cfg), FTC_ERR_CONFIG);
     assert_non_null(strstr(ftc_last_error(), "FTCOMM_ALLREDUCE_ALGO"));
     assert_non_null(strstr(ftc_last_error(), bad[i]));
-    assert_non_null(strstr(ftc_last_error(), "auto, ring, halving, doubling"));
+    assert_non_null(strstr(ftc_last_error(), "auto, ring, halving, doubling, flat"));
     /* ftc_comm_create resolves the config first: refused before connecting */
     ftc_comm_t *comm = (ftc_comm_t *)&cfg;
     assert_int_equal(ftc_comm_create(NULL, &comm), FTC_ERR_CONFIG);

@@ -7,6 +7,8 @@
  * differs is refused by the acceptor's handshake with an answer carrying its
  * settings. Settings that only change how a rank moves the same bytes
  * (FTCOMM_CHUNK_BYTES, FTCOMM_SPIN_US, FTCOMM_SOCKET_BUFFER) may differ.
+ * What FTCOMM_ALLREDUCE_ALGO=auto picks for small allreduces
+ * (ftc__tcp_crowded) depends on nothing that differs between the ranks.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -293,9 +295,46 @@ static void a_running_rank_refuses_a_new_member_that_differs_and_keeps_waiting(v
   harness_view_free(solo);
 }
 
+/* The automatic choice of flat for small allreduces depends only on the
+ * view, which every rank shares, and the host's CPUs, which are the same
+ * for every rank when the view says they share one host. */
+static void ftc__tcp_crowded_needs_one_host_and_more_ranks_than_its_cpus(void **state) {
+  (void)state;
+  ftc__view_t *v = harness_view(8, 0, 1, NULL);
+  for (int r = 0; r < 8; r++) snprintf(v->members[r].addr, sizeof(v->members[r].addr), "10.0.0.7:%d", 4000 + r);
+  assert_true(ftc__tcp_crowded(v, 2));
+  assert_true(ftc__tcp_crowded(v, 7));
+  assert_false(ftc__tcp_crowded(v, 8)); /* one rank per CPU */
+  assert_false(ftc__tcp_crowded(v, 64));
+  assert_false(ftc__tcp_crowded(v, 0)); /* unknown CPU count: recursive doubling */
+  snprintf(v->members[5].addr, sizeof(v->members[5].addr), "10.0.0.70:4005"); /* two hosts */
+  assert_false(ftc__tcp_crowded(v, 2));
+  snprintf(v->members[5].addr, sizeof(v->members[5].addr), "10.0.0.7:9"); /* a short port */
+  assert_true(ftc__tcp_crowded(v, 2));
+  for (int r = 0; r < 8; r++) snprintf(v->members[r].addr, sizeof(v->members[r].addr), "[fd00::1]:%d", 5000 + r);
+  assert_true(ftc__tcp_crowded(v, 4));
+  snprintf(v->members[3].addr, sizeof(v->members[3].addr), "[fd00::12]:5003");
+  assert_false(ftc__tcp_crowded(v, 4));
+  v->size = 1; /* a world of one has nothing to reduce */
+  assert_false(ftc__tcp_crowded(v, 0));
+  harness_view_free(v);
+}
+
+static void ranks_with_flat_and_auto_are_refused_at_creation(void **state) {
+  (void)state;
+  harness_opts_t o = {.rank_env = {[0] = {"FTCOMM_ALLREDUCE_ALGO=FLAT"}}};
+  refusal_t r = {.says = {
+      {"rank 1 has FTCOMM_ALLREDUCE_ALGO=auto, this rank (0) flat: set the same value on every rank"},
+      {"rank 0 has FTCOMM_ALLREDUCE_ALGO=flat, this rank (1) auto: set the same value on every rank"},
+  }};
+  expect_refused(2, &o, &r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(ranks_with_different_allreduce_algorithms_are_refused_at_creation),
+      cmocka_unit_test(ranks_with_flat_and_auto_are_refused_at_creation),
+      cmocka_unit_test(ftc__tcp_crowded_needs_one_host_and_more_ranks_than_its_cpus),
       cmocka_unit_test(ranks_with_different_ring_thresholds_are_refused_at_creation),
       cmocka_unit_test(ranks_with_different_halving_limits_are_refused_at_creation),
       cmocka_unit_test(ranks_with_different_socket_counts_are_refused_at_creation),

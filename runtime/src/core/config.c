@@ -15,7 +15,7 @@
 
 int ftc_version(void) { return FTC_VERSION_CODE; }
 
-static const char *const algo_names[FTC_ALGO_COUNT] = {"auto", "ring", "halving", "doubling"};
+static const char *const algo_names[FTC_ALGO_COUNT] = {"auto", "ring", "halving", "doubling", "flat"};
 
 const char *ftc_algo_name(ftc_algo_t algo) {
   return (unsigned)algo < FTC_ALGO_COUNT ? algo_names[algo] : "?";
@@ -27,7 +27,7 @@ ftc_status_t ftc__algo_parse(const char *what, const char *name, ftc_algo_t *out
       *out = (ftc_algo_t)i;
       return FTC_OK;
     }
-  return ftc__error(FTC_ERR_CONFIG, "%s=\"%s\" is not an algorithm; use one of auto, ring, halving, doubling",
+  return ftc__error(FTC_ERR_CONFIG, "%s=\"%s\" is not an algorithm; use one of auto, ring, halving, doubling, flat",
                     what, name ? name : "");
 }
 

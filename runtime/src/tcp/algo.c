@@ -2,7 +2,9 @@
  * algo.c - the collective algorithms of the TCP backend, expressed as runs
  * of the stream engine (xfer.c):
  *   allreduce       recursive doubling with the non-power-of-two fold below
- *                   FTCOMM_RING_THRESHOLD bytes; from there to
+ *                   FTCOMM_RING_THRESHOLD bytes (a flat reduce to rank 0
+ *                   and broadcast instead when the ranks share one host
+ *                   with fewer cores: ftc__tcp_crowded); from there to
  *                   FTCOMM_HALVING_MAX recursive halving + doubling
  *                   (Rabenseifner) with the same fold; above it a ring
  *                   reduce-scatter + allgather as one pipelined stream per
@@ -194,6 +196,33 @@ static ftc_status_t allreduce_rhd(ftc__tcp_t *tp, const ftc__op_t *op, const ftc
 #undef REAL
   if (r < 2 * rem) return sendrecv(tp, r - 1, rb, bytes, -1, NULL, 0, red, deadline);
   return FTC_OK;
+}
+
+/* Every rank sends its vector to rank 0, which reduces them in rank order
+ * (one at a time, chunk by chunk through the staging chunk) and sends the
+ * result to every rank at once: 2 (n - 1) messages and two steps, where
+ * recursive doubling sends n log2(n) in log2(n) steps. Each rank other than
+ * 0 waits once; so when the ranks outnumber the cores (ftc__tcp_crowded)
+ * fewer of them need a core at each moment, which is what the latency is
+ * made of there (docs/benchmarks.md). Rank 0's result is what every rank
+ * gets, so all agree bitwise. */
+static ftc_status_t allreduce_flat(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red_t *red,
+                                   int64_t deadline) {
+  const int n = tp->size, r = tp->rank;
+  const size_t bytes = op->count * red->esize;
+  char *rb = op->recvbuf;
+  ftc_status_t st;
+  if (r != 0) return sendrecv(tp, 0, op->sendbuf, bytes, 0, rb, bytes, red, deadline);
+  const char *src = op->sendbuf;
+  for (int q = 1; q < n; q++) {
+    if ((st = recv_reduce(tp, q, rb, src, bytes, q == n - 1, red, deadline)) != FTC_OK) return st;
+    src = rb;
+  }
+  for (int q = 1; q < n; q++) {
+    tp->segs[q] = (ftc__seg_t){.src = rb, .len = bytes};
+    stream_at(tp, q - 1, q, 1, &tp->segs[q], 1);
+  }
+  return ftc__xfer_run(tp, tp->streams, n - 1, red, deadline);
 }
 
 static ftc_status_t allreduce_ring(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red_t *red,
@@ -420,13 +449,15 @@ ftc_status_t ftc__tcp_run(ftc__tcp_t *tp, const ftc__op_t *op, int64_t deadline_
   switch (op->coll) {
     case FTC_REC_ALLREDUCE: {
       ftc_algo_t a = op->algo;
-      if (op->count < (size_t)tp->size)
-        a = FTC_ALGO_DOUBLING; /* blocks of the ring and of halving would be empty */
-      else if (a == FTC_ALGO_AUTO)
-        a = bytes < tp->cfg.ring_threshold ? FTC_ALGO_DOUBLING
-            : bytes < tp->cfg.halving_max  ? FTC_ALGO_HALVING
-                                           : FTC_ALGO_RING;
+      const ftc_algo_t small = tp->crowded ? FTC_ALGO_FLAT : FTC_ALGO_DOUBLING;
+      if (a == FTC_ALGO_AUTO)
+        a = op->count < (size_t)tp->size || bytes < tp->cfg.ring_threshold ? small
+            : bytes < tp->cfg.halving_max                                  ? FTC_ALGO_HALVING
+                                                                           : FTC_ALGO_RING;
+      else if (op->count < (size_t)tp->size && (a == FTC_ALGO_RING || a == FTC_ALGO_HALVING))
+        a = small; /* their blocks would be empty */
       if (a == FTC_ALGO_DOUBLING) return allreduce_rd(tp, op, &red, deadline_ns);
+      if (a == FTC_ALGO_FLAT) return allreduce_flat(tp, op, &red, deadline_ns);
       if (a == FTC_ALGO_HALVING) return allreduce_rhd(tp, op, &red, deadline_ns);
       return allreduce_ring(tp, op, &red, deadline_ns);
     }

@@ -1148,6 +1148,24 @@ static ftc__tcp_t *tp_new(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view) {
   return tp;
 }
 
+/* The host part of "host:port" or "[v6]:port": its length. */
+static size_t addr_host_len(const char *addr) {
+  const char *c = strrchr(addr, ':');
+  if (!c || (addr[0] == '[' && c[-1] != ']')) return strlen(addr);
+  return (size_t)(c - addr);
+}
+
+int ftc__tcp_crowded(const ftc__view_t *view, long ncpu) {
+  if (view->size < 2 || ncpu < 1 || view->size <= ncpu) return 0;
+  const char *h0 = view->members[0].addr;
+  size_t l0 = addr_host_len(h0);
+  for (int r = 1; r < view->size; r++) {
+    const char *h = view->members[r].addr;
+    if (addr_host_len(h) != l0 || strncmp(h, h0, l0) != 0) return 0;
+  }
+  return 1;
+}
+
 ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view, int listen_fd,
                               ftc__tcp_t *prev, ftc__tcp_t **out) {
   ftc_status_t st = FTC_OK;
@@ -1189,6 +1207,12 @@ ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view
   } else {
     boot_free(b);
   }
+  tp->crowded = ftc__tcp_crowded(view, sysconf(_SC_NPROCESSORS_ONLN));
+  if (tp->crowded && cfg->allreduce_algo == FTC_ALGO_AUTO && tp->rank == 0)
+    FTC_INFO(FTC_SUB_NET,
+             "epoch %llu: %d ranks on one host with %ld online CPUs: allreduces below "
+             "FTCOMM_RING_THRESHOLD use flat (FTCOMM_ALLREDUCE_ALGO)",
+             (unsigned long long)tp->epoch, tp->size, sysconf(_SC_NPROCESSORS_ONLN));
   if (tp->early_made)
     FTC_INFO(FTC_SUB_NET,
              "rank %d: data plane of epoch %llu connected to %d peers (%d socket(s) to new "

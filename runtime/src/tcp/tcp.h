@@ -63,6 +63,14 @@ ftc_status_t ftc__tcp_cfg_from_env(ftc__tcp_cfg_t *cfg);
 
 typedef struct ftc__tcp ftc__tcp_t;
 
+/* Whether the ranks of view outnumber the CPUs they share: every member
+ * advertises the same host (the same machine, so every rank has the same
+ * ncpu, the online CPUs, and decides the same) and there are more than ncpu
+ * of them. Then FTC_ALGO_AUTO reduces allreduces below
+ * FTCOMM_RING_THRESHOLD flat (to rank 0 and back) rather than by
+ * recursive doubling, which needs more ranks on a core at once. */
+int ftc__tcp_crowded(const ftc__view_t *view, long ncpu);
+
 /* Listen on bind_host (ephemeral port) with family (AF_UNSPEC, AF_INET,
  * AF_INET6; see FTCOMM_BIND_HOST and FTCOMM_SOCKET_FAMILY: a wildcard with
  * auto is one dual-stack IPv6 socket, or IPv4 on a host without IPv6).

@@ -51,6 +51,8 @@ struct ftc__tcp {
                            * (ftc__tcp_early_start), NULL when none; its bootstrap state
                            * is early->spare_boot */
   int shared;             /* this run uses each pair's shared socket both ways */
+  int crowded;            /* ftc__tcp_crowded() of the view: auto picks flat for small
+                           * allreduces */
 };
 
 /* The pair's shared socket: the one the higher rank connected first (UP),

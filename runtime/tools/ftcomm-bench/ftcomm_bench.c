@@ -98,7 +98,7 @@ static void fail(const char *what, int rank, ftc_status_t st) {
 
 static const char extra_help[] =
     "  -A, --algorithm LIST    allreduce algorithms to compare, comma-separated:\n"
-    "                          auto|ring|halving|doubling; each size is timed for each,\n"
+    "                          auto|ring|halving|doubling|flat; each size is timed for each,\n"
     "                          interleaved, one row per algorithm (time: median per call)\n";
 
 /* "ring,halving" -> algos[]; returns how many, or -1 with a message in err. */
@@ -114,7 +114,7 @@ static int parse_algos(const char *list, ftc_algo_t *algos, char *err, size_t er
         found = a;
     if (found < 0 || n == MAX_ALGOS) {
       if (found < 0)
-        snprintf(err, errlen, "-A: '%.*s' is not an algorithm; use auto, ring, halving or doubling",
+        snprintf(err, errlen, "-A: '%.*s' is not an algorithm; use auto, ring, halving, doubling or flat",
                  (int)len, p);
       else
         snprintf(err, errlen, "-A: at most %d algorithms", MAX_ALGOS);
