@@ -277,6 +277,21 @@ ftc_status_t ftc_rec_capture_write_outcome(const ftc_rec_capture_t *capture, con
                                            const char *reason, const ftc_rec_outcome_t *o,
                                            char *path, size_t path_len);
 
+/*
+ * Replace the dump at path, written earlier from capture by
+ * ftc_rec_capture_write_outcome, with the same dump and outcome o (the
+ * coordinator's verdict came after the file was written). The new text is
+ * written to a hidden temporary name in the same folder, fsynced and
+ * swapped in with one rename (a reader sees the old file or the new one,
+ * whole); the folder is fsynced. A dump that is gone from path is not
+ * written again, nor is anything but a regular file replaced:
+ * FTC_ERR_SYSTEM; a path whose name starts with '.' (not a dump) is
+ * FTC_ERR_INVALID_ARGUMENT. o is checked as by
+ * ftc_rec_capture_write_outcome; the caller keeps capture and o.
+ */
+ftc_status_t ftc_rec_capture_rewrite_outcome(const ftc_rec_capture_t *capture, const char *path,
+                                             const char *reason, const ftc_rec_outcome_t *o);
+
 /* Ask the recorder's dump thread to write a dump with reason "signal"
  * (when reason_code is 0) or "request". Async-signal-safe; returns at once.
  * FTC_ERR_NOT_SUPPORTED if no dump thread is running. */

@@ -608,6 +608,87 @@ ftc_status_t ftc_rec_capture_write_outcome(const ftc_rec_capture_t *c, const cha
   return dump_file(c, dir, reason, o, path, path_len);
 }
 
+ftc_status_t ftc_rec_capture_rewrite_outcome(const ftc_rec_capture_t *c, const char *path,
+                                             const char *reason, const ftc_rec_outcome_t *o) {
+  if (!c || !path || !o) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "flight recorder: no capture, path or outcome to rewrite");
+  ftc_status_t st = check_outcome(o);
+  if (st != FTC_OK) return st;
+  const char *slash = strrchr(path, '/');
+  const char *name = slash ? slash + 1 : path;
+  char dirbuf[FTC_REC_INFO_STR], tmp[320];
+  if (!*name || name[0] == '.' || strlen(name) > 255 ||
+      (slash && (size_t)(slash - path) >= sizeof(dirbuf)))
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "flight recorder: %s is not the path of a dump", path);
+  if (slash)
+    snprintf(dirbuf, sizeof(dirbuf), "%.*s", (int)(slash - path) ? (int)(slash - path) : 1, path);
+  else
+    snprintf(dirbuf, sizeof(dirbuf), ".");
+  if (!reason || !*reason) reason = "api";
+  int64_t max_bytes = 0;
+  ftc__param_int(FTC_P_DUMP_MAX_BYTES, &max_bytes);
+  pthread_mutex_lock(&dump_lock);
+  int dfd = open(dirbuf, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) {
+    st = ftc__error(FTC_ERR_SYSTEM, "flight recorder: cannot open dump directory %s: %s", dirbuf,
+                    strerror(errno));
+    goto out_unlock_dump;
+  }
+  snprintf(tmp, sizeof(tmp), ".%s.tmp", name);
+  w.fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (w.fd < 0) {
+    st = ftc__error(FTC_ERR_SYSTEM, "flight recorder: cannot create %s/%s: %s", dirbuf, tmp,
+                    strerror(errno));
+    goto out_close_dir;
+  }
+  w.err = 0;
+  w.len = 0;
+  w.total = 0;
+  write_body(&c->pi, reason, c->wall, c->mono, (uint64_t)max_bytes, c, o);
+  w_flush();
+  if (!w.err && fsync(w.fd) < 0) w.err = errno;
+  close(w.fd);
+  if (w.err) {
+    st = ftc__error(FTC_ERR_SYSTEM, "flight recorder: writing %s/%s failed: %s", dirbuf, tmp,
+                    strerror(w.err));
+    goto out_remove_tmp;
+  }
+  /* Swapped in whole, and only over the dump itself: a dump that was
+   * removed meanwhile (collected, cleaned up) is not written again, and
+   * what is not a file is not replaced. */
+  struct stat sb;
+  int err = fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0 ? errno : !S_ISREG(sb.st_mode) ? EISDIR : 0;
+  if (!err && renameat2(dfd, tmp, dfd, name, RENAME_EXCHANGE) != 0) {
+    err = errno;
+    if (err == EINVAL || err == ENOSYS || err == EOPNOTSUPP) /* no exchange on this file system */
+      err = renameat(dfd, tmp, dfd, name) == 0 ? 0 : errno;
+  } else if (!err && (fstatat(dfd, tmp, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode))) {
+    renameat2(dfd, tmp, dfd, name, RENAME_EXCHANGE); /* it changed under us: put it back */
+    err = EISDIR;
+  }
+  if (err) {
+    st = ftc__error(FTC_ERR_SYSTEM, "flight recorder: cannot replace %s: %s", path,
+                    err == ENOENT ? "it is gone (removed after it was written)"
+                    : err == EISDIR ? "it is not a regular file" : strerror(err));
+    goto out_remove_tmp;
+  }
+  unlinkat(dfd, tmp, 0); /* the earlier text, after an exchange */
+  fsync(dfd);
+  FTC_INFO(FTC_SUB_RECORDER, "flight recorder: rewrote %s (%s, %llu bytes)", path, reason,
+           (unsigned long long)w.total);
+  close(dfd);
+  pthread_mutex_unlock(&dump_lock);
+  return FTC_OK;
+
+out_remove_tmp:
+  unlinkat(dfd, tmp, 0);
+out_close_dir:
+  close(dfd);
+out_unlock_dump:
+  FTC_WARN(FTC_SUB_RECORDER, "%s", ftc_last_error());
+  pthread_mutex_unlock(&dump_lock);
+  return st;
+}
+
 uint64_t ftc_rec_dump_count(void) {
   pthread_mutex_lock(&dump_lock);
   uint64_t n = dumps_written;

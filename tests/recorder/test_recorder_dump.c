@@ -2,7 +2,9 @@
  * test_recorder_dump.c - dumps: a dump is valid JSON in the documented
  * format, never replaces an earlier file, leaves no temporary file, stays
  * under FTCOMM_DUMP_MAX_BYTES by dropping the oldest entries, reports an
- * unusable directory, and is written by the dump thread on FTCOMM_DUMP_SIGNAL.
+ * unusable directory, and is written by the dump thread on FTCOMM_DUMP_SIGNAL;
+ * a dump written before its verdict is replaced by the same dump with it,
+ * under its name, and only that way.
  */
 #include <dirent.h>
 #include <setjmp.h>
@@ -472,6 +474,60 @@ static void an_outcome_that_makes_no_sense_is_refused_and_nothing_written(void *
   ftc_rec_destroy(rec);
 }
 
+static void a_late_verdict_replaces_the_dump_under_its_name(void **state) {
+  (void)state;
+  ftc_rec_t *rec;
+  ftc_rec_capture_t *c = failed_epoch_capture(&rec);
+  ftc_rec_outcome_t o = FTC_REC_OUTCOME_INIT;
+  o.epoch = 3;
+  o.failed = 1;
+  o.status = FTC_ERR_PEER_LOST;
+  o.peer = 1;
+  o.pending = "the coordinator had announced no epoch after 3";
+  char path[512];
+  assert_int_equal(ftc_rec_capture_write_outcome(c, NULL, "error", &o, path, sizeof(path)), FTC_OK);
+  json_t *before = load(path);
+  uint64_t written = ftc_rec_dump_count();
+  /* A verdict that makes no sense changes nothing. */
+  ftc_rec_outcome_t bad = o;
+  bad.next_epoch = 2;
+  assert_int_equal(ftc_rec_capture_rewrite_outcome(c, path, "error", &bad), FTC_ERR_INVALID_ARGUMENT);
+  /* Nor may it name a folder or a hidden file. */
+  ftc_rec_dropped_t gone = {1, 1, 7, "crashed", "its session closed"};
+  o.next_epoch = 4;
+  o.dropped = &gone;
+  o.ndropped = 1;
+  o.pending = NULL;
+  assert_int_equal(ftc_rec_capture_rewrite_outcome(c, dir, "error", &o), FTC_ERR_SYSTEM);
+  char hidden[600];
+  snprintf(hidden, sizeof(hidden), "%s/.x.json", dir);
+  assert_int_equal(ftc_rec_capture_rewrite_outcome(c, hidden, "error", &o), FTC_ERR_INVALID_ARGUMENT);
+  assert_int_equal(ftc_rec_capture_rewrite_outcome(c, path, "error", &o), FTC_OK);
+  char names[4][256];
+  assert_int_equal(list_dir(names, 4), 1); /* the same file, no temporary left */
+  json_t *after = load(path);
+  json_t *v = json_object_get(after, "verdict");
+  assert_true(json_is_true(json_object_get(v, "decided")));
+  assert_int_equal(json_integer_value(json_object_get(v, "next_epoch")), 4);
+  assert_null(json_object_get(v, "pending"));
+  json_t *d = json_array_get(json_object_get(v, "dropped"), 0);
+  assert_string_equal(json_string_value(json_object_get(d, "reason")), "crashed");
+  /* Everything but the verdict is as it was. */
+  json_object_del(before, "verdict");
+  json_object_del(after, "verdict");
+  assert_true(json_equal(before, after));
+  assert_int_equal(ftc_rec_dump_count(), written);
+  json_decref(before);
+  json_decref(after);
+  /* A dump removed meanwhile is not written again. */
+  assert_int_equal(unlink(path), 0);
+  assert_int_equal(ftc_rec_capture_rewrite_outcome(c, path, "error", &o), FTC_ERR_SYSTEM);
+  assert_non_null(strstr(ftc_last_error(), "it is gone"));
+  assert_int_equal(list_dir(names, 4), 0);
+  ftc_rec_capture_free(c);
+  ftc_rec_destroy(rec);
+}
+
 int main(void) {
   setenv("FTCOMM_DUMP_SIGNAL", "0", 1);
   const struct CMUnitTest tests[] = {
@@ -485,6 +541,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_failure_dump_carries_the_failure_and_the_verdict, setup_dir, remove_dir),
       cmocka_unit_test_setup_teardown(a_dump_without_a_verdict_says_why, setup_dir, remove_dir),
       cmocka_unit_test_setup_teardown(an_outcome_that_makes_no_sense_is_refused_and_nothing_written, setup_dir, remove_dir),
+      cmocka_unit_test_setup_teardown(a_late_verdict_replaces_the_dump_under_its_name, setup_dir, remove_dir),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -345,6 +345,23 @@ else
   bad below-min "expected a clear below-minimum failure"
 fi
 
+# Below the minimum until a replacement comes 4 s later: the survivors'
+# failure dumps are written before the verdict (the watchdog waits 1.6 s
+# for it here) and replaced, whole, by the same dumps with it once the
+# joiner's epoch is announced.
+FTCOMM_LOG_LEVEL=info FTCOMM_LOG_SUBSYS=recovery run late-verdict 60 -n 3 --min-size 3 --replace \
+  --replace-delay 4 --inject kill:1@5 -- "$BIN/ftcomm-trainer" "${TRAIN[@]}"
+if check late-verdict 3; then
+  n=$(grep -c "came after its failure dump was written; rewrote" "$tmp/late-verdict.out")
+  if ! why=$(python3 tests/recovery/failure_dumps.py "$tmp/dumps-late-verdict" 1 crashed --exactly 2 2>&1); then
+    bad late-verdict "$why"
+  elif [ "$n" != 2 ]; then
+    bad late-verdict "$n survivors rewrote their failure dump with the late verdict, want 2"
+  else
+    ok late-verdict "written before the verdict, rewritten with it: $why"
+  fi
+fi
+
 # A rank with the wrong job token is refused by the coordinator.
 run wrong-token 30 -n 2 --grace 1 -- sh -c \
   'if [ "$FTCOMM_SLOT" = 1 ]; then FTCOMM_TOKEN=not-the-token; export FTCOMM_TOKEN; fi; exec "$0" "$@"' \

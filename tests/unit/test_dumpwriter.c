@@ -2,13 +2,17 @@
  * test_dumpwriter.c - the process's dump writer thread (core/dumpwriter.c):
  * at most 16 dumps wait, one more drops the oldest waiting one; destroying
  * a communicator waits up to FTCOMM_DUMP_DRAIN_MS for its dumps and drops
- * those still waiting then, and only its own.
+ * those still waiting then, and only its own. A failure dump written before
+ * the coordinator's verdict gets it when it comes: written with it if it
+ * still waits, else the file is replaced whole by the same dump with it (a
+ * reader never sees a torn file), and a removed dump is not brought back.
  *
  * The disk is made slow with the fault point dumpwrite:MS (every write
  * sleeps), so jobs pile up behind the one being written. Which dumps landed
  * is read back from the files: each job describes its own epoch.
  */
 #include <dirent.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -77,19 +81,78 @@ static void set_drain_ms(const char *ms) {
   ftc__param_reset();
 }
 
-/* Hand owner's failure dump of `epoch` to the writer. */
-static void submit(ftc_comm_t *owner, int64_t epoch) {
+/* Hand owner's failure dump of `epoch` to the writer, with no verdict
+ * yet; keep: until one comes (its id), else 0. */
+static uint64_t submit_kept(ftc_comm_t *owner, int64_t epoch, int keep) {
   ftc_rec_outcome_t o = FTC_REC_OUTCOME_INIT;
   o.epoch = epoch;
   o.failed = 1;
   o.status = FTC_ERR_TIMEOUT;
-  o.pending = "a test: no coordinator";
+  o.pending = "a test: no verdict yet";
   ftc_rec_capture_t *c = ftc_rec_capture();
   assert_non_null(c);
   ftc__dw_job_t *j = ftc__dw_job_new(owner, c, "timeout", &o, (uint64_t)epoch, FTC_ERR_TIMEOUT, NULL, 0);
   assert_non_null(j);
+  uint64_t id = keep ? ftc__dw_job_keep_for_verdict(j) : 0;
   ftc__dw_submit(j);
+  return id;
 }
+
+static void submit(ftc_comm_t *owner, int64_t epoch) { submit_kept(owner, epoch, 0); }
+
+/* The coordinator's verdict on `epoch`: epoch + 1 dropped rank 1, crashed. */
+static void verdict(ftc_comm_t *owner, uint64_t id, int64_t epoch) {
+  ftc_rec_dropped_t gone = {1, 1, 42, "crashed", "a test: its session closed"};
+  ftc_rec_outcome_t o = FTC_REC_OUTCOME_INIT;
+  o.epoch = epoch;
+  o.failed = 1;
+  o.status = FTC_ERR_TIMEOUT;
+  o.next_epoch = epoch + 1;
+  o.dropped = &gone;
+  o.ndropped = 1;
+  ftc__dw_verdict(owner, id, &o);
+}
+
+/* Until the writer has nothing to do. */
+static void wait_writer_idle(void) {
+  int64_t deadline = ftc__now_ns() + 10000000000LL;
+  for (;;) {
+    int queued, busy;
+    ftc__dw_stats(&queued, &busy);
+    if (!busy && queued == 0) return;
+    assert_true(ftc__now_ns() < deadline);
+    usleep(1000);
+  }
+}
+
+/* The only file in dir (a dump: hidden temporaries fail the test). */
+static void only_dump(const char *dir, char *path, size_t len) {
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  struct dirent *e;
+  int n = 0;
+  while ((e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    assert_true(e->d_name[0] != '.');
+    snprintf(path, len, "%s/%s", dir, e->d_name);
+    n++;
+  }
+  closedir(d);
+  assert_int_equal(n, 1);
+}
+
+static char *slurp(const char *path) {
+  static char buf[65536];
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[len] = '\0';
+  return buf;
+}
+
+#define DECIDED "\"verdict\":{\"epoch\":3,\"decided\":true,\"next_epoch\":4,\"dropped\":[{\"rank\":1,"
+#define PENDING "\"verdict\":{\"epoch\":3,\"decided\":false,"
 
 /* Until the writer has taken the job in front (it sleeps in it). */
 static void wait_writer_busy(void) {
@@ -197,6 +260,142 @@ static void destroy_drops_only_its_own_communicators_dumps(void **state) {
   for (int e = 0; e < 7; e++) assert_int_equal(landed[e], e % 2 == 0);
 }
 
+static void a_verdict_after_the_write_replaces_the_dump_with_it(void **state) {
+  fixture_t *fx = *state;
+  set_drain_ms("60000");
+  ftc__dw_retain();
+  uint64_t id = submit_kept(fx->a, 3, 1);
+  wait_writer_idle();
+  char path[512], before[4096];
+  only_dump(fx->dir, path, sizeof(path));
+  const char *text = slurp(path);
+  assert_non_null(strstr(text, PENDING));
+  const char *t = strstr(text, "\"trigger_time_ns\":");
+  assert_non_null(t);
+  snprintf(before, sizeof(before), "%.40s", t);
+  uint64_t written = ftc_rec_dump_count();
+  verdict(fx->a, id, 3);
+  ftc__dw_release(fx->a);
+  char again[512];
+  only_dump(fx->dir, again, sizeof(again)); /* the same file, nothing beside it */
+  assert_string_equal(again, path);
+  text = slurp(path);
+  assert_non_null(strstr(text, DECIDED));
+  assert_non_null(strstr(text, "\"reason\":\"crashed\""));
+  assert_null(strstr(text, "\"pending\""));
+  assert_non_null(strstr(text, before)); /* the same dump: taken at the same time */
+  assert_int_equal(ftc_rec_dump_count(), written); /* not a new dump */
+}
+
+static void a_verdict_before_the_write_is_in_the_file(void **state) {
+  fixture_t *fx = *state;
+  set_drain_ms("60000");
+  ftc__dw_retain();
+  submit(fx->b, 0); /* keeps the writer busy */
+  wait_writer_busy();
+  uint64_t id = submit_kept(fx->a, 3, 1);
+  verdict(fx->a, id, 3);
+  ftc__dw_release(fx->a);
+  ftc__dw_release(fx->b);
+  int landed[4];
+  landed_epochs(fx->dir, landed, 4);
+  assert_int_equal(landed[3], 1);
+  char path[512];
+  DIR *d = opendir(fx->dir);
+  struct dirent *e;
+  int decided = 0;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    snprintf(path, sizeof(path), "%s/%s", fx->dir, e->d_name);
+    decided += strstr(slurp(path), DECIDED) != NULL;
+  }
+  closedir(d);
+  assert_int_equal(decided, 1);
+}
+
+static void a_verdict_while_it_is_written_follows(void **state) {
+  fixture_t *fx = *state;
+  set_drain_ms("60000");
+  ftc__dw_retain();
+  uint64_t id = submit_kept(fx->a, 3, 1);
+  wait_writer_busy(); /* sleeping in the write of epoch 3 */
+  verdict(fx->a, id, 3);
+  ftc__dw_release(fx->a);
+  char path[512];
+  only_dump(fx->dir, path, sizeof(path));
+  assert_non_null(strstr(slurp(path), DECIDED));
+}
+
+typedef struct reader {
+  const char *path;
+  int stop, reads, torn;
+} reader_t;
+
+static void *read_loop(void *arg) {
+  reader_t *r = arg;
+  while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
+    const char *text = slurp(r->path);
+    r->reads++;
+    size_t len = text ? strlen(text) : 0;
+    if (!text || len < 20 || strcmp(text + len - 19, "\"truncated\":false}\n") ||
+        (!strstr(text, PENDING) && !strstr(text, DECIDED)))
+      r->torn++;
+  }
+  return NULL;
+}
+
+static void readers_never_see_a_torn_dump_while_its_verdict_is_added(void **state) {
+  fixture_t *fx = *state;
+  set_drain_ms("60000");
+  ftc__dw_retain();
+  uint64_t id = submit_kept(fx->a, 3, 1);
+  wait_writer_idle();
+  char path[512];
+  only_dump(fx->dir, path, sizeof(path));
+  reader_t r = {.path = path};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, read_loop, &r), 0);
+  verdict(fx->a, id, 3);
+  ftc__dw_release(fx->a);
+  __atomic_store_n(&r.stop, 1, __ATOMIC_RELEASE);
+  pthread_join(t, NULL);
+  assert_true(r.reads > 0);
+  assert_int_equal(r.torn, 0);
+  assert_non_null(strstr(slurp(path), DECIDED));
+}
+
+static void a_removed_dump_is_not_brought_back_by_its_verdict(void **state) {
+  fixture_t *fx = *state;
+  set_drain_ms("60000");
+  ftc__dw_retain();
+  uint64_t id = submit_kept(fx->a, 3, 1);
+  wait_writer_idle();
+  char path[512];
+  only_dump(fx->dir, path, sizeof(path));
+  assert_int_equal(unlink(path), 0); /* collected, cleaned up */
+  verdict(fx->a, id, 3);
+  ftc__dw_release(fx->a);
+  DIR *d = opendir(fx->dir);
+  struct dirent *e;
+  int n = 0;
+  while ((e = readdir(d))) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+  closedir(d);
+  assert_int_equal(n, 0);
+}
+
+static void a_dump_whose_verdict_never_came_stays_pending(void **state) {
+  fixture_t *fx = *state;
+  set_drain_ms("60000");
+  ftc__dw_retain();
+  uint64_t id = submit_kept(fx->a, 3, 1);
+  wait_writer_idle();
+  ftc__dw_release(fx->a); /* lets go of the capture it kept */
+  verdict(fx->a, id, 3);  /* too late: its communicator is gone */
+  char path[512];
+  only_dump(fx->dir, path, sizeof(path));
+  assert_non_null(strstr(slurp(path), PENDING));
+}
+
 int main(void) {
   /* Before the first job: the fault point is parsed once. */
   setenv("FTCOMM_FAULT", "dumpwrite:100", 1);
@@ -206,6 +405,12 @@ int main(void) {
       cmocka_unit_test_setup_teardown(destroy_writes_every_dump_within_the_drain_time, setup, teardown),
       cmocka_unit_test_setup_teardown(destroy_drops_the_dumps_still_waiting_after_the_drain_time, setup, teardown),
       cmocka_unit_test_setup_teardown(destroy_drops_only_its_own_communicators_dumps, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_verdict_after_the_write_replaces_the_dump_with_it, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_verdict_before_the_write_is_in_the_file, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_verdict_while_it_is_written_follows, setup, teardown),
+      cmocka_unit_test_setup_teardown(readers_never_see_a_torn_dump_while_its_verdict_is_added, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_removed_dump_is_not_brought_back_by_its_verdict, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_dump_whose_verdict_never_came_stays_pending, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -92,6 +92,8 @@ struct ftc_comm {
   int wd_stop;                /* under wd_mu */
   pthread_mutex_t wd_mu;
   struct ftc__wd_dump *wd_dumps; /* under wd_mu: captured, not yet written */
+  struct ftc__wd_dump *wd_late;  /* watchdog thread only: failure dumps written before the
+                                  * coordinator's verdict, which the dump writer keeps */
   int64_t wd_hold_ns;         /* under wd_mu: since when their files wait (0: they don't) */
   uint64_t wd_hold_epoch;     /* under wd_mu: ... for an epoch after this one */
   pthread_mutex_t wd_cap_mu;  /* serializes the capture of failures and dump requests */
@@ -159,6 +161,13 @@ void ftc__dw_job_free(ftc__dw_job_t *job);
 void ftc__dw_submit(ftc__dw_job_t *job);
 void ftc__dw_retain(void);
 void ftc__dw_release(ftc_comm_t *owner);
+/* Keep job's capture and path after it is written with a pending verdict,
+ * for ftc__dw_verdict; its id (before ftc__dw_submit). */
+uint64_t ftc__dw_job_keep_for_verdict(ftc__dw_job_t *job);
+/* The coordinator's verdict on owner's kept job id came (o copied): the
+ * job is written with it if it still waits, else its file is written again
+ * with it and swapped in whole. Nothing if the job was let go. */
+void ftc__dw_verdict(ftc_comm_t *owner, uint64_t id, const ftc_rec_outcome_t *o);
 /* How many jobs wait, and whether one is being written (for tests). */
 void ftc__dw_stats(int *queued, int *busy);
 

@@ -14,6 +14,14 @@
  * comm's jobs to be written (and uploaded: the upload uses comm's membership
  * session) and drops, with a log line, those that are still waiting then.
  *
+ * A failure dump written before the coordinator's verdict came (its
+ * verdict says "pending") is kept, capture and path, when the watchdog
+ * asked for it (ftc__dw_job_keep_for_verdict): at most DW_MAX_LATE, the
+ * oldest let go beyond. When the verdict comes (ftc__dw_verdict) the file
+ * is written again from the same capture with it and swapped in whole by
+ * one rename (ftc_rec_capture_rewrite_outcome); one still waiting to be
+ * written just takes the verdict, one being written takes it right after.
+ *
  * Lock order: dw.mu -> the membership session's lock (the upload, which only
  * queues frames). The thread touches a communicator only through job->owner,
  * and only under dw.mu, which ftc__dw_release takes before it lets go.
@@ -34,6 +42,7 @@
 #include "ftc_time.h"
 
 #define DW_MAX_QUEUED 16
+#define DW_MAX_LATE 16 /* written dumps kept for a verdict that may still come */
 
 struct ftc__dw_job {
   struct ftc__dw_job *next;
@@ -49,6 +58,10 @@ struct ftc__dw_job {
   int rank;
   char pending[512];
   ftc_rec_dropped_t *dropped; /* and their reasons and details, one block */
+  uint64_t id;                /* for ftc__dw_verdict; 0: not kept */
+  int rewrite;                /* 1: path holds it already; write it again with the verdict */
+  struct ftc__dw_job *verdict; /* under dw.mu: a verdict that came while it was being written */
+  char path[1400];            /* where it was written */
 };
 
 static struct {
@@ -57,13 +70,17 @@ static struct {
   struct ftc__dw_job *head, *tail;
   int queued;
   struct ftc__dw_job *busy;   /* the job being written */
+  struct ftc__dw_job *late;   /* written, kept for its verdict; oldest first */
+  int nlate;
+  uint64_t next_id;
   int users;                  /* communicators that may submit */
   int started, stop;
   pthread_t thread;
-} dw = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, NULL, 0, 0, 0, 0};
+} dw = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, NULL, NULL, 0, 0, 0, 0, 0, 0};
 
 static void job_free(struct ftc__dw_job *j) {
   if (!j) return;
+  job_free(j->verdict);
   ftc_rec_capture_free(j->capture);
   ftc__free(j->dropped);
   ftc__free(j);
@@ -75,6 +92,51 @@ static const char *job_what(const struct ftc__dw_job *j, char *buf, size_t len) 
   else
     snprintf(buf, len, "the failure dump of epoch %llu", (unsigned long long)j->epoch);
   return buf;
+}
+
+/* Copy o (its strings and dropped members too) into j, replacing j's
+ * outcome. -1: out of memory (j unchanged). */
+static int job_set_outcome(struct ftc__dw_job *j, const ftc_rec_outcome_t *o) {
+  ftc_rec_dropped_t *dropped = NULL;
+  if (o->ndropped > 0) {
+    /* The entries, then each one's reason and detail. */
+    size_t n = (size_t)o->ndropped, dlen = FTC__PROTO_MAX_DROP_DETAIL + 1, rlen = 16;
+    dropped = ftc__calloc(1, n * (sizeof(*dropped) + dlen + rlen));
+    if (!dropped) return -1;
+    for (size_t i = 0; i < n; i++) {
+      char *detail = (char *)(dropped + n) + i * (dlen + rlen), *why = detail + dlen;
+      dropped[i] = o->dropped[i];
+      snprintf(why, rlen, "%s", o->dropped[i].reason ? o->dropped[i].reason : "lost");
+      dropped[i].reason = why;
+      if (o->dropped[i].detail) {
+        snprintf(detail, dlen, "%s", o->dropped[i].detail);
+        dropped[i].detail = detail;
+      }
+    }
+  }
+  ftc__free(j->dropped);
+  j->dropped = dropped;
+  j->has_outcome = 1;
+  j->o = *o;
+  j->o.pending = NULL;
+  j->o.dropped = dropped;
+  if (o->pending) {
+    snprintf(j->pending, sizeof(j->pending), "%s", o->pending);
+    j->o.pending = j->pending;
+  }
+  return 0;
+}
+
+/* Move src's outcome to dst (src keeps none). */
+static void job_take_outcome(struct ftc__dw_job *dst, struct ftc__dw_job *src) {
+  ftc__free(dst->dropped);
+  dst->dropped = src->dropped;
+  src->dropped = NULL;
+  dst->has_outcome = src->has_outcome;
+  dst->o = src->o;
+  dst->o.dropped = dst->dropped;
+  memcpy(dst->pending, src->pending, sizeof(dst->pending));
+  if (src->o.pending) dst->o.pending = dst->pending;
 }
 
 ftc__dw_job_t *ftc__dw_job_new(ftc_comm_t *owner, ftc_rec_capture_t *capture, const char *reason,
@@ -89,41 +151,22 @@ ftc__dw_job_t *ftc__dw_job_new(ftc_comm_t *owner, ftc_rec_capture_t *capture, co
   j->status = status;
   snprintf(j->incident, sizeof(j->incident), "%s", incident ? incident : "");
   j->rank = rank;
-  if (o) {
-    j->has_outcome = 1;
-    j->o = *o;
-    j->o.pending = NULL;
-    j->o.dropped = NULL;
-    if (o->pending) {
-      snprintf(j->pending, sizeof(j->pending), "%s", o->pending);
-      j->o.pending = j->pending;
-    }
-    if (o->ndropped > 0) {
-      /* The entries, then each one's reason and detail. */
-      size_t n = (size_t)o->ndropped, dlen = FTC__PROTO_MAX_DROP_DETAIL + 1, rlen = 16;
-      j->dropped = ftc__calloc(1, n * (sizeof(*j->dropped) + dlen + rlen));
-      if (!j->dropped) {
-        ftc__free(j);
-        return NULL;
-      }
-      for (size_t i = 0; i < n; i++) {
-        char *detail = (char *)(j->dropped + n) + i * (dlen + rlen), *why = detail + dlen;
-        j->dropped[i] = o->dropped[i];
-        snprintf(why, rlen, "%s", o->dropped[i].reason ? o->dropped[i].reason : "lost");
-        j->dropped[i].reason = why;
-        if (o->dropped[i].detail) {
-          snprintf(detail, dlen, "%s", o->dropped[i].detail);
-          j->dropped[i].detail = detail;
-        }
-      }
-      j->o.dropped = j->dropped;
-    }
+  if (o && job_set_outcome(j, o) != 0) {
+    ftc__free(j);
+    return NULL;
   }
   j->capture = capture; /* stolen only on success */
   return j;
 }
 
 void ftc__dw_job_free(ftc__dw_job_t *j) { job_free(j); }
+
+uint64_t ftc__dw_job_keep_for_verdict(ftc__dw_job_t *j) {
+  pthread_mutex_lock(&dw.mu);
+  j->id = ++dw.next_id;
+  pthread_mutex_unlock(&dw.mu);
+  return j->id;
+}
 
 /* Read a dump file whole (for the upload). */
 static char *read_file(const char *path, size_t *len) {
@@ -154,10 +197,21 @@ out_close:
 /* Write j (no lock held: this is where the disk may be slow), then upload it
  * if the coordinator asked for it and its communicator still waits. */
 static void job_run(struct ftc__dw_job *j) {
-  char path[4096];
+  char *path = j->path;
   if (__builtin_expect(ftc__fault_armed, 0)) ftc__fault_dump_write();
+  if (j->rewrite) {
+    if (ftc_rec_capture_rewrite_outcome(j->capture, path, j->reason, &j->o) == FTC_OK)
+      FTC_INFO(FTC_SUB_RECOVERY, "the coordinator's verdict on epoch %llu (epoch %lld, %d dropped) "
+               "came after its failure dump was written; rewrote %s with it",
+               (unsigned long long)j->epoch, (long long)j->o.next_epoch, j->o.ndropped, path);
+    else
+      FTC_WARN(FTC_SUB_RECOVERY, "the coordinator's verdict on epoch %llu came after its failure "
+               "dump was written; cannot add it: %s", (unsigned long long)j->epoch, ftc_last_error());
+    return;
+  }
   ftc_status_t st = ftc_rec_capture_write_outcome(j->capture, j->dir, j->reason,
-                                                  j->has_outcome ? &j->o : NULL, path, sizeof(path));
+                                                  j->has_outcome ? &j->o : NULL, path, sizeof(j->path));
+  if (st != FTC_OK) j->id = 0; /* nothing on disk to add a verdict to */
   if (!j->incident[0]) {
     if (st == FTC_OK)
       FTC_INFO(FTC_SUB_RECOVERY, "epoch %llu failed (%s): dump written to %s",
@@ -193,6 +247,70 @@ static void job_run(struct ftc__dw_job *j) {
   ftc__free(data);
 }
 
+/* Append j to the queue (dw.mu held); the oldest waiting job when the
+ * queue is full, for the caller to log and free, or NULL. */
+static struct ftc__dw_job *enqueue_locked(struct ftc__dw_job *j) {
+  struct ftc__dw_job *dropped = NULL;
+  if (dw.queued >= DW_MAX_QUEUED) {
+    dropped = dw.head;
+    dw.head = dropped->next;
+    if (!dw.head) dw.tail = NULL;
+    dw.queued--;
+  }
+  j->next = NULL;
+  if (dw.tail)
+    dw.tail->next = j;
+  else
+    dw.head = j;
+  dw.tail = j;
+  dw.queued++;
+  pthread_cond_broadcast(&dw.cv);
+  return dropped;
+}
+
+static void log_dropped(struct ftc__dw_job *dropped) {
+  if (!dropped) return;
+  char what[192];
+  FTC_WARN(FTC_SUB_RECOVERY, "dumps come faster than the disk takes them (%d waiting): "
+           "dropped %s, the oldest", DW_MAX_QUEUED, job_what(dropped, what, sizeof(what)));
+  job_free(dropped);
+}
+
+/* j was just written (dw.mu held): queue it again if its verdict came
+ * meanwhile, keep it if one may still come; what to free, or NULL. */
+static struct ftc__dw_job *after_run_locked(struct ftc__dw_job *j) {
+  if (!j->id || !j->owner) return j; /* not kept, not on disk, or its communicator is gone */
+  if (j->verdict) {                  /* the verdict came while it was being written */
+    job_take_outcome(j, j->verdict);
+    job_free(j->verdict);
+    j->verdict = NULL;
+    j->rewrite = 1;
+    struct ftc__dw_job *dropped = enqueue_locked(j);
+    if (dropped) {
+      pthread_mutex_unlock(&dw.mu);
+      log_dropped(dropped);
+      pthread_mutex_lock(&dw.mu);
+    }
+    return NULL;
+  }
+  if (j->rewrite || (j->has_outcome && j->o.next_epoch >= 0)) return j; /* it has its verdict */
+  struct ftc__dw_job *old = NULL;
+  if (dw.nlate >= DW_MAX_LATE) {
+    old = dw.late;
+    dw.late = old->next;
+    dw.nlate--;
+  }
+  j->next = NULL;
+  struct ftc__dw_job **p = &dw.late;
+  while (*p) p = &(*p)->next;
+  *p = j;
+  dw.nlate++;
+  if (old)
+    FTC_INFO(FTC_SUB_RECOVERY, "%s keeps no verdict yet: more than %d failure dumps wait for one",
+             old->path, DW_MAX_LATE);
+  return old;
+}
+
 static void *dw_main(void *arg) {
   (void)arg;
   pthread_mutex_lock(&dw.mu);
@@ -208,9 +326,10 @@ static void *dw_main(void *arg) {
     job_run(j);
     pthread_mutex_lock(&dw.mu);
     dw.busy = NULL;
+    struct ftc__dw_job *gone = after_run_locked(j);
     pthread_cond_broadcast(&dw.cv);
     pthread_mutex_unlock(&dw.mu);
-    job_free(j);
+    job_free(gone);
     pthread_mutex_lock(&dw.mu);
   }
   pthread_mutex_unlock(&dw.mu);
@@ -222,8 +341,8 @@ static void *dw_main(void *arg) {
 static void dw_atfork_child(void) {
   pthread_mutex_init(&dw.mu, NULL);
   pthread_cond_init(&dw.cv, NULL);
-  dw.head = dw.tail = dw.busy = NULL;
-  dw.queued = 0;
+  dw.head = dw.tail = dw.busy = dw.late = NULL;
+  dw.queued = dw.nlate = 0;
   dw.started = dw.stop = 0;
 }
 
@@ -261,26 +380,43 @@ void ftc__dw_submit(ftc__dw_job_t *j) {
     job_free(j);
     return;
   }
-  if (dw.queued >= DW_MAX_QUEUED) {
-    dropped = dw.head;
-    dw.head = dropped->next;
-    if (!dw.head) dw.tail = NULL;
-    dw.queued--;
-  }
-  if (dw.tail)
-    dw.tail->next = j;
-  else
-    dw.head = j;
-  dw.tail = j;
-  dw.queued++;
-  pthread_cond_broadcast(&dw.cv);
+  dropped = enqueue_locked(j);
   pthread_mutex_unlock(&dw.mu);
-  if (dropped) {
-    char what[192];
-    FTC_WARN(FTC_SUB_RECOVERY, "dumps come faster than the disk takes them (%d waiting): "
-             "dropped %s, the oldest", DW_MAX_QUEUED, job_what(dropped, what, sizeof(what)));
-    job_free(dropped);
+  log_dropped(dropped);
+}
+
+void ftc__dw_verdict(ftc_comm_t *owner, uint64_t id, const ftc_rec_outcome_t *o) {
+  struct ftc__dw_job *v = ftc__calloc(1, sizeof(*v)), *dropped = NULL, *j;
+  if (!v || job_set_outcome(v, o) != 0) {
+    ftc__free(v);
+    FTC_WARN(FTC_SUB_RECOVERY, "the coordinator's verdict on epoch %lld came after its failure dump "
+             "was written; cannot add it: out of memory", (long long)o->epoch);
+    return;
   }
+  pthread_mutex_lock(&dw.mu);
+  for (j = dw.head; j && !(j->id == id && j->owner == owner); j = j->next) {
+  }
+  if (j) { /* not written yet: written once, with the verdict */
+    job_take_outcome(j, v);
+  } else if (dw.busy && dw.busy->id == id && dw.busy->owner == owner) {
+    job_free(dw.busy->verdict);
+    dw.busy->verdict = v; /* taken once it is written */
+    v = NULL;
+  } else {
+    struct ftc__dw_job **p = &dw.late;
+    while (*p && !((*p)->id == id && (*p)->owner == owner)) p = &(*p)->next;
+    if ((j = *p) && dw.started && !dw.stop) { /* written: written again, with it */
+      *p = j->next;
+      dw.nlate--;
+      job_take_outcome(j, v);
+      j->rewrite = 1;
+      dropped = enqueue_locked(j);
+    }
+    /* else let go (DW_MAX_LATE), or its write failed: nothing to add to */
+  }
+  pthread_mutex_unlock(&dw.mu);
+  job_free(v);
+  log_dropped(dropped);
 }
 
 void ftc__dw_stats(int *queued, int *busy) {
@@ -303,6 +439,7 @@ void ftc__dw_release(ftc_comm_t *owner) {
   if (ftc__param_int(FTC_P_DUMP_DRAIN_MS, &drain_ms) != FTC_OK) drain_ms = 10000;
   int64_t deadline = ftc__now_ns() + drain_ms * 1000000LL;
   struct ftc__dw_job *left = NULL, **left_tail = &left; /* oldest first, for the log */
+  struct ftc__dw_job *no_verdict = NULL;
   pthread_mutex_lock(&dw.mu);
   while (owner_busy_locked(owner)) {
     int64_t now = ftc__now_ns();
@@ -332,6 +469,19 @@ void ftc__dw_release(ftc_comm_t *owner) {
   dw.tail = NULL;
   for (struct ftc__dw_job *j = dw.head; j; j = j->next) dw.tail = j;
   if (dw.busy && dw.busy->owner == owner) dw.busy->owner = NULL;
+  /* Kept for a verdict that did not come while owner lived: they stay as
+   * written ("pending" says why). */
+  for (struct ftc__dw_job **p = &dw.late; *p;) {
+    struct ftc__dw_job *j = *p;
+    if (j->owner != owner) {
+      p = &j->next;
+      continue;
+    }
+    *p = j->next;
+    dw.nlate--;
+    j->next = no_verdict;
+    no_verdict = j;
+  }
   int join = --dw.users <= 0 && dw.started;
   if (join) dw.stop = 1;
   pthread_cond_broadcast(&dw.cv);
@@ -343,6 +493,13 @@ void ftc__dw_release(ftc_comm_t *owner) {
     FTC_WARN(FTC_SUB_RECOVERY, "dropped %s: not written within FTCOMM_DUMP_DRAIN_MS (%lld ms) "
              "of destroying its communicator", job_what(j, what, sizeof(what)),
              (long long)drain_ms);
+    job_free(j);
+  }
+  while (no_verdict) {
+    struct ftc__dw_job *j = no_verdict;
+    no_verdict = j->next;
+    FTC_DEBUG(FTC_SUB_RECOVERY, "%s keeps no verdict: none came before its communicator was destroyed",
+              j->path);
     job_free(j);
   }
   if (!join) return;

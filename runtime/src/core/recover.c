@@ -392,6 +392,7 @@ struct ftc__wd_dump {
   int peer;               /* the rank the backend saw fail (own dump), -1 none */
   int64_t t_ns;           /* when it was captured */
   ftc__view_t *view;      /* the epoch's view, for the verdict; NULL if it was gone */
+  uint64_t late_id;       /* written before the verdict: the dump writer's id to add it */
 };
 
 /* The view of `epoch`, copied under comm->lock (NULL if comm moved on). */
@@ -620,22 +621,33 @@ static void wd_verdict(ftc_comm_t *comm, const struct ftc__wd_dump *d, ftc_rec_o
   ftc__view_free(v);
 }
 
-/* Hand d to the dump writer with its outcome: the rank's failure (its own
- * dump) and the coordinator's verdict on the epoch as known now. Nothing
- * here waits on the disk (docs/recovery.md, "The watchdog thread"). */
-static void wd_hand_off(ftc_comm_t *comm, struct ftc__wd_dump *d) {
-  ftc_rec_outcome_t o = FTC_REC_OUTCOME_INIT;
-  ftc_rec_dropped_t *dropped = NULL;
-  char pending[512];
-  o.epoch = (int64_t)d->epoch;
+/* d's outcome as known now: the rank's failure (its own dump) and the
+ * coordinator's verdict (wd_verdict: *dropped and pending back it). */
+static void wd_outcome(ftc_comm_t *comm, struct ftc__wd_dump *d, ftc_rec_outcome_t *o,
+                       ftc_rec_dropped_t **dropped, char *pending, size_t len) {
+  *o = (ftc_rec_outcome_t)FTC_REC_OUTCOME_INIT;
+  o->epoch = (int64_t)d->epoch;
   if (!d->incident[0]) {
-    o.failed = 1;
-    o.status = d->status;
+    o->failed = 1;
+    o->status = d->status;
     /* Not moved yet (the application has not recovered): the epoch's
      * backend may name the peer by now (NCCL learns it from the coordinator). */
-    o.peer = d->peer >= 0 ? d->peer : wd_failed_peer_in(comm, d->epoch);
+    if (d->peer < 0) d->peer = wd_failed_peer_in(comm, d->epoch);
+    o->peer = d->peer;
   }
-  wd_verdict(comm, d, &o, &dropped, pending, sizeof(pending));
+  wd_verdict(comm, d, o, dropped, pending, len);
+}
+
+/* Hand d to the dump writer with its outcome as known now. Nothing here
+ * waits on the disk (docs/recovery.md, "The watchdog thread"). 1: the
+ * rank's own dump goes out before the coordinator's verdict, which may
+ * still come (a coordinator, the epoch's view): d waits in comm->wd_late
+ * for it, and the writer keeps the file's capture. */
+static int wd_hand_off(ftc_comm_t *comm, struct ftc__wd_dump *d) {
+  ftc_rec_outcome_t o;
+  ftc_rec_dropped_t *dropped = NULL;
+  char pending[512];
+  wd_outcome(comm, d, &o, &dropped, pending, sizeof(pending));
   ftc__dw_job_t *job = ftc__dw_job_new(comm, d->capture, d->reason, &o, d->epoch, d->status,
                                        d->incident, d->rank);
   ftc__free(dropped);
@@ -643,10 +655,13 @@ static void wd_hand_off(ftc_comm_t *comm, struct ftc__wd_dump *d) {
     FTC_WARN(FTC_SUB_RECOVERY, "cannot hand %s%s dump of epoch %llu to the dump writer: out of memory",
              d->incident[0] ? "the incident " : "the failure", d->incident,
              (unsigned long long)d->epoch);
-    return;
+    return 0;
   }
   d->capture = NULL; /* the job's now */
+  int late = !d->incident[0] && o.next_epoch < 0 && comm->member && d->view;
+  if (late) d->late_id = ftc__dw_job_keep_for_verdict(job);
   ftc__dw_submit(job);
+  return late;
 }
 
 /* Hand the captured dumps to the dump writer, oldest first. */
@@ -657,7 +672,48 @@ static void wd_write_dumps(ftc_comm_t *comm) {
     if (d) comm->wd_dumps = d->next;
     pthread_mutex_unlock(&comm->wd_mu);
     if (!d) return;
-    wd_hand_off(comm, d);
+    if (wd_hand_off(comm, d)) {
+      /* A handful at most: an epoch fails once, and the next one, which
+       * can fail in turn, is this one's verdict. */
+      d->next = comm->wd_late;
+      comm->wd_late = d;
+    } else {
+      wd_dump_free(d);
+    }
+  }
+}
+
+/* The coordinator's verdicts that came after their failure dumps were
+ * handed off: to the dump writer, which writes them into those files. */
+static void wd_late_verdicts(ftc_comm_t *comm) {
+  if (!comm->wd_late) return;
+  uint64_t latest = ftc__member_latest_epoch(comm->member);
+  for (struct ftc__wd_dump **p = &comm->wd_late; *p;) {
+    struct ftc__wd_dump *d = *p;
+    if (latest <= d->epoch) {
+      p = &d->next;
+      continue;
+    }
+    ftc_rec_outcome_t o;
+    ftc_rec_dropped_t *dropped = NULL;
+    char pending[512];
+    wd_outcome(comm, d, &o, &dropped, pending, sizeof(pending));
+    if (o.next_epoch >= 0) ftc__dw_verdict(comm, d->late_id, &o);
+    ftc__free(dropped);
+    if (o.next_epoch < 0) { /* not readable yet after all: next time */
+      p = &d->next;
+      continue;
+    }
+    *p = d->next;
+    wd_dump_free(d);
+  }
+}
+
+/* Those whose verdict did not come while comm lived: they stay "pending". */
+static void wd_late_free(ftc_comm_t *comm) {
+  while (comm->wd_late) {
+    struct ftc__wd_dump *d = comm->wd_late;
+    comm->wd_late = d->next;
     wd_dump_free(d);
   }
 }
@@ -756,6 +812,7 @@ static void *watchdog_main(void *arg) {
     pthread_mutex_unlock(&comm->wd_cap_mu);
     wd_view(comm, &checked);
     if (!(hold = wd_hold_left(comm, period * 1000000LL, verdict_ns))) wd_write_dumps(comm);
+    wd_late_verdicts(comm);
   }
   /* A failure just before the communicator was destroyed (its kick may have
    * come with the stop): captured and written now. */
@@ -763,6 +820,8 @@ static void *watchdog_main(void *arg) {
   wd_failure(comm);
   pthread_mutex_unlock(&comm->wd_cap_mu);
   wd_write_dumps(comm);
+  wd_late_verdicts(comm);
+  wd_late_free(comm);
   return NULL;
 }
 
