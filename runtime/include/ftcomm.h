@@ -397,7 +397,7 @@ FTC_API ftc_status_t ftc_comm_set_stream(ftc_comm_t *comm, void *stream);
 /*
  * Allreduce algorithm of the TCP backend, like NCCL_ALGO for NCCL. AUTO
  * chooses by size (recursive doubling below FTCOMM_RING_THRESHOLD, or FLAT
- * there when every rank is on one host with fewer online CPUs than ranks;
+ * there when every rank is on one host with at least 2 per online CPU;
  * halving and doubling below FTCOMM_HALVING_MAX, the ring above;
  * docs/api.md); the others force one algorithm for every size: RING (ring
  * reduce-scatter + allgather, pipelined), HALVING (recursive halving

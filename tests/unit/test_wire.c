@@ -298,13 +298,15 @@ static void a_running_rank_refuses_a_new_member_that_differs_and_keeps_waiting(v
 /* The automatic choice of flat for small allreduces depends only on the
  * view, which every rank shares, and the host's CPUs, which are the same
  * for every rank when the view says they share one host. */
-static void ftc__tcp_crowded_needs_one_host_and_more_ranks_than_its_cpus(void **state) {
+static void ftc__tcp_crowded_needs_one_host_and_2_ranks_per_cpu(void **state) {
   (void)state;
   ftc__view_t *v = harness_view(8, 0, 1, NULL);
   for (int r = 0; r < 8; r++) snprintf(v->members[r].addr, sizeof(v->members[r].addr), "10.0.0.7:%d", 4000 + r);
+  assert_true(ftc__tcp_crowded(v, 1));
   assert_true(ftc__tcp_crowded(v, 2));
-  assert_true(ftc__tcp_crowded(v, 7));
-  assert_false(ftc__tcp_crowded(v, 8)); /* one rank per CPU */
+  assert_true(ftc__tcp_crowded(v, 4)); /* 2 ranks per CPU */
+  assert_false(ftc__tcp_crowded(v, 5)); /* fewer: some ranks have a core of their own */
+  assert_false(ftc__tcp_crowded(v, 8));
   assert_false(ftc__tcp_crowded(v, 64));
   assert_false(ftc__tcp_crowded(v, 0)); /* unknown CPU count: recursive doubling */
   snprintf(v->members[5].addr, sizeof(v->members[5].addr), "10.0.0.70:4005"); /* two hosts */
@@ -315,6 +317,9 @@ static void ftc__tcp_crowded_needs_one_host_and_more_ranks_than_its_cpus(void **
   assert_true(ftc__tcp_crowded(v, 4));
   snprintf(v->members[3].addr, sizeof(v->members[3].addr), "[fd00::12]:5003");
   assert_false(ftc__tcp_crowded(v, 4));
+  v->size = 2; /* 2 ranks on one CPU: [fd00::1] both */
+  assert_true(ftc__tcp_crowded(v, 1));
+  assert_false(ftc__tcp_crowded(v, 2));
   v->size = 1; /* a world of one has nothing to reduce */
   assert_false(ftc__tcp_crowded(v, 0));
   harness_view_free(v);
@@ -334,7 +339,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(ranks_with_different_allreduce_algorithms_are_refused_at_creation),
       cmocka_unit_test(ranks_with_flat_and_auto_are_refused_at_creation),
-      cmocka_unit_test(ftc__tcp_crowded_needs_one_host_and_more_ranks_than_its_cpus),
+      cmocka_unit_test(ftc__tcp_crowded_needs_one_host_and_2_ranks_per_cpu),
       cmocka_unit_test(ranks_with_different_ring_thresholds_are_refused_at_creation),
       cmocka_unit_test(ranks_with_different_halving_limits_are_refused_at_creation),
       cmocka_unit_test(ranks_with_different_socket_counts_are_refused_at_creation),

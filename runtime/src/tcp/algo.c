@@ -4,7 +4,7 @@
  *   allreduce       recursive doubling with the non-power-of-two fold below
  *                   FTCOMM_RING_THRESHOLD bytes (a flat reduce to rank 0
  *                   and broadcast instead when the ranks share one host
- *                   with fewer cores: ftc__tcp_crowded); from there to
+ *                   with at least 2 per core: ftc__tcp_crowded); from there to
  *                   FTCOMM_HALVING_MAX recursive halving + doubling
  *                   (Rabenseifner) with the same fold; above it a ring
  *                   reduce-scatter + allgather as one pipelined stream per
@@ -202,7 +202,7 @@ static ftc_status_t allreduce_rhd(ftc__tcp_t *tp, const ftc__op_t *op, const ftc
  * (one at a time, chunk by chunk through the staging chunk) and sends the
  * result to every rank at once: 2 (n - 1) messages and two steps, where
  * recursive doubling sends n log2(n) in log2(n) steps. Each rank other than
- * 0 waits once; so when the ranks outnumber the cores (ftc__tcp_crowded)
+ * 0 waits once; so when ranks crowd the cores (ftc__tcp_crowded)
  * fewer of them need a core at each moment, which is what the latency is
  * made of there (docs/benchmarks.md). Rank 0's result is what every rank
  * gets, so all agree bitwise. */

@@ -1156,7 +1156,7 @@ static size_t addr_host_len(const char *addr) {
 }
 
 int ftc__tcp_crowded(const ftc__view_t *view, long ncpu) {
-  if (view->size < 2 || ncpu < 1 || view->size <= ncpu) return 0;
+  if (view->size < 2 || ncpu < 1 || view->size < 2 * ncpu) return 0;
   const char *h0 = view->members[0].addr;
   size_t l0 = addr_host_len(h0);
   for (int r = 1; r < view->size; r++) {

@@ -63,12 +63,16 @@ ftc_status_t ftc__tcp_cfg_from_env(ftc__tcp_cfg_t *cfg);
 
 typedef struct ftc__tcp ftc__tcp_t;
 
-/* Whether the ranks of view outnumber the CPUs they share: every member
+/* Whether the ranks of view crowd the CPUs they share: every member
  * advertises the same host (the same machine, so every rank has the same
- * ncpu, the online CPUs, and decides the same) and there are more than ncpu
- * of them. Then FTC_ALGO_AUTO reduces allreduces below
- * FTCOMM_RING_THRESHOLD flat (to rank 0 and back) rather than by
- * recursive doubling, which needs more ranks on a core at once. */
+ * ncpu, the online CPUs, and decides the same) and there are at least
+ * 2 * ncpu of them, so every core runs two ranks or more. Then
+ * FTC_ALGO_AUTO reduces allreduces below FTCOMM_RING_THRESHOLD flat (to
+ * rank 0 and back) rather than by recursive doubling, whose every step
+ * waits for ranks to get a turn on a core. Below 2 ranks per core flat
+ * measured a tie at best (3 ranks on 2 cores), and rank 0's serial share
+ * (n - 1 receives and sends) would cost more on a big host with a rank or
+ * so per core (docs/benchmarks.md). */
 int ftc__tcp_crowded(const ftc__view_t *view, long ncpu);
 
 /* Listen on bind_host (ephemeral port) with family (AF_UNSPEC, AF_INET,
