@@ -4,7 +4,8 @@
  * then open the coordinator port, label this pod as the leader (the
  * Service sends ranks only to the leader's coordinators) and reconcile
  * until SIGTERM/SIGINT (or the Lease is lost), sweeping the dump volume for
- * the folders of deleted jobs meanwhile; then stop in reverse order,
+ * the folders of deleted jobs meanwhile (on the sweeper thread of the
+ * coordinators, off this loop); then stop in reverse order,
  * drop the label and release the Lease so a successor starts at once.
  */
 #include <signal.h>
@@ -227,20 +228,20 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ftcomm-controller: %s\n", ftc_last_error());
     goto out_release;
   }
-  int64_t next_sweep = 0; /* the first at once: the caches have synced */
-  if (!a.opt.dump_ttl_after_deletion_s)
+  /* The first sweep at once (the caches have synced), on its own thread. */
+  if (!a.opt.dump_ttl_after_deletion_s) {
     fprintf(stderr, "ftcomm-controller: --dump-ttl-after-deletion=0: the dump folders of deleted jobs are kept\n");
-  while (!stopping()) {
-    if (a.opt.dump_ttl_after_deletion_s && ftc__now_ns() >= next_sweep) {
-      ftck_coords_sweep_opts_t so = {.ns = a.opt.watch_namespace,
-                                     .ttl_s = a.opt.dump_ttl_after_deletion_s,
-                                     .now_s = ftc__wall_ns() / 1000000000LL,
-                                     .lookup = job_lookup,
-                                     .ud = &a};
-      if (ftck_coords_sweep(a.coords, &so) != FTC_OK)
-        fprintf(stderr, "ftcomm-controller: %s; trying again at the next sweep\n", ftc_last_error());
-      next_sweep = ftc__now_ns() + sweep_period_ns(a.opt.dump_ttl_after_deletion_s);
+  } else {
+    ftck_coords_sweep_opts_t so = {.ns = a.opt.watch_namespace,
+                                   .ttl_s = a.opt.dump_ttl_after_deletion_s,
+                                   .lookup = job_lookup,
+                                   .ud = &a};
+    if (ftck_coords_start_sweeper(a.coords, &so, sweep_period_ns(a.opt.dump_ttl_after_deletion_s)) != FTC_OK) {
+      fprintf(stderr, "ftcomm-controller: %s\n", ftc_last_error());
+      goto out_release;
     }
+  }
+  while (!stopping()) {
     if (ftck_coords_port(a.coords) < 0 && ftc__now_ns() >= next_listen) {
       if (ftck_coords_listen(a.coords) == FTC_OK) {
         fprintf(stderr, "ftcomm-controller: coordinator port %d (%s), dumps in %s\n", ftck_coords_port(a.coords),
@@ -254,6 +255,7 @@ int main(int argc, char **argv) {
     ftck_coords_poll(a.coords);
     usleep(100000);
   }
+  ftck_coords_stop_sweeper(a.coords); /* before the caches its lookups read stop */
   int lost = __atomic_load_n(&a.lost, __ATOMIC_ACQUIRE);
   rc = lost ? 1 : 0;
   fprintf(stderr, "ftcomm-controller: %s; shutting down\n", lost ? "lost the leader Lease" : "signal received");

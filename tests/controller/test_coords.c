@@ -6,7 +6,9 @@
  * turned away, a slot declared lost shrinking the epoch at once, and the
  * incident folder: ftcomm-trace's analysis written next to real dumps and
  * the job's uid stamped on it, and the sweep of deleted jobs' folders
- * sparing a job that has a coordinator (the rules: test_retention.c).
+ * sparing a job that has a coordinator (the rules: test_retention.c); the
+ * sweeper thread removing a deleted job's folder in slices while a job of
+ * that name is made again and the poll runs, neither waiting for it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +17,7 @@
 #include <cmocka.h>
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -459,6 +462,79 @@ static void a_job_with_a_coordinator_keeps_its_folder_and_a_sweep_removes_the_re
   assert_int_equal(s.dirs_waiting, 0);
 }
 
+/* The sweeper's yield, held at its first call until the test lets go. */
+typedef struct gate {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int yields, open;
+} gate_t;
+
+static int gate_yield(void *ud) {
+  gate_t *g = ud;
+  pthread_mutex_lock(&g->mu);
+  g->yields++;
+  pthread_cond_broadcast(&g->cv);
+  while (!g->open) pthread_cond_wait(&g->cv, &g->mu);
+  pthread_mutex_unlock(&g->mu);
+  return 0;
+}
+
+static int has_entries(const char *dir) {
+  char cmd[2 * PATH_MAX + 64];
+  snprintf(cmd, sizeof cmd, "test $(ls -A '%s' | wc -l) -gt 0", dir);
+  return system(cmd) == 0;
+}
+
+static void the_sweeper_removes_in_slices_while_a_job_of_that_name_is_made_again(void **state) {
+  fixture_t *fx = *state;
+  char cmd[3 * PATH_MAX + 128], path[PATH_MAX + 64];
+  /* ns/old: deleted long ago; 5 incidents of 8 dumps. */
+  snprintf(cmd, sizeof cmd,
+           "cd '%s' && mkdir -p ns/old && echo 1000 >ns/old/.deleted-at && for i in 1 2 3 4 5; do "
+           "mkdir ns/old/hang-e$i-1 && for r in 0 1 2 3 4 5 6 7; do echo {} >ns/old/hang-e$i-1/rank-$r.json; "
+           "done; done", fx->dir);
+  assert_int_equal(system(cmd), 0);
+  gate_t g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+  ftck_coords_sweep_opts_t o = {.ttl_s = 60, .lookup = no_job, .slice_entries = 4, .yield = gate_yield, .ud = &g};
+  assert_int_equal(ftck_coords_start_sweeper(fx->cs, &o, 3600LL * 1000000000LL), FTC_OK);
+  /* The sweeper stops between its first two slices (the test holds it). */
+  pthread_mutex_lock(&g.mu);
+  int64_t deadline = ftc__now_ns() + WAIT_MS * 1000000LL;
+  while (!g.yields && ftc__now_ns() < deadline) {
+    pthread_mutex_unlock(&g.mu);
+    usleep(1000);
+    pthread_mutex_lock(&g.mu);
+  }
+  assert_int_equal(g.yields, 1);
+  pthread_mutex_unlock(&g.mu);
+  /* Mid-removal: the job's folder has left its name; a job of that name is
+   * made again (its reconcile takes the volume lock) and the poll runs. */
+  snprintf(path, sizeof path, "%s/ns/old", fx->dir);
+  assert_int_equal(access(path, F_OK), -1);
+  start_job(fx, "ns/old", "old", "token-old", 1);
+  assert_int_equal(access(path, F_OK), 0);
+  ftck_coords_poll(fx->cs);
+  snprintf(path, sizeof path, "%s/ns", fx->dir);
+  assert_true(has_entries(path)); /* the new folder, and the old one's trash */
+  pthread_mutex_lock(&g.mu);
+  g.open = 1;
+  pthread_cond_broadcast(&g.cv);
+  pthread_mutex_unlock(&g.mu);
+  /* The removal finishes; the new job's folder stays, empty of the old incidents. */
+  ftck_coords_stats_t s;
+  deadline = ftc__now_ns() + WAIT_MS * 1000000LL;
+  snprintf(cmd, sizeof cmd, "test \"$(ls -A '%s/ns')\" = old", fx->dir);
+  while (system(cmd) != 0 && ftc__now_ns() < deadline) usleep(10000);
+  assert_int_equal(system(cmd), 0);
+  snprintf(path, sizeof path, "%s/ns/old/hang-e1-1", fx->dir);
+  assert_int_equal(access(path, F_OK), -1);
+  ftck_coords_stop_sweeper(fx->cs);
+  ftck_coords_get_stats(fx->cs, &s);
+  assert_int_equal(s.sweeps, 1);
+  assert_int_equal(s.dirs_removed_deleted, 1);
+  assert_true(g.yields >= 45 / 4);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(accept_key_is_the_rfc_example),
@@ -472,6 +548,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_timeout_report_becomes_an_analyzed_incident, setup, teardown),
       cmocka_unit_test_setup_teardown(the_analysis_goes_next_to_the_dumps, setup, teardown),
       cmocka_unit_test_setup_teardown(a_headline_as_long_as_ftcomm_trace_prints_is_kept_whole, setup, teardown),
+      cmocka_unit_test_setup_teardown(the_sweeper_removes_in_slices_while_a_job_of_that_name_is_made_again, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(a_job_with_a_coordinator_keeps_its_folder_and_a_sweep_removes_the_rest, setup,
                                       teardown),
   };

@@ -6,8 +6,10 @@
  * name only the earlier job's incidents go (by .job-uid, or by time when an
  * incident has none); links are never followed, anywhere; names that are
  * not namespaces or job names are left alone; only the watched namespace is
- * swept; a lookup that cannot tell leaves the folder alone; the per-job
- * count; the duration flag.
+ * swept; a lookup that cannot tell leaves the folder alone; removal goes in
+ * slices with no hold held between them, and a sweep stopped between two
+ * leaves trash that the next one empties; the per-job count; the duration
+ * flag.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -36,7 +38,21 @@ typedef struct world {
   const char *jobs[8];
   int lookups, holds, held, max_held;
   char looked_up[1024];
+  int yields, stop_at;  /* yield: calls so far; the call that says stop (0: none) */
+  const char *vol;      /* for the yield's checks */
+  int gone_at_yield;    /* the folder being removed had left its name at every yield */
 } world_t;
+
+static int yield(void *ud) {
+  world_t *w = ud;
+  w->yields++;
+  assert_int_equal(w->held, 0); /* a reconcile may make a job's folder meanwhile */
+  char p[PATH_MAX + 16];
+  struct stat sb;
+  snprintf(p, sizeof p, "%s/ml/gone", w->vol);
+  if (lstat(p, &sb) == 0) w->gone_at_yield = 0;
+  return w->stop_at && w->yields >= w->stop_at;
+}
 
 static int lookup(void *ud, const char *ns, const char *name, ftck_job_ref_t *ref) {
   world_t *w = ud;
@@ -423,6 +439,70 @@ static void durations_parse_and_bad_ones_say_what_to_type(void **state) {
   assert_string_equal(buf, "0s");
 }
 
+/* ml/gone, deleted long ago: 4 incidents of 10 dumps (46 entries in all). */
+static void a_big_deleted_folder(fixture_t *fx) {
+  mkdirs(fx, "ml/gone");
+  put(fx, "ml/gone/" FTCK_MARK_DELETED, "1000\n");
+  for (int i = 0; i < 4; i++) {
+    char rel[128];
+    snprintf(rel, sizeof rel, "ml/gone/hang-e%d-100", i);
+    mkdirs(fx, rel);
+    for (int k = 0; k < 10; k++) {
+      snprintf(rel, sizeof rel, "ml/gone/hang-e%d-100/rank-%d.json", i, k);
+      put(fx, rel, "{}");
+    }
+  }
+}
+
+static ftck_retention_result_t sweep_sliced(fixture_t *fx, int slice) {
+  fx->w.vol = fx->vol;
+  fx->w.gone_at_yield = 1;
+  ftck_retention_opts_t o = {.volume = fx->vol, .ttl_s = TTL, .now_s = NOW, .lookup = lookup, .hold = hold,
+                             .ud = &fx->w, .quiet = 1, .slice_entries = slice, .yield = yield};
+  ftck_retention_result_t r;
+  assert_int_equal(ftck_retention_sweep(&o, &r), FTC_OK);
+  assert_int_equal(fx->w.held, 0);
+  return r;
+}
+
+/* The trash a sweep left in ml (names starting with .ftcomm-removing-). */
+static int trash_in_ml(fixture_t *fx) {
+  char cmd[PATH_MAX + 64];
+  snprintf(cmd, sizeof cmd, "ls -A '%s/ml' 2>/dev/null | grep -q '^\\.ftcomm-removing-'", fx->vol);
+  return system(cmd) == 0;
+}
+
+static void removal_goes_in_slices_with_no_hold_between_them(void **state) {
+  fixture_t *fx = *state;
+  a_big_deleted_folder(fx);
+  ftck_retention_result_t r = sweep_sliced(fx, 8);
+  assert_int_equal(r.deleted, 1);
+  assert_int_equal(r.stopped, 0);
+  assert_int_equal(r.slices, fx->w.yields);
+  assert_true(fx->w.yields >= 46 / 8); /* every 8 entries */
+  assert_int_equal(fx->w.gone_at_yield, 1); /* its name left at once, under the hold */
+  assert_false(exists(fx, "ml")); /* emptied, then the namespace went too */
+}
+
+static void a_stopped_sweep_leaves_trash_that_the_next_one_empties(void **state) {
+  fixture_t *fx = *state;
+  a_big_deleted_folder(fx);
+  mkdirs(fx, "ml/live");
+  fx->w.jobs[0] = "ml/live=uid-live@1700000000";
+  fx->w.stop_at = 2;
+  ftck_retention_result_t r = sweep_sliced(fx, 8);
+  assert_int_equal(r.stopped, 1);
+  assert_int_equal(fx->w.yields, 2);
+  assert_false(exists(fx, "ml/gone"));
+  assert_true(trash_in_ml(fx));
+  fx->w.stop_at = 0;
+  r = sweep_sliced(fx, 8);
+  assert_int_equal(r.stopped, 0);
+  assert_int_equal(r.deleted, 0); /* counted once, when it left its name */
+  assert_false(trash_in_ml(fx));
+  assert_true(exists(fx, "ml/live"));
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void) {
@@ -435,6 +515,8 @@ int main(void) {
       T(only_the_watched_namespace_is_swept),
       T(a_lookup_that_cannot_tell_leaves_the_folder_alone),
       T(a_missing_volume_is_nothing_to_do_and_a_file_is_an_error),
+      T(removal_goes_in_slices_with_no_hold_between_them),
+      T(a_stopped_sweep_leaves_trash_that_the_next_one_empties),
       T(the_count_keeps_the_newest_incidents_and_no_link),
       T(an_incident_is_stamped_with_its_job),
       cmocka_unit_test(durations_parse_and_bad_ones_say_what_to_type),

@@ -6,7 +6,8 @@
  * reconciling the job runs ftcomm-trace on the folder, writes the analysis
  * next to the dumps (stamped with the job's uid) and drops the oldest
  * incidents beyond the retention; and the sweep that removes the folders of
- * deleted jobs (retention.c) once they are --dump-ttl-after-deletion old.
+ * deleted jobs (retention.c) once they are --dump-ttl-after-deletion old,
+ * on the caller's thread or on the sweeper thread ("ftck-sweeper").
  *
  * Lock: cs->mu guards the table, each entry's pending incidents and lost-pod
  * memory; it is never held while calling a coordinator, the analyzer or
@@ -16,7 +17,10 @@
  * coordinator's stats (its own leaf lock) under cs->mu; nothing takes cs->mu
  * under a coordinator's lock. cs->vol_mu serializes making a job's folder
  * (and its coordinator entry) with the sweep deciding about that folder; it
- * is taken before cs->mu and before the caller's lookup (an informer's lock).
+ * is taken before cs->mu and before the caller's lookup (an informer's lock),
+ * for the decision and one rename per folder (the removal follows without
+ * it). cs->sweep_mu only guards the sweeper's stop flag and wait; nothing
+ * else is taken under it.
  */
 #include "jobcoord.h"
 
@@ -33,6 +37,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ftc_alloc.h"
@@ -93,6 +98,15 @@ struct ftck_coords {
   ftck_router_t *router; /* set once by ftck_coords_listen on the main thread */
   int listening;         /* atomic */
   ftck_coords_stats_t stats; /* atomics */
+  /* The sweeper thread (ftck_coords_start_sweeper): stop = flag + signal + join. */
+  pthread_t sweeper;
+  int sweeper_started;           /* owner's thread only */
+  pthread_mutex_t sweep_mu;      /* guards sweeper_stop; taken alone */
+  pthread_cond_t sweep_cv;
+  int sweeper_stop;              /* under sweep_mu; also read atomically between slices */
+  ftck_coords_sweep_opts_t sweep_o;
+  char sweep_ns[256];
+  int64_t sweep_period_ns;
 };
 
 static void bump(uint64_t *c) { __atomic_add_fetch(c, 1, __ATOMIC_RELAXED); }
@@ -198,6 +212,8 @@ ftc_status_t ftck_coords_create(const ftck_coords_opts_t *o, ftck_coords_t **out
   cs->ud = o->ud;
   pthread_mutex_init(&cs->mu, NULL);
   pthread_mutex_init(&cs->vol_mu, NULL);
+  pthread_mutex_init(&cs->sweep_mu, NULL);
+  pthread_cond_init(&cs->sweep_cv, NULL);
   if (!cs->bind || !cs->dump_volume || !cs->analyzer) {
     ftck_coords_destroy(cs);
     return ftc__error(FTC_ERR_NO_MEMORY, "coordinators: no memory");
@@ -236,6 +252,7 @@ static void jc_free(jc_t *j) {
 
 void ftck_coords_destroy(ftck_coords_t *cs) {
   if (!cs) return;
+  ftck_coords_stop_sweeper(cs); /* it looks at the table below */
   if (cs->router) ftck_router_stop(cs->router);
   while (cs->jobs) {
     jc_t *j = cs->jobs;
@@ -244,6 +261,8 @@ void ftck_coords_destroy(ftck_coords_t *cs) {
   }
   pthread_mutex_destroy(&cs->mu);
   pthread_mutex_destroy(&cs->vol_mu);
+  pthread_mutex_destroy(&cs->sweep_mu);
+  pthread_cond_destroy(&cs->sweep_cv);
   ftc__free(cs->bind);
   ftc__free(cs->dump_volume);
   ftc__free(cs->analyzer);
@@ -634,8 +653,16 @@ void ftck_coords_get_stats(ftck_coords_t *cs, ftck_coords_stats_t *out) {
 typedef struct sweep_ctx {
   ftck_coords_t *cs;
   ftck_job_lookup_fn lookup;
+  int (*yield)(void *ud);
   void *ud;
 } sweep_ctx_t;
+
+/* Between two slices of removal: stop if the sweeper is being stopped. */
+static int sweep_yield(void *ud) {
+  sweep_ctx_t *x = ud;
+  if (__atomic_load_n(&x->cs->sweeper_stop, __ATOMIC_ACQUIRE)) return 1;
+  return x->yield ? x->yield(x->ud) : 0;
+}
 
 static void sweep_hold(void *ud, int on) {
   sweep_ctx_t *x = ud;
@@ -655,7 +682,7 @@ static int sweep_lookup(void *ud, const char *ns, const char *name, ftck_job_ref
 }
 
 ftc_status_t ftck_coords_sweep(ftck_coords_t *cs, const ftck_coords_sweep_opts_t *o) {
-  sweep_ctx_t x = {.cs = cs, .lookup = o->lookup, .ud = o->ud};
+  sweep_ctx_t x = {.cs = cs, .lookup = o->lookup, .yield = o->yield, .ud = o->ud};
   uint64_t n = __atomic_add_fetch(&cs->stats.sweeps, 1, __ATOMIC_RELAXED);
   ftck_retention_opts_t ro = {.volume = cs->dump_volume,
                               .ns = o->ns,
@@ -664,7 +691,9 @@ ftc_status_t ftck_coords_sweep(ftck_coords_t *cs, const ftck_coords_sweep_opts_t
                               .lookup = sweep_lookup,
                               .hold = sweep_hold,
                               .ud = &x,
-                              .quiet = n > 1};
+                              .quiet = n > 1,
+                              .slice_entries = o->slice_entries,
+                              .yield = sweep_yield};
   ftck_retention_result_t r;
   ftc_status_t st = ftck_retention_sweep(&ro, &r);
   __atomic_add_fetch(&cs->stats.dirs_removed_deleted, r.deleted, __ATOMIC_RELAXED);
@@ -674,5 +703,53 @@ ftc_status_t ftck_coords_sweep(ftck_coords_t *cs, const ftck_coords_sweep_opts_t
             "earlier jobs removed, %llu entries left alone, %llu errors", (unsigned long long)r.deleted,
             (unsigned long long)r.waiting, (unsigned long long)r.stale, (unsigned long long)r.skipped,
             (unsigned long long)r.errors);
+  if (r.stopped)
+    FTC_INFO(FTC_SUB_CTRL, "dump volume sweep stopped between two slices; the next one finishes the removal");
   return st;
+}
+
+static void *sweeper_main(void *arg) {
+  ftck_coords_t *cs = arg;
+  pthread_mutex_lock(&cs->sweep_mu);
+  while (!cs->sweeper_stop) {
+    pthread_mutex_unlock(&cs->sweep_mu);
+    ftck_coords_sweep_opts_t o = cs->sweep_o;
+    o.now_s = ftc__wall_ns() / 1000000000LL;
+    if (ftck_coords_sweep(cs, &o) != FTC_OK)
+      FTC_WARN(FTC_SUB_CTRL, "%s; trying again at the next sweep", ftc_last_error());
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t at = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + cs->sweep_period_ns;
+    ts.tv_sec = (time_t)(at / 1000000000LL);
+    ts.tv_nsec = (long)(at % 1000000000LL);
+    pthread_mutex_lock(&cs->sweep_mu);
+    while (!cs->sweeper_stop && pthread_cond_timedwait(&cs->sweep_cv, &cs->sweep_mu, &ts) != ETIMEDOUT) {
+    }
+  }
+  pthread_mutex_unlock(&cs->sweep_mu);
+  return NULL;
+}
+
+ftc_status_t ftck_coords_start_sweeper(ftck_coords_t *cs, const ftck_coords_sweep_opts_t *o, int64_t period_ns) {
+  if (cs->sweeper_started) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "the dump volume sweeper runs already");
+  cs->sweep_o = *o;
+  snprintf(cs->sweep_ns, sizeof cs->sweep_ns, "%s", o->ns ? o->ns : "");
+  cs->sweep_o.ns = cs->sweep_ns;
+  cs->sweep_period_ns = period_ns > 0 ? period_ns : 1000000000LL;
+  cs->sweeper_stop = 0;
+  int rc = pthread_create(&cs->sweeper, NULL, sweeper_main, cs);
+  if (rc != 0) return ftc__error(FTC_ERR_SYSTEM, "starting the dump volume sweeper thread: %s", strerror(rc));
+  pthread_setname_np(cs->sweeper, "ftck-sweeper");
+  cs->sweeper_started = 1;
+  return FTC_OK;
+}
+
+void ftck_coords_stop_sweeper(ftck_coords_t *cs) {
+  if (!cs->sweeper_started) return;
+  pthread_mutex_lock(&cs->sweep_mu);
+  __atomic_store_n(&cs->sweeper_stop, 1, __ATOMIC_RELEASE);
+  pthread_cond_broadcast(&cs->sweep_cv);
+  pthread_mutex_unlock(&cs->sweep_mu);
+  pthread_join(cs->sweeper, NULL);
+  cs->sweeper_started = 0;
 }

@@ -120,15 +120,28 @@ int ftck_analyze_dir(const char *analyzer, const char *dir, char *headline, size
 typedef struct ftck_coords_sweep_opts {
   const char *ns;            /* NULL or "": every namespace; else only this one (--namespace) */
   int64_t ttl_s;             /* --dump-ttl-after-deletion, > 0 */
-  int64_t now_s;             /* wall clock, unix seconds */
-  ftck_job_lookup_fn lookup; /* the jobs that exist: the TrainingJob cache, synced */
+  int64_t now_s;             /* wall clock, unix seconds (the sweeper takes its own) */
+  ftck_job_lookup_fn lookup; /* the jobs that exist: the TrainingJob cache, synced; called
+                              * on the sweeping thread */
   void *ud;
+  int slice_entries;         /* entries removed per slice (0: 256) */
+  int (*yield)(void *ud);    /* NULL, or called with ud between two slices, no lock held
+                              * (nonzero stops the sweep; the tests watch it there) */
 } ftck_coords_sweep_opts_t;
 
 /* Remove what deleted (or re-created) jobs left in the dump volume once
  * they are ttl old (retention.h), on the caller's thread; a job with a
- * coordinator is never gone. The leader calls it at start-up, once its
- * caches synced, and then periodically. Counts go to the stats. */
+ * coordinator is never gone. Counts go to the stats. */
 ftc_status_t ftck_coords_sweep(ftck_coords_t *cs, const ftck_coords_sweep_opts_t *o);
+
+/* The same on a thread of its own ("ftck-sweeper"), so neither the
+ * leader's main loop nor a reconcile waits for a removal: a sweep at once,
+ * then one every period_ns. A reconcile that makes a job's folder waits at
+ * most for the sweep's decision about that one folder (a rename); the
+ * removal follows with no lock held, in slices. o is copied. Stopped
+ * between two slices by ftck_coords_stop_sweeper (or destroy); what is left
+ * goes at the next sweep. Call both from one thread. */
+ftc_status_t ftck_coords_start_sweeper(ftck_coords_t *cs, const ftck_coords_sweep_opts_t *o, int64_t period_ns);
+void ftck_coords_stop_sweeper(ftck_coords_t *cs);
 
 #endif

@@ -4,6 +4,13 @@
  * --dump-ttl-after-deletion. Every path below the volume is walked with
  * *at() calls on descriptors opened with O_NOFOLLOW, so a link planted in
  * the volume can neither be followed nor make a removal leave it.
+ *
+ * The sweep decides about a job's folder under the caller's hold, and what
+ * it removes leaves its name there at once: it is renamed to a hidden
+ * TRASH_PREFIX name beside it (one rename). The trash is emptied after the
+ * hold is let go, in slices of at most slice_entries entries with the
+ * caller's yield between them (which may stop the sweep: what is left is
+ * trash, which the next sweep empties first).
  */
 #include "retention.h"
 
@@ -11,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +34,9 @@
  * job was created is the earlier job's (room for clock skew between the
  * controller and the API server). */
 #define UNSTAMPED_MARGIN_S 60
+/* What a sweep is removing: renamed out of the way, emptied after. */
+#define TRASH_PREFIX ".ftcomm-removing-"
+#define SLICE_ENTRIES 256
 
 void ftck_format_duration(int64_t s, char *buf, size_t n) {
   if (s < 0) s = 0;
@@ -266,7 +277,104 @@ typedef struct sweep {
   const ftck_retention_opts_t *o;
   ftck_retention_result_t *r;
   char ttl[32];
+  int budget;  /* entries left in this slice */
+  int stopped; /* the yield said stop */
+  char **trash; /* names renamed out of the way under the hold, to empty after it */
+  size_t ntrash;
 } sweep_t;
+
+/* One entry removed: the slice's budget; at its end the caller's yield. */
+static int slice_tick(sweep_t *sw) {
+  if (sw->stopped) return -1;
+  if (--sw->budget > 0) return 0;
+  sw->budget = sw->o->slice_entries > 0 ? sw->o->slice_entries : SLICE_ENTRIES;
+  sw->r->slices++;
+  if (sw->o->yield && sw->o->yield(sw->o->ud)) sw->stopped = 1;
+  return sw->stopped ? -1 : 0;
+}
+
+/* rm_tree_at in slices (slice_tick before each entry). -1 with errno
+ * EINTR: stopped, the rest is left. */
+static int rm_tree_sliced(sweep_t *sw, int dfd, const char *name, int depth) {
+  struct stat sb;
+  if (slice_tick(sw) != 0) {
+    errno = EINTR;
+    return -1;
+  }
+  if (fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0) return errno == ENOENT ? 0 : -1;
+  if (!S_ISDIR(sb.st_mode)) return unlinkat(dfd, name, 0) == 0 || errno == ENOENT ? 0 : -1;
+  if (depth >= MAX_DEPTH) {
+    errno = ELOOP;
+    return -1;
+  }
+  int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char **names;
+  size_t n;
+  int rc = 0, err = 0;
+  if (list_names(fd, &names, &n) != 0) {
+    rc = -1;
+    err = errno;
+  }
+  for (size_t i = 0; i < n && !sw->stopped; i++)
+    if (rm_tree_sliced(sw, fd, names[i], depth + 1) != 0 && !rc) {
+      rc = -1;
+      err = errno;
+    }
+  free_names(names, n);
+  close(fd);
+  if (sw->stopped) {
+    errno = EINTR;
+    return -1;
+  }
+  if (unlinkat(dfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT && !rc) {
+    rc = -1;
+    err = errno;
+  }
+  errno = err;
+  return rc;
+}
+
+/* Rename entry `name` of dfd to a fresh trash name (into trash[n]) beside
+ * it. 0, or -1 (errno). */
+static int to_trash(int dfd, const char *name, char *trash, size_t n) {
+  static unsigned counter;
+  for (int tries = 0; tries < 1000; tries++) {
+    snprintf(trash, n, TRASH_PREFIX "%ld-%u", (long)getpid(), __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
+    if (renameat2(dfd, name, dfd, trash, RENAME_NOREPLACE) == 0) return 0;
+    if (errno == EINVAL || errno == ENOSYS) { /* no RENAME_NOREPLACE here */
+      struct stat sb;
+      if (fstatat(dfd, trash, &sb, AT_SYMLINK_NOFOLLOW) == 0) continue;
+      if (renameat(dfd, name, dfd, trash) == 0) return 0;
+    }
+    if (errno != EEXIST) return -1;
+  }
+  errno = EEXIST;
+  return -1;
+}
+
+/* Remember trash name t of the folder being swept, to empty after the hold. */
+static void trash_later(sweep_t *sw, const char *t) {
+  char **v = ftc__realloc(sw->trash, (sw->ntrash + 1) * sizeof *v);
+  if (!v) return; /* the next sweep finds it */
+  sw->trash = v;
+  if ((v[sw->ntrash] = ftc__strdup(t))) sw->ntrash++;
+}
+
+/* Empty and remove what trash_later kept, in dfd (no hold). */
+static void empty_trash(sweep_t *sw, int dfd, const char *where) {
+  for (size_t i = 0; i < sw->ntrash; i++) {
+    if (!sw->stopped && rm_tree_sliced(sw, dfd, sw->trash[i], 0) != 0 && errno != EINTR) {
+      sw->r->errors++;
+      FTC_WARN(FTC_SUB_CTRL, "cannot remove %s/%s: %s; trying again at the next sweep", where, sw->trash[i],
+               strerror(errno));
+    }
+    ftc__free(sw->trash[i]);
+  }
+  ftc__free(sw->trash);
+  sw->trash = NULL;
+  sw->ntrash = 0;
+}
 
 #define SKIP(sw, ...)                                                                  \
   do {                                                                                 \
@@ -316,14 +424,15 @@ static void job_gone(sweep_t *sw, int nfd, int jfd, const char *ns, const char *
     sw->r->waiting++;
     return;
   }
-  char ago[32];
+  char ago[32], trash[64];
   ftck_format_duration(o->now_s - since, ago, sizeof ago);
-  if (rm_tree_at(nfd, job, 0) != 0) {
+  if (to_trash(nfd, job, trash, sizeof trash) != 0) {
     sw->r->errors++;
     FTC_WARN(FTC_SUB_CTRL, "cannot remove %s/%s/%s, the dump folder of the deleted TrainingJob %s/%s: %s; trying "
              "again at the next sweep", o->volume, ns, job, ns, job, strerror(errno));
     return;
   }
+  trash_later(sw, trash); /* emptied once the hold is let go */
   sw->r->deleted++;
   FTC_INFO(FTC_SUB_CTRL, "removed %s/%s/%s, the dump folder of TrainingJob %s/%s, gone for %s "
            "(--dump-ttl-after-deletion=%s)", o->volume, ns, job, ns, job, ago, sw->ttl);
@@ -345,6 +454,10 @@ static void job_present(sweep_t *sw, int jfd, const char *ns, const char *job, c
   }
   for (size_t i = 0; i < n; i++) {
     const char *inc = names[i], *why;
+    if (!strncmp(inc, TRASH_PREFIX, strlen(TRASH_PREFIX))) {
+      trash_later(sw, inc); /* an interrupted sweep's */
+      continue;
+    }
     if (inc[0] == '.') continue;
     if ((why = not_a_folder(jfd, inc))) {
       if (*why) SKIP(sw, "%s/%s/%s/%s: %s; left alone", o->volume, ns, job, printable(inc, pb, sizeof pb), why);
@@ -359,12 +472,14 @@ static void job_present(sweep_t *sw, int jfd, const char *ns, const char *job, c
                         : fstat(ifd, &sb) == 0 && sb.st_mtim.tv_sec < ref->created_s - UNSTAMPED_MARGIN_S;
     close(ifd);
     if (!stale) continue;
-    if (rm_tree_at(jfd, inc, 0) != 0) {
+    char trash[64];
+    if (to_trash(jfd, inc, trash, sizeof trash) != 0) {
       sw->r->errors++;
       FTC_WARN(FTC_SUB_CTRL, "cannot remove %s/%s/%s/%s, an incident of an earlier TrainingJob %s/%s: %s", o->volume,
                ns, job, printable(inc, pb, sizeof pb), ns, job, strerror(errno));
       continue;
     }
+    trash_later(sw, trash);
     sw->r->stale++;
     char whose[sizeof uid + 64];
     if (stamped) snprintf(whose, sizeof whose, "its %s says uid %s", FTCK_MARK_JOB_UID, uid);
@@ -391,14 +506,24 @@ static void sweep_job(sweep_t *sw, int nfd, const char *ns, const char *job) {
   int live = o->lookup(o->ud, ns, job, &ref);
   if (live == 0) job_gone(sw, nfd, jfd, ns, job);
   else if (live > 0) job_present(sw, jfd, ns, job, &ref);
+  if (o->hold) o->hold(o->ud, 0);
+  char where[PATH_MAX];
+  if (live == 0) { /* its folder, renamed beside it */
+    snprintf(where, sizeof where, "%s/%s", o->volume, ns);
+    empty_trash(sw, nfd, where);
+  } else { /* incidents of an earlier job, renamed inside it */
+    snprintf(where, sizeof where, "%s/%s/%s", o->volume, ns, job);
+    empty_trash(sw, jfd, where);
+  }
   close(jfd);
+  return;
 out_release:
   if (o->hold) o->hold(o->ud, 0);
 }
 
 ftc_status_t ftck_retention_sweep(const ftck_retention_opts_t *o, ftck_retention_result_t *r) {
   memset(r, 0, sizeof *r);
-  sweep_t sw = {.o = o, .r = r};
+  sweep_t sw = {.o = o, .r = r, .budget = o->slice_entries > 0 ? o->slice_entries : SLICE_ENTRIES};
   ftck_format_duration(o->ttl_s, sw.ttl, sizeof sw.ttl);
   int vfd = open(o->volume, O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* the volume itself may be a link */
   if (vfd < 0) {
@@ -410,7 +535,7 @@ ftc_status_t ftck_retention_sweep(const ftck_retention_opts_t *o, ftck_retention
   ftc_status_t st = FTC_OK;
   if (list_names(vfd, &nss, &nn) != 0)
     st = ftc__error(FTC_ERR_SYSTEM, "dump volume %s: %s", o->volume, strerror(errno));
-  for (size_t i = 0; i < nn; i++) {
+  for (size_t i = 0; i < nn && !sw.stopped; i++) {
     const char *ns = nss[i], *why;
     char pb[96];
     if (ns[0] == '.' || (o->ns && o->ns[0] && strcmp(ns, o->ns) != 0)) continue;
@@ -434,7 +559,15 @@ ftc_status_t ftck_retention_sweep(const ftck_retention_opts_t *o, ftck_retention
       FTC_WARN(FTC_SUB_CTRL, "cannot read %s/%s: %s", o->volume, ns, strerror(errno));
     }
     uint64_t before = r->deleted;
-    for (size_t k = 0; k < nj; k++) {
+    for (size_t k = 0; k < nj && !sw.stopped; k++) {
+      if (!strncmp(jobs[k], TRASH_PREFIX, strlen(TRASH_PREFIX))) { /* an interrupted sweep's */
+        char where[PATH_MAX];
+        snprintf(where, sizeof where, "%s/%s", o->volume, ns);
+        trash_later(&sw, jobs[k]);
+        empty_trash(&sw, nfd, where);
+        before = (uint64_t)-1; /* the namespace may be empty now */
+        continue;
+      }
       if (jobs[k][0] == '.') continue;
       if (!is_dns_subdomain(jobs[k])) {
         SKIP(&sw, "%s/%s/%s: not a TrainingJob name; left alone", o->volume, ns, printable(jobs[k], pb, sizeof pb));
@@ -444,7 +577,7 @@ ftc_status_t ftck_retention_sweep(const ftck_retention_opts_t *o, ftck_retention
     }
     free_names(jobs, nj);
     close(nfd);
-    if (r->deleted > before) { /* the namespace's last job folder may have gone */
+    if (r->deleted != before) { /* the namespace's last job folder may have gone */
       if (o->hold) o->hold(o->ud, 1);
       unlinkat(vfd, ns, AT_REMOVEDIR);
       if (o->hold) o->hold(o->ud, 0);
@@ -452,5 +585,6 @@ ftc_status_t ftck_retention_sweep(const ftck_retention_opts_t *o, ftck_retention
   }
   free_names(nss, nn);
   close(vfd);
+  r->stopped = sw.stopped;
   return st;
 }

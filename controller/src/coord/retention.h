@@ -21,6 +21,11 @@
  * folder was last written more than a minute before the current job was
  * created.
  *
+ * What goes is renamed out of the way under the hold (one rename, to a
+ * hidden ".ftcomm-removing-..." name beside it) and emptied after it, in
+ * slices of slice_entries entries with yield() between them; a sweep that
+ * was stopped leaves such trash, which the next one empties.
+ *
  * Nothing outside the volume is touched: everything below it is opened
  * relative to its parent's descriptor with O_NOFOLLOW; a symbolic link is
  * never followed (one inside a folder being removed is removed itself, not
@@ -56,12 +61,16 @@ typedef struct ftck_retention_opts {
   int64_t now_s;      /* wall clock, unix seconds */
   ftck_job_lookup_fn lookup;
   /* hold(ud, 1) before a job's folder is looked up and hold(ud, 0) after
-   * what was decided is done (also around removing an emptied namespace
-   * folder); NULL: none. The controller serializes this with making a job's
+   * what was decided is done, up to renaming what goes out of the way (also
+   * around removing an emptied namespace folder); NULL: none. The controller serializes this with making a job's
    * folder and coordinator, so a job created meanwhile keeps its folder. */
   void (*hold)(void *ud, int on);
   void *ud;
   int quiet; /* 1: what is skipped is logged at debug level (the first sweep warns) */
+  /* Removal goes in slices of slice_entries entries (0: 256), no hold
+   * held; yield(ud) between them (NULL: none): nonzero stops the sweep. */
+  int slice_entries;
+  int (*yield)(void *ud);
 } ftck_retention_opts_t;
 
 typedef struct ftck_retention_result {
@@ -70,6 +79,8 @@ typedef struct ftck_retention_result {
   uint64_t waiting;  /* folders of deleted jobs waiting out the ttl */
   uint64_t skipped;  /* names, links and files left alone */
   uint64_t errors;   /* removals or markers that failed (tried again next time) */
+  uint64_t slices;   /* yields between slices of removal */
+  int stopped;       /* 1: yield stopped it; the rest is trash for the next sweep */
 } ftck_retention_result_t;
 
 /* One pass over the volume (see above). FTC_ERR_SYSTEM when the volume
