@@ -95,14 +95,12 @@ static ftc_status_t comm_new(const ftc_config_t *cfg_in, ftc_comm_t **out) {
   }
   if ((st = ftc_config_resolve(&cfg)) != FTC_OK) return st;
   /* The data plane: NCCL when asked (why it cannot load is the answer), or
-   * under auto when it loads and its runtime sees a GPU; else TCP. */
+   * under auto when it loads and its runtime sees a GPU (comm_probe_auto,
+   * before the first connect); else TCP. */
   const ftc__backend_ops_t *be = &ftc__backend_tcp;
   if (strcasecmp(cfg.backend, "nccl") == 0) {
     if ((st = ftc__nccl_backend_probe(0)) != FTC_OK) return st;
     be = &ftc__backend_nccl;
-  } else if (strcasecmp(cfg.backend, "auto") == 0) {
-    if (ftc__nccl_backend_probe(1) == FTC_OK) be = &ftc__backend_nccl;
-    ftc__error_clear(); /* a host without NCCL is no error under auto */
   }
   ftc_comm_t *c = ftc__calloc(1, sizeof(*c));
   if (!c) return ftc__error(FTC_ERR_NO_MEMORY, "allocating a communicator");
@@ -144,6 +142,17 @@ static ftc_status_t comm_new(const ftc_config_t *cfg_in, ftc_comm_t **out) {
 out_free:
   comm_free(c);
   return st;
+}
+
+/* FTCOMM_BACKEND=auto: NCCL if it loads and its runtime sees a GPU, else
+ * TCP. ftc_comm_create runs it while the coordinator answers its hello (a
+ * joiner's path: the probe's dlopen calls over the library path cost about
+ * 0.2 ms on this host without NCCL, more with CUDA); once per process, the
+ * library's answer is kept (nccl/backend.c). */
+static void comm_probe_auto(ftc_comm_t *c) {
+  if (strcasecmp(c->cfg.backend, "auto") != 0) return;
+  if (ftc__nccl_backend_probe(1) == FTC_OK) c->be = &ftc__backend_nccl;
+  ftc__error_clear(); /* a host without NCCL is no error under auto */
 }
 
 static uint64_t comm_id_hash(const char *job) {
@@ -248,6 +257,7 @@ ftc_status_t ftc__comm_create_from_view(const ftc_config_t *cfg, const ftc__view
     return st;
   }
   c->listen_fd = listen_fd;
+  comm_probe_auto(c);
   if ((st = comm_bring_up(c, view)) != FTC_OK) goto out_free;
   *out = c;
   return FTC_OK;
@@ -291,7 +301,11 @@ ftc_status_t ftc_comm_create(const ftc_config_t *cfg, ftc_comm_t **out) {
       .connect_timeout_ms = c->cfg.connect_timeout_ms,
   };
   int64_t t0 = ftc__now_ns();
-  if ((st = ftc__member_open(&mcfg, &c->member)) != FTC_OK) goto out_free;
+  /* The session's first connection is under way when start returns; the
+   * backend probe runs meanwhile. */
+  if ((st = ftc__member_start(&mcfg, &c->member)) != FTC_OK) goto out_free;
+  comm_probe_auto(c);
+  if ((st = ftc__member_finish(&c->member)) != FTC_OK) goto out_free;
   int64_t left_ms = c->cfg.connect_timeout_ms - (ftc__now_ns() - t0) / 1000000;
   if (left_ms < 1) left_ms = 1;
   ftc__member_set_notify(c->member, c->wd_fd);

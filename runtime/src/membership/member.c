@@ -49,6 +49,7 @@ struct ftc__member {
   /* Immutable after open. */
   char *coord, *host_name, *host_hdr, *job, *token, *data_addr, *pod, *node, *host;
   int port, slot, world_size, min_size, joiner, cfg_heartbeat_ms, connect_timeout_ms;
+  int64_t open_deadline_ns; /* ftc__member_finish gives up then */
   struct lws_context *ctx;
   struct lws_protocols protocols[2];
   pthread_t thread;
@@ -59,7 +60,8 @@ struct ftc__member {
 
   /* Owned by the service thread. */
   struct lws *wsi;
-  lws_sorted_usec_list_t sul_connect, sul_heartbeat;
+  lws_sorted_usec_list_t sul_connect, sul_heartbeat, sul_guard;
+  int hello_out; /* a hello was written (read by ftc__member_start only) */
   int retry_ms;
   int64_t reconnect_deadline_ns; /* 0 while connected */
   int heartbeat_ms;
@@ -472,6 +474,7 @@ static int on_writeable(ftc__member_t *m, struct lws *wsi) {
     pthread_mutex_unlock(&m->lock);
     return -1;
   }
+  m->hello_out = 1; /* the first frame on a connection is its hello */
   if (close_after) {
     static const char bye[] = "leave";
     lws_close_reason(wsi, LWS_CLOSE_STATUS_NORMAL, (unsigned char *)bye, sizeof(bye) - 1);
@@ -561,6 +564,8 @@ static int member_callback(struct lws *wsi, enum lws_callback_reasons reason, vo
     default: return lws_callback_http_dummy(wsi, reason, user, in, len);
   }
 }
+
+static void guard_expired(lws_sorted_usec_list_t *sul) { (void)sul; }
 
 static void *service_main(void *arg) {
   ftc__member_t *m = arg;
@@ -652,6 +657,12 @@ static void member_free(ftc__member_t *m) {
 }
 
 ftc_status_t ftc__member_open(const ftc__member_cfg_t *cfg, ftc__member_t **out) {
+  ftc_status_t st = ftc__member_start(cfg, out);
+  if (st != FTC_OK) return st;
+  return ftc__member_finish(out);
+}
+
+ftc_status_t ftc__member_start(const ftc__member_cfg_t *cfg, ftc__member_t **out) {
   ftc_status_t st;
   if (!out) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc__member_open: out is NULL");
   *out = NULL;
@@ -711,15 +722,32 @@ ftc_status_t ftc__member_open(const ftc__member_cfg_t *cfg, ftc__member_t **out)
   info.protocols = m->protocols;
   info.user = m;
   info.count_threads = 1;
+  /* One connection and lws's own wake-up pipe. Without a limit lws sizes
+   * its tables by RLIMIT_NOFILE (160 KiB at 20000, zeroed): 0.1 to 0.2 ms of
+   * every ftc_comm_create, a joiner's included (docs/recovery.md). */
+  info.fd_limit_per_thread = 8;
   m->ctx = lws_create_context(&info);
   if (!m->ctx) {
     st = ftc__error(FTC_ERR_SYSTEM, "cannot create the libwebsockets client context");
     goto out_free;
   }
-  /* The first attempt starts here, before the service thread exists (so
-   * it still owns nothing), rather than when that thread first runs: the
-   * coordinator accepts meanwhile. Every later attempt runs on the thread. */
+  /* The first attempt runs here, in the caller's thread, up to its hello,
+   * before the service thread exists (so that thread owns nothing yet): no
+   * wait for a new thread's first schedule on the way to the admission
+   * (docs/recovery.md, "Benchmark"). The caller has other work while the
+   * coordinator answers (ftc_comm_create's backend probe); the welcome, and
+   * a failed attempt's retries, are the service thread's. */
+  m->open_deadline_ns = ftc__deadline_ns(m->connect_timeout_ms);
   try_connect(&m->sul_connect);
+  if (m->wsi) {
+    /* lws_service waits for the next event or timer: the guard bounds it. */
+    lws_sul_schedule(m->ctx, 0, &m->sul_guard, guard_expired,
+                     (lws_usec_t)m->connect_timeout_ms * 1000);
+    while (m->wsi && !m->hello_out && m->state == S_CONNECTING &&
+           ftc__now_ns() < m->open_deadline_ns)
+      if (lws_service(m->ctx, 0) < 0) break;
+    lws_sul_cancel(&m->sul_guard);
+  }
   int err = pthread_create(&m->thread, NULL, service_main, m);
   if (err) {
     st = ftc__error(FTC_ERR_SYSTEM, "cannot start the membership thread: %s", strerror(err));
@@ -727,9 +755,19 @@ ftc_status_t ftc__member_open(const ftc__member_cfg_t *cfg, ftc__member_t **out)
   }
   m->started = 1;
   pthread_setname_np(m->thread, "ftc-member");
+  *out = m;
+  return FTC_OK;
 
-  int timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 60000;
-  int64_t deadline = ftc__deadline_ns(timeout_ms);
+out_free:
+  member_free(m);
+  return st;
+}
+
+ftc_status_t ftc__member_finish(ftc__member_t **mp) {
+  ftc__member_t *m = *mp;
+  ftc_status_t st;
+  int timeout_ms = m->connect_timeout_ms;
+  int64_t deadline = m->open_deadline_ns;
   struct timespec ts = {(time_t)(deadline / 1000000000LL), (long)(deadline % 1000000000LL)};
   pthread_mutex_lock(&m->lock);
   while (m->state == S_CONNECTING && ftc__now_ns() < deadline)
@@ -739,27 +777,23 @@ ftc_status_t ftc__member_open(const ftc__member_cfg_t *cfg, ftc__member_t **out)
   char msg[512];
   snprintf(msg, sizeof(msg), "%s", m->error_msg);
   pthread_mutex_unlock(&m->lock);
-  if (state == S_OPEN) {
-    *out = m;
-    return FTC_OK;
-  }
+  if (state == S_OPEN) return FTC_OK;
+  *mp = NULL;
   if (state == S_CONNECTING) {
     /* conn_err belongs to the service thread: stop it before reading. */
     member_stop(m);
     snprintf(msg, sizeof(msg), "%s", m->conn_err[0] ? m->conn_err : "no welcome");
+    char coord[512];
+    snprintf(coord, sizeof(coord), "%s", m->coord);
     member_free(m);
     return ftc__error(FTC_ERR_COORDINATOR,
                       "could not join the coordinator at %s within %d ms (last attempt: %s); "
                       "is it running, and is FTCOMM_COORDINATOR right?",
-                      cfg->coordinator, timeout_ms, msg);
+                      coord, timeout_ms, msg);
   }
   member_free(m);
   return ftc__error(st != FTC_OK ? st : FTC_ERR_COORDINATOR, "%s",
                     msg[0] ? msg : "the coordinator closed the session");
-
-out_free:
-  member_free(m);
-  return st;
 }
 
 ftc_status_t ftc__member_wait_view(ftc__member_t *m, uint64_t after, int timeout_ms,

@@ -79,6 +79,16 @@ typedef struct ftc__view {
  * FTC_ERR_PROTOCOL on a malformed answer; ftc_last_error() says which. */
 ftc_status_t ftc__member_open(const ftc__member_cfg_t *cfg, ftc__member_t **out);
 
+/* ftc__member_open in two halves, so the caller can do other work (the
+ * NCCL probe under FTCOMM_BACKEND=auto) while the coordinator answers:
+ * ftc__member_start checks the configuration, starts the first connection
+ * attempt and the membership thread, and returns at once; ftc__member_finish
+ * waits for the welcome (up to cfg->connect_timeout_ms from the start) and
+ * returns what ftc__member_open would have. On failure, finish frees the
+ * session and sets *m to NULL. */
+ftc_status_t ftc__member_start(const ftc__member_cfg_t *cfg, ftc__member_t **out);
+ftc_status_t ftc__member_finish(ftc__member_t **m);
+
 /* Wait up to timeout_ms for an epoch newer than `after`. On success *view is
  * owned by the caller (ftc__view_free). */
 ftc_status_t ftc__member_wait_view(ftc__member_t *m, uint64_t after, int timeout_ms,
