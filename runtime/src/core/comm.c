@@ -62,6 +62,7 @@ static void comm_free(ftc_comm_t *c) {
   if (!c) return;
   ftc__watchdog_stop(c);
   if (c->member) ftc__member_set_notify(c->member, -1);
+  if (c->member) ftc__member_set_view_notify(c->member, -1);
   ftc__engine_stop(c);
   if (c->retired) c->be->close(c->retired, 1);
   if (c->bh) c->be->close(c->bh, !__atomic_load_n(&c->error, __ATOMIC_ACQUIRE));
@@ -309,6 +310,10 @@ ftc_status_t ftc_comm_create(const ftc_config_t *cfg, ftc_comm_t **out) {
   int64_t left_ms = c->cfg.connect_timeout_ms - (ftc__now_ns() - t0) / 1000000;
   if (left_ms < 1) left_ms = 1;
   ftc__member_set_notify(c->member, c->wd_fd);
+  /* A view that admits a joiner wakes the idle progress thread directly (it
+   * connects to the joiner early; engine.c, idle_wait): one thread hop less
+   * than through the watchdog, which still checks every view. */
+  if (c->spares && c->be->early_start) ftc__member_set_view_notify(c->member, c->wake_fd);
   uint64_t after = 0;
   for (;;) {
     if ((st = ftc__member_wait_view(c->member, after, (int)left_ms, &view)) != FTC_OK) goto out_free;

@@ -89,6 +89,7 @@ struct ftc__member {
   uint64_t backend_epoch; /* the epoch of backend_blob, 0: none */
   char *backend_blob;     /* the newest backend blob the coordinator relayed */
   int notify_fd;          /* eventfd written on a new view or dump request, -1 */
+  int view_fd;            /* eventfd also written on a view that admits a member, -1 */
   uint64_t latest_epoch;  /* atomic copy of view->epoch, for the step boundary */
   uint64_t left[LEFT_KEEP]; /* members the views said left cleanly, the newest LEFT_KEEP */
   int nleft;
@@ -367,6 +368,14 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
       __atomic_store_n(&m->latest_epoch, v->epoch, __ATOMIC_RELEASE);
       pthread_cond_broadcast(&m->cond);
       notify_locked(m);
+      /* Only a view that admits a member gives the progress thread work (its
+       * early connections); on a failure it would be one more thread woken
+       * while the survivors recover. */
+      if (m->view_fd >= 0 && view_admits(&msg)) {
+        uint64_t one = 1;
+        ssize_t w = write(m->view_fd, &one, sizeof(one));
+        (void)w;
+      }
       break;
     }
     case FTC__MSG_BACKEND: {
@@ -709,6 +718,7 @@ ftc_status_t ftc__member_start(const ftc__member_cfg_t *cfg, ftc__member_t **out
   m->retry_ms = RETRY_FIRST_MS;
   m->state = S_CONNECTING;
   m->notify_fd = -1;
+  m->view_fd = -1;
 
   m->protocols[0] = (struct lws_protocols){
       .name = FTC__PROTO_WS_NAME,
@@ -1041,6 +1051,13 @@ void ftc__member_set_notify(ftc__member_t *m, int fd) {
   if (!m) return;
   pthread_mutex_lock(&m->lock);
   m->notify_fd = fd;
+  pthread_mutex_unlock(&m->lock);
+}
+
+void ftc__member_set_view_notify(ftc__member_t *m, int fd) {
+  if (!m) return;
+  pthread_mutex_lock(&m->lock);
+  m->view_fd = fd;
   pthread_mutex_unlock(&m->lock);
 }
 

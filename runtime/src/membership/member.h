@@ -141,6 +141,12 @@ uint64_t ftc__member_latest_epoch(const ftc__member_t *m);
  * stay open until this is undone or the session is closed. */
 void ftc__member_set_notify(ftc__member_t *m, int fd);
 
+/* The same for a second eventfd, written only on a view that admits a member
+ * (the communicator's progress thread, which connects to an announced joiner
+ * early: woken by the service thread itself rather than through the
+ * watchdog). */
+void ftc__member_set_view_notify(ftc__member_t *m, int fd);
+
 /* The epoch's backend blob (e.g. the NCCL unique id this rank made for
  * `epoch`), up to 4096 bytes: sent to the coordinator, which keeps the
  * first one published for its current epoch and relays it to every member
