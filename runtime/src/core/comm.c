@@ -191,6 +191,14 @@ ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view) {
     comm->retired = old;
   else if (old)
     comm->be->close(old, planned);
+  if (comm->member && comm->be->peer_fds) {
+    /* The coordinator session closes first if this process dies
+     * (membership/member.c, hold_for_exit). */
+    int fds[256], ranks[256], top = -1;
+    int np = comm->be->peer_fds(bh, fds, ranks, 256);
+    for (int i = 0; i < np; i++) top = fds[i] > top ? fds[i] : top;
+    if (top >= 0) ftc__member_hold_above(comm->member, top);
+  }
   ftc__free(comm->p2p_seq);
   comm->p2p_seq = seqs;
   comm->seq = 0;

@@ -18,6 +18,7 @@
 #include "membership/member.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <libwebsockets.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -90,6 +91,10 @@ struct ftc__member {
   char *backend_blob;     /* the newest backend blob the coordinator relayed */
   int notify_fd;          /* eventfd written on a new view or dump request, -1 */
   int view_fd;            /* eventfd also written on a view that admits a member, -1 */
+  int sock_fd;            /* the connection's socket while established, -1 */
+  int exit_fd;            /* the same socket at a high descriptor (hold_for_exit), -1 */
+  int want_above;         /* atomic: the highest data-plane socket (ftc__member_hold_above) */
+  int hold_tried;         /* service thread: the last `above` maybe_hold tried for */
   uint64_t latest_epoch;  /* atomic copy of view->epoch, for the step boundary */
   uint64_t left[LEFT_KEEP]; /* members the views said left cleanly, the newest LEFT_KEEP */
   int nleft;
@@ -151,6 +156,103 @@ static ftc_status_t queue_msg(ftc__member_t *m, json_t *msg, int close_after) {
 
 /* ---- service thread ---- */
 
+/*
+ * When the process dies, its session to the coordinator should close before
+ * its data-plane sockets: the coordinator then knows the session is gone
+ * when the first survivor's report arrives, and decides at once (a report
+ * about a member whose session is still open only makes it a suspect). At
+ * exit the kernel releases a process's sockets from its highest descriptor
+ * down (close_files() queues each release, and the queue runs last-in
+ * first-out), one FIN at a time, each waking a peer that may take the CPU
+ * from the dying process; the session, opened before the data plane, came
+ * last: 1 ms after the first data-plane EOF at 8 ranks, 3 ms at 16
+ * (docs/recovery.md, "Benchmark"). A second descriptor of the socket, above
+ * every data-plane one, makes its last reference the one released first.
+ *
+ * It goes in the highest free slot of the descriptor table as it is (its
+ * size is FDSize in /proc/self/status): a descriptor past the table's end
+ * grows it, which in a threaded process waits for an RCU grace period
+ * (about 12 ms here). It is placed by the service thread after the welcome
+ * and moved up at a heartbeat when the data plane outgrew it (the /proc read
+ * costs 10 to 50 us: not on a joiner's admission nor on a recovery). It is
+ * closed with the connection (before lws closes its own), so a deliberate
+ * close or a drop is seen as before. exit_fd and sock_fd are under m->lock.
+ */
+#define EXIT_FD_PROBE 16 /* free slots looked for at the top of the table */
+
+static int fd_table_size(void) {
+  char buf[2048];
+  int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char *p = strstr(buf, "\nFDSize:");
+  return p ? atoi(p + 8) : 0;
+}
+
+/* Duplicate the session's socket into the highest free slot of the table
+ * if that is above `above` and above the current duplicate (which is then
+ * closed). Caller does not hold m->lock. */
+static void hold_above(ftc__member_t *m, int above) {
+  int size = fd_table_size(), slot = -1;
+  for (int k = size - 1; k >= 0 && k >= size - EXIT_FD_PROBE && slot < 0; k--)
+    if (fcntl(k, F_GETFD) < 0 && errno == EBADF) slot = k;
+  pthread_mutex_lock(&m->lock);
+  int old = -1;
+  if (slot > above && slot > m->exit_fd && m->sock_fd >= 0) {
+    int fd = fcntl(m->sock_fd, F_DUPFD_CLOEXEC, slot);
+    if (fd >= 0) old = m->exit_fd, m->exit_fd = fd;
+  }
+  pthread_mutex_unlock(&m->lock);
+  if (old >= 0) close(old);
+}
+
+void ftc__member_hold_above(ftc__member_t *m, int fd) {
+  if (!m) return;
+  int cur = __atomic_load_n(&m->want_above, __ATOMIC_RELAXED);
+  while (fd > cur && !__atomic_compare_exchange_n(&m->want_above, &cur, fd, 0, __ATOMIC_RELAXED,
+                                                  __ATOMIC_RELAXED)) {
+  }
+}
+
+/* On the service thread, off every recovery's path (after the welcome, at
+ * each heartbeat): place or move the duplicate when it is missing or no
+ * longer above the highest data-plane socket. */
+static void maybe_hold(ftc__member_t *m) {
+  int above = __atomic_load_n(&m->want_above, __ATOMIC_RELAXED);
+  pthread_mutex_lock(&m->lock);
+  if (above < m->sock_fd) above = m->sock_fd;
+  int needed = m->sock_fd >= 0 && m->exit_fd <= above;
+  pthread_mutex_unlock(&m->lock);
+  /* Once per value: with no free slot up there, the next heartbeats would
+   * read /proc for nothing. */
+  if (needed && above != m->hold_tried) {
+    m->hold_tried = above;
+    hold_above(m, above);
+  }
+}
+
+/* A new connection: its socket, not held yet (maybe_hold after the welcome). */
+static void hold_for_exit(ftc__member_t *m, struct lws *wsi) {
+  pthread_mutex_lock(&m->lock);
+  int old = m->exit_fd;
+  m->exit_fd = -1;
+  m->sock_fd = (int)lws_get_socket_fd(wsi);
+  pthread_mutex_unlock(&m->lock);
+  m->hold_tried = -2;
+  if (old >= 0) close(old);
+}
+
+static void release_exit_fd(ftc__member_t *m) {
+  pthread_mutex_lock(&m->lock);
+  int old = m->exit_fd;
+  m->exit_fd = m->sock_fd = -1;
+  pthread_mutex_unlock(&m->lock);
+  if (old >= 0) close(old);
+}
+
 static void try_connect(lws_sorted_usec_list_t *sul);
 
 static void schedule_retry(ftc__member_t *m) {
@@ -202,6 +304,7 @@ static void send_heartbeat(lws_sorted_usec_list_t *sul) {
   }
   lws_sul_schedule(m->ctx, 0, &m->sul_heartbeat, send_heartbeat,
                    (lws_usec_t)m->heartbeat_ms * 1000);
+  maybe_hold(m);
 }
 
 static void send_hello(ftc__member_t *m) {
@@ -430,9 +533,11 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
 out_unlock:
   pthread_mutex_unlock(&m->lock);
   ftc__msg_clear(&msg);
-  if (start_heartbeats)
+  if (start_heartbeats) {
     lws_sul_schedule(m->ctx, 0, &m->sul_heartbeat, send_heartbeat,
                      (lws_usec_t)m->heartbeat_ms * 1000);
+    maybe_hold(m); /* after the welcome woke the caller: not on its way */
+  }
   return rc;
 }
 
@@ -547,11 +652,13 @@ static int member_callback(struct lws *wsi, enum lws_callback_reasons reason, vo
     case LWS_CALLBACK_CLIENT_ESTABLISHED:
       m->wsi = wsi;
       m->rx_len = 0;
+      hold_for_exit(m, wsi);
       send_hello(m);
       return 0;
     case LWS_CALLBACK_CLIENT_RECEIVE: return on_receive(m, wsi, in, len);
     case LWS_CALLBACK_CLIENT_WRITEABLE: return on_writeable(m, wsi);
     case LWS_CALLBACK_CLIENT_CLOSED:
+      release_exit_fd(m);
       m->wsi = NULL;
       m->rx_len = 0;
       snprintf(m->conn_err, sizeof(m->conn_err), "the connection closed");
@@ -655,6 +762,7 @@ static void member_free(ftc__member_t *m) {
     pthread_mutex_unlock(&m->lock);
     lws_context_destroy(m->ctx);
   }
+  release_exit_fd(m);
   ftc__frameq_clear(&m->outq);
   ftc__view_free(m->view);
   ftc__free(m->backend_blob);
@@ -689,6 +797,7 @@ ftc_status_t ftc__member_start(const ftc__member_cfg_t *cfg, ftc__member_t **out
   ftc__proto_init();
   ftc__member_t *m = ftc__calloc(1, sizeof(*m));
   if (!m) return ftc__error(FTC_ERR_NO_MEMORY, "out of memory opening the membership session");
+  m->exit_fd = m->sock_fd = m->want_above = -1;
   pthread_mutex_init(&m->lock, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);

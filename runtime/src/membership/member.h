@@ -162,6 +162,15 @@ ftc_status_t ftc__member_publish_backend(ftc__member_t *m, uint64_t epoch, const
 ftc_status_t ftc__member_wait_backend(ftc__member_t *m, uint64_t epoch, int timeout_ms,
                                       char *blob, size_t len);
 
+/* Keep the session's socket also at a descriptor above fd, when the
+ * descriptor table has a free one up there (it is not grown for it): at the
+ * process's death the kernel then closes the session before the sockets up
+ * to fd, and the coordinator knows it is gone when the first survivor
+ * reports it. For the communicator after it connected a data plane whose
+ * highest socket is fd. Only records fd (lock-free); the membership thread
+ * moves the duplicate at its next heartbeat, off the recovery's path. */
+void ftc__member_hold_above(ftc__member_t *m, int fd);
+
 /* The session's stored error (FTC_OK while connected and healthy). */
 ftc_status_t ftc__member_error(ftc__member_t *m);
 
