@@ -64,7 +64,7 @@ static void comm_free(ftc_comm_t *c) {
   if (c->member) ftc__member_set_notify(c->member, -1);
   if (c->member) ftc__member_set_view_notify(c->member, -1);
   ftc__engine_stop(c);
-  if (c->retired) c->be->close(c->retired, 1);
+  if (c->retired) c->be->close(c->retired, c->retired_planned);
   if (c->bh) c->be->close(c->bh, !__atomic_load_n(&c->error, __ATOMIC_ACQUIRE));
   ftc_rec_destroy(c->rec);
   if (c->member) ftc__member_close(c->member);
@@ -183,14 +183,21 @@ ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view) {
    * collectives of the old epoch must not take the close for a crash. On
    * TCP the old sockets are closed (with a goodbye) only once the new epoch
    * is in use, when every peer has moved too: closed now, each goodbye
-   * would wake a peer that is still moving (engine.c, idle_wait). */
-  if (comm->retired) comm->be->close(comm->retired, 1);
+   * would wake a peer that is still moving (engine.c, idle_wait). A failed
+   * epoch's sockets are shut already (be->interrupt at the failure: its
+   * peers have seen them end); closing them is CPU that every survivor
+   * would spend while the others still move (a close each, 2 per peer), so
+   * on TCP they are closed then too. */
+  if (comm->retired) comm->be->close(comm->retired, comm->retired_planned);
   comm->retired = NULL;
   int planned = old && !__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
-  if (planned && comm->be == &ftc__backend_tcp)
+  if (old && comm->be == &ftc__backend_tcp) {
+    if (!planned) comm->be->interrupt(old); /* (shut at the failure; no-op calls then) */
     comm->retired = old;
-  else if (old)
+    comm->retired_planned = planned;
+  } else if (old) {
     comm->be->close(old, planned);
+  }
   if (comm->member && comm->be->peer_fds) {
     /* The coordinator session closes first if this process dies
      * (membership/member.c, hold_for_exit). */

@@ -58,8 +58,9 @@ struct ftc_comm {
   ftc__tcp_cfg_t tcfg;     /* the TCP backend's tunables */
   const ftc__backend_ops_t *be; /* the data-plane backend (core/backend.h) */
   void *bh;                /* its handle for the current epoch, NULL before the first */
-  void *retired;           /* progress thread: the previous epoch's TCP handle after a
-                            * planned move, closed once this epoch settled (engine.c) */
+  void *retired;           /* progress thread: the previous epoch's TCP handle, closed
+                            * once this epoch settled (engine.c, comm.c) */
+  int retired_planned;     /* it was left by a planned move (closed with goodbyes) */
   int connect_timeout_ms;  /* for be->connect: the configured one, less during a recovery */
   ftc_rec_t *rec;
   int interrupt;          /* atomic status; nonzero stops a running collective */

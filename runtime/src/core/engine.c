@@ -303,10 +303,11 @@ static void idle_wait(ftc_comm_t *comm, unsigned char *ignore, int nignore) {
   enum { MAXP = 256, MAXS = 1 + MAXP + 64 };
   struct pollfd pfd[1 + MAXS + MAXP];
   int fds[MAXP], ranks[MAXP];
-  /* The previous epoch's sockets after a planned move: every peer has moved
-   * once this epoch settled, so the goodbyes wake nobody still moving. */
+  /* The previous epoch's sockets: every peer has moved once this epoch
+   * settled, so the goodbyes after a planned move wake nobody still moving,
+   * and the closes after a failure take no CPU from a recovery. */
   if (comm->retired && __atomic_load_n(&comm->settled, __ATOMIC_ACQUIRE)) {
-    comm->be->close(comm->retired, 1);
+    comm->be->close(comm->retired, comm->retired_planned);
     comm->retired = NULL;
   }
   int n = 0, base, sp = 0, early = 0, spares = comm->spares && comm->be->spare_poll && comm->bh;
