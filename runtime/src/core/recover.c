@@ -737,14 +737,29 @@ static int peer_closed_locked(ftc_comm_t *comm, int rank) {
   return closed;
 }
 
+/* Whether the views said the coordinator dropped member_id for a failure
+ * (crashed, hung, lost: any word but "left"). */
+static int dropped_failed(ftc__member_t *m, uint64_t member_id) {
+  char word[32] = "";
+  return ftc__member_drop_reason(m, member_id, word, sizeof(word), NULL, 0) &&
+         strcmp(word, "left") != 0;
+}
+
 /* A newer epoch: revoke the current one if it leaves out one of our
- * members whose connection is still open (a hang: only the revoke releases
- * a collective blocked on it); interrupt a recovery that is connecting an
- * older one. A member that is gone with its connection closed (it crashed,
- * or finished and left) needs no revoke: a collective that still needs it
- * fails on that connection by itself, and one that already has all its
- * data completes, so ranks that are finishing the same last collective as a
- * peer that finished it first and left all complete it too. */
+ * members that failed (the coordinator dropped it as crashed, hung or lost)
+ * or whose connection is still open (a hang: only the revoke releases a
+ * collective blocked on it); interrupt a recovery that is connecting an
+ * older one. A member that left (a goodbye, or the views name it as left)
+ * needs no revoke: a collective that still needs it fails on that
+ * connection by itself, and one that already has all its data completes,
+ * so ranks that are finishing the same last collective as a peer that
+ * finished it first and left all complete it too. One that crashed is
+ * revoked for although its connection is closed too: a rank blocked on a
+ * live peer that has not failed yet would otherwise wait for the failures
+ * to reach it from peer to peer (each shutting its sockets), on a busy host
+ * milliseconds after this view (docs/recovery.md, "Benchmark"). Without the
+ * coordinator's word (an older one), a closed connection is taken as a
+ * finished member's. */
 static void wd_view(ftc_comm_t *comm, uint64_t *checked) {
   if (!comm->member) return;
   uint64_t latest = ftc__member_latest_epoch(comm->member);
@@ -772,8 +787,10 @@ static void wd_view(ftc_comm_t *comm, uint64_t *checked) {
   int gone = -1;
   for (int r = 0; comm->view && r < comm->view->size && gone < 0; r++)
     if (!view_has(v, comm->view->members[r].member_id) &&
-        !(comm->be->peer_left && comm->be->peer_left(comm->bh, r)) && !peer_closed_locked(comm, r) &&
-        !ftc__member_left_cleanly(comm->member, comm->view->members[r].member_id))
+        !(comm->be->peer_left && comm->be->peer_left(comm->bh, r)) &&
+        !ftc__member_left_cleanly(comm->member, comm->view->members[r].member_id) &&
+        (dropped_failed(comm->member, comm->view->members[r].member_id) ||
+         !peer_closed_locked(comm, r)))
       gone = r; /* a member that said goodbye (or the coordinator says left) left on purpose */
   pthread_mutex_unlock(&comm->lock);
   if (gone >= 0) {
