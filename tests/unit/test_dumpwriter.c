@@ -383,6 +383,65 @@ static void a_removed_dump_is_not_brought_back_by_its_verdict(void **state) {
   assert_int_equal(n, 0);
 }
 
+/* A verdict that comes while 16 dumps wait for the disk is let go (its file
+ * stays "pending"): it never pushes out a dump that is not written at all. */
+static void a_late_verdict_never_drops_a_dump_not_yet_written(void **state) {
+  fixture_t *fx = *state;
+  set_drain_ms("60000");
+  ftc__dw_retain();
+  ftc__dw_retain();
+  uint64_t id = submit_kept(fx->a, 20, 1);
+  wait_writer_idle(); /* epoch 20 is on disk, pending */
+  submit(fx->b, 0);
+  wait_writer_busy();
+  for (int e = 1; e <= 16; e++) submit(fx->b, e);
+  verdict(fx->a, id, 20);
+  int queued, busy;
+  ftc__dw_stats(&queued, &busy);
+  assert_int_equal(queued, 16);
+  ftc__dw_release(fx->a);
+  ftc__dw_release(fx->b);
+  int landed[21];
+  landed_epochs(fx->dir, landed, 21);
+  for (int e = 0; e <= 16; e++) assert_int_equal(landed[e], 1);
+  assert_int_equal(landed[20], 1);
+}
+
+/* A new dump that finds 16 waiting pushes out a waiting verdict (its file
+ * is on disk already) before any dump that is not written yet. */
+static void a_new_dump_drops_a_waiting_verdict_first(void **state) {
+  fixture_t *fx = *state;
+  set_drain_ms("60000");
+  ftc__dw_retain();
+  ftc__dw_retain();
+  uint64_t id = submit_kept(fx->a, 20, 1);
+  wait_writer_idle();
+  submit(fx->b, 0);
+  wait_writer_busy();
+  for (int e = 1; e <= 8; e++) submit(fx->b, e);
+  verdict(fx->a, id, 20); /* waits behind 1-8 */
+  for (int e = 9; e <= 16; e++) submit(fx->b, e); /* the 16th: the verdict goes */
+  int queued, busy;
+  ftc__dw_stats(&queued, &busy);
+  assert_int_equal(queued, 16);
+  ftc__dw_release(fx->a);
+  ftc__dw_release(fx->b);
+  int landed[21];
+  landed_epochs(fx->dir, landed, 21);
+  for (int e = 0; e <= 16; e++) assert_int_equal(landed[e], 1);
+  char path[512];
+  DIR *d = opendir(fx->dir);
+  struct dirent *e;
+  int pending = 0;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    snprintf(path, sizeof(path), "%s/%s", fx->dir, e->d_name);
+    pending += strstr(slurp(path), "\"verdict\":{\"epoch\":20,\"decided\":false,") != NULL;
+  }
+  closedir(d);
+  assert_int_equal(pending, 1); /* epoch 20's file, as written */
+}
+
 static void a_dump_whose_verdict_never_came_stays_pending(void **state) {
   fixture_t *fx = *state;
   set_drain_ms("60000");
@@ -411,6 +470,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(readers_never_see_a_torn_dump_while_its_verdict_is_added, setup, teardown),
       cmocka_unit_test_setup_teardown(a_removed_dump_is_not_brought_back_by_its_verdict, setup, teardown),
       cmocka_unit_test_setup_teardown(a_dump_whose_verdict_never_came_stays_pending, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_late_verdict_never_drops_a_dump_not_yet_written, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_new_dump_drops_a_waiting_verdict_first, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,7 +10,8 @@
  * One thread per process, started at the first job and joined when the last
  * communicator that uses it lets go (ftc__dw_release). Jobs wait in a FIFO of
  * at most DW_MAX_QUEUED; a job beyond that drops the oldest waiting one, with
- * a log line. ftc__dw_release(comm) waits, up to FTCOMM_DUMP_DRAIN_MS, for
+ * a log line (a waiting rewrite with a late verdict goes first: its dump is
+ * on disk already; a rewrite never drops a dump that is not). ftc__dw_release(comm) waits, up to FTCOMM_DUMP_DRAIN_MS, for
  * comm's jobs to be written (and uploaded: the upload uses comm's membership
  * session) and drops, with a log line, those that are still waiting then.
  *
@@ -87,7 +88,9 @@ static void job_free(struct ftc__dw_job *j) {
 }
 
 static const char *job_what(const struct ftc__dw_job *j, char *buf, size_t len) {
-  if (j->incident[0])
+  if (j->rewrite)
+    snprintf(buf, len, "the verdict for %.400s (it stays as written, its verdict pending)", j->path);
+  else if (j->incident[0])
     snprintf(buf, len, "the dump for incident %s", j->incident);
   else
     snprintf(buf, len, "the failure dump of epoch %llu", (unsigned long long)j->epoch);
@@ -247,14 +250,24 @@ static void job_run(struct ftc__dw_job *j) {
   ftc__free(data);
 }
 
-/* Append j to the queue (dw.mu held); the oldest waiting job when the
- * queue is full, for the caller to log and free, or NULL. */
+/* Append j to the queue (dw.mu held). When DW_MAX_QUEUED wait already, one
+ * goes, for the caller to log and free (else NULL): the oldest waiting
+ * rewrite, whose dump is on disk already ("pending"), or j itself if it is
+ * a rewrite and none waits; else the oldest waiting job. A verdict never
+ * pushes out a dump that is not written at all. */
 static struct ftc__dw_job *enqueue_locked(struct ftc__dw_job *j) {
   struct ftc__dw_job *dropped = NULL;
   if (dw.queued >= DW_MAX_QUEUED) {
-    dropped = dw.head;
-    dw.head = dropped->next;
-    if (!dw.head) dw.tail = NULL;
+    struct ftc__dw_job **p = &dw.head;
+    while (*p && !(*p)->rewrite) p = &(*p)->next;
+    if (!*p && j->rewrite) return j;
+    if (!*p) p = &dw.head;
+    dropped = *p;
+    *p = dropped->next;
+    if (dw.tail == dropped) {
+      dw.tail = NULL;
+      for (struct ftc__dw_job *q = dw.head; q; q = q->next) dw.tail = q;
+    }
     dw.queued--;
   }
   j->next = NULL;
@@ -270,9 +283,10 @@ static struct ftc__dw_job *enqueue_locked(struct ftc__dw_job *j) {
 
 static void log_dropped(struct ftc__dw_job *dropped) {
   if (!dropped) return;
-  char what[192];
+  char what[512];
   FTC_WARN(FTC_SUB_RECOVERY, "dumps come faster than the disk takes them (%d waiting): "
-           "dropped %s, the oldest", DW_MAX_QUEUED, job_what(dropped, what, sizeof(what)));
+           "dropped %s%s", DW_MAX_QUEUED, job_what(dropped, what, sizeof(what)),
+           dropped->rewrite ? "" : ", the oldest");
   job_free(dropped);
 }
 
@@ -489,7 +503,7 @@ void ftc__dw_release(ftc_comm_t *owner) {
   while (left) {
     struct ftc__dw_job *j = left;
     left = j->next;
-    char what[192];
+    char what[512];
     FTC_WARN(FTC_SUB_RECOVERY, "dropped %s: not written within FTCOMM_DUMP_DRAIN_MS (%lld ms) "
              "of destroying its communicator", job_what(j, what, sizeof(what)),
              (long long)drain_ms);
