@@ -136,11 +136,40 @@ static void free_names(char **v, size_t n) {
   ftc__free(v);
 }
 
+/* A sweep of the folders of deleted jobs (below); its removals go in slices. */
+typedef struct sweep {
+  const ftck_retention_opts_t *o;
+  ftck_retention_result_t *r;
+  char ttl[32];
+  int budget;  /* entries left in this slice */
+  int stopped; /* the yield said stop */
+  char **trash; /* names renamed out of the way under the hold, to empty after it */
+  size_t ntrash;
+} sweep_t;
+
+/* One entry removed: the slice's budget; at its end the caller's yield.
+ * sw NULL: no slices. */
+static int slice_tick(sweep_t *sw) {
+  if (!sw) return 0;
+  if (sw->stopped) return -1;
+  if (--sw->budget > 0) return 0;
+  sw->budget = sw->o->slice_entries > 0 ? sw->o->slice_entries : SLICE_ENTRIES;
+  sw->r->slices++;
+  if (sw->o->yield && sw->o->yield(sw->o->ud)) sw->stopped = 1;
+  return sw->stopped ? -1 : 0;
+}
+
 /* Remove entry `name` of directory dfd and everything below it, following
  * no link (a link is removed itself). 0, or -1 with errno of the first
- * failure (what could be removed is gone). */
-static int rm_tree_at(int dfd, const char *name, int depth) {
+ * failure (what could be removed is gone). With a sweep, in its slices
+ * (slice_tick before each entry): -1 with errno EINTR when it was stopped,
+ * the rest left. */
+static int rm_tree_at(sweep_t *sw, int dfd, const char *name, int depth) {
   struct stat sb;
+  if (slice_tick(sw) != 0) {
+    errno = EINTR;
+    return -1;
+  }
   if (fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0) return errno == ENOENT ? 0 : -1;
   if (!S_ISDIR(sb.st_mode)) return unlinkat(dfd, name, 0) == 0 || errno == ENOENT ? 0 : -1;
   if (depth >= MAX_DEPTH) {
@@ -156,13 +185,17 @@ static int rm_tree_at(int dfd, const char *name, int depth) {
     rc = -1;
     err = errno;
   }
-  for (size_t i = 0; i < n; i++)
-    if (rm_tree_at(fd, names[i], depth + 1) != 0 && !rc) {
+  for (size_t i = 0; i < n && !(sw && sw->stopped); i++)
+    if (rm_tree_at(sw, fd, names[i], depth + 1) != 0 && !rc) {
       rc = -1;
       err = errno;
     }
   free_names(names, n);
   close(fd);
+  if (sw && sw->stopped) {
+    errno = EINTR;
+    return -1;
+  }
   if (unlinkat(dfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT && !rc) {
     rc = -1;
     err = errno;
@@ -258,7 +291,7 @@ int ftck_prune_incidents(const char *dir, int keep) {
   }
   if (n > (size_t)keep) qsort(v, n, sizeof *v, newest_first);
   for (size_t i = (size_t)keep; i < n; i++) {
-    if (rm_tree_at(dfd, v[i].name, 0) == 0) {
+    if (rm_tree_at(NULL, dfd, v[i].name, 0) == 0) {
       removed++;
       FTC_INFO(FTC_SUB_CTRL, "removed incident %s/%s (keeping the newest %d)", dir, v[i].name, keep);
     } else {
@@ -273,67 +306,6 @@ int ftck_prune_incidents(const char *dir, int keep) {
 
 /* ---- the folders of deleted jobs ---- */
 
-typedef struct sweep {
-  const ftck_retention_opts_t *o;
-  ftck_retention_result_t *r;
-  char ttl[32];
-  int budget;  /* entries left in this slice */
-  int stopped; /* the yield said stop */
-  char **trash; /* names renamed out of the way under the hold, to empty after it */
-  size_t ntrash;
-} sweep_t;
-
-/* One entry removed: the slice's budget; at its end the caller's yield. */
-static int slice_tick(sweep_t *sw) {
-  if (sw->stopped) return -1;
-  if (--sw->budget > 0) return 0;
-  sw->budget = sw->o->slice_entries > 0 ? sw->o->slice_entries : SLICE_ENTRIES;
-  sw->r->slices++;
-  if (sw->o->yield && sw->o->yield(sw->o->ud)) sw->stopped = 1;
-  return sw->stopped ? -1 : 0;
-}
-
-/* rm_tree_at in slices (slice_tick before each entry). -1 with errno
- * EINTR: stopped, the rest is left. */
-static int rm_tree_sliced(sweep_t *sw, int dfd, const char *name, int depth) {
-  struct stat sb;
-  if (slice_tick(sw) != 0) {
-    errno = EINTR;
-    return -1;
-  }
-  if (fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0) return errno == ENOENT ? 0 : -1;
-  if (!S_ISDIR(sb.st_mode)) return unlinkat(dfd, name, 0) == 0 || errno == ENOENT ? 0 : -1;
-  if (depth >= MAX_DEPTH) {
-    errno = ELOOP;
-    return -1;
-  }
-  int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return -1;
-  char **names;
-  size_t n;
-  int rc = 0, err = 0;
-  if (list_names(fd, &names, &n) != 0) {
-    rc = -1;
-    err = errno;
-  }
-  for (size_t i = 0; i < n && !sw->stopped; i++)
-    if (rm_tree_sliced(sw, fd, names[i], depth + 1) != 0 && !rc) {
-      rc = -1;
-      err = errno;
-    }
-  free_names(names, n);
-  close(fd);
-  if (sw->stopped) {
-    errno = EINTR;
-    return -1;
-  }
-  if (unlinkat(dfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT && !rc) {
-    rc = -1;
-    err = errno;
-  }
-  errno = err;
-  return rc;
-}
 
 /* Rename entry `name` of dfd to a fresh trash name (into trash[n]) beside
  * it. 0, or -1 (errno). */
@@ -364,7 +336,7 @@ static void trash_later(sweep_t *sw, const char *t) {
 /* Empty and remove what trash_later kept, in dfd (no hold). */
 static void empty_trash(sweep_t *sw, int dfd, const char *where) {
   for (size_t i = 0; i < sw->ntrash; i++) {
-    if (!sw->stopped && rm_tree_sliced(sw, dfd, sw->trash[i], 0) != 0 && errno != EINTR) {
+    if (!sw->stopped && rm_tree_at(sw, dfd, sw->trash[i], 0) != 0 && errno != EINTR) {
       sw->r->errors++;
       FTC_WARN(FTC_SUB_CTRL, "cannot remove %s/%s: %s; trying again at the next sweep", where, sw->trash[i],
                strerror(errno));
