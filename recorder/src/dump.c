@@ -453,6 +453,36 @@ static int publish(int dfd, const char *tmp, int rank, int64_t wall, char *name,
   }
 }
 
+/* Write the dump (write_body; the live rings when c is NULL) to tmp in dfd
+ * (the folder dirbuf), fsynced and closed. FTC_ERR_SYSTEM with the error
+ * set when it cannot be made or written (tmp may be left: the caller
+ * removes it). dump_lock held. */
+static ftc_status_t write_tmp(int dfd, const char *dirbuf, const char *tmp, const proc_info_t *pi,
+                              const char *reason, int64_t wall, int64_t mono, uint64_t max_bytes,
+                              const struct ftc_rec_capture *c, const ftc_rec_outcome_t *o) {
+  w.fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (w.fd < 0)
+    return ftc__error(FTC_ERR_SYSTEM, "flight recorder: cannot create %s/%s: %s", dirbuf, tmp,
+                      strerror(errno));
+  w.err = 0;
+  w.len = 0;
+  w.total = 0;
+  if (c) {
+    write_body(pi, reason, wall, mono, max_bytes, c, o);
+  } else {
+    pthread_mutex_lock(&ftc__rec_registry_lock);
+    write_body(pi, reason, wall, mono, max_bytes, NULL, NULL);
+    pthread_mutex_unlock(&ftc__rec_registry_lock);
+  }
+  w_flush();
+  if (!w.err && fsync(w.fd) < 0) w.err = errno;
+  close(w.fd);
+  if (w.err)
+    return ftc__error(FTC_ERR_SYSTEM, "flight recorder: writing %s/%s failed: %s", dirbuf, tmp,
+                      strerror(w.err));
+  return FTC_OK;
+}
+
 /* Write the dump of the live rings (c NULL) or of a capture. */
 static ftc_status_t dump_file(const struct ftc_rec_capture *c, const char *dir, const char *reason,
                               const ftc_rec_outcome_t *o, char *path, size_t path_len) {
@@ -484,29 +514,8 @@ static ftc_status_t dump_file(const struct ftc_rec_capture *c, const char *dir, 
   }
   snprintf(tmp, sizeof(tmp), ".rank-%d-%ld-%" PRIu64 ".json.tmp", rank, (long)getpid(),
            dumps_written);
-  w.fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (w.fd < 0) {
-    st = ftc__error(FTC_ERR_SYSTEM, "flight recorder: cannot create %s/%s: %s", dirbuf, tmp,
-                    strerror(errno));
-    goto out_close_dir;
-  }
-  w.err = 0;
-  w.len = 0;
-  w.total = 0;
-  if (c) {
-    write_body(&pi, reason, wall, mono, (uint64_t)max_bytes, c, o);
-  } else {
-    pthread_mutex_lock(&ftc__rec_registry_lock);
-    write_body(&pi, reason, wall, mono, (uint64_t)max_bytes, NULL, NULL);
-    pthread_mutex_unlock(&ftc__rec_registry_lock);
-  }
-  w_flush();
-  if (!w.err && fsync(w.fd) < 0) w.err = errno;
-  if (w.err) {
-    st = ftc__error(FTC_ERR_SYSTEM, "flight recorder: writing %s/%s failed: %s", dirbuf, tmp,
-                    strerror(w.err));
+  if ((st = write_tmp(dfd, dirbuf, tmp, &pi, reason, wall, mono, (uint64_t)max_bytes, c, o)) != FTC_OK)
     goto out_remove_tmp;
-  }
   int how = publish(dfd, tmp, rank, wall, name, sizeof(name));
   if (how < 0) {
     st = ftc__error(FTC_ERR_SYSTEM, "flight recorder: cannot publish dump in %s: %s", dirbuf,
@@ -519,19 +528,12 @@ static ftc_status_t dump_file(const struct ftc_rec_capture *c, const char *dir, 
   if (path && path_len) snprintf(path, path_len, "%s/%s", dirbuf, name);
   FTC_INFO(FTC_SUB_RECORDER, "flight recorder: wrote %s/%s (%s, %llu bytes)", dirbuf, name,
            reason, (unsigned long long)w.total);
-  close(w.fd);
   close(dfd);
   pthread_mutex_unlock(&dump_lock);
   return FTC_OK;
 
 out_remove_tmp:
-  close(w.fd);
   unlinkat(dfd, tmp, 0);
-  FTC_WARN(FTC_SUB_RECORDER, "%s", ftc_last_error());
-  close(dfd);
-  pthread_mutex_unlock(&dump_lock);
-  return st;
-out_close_dir:
   close(dfd);
 out_unlock_dump:
   FTC_WARN(FTC_SUB_RECORDER, "%s", ftc_last_error());
@@ -634,24 +636,9 @@ ftc_status_t ftc_rec_capture_rewrite_outcome(const ftc_rec_capture_t *c, const c
     goto out_unlock_dump;
   }
   snprintf(tmp, sizeof(tmp), ".%s.tmp", name);
-  w.fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (w.fd < 0) {
-    st = ftc__error(FTC_ERR_SYSTEM, "flight recorder: cannot create %s/%s: %s", dirbuf, tmp,
-                    strerror(errno));
-    goto out_close_dir;
-  }
-  w.err = 0;
-  w.len = 0;
-  w.total = 0;
-  write_body(&c->pi, reason, c->wall, c->mono, (uint64_t)max_bytes, c, o);
-  w_flush();
-  if (!w.err && fsync(w.fd) < 0) w.err = errno;
-  close(w.fd);
-  if (w.err) {
-    st = ftc__error(FTC_ERR_SYSTEM, "flight recorder: writing %s/%s failed: %s", dirbuf, tmp,
-                    strerror(w.err));
+  if ((st = write_tmp(dfd, dirbuf, tmp, &c->pi, reason, c->wall, c->mono, (uint64_t)max_bytes, c, o)) !=
+      FTC_OK)
     goto out_remove_tmp;
-  }
   /* Swapped in whole, and only over the dump itself: a dump that was
    * removed meanwhile (collected, cleaned up) is not written again, and
    * what is not a file is not replaced. */
@@ -681,7 +668,6 @@ ftc_status_t ftc_rec_capture_rewrite_outcome(const ftc_rec_capture_t *c, const c
 
 out_remove_tmp:
   unlinkat(dfd, tmp, 0);
-out_close_dir:
   close(dfd);
 out_unlock_dump:
   FTC_WARN(FTC_SUB_RECORDER, "%s", ftc_last_error());
