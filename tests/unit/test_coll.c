@@ -10,6 +10,7 @@
  * forced for every size (FTCOMM_ALLREDUCE_ALGO) and must give every rank
  * the same bits with inputs whose reductions round.
  */
+#include <ctype.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -296,9 +297,15 @@ static void every_algorithm_gives_every_rank_the_same_bits_at_8_ranks(void **sta
  * algorithm. Bad arguments are refused. */
 static int switching_body(ftc_comm_t *comm, int rank, int n, void *arg) {
   (void)arg;
-  if (ftc_comm_set_allreduce_algo(comm, FTC_ALGO_COUNT) != FTC_ERR_INVALID_ARGUMENT ||
-      !strstr(ftc_last_error(), "FTC_ALGO_AUTO"))
+  if (ftc_comm_set_allreduce_algo(comm, FTC_ALGO_COUNT) != FTC_ERR_INVALID_ARGUMENT)
     return RANK_FAIL(rank, "an unknown algorithm was not refused: %s", ftc_last_error());
+  for (int a = 0; a < FTC_ALGO_COUNT; a++) { /* the refusal lists every one */
+    char want[32];
+    int len = snprintf(want, sizeof(want), "FTC_ALGO_%s", ftc_algo_name((ftc_algo_t)a));
+    for (int i = 9; i < len && i < (int)sizeof(want) - 1; i++) want[i] = (char)toupper((unsigned char)want[i]);
+    if (!strstr(ftc_last_error(), want))
+      return RANK_FAIL(rank, "the refusal of an unknown algorithm does not name %s: %s", want, ftc_last_error());
+  }
   if (ftc_comm_set_allreduce_algo(NULL, FTC_ALGO_RING) != FTC_ERR_INVALID_ARGUMENT)
     return RANK_FAIL(rank, "a NULL communicator was not refused");
   const size_t counts[] = {300, (size_t)n * 1024, 2 * (size_t)n * 1024 + 5};

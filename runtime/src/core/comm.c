@@ -9,6 +9,7 @@
  * collectives get FTC_ERR_REVOKED) -> healthy again when a rebuild for a new
  * epoch succeeds. Aborted is terminal: everything gets FTC_ERR_ABORTED.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -460,11 +461,19 @@ ftc_status_t ftc_comm_epoch(const ftc_comm_t *comm, uint64_t *epoch) {
 
 ftc_status_t ftc_comm_set_allreduce_algo(ftc_comm_t *comm, ftc_algo_t algo) {
   if (!comm) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_set_allreduce_algo: NULL communicator");
-  if ((unsigned)algo >= FTC_ALGO_COUNT)
+  if ((unsigned)algo >= FTC_ALGO_COUNT) {
+    char names[160]; /* "FTC_ALGO_AUTO, ... or FTC_ALGO_FLAT", from ftc_algo_name */
+    size_t l = 0;
+    for (int a = 0; a < FTC_ALGO_COUNT && l < sizeof(names) - 1; a++) {
+      l += (size_t)snprintf(names + l, sizeof(names) - l, "%sFTC_ALGO_",
+                            a == 0 ? "" : a == FTC_ALGO_COUNT - 1 ? " or " : ", ");
+      for (const char *p = ftc_algo_name((ftc_algo_t)a); *p && l < sizeof(names) - 1; p++)
+        names[l++] = (char)toupper((unsigned char)*p);
+      names[l] = '\0';
+    }
     return ftc__error(FTC_ERR_INVALID_ARGUMENT,
-                      "ftc_comm_set_allreduce_algo: unknown algorithm %d; use FTC_ALGO_AUTO, _RING, "
-                      "_HALVING or _DOUBLING",
-                      (int)algo);
+                      "ftc_comm_set_allreduce_algo: unknown algorithm %d; use %s", (int)algo, names);
+  }
   if (comm->be != &ftc__backend_tcp)
     return ftc__error(FTC_ERR_NOT_SUPPORTED,
                       "ftc_comm_set_allreduce_algo: the %s backend chooses its own algorithms "
