@@ -154,6 +154,22 @@ static char *slurp(const char *path) {
 #define DECIDED "\"verdict\":{\"epoch\":3,\"decided\":true,\"next_epoch\":4,\"dropped\":[{\"rank\":1,"
 #define PENDING "\"verdict\":{\"epoch\":3,\"decided\":false,"
 
+/* How many dumps in dir contain text. */
+static int dumps_saying(const char *dir, const char *text) {
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  struct dirent *e;
+  char path[512];
+  int n = 0;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+    n += strstr(slurp(path), text) != NULL;
+  }
+  closedir(d);
+  return n;
+}
+
 /* Until the writer has taken the job in front (it sleeps in it). */
 static void wait_writer_busy(void) {
   int64_t deadline = ftc__now_ns() + 10000000000LL;
@@ -300,17 +316,7 @@ static void a_verdict_before_the_write_is_in_the_file(void **state) {
   int landed[4];
   landed_epochs(fx->dir, landed, 4);
   assert_int_equal(landed[3], 1);
-  char path[512];
-  DIR *d = opendir(fx->dir);
-  struct dirent *e;
-  int decided = 0;
-  while ((e = readdir(d))) {
-    if (e->d_name[0] == '.') continue;
-    snprintf(path, sizeof(path), "%s/%s", fx->dir, e->d_name);
-    decided += strstr(slurp(path), DECIDED) != NULL;
-  }
-  closedir(d);
-  assert_int_equal(decided, 1);
+  assert_int_equal(dumps_saying(fx->dir, DECIDED), 1);
 }
 
 static void a_verdict_while_it_is_written_follows(void **state) {
@@ -429,17 +435,7 @@ static void a_new_dump_drops_a_waiting_verdict_first(void **state) {
   int landed[21];
   landed_epochs(fx->dir, landed, 21);
   for (int e = 0; e <= 16; e++) assert_int_equal(landed[e], 1);
-  char path[512];
-  DIR *d = opendir(fx->dir);
-  struct dirent *e;
-  int pending = 0;
-  while ((e = readdir(d))) {
-    if (e->d_name[0] == '.') continue;
-    snprintf(path, sizeof(path), "%s/%s", fx->dir, e->d_name);
-    pending += strstr(slurp(path), "\"verdict\":{\"epoch\":20,\"decided\":false,") != NULL;
-  }
-  closedir(d);
-  assert_int_equal(pending, 1); /* epoch 20's file, as written */
+  assert_int_equal(dumps_saying(fx->dir, "\"verdict\":{\"epoch\":20,\"decided\":false,"), 1); /* as written */
 }
 
 static void a_dump_whose_verdict_never_came_stays_pending(void **state) {
