@@ -503,6 +503,21 @@ static void a_stopped_sweep_leaves_trash_that_the_next_one_empties(void **state)
   assert_true(exists(fx, "ml/live"));
 }
 
+/* Trash an interrupted sweep left inside a live job's folder (an incident
+ * of an earlier job) goes at the next sweep, however young the job (it may
+ * have been re-created since): it is ours, nothing else's. */
+static void trash_in_a_young_jobs_folder_goes_at_the_next_sweep(void **state) {
+  fixture_t *fx = *state;
+  mkdirs(fx, "ml/llm/.ftcomm-removing-1-7/hang-e1-100");
+  put(fx, "ml/llm/.ftcomm-removing-1-7/hang-e1-100/rank-0.json", "{}");
+  mkdirs(fx, "ml/llm/hang-e2-200");
+  fx->w.jobs[0] = "ml/llm=uid-2@1799999990"; /* created 10 s before NOW */
+  ftck_retention_result_t r = sweep_sliced(fx, 8);
+  assert_int_equal(r.stale + r.deleted + r.errors, 0);
+  expect_gone(fx, "ml/llm/.ftcomm-removing-1-7", NULL);
+  expect_there(fx, "ml/llm/hang-e2-200", NULL);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void) {
@@ -517,6 +532,7 @@ int main(void) {
       T(a_missing_volume_is_nothing_to_do_and_a_file_is_an_error),
       T(removal_goes_in_slices_with_no_hold_between_them),
       T(a_stopped_sweep_leaves_trash_that_the_next_one_empties),
+      T(trash_in_a_young_jobs_folder_goes_at_the_next_sweep),
       T(the_count_keeps_the_newest_incidents_and_no_link),
       T(an_incident_is_stamped_with_its_job),
       cmocka_unit_test(durations_parse_and_bad_ones_say_what_to_type),

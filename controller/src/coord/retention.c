@@ -411,13 +411,16 @@ static void job_gone(sweep_t *sw, int nfd, int jfd, const char *ns, const char *
 }
 
 /* Job ns/job exists: its folder stays; incidents of an earlier job of that
- * name go once the current one is ttl old. */
+ * name go once the current one is ttl old, an interrupted sweep's trash at
+ * once. */
 static void job_present(sweep_t *sw, int jfd, const char *ns, const char *job, const ftck_job_ref_t *ref) {
   const ftck_retention_opts_t *o = sw->o;
   char pb[96];
   if (unlinkat(jfd, FTCK_MARK_DELETED, 0) == 0)
     FTC_INFO(FTC_SUB_CTRL, "TrainingJob %s/%s exists again; its dump folder stays", ns, job);
-  if (ref->created_s < 0 || o->now_s - ref->created_s < o->ttl_s) return;
+  /* Incidents of an earlier job go once this one is ttl old; an interrupted
+   * sweep's trash goes whatever its age (the job may be new since). */
+  int old_enough = ref->created_s >= 0 && o->now_s - ref->created_s >= o->ttl_s;
   char **names;
   size_t n;
   if (list_names(jfd, &names, &n) != 0) {
@@ -430,7 +433,7 @@ static void job_present(sweep_t *sw, int jfd, const char *ns, const char *job, c
       trash_later(sw, inc); /* an interrupted sweep's */
       continue;
     }
-    if (inc[0] == '.') continue;
+    if (!old_enough || inc[0] == '.') continue;
     if ((why = not_a_folder(jfd, inc))) {
       if (*why) SKIP(sw, "%s/%s/%s/%s: %s; left alone", o->volume, ns, job, printable(inc, pb, sizeof pb), why);
       continue;
