@@ -535,6 +535,25 @@ static void the_sweeper_removes_in_slices_while_a_job_of_that_name_is_made_again
   assert_true(g.yields >= 45 / 4);
 }
 
+/* The sweeper sweeps at once, then once per period (its wait is on the
+ * monotonic clock, so a wall clock step neither stalls nor hurries it):
+ * over 1 s with a 200 ms period, about 6 sweeps, not hundreds, not one. */
+static void the_sweeper_sweeps_once_per_period(void **state) {
+  fixture_t *fx = *state;
+  ftck_coords_sweep_opts_t o = {.ttl_s = 60, .lookup = no_job};
+  assert_int_equal(ftck_coords_start_sweeper(fx->cs, &o, 200LL * 1000000), FTC_OK);
+  assert_int_equal(ftck_coords_start_sweeper(fx->cs, &o, 200LL * 1000000), FTC_ERR_INVALID_ARGUMENT);
+  usleep(1000 * 1000);
+  ftck_coords_stop_sweeper(fx->cs);
+  ftck_coords_stats_t s;
+  ftck_coords_get_stats(fx->cs, &s);
+  assert_in_range(s.sweeps, 3, 8);
+  int64_t t0 = ftc__now_ns();
+  assert_int_equal(ftck_coords_start_sweeper(fx->cs, &o, 3600LL * 1000000000LL), FTC_OK);
+  ftck_coords_stop_sweeper(fx->cs); /* wakes it from its wait at once */
+  assert_true(ftc__now_ns() - t0 < 2000000000LL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(accept_key_is_the_rfc_example),
@@ -550,6 +569,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_headline_as_long_as_ftcomm_trace_prints_is_kept_whole, setup, teardown),
       cmocka_unit_test_setup_teardown(the_sweeper_removes_in_slices_while_a_job_of_that_name_is_made_again, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(the_sweeper_sweeps_once_per_period, setup, teardown),
       cmocka_unit_test_setup_teardown(a_job_with_a_coordinator_keeps_its_folder_and_a_sweep_removes_the_rest, setup,
                                       teardown),
   };

@@ -213,7 +213,11 @@ ftc_status_t ftck_coords_create(const ftck_coords_opts_t *o, ftck_coords_t **out
   pthread_mutex_init(&cs->mu, NULL);
   pthread_mutex_init(&cs->vol_mu, NULL);
   pthread_mutex_init(&cs->sweep_mu, NULL);
-  pthread_cond_init(&cs->sweep_cv, NULL);
+  pthread_condattr_t ca; /* the sweeper's period: not moved by a wall clock step */
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&cs->sweep_cv, &ca);
+  pthread_condattr_destroy(&ca);
   if (!cs->bind || !cs->dump_volume || !cs->analyzer) {
     ftck_coords_destroy(cs);
     return ftc__error(FTC_ERR_NO_MEMORY, "coordinators: no memory");
@@ -718,7 +722,7 @@ static void *sweeper_main(void *arg) {
     if (ftck_coords_sweep(cs, &o) != FTC_OK)
       FTC_WARN(FTC_SUB_CTRL, "%s; trying again at the next sweep", ftc_last_error());
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     int64_t at = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + cs->sweep_period_ns;
     ts.tv_sec = (time_t)(at / 1000000000LL);
     ts.tv_nsec = (long)(at % 1000000000LL);
