@@ -291,6 +291,34 @@ static void every_algorithm_gives_every_rank_the_same_bits_at_8_ranks(void **sta
   assert_int_equal(harness_run(8, bitwise_body, NULL, &small_opts), 0);
 }
 
+/* Halving and doubling with more steps than the matrix reaches: 16 ranks
+ * (four steps each way) and 12 (the fold, then three), counts around the
+ * block and 4 KiB chunk boundaries, a few dtypes and ops. */
+static int halving_wide_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)arg;
+  const size_t counts[] = {(size_t)n, (size_t)n + 1, 300, (size_t)n * 1024, 2 * (size_t)n * 1024 + 5};
+  const ftc_dtype_t dts[] = {FTC_F32, FTC_I64, FTC_F16};
+  const ftc_op_t ops[] = {FTC_SUM, FTC_AVG, FTC_MAX};
+  int iter = 0;
+  for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++)
+    for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
+      for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++, iter++)
+        if (one_case(comm, rank, n, FTC_REC_ALLREDUCE, dts[d], ops[o], counts[c], iter & 1,
+                     (iter >> 1) & 1, iter))
+          return 1;
+  return 0;
+}
+
+static void allreduce_forced_to_halving_matches_reference_at_16_ranks(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(16, halving_wide_body, NULL, &forced_halving_opts), 0);
+}
+
+static void allreduce_forced_to_halving_matches_reference_at_12_ranks(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(12, halving_wide_body, NULL, &forced_halving_opts), 0);
+}
+
 /* ftc_comm_set_allreduce_algo switches the algorithm from the next call:
  * every algorithm in turn, blocking and async, each call checked (what
  * ftcomm-bench -A a,b does); a request started before a switch keeps its
@@ -641,6 +669,8 @@ int main(void) {
       SET_ENTRIES(allreduce_forced_to_flat_matches_reference_at_size),
       cmocka_unit_test(every_algorithm_gives_every_rank_the_same_bits_at_3_ranks),
       cmocka_unit_test(every_algorithm_gives_every_rank_the_same_bits_at_8_ranks),
+      cmocka_unit_test(allreduce_forced_to_halving_matches_reference_at_16_ranks),
+      cmocka_unit_test(allreduce_forced_to_halving_matches_reference_at_12_ranks),
       cmocka_unit_test(allreduce_algorithm_switched_per_call_matches_reference_at_3_ranks),
       cmocka_unit_test(allreduce_algorithm_switched_per_call_matches_reference_at_8_ranks),
       cmocka_unit_test(ranks_that_set_different_algorithms_do_not_get_the_right_answer),
