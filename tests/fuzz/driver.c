@@ -8,8 +8,9 @@
  *                          tree (tests/fuzz/corpus/<target>, from the
  *                          repository root, where tests/run.sh runs it)
  *
- * A sanitizer report or a failed check of the target ends the run with a
- * non-zero status; so does a corpus with no files (a test of nothing).
+ * A sanitizer report, a failed check of the target or an input that runs
+ * over 60 s (a hang) ends the run with a non-zero status; so does a corpus
+ * with no files (a test of nothing).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -17,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv) __attribute__((weak));
@@ -25,6 +28,20 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) __attribute__((weak));
 #ifndef FUZZ_CORPUS
 #error "build with -DFUZZ_CORPUS=\"tests/fuzz/corpus/<target>\""
 #endif
+
+/* An input that takes longer than this is a hang (libFuzzer's -timeout). */
+#define INPUT_TIMEOUT_S 60
+static const char *current;
+
+static void on_alarm(int sig) {
+  (void)sig;
+  static const char m1[] = "fuzz driver: hang: over 60 s on ";
+  ssize_t w = write(2, m1, sizeof(m1) - 1);
+  w = write(2, current, strlen(current));
+  w = write(2, "\n", 1);
+  (void)w;
+  _exit(1);
+}
 
 static int run_file(const char *path) {
   FILE *f = fopen(path, "rb");
@@ -56,7 +73,10 @@ static int run_file(const char *path) {
   memcpy(exact, buf, n);
   free(buf);
   fprintf(stderr, "fuzz driver: %s (%zu bytes)\n", path, n);
+  current = path;
+  alarm(INPUT_TIMEOUT_S);
   LLVMFuzzerTestOneInput(exact, n);
+  alarm(0);
   free(exact);
   return 0;
 }
@@ -103,6 +123,7 @@ static int run_dir(const char *dir, int *count) {
 }
 
 int main(int argc, char **argv) {
+  signal(SIGALRM, on_alarm);
   if (LLVMFuzzerInitialize) LLVMFuzzerInitialize(&argc, &argv);
   static char *dflt[] = {NULL, FUZZ_CORPUS, NULL};
   if (argc < 2) {

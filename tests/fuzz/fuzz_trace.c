@@ -11,7 +11,7 @@
  * is not ours.
  *
  * Checks: a refused dump says why; every usable dump is analyzed and
- * printed as text and JSON without a fault.
+ * printed as text, JSON and HTML without a fault, in bounded time.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +86,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                rep.exit_status == TR_EXIT_UNUSABLE);
     tr_print_text(devnull, &set, &rep, 1);
     tr_print_json(devnull, &set, &rep);
+    FUZZ_CHECK(tr_write_html("/dev/null", &set, &rep) == 0);
     tr_report_free(&rep);
   }
   tr_set_free(&set);

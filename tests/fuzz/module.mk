@@ -58,7 +58,9 @@ endef
 # driver object carries the path of its corpus.
 FUZZ_SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 $(eval $(call fuzz_tree,$(FUZZ_SAN_DIR),$(CC),$(FUZZ_SAN_FLAGS),$(FUZZ_SAN_FLAGS),$(FUZZ_SAN_DIR)/obj/tests/fuzz/driver-%.o))
-$(FUZZ_SAN_DIR)/obj/tests/fuzz/driver-%.o: tests/fuzz/driver.c
+# (A static pattern: a generic driver-%.o would also offer to make the .d
+# files the Makefile includes.)
+$(FUZZ_TARGETS_ALL:%=$(FUZZ_SAN_DIR)/obj/tests/fuzz/driver-%.o): $(FUZZ_SAN_DIR)/obj/tests/fuzz/driver-%.o: tests/fuzz/driver.c
 	@mkdir -p $(dir $@)
 	$(say) CC $<
 	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(FUZZ_SAN_FLAGS) -DFUZZ_CORPUS='"tests/fuzz/corpus/$*"' -c $< -o $@
