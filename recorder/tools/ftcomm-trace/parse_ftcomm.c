@@ -345,6 +345,26 @@ static void verdict_member(parser_t *P, tr_verdict_t *v) {
   if (!v->decided && !v->pending) fail(P, "\"verdict\" is not decided and does not say why (\"pending\")");
 }
 
+/* A key the reader stores may appear once in its object: a second one would
+ * leave the reader two values (and the first one's memory) for one field. */
+static const char *const top_keys[] = {
+    "format", "version", "job", "pod", "node", "host", "backend", "backend_version", "reason",
+    "rank", "world_size", "epoch", "trigger_time_ns", "trigger_monotonic_ns", "truncated",
+    "entry_fields", "communicators"};
+static const char *const comm_keys[] = {
+    "id", "name", "epoch", "rank", "size", "capacity", "recorded", "dropped",
+    "last_enqueued_seq", "last_started_seq", "last_completed_seq", "entries"};
+
+static void once(parser_t *P, const char *k, const char *const *keys, size_t n, unsigned *seen,
+                 const char *where) {
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(k, keys[i])) continue;
+    if (*seen & (1u << i)) failf(P, "%s\"%s\" appears twice", where, k);
+    *seen |= 1u << i;
+    return;
+  }
+}
+
 enum col {
   C_SKIP = 0, C_EPOCH, C_SEQ, C_OP, C_DTYPE, C_COUNT, C_PEER, C_RANK, C_SIZE, C_STATE,
   C_CREATED, C_STARTED, C_COMPLETED, C_TIMEOUT
@@ -471,10 +491,12 @@ static void communicators(parser_t *P, const cols_t *cols, tr_dump_t *d) {
     c->last_enqueued = c->last_started = c->last_completed = -1;
     expect(P, '{');
     if (peek(P) != '}') {
+      unsigned seen = 0;
       do {
         size_t n;
         char *k = str(P, &n);
         expect(P, ':');
+        once(P, k, comm_keys, sizeof(comm_keys) / sizeof(comm_keys[0]), &seen, "a communicator's ");
         if (!strcmp(k, "id")) c->id = dup_str(P);
         else if (!strcmp(k, "name")) c->name = dup_str(P);
         else if (!strcmp(k, "epoch")) c->epoch = (uint64_t)num(P, 0);
@@ -516,10 +538,12 @@ int tr_parse_ftcomm(char *buf, size_t len, tr_dump_t *d, char *why, size_t whyle
   if (setjmp(P.fail)) return -1;
   expect(&P, '{');
   if (peek(&P) != '}') {
+    unsigned seen = 0;
     do {
       size_t n;
       char *k = str(&P, &n);
       expect(&P, ':');
+      once(&P, k, top_keys, sizeof(top_keys) / sizeof(top_keys[0]), &seen, "");
       if (!strcmp(k, "format")) {
         char *v = dup_str(&P);
         is_ftcomm = v && !strcmp(v, FTC_REC_FORMAT_NAME);
