@@ -324,6 +324,23 @@ static void stragglers(ctx_t *x, int gi, uint64_t lo, uint64_t end) {
   ftc__free(dur);
 }
 
+/* The smallest seq after s that some member recorded (cur[i]: each
+ * member's first entry at or after s); 0 in *more when none is. The walk
+ * visits recorded seqs only, so seqs far apart in a damaged dump (1 and
+ * 2^63) cost two steps, not 2^63. */
+static uint64_t next_seq(const ctx_t *x, const tr_group_t *g, const size_t *cur, uint64_t s,
+                         int *more) {
+  uint64_t best = 0;
+  *more = 0;
+  for (size_t i = 0; i < g->nm; i++) {
+    const tr_member_t *m = &g->m[i];
+    size_t j = cur[i];
+    while (j < m->b && ent(x, m, j)->seq <= s) j++;
+    if (j < m->b && (!*more || ent(x, m, j)->seq < best)) best = ent(x, m, j)->seq, *more = 1;
+  }
+  return best;
+}
+
 static void analyze_group(ctx_t *x, int gi) {
   tr_group_t *g = &x->rep->g[gi];
   tr_report_t *rep = x->rep;
@@ -351,7 +368,8 @@ static void analyze_group(ctx_t *x, int gi) {
   const tr_entry_t **at = tr_xmalloc(n * sizeof(*at));
   sig_t sigs[16];
   uint64_t s;
-  for (s = lo; s <= hi; s++) {
+  int more = 1;
+  for (s = lo; more && s <= hi; s = next_seq(x, g, cur, s, &more)) {
     size_t nsig = 0, npresent = 0, ncompleted = 0, nabsent = 0;
     for (size_t i = 0; i < n; i++) {
       const tr_member_t *m = &g->m[i];

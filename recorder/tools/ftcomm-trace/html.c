@@ -69,6 +69,7 @@ static void timeline(FILE *f, const tr_set_t *set, const tr_report_t *rep, size_
     int y = TOP + (int)r * CH;
     fprintf(f, "<text x=\"4\" y=\"%d\" class=\"rank\">rank %d</text>\n", y + CH - 2, m->grank);
     size_t i = m->a;
+    /* s == end ends it: end may be the largest seq there is (a damaged dump's). */
     for (uint64_t s = start; s <= end; s++) {
       while (i < m->b && c->e[i].seq < s) i++;
       int x = LEFT + (int)(s - start) * CW;
@@ -84,6 +85,7 @@ static void timeline(FILE *f, const tr_set_t *set, const tr_report_t *rep, size_
         fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" class=\"absent\"><title>rank %d never entered seq %llu</title></rect>\n",
                 x, y, CW - 2, CH - 2, m->grank, (unsigned long long)s);
       }
+      if (s == end) break;
     }
   }
   if (g->diverged) {
