@@ -22,12 +22,17 @@
 
 static void same_int(const json_t *spec, const char *path, int got) {
   json_t *v = ftck_jget(spec, path);
-  if (json_is_integer(v)) FUZZ_CHECK(json_integer_value(v) == got);
+  if (v && !json_is_null(v)) FUZZ_CHECK(json_is_integer(v) && json_integer_value(v) == got);
+}
+
+static void is_bool(const json_t *spec, const char *path) {
+  json_t *v = ftck_jget(spec, path);
+  if (v && !json_is_null(v)) FUZZ_CHECK(json_is_boolean(v));
 }
 
 static void in_enum(const json_t *spec, const char *path, const char *const *words, int n) {
   json_t *v = ftck_jget(spec, path);
-  if (!v) return;
+  if (!v || json_is_null(v)) return;
   FUZZ_CHECK(json_is_string(v));
   for (int i = 0; i < n; i++)
     if (!strcmp(json_string_value(v), words[i])) return;
@@ -39,7 +44,10 @@ static void check_spec(const json_t *job, const ftck_job_spec_t *s) {
   FUZZ_CHECK(s->replicas >= 1 && s->replicas <= 65536);
   FUZZ_CHECK(s->min_replicas >= 1 && s->min_replicas <= s->replicas);
   FUZZ_CHECK(s->collective_timeout_s >= 1 && s->collective_timeout_s <= 86400);
-  FUZZ_CHECK(s->hang_timeout_s >= 1 && s->hang_timeout_s <= s->collective_timeout_s);
+  FUZZ_CHECK(s->hang_timeout_s >= 1 && s->hang_timeout_s <= 86400);
+  /* The CRD's rule compares the two only when both are given. */
+  if (ftck_jget(spec, "timeouts.hangTimeoutSeconds") && ftck_jget(spec, "timeouts.collectiveTimeoutSeconds"))
+    FUZZ_CHECK(s->hang_timeout_s <= s->collective_timeout_s);
   FUZZ_CHECK(s->max_replacements >= 0 && s->max_replacements <= 100000);
   FUZZ_CHECK(s->backoff_s >= 0 && s->backoff_s <= 3600);
   FUZZ_CHECK(s->recorder_entries >= 1 && s->recorder_entries <= 1048576);
@@ -57,6 +65,9 @@ static void check_spec(const json_t *job, const ftck_job_spec_t *s) {
   in_enum(spec, "backend", backends, 3);
   in_enum(spec, "failurePolicy.onHang", hangs, 3);
   in_enum(spec, "failurePolicy.mode", modes, 2);
+  is_bool(spec, "failurePolicy.avoidFailedNodes");
+  is_bool(spec, "recorder.enabled");
+  is_bool(spec, "suspend");
 }
 
 /* The reconciler's own update (compute_status) names every condition with
