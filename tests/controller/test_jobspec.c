@@ -71,11 +71,22 @@ static void test_unusable_specs_say_what_to_fix(void **state) {
       {"{\"replicas\":0," TEMPLATE "}", "spec.replicas must be at least 1"},
       {"{\"replicas\":2}", "spec.template.spec is required"},
       {"{\"template\":{\"spec\":{\"containers\":[]}}}", "at least one container"},
+      /* What the CRD's schema refuses, for objects it did not check. */
+      {"{\"replicas\":\"4\"," TEMPLATE "}", "spec.replicas must be an integer in [1, 65536]"},
+      {"{\"replicas\":4294967297," TEMPLATE "}", "spec.replicas must be at least 1 and at most 65536; it is 4294967297"},
+      {"{\"backend\":\"mpi\"," TEMPLATE "}", "spec.backend is \"mpi\"; use one of auto, nccl, tcp"},
+      {"{\"failurePolicy\":{\"onHang\":\"dumponly\"}," TEMPLATE "}",
+       "spec.failurePolicy.onHang is \"dumponly\"; use one of replace, dumpOnly, restartAll"},
+      {"{\"failurePolicy\":{\"mode\":7}," TEMPLATE "}", "spec.failurePolicy.mode must be a string, one of replace, restartAll"},
+      {"{\"recorder\":{\"enabled\":\"false\"}," TEMPLATE "}", "spec.recorder.enabled must be true or false"},
+      {"{\"recorder\":{\"entries\":0}," TEMPLATE "}", "spec.recorder.entries must be at least 1 and at most 1048576"},
+      {"{\"timeouts\":{\"collectiveTimeoutSeconds\":60,\"hangTimeoutSeconds\":120}," TEMPLATE "}",
+       "spec.timeouts.hangTimeoutSeconds must not exceed spec.timeouts.collectiveTimeoutSeconds"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     json_t *j = job_from(cases[i].spec);
     ftck_job_spec_t s;
-    char err[128] = "";
+    char err[256] = "";
     assert_int_equal(ftck_job_spec_parse(j, &s, err, sizeof err), -1);
     if (!strstr(err, cases[i].msg)) fail_msg("case %zu: \"%s\" lacks \"%s\"", i, err, cases[i].msg);
     json_decref(j);

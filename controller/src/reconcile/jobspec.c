@@ -14,32 +14,101 @@
 #include "kube_client.h"
 #include "kube_json.h"
 
-static int get_int(const json_t *o, const char *path, int def) { return (int)ftck_jint(o, path, def); }
+/* The spec's fields are checked as the CRD's schema checks them (types,
+ * bounds, enums: crds/ftcomm.dev_trainingjobs.yaml), so an object the API
+ * server did not validate (a CRD installed without its schema, an object
+ * stored before an upgrade) is refused with words that say what to fix,
+ * rather than read as something else: "replicas": "4" as 1 replica, an
+ * integer over 2^31 cut to 32 bits, "onHang": "dumponly" as restartAll. A
+ * field that is absent or null takes the CRD's default. */
+typedef struct spec_reader {
+  const json_t *spec;
+  char *err;
+  size_t err_len;
+  int bad;
+} spec_reader_t;
+
+static void refuse(spec_reader_t *r, const char *fmt, const char *path, long long a, long long b,
+                   long long c) {
+  if (r->bad) return;
+  snprintf(r->err, r->err_len, fmt, path, a, b, c);
+  r->bad = 1;
+}
+
+static int spec_int(spec_reader_t *r, const char *path, long long lo, long long hi, int def) {
+  json_t *v = ftck_jget(r->spec, path);
+  if (!v || json_is_null(v)) return def;
+  if (!json_is_integer(v)) {
+    refuse(r, "spec.%s must be an integer in [%lld, %lld]", path, lo, hi, 0);
+    return def;
+  }
+  long long x = (long long)json_integer_value(v);
+  if (x < lo || x > hi) {
+    refuse(r, "spec.%s must be at least %lld and at most %lld; it is %lld", path, lo, hi, x);
+    return def;
+  }
+  return (int)x;
+}
+
+static int spec_bool(spec_reader_t *r, const char *path, int def) {
+  json_t *v = ftck_jget(r->spec, path);
+  if (!v || json_is_null(v)) return def;
+  if (!json_is_boolean(v)) {
+    refuse(r, "spec.%s must be true or false", path, 0, 0, 0);
+    return def;
+  }
+  return json_is_true(v);
+}
+
+/* The index of the field's word in words (n of them, the CRD's enum), or
+ * def when absent; an unknown word is refused with the list. */
+static int spec_word(spec_reader_t *r, const char *path, const char *const *words, int n, int def) {
+  json_t *v = ftck_jget(r->spec, path);
+  if (!v || json_is_null(v)) return def;
+  const char *w = json_string_value(v);
+  for (int i = 0; w && i < n; i++)
+    if (!strcmp(w, words[i])) return i;
+  if (!r->bad) {
+    char list[128] = "";
+    size_t off = 0;
+    for (int i = 0; i < n && off < sizeof list; i++)
+      off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "", words[i]);
+    if (w)
+      snprintf(r->err, r->err_len, "spec.%s is \"%.64s\"; use one of %s", path, w, list);
+    else
+      snprintf(r->err, r->err_len, "spec.%s must be a string, one of %s", path, list);
+    r->bad = 1;
+  }
+  return def;
+}
 
 int ftck_job_spec_parse(const json_t *job, ftck_job_spec_t *s, char *err, size_t err_len) {
   memset(s, 0, sizeof *s);
   const json_t *spec = ftck_jget(job, "spec");
-  s->replicas = get_int(spec, "replicas", 1);
-  s->min_replicas = get_int(spec, "minReplicas", s->replicas);
-  const char *b = ftck_jstr(spec, "backend");
-  snprintf(s->backend, sizeof s->backend, "%s", b ? b : "auto");
-  s->collective_timeout_s = get_int(spec, "timeouts.collectiveTimeoutSeconds", 600);
-  s->hang_timeout_s = get_int(spec, "timeouts.hangTimeoutSeconds", 300);
-  s->max_replacements = get_int(spec, "failurePolicy.maxReplacements", 10);
-  s->backoff_s = get_int(spec, "failurePolicy.backoffSeconds", 10);
-  s->avoid_failed_nodes = ftck_jbool(spec, "failurePolicy.avoidFailedNodes", 1);
-  const char *h = ftck_jstr(spec, "failurePolicy.onHang");
-  s->on_hang = !h || !strcmp(h, "replace") ? FTCK_ON_HANG_REPLACE
-               : !strcmp(h, "dumpOnly")    ? FTCK_ON_HANG_DUMP_ONLY
-                                           : FTCK_ON_HANG_RESTART_ALL;
-  const char *m = ftck_jstr(spec, "failurePolicy.mode");
-  s->mode = m && !strcmp(m, "restartAll") ? FTCK_MODE_RESTART_ALL : FTCK_MODE_REPLACE;
-  s->recorder_enabled = ftck_jbool(spec, "recorder.enabled", 1);
-  s->recorder_entries = get_int(spec, "recorder.entries", 2000);
-  s->suspend = ftck_jbool(spec, "suspend", 0);
+  spec_reader_t r = {spec, err, err_len, 0};
+  static const char *const backends[] = {"auto", "nccl", "tcp"};
+  static const char *const hangs[] = {"replace", "dumpOnly", "restartAll"};
+  static const char *const modes[] = {"replace", "restartAll"};
+  s->replicas = spec_int(&r, "replicas", 1, 65536, 1);
+  s->min_replicas = spec_int(&r, "minReplicas", 1, 65536, s->replicas);
+  snprintf(s->backend, sizeof s->backend, "%s", backends[spec_word(&r, "backend", backends, 3, 0)]);
+  s->collective_timeout_s = spec_int(&r, "timeouts.collectiveTimeoutSeconds", 1, 86400, 600);
+  s->hang_timeout_s = spec_int(&r, "timeouts.hangTimeoutSeconds", 1, 86400, 300);
+  s->max_replacements = spec_int(&r, "failurePolicy.maxReplacements", 0, 100000, 10);
+  s->backoff_s = spec_int(&r, "failurePolicy.backoffSeconds", 0, 3600, 10);
+  s->avoid_failed_nodes = spec_bool(&r, "failurePolicy.avoidFailedNodes", 1);
+  s->on_hang = (ftck_on_hang_t)spec_word(&r, "failurePolicy.onHang", hangs, 3, FTCK_ON_HANG_REPLACE);
+  s->mode = (ftck_mode_t)spec_word(&r, "failurePolicy.mode", modes, 2, FTCK_MODE_REPLACE);
+  s->recorder_enabled = spec_bool(&r, "recorder.enabled", 1);
+  s->recorder_entries = spec_int(&r, "recorder.entries", 1, 1048576, 2000);
+  s->suspend = spec_bool(&r, "suspend", 0);
+  if (r.bad) return -1;
   const char *why = NULL;
-  if (s->replicas < 1) why = "spec.replicas must be at least 1";
-  else if (s->min_replicas < 1 || s->min_replicas > s->replicas) why = "spec.minReplicas must be in [1, spec.replicas]";
+  if (s->min_replicas > s->replicas) why = "spec.minReplicas must be in [1, spec.replicas]";
+  else if (ftck_jget(spec, "timeouts.hangTimeoutSeconds") && ftck_jget(spec, "timeouts.collectiveTimeoutSeconds") &&
+           s->hang_timeout_s > s->collective_timeout_s)
+    why = "spec.timeouts.hangTimeoutSeconds must not exceed spec.timeouts.collectiveTimeoutSeconds: a hang "
+          "has to be detected before the collective times out";
   else if (!json_is_object(ftck_jget(spec, "template.spec"))) why = "spec.template.spec is required";
   else if (!json_is_array(ftck_jget(spec, "template.spec.containers")) ||
            json_array_size(ftck_jget(spec, "template.spec.containers")) == 0)

@@ -49,7 +49,8 @@ typedef struct ftck_job_spec {
 /* Defaults match the CRD's: replicas 1, minReplicas = replicas, backend
  * auto, collectiveTimeoutSeconds 600, hangTimeoutSeconds 300,
  * maxReplacements 10, backoffSeconds 10, avoidFailedNodes true, onHang
- * replace, mode replace, recorder enabled with 2000 entries. 0 on success;
+ * replace, mode replace, recorder enabled with 2000 entries. Every field is
+ * checked as the CRD's schema checks it (type, bounds, enum). 0 on success;
  * -1 when the spec is unusable (why in err). */
 int ftck_job_spec_parse(const json_t *job, ftck_job_spec_t *spec, char *err, size_t err_len);
 
