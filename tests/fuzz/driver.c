@@ -8,8 +8,8 @@
  *                          tree (tests/fuzz/corpus/<target>, from the
  *                          repository root, where tests/run.sh runs it)
  *
- * A sanitizer report, a failed check of the target or an input that runs
- * over 60 s (a hang) ends the run with a non-zero status; so does a corpus
+ * A sanitizer report (an allocation over 2 GiB included), a failed check of
+ * the target or an input that runs over 60 s (a hang) ends the run with a non-zero status; so does a corpus
  * with no files (a test of nothing).
  */
 #include <dirent.h>
@@ -28,6 +28,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) __attribute__((weak));
 #ifndef FUZZ_CORPUS
 #error "build with -DFUZZ_CORPUS=\"tests/fuzz/corpus/<target>\""
 #endif
+
+/* As libFuzzer's -malloc_limit_mb: an allocation over 2 GiB is a report
+ * (an input that makes a parser size its tables by a number in it), not a
+ * machine brought to a crawl. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "max_allocation_size_mb=2048"; }
 
 /* An input that takes longer than this is a hang (libFuzzer's -timeout). */
 #define INPUT_TIMEOUT_S 60
