@@ -118,13 +118,20 @@ void tr_set_free(tr_set_t *set) {
 
 /* The rank a file name suggests: rank-<r>-..., or the digits that end
  * PyTorch's <prefix><rank>[.json]. */
+static int digits_rank(const char *p) {
+  long v = 0;
+  for (; *p >= '0' && *p <= '9'; p++)
+    if ((v = v * 10 + (*p - '0')) >= TR_MAX_RANKS) return -1; /* no rank of a job */
+  return (int)v;
+}
+
 static int rank_from_name(const char *name) {
-  if (!strncmp(name, "rank-", 5) && name[5] >= '0' && name[5] <= '9') return atoi(name + 5);
+  if (!strncmp(name, "rank-", 5) && name[5] >= '0' && name[5] <= '9') return digits_rank(name + 5);
   const char *end = name + strlen(name);
   if (end - name > 5 && !strcmp(end - 5, ".json")) end -= 5;
   const char *p = end;
   while (p > name && p[-1] >= '0' && p[-1] <= '9') p--;
-  return p < end ? atoi(p) : -1;
+  return p < end ? digits_rank(p) : -1;
 }
 
 static int read_file(const char *path, char **buf, size_t *cap, size_t *len, char *why,

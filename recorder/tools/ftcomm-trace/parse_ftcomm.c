@@ -235,6 +235,17 @@ static int64_t int_at_least(parser_t *P, const char *what, int64_t lo) {
   return v;
 }
 
+/* A dump's "rank" (size 0) or "world_size" (1): -1 when negative (not
+ * known), else at most a job's size. A larger number is a damaged file;
+ * the analyzer would otherwise size its tables by it. */
+static int rank_or_size(parser_t *P, const char *what, int size) {
+  int64_t v = num(P, -1);
+  if (v < 0) return -1;
+  if (v > TR_MAX_RANKS - 1 + size)
+    failf(P, "\"%s\" is %lld; a job has at most %d ranks", what, (long long)v, TR_MAX_RANKS);
+  return (int)v;
+}
+
 static char *string_of(parser_t *P, const char *what, int nonempty) {
   size_t n;
   if (peek(P) != '"') failf(P, "%s must be a string", what);
@@ -559,8 +570,8 @@ int tr_parse_ftcomm(char *buf, size_t len, tr_dump_t *d, char *why, size_t whyle
       else if (!strcmp(k, "backend")) d->backend = dup_str(&P);
       else if (!strcmp(k, "backend_version")) d->backend_version = dup_str(&P);
       else if (!strcmp(k, "reason")) d->reason = dup_str(&P);
-      else if (!strcmp(k, "rank")) d->rank = (int)num(&P, -1);
-      else if (!strcmp(k, "world_size")) d->world_size = (int)num(&P, -1);
+      else if (!strcmp(k, "rank")) d->rank = rank_or_size(&P, "rank", 0);
+      else if (!strcmp(k, "world_size")) d->world_size = rank_or_size(&P, "world_size", 1);
       else if (!strcmp(k, "epoch")) d->epoch = num(&P, -1);
       else if (!strcmp(k, "trigger_time_ns")) d->trigger_wall_ns = num(&P, 0);
       else if (!strcmp(k, "trigger_monotonic_ns")) d->trigger_mono_ns = num(&P, 0);

@@ -15,6 +15,10 @@
 /* Exit statuses of the tool. */
 enum { TR_EXIT_HEALTHY = 0, TR_EXIT_FINDING = 1, TR_EXIT_UNUSABLE = 2 };
 
+/* The most ranks a job has (the membership protocol's world_size bound):
+ * a dump naming a rank or world size past it is damaged. */
+#define TR_MAX_RANKS 1048576
+
 enum tr_state { TR_SCHEDULED = 0, TR_STARTED = 1, TR_COMPLETED = 2, TR_FAILED = 3 };
 
 /* One recorded collective, 64 bytes; strings are interned (tr_intern). */
