@@ -712,5 +712,9 @@ int64_t ftck_parse_time(const char *s) {
     }
   }
   if (*rest != 'Z') return -1;
-  return (int64_t)timegm(&tm) * 1000000000LL + frac_ns;
+  /* Nanoseconds since 1970 fit an int64 until 2262; a later (or earlier
+   * than 1970) time is none the controller can use. */
+  time_t t = timegm(&tm);
+  if (t < 0 || (int64_t)t > INT64_MAX / 1000000000LL - 1) return -1;
+  return (int64_t)t * 1000000000LL + frac_ns;
 }

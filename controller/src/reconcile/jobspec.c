@@ -334,7 +334,8 @@ int64_t ftck_pod_failed_at(const json_t *pod, int64_t now_ns) {
   if (best < 0) {
     /* deletionTimestamp is when the grace period ends; the loss began when it started. */
     best = ftck_parse_time(ftck_jstr(pod, "metadata.deletionTimestamp"));
-    if (best >= 0) best -= ftck_jint(pod, "metadata.deletionGracePeriodSeconds", 0) * 1000000000LL;
+    int64_t grace = ftck_jint(pod, "metadata.deletionGracePeriodSeconds", 0);
+    if (best >= 0 && grace > 0 && grace <= best / 1000000000LL) best -= grace * 1000000000LL;
   }
   return best < 0 || best > now_ns ? now_ns : best;
 }
