@@ -54,9 +54,10 @@ $(1)/bin/fuzz_jobspec: $(1)/bin/fuzz_%: $(1)/obj/tests/fuzz/fuzz_%.o $(5) $$(CON
 	$$(Q)$(2) -o $$@ $$^ $$(LDFLAGS_ALL) $(4) $$(FUZZ_LIBS)
 endef
 
-# Regression runs: gcc, ASan + UBSan, the standalone driver. Each target's
+# Regression runs: gcc, ASan + UBSan (with float-cast-overflow, which gcc's
+# "undefined" leaves out and clang's has), the standalone driver. Each target's
 # driver object carries the path of its corpus.
-FUZZ_SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_SAN_FLAGS := -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all -fno-omit-frame-pointer
 $(eval $(call fuzz_tree,$(FUZZ_SAN_DIR),$(CC),$(FUZZ_SAN_FLAGS),$(FUZZ_SAN_FLAGS),$(FUZZ_SAN_DIR)/obj/tests/fuzz/driver-%.o))
 # (A static pattern: a generic driver-%.o would also offer to make the .d
 # files the Makefile includes.)
