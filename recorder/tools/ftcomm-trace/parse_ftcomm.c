@@ -158,17 +158,29 @@ static int64_t num(parser_t *P, int64_t dflt) {
   int neg = 0;
   if (*P->p == '-') { neg = 1; P->p++; }
   if (P->p >= P->end || *P->p < '0' || *P->p > '9') fail(P, "expected a number");
-  uint64_t v = 0;
-  while (P->p < P->end && *P->p >= '0' && *P->p <= '9') v = v * 10 + (uint64_t)(*P->p++ - '0');
+  /* Every number the writer writes fits an int64; a larger one is a
+   * damaged file (jansson refuses such integers too), not one to wrap. */
+  uint64_t v = 0, lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+  int big = 0;
+  while (P->p < P->end && *P->p >= '0' && *P->p <= '9') {
+    unsigned d = (unsigned)(*P->p++ - '0');
+    if (v > (lim - d) / 10) big = 1;
+    else v = v * 10 + d;
+  }
   if (P->p < P->end && (*P->p == '.' || *P->p == 'e' || *P->p == 'E')) {
     char tmp[64];
     while (P->p < P->end && strchr("0123456789.eE+-", *P->p)) P->p++;
     size_t k = (size_t)(P->p - s) < sizeof(tmp) - 1 ? (size_t)(P->p - s) : sizeof(tmp) - 1;
     memcpy(tmp, s, k);
     tmp[k] = '\0';
-    return (int64_t)strtod(tmp, NULL);
+    double d = strtod(tmp, NULL);
+    /* -2^63 <= d < 2^63, and not NaN: the range a conversion is defined on */
+    if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0))
+      fail(P, "number out of range (a dump's numbers fit 64-bit integers)");
+    return (int64_t)d;
   }
-  return neg ? -(int64_t)v : (int64_t)v;
+  if (big) fail(P, "integer out of range (a dump's numbers fit 64-bit integers)");
+  return neg ? (v > (uint64_t)INT64_MAX ? INT64_MIN : -(int64_t)v) : (int64_t)v;
 }
 
 static void skip(parser_t *P, int depth) {
