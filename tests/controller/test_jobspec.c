@@ -91,6 +91,15 @@ static void test_unusable_specs_say_what_to_fix(void **state) {
     if (!strstr(err, cases[i].msg)) fail_msg("case %zu: \"%s\" lacks \"%s\"", i, err, cases[i].msg);
     json_decref(j);
   }
+  /* A name too long for the pods' labels. */
+  json_t *j = job_from("{" TEMPLATE "}");
+  json_object_set_new(json_object_get(j, "metadata"), "name",
+                      json_string("a-training-job-with-a-name-far-too-long-for-a-kubernetes-label-value"));
+  ftck_job_spec_t s;
+  char err[256] = "";
+  assert_int_equal(ftck_job_spec_parse(j, &s, err, sizeof err), -1);
+  assert_non_null(strstr(err, "metadata.name is 68 characters; the pods carry it in a label, which takes at most 63"));
+  json_decref(j);
 }
 
 static void test_pod_of_a_slot_carries_identity_owner_and_environment(void **state) {

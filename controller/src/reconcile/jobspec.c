@@ -103,6 +103,16 @@ int ftck_job_spec_parse(const json_t *job, ftck_job_spec_t *s, char *err, size_t
   s->recorder_entries = spec_int(&r, "recorder.entries", 1, 1048576, 2000);
   s->suspend = spec_bool(&r, "suspend", 0);
   if (r.bad) return -1;
+  /* The name goes into label values of every pod (ftcomm.dev/job,
+   * app.kubernetes.io/instance), which Kubernetes bounds at 63 characters;
+   * the pod names (<name>-<slot>-<incarnation>) then fit their 253. */
+  const char *name = ftck_jstr(job, "metadata.name");
+  if (name && strlen(name) > 63) {
+    snprintf(err, err_len,
+             "metadata.name is %zu characters; the pods carry it in a label, which takes at most 63: "
+             "use a shorter name", strlen(name));
+    return -1;
+  }
   const char *why = NULL;
   if (s->min_replicas > s->replicas) why = "spec.minReplicas must be in [1, spec.replicas]";
   else if (ftck_jget(spec, "timeouts.hangTimeoutSeconds") && ftck_jget(spec, "timeouts.collectiveTimeoutSeconds") &&
