@@ -258,6 +258,9 @@ static int rank_or_size(parser_t *P, const char *what, int size) {
   return (int)v;
 }
 
+/* Callers replace a field with what it returns only after it returned: a
+ * failure jumps out of it with the old value still the field's, freed once
+ * with the dump. */
 static char *string_of(parser_t *P, const char *what, int nonempty) {
   size_t n;
   if (peek(P) != '"') failf(P, "%s must be a string", what);
@@ -287,7 +290,7 @@ static void failure_member(parser_t *P, tr_failure_t *f) {
       char *k = str(P, &n);
       expect(P, ':');
       if (!strcmp(k, "epoch")) f->epoch = int_at_least(P, "\"failure\" \"epoch\"", 0), have_epoch = 1;
-      else if (!strcmp(k, "status")) { free(f->status); f->status = string_of(P, "\"failure\" \"status\"", 1); }
+      else if (!strcmp(k, "status")) { char *nv = string_of(P, "\"failure\" \"status\"", 1); free(f->status); f->status = nv; }
       else if (!strcmp(k, "peer")) f->peer = (int)int_at_least(P, "\"failure\" \"peer\"", -1);
       else skip(P, 1);
     } while (more(P, '}'));
@@ -320,8 +323,8 @@ static void dropped_members(parser_t *P, tr_verdict_t *v) {
         expect(P, ':');
         if (!strcmp(k, "rank")) d->rank = (int)int_at_least(P, "a dropped member's \"rank\"", 0);
         else if (!strcmp(k, "slot")) d->slot = (int)int_at_least(P, "a dropped member's \"slot\"", -1);
-        else if (!strcmp(k, "reason")) { free(d->reason); d->reason = string_of(P, "a dropped member's \"reason\"", 1); }
-        else if (!strcmp(k, "detail")) { free(d->detail); d->detail = string_of(P, "a dropped member's \"detail\"", 0); }
+        else if (!strcmp(k, "reason")) { char *nv = string_of(P, "a dropped member's \"reason\"", 1); free(d->reason); d->reason = nv; }
+        else if (!strcmp(k, "detail")) { char *nv = string_of(P, "a dropped member's \"detail\"", 0); free(d->detail); d->detail = nv; }
         else skip(P, 1);
       } while (more(P, '}'));
     } else {
@@ -352,7 +355,7 @@ static void verdict_member(parser_t *P, tr_verdict_t *v) {
         if (peek(P) == 'n' && lit(P, "null")) v->next_epoch = -1;
         else v->next_epoch = int_at_least(P, "\"verdict\" \"next_epoch\"", 1);
       } else if (!strcmp(k, "dropped")) dropped_members(P, v);
-      else if (!strcmp(k, "pending")) { free(v->pending); v->pending = string_of(P, "\"verdict\" \"pending\"", 1); }
+      else if (!strcmp(k, "pending")) { char *nv = string_of(P, "\"verdict\" \"pending\"", 1); free(v->pending); v->pending = nv; }
       else skip(P, 1);
     } while (more(P, '}'));
   } else {
