@@ -2,7 +2,8 @@
 # schema.sh - docs/dump-format.schema.json against real dumps: the ones the
 # recorder library writes (through ftcomm-trace-gen --via-recorder) and the
 # ftcomm dumps of tests/recorder/cases must validate; a dump of a newer major
-# version, a truncated one and ones with a malformed verdict must not. Skipped, with a message, when
+# version, a truncated one, ones with a malformed verdict and ones with a rank past a job's
+# 1048576 must not. Skipped, with a message, when
 # Python's jsonschema module is absent.
 set -u
 cd "$(dirname "$0")/../.."
@@ -24,7 +25,8 @@ cases = sys.argv[3]
 # Dumps that must not validate: truncated, and of a newer major version.
 bad = glob.glob(os.path.join(cases, "corrupt-file", "rank-4-*.json")) + \
       glob.glob(os.path.join(cases, "newer-version", "rank-2-*.json")) + \
-      glob.glob(os.path.join(cases, "verdict-malformed", "rank-[23]-*.json"))
+      glob.glob(os.path.join(cases, "verdict-malformed", "rank-[23]-*.json")) + \
+      glob.glob(os.path.join(cases, "ranks-past-a-job", "rank-[234]-*.json"))
 for f in sorted(glob.glob(os.path.join(cases, "*", "*.json"))):
     if f not in bad and "/no-dumps/" not in f:
         good.append(f)

@@ -258,6 +258,20 @@ static int rank_or_size(parser_t *P, const char *what, int size) {
   return (int)v;
 }
 
+/* v, a rank (size 0: a rank, a peer, a slot) or a count of ranks (size 1)
+ * that the file gives as what: refused past a job's size rather than cut
+ * to an int (4294967297 would read as rank 1). */
+static int64_t in_a_job(parser_t *P, const char *what, int64_t v, int size) {
+  if (v > TR_MAX_RANKS - 1 + size)
+    failf(P, "%s is %lld; a job has at most %d ranks", what, (long long)v, TR_MAX_RANKS);
+  if (v < INT32_MIN) failf(P, "%s is %lld, not a rank", what, (long long)v);
+  return v;
+}
+
+static int rank_at_least(parser_t *P, const char *what, int64_t lo) {
+  return (int)in_a_job(P, what, int_at_least(P, what, lo), 0);
+}
+
 /* Callers replace a field with what it returns only after it returned: a
  * failure jumps out of it with the old value still the field's, freed once
  * with the dump. */
@@ -291,7 +305,7 @@ static void failure_member(parser_t *P, tr_failure_t *f) {
       expect(P, ':');
       if (!strcmp(k, "epoch")) f->epoch = int_at_least(P, "\"failure\" \"epoch\"", 0), have_epoch = 1;
       else if (!strcmp(k, "status")) { char *nv = string_of(P, "\"failure\" \"status\"", 1); free(f->status); f->status = nv; }
-      else if (!strcmp(k, "peer")) f->peer = (int)int_at_least(P, "\"failure\" \"peer\"", -1);
+      else if (!strcmp(k, "peer")) f->peer = rank_at_least(P, "\"failure\" \"peer\"", -1);
       else skip(P, 1);
     } while (more(P, '}'));
   } else {
@@ -321,8 +335,8 @@ static void dropped_members(parser_t *P, tr_verdict_t *v) {
       do {
         char *k = str(P, &n);
         expect(P, ':');
-        if (!strcmp(k, "rank")) d->rank = (int)int_at_least(P, "a dropped member's \"rank\"", 0);
-        else if (!strcmp(k, "slot")) d->slot = (int)int_at_least(P, "a dropped member's \"slot\"", -1);
+        if (!strcmp(k, "rank")) d->rank = rank_at_least(P, "a dropped member's \"rank\"", 0);
+        else if (!strcmp(k, "slot")) d->slot = rank_at_least(P, "a dropped member's \"slot\"", -1);
         else if (!strcmp(k, "reason")) { char *nv = string_of(P, "a dropped member's \"reason\"", 1); free(d->reason); d->reason = nv; }
         else if (!strcmp(k, "detail")) { char *nv = string_of(P, "a dropped member's \"detail\"", 0); free(d->detail); d->detail = nv; }
         else skip(P, 1);
@@ -472,9 +486,9 @@ static void entries(parser_t *P, const cols_t *cols, tr_comm_t *c) {
           case C_EPOCH: e->epoch = (uint32_t)num(P, 0); break;
           case C_SEQ: e->seq = (uint64_t)num(P, 0); break;
           case C_COUNT: e->count = (uint64_t)num(P, 0); break;
-          case C_PEER: e->peer = (int32_t)num(P, -1); break;
-          case C_RANK: e->rank = (int32_t)num(P, -1); break;
-          case C_SIZE: e->size = (int32_t)num(P, -1); break;
+          case C_PEER: e->peer = (int32_t)in_a_job(P, "an entry's \"peer\"", num(P, -1), 0); break;
+          case C_RANK: e->rank = (int32_t)in_a_job(P, "an entry's \"rank\"", num(P, -1), 0); break;
+          case C_SIZE: e->size = (int32_t)in_a_job(P, "an entry's \"size\"", num(P, -1), 1); break;
           case C_CREATED: e->t_created = num(P, 0); break;
           case C_STARTED: e->t_started = num(P, 0); break;
           case C_COMPLETED: e->t_completed = num(P, 0); break;
@@ -526,8 +540,8 @@ static void communicators(parser_t *P, const cols_t *cols, tr_dump_t *d) {
         if (!strcmp(k, "id")) c->id = dup_str(P);
         else if (!strcmp(k, "name")) c->name = dup_str(P);
         else if (!strcmp(k, "epoch")) c->epoch = (uint64_t)num(P, 0);
-        else if (!strcmp(k, "rank")) c->rank = (int)num(P, -1);
-        else if (!strcmp(k, "size")) c->size = (int)num(P, -1);
+        else if (!strcmp(k, "rank")) c->rank = (int)in_a_job(P, "a communicator's \"rank\"", num(P, -1), 0);
+        else if (!strcmp(k, "size")) c->size = (int)in_a_job(P, "a communicator's \"size\"", num(P, -1), 1);
         else if (!strcmp(k, "capacity")) c->capacity = (uint64_t)num(P, 0);
         else if (!strcmp(k, "recorded")) c->recorded = (uint64_t)num(P, 0);
         else if (!strcmp(k, "dropped")) c->dropped = (uint64_t)num(P, 0);
