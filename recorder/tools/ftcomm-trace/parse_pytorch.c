@@ -37,9 +37,15 @@ static const char *map_op(const char *profiling_name) {
   return p;
 }
 
+/* d as an int64, or dflt when it is none (NaN, or past the range a
+ * conversion is defined on: a damaged file, not one to read as garbage). */
+static int64_t int_of_real(double d, int64_t dflt) {
+  return d >= -9223372036854775808.0 && d < 9223372036854775808.0 ? (int64_t)d : dflt;
+}
+
 static int64_t int_of(json_t *j, int64_t dflt) {
   if (json_is_integer(j)) return json_integer_value(j);
-  if (json_is_real(j)) return (int64_t)json_real_value(j);
+  if (json_is_real(j)) return int_of_real(json_real_value(j), dflt);
   if (json_is_string(j)) return strtoll(json_string_value(j), NULL, 10);
   return dflt;
 }
@@ -166,11 +172,10 @@ int tr_parse_pytorch(const char *buf, size_t len, int rank, tr_dump_t *d, char *
     t->t_completed = int_of(json_object_get(e, "time_discovered_completed_ns"), 0);
     /* With timing on, duration_ms measures the kernel: prefer it. */
     json_t *dur = json_object_get(e, "duration_ms");
-    if (json_is_number(dur) && t->t_started)
-      t->t_completed = t->t_started + (int64_t)(json_number_value(dur) * 1e6);
-    t->timeout_ns = json_is_number(json_object_get(e, "timeout_ms"))
-                        ? (int64_t)(json_number_value(json_object_get(e, "timeout_ms")) * 1e6)
-                        : -1;
+    int64_t dur_ns = json_is_number(dur) ? int_of_real(json_number_value(dur) * 1e6, -1) : -1;
+    if (dur_ns >= 0 && t->t_started && dur_ns <= INT64_MAX - t->t_started) t->t_completed = t->t_started + dur_ns;
+    json_t *tmo = json_object_get(e, "timeout_ms");
+    t->timeout_ns = json_is_number(tmo) ? int_of_real(json_number_value(tmo) * 1e6, -1) : -1;
     const char *state = json_string_value(json_object_get(e, "state"));
     t->state = !state ? TR_SCHEDULED
                : !strcmp(state, "completed") ? TR_COMPLETED
