@@ -13,12 +13,21 @@ cd "$root"
 
 packages_of() { grep -v '^#' "images/$1/packages.txt" | awk 'NF { print $1 }'; }
 
-owner() {  # owner SONAME: the Debian package that ships it ("pkg:arch: /path/SONAME")
-  local line
+owner() {  # owner SONAME PATH: the Debian package that ships the SONAME the loader
+  # resolved to PATH ("pkg:arch: /path/SONAME"); by PATH's folder first, as a SONAME may
+  # be in several packages (libm.so.6: libc6 in /lib/x86_64-linux-gnu, libc6-i386 in
+  # /lib32), with or without the /usr of a merged /usr
+  local line want dir first=
+  dir=$(dirname "$2"); dir=${dir#/usr}
   while IFS= read -r line; do
-    [[ ${line#*: } == */"$1" ]] || continue
-    line=${line%%: *}; line=${line%%,*}; echo "${line%%:*}"; return
+    want=${line#*: }
+    [[ $want == */"$1" ]] || continue
+    line=${line%%: *}; line=${line%%,*}; line=${line%%:*}
+    [ -n "$first" ] || first=$line
+    want=$(dirname "$want"); want=${want#/usr}
+    if [ "$want" = "$dir" ]; then echo "$line"; return; fi
   done < <(dpkg -S "*/$1" 2>/dev/null)
+  echo "$first"
 }
 
 libs_resolve() {  # libs_resolve IMAGE ROOTFS
@@ -34,7 +43,7 @@ libs_resolve() {  # libs_resolve IMAGE ROOTFS
         [ "$lib" = ld-linux-x86-64.so.2 ] && continue   # the loader itself (libc6)
         echo "${f#"$rfs"}: $lib not found"; rc=1; continue
       fi
-      pkg=$(owner "$lib")
+      pkg=$(owner "$lib" "$path")
       if [ -z "$pkg" ]; then echo "${f#"$rfs"}: $lib ($path) belongs to no Debian package"; rc=1; continue; fi
       if [[ $allowed != *" $pkg "* ]]; then
         echo "${f#"$rfs"} needs $lib from Debian package $pkg: add $pkg to images/$image/packages.txt"; rc=1
