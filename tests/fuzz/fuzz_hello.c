@@ -7,7 +7,8 @@
  * (zero-padded), then this rank's own wire settings (zero-padded), then
  * the job token (the rest). Flag bit 0: sign the hello with that token
  * first, so the fuzzer reaches what comes after the MAC check, as a peer
- * that knows the token would.
+ * that knows the token would; bit 1: the two ranks are on one host (their
+ * CPU counts are compared under auto).
  *
  * Checks: a hello that decodes encodes back to the same bytes (nothing
  * the receiver ignores, nothing it misreads); one with a flipped MAC bit
@@ -35,13 +36,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t left = size - 1;
   uint8_t in[FTC__TCP_HELLO_SIZE];
   take(in, sizeof(in), &p, &left);
-  uint8_t raw[24];
+  uint8_t raw[28];
   take(raw, sizeof(raw), &p, &left);
   ftc__tcp_wire_t ours;
   memcpy(&ours.ring_threshold, raw, 8);
   memcpy(&ours.halving_max, raw + 8, 8);
   memcpy(&ours.algo, raw + 16, 4);
   memcpy(&ours.sockets, raw + 20, 4);
+  memcpy(&ours.ncpu, raw + 24, 4);
   char token[1100];
   size_t tl = left < sizeof(token) - 1 ? left : sizeof(token) - 1;
   memcpy(token, p, tl);
@@ -73,9 +75,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   char why[400];
   memset(why, 'x', sizeof(why));
-  int differ = ftc__tcp_wire_diff(&h.wire, (int)(h.rank & 0xfffff), &ours, 0, why, sizeof(why));
+  int same_host = (flags >> 1) & 1; /* the two ranks' addresses name one host */
+  int differ = ftc__tcp_wire_diff(&h.wire, (int)(h.rank & 0xfffff), &ours, 0, same_host, why, sizeof(why));
   int same = h.wire.ring_threshold == ours.ring_threshold && h.wire.halving_max == ours.halving_max &&
-             h.wire.algo == ours.algo && h.wire.sockets == ours.sockets;
+             h.wire.algo == ours.algo && h.wire.sockets == ours.sockets &&
+             (!same_host || ours.algo != FTC_ALGO_AUTO || h.wire.ncpu == ours.ncpu);
   FUZZ_CHECK(differ == !same);
   if (differ) {
     FUZZ_CHECK(memchr(why, '\0', sizeof(why)) != NULL);
@@ -84,7 +88,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* A short buffer is cut, never overrun. */
   char small[24];
   memset(small, 'x', sizeof(small));
-  ftc__tcp_wire_diff(&h.wire, 1, &ours, 0, small, 16);
+  ftc__tcp_wire_diff(&h.wire, 1, &ours, 0, same_host, small, 16);
   if (differ) FUZZ_CHECK(small[15] == '\0' && small[16] == 'x');
   return 0;
 }

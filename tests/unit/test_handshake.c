@@ -75,13 +75,16 @@ static void a_hello_round_trips_with_the_right_token_and_nonce(void **state) {
 /* The answer to a member whose settings differ is a hello too. */
 static void a_mismatch_answer_round_trips(void **state) {
   (void)state;
-  ftc__tcp_hello_t h = {FTC__TCP_MISMATCH, 7, 1000, 0, 2, {262144, 16777216, FTC_ALGO_AUTO, 2}};
+  ftc__tcp_hello_t h = {FTC__TCP_MISMATCH, 7, 1000, 0, 2, {262144, 16777216, FTC_ALGO_AUTO, 2, 96}};
   ftc__tcp_hello_t got;
   uint8_t msg[FTC__TCP_HELLO_SIZE];
   ftc__tcp_hello_encode(msg, &h, "secret", nonce);
   assert_int_equal(ftc__tcp_hello_decode(msg, &got, "secret", nonce), 0);
   assert_int_equal(got.kind, FTC__TCP_MISMATCH);
-  assert_memory_equal(&got.wire, &h.wire, sizeof(h.wire));
+  /* field by field: the struct has padding */
+  assert_true(got.wire.ring_threshold == h.wire.ring_threshold && got.wire.halving_max == h.wire.halving_max);
+  assert_true(got.wire.algo == h.wire.algo && got.wire.sockets == h.wire.sockets);
+  assert_int_equal(got.wire.ncpu, 96);
 }
 
 /* A peer that lowers a setting in flight cannot pass it for its own: each
@@ -115,7 +118,11 @@ static void another_protocol_version_is_told_from_the_first_bytes(void **state) 
   uint8_t msg[FTC__TCP_HELLO_SIZE];
   ftc__tcp_hello_encode(msg, &h, "secret", nonce);
   assert_int_equal(ftc__tcp_hello_version(msg), FTC__TCP_PROTO);
-  assert_int_equal(FTC__TCP_PROTO, 2);
+  assert_int_equal(FTC__TCP_PROTO, 3);
+  const uint8_t v2[FTC__TCP_PREFIX_SIZE] = {'D', 'C', 'T', 'F', 2, 0, 3, 0}; /* an 88-byte hello's start */
+  assert_int_equal(ftc__tcp_hello_version(v2), 2);
+  memcpy(msg, v2, sizeof(v2));
+  assert_int_equal(ftc__tcp_hello_decode(msg, &got, "secret", nonce), -1);
   const uint8_t v1[FTC__TCP_PREFIX_SIZE] = {'D', 'C', 'T', 'F', 1, 0, 1, 0}; /* a 64-byte hello's start */
   assert_int_equal(ftc__tcp_hello_version(v1), 1);
   memcpy(msg, v1, sizeof(v1));
@@ -149,12 +156,27 @@ static void a_difference_in_the_settings_names_the_variables_and_both_values(voi
   char why[400];
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     memset(why, 0, sizeof(why));
-    assert_int_equal(ftc__tcp_wire_diff(&cases[i].theirs, 3, &ours, 0, why, sizeof(why)), 1);
+    assert_int_equal(ftc__tcp_wire_diff(&cases[i].theirs, 3, &ours, 0, 1, why, sizeof(why)), 1);
     if (strncmp(why, cases[i].says, strlen(cases[i].says)) != 0)
       fail_msg("case %zu says \"%s\", expected it to begin \"%s\"", i, why, cases[i].says);
   }
   why[0] = 'x';
-  assert_int_equal(ftc__tcp_wire_diff(&ours, 3, &ours, 0, why, sizeof(why)), 0);
+  assert_int_equal(ftc__tcp_wire_diff(&ours, 3, &ours, 0, 1, why, sizeof(why)), 0);
+
+  /* The same settings, one host counted two ways: under auto a refusal
+   * naming both counts; ranks of different hosts, or that force an
+   * algorithm, may count differently. */
+  ftc__tcp_wire_t few = ours, many = ours;
+  few.ncpu = 1, many.ncpu = 64;
+  memset(why, 0, sizeof(why));
+  assert_int_equal(ftc__tcp_wire_diff(&few, 3, &many, 0, 1, why, sizeof(why)), 1);
+  const char *says = "rank 3 counts 1 online CPUs on this host, this rank (0) 64: under "
+                     "FTCOMM_ALLREDUCE_ALGO=auto the ranks of one host must count the same CPUs";
+  if (strncmp(why, says, strlen(says)) != 0) fail_msg("says \"%s\"", why);
+  if (!strstr(why, "set FTCOMM_HOST_CPUS")) fail_msg("does not name FTCOMM_HOST_CPUS: \"%s\"", why);
+  assert_int_equal(ftc__tcp_wire_diff(&few, 3, &many, 0, 0, why, sizeof(why)), 0);
+  few.algo = many.algo = FTC_ALGO_DOUBLING;
+  assert_int_equal(ftc__tcp_wire_diff(&few, 3, &many, 0, 1, why, sizeof(why)), 0);
 }
 
 static void a_hello_is_rejected_with_another_token_nonce_or_any_flipped_bit(void **state) {

@@ -12,12 +12,13 @@
  * on loopback was a third of a 2-rank allreduce's time. With
  * FTCOMM_TCP_SOCKETS=1 one connection carries both directions.
  *
- * Handshake, once per connection (88-byte messages, little-endian): the
+ * Handshake, once per connection (92-byte messages, little-endian): the
  * acceptor sends a 16-byte random nonce; the connector answers HELLO (kind
  * HELLO for the one socket of a pair, HELLO_UP or HELLO_DOWN for one of
  * two) {magic, protocol, kind, epoch, member_id, rank, size, wire settings
  * (FTCOMM_RING_THRESHOLD, FTCOMM_HALVING_MAX, FTCOMM_ALLREDUCE_ALGO,
- * FTCOMM_TCP_SOCKETS), HMAC-SHA256(token, nonce || header)}; the acceptor
+ * FTCOMM_TCP_SOCKETS, and the online CPUs the sender counts), HMAC-SHA256(token,
+ * nonce || header)}; the acceptor
  * checks the magic and protocol from the first 8 bytes (another version is
  * refused before the rest, whose size may differ), the MAC, the epoch, that
  * (rank, member_id) is that member of its view, that the wire settings are
@@ -76,6 +77,8 @@ ftc_status_t ftc__tcp_cfg_from_env(ftc__tcp_cfg_t *cfg) {
   cfg->halving_max = (size_t)v;
   if ((st = ftc__param_int(FTC_P_SPIN_US, &v)) != FTC_OK) return st;
   cfg->spin_us = (int)v;
+  if ((st = ftc__param_int(FTC_P_HOST_CPUS, &v)) != FTC_OK) return st;
+  cfg->host_cpus = (long)v;
   if ((st = ftc__param_int(FTC_P_TCP_SOCKETS, &v)) != FTC_OK) return st;
   cfg->sockets = (int)v;
   ftc_algo_t algo;
@@ -132,6 +135,7 @@ void ftc__tcp_hello_encode(uint8_t out[FTC__TCP_HELLO_SIZE], const ftc__tcp_hell
   put_u64(out + 40, h->wire.halving_max);
   put_u32(out + 48, h->wire.algo);
   put_u32(out + 52, h->wire.sockets);
+  put_u32(out + 56, h->wire.ncpu);
   hello_mac(out, token, nonce, out + HELLO_HEADER);
 }
 
@@ -155,14 +159,23 @@ int ftc__tcp_hello_decode(const uint8_t in[FTC__TCP_HELLO_SIZE], ftc__tcp_hello_
   h->wire.halving_max = get_u64(in + 40);
   h->wire.algo = get_u32(in + 48);
   h->wire.sockets = get_u32(in + 52);
+  h->wire.ncpu = get_u32(in + 56);
   return 0;
 }
 
+long ftc__tcp_ncpu(const ftc__tcp_cfg_t *cfg) {
+  if (cfg->host_cpus > 0) return cfg->host_cpus;
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? n : 0;
+}
+
 void ftc__tcp_wire_of(const ftc__tcp_cfg_t *cfg, ftc__tcp_wire_t *w) {
+  long ncpu = ftc__tcp_ncpu(cfg);
   *w = (ftc__tcp_wire_t){.ring_threshold = cfg->ring_threshold,
                          .halving_max = cfg->halving_max,
                          .algo = (uint32_t)cfg->allreduce_algo,
-                         .sockets = cfg->sockets == 1 ? 1 : 2};
+                         .sockets = cfg->sockets == 1 ? 1 : 2,
+                         .ncpu = ncpu > UINT32_MAX ? UINT32_MAX : (uint32_t)ncpu};
 }
 
 static void wire_value(char *out, size_t len, int which, const ftc__tcp_wire_t *w) {
@@ -175,13 +188,25 @@ static void wire_value(char *out, size_t len, int which, const ftc__tcp_wire_t *
 }
 
 int ftc__tcp_wire_diff(const ftc__tcp_wire_t *theirs, int peer, const ftc__tcp_wire_t *ours,
-                       int me, char *out, size_t len) {
+                       int me, int same_host, char *out, size_t len) {
   static const char *const names[] = {"FTCOMM_RING_THRESHOLD", "FTCOMM_HALVING_MAX",
                                       "FTCOMM_ALLREDUCE_ALGO", "FTCOMM_TCP_SOCKETS"};
   int differ[4] = {theirs->ring_threshold != ours->ring_threshold,
                    theirs->halving_max != ours->halving_max, theirs->algo != ours->algo,
                    theirs->sockets != ours->sockets};
   int n = differ[0] + differ[1] + differ[2] + differ[3];
+  if (!n && same_host && ours->algo == FTC_ALGO_AUTO && theirs->ncpu != ours->ncpu) {
+    /* Same settings, one host counted two ways: in a view where the
+     * ranks crowd one count and not the other, auto would run flat on
+     * one and recursive doubling on the other for the same small call. */
+    snprintf(out, len,
+             "rank %d counts %u online CPUs on this host, this rank (%d) %u: under "
+             "FTCOMM_ALLREDUCE_ALGO=auto the ranks of one host must count the same CPUs (they "
+             "decide from it whether small allreduces go flat); set FTCOMM_HOST_CPUS (or "
+             "FTCOMM_ALLREDUCE_ALGO=flat or doubling) to the same value on every rank of the job",
+             peer, (unsigned)theirs->ncpu, me, (unsigned)ours->ncpu);
+    return 1;
+  }
   if (!n) return 0;
   /* "rank 1 has A=x and B=y, this rank (0) x' and y'" */
   char there[160] = "", here[96] = "", v[32];
@@ -703,7 +728,8 @@ static void conn_event(boot_t *b, pend_t *p, short revents) {
     ftc__tcp_wire_t ours;
     char why[400] = "";
     ftc__tcp_wire_of(&tp->cfg, &ours);
-    if (ftc__tcp_wire_diff(&h.wire, p->rank, &ours, tp->rank, why, sizeof(why)) ||
+    if (ftc__tcp_wire_diff(&h.wire, p->rank, &ours, tp->rank,
+                           ftc__tcp_same_host(b->view, p->rank, tp->rank), why, sizeof(why)) ||
         h.kind == FTC__TCP_MISMATCH) {
       if (h.kind == FTC__TCP_MISMATCH && why[0] == '\0')
         snprintf(why, sizeof(why), "rank %d refused this rank's settings, which are its own", p->rank);
@@ -823,7 +849,8 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
   ftc__tcp_wire_of(&tp->cfg, &ack.wire);
   uint8_t msg[FTC__TCP_HELLO_SIZE];
   char why[400];
-  if (ftc__tcp_wire_diff(&h.wire, (int)h.rank, &ack.wire, tp->rank, why, sizeof(why))) {
+  if (ftc__tcp_wire_diff(&h.wire, (int)h.rank, &ack.wire, tp->rank,
+                         ftc__tcp_same_host(b->view, (int)h.rank, tp->rank), why, sizeof(why))) {
     ack.kind = FTC__TCP_MISMATCH;
     ftc__tcp_hello_encode(msg, &ack, tp->cfg.token, p->nonce);
     (void)write_all_small(p->fd, msg, sizeof(msg)); /* best effort: it finds out anyway */
@@ -1155,6 +1182,13 @@ static size_t addr_host_len(const char *addr) {
   return (size_t)(c - addr);
 }
 
+int ftc__tcp_same_host(const ftc__view_t *view, int a, int b) {
+  if (a < 0 || b < 0 || a >= view->size || b >= view->size) return 0;
+  const char *ha = view->members[a].addr, *hb = view->members[b].addr;
+  size_t la = addr_host_len(ha);
+  return la == addr_host_len(hb) && strncmp(ha, hb, la) == 0;
+}
+
 int ftc__tcp_crowded(const ftc__view_t *view, long ncpu) {
   if (view->size < 2 || ncpu < 1 || view->size < 2 * ncpu) return 0;
   const char *h0 = view->members[0].addr;
@@ -1207,12 +1241,12 @@ ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view
   } else {
     boot_free(b);
   }
-  tp->crowded = ftc__tcp_crowded(view, sysconf(_SC_NPROCESSORS_ONLN));
+  tp->crowded = ftc__tcp_crowded(view, ftc__tcp_ncpu(cfg)); /* as in its hellos */
   if (tp->crowded && cfg->allreduce_algo == FTC_ALGO_AUTO && tp->rank == 0)
     FTC_INFO(FTC_SUB_NET,
              "epoch %llu: %d ranks on one host with %ld online CPUs: allreduces below "
              "FTCOMM_RING_THRESHOLD use flat (FTCOMM_ALLREDUCE_ALGO)",
-             (unsigned long long)tp->epoch, tp->size, sysconf(_SC_NPROCESSORS_ONLN));
+             (unsigned long long)tp->epoch, tp->size, ftc__tcp_ncpu(cfg));
   if (tp->early_made)
     FTC_INFO(FTC_SUB_NET,
              "rank %d: data plane of epoch %llu connected to %d peers (%d socket(s) to new "

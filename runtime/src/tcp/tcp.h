@@ -23,9 +23,10 @@
 #include "membership/member.h"
 
 #define FTC__TCP_MAGIC 0x46544344u /* "FTCD" */
-#define FTC__TCP_PROTO 2 /* 2: the hello carries the wire settings (ftc__tcp_wire_t) */
+#define FTC__TCP_PROTO 3 /* 2: the hello carries the wire settings (ftc__tcp_wire_t); 3: and
+                          * the sender's CPU count */
 #define FTC__TCP_NONCE_SIZE 16
-#define FTC__TCP_HELLO_SIZE 88
+#define FTC__TCP_HELLO_SIZE 92
 #define FTC__TCP_HELLO 1      /* one socket carries the pair's data both ways */
 #define FTC__TCP_ACK 2
 #define FTC__TCP_HELLO_UP 3   /* of two: the connector (higher rank) sends on it */
@@ -47,6 +48,7 @@ typedef struct ftc__tcp_cfg {
   size_t ring_threshold;    /* bytes from which ring/chain algorithms are used */
   size_t halving_max;       /* allreduce: below it (and from ring_threshold) halving-doubling */
   int spin_us;              /* busy-poll before sleeping in poll() */
+  long host_cpus;           /* FTCOMM_HOST_CPUS: online CPUs for ftc__tcp_crowded, 0 asks the OS */
   int sockets;              /* per peer pair: 1 carries both ways, 2 one per direction */
   int allreduce_algo;       /* FTCOMM_ALLREDUCE_ALGO (an ftc_algo_t): where a communicator's
                              * algorithm starts */
@@ -201,7 +203,12 @@ void ftc__tcp_refuse_pending(int listen_fd);
  * ranks that differ in any of them run different algorithms, so they would
  * reduce the wrong blocks or wait for bytes that never come. Every hello
  * and answer carries the sender's; a member whose settings differ is
- * refused (FTC__TCP_MISMATCH). FTCOMM_CHUNK_BYTES, FTCOMM_SPIN_US and
+ * refused (FTC__TCP_MISMATCH). Under FTCOMM_ALLREDUCE_ALGO=auto two ranks
+ * of one host (same_host: the view advertises the same host for both) must
+ * also count the same CPUs: ftc__tcp_crowded decides from each rank's own
+ * count, and ranks that count differently (containers with their own view
+ * of /sys, another libc) would pick flat and recursive doubling for the
+ * same call, in this view or a later one. FTCOMM_CHUNK_BYTES, FTCOMM_SPIN_US and
  * FTCOMM_SOCKET_BUFFER only change how a rank moves the same bytes, so they
  * may differ. */
 typedef struct ftc__tcp_wire {
@@ -209,7 +216,12 @@ typedef struct ftc__tcp_wire {
   uint64_t halving_max;    /* FTCOMM_HALVING_MAX */
   uint32_t algo;           /* FTCOMM_ALLREDUCE_ALGO, an ftc_algo_t */
   uint32_t sockets;        /* FTCOMM_TCP_SOCKETS */
+  uint32_t ncpu;           /* the online CPUs it counts (FTCOMM_HOST_CPUS, else the OS's):
+                            * compared under auto between ranks of one host */
 } ftc__tcp_wire_t;
+
+/* The online CPUs this process counts: cfg->host_cpus, else the OS's. */
+long ftc__tcp_ncpu(const ftc__tcp_cfg_t *cfg);
 
 /* This rank's wire settings, from its configuration. */
 void ftc__tcp_wire_of(const ftc__tcp_cfg_t *cfg, ftc__tcp_wire_t *w);
@@ -219,7 +231,10 @@ void ftc__tcp_wire_of(const ftc__tcp_cfg_t *cfg, ftc__tcp_wire_t *w);
  * FTCOMM_RING_THRESHOLD=2048, this rank (0) 262144: set the same value on
  * every rank of the job ...". */
 int ftc__tcp_wire_diff(const ftc__tcp_wire_t *theirs, int peer, const ftc__tcp_wire_t *ours,
-                       int me, char *out, size_t len);
+                       int me, int same_host, char *out, size_t len);
+
+/* Whether view advertises the same host for ranks a and b. */
+int ftc__tcp_same_host(const ftc__view_t *view, int a, int b);
 
 /* Handshake messages (exposed for tests that play a stranger). */
 typedef struct ftc__tcp_hello {
