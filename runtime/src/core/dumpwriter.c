@@ -68,7 +68,7 @@ struct ftc__dw_job {
 static struct {
   pthread_mutex_t mu;
   pthread_cond_t cv;          /* a job, a finished job, or stop */
-  struct ftc__dw_job *head, *tail;
+  struct ftc__dw_job *head;   /* waiting, oldest first (at most DW_MAX_QUEUED) */
   int queued;
   struct ftc__dw_job *busy;   /* the job being written */
   struct ftc__dw_job *late;   /* written, kept for its verdict; oldest first */
@@ -77,7 +77,7 @@ static struct {
   int users;                  /* communicators that may submit */
   int started, stop;
   pthread_t thread;
-} dw = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, NULL, NULL, 0, 0, 0, 0, 0, 0};
+} dw = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, NULL, NULL, 0, 0, 0, 0, 0, 0};
 
 static void job_free(struct ftc__dw_job *j) {
   if (!j) return;
@@ -264,18 +264,12 @@ static struct ftc__dw_job *enqueue_locked(struct ftc__dw_job *j) {
     if (!*p) p = &dw.head;
     dropped = *p;
     *p = dropped->next;
-    if (dw.tail == dropped) {
-      dw.tail = NULL;
-      for (struct ftc__dw_job *q = dw.head; q; q = q->next) dw.tail = q;
-    }
     dw.queued--;
   }
   j->next = NULL;
-  if (dw.tail)
-    dw.tail->next = j;
-  else
-    dw.head = j;
-  dw.tail = j;
+  struct ftc__dw_job **end = &dw.head; /* a short queue: walked, no tail to keep */
+  while (*end) end = &(*end)->next;
+  *end = j;
   dw.queued++;
   pthread_cond_broadcast(&dw.cv);
   return dropped;
@@ -333,7 +327,6 @@ static void *dw_main(void *arg) {
     struct ftc__dw_job *j = dw.head;
     if (!j) break; /* stop, and nothing left */
     dw.head = j->next;
-    if (!dw.head) dw.tail = NULL;
     dw.queued--;
     dw.busy = j;
     pthread_mutex_unlock(&dw.mu);
@@ -355,7 +348,7 @@ static void *dw_main(void *arg) {
 static void dw_atfork_child(void) {
   pthread_mutex_init(&dw.mu, NULL);
   pthread_cond_init(&dw.cv, NULL);
-  dw.head = dw.tail = dw.busy = dw.late = NULL;
+  dw.head = dw.busy = dw.late = NULL;
   dw.queued = dw.nlate = 0;
   dw.started = dw.stop = 0;
 }
@@ -440,6 +433,25 @@ void ftc__dw_stats(int *queued, int *busy) {
   pthread_mutex_unlock(&dw.mu);
 }
 
+/* Unlinks owner's jobs from *list and returns them in the list's order;
+ * *n counts them down (dw.mu held). */
+static struct ftc__dw_job *take_owned(struct ftc__dw_job **list, ftc_comm_t *owner, int *n) {
+  struct ftc__dw_job *taken = NULL, **end = &taken;
+  for (struct ftc__dw_job **p = list; *p;) {
+    struct ftc__dw_job *j = *p;
+    if (j->owner != owner) {
+      p = &j->next;
+      continue;
+    }
+    *p = j->next;
+    (*n)--;
+    j->next = NULL;
+    *end = j;
+    end = &j->next;
+  }
+  return taken;
+}
+
 /* Whether a job of owner is waiting or being written (dw.mu held). */
 static int owner_busy_locked(ftc_comm_t *owner) {
   if (dw.busy && dw.busy->owner == owner) return 1;
@@ -452,8 +464,6 @@ void ftc__dw_release(ftc_comm_t *owner) {
   int64_t drain_ms;
   if (ftc__param_int(FTC_P_DUMP_DRAIN_MS, &drain_ms) != FTC_OK) drain_ms = 10000;
   int64_t deadline = ftc__now_ns() + drain_ms * 1000000LL;
-  struct ftc__dw_job *left = NULL, **left_tail = &left; /* oldest first, for the log */
-  struct ftc__dw_job *no_verdict = NULL;
   pthread_mutex_lock(&dw.mu);
   while (owner_busy_locked(owner)) {
     int64_t now = ftc__now_ns();
@@ -468,34 +478,11 @@ void ftc__dw_release(ftc_comm_t *owner) {
   }
   /* Past the bound: drop what still waits, and let the one being written
    * finish without its communicator. */
-  for (struct ftc__dw_job **p = &dw.head; *p;) {
-    struct ftc__dw_job *j = *p;
-    if (j->owner != owner) {
-      p = &j->next;
-      continue;
-    }
-    *p = j->next;
-    dw.queued--;
-    j->next = NULL;
-    *left_tail = j;
-    left_tail = &j->next;
-  }
-  dw.tail = NULL;
-  for (struct ftc__dw_job *j = dw.head; j; j = j->next) dw.tail = j;
+  struct ftc__dw_job *left = take_owned(&dw.head, owner, &dw.queued); /* oldest first, for the log */
   if (dw.busy && dw.busy->owner == owner) dw.busy->owner = NULL;
   /* Kept for a verdict that did not come while owner lived: they stay as
    * written ("pending" says why). */
-  for (struct ftc__dw_job **p = &dw.late; *p;) {
-    struct ftc__dw_job *j = *p;
-    if (j->owner != owner) {
-      p = &j->next;
-      continue;
-    }
-    *p = j->next;
-    dw.nlate--;
-    j->next = no_verdict;
-    no_verdict = j;
-  }
+  struct ftc__dw_job *no_verdict = take_owned(&dw.late, owner, &dw.nlate);
   int join = --dw.users <= 0 && dw.started;
   if (join) dw.stop = 1;
   pthread_cond_broadcast(&dw.cv);
