@@ -1241,12 +1241,13 @@ ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view
   } else {
     boot_free(b);
   }
-  tp->crowded = ftc__tcp_crowded(view, ftc__tcp_ncpu(cfg)); /* as in its hellos */
+  const long ncpu = ftc__tcp_ncpu(cfg); /* as in its hellos */
+  tp->crowded = ftc__tcp_crowded(view, ncpu);
   if (tp->crowded && cfg->allreduce_algo == FTC_ALGO_AUTO && tp->rank == 0)
     FTC_INFO(FTC_SUB_NET,
              "epoch %llu: %d ranks on one host with %ld online CPUs: allreduces below "
              "FTCOMM_RING_THRESHOLD use flat (FTCOMM_ALLREDUCE_ALGO)",
-             (unsigned long long)tp->epoch, tp->size, ftc__tcp_ncpu(cfg));
+             (unsigned long long)tp->epoch, tp->size, ncpu);
   if (tp->early_made)
     FTC_INFO(FTC_SUB_NET,
              "rank %d: data plane of epoch %llu connected to %d peers (%d socket(s) to new "
