@@ -276,14 +276,21 @@ static void destroy_drops_only_its_own_communicators_dumps(void **state) {
   for (int e = 0; e < 7; e++) assert_int_equal(landed[e], e % 2 == 0);
 }
 
-static void a_verdict_after_the_write_replaces_the_dump_with_it(void **state) {
-  fixture_t *fx = *state;
+/* Epoch 3's dump of a, written and kept for its verdict (none yet); its
+ * path in path. */
+static uint64_t written_awaiting_verdict(fixture_t *fx, char *path, size_t len) {
   set_drain_ms("60000");
   ftc__dw_retain();
   uint64_t id = submit_kept(fx->a, 3, 1);
   wait_writer_idle();
+  only_dump(fx->dir, path, len);
+  return id;
+}
+
+static void a_verdict_after_the_write_replaces_the_dump_with_it(void **state) {
+  fixture_t *fx = *state;
   char path[512], before[4096];
-  only_dump(fx->dir, path, sizeof(path));
+  uint64_t id = written_awaiting_verdict(fx, path, sizeof(path));
   const char *text = slurp(path);
   assert_non_null(strstr(text, PENDING));
   const char *t = strstr(text, "\"trigger_time_ns\":");
@@ -352,12 +359,8 @@ static void *read_loop(void *arg) {
 
 static void readers_never_see_a_torn_dump_while_its_verdict_is_added(void **state) {
   fixture_t *fx = *state;
-  set_drain_ms("60000");
-  ftc__dw_retain();
-  uint64_t id = submit_kept(fx->a, 3, 1);
-  wait_writer_idle();
   char path[512];
-  only_dump(fx->dir, path, sizeof(path));
+  uint64_t id = written_awaiting_verdict(fx, path, sizeof(path));
   reader_t r = {.path = path};
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, read_loop, &r), 0);
@@ -372,12 +375,8 @@ static void readers_never_see_a_torn_dump_while_its_verdict_is_added(void **stat
 
 static void a_removed_dump_is_not_brought_back_by_its_verdict(void **state) {
   fixture_t *fx = *state;
-  set_drain_ms("60000");
-  ftc__dw_retain();
-  uint64_t id = submit_kept(fx->a, 3, 1);
-  wait_writer_idle();
   char path[512];
-  only_dump(fx->dir, path, sizeof(path));
+  uint64_t id = written_awaiting_verdict(fx, path, sizeof(path));
   assert_int_equal(unlink(path), 0); /* collected, cleaned up */
   verdict(fx->a, id, 3);
   ftc__dw_release(fx->a);
