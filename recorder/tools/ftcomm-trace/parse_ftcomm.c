@@ -98,11 +98,21 @@ static char *str(parser_t *P, size_t *n) {
       case 'r': *w++ = '\r'; break;
       case 't': *w++ = '\t'; break;
       case 'u': {
+        /* As jansson, which then names the line and column: a surrogate
+         * only in a high-low pair, no NUL (it would end the string). */
         unsigned cp = read_u4(P);
-        if (cp >= 0xd800 && cp < 0xdc00 && P->end - P->p >= 6 && P->p[0] == '\\' && P->p[1] == 'u') {
-          P->p += 2;
-          unsigned lo = read_u4(P);
+        if (cp >= 0xd800 && cp < 0xdc00) {
+          unsigned lo = 0;
+          if (P->end - P->p >= 6 && P->p[0] == '\\' && P->p[1] == 'u') {
+            P->p += 2;
+            lo = read_u4(P);
+          }
+          if (lo < 0xdc00 || lo > 0xdfff) fail(P, "unpaired UTF-16 surrogate in a \\u escape");
           cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+        } else if (cp >= 0xdc00 && cp < 0xe000) {
+          fail(P, "unpaired UTF-16 surrogate in a \\u escape");
+        } else if (cp == 0) {
+          fail(P, "\\u0000 in a string");
         }
         if (cp < 0x80) *w++ = (char)cp;
         else if (cp < 0x800) { *w++ = (char)(0xc0 | cp >> 6); *w++ = (char)(0x80 | (cp & 0x3f)); }
