@@ -15,6 +15,7 @@
 int ftc__log_level = -1;
 unsigned int ftc__log_mask = FTC_SUB_ALL;
 static char log_prefix[64];
+static int log_time; /* FTCOMM_LOG_TIME: 0 none, 1 UTC date and time, 2 seconds since the epoch */
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 
 static const struct {
@@ -73,7 +74,29 @@ static void log_init_once(void) {
     }
     ftc__log_mask = exclude ? ~mask : mask;
   }
+  const char *t = getenv("FTCOMM_LOG_TIME");
+  if (t && *t) {
+    if (!strcmp(t, "0") || !strcasecmp(t, "none")) log_time = 0;
+    else if (!strcmp(t, "1") || !strcasecmp(t, "utc")) log_time = 1;
+    else if (!strcasecmp(t, "epoch")) log_time = 2;
+    else
+      fprintf(stderr, "ftcomm WARN init FTCOMM_LOG_TIME=%s is not one of none (0), utc (1), epoch; "
+                      "logging without a time\n", t);
+  }
   __atomic_store_n(&ftc__log_level, level, __ATOMIC_RELEASE);
+}
+
+/* The time prefix of a line (FTCOMM_LOG_TIME), microseconds of CLOCK_REALTIME:
+ * comparable across the processes and hosts of a job as far as their clocks agree. */
+static int time_prefix(char *buf, size_t len) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  if (log_time == 2)
+    return snprintf(buf, len, "%lld.%06ld ", (long long)ts.tv_sec, ts.tv_nsec / 1000);
+  struct tm tm;
+  gmtime_r(&ts.tv_sec, &tm);
+  return snprintf(buf, len, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ ", tm.tm_year + 1900,
+                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000);
 }
 
 void ftc__log_init(void) { pthread_once(&log_once, log_init_once); }
@@ -87,12 +110,16 @@ void ftc__log_write(int level, unsigned int subsys, const char *file, int line,
   char buf[1024];
   int n;
   if (level < FTC_LOG_ERROR || level > FTC_LOG_TRACE) level = FTC_LOG_ERROR;
+  int t = log_time ? time_prefix(buf, 64) : 0;
+  if (t < 0 || t >= 64) t = 0;
   if (log_prefix[0])
-    n = snprintf(buf, sizeof(buf), "ftcomm %s %s [%s] ", level_names[level],
+    n = snprintf(buf + t, sizeof(buf) - (size_t)t, "ftcomm %s %s [%s] ", level_names[level],
                  subsys_name(subsys), log_prefix);
   else
-    n = snprintf(buf, sizeof(buf), "ftcomm %s %s ", level_names[level], subsys_name(subsys));
-  if (n < 0 || (size_t)n >= sizeof(buf)) n = 0;
+    n = snprintf(buf + t, sizeof(buf) - (size_t)t, "ftcomm %s %s ", level_names[level],
+                 subsys_name(subsys));
+  if (n < 0 || (size_t)(n + t) >= sizeof(buf)) n = 0;
+  n += t;
   va_list ap;
   va_start(ap, fmt);
   int m = vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);

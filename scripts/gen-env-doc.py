@@ -32,3 +32,7 @@ for name, default, rng, doc in rows:
 print("\nLogging: `FTCOMM_LOG_LEVEL` (none, error, warn, info, debug, trace; default warn) and")
 print("`FTCOMM_LOG_SUBSYS` (comma list of init, coll, net, coord, recovery, recorder, nccl,")
 print("k8s, ctrl, run, or all; a leading `^` excludes) are read once by the logger.")
+print("`FTCOMM_LOG_TIME` puts the wall-clock time, to the microsecond, at the start of each")
+print("line: `utc` (or `1`) as `2026-11-30T15:40:01.123456Z`, `epoch` as seconds since 1970")
+print("(`1796053096.501559`), `none` (or `0`, the default) without; for lining up the")
+print("processes of a job (recovery profiles in docs/recovery.md).")

@@ -76,6 +76,16 @@ FTCOMM_SOCKET_FAMILY=ipv5 timeout -k 5 30 "$RUN" -q -n 1 -- "$PROG" all >"$T/out
 rc=$?
 check "an unknown FTCOMM_SOCKET_FAMILY is refused, naming the values" \
   $([ $rc != 0 ] && grep -q 'FTCOMM_SOCKET_FAMILY="ipv5" is not an address family; set auto, ipv4 or ipv6' "$T/err"; echo $?) "rc=$rc"
+# FTCOMM_LOG_TIME: each log line starts with the time; a bad value is named.
+FTCOMM_LOG_TIME=utc FTCOMM_LOG_LEVEL=info timeout -k 5 30 "$RUN" -q -n 2 -- "$PROG" all >"$T/out" 2>"$T/err"
+rc=$?
+check "FTCOMM_LOG_TIME=utc starts every log line with the UTC time" \
+  $([ $rc = 0 ] && grep -q '^\[1\] [0-9]\{4\}-[0-9][0-9]-[0-9][0-9]T[0-9:]\{8\}\.[0-9]\{6\}Z ftcomm INFO ' "$T/err" &&
+    ! grep 'ftcomm INFO' "$T/err" | grep -qv 'Z ftcomm INFO'; echo $?) "rc=$rc"
+FTCOMM_LOG_TIME=often timeout -k 5 30 "$RUN" -q -n 1 -- "$PROG" all >"$T/out" 2>"$T/err"
+rc=$?
+check "a bad FTCOMM_LOG_TIME is named, the run goes on" \
+  $([ $rc = 0 ] && grep -q 'FTCOMM_LOG_TIME=often is not one of none (0), utc (1), epoch' "$T/err"; echo $?) "rc=$rc"
 FTCOMM_BIND_HOST=127.0.0.1 FTCOMM_ADVERTISE_HOST=fd00::1:7470 timeout -k 5 30 "$RUN" -q -n 1 -- "$PROG" all >"$T/out" 2>"$T/err"
 rc=$?
 check "an advertised IPv6 address the IPv4 listener cannot serve is refused, saying so" \
