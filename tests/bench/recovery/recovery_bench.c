@@ -12,6 +12,16 @@
  * the grown epoch succeeded ("grown"). --mode baseline prints the time of
  * the first collective after start (the restart-everything path). Times are
  * CLOCK_REALTIME ns, comparable across the processes of one host.
+ *
+ * Between steps every rank "computes" for 1 ms (a pause). --kill-at says
+ * when the chosen rank fails: "step" (the default) at the end of its
+ * compute, as it would enter the next step, where the others are entering
+ * that step's collective: the window from the failure to the recovery then
+ * holds the library's work only, as the restart-everything baseline's does
+ * (no application compute in it); "after" right after the collective that
+ * chose it, so the others notice at their next collective, after 1 ms of
+ * their own compute (the window holds that compute: detection and shrink
+ * are at least 1 ms by construction).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -35,11 +45,17 @@ static void pause_us(long us) {
 
 int main(int argc, char **argv) {
   const char *mode = "crash";
+  const char *kill_at = "step";
   int trials = 20, gap = 30;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--mode")) mode = argv[i + 1];
+    else if (!strcmp(argv[i], "--kill-at")) kill_at = argv[i + 1];
     else if (!strcmp(argv[i], "--trials")) trials = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--gap")) gap = atoi(argv[i + 1]);
+  }
+  if (strcmp(kill_at, "step") && strcmp(kill_at, "after")) {
+    fprintf(stderr, "recovery_bench: --kill-at must be step or after, not \"%s\"\n", kill_at);
+    return 2;
   }
   const char *j = getenv("FTCOMM_JOINER");
   int joiner = j && !strcmp(j, "1");
@@ -95,7 +111,12 @@ int main(int argc, char **argv) {
       if (after_grow) printf("BENCH grown rank=%d size=%d ts=%lld\n", rank, size, wall_ns());
       after_failure = after_grow = 0;
       if (plan[2]) break;
-      if (plan[0] && plan[0] - 1 == rank) {
+      int victim = plan[0] && plan[0] - 1 == rank;
+      if (victim && !strcmp(kill_at, "step")) {
+        fflush(stdout);
+        pause_us(1000); /* its compute, as the others'; it fails entering the next step */
+      }
+      if (victim) {
         printf("BENCH %s trial=%lld rank=%d ts=%lld\n", hang ? "stop" : "kill", (long long)plan[1],
                rank, wall_ns());
         fflush(stdout);

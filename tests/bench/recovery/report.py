@@ -65,6 +65,12 @@ def stats(xs):
 def fmt(v):
     return '-' if v is None else ('%.1f' % v if v < 100 else '%.0f' % v)
 
+import os
+kill_at = os.environ.get('BENCH_RECOVERY_KILL_AT', 'step')
+print('The victim fails %s.' % ('at the end of its compute, as the others enter the next step'
+                                if kill_at == 'step' else
+                                'right after a collective; the others notice after their 1 ms of compute'))
+print()
 print('| ranks | measure | trials | median ms | p95 ms | target | met | times faster than restart |')
 print('|---|---|---|---|---|---|---|---|')
 for n in sizes:

@@ -11,6 +11,11 @@
 #          (shrink); the replacement prints when it is ready to create its
 #          communicator and every rank when its first collective at N
 #          succeeded (grow: excludes process start and application state).
+#          The victim fails at the end of its 1 ms of compute, as the others
+#          enter the next step's collective (BENCH_RECOVERY_KILL_AT=step,
+#          the default); =after kills it right after a collective, so the
+#          others notice only after their own 1 ms of compute (see
+#          recovery_bench.c and docs/recovery.md "Benchmark").
 #   hang   the same with SIGSTOP and a collective timeout of
 #          BENCH_RECOVERY_HANG_TIMEOUT_MS (default 1000): detection is the
 #          stop to every survivor's collective returning.
@@ -27,6 +32,8 @@ PROG=$BUILD/bench/recovery_bench
 TRIALS=${BENCH_RECOVERY_TRIALS:-20}
 SIZES=${BENCH_RECOVERY_SIZES:-4 8 16}
 HANG_MS=${BENCH_RECOVERY_HANG_TIMEOUT_MS:-1000}
+KILL_AT=${BENCH_RECOVERY_KILL_AT:-step}
+case $KILL_AT in step|after) ;; *) echo "recovery bench: BENCH_RECOVERY_KILL_AT must be step or after, not '$KILL_AT'" >&2; exit 2;; esac
 OUT=${BENCH_OUT:-build/bench}
 mkdir -p "$OUT"
 tmp=$(mktemp -d)
@@ -40,25 +47,25 @@ for n in $SIZES; do
   echo "recovery bench: $n ranks, crash ($TRIALS trials)" >&2
   FTCOMM_HEARTBEAT_TIMEOUT_MS=3000 FTCOMM_TIMEOUT_MS=20000 \
     timeout -k 5 600 "$RUN" -n "$n" --min-size $((n - 1)) --replace --replace-delay 0.05 --quiet \
-    --job "bench-crash-$n" --dump-dir "$tmp/dumps" -- "$PROG" --mode crash --trials "$TRIALS" \
+    --job "bench-crash-$n" --dump-dir "$tmp/dumps" -- "$PROG" --mode crash --kill-at "$KILL_AT" --trials "$TRIALS" \
     >"$tmp/crash-$n.log" 2>&1 || echo "recovery bench: the crash run at $n ranks failed (see below)" >&2
   echo "recovery bench: $n ranks, hang ($TRIALS trials)" >&2
   FTCOMM_HEARTBEAT_TIMEOUT_MS=10000 FTCOMM_TIMEOUT_MS=$HANG_MS \
     timeout -k 5 900 "$RUN" -n "$n" --min-size $((n - 1)) --replace --replace-delay 0.05 --quiet \
-    --job "bench-hang-$n" --dump-dir "$tmp/dumps" -- "$PROG" --mode hang --trials "$TRIALS" \
+    --job "bench-hang-$n" --dump-dir "$tmp/dumps" -- "$PROG" --mode hang --kill-at "$KILL_AT" --trials "$TRIALS" \
     >"$tmp/hang-$n.log" 2>&1 || echo "recovery bench: the hang run at $n ranks failed (see below)" >&2
   echo "recovery bench: $n ranks, restart-everything baseline ($TRIALS runs)" >&2
   for i in $(seq 1 "$TRIALS"); do
     # One rank dies; the launcher sees it exit, kills the others (--grace 0)
     # and ends; the job is started again and bootstraps.
     FTCOMM_TIMEOUT_MS=20000 timeout -k 5 120 "$RUN" -n "$n" --grace 0 --quiet --job "bench-base-$n" \
-      --dump-dir "$tmp/dumps" -- "$PROG" --mode crash --trials 1 --gap 5 >>"$tmp/base-$n.log" 2>&1
+      --dump-dir "$tmp/dumps" -- "$PROG" --mode crash --kill-at "$KILL_AT" --trials 1 --gap 5 >>"$tmp/base-$n.log" 2>&1
     timeout -k 5 120 "$RUN" -n "$n" --quiet --job "bench-base-$n" --dump-dir "$tmp/dumps" -- \
       "$PROG" --mode baseline >>"$tmp/base-$n.log" 2>&1
   done
 done
 
-python3 tests/bench/recovery/report.py "$tmp" "$TRIALS" "$HANG_MS" $SIZES >"$OUT/recovery.md"
+BENCH_RECOVERY_KILL_AT=$KILL_AT python3 tests/bench/recovery/report.py "$tmp" "$TRIALS" "$HANG_MS" $SIZES >"$OUT/recovery.md"
 cat "$OUT/recovery.md"
 for f in "$tmp"/crash-*.log "$tmp"/hang-*.log; do
   # (a stopped victim, resumed for its SIGKILL, finds itself excluded: expected)
