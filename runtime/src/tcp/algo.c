@@ -198,8 +198,14 @@ static ftc_status_t allreduce_rhd(ftc__tcp_t *tp, const ftc__op_t *op, const ftc
   return FTC_OK;
 }
 
+/* Up to this many bytes of the other ranks' vectors together, rank 0 of
+ * the flat allreduce receives them all at once (into scratch) instead of
+ * one rank after another through the staging chunk. */
+#define FLAT_GATHER_MAX (256u << 10)
+
 /* Every rank sends its vector to rank 0, which reduces them in rank order
- * (one at a time, chunk by chunk through the staging chunk) and sends the
+ * (received all at once up to FLAT_GATHER_MAX bytes together, else one
+ * rank at a time, chunk by chunk through the staging chunk) and sends the
  * result to every rank at once: 2 (n - 1) messages and two steps, where
  * recursive doubling sends n log2(n) in log2(n) steps. Each rank other than
  * 0 waits once; so when ranks crowd the cores (ftc__tcp_crowded)
@@ -214,9 +220,27 @@ static ftc_status_t allreduce_flat(ftc__tcp_t *tp, const ftc__op_t *op, const ft
   ftc_status_t st;
   if (r != 0) return sendrecv(tp, 0, op->sendbuf, bytes, 0, rb, bytes, red, deadline);
   const char *src = op->sendbuf;
-  for (int q = 1; q < n; q++) {
-    if ((st = recv_reduce(tp, q, rb, src, bytes, q == n - 1, red, deadline)) != FTC_OK) return st;
-    src = rb;
+  char *all;
+  if (bytes && (size_t)(n - 1) * bytes <= FLAT_GATHER_MAX) {
+    /* Small vectors: receive every rank's at once, then reduce in rank
+     * order (the same operations in the same order as below: the same
+     * bits). Rank 0 waits on every rank together, so one that died is seen
+     * at once, not after the ranks before it have sent. */
+    if ((st = ftc__tcp_scratch(tp, (size_t)(n - 1) * bytes, &all)) != FTC_OK) return st;
+    for (int q = 1; q < n; q++) {
+      tp->segs[q] = (ftc__seg_t){.dst = all + (size_t)(q - 1) * bytes, .len = bytes};
+      stream_at(tp, q - 1, q, 0, &tp->segs[q], 1);
+    }
+    if ((st = ftc__xfer_run(tp, tp->streams, n - 1, red, deadline)) != FTC_OK) return st;
+    for (int q = 1; q < n; q++, src = rb) {
+      ftc__reduce(rb, src, all + (size_t)(q - 1) * bytes, op->count, red->dtype, red->op);
+      if (q == n - 1 && red->op == FTC_AVG) ftc__reduce_avg_finish(rb, op->count, red->dtype, red->nranks);
+    }
+  } else {
+    for (int q = 1; q < n; q++) {
+      if ((st = recv_reduce(tp, q, rb, src, bytes, q == n - 1, red, deadline)) != FTC_OK) return st;
+      src = rb;
+    }
   }
   for (int q = 1; q < n; q++) {
     tp->segs[q] = (ftc__seg_t){.src = rb, .len = bytes};
