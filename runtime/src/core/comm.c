@@ -361,25 +361,28 @@ out_free:
 
 void ftc__comm_fail(ftc_comm_t *comm, ftc_status_t why, const char *detail) {
   int expected = 0;
-  if (__atomic_compare_exchange_n(&comm->error, &expected, (int)why, 0, __ATOMIC_ACQ_REL,
-                                  __ATOMIC_ACQUIRE)) {
-    FTC_WARN(FTC_SUB_COLL, "epoch %llu failed: %s: %s", (unsigned long long)comm->epoch,
-             ftc_strerror(why), detail ? detail : "");
-    /* The coordinator hears it from this thread when the backend knows the
-     * peer already (one thread hop less before the next epoch), else from
-     * the watchdog, which also captures the dump. */
-    if (comm->be->blames_at_once) ftc__watchdog_report(comm);
-    ftc__watchdog_kick(comm);
-  }
+  int first = __atomic_compare_exchange_n(&comm->error, &expected, (int)why, 0, __ATOMIC_ACQ_REL,
+                                          __ATOMIC_ACQUIRE);
+  /* The peers first: shut this epoch's sockets before anything that wakes
+   * another thread (the log line's pipe, the report, the watchdog), which
+   * on a crowded host may take this thread's CPU before it gets here. */
   expected = 0;
   __atomic_compare_exchange_n(&comm->interrupt, &expected, (int)why, 0, __ATOMIC_ACQ_REL,
                               __ATOMIC_ACQUIRE);
   pthread_mutex_lock(&comm->lock);
   if (comm->bh) comm->be->interrupt(comm->bh);
   pthread_mutex_unlock(&comm->lock);
-  /* The watchdog reports be->failed_peer() to the coordinator. After
-   * this rank shuts its sockets its peers see it close and may blame it:
-   * the coordinator weighs reports against heartbeats (docs/recovery.md). */
+  if (first) {
+    FTC_WARN(FTC_SUB_COLL, "epoch %llu failed: %s: %s", (unsigned long long)comm->epoch,
+             ftc_strerror(why), detail ? detail : "");
+    /* The coordinator hears it from this thread when the backend knows the
+     * peer already (one thread hop less before the next epoch), else from
+     * the watchdog, which also captures the dump. Peers that saw this
+     * rank's sockets close may blame it: the coordinator weighs reports
+     * against sessions and heartbeats (docs/recovery.md). */
+    if (comm->be->blames_at_once) ftc__watchdog_report(comm);
+    ftc__watchdog_kick(comm);
+  }
 }
 
 int ftc__comm_fail_epoch(ftc_comm_t *comm, uint64_t epoch, ftc_status_t why, const char *detail) {
