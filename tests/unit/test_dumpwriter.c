@@ -26,6 +26,7 @@
 
 #include "core/comm.h"
 #include "ftc_alloc.h"
+#include "ftc_log.h"
 #include "ftc_param.h"
 #include "ftc_time.h"
 
@@ -437,6 +438,50 @@ static void a_new_dump_drops_a_waiting_verdict_first(void **state) {
   assert_int_equal(dumps_saying(fx->dir, "\"verdict\":{\"epoch\":20,\"decided\":false,"), 1); /* as written */
 }
 
+/* At most 16 written dumps are kept for their verdicts: a 17th lets the
+ * oldest go, with a log line, and its file stays "pending" when its verdict
+ * comes; the 16 kept get theirs. */
+static void a_seventeenth_dump_kept_for_a_verdict_lets_the_oldest_go(void **state) {
+  fixture_t *fx = *state;
+  char log[] = "/tmp/ftc-test-dw-log-XXXXXX", line[128];
+  ftc__log_init();
+  int logfd = mkstemp(log), saved = dup(2), level = __atomic_load_n(&ftc__log_level, __ATOMIC_ACQUIRE);
+  assert_true(logfd >= 0 && saved >= 0);
+  set_drain_ms("60000");
+  ftc__dw_retain();
+  uint64_t ids[17];
+  fflush(stderr);
+  assert_int_equal(dup2(logfd, 2), 2);
+  __atomic_store_n(&ftc__log_level, FTC_LOG_WARN, __ATOMIC_RELEASE); /* whatever the environment says */
+  ids[0] = submit_kept(fx->a, 0, 1);
+  wait_writer_busy(); /* the other 16 then fit in the queue */
+  for (int e = 1; e < 17; e++) ids[e] = submit_kept(fx->a, e, 1);
+  wait_writer_idle();
+  fflush(stderr);
+  dup2(saved, 2);
+  __atomic_store_n(&ftc__log_level, level, __ATOMIC_RELEASE);
+  verdict(fx->a, ids[0], 0);
+  wait_writer_idle();
+  for (int e = 1; e < 17; e++) verdict(fx->a, ids[e], e); /* 16 rewrites: they fit in the queue */
+  ftc__dw_release(fx->a); /* after the rewrites */
+  assert_int_equal(dumps_saying(fx->dir, "\"verdict\":{\"epoch\":0,\"decided\":false,"), 1);
+  for (int e = 1; e < 17; e++) {
+    snprintf(line, sizeof(line), "\"verdict\":{\"epoch\":%d,\"decided\":true,\"next_epoch\":%d,", e, e + 1);
+    assert_int_equal(dumps_saying(fx->dir, line), 1);
+  }
+  const char *text = slurp(log);
+  assert_non_null(text);
+  const char *said = strstr(text, "more than 16 written failure dumps wait for the coordinator's "
+                                  "verdict: let go of the oldest, ");
+  assert_non_null(said);
+  assert_non_null(strstr(said, fx->dir)); /* names the file */
+  assert_non_null(strstr(said, ".json (it stays as written, its verdict pending)\n"));
+  assert_null(strstr(said + 1, "more than 16 written")); /* once */
+  close(logfd);
+  close(saved);
+  unlink(log);
+}
+
 static void a_dump_whose_verdict_never_came_stays_pending(void **state) {
   fixture_t *fx = *state;
   set_drain_ms("60000");
@@ -467,6 +512,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_dump_whose_verdict_never_came_stays_pending, setup, teardown),
       cmocka_unit_test_setup_teardown(a_late_verdict_never_drops_a_dump_not_yet_written, setup, teardown),
       cmocka_unit_test_setup_teardown(a_new_dump_drops_a_waiting_verdict_first, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_seventeenth_dump_kept_for_a_verdict_lets_the_oldest_go, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -314,8 +314,9 @@ static struct ftc__dw_job *after_run_locked(struct ftc__dw_job *j) {
   *p = j;
   dw.nlate++;
   if (old)
-    FTC_INFO(FTC_SUB_RECOVERY, "%s keeps no verdict yet: more than %d failure dumps wait for one",
-             old->path, DW_MAX_LATE);
+    FTC_WARN(FTC_SUB_RECOVERY, "more than %d written failure dumps wait for the coordinator's "
+             "verdict: let go of the oldest, %s (it stays as written, its verdict pending)",
+             DW_MAX_LATE, old->path);
   return old;
 }
 
