@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -241,6 +243,52 @@ static void a_view_finds_this_rank_by_member_id(void **state) {
   fake_stop(f);
 }
 
+/* FDSize of /proc/self/status: the descriptor table's size. */
+static int table_size(void) {
+  char line[256];
+  int size = -1;
+  FILE *f = fopen("/proc/self/status", "r");
+  assert_non_null(f);
+  while (fgets(line, sizeof(line), f))
+    if (!strncmp(line, "FDSize:", 7)) size = atoi(line + 7);
+  fclose(f);
+  assert_true(size > 0);
+  return size;
+}
+
+/* The session's duplicate goes in the highest free slot above the data
+ * plane, however far below the table's top it is (it probed the top 16
+ * slots only), and never past the table's end (that would grow it). */
+static int slot_free(int k) { return fcntl(k, F_GETFD) < 0; }
+
+static void the_exit_slot_is_the_highest_free_one_however_far_down(void **state) {
+  (void)state;
+  int size = table_size(), base = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  assert_true(base >= 0 && size >= 64);
+  int top = size - 1; /* the highest free one as found (a caller may hold some) */
+  while (top > base && !slot_free(top)) top--;
+  int free_slot = size - 21; /* then every one above it taken, as by other descriptors */
+  while (free_slot > base && !slot_free(free_slot)) free_slot--;
+  assert_true(free_slot > base + 1 && top > free_slot);
+  char mine[4096] = {0}; /* the slots this test takes */
+  assert_true(size <= (int)sizeof(mine));
+  for (int k = free_slot + 1; k < size; k++)
+    if (slot_free(k)) assert_int_equal(dup2(base, k), k), mine[k] = 1;
+  assert_int_equal(ftc__member_exit_slot(base), free_slot);
+  assert_int_equal(ftc__member_exit_slot(free_slot - 1), free_slot);
+  assert_int_equal(ftc__member_exit_slot(free_slot), -1); /* every one above is taken */
+  if (slot_free(free_slot - 1)) {
+    assert_int_equal(dup2(base, free_slot), free_slot);
+    mine[free_slot] = 1;
+    assert_int_equal(ftc__member_exit_slot(base), free_slot - 1);
+  }
+  assert_int_equal(table_size(), size); /* not grown */
+  for (int k = 0; k < size; k++)
+    if (mine[k]) close(k);
+  assert_int_equal(ftc__member_exit_slot(base), top);
+  close(base);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(garbage_instead_of_welcome_is_a_protocol_error),
@@ -252,6 +300,7 @@ int main(void) {
       cmocka_unit_test(second_welcome_fails_the_session),
       cmocka_unit_test(message_a_coordinator_never_sends_fails_the_session),
       cmocka_unit_test(a_view_finds_this_rank_by_member_id),
+      cmocka_unit_test(the_exit_slot_is_the_highest_free_one_however_far_down),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -977,9 +977,32 @@ static void a_request_that_cannot_be_allocated_leaves_the_communicator_usable(vo
   ftc_comm_destroy(comm);
 }
 
+/* A data plane of many sockets, as far as ftc__comm_top_peer_fd sees it:
+ * descriptor 1000 + i for the i-th it lists, 2 * size - 1 in all (every
+ * peer's socket, then the lower ranks' shared ones). */
+static int many_peer_fds(const void *h, int *fds, int *ranks, int max) {
+  int size = *(const int *)h, n = 0;
+  for (int i = 0; i < 2 * size - 1 && n < max; i++, n++) fds[n] = 1000 + i, ranks[n] = i % size;
+  return n;
+}
+
+/* The session's duplicate goes above the highest data-plane socket of any
+ * world (the first 256 only were looked at: 300 ranks have 599). */
+static void the_top_peer_socket_is_found_in_a_world_of_any_size(void **state) {
+  (void)state;
+  ftc__backend_ops_t be = {.name = "fake", .peer_fds = many_peer_fds};
+  for (int size = 1; size <= 300; size += 299) {
+    assert_int_equal(ftc__comm_top_peer_fd(&be, &size, size), 1000 + 2 * size - 2);
+  }
+  int size = 2;
+  ftc__backend_ops_t none = {.name = "none"};
+  assert_int_equal(ftc__comm_top_peer_fd(&none, &size, size), -1); /* no sockets of its own */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_null_comm_is_an_invalid_argument),
+      cmocka_unit_test(the_top_peer_socket_is_found_in_a_world_of_any_size),
       cmocka_unit_test(null_buffers_are_refused_unless_count_is_zero),
       cmocka_unit_test(unknown_dtypes_and_ops_are_refused),
       cmocka_unit_test(a_count_that_overflows_size_t_is_refused),

@@ -163,6 +163,23 @@ static uint64_t comm_id_hash(const char *job) {
   return h;
 }
 
+int ftc__comm_top_peer_fd(const ftc__backend_ops_t *be, const void *bh, int size) {
+  if (!be->peer_fds || size <= 0) return -1;
+  /* Every peer's socket and the lower ranks' shared ones: under 2 * size;
+   * then as many ranks. */
+  enum { SMALL = 128 };
+  int small[2 * SMALL], *fds = small, top = -1;
+  size_t cap = 2 * (size_t)size;
+  if (cap > SMALL && !(fds = ftc__malloc(2 * cap * sizeof(*fds)))) {
+    fds = small; /* out of memory: the first SMALL (the duplicate may then be too low) */
+    cap = SMALL;
+  }
+  int np = be->peer_fds(bh, fds, fds + cap, (int)cap);
+  for (int i = 0; i < np; i++) top = fds[i] > top ? fds[i] : top;
+  if (fds != small) ftc__free(fds);
+  return top;
+}
+
 ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view) {
   ftc_status_t st;
   ftc__view_t *copy = ftc__view_copy(view);
@@ -199,12 +216,10 @@ ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view) {
   } else if (old) {
     comm->be->close(old, planned);
   }
-  if (comm->member && comm->be->peer_fds) {
+  if (comm->member) {
     /* The coordinator session closes first if this process dies
      * (membership/member.c, hold_for_exit). */
-    int fds[256], ranks[256], top = -1;
-    int np = comm->be->peer_fds(bh, fds, ranks, 256);
-    for (int i = 0; i < np; i++) top = fds[i] > top ? fds[i] : top;
+    int top = ftc__comm_top_peer_fd(comm->be, bh, view->size);
     if (top >= 0) ftc__member_hold_above(comm->member, top);
   }
   ftc__free(comm->p2p_seq);

@@ -130,6 +130,11 @@ ftc_status_t ftc__comm_rebuild(ftc_comm_t *comm, const ftc__view_t *view);
  * creation). */
 ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view);
 
+/* The highest descriptor of the data plane bh of a world of `size` ranks
+ * (every peer's socket, as be->peer_fds lists them), -1 for none or a
+ * backend without sockets of its own. */
+int ftc__comm_top_peer_fd(const ftc__backend_ops_t *be, const void *bh, int size);
+
 /* A deep copy of a view (NULL when out of memory); free with ftc__view_free. */
 ftc__view_t *ftc__view_copy(const ftc__view_t *v);
 

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libwebsockets.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,13 +173,16 @@ static ftc_status_t queue_msg(ftc__member_t *m, json_t *msg, int close_after) {
  * It goes in the highest free slot of the descriptor table as it is (its
  * size is FDSize in /proc/self/status): a descriptor past the table's end
  * grows it, which in a threaded process waits for an RCU grace period
- * (about 12 ms here). It is placed by the service thread after the welcome
+ * (about 12 ms here). The whole table above the data plane is searched,
+ * top down, 256 slots per poll() (POLLNVAL marks a free one); it probed
+ * only the top 16 slots before, so a process whose table top was taken
+ * kept the session low. It is placed by the service thread after the welcome
  * and moved up at a heartbeat when the data plane outgrew it (the /proc read
  * costs 10 to 50 us: not on a joiner's admission nor on a recovery). It is
  * closed with the connection (before lws closes its own), so a deliberate
  * close or a drop is seen as before. exit_fd and sock_fd are under m->lock.
  */
-#define EXIT_FD_PROBE 16 /* free slots looked for at the top of the table */
+#define EXIT_FD_BATCH 256 /* slots looked at per poll() */
 
 static int fd_table_size(void) {
   char buf[2048];
@@ -192,13 +196,27 @@ static int fd_table_size(void) {
   return p ? atoi(p + 8) : 0;
 }
 
+int ftc__member_exit_slot(int above) {
+  struct pollfd p[EXIT_FD_BATCH];
+  if (above < -1) above = -1;
+  for (int hi = fd_table_size(); hi > above + 1;) {
+    int lo = hi - EXIT_FD_BATCH > above + 1 ? hi - EXIT_FD_BATCH : above + 1;
+    for (int i = 0; i < hi - lo; i++) p[i] = (struct pollfd){lo + i, 0, 0};
+    int rc = poll(p, (nfds_t)(hi - lo), 0);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0) return -1;
+    for (int i = hi - lo - 1; rc > 0 && i >= 0; i--)
+      if (p[i].revents & POLLNVAL) return lo + i;
+    hi = lo;
+  }
+  return -1;
+}
+
 /* Duplicate the session's socket into the highest free slot of the table
  * if that is above `above` and above the current duplicate (which is then
  * closed). Caller does not hold m->lock. */
 static void hold_above(ftc__member_t *m, int above) {
-  int size = fd_table_size(), slot = -1;
-  for (int k = size - 1; k >= 0 && k >= size - EXIT_FD_PROBE && slot < 0; k--)
-    if (fcntl(k, F_GETFD) < 0 && errno == EBADF) slot = k;
+  int slot = ftc__member_exit_slot(above);
   pthread_mutex_lock(&m->lock);
   int old = -1;
   if (slot > above && slot > m->exit_fd && m->sock_fd >= 0) {

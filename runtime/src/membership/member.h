@@ -171,6 +171,11 @@ ftc_status_t ftc__member_wait_backend(ftc__member_t *m, uint64_t epoch, int time
  * moves the duplicate at its next heartbeat, off the recovery's path. */
 void ftc__member_hold_above(ftc__member_t *m, int fd);
 
+/* The highest free descriptor above `above` in the descriptor table as it
+ * is (FDSize in /proc/self/status; a slot past its end would grow it), -1
+ * if every one is taken. For the duplicate of ftc__member_hold_above. */
+int ftc__member_exit_slot(int above);
+
 /* The session's stored error (FTC_OK while connected and healthy). */
 ftc_status_t ftc__member_error(ftc__member_t *m);
 
