@@ -42,6 +42,8 @@ static void on_signal(int sig) {
 
 static void *dump_thread(void *arg) {
   (void)arg;
+  /* Named by itself: from another thread glibc writes /proc/self/task/N/comm. */
+  pthread_setname_np(pthread_self(), "ftc-recorder");
   sigset_t all;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, NULL);
@@ -81,7 +83,6 @@ void ftc__rec_sigthread_start(void) {
     FTC_WARN(FTC_SUB_RECORDER, "flight recorder: no dump thread (%s)", strerror(err));
     goto out_close_pipe;
   }
-  pthread_setname_np(thread, "ftc-recorder");
   thread_running = 1;
   wake_fd = pipe_fds[1];
   if (sig <= 0) return;

@@ -1166,6 +1166,7 @@ static int coord_callback(struct lws *wsi, enum lws_callback_reasons reason, voi
 
 static void *service_main(void *arg) {
   ftc__coord_t *co = arg;
+  pthread_setname_np(pthread_self(), "ftc-coord"); /* (by itself: see engine.c) */
   while (!__atomic_load_n(&co->stop, __ATOMIC_ACQUIRE)) {
     if (lws_service(co->ctx, 0) < 0) break;
   }
@@ -1268,7 +1269,6 @@ ftc_status_t ftc__coord_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out) 
     st = ftc__error(FTC_ERR_SYSTEM, "cannot start the coordinator thread: %s", strerror(err));
     goto out_destroy_context;
   }
-  pthread_setname_np(co->thread, "ftc-coord");
   char where[FTC__ADDR_MAX];
   ftc__addr_join(co->bind_host, co->port, where, sizeof(where));
   FTC_INFO(FTC_SUB_COORD, "job %s: coordinator listening on %s for %d ranks (min %d)", co->job,

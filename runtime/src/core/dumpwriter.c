@@ -322,6 +322,7 @@ static struct ftc__dw_job *after_run_locked(struct ftc__dw_job *j) {
 
 static void *dw_main(void *arg) {
   (void)arg;
+  pthread_setname_np(pthread_self(), "ftc-dumpwriter"); /* (by itself: see engine.c) */
   pthread_mutex_lock(&dw.mu);
   for (;;) {
     while (!dw.head && !dw.stop) pthread_cond_wait(&dw.cv, &dw.mu);
@@ -378,7 +379,6 @@ void ftc__dw_submit(ftc__dw_job_t *j) {
       job_free(j);
       return;
     }
-    pthread_setname_np(dw.thread, "ftc-dumpwriter");
     dw.started = 1;
     dw.stop = 0;
   } else if (dw.stop) {

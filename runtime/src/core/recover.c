@@ -804,6 +804,7 @@ static void wd_view(ftc_comm_t *comm, uint64_t *checked) {
 
 static void *watchdog_main(void *arg) {
   ftc_comm_t *comm = arg;
+  pthread_setname_np(pthread_self(), "ftc-watchdog"); /* (by itself: see engine.c) */
   int64_t period, hb;
   if (ftc__param_int(FTC_P_WATCHDOG_MS, &period) != FTC_OK) period = 1000;
   if (ftc__param_int(FTC_P_HEARTBEAT_MS, &hb) != FTC_OK) hb = 1000;
@@ -845,7 +846,6 @@ static void *watchdog_main(void *arg) {
 ftc_status_t ftc__watchdog_start(ftc_comm_t *comm) {
   int rc = pthread_create(&comm->wd_thread, NULL, watchdog_main, comm);
   if (rc != 0) return ftc__error(FTC_ERR_SYSTEM, "starting the watchdog thread: %s", strerror(rc));
-  pthread_setname_np(comm->wd_thread, "ftc-watchdog");
   comm->wd_started = 1;
   ftc__dw_retain();
   return FTC_OK;

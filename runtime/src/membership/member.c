@@ -703,6 +703,7 @@ static void guard_expired(lws_sorted_usec_list_t *sul) { (void)sul; }
 
 static void *service_main(void *arg) {
   ftc__member_t *m = arg;
+  pthread_setname_np(pthread_self(), "ftc-member"); /* (by itself: see engine.c) */
   while (!__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
     if (lws_service(m->ctx, 0) < 0) break;
   }
@@ -891,7 +892,6 @@ ftc_status_t ftc__member_start(const ftc__member_cfg_t *cfg, ftc__member_t **out
     goto out_free;
   }
   m->started = 1;
-  pthread_setname_np(m->thread, "ftc-member");
   *out = m;
   return FTC_OK;
 
