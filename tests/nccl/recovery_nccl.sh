@@ -38,6 +38,20 @@ probe "FTCOMM_BACKEND=nccl: the NCCL backend, collectives on a stream given with
 probe "auto: NCCL where it loads and sees a GPU" expect-nccl FTCOMM_BACKEND=auto "${DBL[@]}"
 probe "auto: TCP where NCCL loads but sees no GPU" expect-tcp FTCOMM_BACKEND=auto "${DBL[@]}" CUDA_DOUBLE_DEVICES=0
 probe "auto: TCP where NCCL does not load" expect-tcp FTCOMM_BACKEND=auto FTCOMM_NCCL_LIBRARY=/nonexistent/libnccl.so.2
+# auto without a library named: NCCL is loaded only on a host with a GPU device node
+# (/dev/nvidiactl, /dev/dxg, /dev/kfd). The double, found by its usual names on
+# LD_LIBRARY_PATH, sees a GPU, so loading it would pick NCCL.
+mkdir -p "$tmp/libs"
+ln -sf "$D/libnccl_double_2.32.3.so" "$tmp/libs/libnccl.so.2"
+ln -sf "$D/libcudart_double.so" "$tmp/libs/libcudart.so.12"
+ln -sf "$D/libcudart_double.so" "$tmp/libs/libcudart_double.so" # (the NCCL double's own dependency)
+if [ -e /dev/nvidiactl ] || [ -e /dev/dxg ] || [ -e /dev/kfd ]; then
+  probe "auto, a GPU device node here: NCCL found by its usual names" expect-nccl FTCOMM_BACKEND=auto \
+    LD_LIBRARY_PATH="$tmp/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+else
+  probe "auto, no GPU device node here: TCP without loading NCCL" expect-tcp FTCOMM_BACKEND=auto \
+    LD_LIBRARY_PATH="$tmp/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 probe "tcp: ftc_comm_set_stream is not supported" expect-tcp FTCOMM_BACKEND=tcp "${DBL[@]}"
 probe "FTCOMM_BACKEND=nccl without the library: create fails" expect-fail FTCOMM_BACKEND=nccl \
   FTCOMM_NCCL_LIBRARY=/nonexistent/libnccl.so.2

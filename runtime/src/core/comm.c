@@ -151,8 +151,26 @@ out_free:
  * joiner's path: the probe's dlopen calls over the library path cost about
  * 0.2 ms on this host without NCCL, more with CUDA); once per process, the
  * library's answer is kept (nccl/backend.c). */
+/* Whether this host has a GPU device node: NVIDIA's control device (every
+ * Linux driver makes it; a container gets it with the GPUs), WSL's GPU
+ * paravirtualisation device, or ROCm's kernel fusion driver. */
+static int gpu_device_node(void) {
+  static const char *const nodes[] = {"/dev/nvidiactl", "/dev/dxg", "/dev/kfd"};
+  for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++)
+    if (access(nodes[i], F_OK) == 0) return 1;
+  return 0;
+}
+
 static void comm_probe_auto(ftc_comm_t *c) {
   if (strcasecmp(c->cfg.backend, "auto") != 0) return;
+  /* Without a GPU device node no runtime sees a GPU, so auto means TCP
+   * without trying to load NCCL: four failing dlopen calls (about 0.15 ms,
+   * each a walk over the library path) less in every ftc_comm_create, a
+   * joiner's included. A library named in FTCOMM_NCCL_LIBRARY or
+   * FTCOMM_CUDA_RUNTIME_LIBRARY is always tried (it may be a stand-in). */
+  const char *nl = ftc__param_str(FTC_P_NCCL_LIBRARY);
+  const char *rl = ftc__param_str(FTC_P_CUDA_RUNTIME_LIBRARY);
+  if (!(nl && *nl) && !(rl && *rl) && !gpu_device_node()) return;
   if (ftc__nccl_backend_probe(1) == FTC_OK) c->be = &ftc__backend_nccl;
   ftc__error_clear(); /* a host without NCCL is no error under auto */
 }
