@@ -9,14 +9,18 @@
  * (FTCOMM_CHUNK_BYTES, FTCOMM_SPIN_US, FTCOMM_SOCKET_BUFFER) may differ.
  * What FTCOMM_ALLREDUCE_ALGO=auto picks for small allreduces
  * (ftc__tcp_crowded) depends on nothing that differs between the ranks.
+ * FTCOMM_TCP_CONGESTION, which may differ, sets the data connections'
+ * congestion control (auto: reno within one host).
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -364,6 +368,114 @@ static void ranks_counting_the_same_cpus_or_forcing_the_algorithm_connect(void *
   assert_int_equal(harness_run(2, allreduce_body, NULL, &forced), 0);
 }
 
+/* The ranks that share a rank's host, by advertised address. */
+static void ftc__tcp_host_ranks_counts_the_ranks_of_one_host(void **state) {
+  (void)state;
+  ftc__view_t *v = harness_view(6, 0, 1, NULL);
+  const char *hosts[6] = {"10.0.0.7:4000", "10.0.0.7:4001", "10.0.0.8:4002", "10.0.0.70:4003",
+                          "[fd00::7]:4004", "10.0.0.7:9"};
+  for (int r = 0; r < 6; r++) snprintf(v->members[r].addr, sizeof(v->members[r].addr), "%s", hosts[r]);
+  assert_int_equal(ftc__tcp_host_ranks(v, 0), 3);
+  assert_int_equal(ftc__tcp_host_ranks(v, 5), 3);
+  assert_int_equal(ftc__tcp_host_ranks(v, 2), 1);
+  assert_int_equal(ftc__tcp_host_ranks(v, 3), 1); /* 10.0.0.70 is not 10.0.0.7 */
+  assert_int_equal(ftc__tcp_host_ranks(v, 4), 1);
+  harness_view_free(v);
+}
+
+/* FTCOMM_TCP_CONGESTION on the data connections of two ranks of one host
+ * (127.0.0.1): auto sets reno while the host has a CPU per rank
+ * (FTCOMM_HOST_CPUS) and keeps the host's default with fewer, system keeps
+ * it always, a name is set as given; every socket of both ranks. */
+static void *congestion_rank(void *arg) {
+  connector_t *c = arg;
+  c->st = ftc__tcp_connect(&c->cfg, c->view, c->fd, NULL, &c->tp);
+  snprintf(c->why, sizeof(c->why), "%s", ftc_last_error());
+  return NULL;
+}
+
+static void expect_congestion(const char *setting, const char *cpus, const char *expect) {
+  setenv("FTCOMM_TCP_CONGESTION", setting, 1);
+  setenv("FTCOMM_HOST_CPUS", cpus, 1);
+  ftc__param_reset();
+  int fds[2];
+  connector_t c[2] = {0};
+  c[0].view = harness_view(2, 0, 1, fds);
+  c[1].view = harness_view(2, 1, 1, NULL);
+  memcpy(c[1].view->members, c[0].view->members, 2 * sizeof(*c[0].view->members));
+  pthread_t t[2];
+  for (int r = 0; r < 2; r++) {
+    assert_int_equal(ftc__tcp_cfg_from_env(&c[r].cfg), FTC_OK);
+    c[r].cfg.token = HARNESS_TOKEN;
+    c[r].cfg.connect_timeout_ms = 10000;
+    c[r].fd = fds[r];
+    pthread_create(&t[r], NULL, congestion_rank, &c[r]);
+  }
+  for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+  for (int r = 0; r < 2; r++) {
+    if (c[r].st != FTC_OK) fail_msg("rank %d: %s", r, c[r].why);
+    int pfds[4], ranks[4], n = ftc__tcp_peer_fds(c[r].tp, pfds, ranks, 4);
+    assert_true(n >= 1);
+    for (int i = 0; i < n; i++) {
+      char got[32] = {0};
+      socklen_t len = sizeof(got) - 1;
+      assert_int_equal(getsockopt(pfds[i], IPPROTO_TCP, TCP_CONGESTION, got, &len), 0);
+      if (strcmp(got, expect) != 0)
+        fail_msg("FTCOMM_TCP_CONGESTION=%s, FTCOMM_HOST_CPUS=%s: rank %d's socket %d to rank %d "
+                 "has %s, not %s", setting, cpus, r, i, ranks[i], got, expect);
+    }
+    ftc__tcp_destroy(c[r].tp);
+    close(fds[r]);
+    harness_view_free(c[r].view);
+  }
+  unsetenv("FTCOMM_TCP_CONGESTION");
+  unsetenv("FTCOMM_HOST_CPUS");
+  ftc__param_reset();
+}
+
+static void data_connections_within_one_host_get_ftcomm_tcp_congestion(void **state) {
+  (void)state;
+  char sys[32] = "?";
+  FILE *f = fopen("/proc/sys/net/ipv4/tcp_congestion_control", "r");
+  assert_non_null(f);
+  assert_non_null(fgets(sys, sizeof(sys), f));
+  fclose(f);
+  sys[strcspn(sys, "\n")] = 0;
+  expect_congestion("auto", "2", "reno");
+  expect_congestion("auto", "64", "reno");
+  expect_congestion("auto", "1", sys); /* 2 ranks, 1 CPU */
+  expect_congestion("system", "2", sys);
+  expect_congestion("reno", "1", "reno");
+  expect_congestion(sys, "2", sys);
+}
+
+/* A value that is no congestion control, or one the kernel lacks, fails
+ * the configuration with what to set. */
+static void a_congestion_control_the_kernel_refuses_is_a_config_error(void **state) {
+  (void)state;
+  const struct {
+    const char *value, *says;
+  } bad[] = {
+      {"x y", "FTCOMM_TCP_CONGESTION=\"x y\" is not a congestion control; use auto, system or one "
+              "of this host's: "},
+      {"averyveryverylongname", "is not a congestion control"},
+      {"nosuchcc", "FTCOMM_TCP_CONGESTION=nosuchcc: the kernel refused it (not available on this "
+                   "host); available: "},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    setenv("FTCOMM_TCP_CONGESTION", bad[i].value, 1);
+    ftc__param_reset();
+    ftc__tcp_cfg_t cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    assert_int_equal(ftc__tcp_cfg_from_env(&cfg), FTC_ERR_CONFIG);
+    if (!strstr(ftc_last_error(), bad[i].says))
+      fail_msg("FTCOMM_TCP_CONGESTION=\"%s\": the error \"%s\" does not say \"%s\"", bad[i].value,
+               ftc_last_error(), bad[i].says);
+  }
+  unsetenv("FTCOMM_TCP_CONGESTION");
+  ftc__param_reset();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(ranks_counting_different_cpus_are_refused_at_creation),
@@ -379,6 +491,9 @@ int main(void) {
       cmocka_unit_test(chunk_spin_and_buffer_sizes_may_differ),
       cmocka_unit_test(the_acceptor_answers_a_member_that_differs_with_its_settings_and_fails),
       cmocka_unit_test(a_running_rank_refuses_a_new_member_that_differs_and_keeps_waiting),
+      cmocka_unit_test(ftc__tcp_host_ranks_counts_the_ranks_of_one_host),
+      cmocka_unit_test(data_connections_within_one_host_get_ftcomm_tcp_congestion),
+      cmocka_unit_test(a_congestion_control_the_kernel_refuses_is_a_config_error),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

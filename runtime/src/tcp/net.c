@@ -64,6 +64,52 @@
 #define MAX_PENDING_ACCEPTS 64
 #define RETRY_NS (5 * 1000000LL)
 
+/* One line of a /proc/sys file into out ("?" if unreadable). */
+static void read_sysctl(const char *path, char *out, size_t len) {
+  FILE *f = fopen(path, "re");
+  if (!f || !fgets(out, (int)len, f)) snprintf(out, len, "?");
+  if (f) fclose(f);
+  out[strcspn(out, "\n")] = 0;
+}
+
+/* FTCOMM_TCP_CONGESTION: auto, system, or a name the kernel accepts (tried on
+ * a scratch socket here, so that a refused one fails ftc_comm_create rather
+ * than each connection). */
+static ftc_status_t congestion_parse(const char *s, ftc__tcp_cfg_t *cfg) {
+  const size_t n = s ? strlen(s) : 0;
+  cfg->congestion_name[0] = 0;
+  if (!s || strcmp(s, "auto") == 0) {
+    cfg->congestion = FTC__TCP_CC_AUTO;
+    return FTC_OK;
+  }
+  if (strcmp(s, "system") == 0) {
+    cfg->congestion = FTC__TCP_CC_SYSTEM;
+    return FTC_OK;
+  }
+  char avail[256], allowed[256];
+  read_sysctl("/proc/sys/net/ipv4/tcp_available_congestion_control", avail, sizeof(avail));
+  read_sysctl("/proc/sys/net/ipv4/tcp_allowed_congestion_control", allowed, sizeof(allowed));
+  if (n == 0 || n >= sizeof(cfg->congestion_name) ||
+      strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789_-") != n)
+    return ftc__error(FTC_ERR_CONFIG,
+                      "FTCOMM_TCP_CONGESTION=\"%s\" is not a congestion control; use auto, system "
+                      "or one of this host's: %s",
+                      s, avail);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ftc__error(FTC_ERR_SYSTEM, "socket: %s", strerror(errno));
+  int rc = setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, s, (socklen_t)n), err = errno;
+  close(fd);
+  if (rc != 0)
+    return ftc__error(FTC_ERR_CONFIG,
+                      "FTCOMM_TCP_CONGESTION=%s: the kernel refused it (%s); available: %s; allowed "
+                      "without CAP_NET_ADMIN: %s",
+                      s, err == ENOENT ? "not available on this host" : strerror(err), avail, allowed);
+  memcpy(cfg->congestion_name, s, n + 1);
+  cfg->congestion = FTC__TCP_CC_NAMED;
+  return FTC_OK;
+}
+
 ftc_status_t ftc__tcp_cfg_from_env(ftc__tcp_cfg_t *cfg) {
   int64_t v;
   ftc_status_t st;
@@ -86,6 +132,7 @@ ftc_status_t ftc__tcp_cfg_from_env(ftc__tcp_cfg_t *cfg) {
     return st;
   cfg->allreduce_algo = (int)algo;
   cfg->ifname = ftc__param_str(FTC_P_SOCKET_IFNAME);
+  if ((st = congestion_parse(ftc__param_str(FTC_P_TCP_CONGESTION), cfg)) != FTC_OK) return st;
   return ftc__addr_family_parse("FTCOMM_SOCKET_FAMILY", ftc__param_str(FTC_P_SOCKET_FAMILY),
                                 &cfg->family);
 }
@@ -518,6 +565,8 @@ typedef struct ftc__boot {
   unsigned char *differs;               /* size: that member's wire settings differ */
   char fatal_why[400];
   char last_problem[400];
+  int reno_here;                        /* FTCOMM_TCP_CONGESTION=auto: reno to the ranks of
+                                         * this host (they have a CPU each) */
 } boot_t;
 
 #define SPARE_HELLO_NS (5000 * 1000000LL)
@@ -654,9 +703,24 @@ static int *lane_slot(ftc__tcp_t *tp, int rank, int lane, int spare) {
   return lane == 0 ? &peer->sfd : &peer->fd;
 }
 
+/* FTCOMM_TCP_CONGESTION on a finished data connection to `peer`. */
+static void set_congestion(const boot_t *b, int peer, int fd) {
+  const ftc__tcp_cfg_t *cfg = &b->tp->cfg;
+  const char *name = cfg->congestion_name;
+  if (cfg->congestion == FTC__TCP_CC_SYSTEM) return;
+  if (cfg->congestion == FTC__TCP_CC_AUTO) {
+    if (!b->reno_here || !ftc__tcp_same_host(b->view, b->view->my_rank, peer)) return;
+    name = "reno";
+  }
+  if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, (socklen_t)strlen(name)) != 0)
+    FTC_WARN(FTC_SUB_NET, "TCP congestion control %s refused on a data connection (%s); it keeps "
+             "the system's (FTCOMM_TCP_CONGESTION)", name, strerror(errno));
+}
+
 /* Where a finished connection to `rank` on `lane` goes. */
 static void keep_fd(boot_t *b, int rank, int lane, int fd) {
   int one = b->tp->cfg.sockets == 1;
+  set_congestion(b, rank, fd);
   for (int k = 0; k < 2; k++)
     if (one || k == lane) __atomic_store_n(lane_slot(b->tp, rank, k, b->spare), fd, __ATOMIC_RELEASE);
   if (b->spare)
@@ -1125,6 +1189,8 @@ static boot_t *boot_new(ftc__tcp_t *tp, const ftc__view_t *view, int spare, int 
     return NULL;
   }
   for (int i = 0; i < 2 * view->size; i++) b->conn[i].fd = -1;
+  b->reno_here = tp->cfg.congestion == FTC__TCP_CC_AUTO &&
+                 ftc__tcp_host_ranks(view, view->my_rank) <= ftc__tcp_ncpu(&tp->cfg);
   return b;
 }
 
@@ -1187,6 +1253,12 @@ int ftc__tcp_same_host(const ftc__view_t *view, int a, int b) {
   const char *ha = view->members[a].addr, *hb = view->members[b].addr;
   size_t la = addr_host_len(ha);
   return la == addr_host_len(hb) && strncmp(ha, hb, la) == 0;
+}
+
+int ftc__tcp_host_ranks(const ftc__view_t *view, int r) {
+  int n = 0;
+  for (int q = 0; q < view->size; q++) n += ftc__tcp_same_host(view, r, q);
+  return n;
 }
 
 int ftc__tcp_crowded(const ftc__view_t *view, long ncpu) {

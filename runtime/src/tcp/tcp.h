@@ -40,6 +40,9 @@
 #define FTC__TCP_ADOPT_SIZE 16
 #define FTC__TCP_MISMATCH 10  /* the acceptor's answer to a member whose wire settings differ */
 
+/* FTCOMM_TCP_CONGESTION: which data connections get congestion_name. */
+enum { FTC__TCP_CC_AUTO = 0, FTC__TCP_CC_SYSTEM, FTC__TCP_CC_NAMED };
+
 typedef struct ftc__tcp_cfg {
   const char *token;        /* job token (NULL: empty); MACs the handshake */
   int connect_timeout_ms;   /* bound on connecting to every peer */
@@ -52,6 +55,10 @@ typedef struct ftc__tcp_cfg {
   int sockets;              /* per peer pair: 1 carries both ways, 2 one per direction */
   int allreduce_algo;       /* FTCOMM_ALLREDUCE_ALGO (an ftc_algo_t): where a communicator's
                              * algorithm starts */
+  int congestion;           /* FTCOMM_TCP_CONGESTION: an FTC__TCP_CC_* */
+  char congestion_name[16]; /* what FTC__TCP_CC_NAMED sets on every data connection
+                             * (FTC__TCP_CC_AUTO: reno within one host, see
+                             * ftc__tcp_host_ranks) */
   int family;               /* FTCOMM_SOCKET_FAMILY: AF_UNSPEC (auto), AF_INET or AF_INET6 */
   const char *ifname;       /* FTCOMM_SOCKET_IFNAME or NULL: interfaces to advertise */
   const int *interrupt;     /* atomic; nonzero stops a run with that status */
@@ -76,6 +83,17 @@ typedef struct ftc__tcp ftc__tcp_t;
  * (n - 1 receives and sends) would cost more on a big host with a rank or
  * so per core (docs/benchmarks.md). */
 int ftc__tcp_crowded(const ftc__view_t *view, long ncpu);
+
+/* How many ranks of the view share rank r's host (r included; hosts compared
+ * as in ftc__tcp_same_host). FTCOMM_TCP_CONGESTION=auto sets reno on the
+ * connections between ranks of one host while these ranks have a CPU each:
+ * bbr, the default of some distributions, paces with timers and keeps the
+ * data in flight near its estimate of the path, which costs a loopback
+ * connection CPU and time where the receiver runs (2 ranks on 2 cores,
+ * 2 MiB: 1.3x); with more ranks than CPUs reno measured slower (4 and 8
+ * ranks on 2 cores, 1 MiB), so the system's stays there
+ * (docs/benchmarks.md). */
+int ftc__tcp_host_ranks(const ftc__view_t *view, int r);
 
 /* Listen on bind_host (ephemeral port) with family (AF_UNSPEC, AF_INET,
  * AF_INET6; see FTCOMM_BIND_HOST and FTCOMM_SOCKET_FAMILY: a wildcard with
