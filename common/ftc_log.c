@@ -36,43 +36,63 @@ static const char *subsys_name(unsigned int bit) {
   return "misc";
 }
 
+int ftc__log_parse_level(const char *s, int *level) {
+  if (!s) return -1;
+  for (int i = 0; i <= FTC_LOG_TRACE; i++) {
+    if (strcasecmp(s, level_names[i]) == 0 || (i == FTC_LOG_WARN && strcasecmp(s, "warning") == 0)) {
+      *level = i;
+      return 0;
+    }
+  }
+  /* Or its number: decimal digits only. */
+  int v = 0;
+  const char *p = s;
+  for (; *p >= '0' && *p <= '9' && v <= FTC_LOG_TRACE; p++) v = v * 10 + (*p - '0');
+  if (p == s || *p || v > FTC_LOG_TRACE) return -1;
+  *level = v;
+  return 0;
+}
+
+int ftc__log_parse_subsys(const char *s, unsigned int *mask, char *bad, size_t badlen) {
+  if (!s) return -1;
+  int exclude = (*s == '^');
+  unsigned int m = 0;
+  for (const char *tok = s + exclude; *tok;) {
+    size_t n = strcspn(tok, ",");
+    int known = n == 0; /* an empty item (",,", a trailing ",") names nothing */
+    if (n == 3 && !strncasecmp(tok, "all", 3)) m = FTC_SUB_ALL, known = 1;
+    for (size_t i = 0; !known && i < sizeof(subsys_names) / sizeof(subsys_names[0]); i++)
+      if (strlen(subsys_names[i].name) == n && !strncasecmp(tok, subsys_names[i].name, n))
+        m |= subsys_names[i].bit, known = 1;
+    if (!known) {
+      if (badlen) snprintf(bad, badlen, "%.*s", (int)(n > 64 ? 64 : n), tok);
+      return -1;
+    }
+    tok += n + (tok[n] == ',');
+  }
+  *mask = exclude ? ~m : m;
+  return 0;
+}
+
 static void log_init_once(void) {
   int level = FTC_LOG_WARN;
   const char *l = getenv("FTCOMM_LOG_LEVEL");
-  if (l && *l) {
-    int found = 0;
-    for (int i = 0; i <= FTC_LOG_TRACE; i++) {
-      if (strcasecmp(l, level_names[i]) == 0 ||
-          (i == FTC_LOG_WARN && strcasecmp(l, "warning") == 0)) {
-        level = i;
-        found = 1;
-      }
-    }
-    if (!found) {
-      char *end;
-      long v = strtol(l, &end, 10);
-      if (*end == '\0' && v >= 0 && v <= FTC_LOG_TRACE) {
-        level = (int)v;
-      } else {
-        fprintf(stderr,
-                "ftcomm WARN init FTCOMM_LOG_LEVEL=%s is not one of none, error, warn, "
-                "info, debug, trace; using warn\n",
-                l);
-      }
-    }
-  }
+  if (l && *l && ftc__log_parse_level(l, &level) != 0)
+    fprintf(stderr,
+            "ftcomm WARN init FTCOMM_LOG_LEVEL=%.200s is not one of none, error, warn, "
+            "info, debug, trace (or 0 to 5); using warn\n",
+            l);
   const char *s = getenv("FTCOMM_LOG_SUBSYS");
-  if (s && *s && strcasecmp(s, "all") != 0) {
-    int exclude = (*s == '^');
-    unsigned int mask = 0;
-    char buf[256];
-    snprintf(buf, sizeof(buf), "%s", s + exclude);
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-      for (size_t i = 0; i < sizeof(subsys_names) / sizeof(subsys_names[0]); i++)
-        if (strcasecmp(tok, subsys_names[i].name) == 0) mask |= subsys_names[i].bit;
-    }
-    ftc__log_mask = exclude ? ~mask : mask;
+  char bad[80];
+  unsigned int mask;
+  if (s && *s) {
+    if (ftc__log_parse_subsys(s, &mask, bad, sizeof(bad)) == 0)
+      ftc__log_mask = mask;
+    else
+      fprintf(stderr,
+              "ftcomm WARN init FTCOMM_LOG_SUBSYS=%.200s: \"%s\" is not one of init, coll, net, "
+              "coord, recovery, recorder, nccl, k8s, ctrl, run, all; logging every subsystem\n",
+              s, bad);
   }
   const char *t = getenv("FTCOMM_LOG_TIME");
   if (t && *t) {

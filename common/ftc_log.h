@@ -11,6 +11,7 @@
 #define FTC_LOG_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 enum ftc_log_level {
   FTC_LOG_NONE = 0,
@@ -39,6 +40,13 @@ extern int ftc__log_level;           /* resolved level; -1 until first use */
 extern unsigned int ftc__log_mask;   /* enabled subsystems */
 
 void ftc__log_init(void);
+/* The parsers of FTCOMM_LOG_LEVEL (a level's name, any case, "warning", or
+ * its number 0 to 5) and FTCOMM_LOG_SUBSYS (a comma list of subsystem names
+ * or "all", any case; a leading '^' excludes them): 0 with the result, or
+ * -1 (and the first name that is not one in bad, badlen > 0) with it
+ * untouched. */
+int ftc__log_parse_level(const char *s, int *level);
+int ftc__log_parse_subsys(const char *s, unsigned int *mask, char *bad, size_t badlen);
 void ftc__log_set_prefix(const char *prefix); /* e.g. "rank 3"; copied */
 void ftc__log_write(int level, unsigned int subsys, const char *file, int line,
                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));

@@ -181,6 +181,17 @@ void ftc__dw_stats(int *queued, int *busy);
  * ftc__fault_armed is read on the hot path (one predictable branch). */
 extern int ftc__fault_armed;
 void ftc__fault_init(void);
+/* What FTCOMM_FAULT arms: -1 (0 for jkill and the delays) when not. */
+typedef struct ftc__fault_spec {
+  int64_t kill_step, stop_step, slow_ms, drop_seq, delay_seq, delay_ms, rkill, jkill;
+  int64_t giveup_seq, blink_step, late_view_ms, dump_write_ms;
+} ftc__fault_spec_t;
+#define FTC__FAULT_SPEC_INIT {-1, -1, 0, -1, -1, 0, -1, 0, -1, -1, 0, 0}
+#define FTC__FAULT_MAX 1000000000000LL /* the largest count or milliseconds */
+/* Parse an FTCOMM_FAULT value (fault.c's opening comment) into *out: 0; or
+ * -1 with [*bad, *bad + *badlen) the first item that is not one (*out
+ * untouched). */
+int ftc__fault_parse(const char *spec, ftc__fault_spec_t *out, const char **bad, int *badlen);
 /* At the step boundary, `step` counted from 1: kill, stop, slow, blink. */
 void ftc__fault_step(ftc_comm_t *comm, uint64_t step);
 /* In the n-th move to a new epoch (from 1), before connecting it. */

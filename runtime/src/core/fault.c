@@ -25,10 +25,14 @@
  *                  epoch late; the others move without waiting for it)
  *   dumpwrite:MS   the dump writer thread sleeps MS milliseconds before each
  *                  dump it writes (a slow or busy disk)
+ * Each number is decimal digits only, at most FTC__FAULT_MAX (10^12); an
+ * item that is none of these turns fault injection off, with a warning
+ * that names it and lists the items.
  * ftcomm-run --inject passes these to the target rank's environment. When
  * nothing is armed the hot path pays one load of ftc__fault_armed.
  */
 #include <pthread.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,11 +46,9 @@
 int ftc__fault_armed;
 
 static struct {
-  int64_t kill_step, stop_step, slow_ms;
-  int64_t drop_seq, delay_seq, delay_ms, rkill, jkill, giveup_seq, blink_step, late_view_ms;
-  int64_t dump_write_ms;
+  ftc__fault_spec_t s;
   int drop_done, delay_done, giveup_done; /* atomic */
-} fault = {-1, -1, 0, -1, -1, 0, -1, 0, -1, -1, 0, 0, 0, 0, 0};
+} fault = {FTC__FAULT_SPEC_INIT, 0, 0, 0};
 
 static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
 
@@ -56,55 +58,87 @@ static void sleep_ms(int64_t ms) {
   }
 }
 
+/* A count or milliseconds, [s, end): decimal digits only, at most
+ * FTC__FAULT_MAX. */
 static int parse_num(const char *s, const char *end, int64_t *out) {
-  char buf[32];
-  size_t n = (size_t)(end - s);
-  if (n == 0 || n >= sizeof(buf)) return -1;
-  memcpy(buf, s, n);
-  buf[n] = '\0';
-  char *e;
-  long long v = strtoll(buf, &e, 10);
-  if (*e || v < 0) return -1;
+  if (s >= end) return -1;
+  int64_t v = 0;
+  for (const char *p = s; p < end; p++) {
+    if (*p < '0' || *p > '9') return -1;
+    v = v * 10 + (*p - '0');
+    if (v > FTC__FAULT_MAX) return -1; /* (leading zeros are fine) */
+  }
   *out = v;
   return 0;
 }
 
-/* One item of the list, [s, end). */
-static int parse_item(const char *s, const char *end) {
-  const char *at = memchr(s, '@', (size_t)(end - s));
-  const char *colon = memchr(s, ':', (size_t)(end - s));
-  size_t kl = (size_t)((colon ? colon : at ? at : end) - s);
-  if (kl == 4 && !strncmp(s, "kill", 4) && at) return parse_num(at + 1, end, &fault.kill_step);
-  if (kl == 4 && !strncmp(s, "stop", 4) && at) return parse_num(at + 1, end, &fault.stop_step);
-  if (kl == 4 && !strncmp(s, "slow", 4) && colon) return parse_num(colon + 1, end, &fault.slow_ms);
-  if (kl == 4 && !strncmp(s, "drop", 4) && at) return parse_num(at + 1, end, &fault.drop_seq);
-  if (kl == 5 && !strncmp(s, "rkill", 5) && at) return parse_num(at + 1, end, &fault.rkill);
-  if (kl == 5 && !strncmp(s, "jkill", 5) && !at && !colon) return fault.jkill = 1, 0;
-  if (kl == 5 && !strncmp(s, "blink", 5) && at) return parse_num(at + 1, end, &fault.blink_step);
-  if (kl == 8 && !strncmp(s, "lateview", 8) && colon && !at)
-    return parse_num(colon + 1, end, &fault.late_view_ms);
-  if (kl == 9 && !strncmp(s, "dumpwrite", 9) && colon && !at)
-    return parse_num(colon + 1, end, &fault.dump_write_ms);
-  if (kl == 6 && !strncmp(s, "giveup", 6) && at && !colon)
-    return parse_num(at + 1, end, &fault.giveup_seq);
-  if (kl == 5 && !strncmp(s, "delay", 5) && colon && at && at > colon)
-    return parse_num(colon + 1, at, &fault.delay_ms) || parse_num(at + 1, end, &fault.delay_seq);
+/* One item of the list, [s, end): NAME@N, NAME:N, delay:MS@SEQ or jkill,
+ * nothing else. */
+static int parse_item(const char *s, const char *end, ftc__fault_spec_t *f) {
+  static const struct {
+    const char *name;
+    char sep; /* '@' or ':' before the number, 0 none */
+    size_t off;
+  } items[] = {
+      {"kill", '@', offsetof(ftc__fault_spec_t, kill_step)},
+      {"stop", '@', offsetof(ftc__fault_spec_t, stop_step)},
+      {"slow", ':', offsetof(ftc__fault_spec_t, slow_ms)},
+      {"drop", '@', offsetof(ftc__fault_spec_t, drop_seq)},
+      {"rkill", '@', offsetof(ftc__fault_spec_t, rkill)},
+      {"jkill", 0, offsetof(ftc__fault_spec_t, jkill)},
+      {"blink", '@', offsetof(ftc__fault_spec_t, blink_step)},
+      {"lateview", ':', offsetof(ftc__fault_spec_t, late_view_ms)},
+      {"dumpwrite", ':', offsetof(ftc__fault_spec_t, dump_write_ms)},
+      {"giveup", '@', offsetof(ftc__fault_spec_t, giveup_seq)},
+  };
+  const char *k = s;
+  while (k < end && *k != '@' && *k != ':') k++;
+  size_t kl = (size_t)(k - s);
+  if (kl == 5 && !strncmp(s, "delay", 5)) {
+    const char *at = k < end && *k == ':' ? memchr(k, '@', (size_t)(end - k)) : NULL;
+    int64_t ms, seq;
+    if (!at || parse_num(k + 1, at, &ms) || parse_num(at + 1, end, &seq)) return -1;
+    f->delay_ms = ms;
+    f->delay_seq = seq;
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof(items) / sizeof(items[0]); i++) {
+    if (strlen(items[i].name) != kl || strncmp(s, items[i].name, kl)) continue;
+    int64_t *field = (int64_t *)((char *)f + items[i].off);
+    if (!items[i].sep) return k == end ? (*field = 1, 0) : -1;
+    if (k == end || *k != items[i].sep) return -1;
+    return parse_num(k + 1, end, field);
+  }
   return -1;
 }
 
-static void fault_parse(void) {
-  const char *spec = ftc__param_str(FTC_P_FAULT);
-  if (!spec || !*spec) return;
-  const char *s = spec;
+int ftc__fault_parse(const char *spec, ftc__fault_spec_t *out, const char **bad, int *badlen) {
+  ftc__fault_spec_t f = FTC__FAULT_SPEC_INIT;
+  const char *s = spec ? spec : "";
   while (*s) {
     const char *end = strchr(s, ',');
     if (!end) end = s + strlen(s);
-    if (parse_item(s, end)) {
-      FTC_WARN(FTC_SUB_RECOVERY, "FTCOMM_FAULT=%s: cannot parse \"%.*s\"; fault injection is off",
-               spec, (int)(end - s), s);
-      return;
+    if (parse_item(s, end, &f)) {
+      *bad = s;
+      *badlen = (int)(end - s);
+      return -1;
     }
     s = *end ? end + 1 : end;
+  }
+  *out = f;
+  return 0;
+}
+
+static void fault_parse(void) {
+  const char *spec = ftc__param_str(FTC_P_FAULT), *bad;
+  int badlen;
+  if (!spec || !*spec) return;
+  if (ftc__fault_parse(spec, &fault.s, &bad, &badlen)) {
+    FTC_WARN(FTC_SUB_RECOVERY, "FTCOMM_FAULT=%s: cannot parse \"%.*s\" (items: kill@STEP, "
+             "stop@STEP, slow:MS, drop@SEQ, delay:MS@SEQ, giveup@SEQ, rkill@N, jkill, "
+             "blink@STEP, lateview:MS, dumpwrite:MS; numbers in decimal digits up to %lld); "
+             "fault injection is off", spec, badlen, bad, (long long)FTC__FAULT_MAX);
+    return;
   }
   FTC_WARN(FTC_SUB_RECOVERY, "fault injection armed: FTCOMM_FAULT=%s", spec);
   __atomic_store_n(&ftc__fault_armed, 1, __ATOMIC_RELEASE);
@@ -113,30 +147,30 @@ static void fault_parse(void) {
 void ftc__fault_init(void) { pthread_once(&fault_once, fault_parse); }
 
 void ftc__fault_step(ftc_comm_t *comm, uint64_t step) {
-  if (step == 1 && fault.late_view_ms > 0 && comm->member)
-    ftc__member_fault_late_views(comm->member, (int)fault.late_view_ms);
-  if ((int64_t)step == fault.blink_step && comm->member) {
+  if (step == 1 && fault.s.late_view_ms > 0 && comm->member)
+    ftc__member_fault_late_views(comm->member, (int)fault.s.late_view_ms);
+  if ((int64_t)step == fault.s.blink_step && comm->member) {
     FTC_WARN(FTC_SUB_RECOVERY, "fault injection: dropping the coordinator session at step %llu",
              (unsigned long long)step);
     ftc__member_fault_drop(comm->member);
   }
-  if ((int64_t)step == fault.kill_step) {
+  if ((int64_t)step == fault.s.kill_step) {
     FTC_WARN(FTC_SUB_RECOVERY, "fault injection: killing this process at step %llu",
              (unsigned long long)step);
     fflush(NULL);
     raise(SIGKILL);
   }
-  if ((int64_t)step == fault.stop_step) {
+  if ((int64_t)step == fault.s.stop_step) {
     FTC_WARN(FTC_SUB_RECOVERY, "fault injection: stopping this process at step %llu",
              (unsigned long long)step);
     fflush(NULL);
     raise(SIGSTOP);
   }
-  if (fault.slow_ms > 0) sleep_ms(fault.slow_ms);
+  if (fault.s.slow_ms > 0) sleep_ms(fault.s.slow_ms);
 }
 
 void ftc__fault_recover(uint64_t n) {
-  if ((int64_t)n == fault.rkill) {
+  if ((int64_t)n == fault.s.rkill) {
     FTC_WARN(FTC_SUB_RECOVERY, "fault injection: killing this process in recovery %llu",
              (unsigned long long)n);
     fflush(NULL);
@@ -145,7 +179,7 @@ void ftc__fault_recover(uint64_t n) {
 }
 
 void ftc__fault_join(void) {
-  if (fault.jkill) {
+  if (fault.s.jkill) {
     FTC_WARN(FTC_SUB_RECOVERY, "fault injection: killing this joiner after its admission");
     fflush(NULL);
     raise(SIGKILL);
@@ -154,15 +188,15 @@ void ftc__fault_join(void) {
 
 void ftc__fault_coll(ftc_comm_t *comm, uint64_t seq) {
   int zero = 0;
-  if ((int64_t)seq == fault.delay_seq &&
+  if ((int64_t)seq == fault.s.delay_seq &&
       __atomic_compare_exchange_n(&fault.delay_done, &zero, 1, 0, __ATOMIC_ACQ_REL,
                                   __ATOMIC_ACQUIRE)) {
     FTC_WARN(FTC_SUB_RECOVERY, "fault injection: delaying collective #%llu by %lld ms",
-             (unsigned long long)seq, (long long)fault.delay_ms);
-    sleep_ms(fault.delay_ms);
+             (unsigned long long)seq, (long long)fault.s.delay_ms);
+    sleep_ms(fault.s.delay_ms);
   }
   zero = 0;
-  if ((int64_t)seq == fault.drop_seq && comm->size > 1 &&
+  if ((int64_t)seq == fault.s.drop_seq && comm->size > 1 &&
       __atomic_compare_exchange_n(&fault.drop_done, &zero, 1, 0, __ATOMIC_ACQ_REL,
                                   __ATOMIC_ACQUIRE)) {
     /* The partner of the first exchange of recursive doubling: a peer the
@@ -178,7 +212,7 @@ void ftc__fault_coll(ftc_comm_t *comm, uint64_t seq) {
 
 ftc_status_t ftc__fault_coll_done(ftc_comm_t *comm, uint64_t seq) {
   int zero = 0;
-  if ((int64_t)seq != fault.giveup_seq ||
+  if ((int64_t)seq != fault.s.giveup_seq ||
       !__atomic_compare_exchange_n(&fault.giveup_done, &zero, 1, 0, __ATOMIC_ACQ_REL,
                                    __ATOMIC_ACQUIRE))
     return FTC_OK;
@@ -188,8 +222,8 @@ ftc_status_t ftc__fault_coll_done(ftc_comm_t *comm, uint64_t seq) {
 }
 
 void ftc__fault_dump_write(void) {
-  if (fault.dump_write_ms <= 0) return;
+  if (fault.s.dump_write_ms <= 0) return;
   FTC_WARN(FTC_SUB_RECOVERY, "fault injection: delaying a dump write by %lld ms",
-           (long long)fault.dump_write_ms);
-  sleep_ms(fault.dump_write_ms);
+           (long long)fault.s.dump_write_ms);
+  sleep_ms(fault.s.dump_write_ms);
 }
