@@ -34,7 +34,7 @@ secs=${FUZZ_SECONDS:-60}
 jobs=${FUZZ_JOBS:-1}
 out=build/fuzz
 mkdir -p "$out/crashes" "$out/logs"
-[ $# -gt 0 ] || set -- proto hello env trace jobspec fault log
+[ $# -gt 0 ] || set -- proto hello env trace jobspec fault log coord
 
 run_one() {
   local t=$1 bin=$out/bin/fuzz_$1 log=$out/logs/$1.log

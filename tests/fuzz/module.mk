@@ -11,7 +11,7 @@
 # A target names the sources it links: the runtime (libftcomm's, as an
 # archive), ftcomm-trace's readers, or the controller's.
 fuzz_comma := ,
-FUZZ_TARGETS_ALL := proto hello env trace jobspec fault log
+FUZZ_TARGETS_ALL := proto hello env trace jobspec fault log coord
 FUZZ_SAN_DIR := build/fuzz-san
 FUZZ_CLANG_DIR := build/fuzz
 FUZZ_CLANG ?= clang-14
@@ -38,7 +38,7 @@ $(1)/lib/libftcomm.a: $$(FUZZ_RT_SRCS:%.c=$(1)/obj/%.o)
 	$$(say) AR $$@
 	$$(Q)rm -f $$@ && $$(AR) rcs $$@ $$^
 
-$(1)/bin/fuzz_proto $(1)/bin/fuzz_hello $(1)/bin/fuzz_env $(1)/bin/fuzz_fault $(1)/bin/fuzz_log: $(1)/bin/fuzz_%: $(1)/obj/tests/fuzz/fuzz_%.o $(5) $(1)/lib/libftcomm.a
+$(1)/bin/fuzz_proto $(1)/bin/fuzz_hello $(1)/bin/fuzz_env $(1)/bin/fuzz_fault $(1)/bin/fuzz_log $(1)/bin/fuzz_coord: $(1)/bin/fuzz_%: $(1)/obj/tests/fuzz/fuzz_%.o $(5) $(1)/lib/libftcomm.a
 	@mkdir -p $$(dir $$@)
 	$$(say) LD $$@
 	$$(Q)$(2) -o $$@ $$^ $$(LDFLAGS_ALL) $(4) $$(FUZZ_LIBS)

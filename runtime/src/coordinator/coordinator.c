@@ -181,9 +181,18 @@ static void publish_stats(ftc__coord_t *co) {
 
 /* ---- sending ---- */
 
-static void kill_session(session_t *s) {
-  lws_set_timeout(s->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+/* A session without a connection (wsi NULL) is an offline coordinator's
+ * (ftc__coord_offline_*): what it is sent stays queued, and closing it is
+ * its owner's call. */
+static void session_timeout(session_t *s, enum pending_timeout why, int secs) {
+  if (s->wsi) lws_set_timeout(s->wsi, why, secs);
 }
+
+static void session_writable(session_t *s) {
+  if (s->wsi) lws_callback_on_writable(s->wsi);
+}
+
+static void kill_session(session_t *s) { session_timeout(s, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC); }
 
 /* Queue a message (reference stolen) on a session and ask for a writeable
  * callback; with close_after the session closes once it is written. */
@@ -206,7 +215,7 @@ static void send_msg(session_t *s, json_t *msg, int close_after) {
     return;
   }
   ftc__frameq_push(&s->outq, f);
-  lws_callback_on_writable(s->wsi);
+  session_writable(s);
 }
 
 /* Refuse what a peer sent: log why, send an error, close the session. */
@@ -226,7 +235,7 @@ static void refuse(ftc__coord_t *co, session_t *s, ftc__perr_t code, const char 
            s->m ? " (a member)" : "", ftc__perr_name(code), reason);
   /* A peer that never reads must not hold the session open (set first: a
    * failing send_msg kills the session at once instead). */
-  lws_set_timeout(s->wsi, PENDING_TIMEOUT_USER_OK, 5);
+  session_timeout(s, PENDING_TIMEOUT_USER_OK, 5);
   send_msg(s, ftc__proto_error(code, reason), 1);
 }
 
@@ -532,7 +541,7 @@ static void maybe_form_epoch(ftc__coord_t *co) {
     }
     memcpy(c, f, sizeof(*c) + LWS_PRE + f->len);
     ftc__frameq_push(&s->outq, c);
-    lws_callback_on_writable(s->wsi);
+    session_writable(s);
   }
   ftc__free(f);
 }
@@ -544,7 +553,7 @@ static void exclude_member(ftc__coord_t *co, member_t *m, ftc__perr_t code, cons
   drop_member(co, m, 0, why);
   if (s) {
     s->refused = 1;
-    lws_set_timeout(s->wsi, PENDING_TIMEOUT_USER_OK, 5);
+    session_timeout(s, PENDING_TIMEOUT_USER_OK, 5);
     send_msg(s, ftc__proto_error(code, why), 1);
   }
 }
@@ -585,7 +594,7 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
       back->last_seen_ns = ftc__now_ns();
       snprintf(back->host, sizeof(back->host), "%s", h->pod ? h->pod : h->host ? h->host : "");
       co->stats_dirty = 1;
-      lws_set_timeout(s->wsi, NO_PENDING_TIMEOUT, 0);
+      session_timeout(s, NO_PENDING_TIMEOUT, 0);
       FTC_INFO(FTC_SUB_COORD, "job %s: slot %d (member %llu) reconnected from %s at epoch %llu",
                co->job, back->slot, (unsigned long long)back->id, s->peer,
                (unsigned long long)h->known_epoch);
@@ -647,7 +656,7 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
   s->m = m;
   add_member(co, m);
   co->stats_dirty = 1;
-  lws_set_timeout(s->wsi, NO_PENDING_TIMEOUT, 0);
+  session_timeout(s, NO_PENDING_TIMEOUT, 0);
   FTC_INFO(FTC_SUB_COORD, "job %s: slot %d joined as member %llu from %s%s%s (data %s, %s)",
            co->job, m->slot, (unsigned long long)m->id, m->host[0] ? m->host : "",
            m->host[0] ? " at " : "", s->peer, m->addr, h->joiner ? "joiner" : "initial");
@@ -662,6 +671,7 @@ static void judge_suspects(ftc__coord_t *co, int64_t now);
  * process died: end of stream or reset), before lws got to its close. */
 static int session_gone(const member_t *m) {
   if (!m->sess) return 1;
+  if (!m->sess->wsi) return 0; /* offline: open until closed */
   struct pollfd p = {lws_get_socket_fd(m->sess->wsi), POLLRDHUP, 0};
   return p.fd >= 0 && poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
@@ -1060,8 +1070,7 @@ static void run_commands(ftc__coord_t *co) {
   }
 }
 
-static void on_tick(lws_sorted_usec_list_t *sul) {
-  ftc__coord_t *co = lws_container_of(sul, ftc__coord_t, tick);
+static void tick(ftc__coord_t *co) {
   int64_t now = ftc__now_ns();
   int dropped = 0;
   for (int i = 0; i < co->nmembers; i++) {
@@ -1097,6 +1106,11 @@ static void on_tick(lws_sorted_usec_list_t *sul) {
   }
   if (co->formed) judge_suspects(co, now);
   if (co->stats_dirty) publish_stats(co);
+}
+
+static void on_tick(lws_sorted_usec_list_t *sul) {
+  ftc__coord_t *co = lws_container_of(sul, ftc__coord_t, tick);
+  tick(co);
   int tick_ms = co->heartbeat_ms < TICK_MS_MAX ? co->heartbeat_ms : TICK_MS_MAX;
   lws_sul_schedule(co->ctx, 0, &co->tick, on_tick, (lws_usec_t)tick_ms * 1000);
 }
@@ -1121,6 +1135,20 @@ static void session_closed(ftc__coord_t *co, member_t *m) {
   maybe_form_epoch(co);
 }
 
+/* The session closed: its member (if any) is told, its buffers freed. */
+static void session_end(ftc__coord_t *co, session_t *s) {
+  if (s->m && !co->stopping) {
+    session_closed(co, s->m);
+  } else if (s->m) {
+    s->m->sess = NULL;
+  }
+  ftc__frameq_clear(&s->outq);
+  ftc__free(s->rx);
+  dump_free(s->dump);
+  s->rx = NULL;
+  s->dump = NULL;
+}
+
 static int coord_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
                           void *in, size_t len) {
   struct lws_context *ctx = lws_get_context(wsi);
@@ -1143,18 +1171,7 @@ static int coord_callback(struct lws *wsi, enum lws_callback_reasons reason, voi
       break;
     case LWS_CALLBACK_RECEIVE: rc = on_receive(co, s, in, len); break;
     case LWS_CALLBACK_SERVER_WRITEABLE: rc = on_writeable(s); break;
-    case LWS_CALLBACK_CLOSED:
-      if (s->m && !co->stopping) {
-        session_closed(co, s->m);
-      } else if (s->m) {
-        s->m->sess = NULL;
-      }
-      ftc__frameq_clear(&s->outq);
-      ftc__free(s->rx);
-      dump_free(s->dump);
-      s->rx = NULL;
-      s->dump = NULL;
-      break;
+    case LWS_CALLBACK_CLOSED: session_end(co, s); break;
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
       if (co && !co->stopping) run_commands(co);
       break;
@@ -1181,7 +1198,8 @@ static void free_config(ftc__coord_t *co) {
   ftc__free(co->dump_dir);
 }
 
-ftc_status_t ftc__coord_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out) {
+/* A coordinator's state from cfg, without a context or a thread. */
+static ftc_status_t coord_new(const ftc__coord_cfg_t *cfg, ftc__coord_t **out) {
   ftc_status_t st = FTC_OK;
   int64_t v;
   *out = NULL;
@@ -1225,7 +1243,20 @@ ftc_status_t ftc__coord_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out) 
    * ever hands out ids per microsecond of its coordinator's life). */
   co->next_id = cfg->member_id_base ? cfg->member_id_base : (uint64_t)(ftc__wall_ns() / 1000);
   pthread_mutex_init(&co->lock, NULL);
+  *out = co;
+  return FTC_OK;
 
+out_free_config:
+  free_config(co);
+  ftc__free(co);
+  return st;
+}
+
+ftc_status_t ftc__coord_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out) {
+  ftc_status_t st = FTC_OK;
+  *out = NULL;
+  ftc__coord_t *co;
+  if ((st = coord_new(cfg, &co)) != FTC_OK) return st;
   co->protocols[0] = (struct lws_protocols){
       .name = FTC__PROTO_WS_NAME,
       .callback = coord_callback,
@@ -1282,7 +1313,6 @@ out_destroy_context:
 out_destroy_lock:
   ftc__free(co->pub_view.members);
   pthread_mutex_destroy(&co->lock);
-out_free_config:
   free_config(co);
   ftc__free(co);
   return st;
@@ -1370,6 +1400,8 @@ out_no_memory:
   return ftc__error(FTC_ERR_NO_MEMORY, "out of memory queueing a lost slot");
 }
 
+static void coord_free(ftc__coord_t *co);
+
 void ftc__coord_destroy(ftc__coord_t *co) {
   if (!co) return;
   __atomic_store_n(&co->stop, 1, __ATOMIC_RELEASE);
@@ -1377,6 +1409,11 @@ void ftc__coord_destroy(ftc__coord_t *co) {
   pthread_join(co->thread, NULL);
   co->stopping = 1;
   lws_context_destroy(co->ctx);
+  coord_free(co);
+}
+
+/* What coord_new and the sessions left: the members, epochs, commands. */
+static void coord_free(ftc__coord_t *co) {
   for (int i = 0; i < co->nmembers; i++) ftc__free(co->members[i]);
   ftc__free(co->members);
   ftc__free(co->view);
@@ -1395,4 +1432,65 @@ void ftc__coord_destroy(ftc__coord_t *co) {
   pthread_mutex_destroy(&co->lock);
   free_config(co);
   ftc__free(co);
+}
+
+/* ---- offline: no network, no thread (the fuzz target) ---- */
+
+ftc_status_t ftc__coord_offline_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out) {
+  ftc_status_t st = coord_new(cfg, out);
+  if (st == FTC_OK) publish_stats(*out);
+  return st;
+}
+
+ftc__coord_session_t *ftc__coord_offline_open(ftc__coord_t *co, const char *peer) {
+  (void)co;
+  session_t *s = ftc__calloc(1, sizeof(*s));
+  if (s) snprintf(s->peer, sizeof(s->peer), "%s", peer ? peer : "offline");
+  return (ftc__coord_session_t *)s;
+}
+
+int ftc__coord_offline_receive(ftc__coord_t *co, ftc__coord_session_t *sess, const char *text,
+                               size_t len) {
+  session_t *s = (session_t *)sess;
+  if (s->refused) return 0;
+  if (len > FTC__PROTO_MAX_RANK_MSG) {
+    refuse(co, s, FTC__PERR_TOO_LARGE, "a message of more than %d bytes", FTC__PROTO_MAX_RANK_MSG);
+    return 0;
+  }
+  int rc = handle_message(co, s, text, len);
+  if (co->stats_dirty) publish_stats(co);
+  return rc < 0 || s->refused ? -1 : 0;
+}
+
+size_t ftc__coord_offline_sent(ftc__coord_session_t *sess, char *buf, size_t len, int *close_after) {
+  session_t *s = (session_t *)sess;
+  ftc__frame_t *f = ftc__frameq_pop(&s->outq);
+  if (!f) return 0;
+  size_t n = f->len < len ? f->len : len;
+  memcpy(buf, f->buf + LWS_PRE, n);
+  *close_after = f->close_after;
+  n = f->len;
+  ftc__free(f);
+  return n;
+}
+
+void ftc__coord_offline_tick(ftc__coord_t *co) {
+  run_commands(co);
+  tick(co);
+}
+
+void ftc__coord_offline_close(ftc__coord_t *co, ftc__coord_session_t *sess) {
+  session_t *s = (session_t *)sess;
+  if (!s) return;
+  session_end(co, s); /* co is not touched once the session has no member */
+  if (co && co->stats_dirty && !co->stopping) publish_stats(co);
+  ftc__free(s);
+}
+
+void ftc__coord_offline_destroy(ftc__coord_t *co) {
+  if (!co) return;
+  co->stopping = 1;
+  for (int i = 0; i < co->nmembers; i++) /* their sessions are the caller's, closed or not */
+    if (co->members[i]->sess) co->members[i]->sess->m = NULL;
+  coord_free(co);
 }

@@ -125,4 +125,23 @@ ftc_status_t ftc__coord_slot_lost(ftc__coord_t *co, int slot, const char *reason
  * NULL is a no-op. */
 void ftc__coord_destroy(ftc__coord_t *co);
 
+/* Offline: the same coordinator in-process, without a network or a thread,
+ * for the fuzz target (tests/fuzz/fuzz_coord.c). The caller is the service
+ * thread: it opens sessions, hands each one whole messages, reads back what
+ * each was sent, closes them, and ticks the clock's checks (heartbeat
+ * timeouts, the evidence rule, queued commands). Sessions are freed by
+ * offline_close; offline_destroy leaves those still open to the caller,
+ * who closes them after it with co NULL (they have no member then). */
+typedef struct ftc__coord_session ftc__coord_session_t;
+ftc_status_t ftc__coord_offline_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out);
+ftc__coord_session_t *ftc__coord_offline_open(ftc__coord_t *co, const char *peer);
+/* -1: the coordinator closes the session (it refused it, or it left). */
+int ftc__coord_offline_receive(ftc__coord_t *co, ftc__coord_session_t *s, const char *text,
+                               size_t len);
+/* The oldest message queued for s into buf (cut at len): its length, 0 none. */
+size_t ftc__coord_offline_sent(ftc__coord_session_t *s, char *buf, size_t len, int *close_after);
+void ftc__coord_offline_tick(ftc__coord_t *co);
+void ftc__coord_offline_close(ftc__coord_t *co, ftc__coord_session_t *s);
+void ftc__coord_offline_destroy(ftc__coord_t *co);
+
 #endif
