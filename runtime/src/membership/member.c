@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "ftc_addr.h"
@@ -198,8 +199,14 @@ static int fd_table_size(void) {
 
 int ftc__member_exit_slot(int above) {
   struct pollfd p[EXIT_FD_BATCH];
+  struct rlimit rl;
+  int size = fd_table_size();
+  /* A slot at or past the descriptor limit is refused by F_DUPFD (the table
+   * can be larger: under valgrind it holds the tool's own descriptors). */
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (rlim_t)size > rl.rlim_cur)
+    size = (int)rl.rlim_cur;
   if (above < -1) above = -1;
-  for (int hi = fd_table_size(); hi > above + 1;) {
+  for (int hi = size; hi > above + 1;) {
     int lo = hi - EXIT_FD_BATCH > above + 1 ? hi - EXIT_FD_BATCH : above + 1;
     for (int i = 0; i < hi - lo; i++) p[i] = (struct pollfd){lo + i, 0, 0};
     int rc = poll(p, (nfds_t)(hi - lo), 0);
