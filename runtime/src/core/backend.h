@@ -81,6 +81,7 @@ typedef struct ftc__backend_ops {
   void (*mark_left)(void *h, int rank);       /* the peer said goodbye */
   int (*peer_left)(const void *h, int rank);
   void (*note_failed_peer)(void *h, int rank); /* the idle watch saw it close */
+  void (*mark_ended)(void *h, int rank);       /* ... during a run (optional) */
   void (*drop_peer)(void *h, int rank);        /* fault injection */
   /* Optional: spare connections made between collectives for the next
    * epoch (see ftc__tcp_spare_poll), driven by the idle progress thread:

@@ -72,6 +72,7 @@ static void comm_free(ftc_comm_t *c) {
   if (c->listen_fd >= 0) close(c->listen_fd);
   if (c->wake_fd >= 0) close(c->wake_fd);
   if (c->wd_fd >= 0) close(c->wd_fd);
+  if (c->intr_fd >= 0) close(c->intr_fd);
   view_copy_free(c->view);
   view_copy_free(c->prev_view);
   pthread_mutex_destroy(&c->wd_cap_mu);
@@ -109,6 +110,7 @@ static ftc_status_t comm_new(const ftc_config_t *cfg_in, ftc_comm_t **out) {
   c->listen_fd = -1;
   c->wake_fd = -1;
   c->wd_fd = -1;
+  c->intr_fd = -1;
   pthread_mutex_init(&c->lock, NULL);
   pthread_mutex_init(&c->wd_mu, NULL);
   pthread_mutex_init(&c->wd_cap_mu, NULL);
@@ -134,7 +136,9 @@ static ftc_status_t comm_new(const ftc_config_t *cfg_in, ftc_comm_t **out) {
   c->joiner_pending = cfg.joiner == 1;
   c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   c->wd_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (c->wake_fd < 0 || c->wd_fd < 0) {
+  c->intr_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  c->tcfg.intr_fd = &c->intr_fd;
+  if (c->wake_fd < 0 || c->wd_fd < 0 || c->intr_fd < 0) {
     st = ftc__error(FTC_ERR_SYSTEM, "eventfd: %s", strerror(errno));
     goto out_free;
   }
@@ -211,6 +215,12 @@ ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view) {
   pthread_mutex_lock(&comm->lock);
   void *old = comm->bh;
   ftc__view_t *old_view = comm->view;
+  /* A quiet failure's sockets (comm_stop_locked) are shut now if this view
+   * does not drop the member blamed for a failure: some peer may still
+   * wait on this rank, which only a FIN from here would release (a
+   * connection broken between two live ranks). */
+  int shut_old = !comm->quiet || !ftc__comm_quiet_covered_locked(comm, view);
+  comm->quiet = 0;
   comm->bh = bh;
   comm->view = copy; /* swapped under the lock: the watchdog reads it */
   pthread_mutex_unlock(&comm->lock);
@@ -223,12 +233,14 @@ ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view) {
    * epoch's sockets are shut already (be->interrupt at the failure: its
    * peers have seen them end); closing them is CPU that every survivor
    * would spend while the others still move (a close each, 2 per peer), so
-   * on TCP they are closed then too. */
+   * on TCP they are closed then too. A quiet failure's are not shut at all
+   * when the coordinator's view covers it: the peers left them as this
+   * rank does. */
   if (comm->retired) comm->be->close(comm->retired, comm->retired_planned);
   comm->retired = NULL;
   int planned = old && !__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
   if (old && comm->be == &ftc__backend_tcp) {
-    if (!planned) comm->be->interrupt(old); /* (shut at the failure; no-op calls then) */
+    if (!planned && shut_old) comm->be->interrupt(old); /* (a no-op if shut at the failure) */
     comm->retired = old;
     comm->retired_planned = planned;
   } else if (old) {
@@ -392,18 +404,64 @@ out_free:
   return st;
 }
 
+/* How long a quiet failure's sockets stay open at most when no view drops
+ * the member it blames (a broken connection between two live ranks, whose
+ * other peers see nothing): then the watchdog shuts them, as a loud
+ * failure does at once. */
+#define QUIET_SHUT_NS (50 * 1000000LL)
+
+/* Stop this epoch's runs (comm->lock held, comm->interrupt set). A loud
+ * stop shuts every socket: the running collective wakes and so does every
+ * peer blocked on this rank (2 FINs per peer, each running the peer's
+ * loopback receive path here and waking its threads). A quiet one, for a
+ * failure its peers see for themselves, wakes only this process's runs
+ * (comm->intr_fd): on a crash every survivor has a connection to the
+ * victim that the kernel closed, its progress thread watches it (engine.c,
+ * idle_wait), and the coordinator's view drops the victim and revokes the
+ * epoch of those that did not see it (recover.c, wd_view); shut at every
+ * survivor, most of those FINs only wake threads that already know, on
+ * CPUs the recovery needs (docs/recovery.md, "Benchmark"). The sockets of a
+ * quiet failure are shut later if the failure turns out not to be seen by
+ * all: the watchdog after QUIET_SHUT_NS without a view that drops the
+ * member, or the move to a view that keeps it (comm_connect_view). */
+static void comm_stop_locked(ftc_comm_t *comm, int quiet_rank) {
+  if (!comm->bh) return;
+  int can_quiet = quiet_rank >= 0 && comm->member && comm->be == &ftc__backend_tcp &&
+                  comm->view && quiet_rank < comm->view->size;
+  if (can_quiet) {
+    if (!comm->quiet) {
+      comm->quiet = 1;
+      comm->quiet_member = comm->view->members[quiet_rank].member_id;
+      comm->quiet_until_ns = ftc__now_ns() + QUIET_SHUT_NS;
+    }
+    uint64_t one = 1;
+    ssize_t w = write(comm->intr_fd, &one, sizeof(one));
+    (void)w;
+    return;
+  }
+  comm->be->interrupt(comm->bh);
+  comm->quiet = 0;
+}
+
 void ftc__comm_fail(ftc_comm_t *comm, ftc_status_t why, const char *detail) {
+  ftc__comm_fail_quiet(comm, why, detail, -1);
+}
+
+void ftc__comm_fail_quiet(ftc_comm_t *comm, ftc_status_t why, const char *detail, int quiet_rank) {
   int expected = 0;
   int first = __atomic_compare_exchange_n(&comm->error, &expected, (int)why, 0, __ATOMIC_ACQ_REL,
                                           __ATOMIC_ACQUIRE);
   /* The peers first: shut this epoch's sockets before anything that wakes
    * another thread (the log line's pipe, the report, the watchdog), which
-   * on a crowded host may take this thread's CPU before it gets here. */
+   * on a crowded host may take this thread's CPU before it gets here. The
+   * first stop decides: a run stopped by it returns its status here again,
+   * already handled (the watchdog shuts a quiet stop's sockets later if no
+   * view covers it). */
   expected = 0;
-  __atomic_compare_exchange_n(&comm->interrupt, &expected, (int)why, 0, __ATOMIC_ACQ_REL,
-                              __ATOMIC_ACQUIRE);
+  int stopper = __atomic_compare_exchange_n(&comm->interrupt, &expected, (int)why, 0,
+                                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
   pthread_mutex_lock(&comm->lock);
-  if (comm->bh) comm->be->interrupt(comm->bh);
+  if (stopper) comm_stop_locked(comm, quiet_rank);
   pthread_mutex_unlock(&comm->lock);
   if (first) {
     FTC_WARN(FTC_SUB_COLL, "epoch %llu failed: %s: %s", (unsigned long long)comm->epoch,
@@ -418,7 +476,8 @@ void ftc__comm_fail(ftc_comm_t *comm, ftc_status_t why, const char *detail) {
   }
 }
 
-int ftc__comm_fail_epoch(ftc_comm_t *comm, uint64_t epoch, ftc_status_t why, const char *detail) {
+int ftc__comm_fail_epoch(ftc_comm_t *comm, uint64_t epoch, ftc_status_t why, const char *detail,
+                         int quiet_rank) {
   pthread_mutex_lock(&comm->lock);
   if (__atomic_load_n(&comm->recovering, __ATOMIC_ACQUIRE) ||
       __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE) != epoch) {
@@ -429,9 +488,9 @@ int ftc__comm_fail_epoch(ftc_comm_t *comm, uint64_t epoch, ftc_status_t why, con
   int first = __atomic_compare_exchange_n(&comm->error, &expected, (int)why, 0, __ATOMIC_ACQ_REL,
                                           __ATOMIC_ACQUIRE);
   expected = 0;
-  __atomic_compare_exchange_n(&comm->interrupt, &expected, (int)why, 0, __ATOMIC_ACQ_REL,
-                              __ATOMIC_ACQUIRE);
-  if (comm->bh) comm->be->interrupt(comm->bh);
+  int stopper = __atomic_compare_exchange_n(&comm->interrupt, &expected, (int)why, 0,
+                                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  if (stopper) comm_stop_locked(comm, quiet_rank);
   pthread_mutex_unlock(&comm->lock);
   if (first) {
     FTC_WARN(FTC_SUB_COLL, "epoch %llu failed: %s: %s", (unsigned long long)epoch, ftc_strerror(why),

@@ -64,6 +64,13 @@ struct ftc_comm {
   int connect_timeout_ms;  /* for be->connect: the configured one, less during a recovery */
   ftc_rec_t *rec;
   int interrupt;          /* atomic status; nonzero stops a running collective */
+  int intr_fd;            /* eventfd a TCP run also polls: a quiet failure's wake-up (tcfg.intr_fd) */
+  int quiet;              /* under lock: the epoch failed quietly (its sockets are not shut;
+                           * comm.c, comm_stop_locked): its peers see quiet_member's end for
+                           * themselves, or the coordinator's view drops it; 1 until a view
+                           * did (2: they stay open until closed) or the watchdog shut them (0) */
+  uint64_t quiet_member;  /* under lock: ... the member of the failed epoch it blames */
+  int64_t quiet_until_ns; /* under lock: the watchdog shuts them then if no view dropped it */
   int settled;            /* atomic: the epoch is in use (engine.c, SETTLE_COLLECTIVES) */
   int settling;           /* collectives completed in the epoch before that (data-plane owner) */
   int spares;             /* FTCOMM_SPARE_CONNECTIONS: make spare connections for the next epoch */
@@ -113,13 +120,24 @@ struct ftc_comm {
 ftc_status_t ftc__comm_create_from_view(const ftc_config_t *cfg, const ftc__view_t *view,
                                         int listen_fd, ftc_comm_t **out);
 /* Mark the epoch failed with `why` (first failure wins), stop the running
- * collective and shut the sockets so reachable peers fail fast too. */
+ * collective and shut the sockets so reachable peers fail fast too; or,
+ * with quiet_rank >= 0 on a communicator with a coordinator session over
+ * TCP, a failure that every peer sees for itself (rank quiet_rank's
+ * connection ended: a crash closes every one of them; or the coordinator
+ * dropped it), stop only this process's runs (comm.c, comm_stop_locked). */
 void ftc__comm_fail(ftc_comm_t *comm, ftc_status_t why, const char *detail);
+void ftc__comm_fail_quiet(ftc_comm_t *comm, ftc_status_t why, const char *detail, int quiet_rank);
 /* The same for a revoke of `epoch` decided earlier (the watchdog's): nothing
  * (0) once that epoch is not the current one or a recovery has started, whose
  * connect cleared comm->interrupt; the test and the interrupt are one step
  * under comm->lock, under which the recovery raises comm->recovering. */
-int ftc__comm_fail_epoch(ftc_comm_t *comm, uint64_t epoch, ftc_status_t why, const char *detail);
+int ftc__comm_fail_epoch(ftc_comm_t *comm, uint64_t epoch, ftc_status_t why, const char *detail,
+                         int quiet_rank);
+/* Whether a quiet failure of the current epoch is covered by `view`, a
+ * later one: it leaves out the member blamed, dropped for a failure, so
+ * every peer revokes at that view (recover.c, wd_view) if it has not seen
+ * the end itself. Under comm->lock. */
+int ftc__comm_quiet_covered_locked(ftc_comm_t *comm, const ftc__view_t *view);
 /* The status a new collective gets: FTC_OK, FTC_ERR_REVOKED or FTC_ERR_ABORTED. */
 ftc_status_t ftc__comm_gate(ftc_comm_t *comm);
 /* Replace the data plane with one for `view` (a later epoch): runs on the

@@ -99,6 +99,17 @@ static uint64_t next_seq_locked(ftc_comm_t *comm, const ftc__op_t *op) {
   return ++comm->seq;
 }
 
+/* The rank whose connection ended, if a run's failure st is one that its
+ * other peers see for themselves (ftc__comm_fail_quiet), else -1: a peer
+ * lost, not one that left (a goodbye: the coordinator revokes nobody for
+ * it). On the thread that owns the data plane. */
+static int quiet_rank_of(ftc_comm_t *comm, ftc_status_t st) {
+  if (st != FTC_ERR_PEER_LOST || !comm->bh) return -1;
+  int peer = comm->be->failed_peer(comm->bh);
+  if (peer < 0 || (comm->be->peer_left && comm->be->peer_left(comm->bh, peer))) return -1;
+  return peer;
+}
+
 /* Collective op #seq failed with st: fail the epoch, saying which one. */
 static void fail_op(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq, ftc_status_t st) {
   char detail[384];
@@ -107,7 +118,7 @@ static void fail_op(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq, ftc_sta
   snprintf(detail, sizeof(detail), "%s #%llu (%zu x %s%s%s) on rank %d: %s", ftc_rec_op_name(op->coll),
            (unsigned long long)seq, op->count, ftc_dtype_name(op->dtype), red ? " " : "",
            red ? ftc_op_name(op->op) : "", comm->rank, ftc_last_error());
-  ftc__comm_fail(comm, st, detail);
+  ftc__comm_fail_quiet(comm, st, detail, quiet_rank_of(comm, st));
   ftc__error(st, "%s", detail);
 }
 
@@ -161,7 +172,7 @@ static ftc_status_t execute_p2p(ftc_comm_t *comm, p2p_batch_t *b, const ftc__op_
     char detail[384];
     snprintf(detail, sizeof(detail), "%d send/recv operation(s) from #%llu on rank %d: %s", b->n,
              (unsigned long long)b->reqs[0]->seq, comm->rank, ftc_last_error());
-    ftc__comm_fail(comm, st, detail);
+    ftc__comm_fail_quiet(comm, st, detail, quiet_rank_of(comm, st));
     ftc__error(st, "%s", detail);
   }
   for (int i = 0; i < b->n; i++) ftc__record_end(comm, b->reqs[i]->rec_id, st);
@@ -283,6 +294,9 @@ ftc_status_t ftc__comm_rebuild(ftc_comm_t *comm, const ftc__view_t *view) {
 
 /* On the progress thread, between collectives: new transport, clean state. */
 static ftc_status_t do_rebuild(ftc_comm_t *comm, const ftc__view_t *view) {
+  uint64_t v; /* a quiet stop's wake-up (comm.c), read before the status is cleared */
+  ssize_t r = read(comm->intr_fd, &v, sizeof(v));
+  (void)r;
   __atomic_store_n(&comm->interrupt, 0, __ATOMIC_RELEASE);
   ftc_status_t st = ftc__comm_connect_view(comm, view);
   if (st != FTC_OK) {
@@ -413,14 +427,23 @@ static void idle_wait(ftc_comm_t *comm, unsigned char *ignore, int nignore) {
     ignore[rank] = 1;
     pthread_mutex_lock(&comm->lock);
     int busy = comm->busy;
+    /* The running collective sees it itself if it reads from that peer; if
+     * it waits on another one (a peer that failed quietly, core/comm.c:
+     * with a coordinator session), the backend tells it (be->mark_ended):
+     * it fails as having read the end, inside the collective, as the ranks
+     * that did read it. Without quiet failures every failing peer shuts
+     * its sockets, and a collective that has all it needs from a peer that
+     * is ahead (it completed, then failed) completes, as before. */
+    if (busy && comm->member && comm->be->mark_ended) comm->be->mark_ended(comm->bh, rank);
     pthread_mutex_unlock(&comm->lock);
-    if (busy) continue; /* the running collective sees it itself */
+    if (busy) continue;
     char detail[128];
     snprintf(detail, sizeof(detail), "rank %d closed its connection between collectives", rank);
     pthread_mutex_lock(&comm->lock);
     comm->be->note_failed_peer(comm->bh, rank);
     pthread_mutex_unlock(&comm->lock);
-    ftc__comm_fail(comm, FTC_ERR_PEER_LOST, detail);
+    /* Quiet (comm.c): every peer of a crashed rank sees its end itself. */
+    ftc__comm_fail_quiet(comm, FTC_ERR_PEER_LOST, detail, rank);
   }
 }
 

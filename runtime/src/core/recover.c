@@ -797,9 +797,51 @@ static void wd_view(ftc_comm_t *comm, uint64_t *checked) {
     char detail[160];
     snprintf(detail, sizeof(detail), "the coordinator announced epoch %llu without rank %d",
              (unsigned long long)v->epoch, gone);
-    ftc__comm_fail_epoch(comm, epoch, FTC_ERR_REVOKED, detail);
+    /* Quiet (comm.c): every survivor revokes at this view, or has seen the
+     * member's end itself. */
+    ftc__comm_fail_epoch(comm, epoch, FTC_ERR_REVOKED, detail, gone);
   }
   ftc__view_free(v);
+}
+
+int ftc__comm_quiet_covered_locked(ftc_comm_t *comm, const ftc__view_t *view) {
+  if (comm->quiet == 2) return 1;
+  return comm->quiet == 1 && comm->member && !view_has(view, comm->quiet_member) &&
+         dropped_failed(comm->member, comm->quiet_member);
+}
+
+/* A quiet failure (comm.c, comm_stop_locked) left this epoch's sockets
+ * open: once a view covers it they stay so (the move closes them after the
+ * next epoch settled); else at its deadline they are shut, as a loud
+ * failure's are at once, for the peers that see nothing of it. Returns
+ * the nanoseconds to that deadline, 0 when none is pending. */
+static int64_t wd_quiet(ftc_comm_t *comm) {
+  int64_t left = 0;
+  ftc__view_t *v = NULL;
+  uint64_t epoch = __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
+  pthread_mutex_lock(&comm->lock);
+  int pending = comm->quiet == 1;
+  pthread_mutex_unlock(&comm->lock);
+  if (!pending) return 0;
+  if (comm->member && ftc__member_latest_epoch(comm->member) > epoch)
+    (void)ftc__member_wait_view(comm->member, epoch, 0, &v);
+  pthread_mutex_lock(&comm->lock);
+  if (comm->quiet == 1 && __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE) == epoch) {
+    if (v && ftc__comm_quiet_covered_locked(comm, v)) {
+      comm->quiet = 2;
+    } else if ((left = comm->quiet_until_ns - ftc__now_ns()) <= 0) {
+      FTC_INFO(FTC_SUB_RECOVERY,
+               "epoch %llu failed quietly and no view dropped the member blamed; shutting its "
+               "connections",
+               (unsigned long long)epoch);
+      if (comm->bh) comm->be->interrupt(comm->bh);
+      comm->quiet = 0;
+      left = 0;
+    }
+  }
+  pthread_mutex_unlock(&comm->lock);
+  ftc__view_free(v);
+  return left;
 }
 
 static void *watchdog_main(void *arg) {
@@ -811,10 +853,11 @@ static void *watchdog_main(void *arg) {
   /* Twice the coordinator's evidence time (docs/recovery.md, the evidence rule). */
   int64_t verdict_ns = 2 * (2 * hb + 100) * 1000000LL;
   uint64_t checked = 0;
-  int64_t hold = 0;
+  int64_t hold = 0, quiet = 0;
   for (;;) {
     struct pollfd p = {comm->wd_fd, POLLIN, 0};
     int wait_ms = hold ? (int)((hold + 999999) / 1000000) : (int)period;
+    if (quiet && (quiet + 999999) / 1000000 < wait_ms) wait_ms = (int)((quiet + 999999) / 1000000);
     if (poll(&p, 1, wait_ms) > 0) {
       uint64_t n;
       ssize_t r = read(comm->wd_fd, &n, sizeof(n));
@@ -829,6 +872,7 @@ static void *watchdog_main(void *arg) {
     wd_failure(comm);
     pthread_mutex_unlock(&comm->wd_cap_mu);
     wd_view(comm, &checked);
+    quiet = wd_quiet(comm);
     if (!(hold = wd_hold_left(comm, period * 1000000LL, verdict_ns))) wd_write_dumps(comm);
     wd_late_verdicts(comm);
   }

@@ -45,6 +45,7 @@ static int tcp_peer_fds(const void *h, int *fds, int *ranks, int max) {
 static void tcp_mark_left(void *h, int rank) { ftc__tcp_mark_left(h, rank); }
 static int tcp_peer_left(const void *h, int rank) { return ftc__tcp_peer_left(h, rank); }
 static void tcp_note_failed_peer(void *h, int rank) { ftc__tcp_note_failed_peer(h, rank); }
+static void tcp_mark_ended(void *h, int rank) { ftc__tcp_mark_ended(h, rank); }
 static void tcp_drop_peer(void *h, int rank) { ftc__tcp_drop_peer(h, rank); }
 static int tcp_spare_poll(void *h, int listen_fd, int build, struct pollfd *pfd, int max) {
   return ftc__tcp_spare_poll(h, listen_fd, build, pfd, max);
@@ -80,6 +81,7 @@ const ftc__backend_ops_t ftc__backend_tcp = {
     .mark_left = tcp_mark_left,
     .peer_left = tcp_peer_left,
     .note_failed_peer = tcp_note_failed_peer,
+    .mark_ended = tcp_mark_ended,
     .drop_peer = tcp_drop_peer,
     .spare_poll = tcp_spare_poll,
     .spare_events = tcp_spare_events,

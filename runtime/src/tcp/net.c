@@ -1215,7 +1215,7 @@ static ftc__tcp_t *tp_new(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view) {
   tp->rank = view->my_rank;
   tp->size = view->size;
   tp->peers = ftc__calloc((size_t)view->size, sizeof(*tp->peers));
-  tp->pfd = ftc__calloc(2 * (size_t)view->size + 1, sizeof(*tp->pfd));
+  tp->pfd = ftc__calloc(2 * (size_t)view->size + 2, sizeof(*tp->pfd));
   tp->pidx = ftc__calloc(2 * (size_t)view->size, sizeof(*tp->pidx));
   tp->stage_cap = tp->cfg.chunk_bytes;
   tp->stage = ftc__malloc(tp->stage_cap);
@@ -1227,6 +1227,7 @@ static ftc__tcp_t *tp_new(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view) {
   tp->view.backend_blob = NULL;
   tp->view.members = ftc__calloc((size_t)view->size, sizeof(*tp->view.members));
   tp->failed_peer = -1;
+  tp->ended_peer = -1;
   for (int r = 0; tp->peers && r < view->size; r++) { /* before any ftc__tcp_destroy */
     tp->peers[r].fd = tp->peers[r].sfd = -1;
     tp->peers[r].spare_fd = tp->peers[r].spare_sfd = -1;
@@ -1514,6 +1515,17 @@ int ftc__tcp_failed_peer(const ftc__tcp_t *tp) {
 
 void ftc__tcp_drop_peer(ftc__tcp_t *tp, int rank) {
   if (tp && rank >= 0 && rank < tp->size) peer_shutdown(&tp->peers[rank]);
+}
+
+void ftc__tcp_mark_ended(ftc__tcp_t *tp, int rank) {
+  if (!tp || rank < 0 || rank >= tp->size) return;
+  int none = -1;
+  __atomic_compare_exchange_n(&tp->ended_peer, &none, rank, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  if (tp->cfg.intr_fd) {
+    uint64_t one = 1;
+    ssize_t w = write(*tp->cfg.intr_fd, &one, sizeof(one));
+    (void)w;
+  }
 }
 
 void ftc__tcp_note_failed_peer(ftc__tcp_t *tp, int rank) {

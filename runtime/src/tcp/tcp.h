@@ -9,7 +9,8 @@
  * thread, or the application thread on the direct path). ftc__tcp_shutdown()
  * may be called from any thread: it shuts every peer socket down, which wakes
  * a run blocked in poll(); the run then returns the status stored in
- * *cfg.interrupt. ftc__tcp_destroy() only after the running thread is gone.
+ * *cfg.interrupt. Writing *cfg.intr_fd after setting *cfg.interrupt stops a
+ * run the same way without telling the peers. ftc__tcp_destroy() only after the running thread is gone.
  */
 #ifndef FTC_TCP_H
 #define FTC_TCP_H
@@ -62,6 +63,9 @@ typedef struct ftc__tcp_cfg {
   int family;               /* FTCOMM_SOCKET_FAMILY: AF_UNSPEC (auto), AF_INET or AF_INET6 */
   const char *ifname;       /* FTCOMM_SOCKET_IFNAME or NULL: interfaces to advertise */
   const int *interrupt;     /* atomic; nonzero stops a run with that status */
+  const int *intr_fd;       /* NULL or an eventfd that a run's poll() also waits on: written
+                             * after *interrupt is set, it stops the run without shutting the
+                             * sockets (a failure the peers see for themselves) */
   const ftc__member_t *member; /* coordinator session or NULL: a newer epoch it has announced
                                 * ends a bootstrap at once (FTC_ERR_REVOKED) */
 } ftc__tcp_cfg_t;
@@ -199,6 +203,14 @@ void ftc__tcp_say_goodbye(ftc__tcp_t *tp);
 /* The idle watch saw `rank` say goodbye: later runs that need that peer
  * fail with FTC_ERR_PEER_LOST instead of reading the goodbye as data. */
 void ftc__tcp_mark_left(ftc__tcp_t *tp, int rank);
+
+/* The idle watch saw `rank`'s connection end (no goodbye) while a run was
+ * going on: that run, if it waits in poll(), and any later run of this
+ * epoch fail with FTC_ERR_PEER_LOST naming it, as if they had read the end
+ * themselves (cfg.intr_fd wakes the waiting one). A run blocked on another
+ * peer, one that failed quietly (core/comm.c), would not look at this
+ * connection otherwise. */
+void ftc__tcp_mark_ended(ftc__tcp_t *tp, int rank);
 
 /* Record `rank` as the failed peer (the idle watch saw it close). */
 void ftc__tcp_note_failed_peer(ftc__tcp_t *tp, int rank);

@@ -36,13 +36,14 @@ struct ftc__tcp {
   size_t stage_cap;
   char *scratch;          /* per-collective work area, grown on demand */
   size_t scratch_cap;
-  struct pollfd *pfd;     /* 2 * size + 1 entries, for the engine's poll */
+  struct pollfd *pfd;     /* 2 * size + 2 entries, for the engine's poll */
   int *pidx;              /* 2 * size: (peer, direction) -> pfd index in a run */
   struct ftc__seg *segs;  /* segment and stream tables for the algorithms */
   int seg_cap;
   struct ftc__stream *streams;
   int stream_cap;
   int failed_peer;        /* see ftc__tcp_failed_peer() */
+  int ended_peer;         /* atomic: see ftc__tcp_mark_ended(), -1 none */
   ftc__view_t view;       /* a copy of the epoch's view (members owned), for spares */
   struct ftc__boot *spare_boot; /* spare connections being made, NULL before */
   int adopted;            /* connections of this epoch that were spares */
