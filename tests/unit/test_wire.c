@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -476,6 +477,66 @@ static void a_congestion_control_the_kernel_refuses_is_a_config_error(void **sta
   ftc__param_reset();
 }
 
+/* FTCOMM_TCP_CONGESTION=auto counts a container's CPU limit, not the
+ * node's CPUs: the quota of the process's cgroup and of every parent up to
+ * the mount, cgroup v2 (cpu.max) and v1 (cpu.cfs_quota_us / _period_us),
+ * rounded up; none ("max", -1, no file) is 0. */
+static void put_file(const char *dir, const char *rel, const char *text) {
+  char path[512];
+  snprintf(path, sizeof(path), "%s/%s", dir, rel);
+  for (char *p = path + strlen(dir) + 1; *p; p++)
+    if (*p == '/') {
+      *p = 0;
+      mkdir(path, 0755);
+      *p = '/';
+    }
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static void the_cgroup_cpu_quota_bounds_the_cpus_auto_counts(void **state) {
+  (void)state;
+  char root[] = "/tmp/ftc-cgroup-XXXXXX", proc[600];
+  assert_non_null(mkdtemp(root));
+  snprintf(proc, sizeof(proc), "%s/proc-cgroup", root);
+  /* v2: the pod's 2.5 CPUs above the container's unlimited cgroup: 3 */
+  put_file(root, "proc-cgroup", "0::/kubepods/pod1/ctr\n");
+  put_file(root, "kubepods/pod1/cpu.max", "250000 100000\n");
+  put_file(root, "kubepods/pod1/ctr/cpu.max", "max 100000\n");
+  assert_int_equal(ftc__tcp_cgroup_cpus(root, proc), 3);
+  /* the smaller of two: the container's 1 */
+  put_file(root, "kubepods/pod1/ctr/cpu.max", "100000 100000\n");
+  assert_int_equal(ftc__tcp_cgroup_cpus(root, proc), 1);
+  /* in a container the mount's root is its own cgroup; the path names the host's */
+  put_file(root, "proc-cgroup", "0::/docker/abc\n");
+  put_file(root, "cpu.max", "200000 100000\n");
+  assert_int_equal(ftc__tcp_cgroup_cpus(root, proc), 2);
+  /* v1 with cpu,cpuacct mounted together; no quota (-1) in the leaf */
+  put_file(root, "proc-cgroup", "4:memory:/x\n3:cpu,cpuacct:/job/r0\n1:name=systemd:/\n");
+  put_file(root, "cpu,cpuacct/job/cpu.cfs_quota_us", "400000\n");
+  put_file(root, "cpu,cpuacct/job/cpu.cfs_period_us", "100000\n");
+  put_file(root, "cpu,cpuacct/job/r0/cpu.cfs_quota_us", "-1\n");
+  put_file(root, "cpu,cpuacct/job/r0/cpu.cfs_period_us", "100000\n");
+  assert_int_equal(ftc__tcp_cgroup_cpus(root, proc), 4);
+  /* no limit anywhere, or no file to read */
+  put_file(root, "cpu,cpuacct/job/cpu.cfs_quota_us", "-1\n");
+  assert_int_equal(ftc__tcp_cgroup_cpus(root, proc), 0);
+  put_file(root, "proc-cgroup", "0::/\n");
+  put_file(root, "cpu.max", "max 100000\n");
+  assert_int_equal(ftc__tcp_cgroup_cpus(root, proc), 0);
+  assert_int_equal(ftc__tcp_cgroup_cpus(root, "/nonexistent/cgroup"), 0);
+  char cmd[600];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+  assert_int_equal(system(cmd), 0);
+  /* FTCOMM_HOST_CPUS, when set, is what auto counts */
+  ftc__tcp_cfg_t cfg = {.host_cpus = 5};
+  assert_int_equal(ftc__tcp_usable_cpus(&cfg), 5);
+  cfg.host_cpus = 0;
+  assert_true(ftc__tcp_usable_cpus(&cfg) >= 1 && ftc__tcp_usable_cpus(&cfg) <= ftc__tcp_ncpu(&cfg));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(ranks_counting_different_cpus_are_refused_at_creation),
@@ -494,6 +555,7 @@ int main(void) {
       cmocka_unit_test(ftc__tcp_host_ranks_counts_the_ranks_of_one_host),
       cmocka_unit_test(data_connections_within_one_host_get_ftcomm_tcp_congestion),
       cmocka_unit_test(a_congestion_control_the_kernel_refuses_is_a_config_error),
+      cmocka_unit_test(the_cgroup_cpu_quota_bounds_the_cpus_auto_counts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

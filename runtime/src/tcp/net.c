@@ -216,6 +216,96 @@ long ftc__tcp_ncpu(const ftc__tcp_cfg_t *cfg) {
   return n > 0 ? n : 0;
 }
 
+/* Quota / period of one cgroup directory (v2 cpu.max "QUOTA PERIOD" or
+ * "max PERIOD"; v1 cpu.cfs_quota_us, -1 for none, and cpu.cfs_period_us),
+ * rounded up; 0 for none or unreadable. */
+static long cgroup_dir_cpus(const char *dir, int v2) {
+  char path[PATH_MAX], a[64] = "", b[64] = "";
+  long long q = 0, per = 0;
+  FILE *f;
+  if (v2) {
+    if (snprintf(path, sizeof(path), "%s/cpu.max", dir) >= (int)sizeof(path)) return 0;
+    if (!(f = fopen(path, "re"))) return 0;
+    int got = fscanf(f, "%63s %63s", a, b);
+    fclose(f);
+    if (got != 2 || !strcmp(a, "max")) return 0;
+  } else {
+    if (snprintf(path, sizeof(path), "%s/cpu.cfs_quota_us", dir) >= (int)sizeof(path)) return 0;
+    if (!(f = fopen(path, "re"))) return 0;
+    int got = fscanf(f, "%63s", a);
+    fclose(f);
+    if (snprintf(path, sizeof(path), "%s/cpu.cfs_period_us", dir) >= (int)sizeof(path)) return 0;
+    if (got != 1 || !(f = fopen(path, "re"))) return 0;
+    got = fscanf(f, "%63s", b);
+    fclose(f);
+    if (got != 1) return 0;
+  }
+  char *e1, *e2;
+  q = strtoll(a, &e1, 10);
+  per = strtoll(b, &e2, 10);
+  if (*e1 || *e2 || q <= 0 || per <= 0) return 0;
+  long long n = (q + per - 1) / per;
+  return n > LONG_MAX ? LONG_MAX : (long)n;
+}
+
+long ftc__tcp_cgroup_cpus(const char *root, const char *proc_cgroup) {
+  FILE *f = fopen(proc_cgroup, "re");
+  if (!f) return 0;
+  char line[PATH_MAX + 64];
+  long best = 0;
+  while (fgets(line, sizeof(line), f)) {
+    line[strcspn(line, "\n")] = 0;
+    /* "ID:CONTROLLERS:PATH": v2's is "0::PATH", v1's cpu controller "N:cpu,cpuacct:PATH" */
+    char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2) continue;
+    *c1 = 0, *c2 = 0;
+    const char *ctl = c1 + 1, *cg = c2 + 1;
+    int v2 = !strcmp(line, "0") && !*ctl;
+    char mnt[64] = "";
+    if (!v2) {
+      int cpu = 0;
+      for (const char *t = ctl; *t;) {
+        size_t n = strcspn(t, ",");
+        cpu |= n == 3 && !strncmp(t, "cpu", 3);
+        t += n + (t[n] == ',');
+      }
+      if (!cpu) continue;
+      snprintf(mnt, sizeof(mnt), "/%.60s", ctl); /* /sys/fs/cgroup/cpu,cpuacct */
+    }
+    /* Every directory from the process's cgroup up to the mount's root: a
+     * parent's quota bounds its children, and in a container the mount's
+     * root is its own cgroup while the path may name the host's. */
+    char dir[PATH_MAX];
+    for (size_t len = strlen(cg);;) {
+      for (int k = 0; k < (v2 ? 1 : 2); k++) {
+        const char *m = v2 ? "" : k == 0 ? mnt : "/cpu";
+        if (snprintf(dir, sizeof(dir), "%s%s%.*s", root, m, (int)len, cg) >= (int)sizeof(dir))
+          continue;
+        long n = cgroup_dir_cpus(dir, v2);
+        if (n > 0 && (best == 0 || n < best)) best = n;
+        if (!v2 && !strcmp(mnt, "/cpu")) break;
+      }
+      if (len <= 1) break;
+      while (len > 0 && cg[len - 1] != '/') len--;
+      if (len > 1) len--; /* the parent, without its trailing '/' */
+    }
+  }
+  fclose(f);
+  return best;
+}
+
+long ftc__tcp_usable_cpus(const ftc__tcp_cfg_t *cfg) {
+  static long quota = -1; /* once per process: the files cost tens of us */
+  long n = ftc__tcp_ncpu(cfg);
+  if (cfg->host_cpus > 0) return n;
+  long q = __atomic_load_n(&quota, __ATOMIC_ACQUIRE);
+  if (q < 0) {
+    q = ftc__tcp_cgroup_cpus("/sys/fs/cgroup", "/proc/self/cgroup");
+    __atomic_store_n(&quota, q, __ATOMIC_RELEASE);
+  }
+  return q > 0 && q < n ? q : n;
+}
+
 void ftc__tcp_wire_of(const ftc__tcp_cfg_t *cfg, ftc__tcp_wire_t *w) {
   long ncpu = ftc__tcp_ncpu(cfg);
   *w = (ftc__tcp_wire_t){.ring_threshold = cfg->ring_threshold,
@@ -1190,7 +1280,7 @@ static boot_t *boot_new(ftc__tcp_t *tp, const ftc__view_t *view, int spare, int 
   }
   for (int i = 0; i < 2 * view->size; i++) b->conn[i].fd = -1;
   b->reno_here = tp->cfg.congestion == FTC__TCP_CC_AUTO &&
-                 ftc__tcp_host_ranks(view, view->my_rank) <= ftc__tcp_ncpu(&tp->cfg);
+                 ftc__tcp_host_ranks(view, view->my_rank) <= ftc__tcp_usable_cpus(&tp->cfg);
   return b;
 }
 

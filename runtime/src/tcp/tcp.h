@@ -253,6 +253,18 @@ typedef struct ftc__tcp_wire {
 /* The online CPUs this process counts: cfg->host_cpus, else the OS's. */
 long ftc__tcp_ncpu(const ftc__tcp_cfg_t *cfg);
 
+/* The CPUs this process may use as FTCOMM_TCP_CONGESTION=auto counts them:
+ * cfg->host_cpus when set, else the online CPUs bounded by the CPU quota of
+ * its cgroup (a container's CPU limit: a pod limited to 2 CPUs on a 64-CPU
+ * node has 2), read once per process. */
+long ftc__tcp_usable_cpus(const ftc__tcp_cfg_t *cfg);
+
+/* The CPU quota along this process's cgroup path, rounded up to whole CPUs
+ * (the smallest from its cgroup up to the mount's root; cgroup v2 cpu.max,
+ * v1 cpu.cfs_quota_us / cpu.cfs_period_us), 0 when there is none. root is
+ * the cgroup mount ("/sys/fs/cgroup"), proc_cgroup a /proc/PID/cgroup. */
+long ftc__tcp_cgroup_cpus(const char *root, const char *proc_cgroup);
+
 /* This rank's wire settings, from its configuration. */
 void ftc__tcp_wire_of(const ftc__tcp_cfg_t *cfg, ftc__tcp_wire_t *w);
 
