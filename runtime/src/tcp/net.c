@@ -802,9 +802,12 @@ static void set_congestion(const boot_t *b, int peer, int fd) {
     if (!b->reno_here || !ftc__tcp_same_host(b->view, b->view->my_rank, peer)) return;
     name = "reno";
   }
-  if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, (socklen_t)strlen(name)) != 0)
-    FTC_WARN(FTC_SUB_NET, "TCP congestion control %s refused on a data connection (%s); it keeps "
-             "the system's (FTCOMM_TCP_CONGESTION)", name, strerror(errno));
+  static int warned; /* once per process: a refusal is the host's, every connection gets it */
+  if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, (socklen_t)strlen(name)) != 0 &&
+      !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+    FTC_WARN(FTC_SUB_NET, "TCP congestion control %s refused on a data connection (%s); the "
+             "connections keep the system's (FTCOMM_TCP_CONGESTION=system: without this "
+             "warning)", name, strerror(errno));
 }
 
 /* Where a finished connection to `rank` on `lane` goes. */
