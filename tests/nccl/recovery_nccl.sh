@@ -39,18 +39,22 @@ probe "auto: NCCL where it loads and sees a GPU" expect-nccl FTCOMM_BACKEND=auto
 probe "auto: TCP where NCCL loads but sees no GPU" expect-tcp FTCOMM_BACKEND=auto "${DBL[@]}" CUDA_DOUBLE_DEVICES=0
 probe "auto: TCP where NCCL does not load" expect-tcp FTCOMM_BACKEND=auto FTCOMM_NCCL_LIBRARY=/nonexistent/libnccl.so.2
 # auto without a library named: NCCL is loaded only on a host with a GPU device node
-# (/dev/nvidiactl, /dev/dxg, /dev/kfd). The double, found by its usual names on
-# LD_LIBRARY_PATH, sees a GPU, so loading it would pick NCCL.
+# or NVIDIA's driver (/dev/nvidiactl, /proc/driver/nvidia, /dev/dxg, /dev/kfd). The
+# double, found by its usual names on LD_LIBRARY_PATH, sees a GPU, so loading it would
+# pick NCCL; without one the info line says why TCP was taken.
 mkdir -p "$tmp/libs"
 ln -sf "$D/libnccl_double_2.32.3.so" "$tmp/libs/libnccl.so.2"
 ln -sf "$D/libcudart_double.so" "$tmp/libs/libcudart.so.12"
 ln -sf "$D/libcudart_double.so" "$tmp/libs/libcudart_double.so" # (the NCCL double's own dependency)
-if [ -e /dev/nvidiactl ] || [ -e /dev/dxg ] || [ -e /dev/kfd ]; then
+if [ -e /dev/nvidiactl ] || [ -e /proc/driver/nvidia ] || [ -e /dev/dxg ] || [ -e /dev/kfd ]; then
   probe "auto, a GPU device node here: NCCL found by its usual names" expect-nccl FTCOMM_BACKEND=auto \
     LD_LIBRARY_PATH="$tmp/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 else
   probe "auto, no GPU device node here: TCP without loading NCCL" expect-tcp FTCOMM_BACKEND=auto \
-    LD_LIBRARY_PATH="$tmp/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    LD_LIBRARY_PATH="$tmp/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FTCOMM_LOG_LEVEL=info
+  why="FTCOMM_BACKEND=auto: TCP without loading NCCL: none of /dev/nvidiactl, /proc/driver/nvidia, /dev/dxg, /dev/kfd here"
+  grep -qF "$why" "$tmp/probe.out" && ok "auto, no GPU device node here: the info line says why" ||
+    bad "auto, no GPU device node here: no line \"$why\"" "$tmp/probe.out"
 fi
 probe "tcp: ftc_comm_set_stream is not supported" expect-tcp FTCOMM_BACKEND=tcp "${DBL[@]}"
 probe "FTCOMM_BACKEND=nccl without the library: create fails" expect-fail FTCOMM_BACKEND=nccl \

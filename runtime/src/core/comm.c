@@ -150,21 +150,25 @@ out_free:
   return st;
 }
 
+/* Whether this host may have a GPU: NVIDIA's control device (a container
+ * gets it with the GPUs) or its loaded driver (/proc/driver/nvidia: on a
+ * host where no process has used the GPU yet the device nodes may not
+ * exist, libcuda makes them through nvidia-modprobe), WSL's GPU
+ * paravirtualisation device, or ROCm's kernel fusion driver. */
+static const char *const gpu_nodes[] = {"/dev/nvidiactl", "/proc/driver/nvidia", "/dev/dxg",
+                                        "/dev/kfd"};
+
+static int gpu_device_node(void) {
+  for (size_t i = 0; i < sizeof(gpu_nodes) / sizeof(gpu_nodes[0]); i++)
+    if (access(gpu_nodes[i], F_OK) == 0) return 1;
+  return 0;
+}
+
 /* FTCOMM_BACKEND=auto: NCCL if it loads and its runtime sees a GPU, else
  * TCP. ftc_comm_create runs it while the coordinator answers its hello (a
  * joiner's path: the probe's dlopen calls over the library path cost about
  * 0.2 ms on this host without NCCL, more with CUDA); once per process, the
  * library's answer is kept (nccl/backend.c). */
-/* Whether this host has a GPU device node: NVIDIA's control device (every
- * Linux driver makes it; a container gets it with the GPUs), WSL's GPU
- * paravirtualisation device, or ROCm's kernel fusion driver. */
-static int gpu_device_node(void) {
-  static const char *const nodes[] = {"/dev/nvidiactl", "/dev/dxg", "/dev/kfd"};
-  for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++)
-    if (access(nodes[i], F_OK) == 0) return 1;
-  return 0;
-}
-
 static void comm_probe_auto(ftc_comm_t *c) {
   if (strcasecmp(c->cfg.backend, "auto") != 0) return;
   /* Without a GPU device node no runtime sees a GPU, so auto means TCP
@@ -174,7 +178,12 @@ static void comm_probe_auto(ftc_comm_t *c) {
    * FTCOMM_CUDA_RUNTIME_LIBRARY is always tried (it may be a stand-in). */
   const char *nl = ftc__param_str(FTC_P_NCCL_LIBRARY);
   const char *rl = ftc__param_str(FTC_P_CUDA_RUNTIME_LIBRARY);
-  if (!(nl && *nl) && !(rl && *rl) && !gpu_device_node()) return;
+  if (!(nl && *nl) && !(rl && *rl) && !gpu_device_node()) {
+    FTC_INFO(FTC_SUB_INIT, "FTCOMM_BACKEND=auto: TCP without loading NCCL: none of %s, %s, %s, "
+             "%s here (FTCOMM_BACKEND=nccl or FTCOMM_NCCL_LIBRARY loads it anyway)", gpu_nodes[0],
+             gpu_nodes[1], gpu_nodes[2], gpu_nodes[3]);
+    return;
+  }
   if (ftc__nccl_backend_probe(1) == FTC_OK) c->be = &ftc__backend_nccl;
   ftc__error_clear(); /* a host without NCCL is no error under auto */
 }
