@@ -7,7 +7,8 @@
  *
  * Checks: the value is accepted exactly when every comma-separated item
  * (a trailing comma aside) is one of the documented forms, NAME@N, NAME:N,
- * delay:MS@SEQ or jkill, with N in decimal digits up to FTC__FAULT_MAX, as
+ * delay:MS@SEQ or jkill, with N in decimal digits up to FTC__FAULT_MAX
+ * (and at least 1 after '@': steps, collectives and recoveries count from 1), as
  * an independent reading here decides; an accepted value arms what that
  * reading found and reads back the same from its canonical form; a refused
  * one names an item of it that is refused alone too.
@@ -43,11 +44,13 @@ static int item(const char *s, const char *end, ftc__fault_spec_t *f) {
   if (n == 5 && !memcmp(s, "jkill", 5)) return f->jkill = 1, 1;
   for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
     size_t pl = strlen(at[i].prefix);
-    if (n > pl && !memcmp(s, at[i].prefix, pl)) return digits(s + pl, end, at[i].field);
+    if (n > pl && !memcmp(s, at[i].prefix, pl))
+      return digits(s + pl, end, at[i].field) && (at[i].prefix[pl - 1] != '@' || *at[i].field >= 1);
   }
   if (n > 6 && !memcmp(s, "delay:", 6)) {
     const char *a = memchr(s + 6, '@', n - 6);
-    return a && digits(s + 6, a, &f->delay_ms) && digits(a + 1, end, &f->delay_seq);
+    return a && digits(s + 6, a, &f->delay_ms) && digits(a + 1, end, &f->delay_seq) &&
+           f->delay_seq >= 1;
   }
   return 0;
 }

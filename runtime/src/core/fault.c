@@ -25,9 +25,10 @@
  *                  epoch late; the others move without waiting for it)
  *   dumpwrite:MS   the dump writer thread sleeps MS milliseconds before each
  *                  dump it writes (a slow or busy disk)
- * Each number is decimal digits only, at most FTC__FAULT_MAX (10^12); an
- * item that is none of these turns fault injection off, with a warning
- * that names it and lists the items.
+ * Each number is decimal digits only, at most FTC__FAULT_MAX (10^12); a
+ * STEP, SEQ or N after '@' is at least 1 (they count from 1: @0 would never
+ * fire). An item that is none of these turns fault injection off, with a
+ * warning that names it and lists the items.
  * ftcomm-run --inject passes these to the target rank's environment. When
  * nothing is armed the hot path pays one load of ftc__fault_armed.
  */
@@ -97,7 +98,7 @@ static int parse_item(const char *s, const char *end, ftc__fault_spec_t *f) {
   if (kl == 5 && !strncmp(s, "delay", 5)) {
     const char *at = k < end && *k == ':' ? memchr(k, '@', (size_t)(end - k)) : NULL;
     int64_t ms, seq;
-    if (!at || parse_num(k + 1, at, &ms) || parse_num(at + 1, end, &seq)) return -1;
+    if (!at || parse_num(k + 1, at, &ms) || parse_num(at + 1, end, &seq) || seq < 1) return -1;
     f->delay_ms = ms;
     f->delay_seq = seq;
     return 0;
@@ -106,8 +107,11 @@ static int parse_item(const char *s, const char *end, ftc__fault_spec_t *f) {
     if (strlen(items[i].name) != kl || strncmp(s, items[i].name, kl)) continue;
     int64_t *field = (int64_t *)((char *)f + items[i].off);
     if (!items[i].sep) return k == end ? (*field = 1, 0) : -1;
-    if (k == end || *k != items[i].sep) return -1;
-    return parse_num(k + 1, end, field);
+    int64_t v;
+    if (k == end || *k != items[i].sep || parse_num(k + 1, end, &v)) return -1;
+    if (items[i].sep == '@' && v < 1) return -1; /* steps, collectives, recoveries count from 1 */
+    *field = v;
+    return 0;
   }
   return -1;
 }
@@ -136,7 +140,8 @@ static void fault_parse(void) {
   if (ftc__fault_parse(spec, &fault.s, &bad, &badlen)) {
     FTC_WARN(FTC_SUB_RECOVERY, "FTCOMM_FAULT=%s: cannot parse \"%.*s\" (items: kill@STEP, "
              "stop@STEP, slow:MS, drop@SEQ, delay:MS@SEQ, giveup@SEQ, rkill@N, jkill, "
-             "blink@STEP, lateview:MS, dumpwrite:MS; numbers in decimal digits up to %lld); "
+             "blink@STEP, lateview:MS, dumpwrite:MS; numbers in decimal digits up to %lld, "
+             "STEP, SEQ and N from 1); "
              "fault injection is off", spec, badlen, bad, (long long)FTC__FAULT_MAX);
     return;
   }
