@@ -221,7 +221,7 @@ static ftc_status_t allreduce_flat(ftc__tcp_t *tp, const ftc__op_t *op, const ft
   if (r != 0) return sendrecv(tp, 0, op->sendbuf, bytes, 0, rb, bytes, red, deadline);
   const char *src = op->sendbuf;
   char *all;
-  if (bytes && (size_t)(n - 1) * bytes <= FLAT_GATHER_MAX) {
+  if (bytes && bytes <= FLAT_GATHER_MAX / (size_t)(n - 1)) { /* (no product to wrap) */
     /* Small vectors: receive every rank's at once, then reduce in rank
      * order (the same operations in the same order as below: the same
      * bits). Rank 0 waits on every rank together, so one that died is seen
