@@ -446,6 +446,8 @@ static void data_connections_within_one_host_get_ftcomm_tcp_congestion(void **st
   expect_congestion("auto", "64", "reno");
   expect_congestion("auto", "1", sys); /* 2 ranks, 1 CPU */
   expect_congestion("system", "2", sys);
+  expect_congestion("AUTO", "2", "reno"); /* keywords in any case */
+  expect_congestion("System", "2", sys);
   expect_congestion("reno", "1", "reno");
   expect_congestion(sys, "2", sys);
 }

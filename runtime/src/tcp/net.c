@@ -50,6 +50,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -78,11 +79,11 @@ static void read_sysctl(const char *path, char *out, size_t len) {
 static ftc_status_t congestion_parse(const char *s, ftc__tcp_cfg_t *cfg) {
   const size_t n = s ? strlen(s) : 0;
   cfg->congestion_name[0] = 0;
-  if (!s || strcmp(s, "auto") == 0) {
+  if (!s || strcasecmp(s, "auto") == 0) { /* (keywords in any case, as FTCOMM_BACKEND's) */
     cfg->congestion = FTC__TCP_CC_AUTO;
     return FTC_OK;
   }
-  if (strcmp(s, "system") == 0) {
+  if (strcasecmp(s, "system") == 0) {
     cfg->congestion = FTC__TCP_CC_SYSTEM;
     return FTC_OK;
   }
