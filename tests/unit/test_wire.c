@@ -15,6 +15,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -539,6 +540,101 @@ static void the_cgroup_cpu_quota_bounds_the_cpus_auto_counts(void **state) {
   assert_true(ftc__tcp_usable_cpus(&cfg) >= 1 && ftc__tcp_usable_cpus(&cfg) <= ftc__tcp_ncpu(&cfg));
 }
 
+/* A spare connection adopted by a later epoch gets that epoch's choice:
+ * two ranks of one host with 2 CPUs (reno), then a third joins (3 ranks,
+ * 2 CPUs: the system's default); the survivors' adopted connection goes
+ * back to the default, as the joiner's new ones have it. */
+typedef struct grow_rank {
+  connector_t c;
+  int listen_fd;
+  ftc__view_t *next;
+  ftc__tcp_t *tp2;
+  ftc_status_t st2;
+} grow_rank_t;
+
+static void *grow_rank_main(void *arg) {
+  grow_rank_t *g = arg;
+  g->c.st = ftc__tcp_connect(&g->c.cfg, g->c.view, g->listen_fd, NULL, &g->c.tp);
+  if (g->c.st != FTC_OK) return NULL;
+  struct pollfd pfd[16];
+  for (int i = 0; i < 500 && ftc__tcp_spare_count(g->c.tp) < 1; i++) {
+    int n = ftc__tcp_spare_poll(g->c.tp, g->listen_fd, 1, pfd, 16);
+    poll(pfd, (nfds_t)n, 10);
+    ftc__tcp_spare_events(g->c.tp, g->listen_fd, pfd, n);
+  }
+  g->st2 = ftc__tcp_connect(&g->c.cfg, g->next, g->listen_fd, g->c.tp, &g->tp2);
+  snprintf(g->c.why, sizeof(g->c.why), "%s", ftc_last_error());
+  return NULL;
+}
+
+static void *joiner_main(void *arg) {
+  grow_rank_t *g = arg;
+  g->st2 = ftc__tcp_connect(&g->c.cfg, g->next, g->listen_fd, NULL, &g->tp2);
+  snprintf(g->c.why, sizeof(g->c.why), "%s", ftc_last_error());
+  return NULL;
+}
+
+static void an_adopted_connection_gets_the_new_epochs_congestion_control(void **state) {
+  (void)state;
+  char sys[32] = "?";
+  FILE *f = fopen("/proc/sys/net/ipv4/tcp_congestion_control", "r");
+  assert_non_null(f);
+  assert_non_null(fgets(sys, sizeof(sys), f));
+  fclose(f);
+  sys[strcspn(sys, "\n")] = 0;
+  if (!strcmp(sys, "reno")) skip(); /* nothing to tell apart */
+  setenv("FTCOMM_HOST_CPUS", "2", 1);
+  ftc__param_reset();
+  int fds[3];
+  grow_rank_t g[3];
+  memset(g, 0, sizeof(g));
+  ftc__view_t *v3 = harness_view(3, 0, 2, fds);
+  for (int r = 0; r < 3; r++) {
+    assert_int_equal(ftc__tcp_cfg_from_env(&g[r].c.cfg), FTC_OK);
+    g[r].c.cfg.token = HARNESS_TOKEN;
+    g[r].c.cfg.connect_timeout_ms = 10000;
+    g[r].listen_fd = fds[r];
+    g[r].next = harness_view(3, r, 2, NULL);
+    memcpy(g[r].next->members, v3->members, 3 * sizeof(*v3->members));
+    g[r].next->members[2].joined_epoch = 2;
+    if (r < 2) {
+      g[r].c.view = harness_view(2, r, 1, NULL);
+      memcpy(g[r].c.view->members, v3->members, 2 * sizeof(*v3->members));
+    }
+  }
+  pthread_t t[3];
+  for (int r = 0; r < 2; r++) pthread_create(&t[r], NULL, grow_rank_main, &g[r]);
+  pthread_create(&t[2], NULL, joiner_main, &g[2]);
+  for (int r = 0; r < 3; r++) pthread_join(t[r], NULL);
+  for (int r = 0; r < 3; r++) {
+    if (r < 2 && g[r].c.st != FTC_OK) fail_msg("rank %d, epoch 1: %s", r, g[r].c.why);
+    if (g[r].st2 != FTC_OK) fail_msg("rank %d, epoch 2: %s", r, g[r].c.why);
+  }
+  assert_true(ftc__tcp_adopted(g[0].tp2) + ftc__tcp_adopted(g[1].tp2) >= 1);
+  for (int r = 0; r < 3; r++) {
+    int pfds[8], ranks[8], n = ftc__tcp_peer_fds(g[r].tp2, pfds, ranks, 8);
+    assert_true(n >= 2);
+    for (int i = 0; i < n; i++) {
+      char got[32] = {0};
+      socklen_t len = sizeof(got) - 1;
+      assert_int_equal(getsockopt(pfds[i], IPPROTO_TCP, TCP_CONGESTION, got, &len), 0);
+      if (strcmp(got, sys) != 0)
+        fail_msg("3 ranks on 2 CPUs: rank %d's socket %d to rank %d has %s, not %s", r, i,
+                 ranks[i], got, sys);
+    }
+  }
+  for (int r = 0; r < 3; r++) {
+    ftc__tcp_destroy(g[r].tp2);
+    ftc__tcp_destroy(g[r].c.tp);
+    close(fds[r]);
+    harness_view_free(g[r].c.view);
+    harness_view_free(g[r].next);
+  }
+  harness_view_free(v3);
+  unsetenv("FTCOMM_HOST_CPUS");
+  ftc__param_reset();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(ranks_counting_different_cpus_are_refused_at_creation),
@@ -558,6 +654,7 @@ int main(void) {
       cmocka_unit_test(data_connections_within_one_host_get_ftcomm_tcp_congestion),
       cmocka_unit_test(a_congestion_control_the_kernel_refuses_is_a_config_error),
       cmocka_unit_test(the_cgroup_cpu_quota_bounds_the_cpus_auto_counts),
+      cmocka_unit_test(an_adopted_connection_gets_the_new_epochs_congestion_control),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -47,6 +47,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -794,14 +795,36 @@ static int *lane_slot(ftc__tcp_t *tp, int rank, int lane, int spare) {
   return lane == 0 ? &peer->sfd : &peer->fd;
 }
 
-/* FTCOMM_TCP_CONGESTION on a finished data connection to `peer`. */
-static void set_congestion(const boot_t *b, int peer, int fd) {
+/* The system's congestion control (net.ipv4.tcp_congestion_control), read
+ * once per process; "" if unreadable. */
+static char cc_default[16];
+static pthread_once_t cc_default_once = PTHREAD_ONCE_INIT;
+static void cc_default_read(void) {
+  read_sysctl("/proc/sys/net/ipv4/tcp_congestion_control", cc_default, sizeof(cc_default));
+  if (!strcmp(cc_default, "?")) cc_default[0] = 0;
+}
+
+/* FTCOMM_TCP_CONGESTION on a finished data connection to `peer`; adopted:
+ * a spare made in an earlier epoch, which may carry that epoch's choice. */
+static void set_congestion(const boot_t *b, int peer, int fd, int adopted) {
   const ftc__tcp_cfg_t *cfg = &b->tp->cfg;
   const char *name = cfg->congestion_name;
   if (cfg->congestion == FTC__TCP_CC_SYSTEM) return;
   if (cfg->congestion == FTC__TCP_CC_AUTO) {
-    if (!b->reno_here || !ftc__tcp_same_host(b->view, b->view->my_rank, peer)) return;
-    name = "reno";
+    if (!b->reno_here || !ftc__tcp_same_host(b->view, b->view->my_rank, peer)) {
+      /* An adopted spare that got reno in a view with a CPU per rank goes
+       * back to the system's in one without (a grow past the host's CPUs). */
+      char cur[16] = "";
+      socklen_t len = sizeof(cur) - 1;
+      if (!adopted || getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cur, &len) != 0 ||
+          strcmp(cur, "reno") != 0)
+        return;
+      pthread_once(&cc_default_once, cc_default_read);
+      if (!cc_default[0] || !strcmp(cc_default, "reno")) return;
+      name = cc_default;
+    } else {
+      name = "reno";
+    }
   }
   static int warned; /* once per process: a refusal is the host's, every connection gets it */
   if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, (socklen_t)strlen(name)) != 0 &&
@@ -812,9 +835,9 @@ static void set_congestion(const boot_t *b, int peer, int fd) {
 }
 
 /* Where a finished connection to `rank` on `lane` goes. */
-static void keep_fd(boot_t *b, int rank, int lane, int fd) {
+static void keep_fd(boot_t *b, int rank, int lane, int fd, int adopted) {
   int one = b->tp->cfg.sockets == 1;
-  set_congestion(b, rank, fd);
+  set_congestion(b, rank, fd, adopted);
   for (int k = 0; k < 2; k++)
     if (one || k == lane) __atomic_store_n(lane_slot(b->tp, rank, k, b->spare), fd, __ATOMIC_RELEASE);
   if (b->spare)
@@ -898,7 +921,7 @@ static void conn_event(boot_t *b, pend_t *p, short revents) {
         conn_retry(b, p, why);
       return;
     }
-    keep_fd(b, p->rank, p->lane, p->fd);
+    keep_fd(b, p->rank, p->lane, p->fd, 0);
     p->fd = -1;
     p->state = P_DONE;
     FTC_DEBUG(FTC_SUB_NET, "rank %d connected to rank %d (socket %d)", tp->rank, p->rank, p->lane);
@@ -947,7 +970,7 @@ static void adopt_event(boot_t *b, pend_t *p, short revents) {
     adopt_fail(b, p, "the peer took it for another epoch");
     return;
   }
-  keep_fd(b, p->rank, p->lane, p->fd);
+  keep_fd(b, p->rank, p->lane, p->fd, 1);
   p->fd = -1;
   p->state = P_DONE;
   b->tp->adopted++;
@@ -1033,7 +1056,7 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
     pend_close(adopting);
     adopting->state = P_IDLE;
   }
-  keep_fd(b, (int)h.rank, lane, p->fd);
+  keep_fd(b, (int)h.rank, lane, p->fd, 0);
   p->fd = -1;
   p->state = P_IDLE;
   FTC_DEBUG(FTC_SUB_NET, "rank %d accepted rank %u (socket %d%s)", tp->rank, h.rank, lane,
