@@ -9,10 +9,18 @@
 static long fail_at;  /* 0: never fail */
 static long counter;
 
+static _Thread_local long thread_fail_at, thread_counter; /* ftc__alloc_fail_at_thread */
+
 static int should_fail(void) {
+  if (thread_fail_at > 0 && ++thread_counter == thread_fail_at) return 1;
   long n = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
   long f = __atomic_load_n(&fail_at, __ATOMIC_RELAXED);
   return f > 0 && n == f;
+}
+
+void ftc__alloc_fail_at_thread(long n) {
+  thread_counter = 0;
+  thread_fail_at = n;
 }
 
 void ftc__alloc_fail_at(long n) {

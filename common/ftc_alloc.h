@@ -18,5 +18,9 @@ void ftc__free(void *p);
 void ftc__alloc_fail_at(long n);
 /* Allocations attempted since the last ftc__alloc_fail_at(). */
 long ftc__alloc_count(void);
+/* The same, counting only the calling thread's allocations: for a call under
+ * test while the library's own threads (progress, watchdog, membership)
+ * allocate too, which would take the process-wide failure instead. */
+void ftc__alloc_fail_at_thread(long n);
 
 #endif

@@ -959,9 +959,9 @@ static void a_request_that_cannot_be_allocated_leaves_the_communicator_usable(vo
   ftc_status_t st = FTC_ERR_NO_MEMORY;
   for (long n = 1; st != FTC_OK && n < 50; n++) {
     ftc_request_t *req = (ftc_request_t *)&x;
-    ftc__alloc_fail_at(n);
+    ftc__alloc_fail_at_thread(n); /* this thread's: the comm's threads allocate meanwhile */
     st = ftc_iallreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, &req);
-    ftc__alloc_fail_at(0);
+    ftc__alloc_fail_at_thread(0);
     if (st == FTC_ERR_NO_MEMORY) {
       assert_null(req);
       refused++;
