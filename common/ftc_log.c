@@ -55,7 +55,7 @@ int ftc__log_parse_level(const char *s, int *level) {
 
 int ftc__log_parse_subsys(const char *s, unsigned int *mask, char *bad, size_t badlen) {
   if (!s) return -1;
-  int exclude = (*s == '^');
+  int exclude = (*s == '^'), named = 0;
   unsigned int m = 0;
   for (const char *tok = s + exclude; *tok;) {
     size_t n = strcspn(tok, ",");
@@ -68,7 +68,14 @@ int ftc__log_parse_subsys(const char *s, unsigned int *mask, char *bad, size_t b
       if (badlen) snprintf(bad, badlen, "%.*s", (int)(n > 64 ? 64 : n), tok);
       return -1;
     }
+    named += n > 0;
     tok += n + (tok[n] == ',');
+  }
+  /* A list that names nothing ("," or "") would turn off every line,
+   * errors too: refused, with an empty bad. ("^" alone excludes nothing.) */
+  if (!named && !exclude) {
+    if (badlen) bad[0] = '\0';
+    return -1;
   }
   *mask = exclude ? ~m : m;
   return 0;
@@ -88,6 +95,12 @@ static void log_init_once(void) {
   if (s && *s) {
     if (ftc__log_parse_subsys(s, &mask, bad, sizeof(bad)) == 0)
       ftc__log_mask = mask;
+    else if (!bad[0])
+      fprintf(stderr,
+              "ftcomm WARN init FTCOMM_LOG_SUBSYS=%.200s names no subsystem; name some of init, "
+              "coll, net, coord, recovery, recorder, nccl, k8s, ctrl, run, all; logging every "
+              "subsystem\n",
+              s);
     else
       fprintf(stderr,
               "ftcomm WARN init FTCOMM_LOG_SUBSYS=%.200s: \"%s\" is not one of init, coll, net, "
@@ -100,7 +113,7 @@ static void log_init_once(void) {
     else if (!strcmp(t, "1") || !strcasecmp(t, "utc")) log_time = 1;
     else if (!strcasecmp(t, "epoch")) log_time = 2;
     else
-      fprintf(stderr, "ftcomm WARN init FTCOMM_LOG_TIME=%s is not one of none (0), utc (1), epoch; "
+      fprintf(stderr, "ftcomm WARN init FTCOMM_LOG_TIME=%.200s is not one of none (0), utc (1), epoch; "
                       "logging without a time\n", t);
   }
   __atomic_store_n(&ftc__log_level, level, __ATOMIC_RELEASE);

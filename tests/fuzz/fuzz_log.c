@@ -10,7 +10,8 @@
  * when it is a level's name in any case, "warning", or decimal digits of 0
  * to 5, and then gives that level; a subsystem list exactly when each comma
  * item is a known name or "all" (any case; empty items aside), and then
- * gives their mask (its complement after a leading '^'); a refusal names an
+ * gives their mask (its complement after a leading '^'); a list that names
+ * nothing without '^' ("", ",") is refused with no item; a refusal names an
  * item of the value that is not a name, and leaves the result untouched.
  */
 #include <stdio.h>
@@ -37,7 +38,7 @@ static int want_level(const char *s) {
 
 /* 1 and *mask, or 0 and the first unknown item in bad. */
 static int want_subsys(const char *s, unsigned int *mask, char *bad, size_t badlen) {
-  int exclude = *s == '^';
+  int exclude = *s == '^', named = 0;
   unsigned int m = 0;
   char *copy = strdup(s + exclude);
   FUZZ_CHECK(copy);
@@ -45,6 +46,7 @@ static int want_subsys(const char *s, unsigned int *mask, char *bad, size_t badl
   /* strsep, unlike strtok, keeps empty items: they name nothing */
   for (char *p = copy, *tok; ok && (tok = strsep(&p, ","));) {
     if (!*tok) continue;
+    named++;
     unsigned int bit = 0;
     if (!strcasecmp(tok, "all")) bit = FTC_SUB_ALL;
     for (unsigned int i = 0; i < sizeof(names) / sizeof(names[0]); i++)
@@ -56,6 +58,10 @@ static int want_subsys(const char *s, unsigned int *mask, char *bad, size_t badl
     m |= bit;
   }
   free(copy);
+  if (ok && !named && !exclude) { /* names nothing: refused, no item to name */
+    bad[0] = '\0';
+    ok = 0;
+  }
   *mask = exclude ? ~m : m;
   return ok;
 }
