@@ -174,7 +174,7 @@ check "--replace does not back off a replacement killed by a signal" \
 check "--help" $([ $rc = 0 ] && grep -q -- "--timeout SECONDS" "$T/out"; echo $?) "rc=$rc"
 "$RUN" --version >"$T/out" 2>"$T/err"; rc=$?
 check "--version" $([ $rc = 0 ] && grep -q "^ftcomm-run (ftcomm) [0-9]" "$T/out"; echo $?) "rc=$rc"
-for bad in "-n 0 -- true" "-n x -- true" "-- true" "-n 2" "--bogus -n 1 -- true" "-n 2 --min-size 3 -- true" "-n 1 --timeout -1 -- true" "-n 1 --job"; do
+for bad in "-n 0 -- true" "-n x -- true" "-- true" "-n 2" "--bogus -n 1 -- true" "-n 2 --min-size 3 -- true" "-n 1 --timeout -1 -- true" "-n 1 --job" "-n 2 --inject kill:+1@3 -- true" "-n 2 --inject kill:1@1234567890123 -- true"; do
   # shellcheck disable=SC2086
   "$RUN" $bad >"$T/out" 2>"$T/err"; rc=$?
   check "bad command line '$bad' exits 2 with a message" $([ $rc = 2 ] && [ -s "$T/err" ]; echo $?) "rc=$rc"

@@ -47,11 +47,26 @@ int main(int argc, char **argv) {
   const char *mode = "crash";
   const char *kill_at = "step";
   int trials = 20, gap = 30;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--mode")) mode = argv[i + 1];
-    else if (!strcmp(argv[i], "--kill-at")) kill_at = argv[i + 1];
-    else if (!strcmp(argv[i], "--trials")) trials = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--gap")) gap = atoi(argv[i + 1]);
+  for (int i = 1; i < argc; i += 2) {
+    char *end = NULL;
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    long n = v ? strtol(v, &end, 10) : 0;
+    int number = v && *v && !*end && n >= 0 && n <= 1000000;
+    if (v && !strcmp(argv[i], "--mode")) mode = v;
+    else if (v && !strcmp(argv[i], "--kill-at")) kill_at = v;
+    else if (number && !strcmp(argv[i], "--trials")) trials = (int)n;
+    else if (number && !strcmp(argv[i], "--gap")) gap = (int)n;
+    else {
+      fprintf(stderr,
+              "recovery_bench: usage: recovery_bench [--mode crash|hang|baseline] [--kill-at "
+              "step|after] [--trials N] [--gap STEPS]; not \"%s%s%s\"\n",
+              argv[i], v ? " " : "", v ? v : "");
+      return 2;
+    }
+  }
+  if (strcmp(mode, "crash") && strcmp(mode, "hang") && strcmp(mode, "baseline")) {
+    fprintf(stderr, "recovery_bench: --mode must be crash, hang or baseline, not \"%s\"\n", mode);
+    return 2;
   }
   if (strcmp(kill_at, "step") && strcmp(kill_at, "after")) {
     fprintf(stderr, "recovery_bench: --kill-at must be step or after, not \"%s\"\n", kill_at);
