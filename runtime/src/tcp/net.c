@@ -214,6 +214,7 @@ int ftc__tcp_hello_decode(const uint8_t in[FTC__TCP_HELLO_SIZE], ftc__tcp_hello_
 
 long ftc__tcp_ncpu(const ftc__tcp_cfg_t *cfg) {
   if (cfg->host_cpus > 0) return cfg->host_cpus;
+  if (cfg->os_cpus > 0) return cfg->os_cpus;
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? n : 0;
 }
@@ -1326,6 +1327,8 @@ static ftc__tcp_t *tp_new(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view) {
   ftc__tcp_t *tp = ftc__calloc(1, sizeof(*tp));
   if (!tp) return NULL;
   tp->cfg = *cfg;
+  tp->cfg.os_cpus = 0;
+  tp->cfg.os_cpus = ftc__tcp_ncpu(&tp->cfg); /* once: this epoch's hellos and crowded decision */
   if (tp->cfg.chunk_bytes < 4096) tp->cfg.chunk_bytes = 4096;
   if (tp->cfg.sockets != 1) tp->cfg.sockets = 2;
   tp->epoch = view->epoch;
@@ -1431,7 +1434,7 @@ ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view
   } else {
     boot_free(b);
   }
-  const long ncpu = ftc__tcp_ncpu(cfg); /* as in its hellos */
+  const long ncpu = ftc__tcp_ncpu(&tp->cfg); /* as in its hellos */
   tp->crowded = ftc__tcp_crowded(view, ncpu);
   if (tp->crowded && cfg->allreduce_algo == FTC_ALGO_AUTO && tp->rank == 0)
     FTC_INFO(FTC_SUB_NET,

@@ -53,6 +53,8 @@ typedef struct ftc__tcp_cfg {
   size_t halving_max;       /* allreduce: below it (and from ring_threshold) halving-doubling */
   int spin_us;              /* busy-poll before sleeping in poll() */
   long host_cpus;           /* FTCOMM_HOST_CPUS: online CPUs for ftc__tcp_crowded, 0 asks the OS */
+  long os_cpus;             /* the OS's count, read once by ftc__tcp_create for its epoch
+                             * (its hellos and its crowded decision); 0: ask each time */
   int sockets;              /* per peer pair: 1 carries both ways, 2 one per direction */
   int allreduce_algo;       /* FTCOMM_ALLREDUCE_ALGO (an ftc_algo_t): where a communicator's
                              * algorithm starts */
@@ -250,7 +252,9 @@ typedef struct ftc__tcp_wire {
                             * compared under auto between ranks of one host */
 } ftc__tcp_wire_t;
 
-/* The online CPUs this process counts: cfg->host_cpus, else the OS's. */
+/* The online CPUs this process counts: cfg->host_cpus, else the OS's
+ * (cfg->os_cpus once read: sysconf reads a sysfs file each time, about 6 us,
+ * and every handshake of an epoch asked, 30 times in a 16-rank move). */
 long ftc__tcp_ncpu(const ftc__tcp_cfg_t *cfg);
 
 /* The CPUs this process may use as FTCOMM_TCP_CONGESTION=auto counts them:
