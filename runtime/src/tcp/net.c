@@ -1415,9 +1415,11 @@ ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view
     tp->spare_boot = NULL;
     b->early = 0;
     int keep_sockets = tp->cfg.sockets;
+    long keep_cpus = tp->cfg.os_cpus; /* what its early hellos said */
     tp->cfg = *cfg;
     if (tp->cfg.chunk_bytes < 4096) tp->cfg.chunk_bytes = 4096;
     tp->cfg.sockets = keep_sockets;
+    tp->cfg.os_cpus = keep_cpus;
     tp->early_made = b->connected;
   } else if (!(tp = tp_new(cfg, view))) {
     return ftc__error(FTC_ERR_NO_MEMORY, "allocating the TCP transport for %d ranks", view->size);
