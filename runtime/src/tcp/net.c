@@ -1324,15 +1324,30 @@ static void boot_free(boot_t *b) {
   ftc__free(b);
 }
 
+/* tp's configuration from cfg: a chunk of at least 4096 bytes, 1 or 2
+ * sockets per pair, the OS's CPU count read once for the epoch (its hellos
+ * and its crowded decision). A continued early bootstrap (continued) keeps
+ * what its hellos already said: its sockets and CPU count. */
+static void tp_configure(ftc__tcp_t *tp, const ftc__tcp_cfg_t *cfg, int continued) {
+  int sockets = tp->cfg.sockets;
+  long cpus = tp->cfg.os_cpus;
+  tp->cfg = *cfg;
+  if (tp->cfg.chunk_bytes < 4096) tp->cfg.chunk_bytes = 4096;
+  if (continued) {
+    tp->cfg.sockets = sockets;
+    tp->cfg.os_cpus = cpus;
+    return;
+  }
+  if (tp->cfg.sockets != 1) tp->cfg.sockets = 2;
+  tp->cfg.os_cpus = 0;
+  tp->cfg.os_cpus = ftc__tcp_ncpu(&tp->cfg);
+}
+
 /* A transport for view, not connected yet (NULL: out of memory). */
 static ftc__tcp_t *tp_new(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view) {
   ftc__tcp_t *tp = ftc__calloc(1, sizeof(*tp));
   if (!tp) return NULL;
-  tp->cfg = *cfg;
-  tp->cfg.os_cpus = 0;
-  tp->cfg.os_cpus = ftc__tcp_ncpu(&tp->cfg); /* once: this epoch's hellos and crowded decision */
-  if (tp->cfg.chunk_bytes < 4096) tp->cfg.chunk_bytes = 4096;
-  if (tp->cfg.sockets != 1) tp->cfg.sockets = 2;
+  tp_configure(tp, cfg, 0);
   tp->epoch = view->epoch;
   tp->rank = view->my_rank;
   tp->size = view->size;
@@ -1416,12 +1431,7 @@ ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view
     b = tp->spare_boot;
     tp->spare_boot = NULL;
     b->early = 0;
-    int keep_sockets = tp->cfg.sockets;
-    long keep_cpus = tp->cfg.os_cpus; /* what its early hellos said */
-    tp->cfg = *cfg;
-    if (tp->cfg.chunk_bytes < 4096) tp->cfg.chunk_bytes = 4096;
-    tp->cfg.sockets = keep_sockets;
-    tp->cfg.os_cpus = keep_cpus;
+    tp_configure(tp, cfg, 1);
     tp->early_made = b->connected;
   } else if (!(tp = tp_new(cfg, view))) {
     return ftc__error(FTC_ERR_NO_MEMORY, "allocating the TCP transport for %d ranks", view->size);

@@ -220,8 +220,8 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
       int k = *slot;
       tp->pfd[k].events |= ev;
     }
-    if (more && more->wake_fd >= 0) tp->pfd[np++] = (struct pollfd){more->wake_fd, POLLIN, 0};
-    int ik = -1;
+    int wk = -1, ik = -1;
+    if (more && more->wake_fd >= 0) wk = np, tp->pfd[np++] = (struct pollfd){more->wake_fd, POLLIN, 0};
     if (tp->cfg.intr_fd) ik = np, tp->pfd[np++] = (struct pollfd){*tp->cfg.intr_fd, POLLIN, 0};
     int64_t left = deadline_ns - now;
     int timeout = left / 1000000 >= POLL_CAP_MS ? POLL_CAP_MS : (int)((left + 999999) / 1000000);
@@ -242,7 +242,7 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
       ssize_t r = read(*tp->cfg.intr_fd, &v, sizeof(v));
       (void)r;
     }
-    if (more && more->wake_fd >= 0 && (tp->pfd[ik >= 0 ? ik - 1 : np - 1].revents & POLLIN)) {
+    if (wk >= 0 && (tp->pfd[wk].revents & POLLIN)) {
       uint64_t v;
       ssize_t r = read(more->wake_fd, &v, sizeof(v));
       (void)r;
