@@ -40,4 +40,4 @@ print("list that names none (`,`), which would turn off every line, errors too."
 print("`FTCOMM_LOG_TIME` puts the wall-clock time, to the microsecond, at the start of each")
 print("line: `utc` (or `1`) as `2026-11-30T15:40:01.123456Z`, `epoch` as seconds since 1970")
 print("(`1796053096.501559`), `none` (or `0`, the default) without; for lining up the")
-print("processes of a job (recovery profiles in docs/recovery.md).")
+print("processes of a job (recovery profiles in docs/performance/recovery.md).")

@@ -429,7 +429,7 @@ out_free:
  * idle_wait), and the coordinator's view drops the victim and revokes the
  * epoch of those that did not see it (recover.c, wd_view); shut at every
  * survivor, most of those FINs only wake threads that already know, on
- * CPUs the recovery needs (docs/recovery.md, "Benchmark"). The sockets of a
+ * CPUs the recovery needs (docs/performance/recovery.md). The sockets of a
  * quiet failure are shut later if the failure turns out not to be seen by
  * all: the watchdog after QUIET_SHUT_NS without a view that drops the
  * member, or the move to a view that keeps it (comm_connect_view). */

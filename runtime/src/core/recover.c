@@ -757,7 +757,7 @@ static int dropped_failed(ftc__member_t *m, uint64_t member_id) {
  * revoked for although its connection is closed too: a rank blocked on a
  * live peer that has not failed yet would otherwise wait for the failures
  * to reach it from peer to peer (each shutting its sockets), on a busy host
- * milliseconds after this view (docs/recovery.md, "Benchmark"). Without the
+ * milliseconds after this view (docs/performance/recovery.md). Without the
  * coordinator's word (an older one), a closed connection is taken as a
  * finished member's. */
 static void wd_view(ftc_comm_t *comm, uint64_t *checked) {

@@ -168,7 +168,7 @@ static ftc_status_t queue_msg(ftc__member_t *m, json_t *msg, int close_after) {
  * first-out), one FIN at a time, each waking a peer that may take the CPU
  * from the dying process; the session, opened before the data plane, came
  * last: 1 ms after the first data-plane EOF at 8 ranks, 3 ms at 16
- * (docs/recovery.md, "Benchmark"). A second descriptor of the socket, above
+ * (docs/performance/recovery.md). A second descriptor of the socket, above
  * every data-plane one, makes its last reference the one released first.
  *
  * It goes in the highest free slot of the descriptor table as it is (its
@@ -879,7 +879,7 @@ ftc_status_t ftc__member_start(const ftc__member_cfg_t *cfg, ftc__member_t **out
   /* The first attempt runs here, in the caller's thread, up to its hello,
    * before the service thread exists (so that thread owns nothing yet): no
    * wait for a new thread's first schedule on the way to the admission
-   * (docs/recovery.md, "Benchmark"). The caller has other work while the
+   * (docs/performance/recovery.md). The caller has other work while the
    * coordinator answers (ftc_comm_create's backend probe); the welcome, and
    * a failed attempt's retries, are the service thread's. */
   m->open_deadline_ns = ftc__deadline_ns(m->connect_timeout_ms);

@@ -210,7 +210,7 @@ static ftc_status_t allreduce_rhd(ftc__tcp_t *tp, const ftc__op_t *op, const ftc
  * recursive doubling sends n log2(n) in log2(n) steps. Each rank other than
  * 0 waits once; so when ranks crowd the cores (ftc__tcp_crowded)
  * fewer of them need a core at each moment, which is what the latency is
- * made of there (docs/benchmarks.md). Rank 0's result is what every rank
+ * made of there (docs/performance/tcp.md). Rank 0's result is what every rank
  * gets, so all agree bitwise. */
 static ftc_status_t allreduce_flat(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red_t *red,
                                    int64_t deadline) {

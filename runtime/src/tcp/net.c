@@ -1307,7 +1307,7 @@ static boot_t *boot_new(ftc__tcp_t *tp, const ftc__view_t *view, int spare, int 
     return NULL;
   }
   for (int i = 0; i < 2 * view->size; i++) b->conn[i].fd = -1;
-  /* Measured on 2 CPUs (docs/benchmarks.md, "Congestion control within one
+  /* Measured on 2 CPUs (docs/performance/tcp.md, "Congestion control within one
    * host"): reno beat bbr from 1 MiB at 2 and 4 ranks; at 8, slower below 2 MiB. */
   b->reno_here = tp->cfg.congestion == FTC__TCP_CC_AUTO &&
                  ftc__tcp_host_ranks(view, view->my_rank) <= 2 * ftc__tcp_usable_cpus(&tp->cfg);

@@ -87,7 +87,7 @@ typedef struct ftc__tcp ftc__tcp_t;
  * waits for ranks to get a turn on a core. Below 2 ranks per core flat
  * measured a tie at best (3 ranks on 2 cores), and rank 0's serial share
  * (n - 1 receives and sends) would cost more on a big host with a rank or
- * so per core (docs/benchmarks.md). */
+ * so per core (docs/performance/tcp.md). */
 int ftc__tcp_crowded(const ftc__view_t *view, long ncpu);
 
 /* How many ranks of the view share rank r's host (r included; hosts compared
@@ -98,7 +98,7 @@ int ftc__tcp_crowded(const ftc__view_t *view, long ncpu);
  * connection CPU and time where the receiver runs (2 ranks on 2 cores,
  * 2 MiB: 1.3x); with more ranks than CPUs reno measured slower (4 and 8
  * ranks on 2 cores, 1 MiB), so the system's stays there
- * (docs/benchmarks.md). */
+ * (docs/performance/tcp.md). */
 int ftc__tcp_host_ranks(const ftc__view_t *view, int r);
 
 /* Listen on bind_host (ephemeral port) with family (AF_UNSPEC, AF_INET,

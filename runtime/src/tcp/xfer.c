@@ -194,7 +194,7 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
       /* Yield rather than pause: on a machine with more ranks than idle
        * cores, the peer this rank waits for may need this core (8-byte
        * allreduce, 2 ranks on one core: 16 us against 64 with pause; a
-       * tie on two cores; docs/benchmarks.md). */
+       * tie on two cores; docs/performance/tcp.md). */
       sched_yield();
       continue;
     }
