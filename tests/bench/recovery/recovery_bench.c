@@ -9,7 +9,10 @@
  * collective in the smaller epoch succeeded ("shrunk"). ftcomm-run restarts
  * the victim as a joiner, which prints when it is ready to create its
  * communicator ("ready"); every rank prints when its first collective in
- * the grown epoch succeeded ("grown"). --mode baseline prints the time of
+ * the grown epoch succeeded ("grown"), and every rank that was there before
+ * when it entered the step boundary that moved it to the grown epoch
+ * ("moved": what is left of a grow once the application reached its step
+ * boundary). --mode baseline prints the time of
  * the first collective after start (the restart-everything path). Times are
  * CLOCK_REALTIME ns, comparable across the processes of one host.
  *
@@ -98,13 +101,19 @@ int main(int argc, char **argv) {
   if (world_env) world = atoi(world_env);
   int hang = !strcmp(mode, "hang");
   /* rank 0's schedule; only slot 0 (always rank 0: it never fails) uses it */
-  int trial = 0, since_full = 0, after_failure = 0, after_grow = joiner;
+  int trial = 0, since_full = 0, after_failure = 0, after_grow = joiner, first_step = 1;
   for (;;) {
     ftc_epoch_info_t info;
     /* A recovery is the step boundary of the step after it. */
     st = FTC_OK;
+    long long entered = wall_ns();
     if (!after_failure) st = ftc_comm_step(comm, FTC_TIMEOUT_DEFAULT, &info);
-    if (st == FTC_OK && !after_failure && info.changed) after_grow = 1;
+    if (st == FTC_OK && !after_failure && info.changed) {
+      after_grow = 1;
+      /* (a joiner's first boundary is part of its admission, not a move) */
+      if (!(joiner && first_step)) printf("BENCH moved rank=%d ts=%lld\n", rank, entered);
+    }
+    if (!after_failure) first_step = 0;
     int64_t plan[3] = {0, 0, 0}; /* victim + 1, trial, stop */
     if (st == FTC_OK) {
       ftc_comm_rank(comm, &rank);
