@@ -999,10 +999,55 @@ static void the_top_peer_socket_is_found_in_a_world_of_any_size(void **state) {
   assert_int_equal(ftc__comm_top_peer_fd(&none, &size, size), -1); /* no sockets of its own */
 }
 
+/* Rank `me` of a world of `size`, as the TCP backend lists its sockets:
+ * every peer's receiving socket, then the lower ranks' shared ones (two
+ * per lower rank, 2 * size - 2 at the top rank). Each is one end of a
+ * socketpair whose other end plays the peer. */
+typedef struct two_socket_plane {
+  int size, me;
+  int own[8][2], shared[8][2];
+} two_socket_plane_t;
+
+static int two_socket_peer_fds(const void *h, int *fds, int *ranks, int max) {
+  const two_socket_plane_t *p = h;
+  int n = 0;
+  for (int r = 0; r < p->size && n < max; r++)
+    if (r != p->me) fds[n] = p->own[r][0], ranks[n++] = r;
+  for (int r = 0; r < p->me && n < max; r++) fds[n] = p->shared[r][0], ranks[n++] = r;
+  return n;
+}
+
+/* A peer that closed any of its sockets closed its connection, the shared
+ * socket of a lower rank (listed past the first size entries) included. */
+static void a_peer_closed_on_any_of_its_sockets_is_seen(void **state) {
+  (void)state;
+  two_socket_plane_t p = {.size = 4, .me = 3};
+  for (int r = 0; r < 3; r++) {
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p.own[r]), 0);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p.shared[r]), 0);
+  }
+  ftc__backend_ops_t be = {.name = "fake", .peer_fds = two_socket_peer_fds};
+  for (int r = 0; r < 3; r++) assert_false(ftc__comm_peer_closed(&be, &p, p.size, r));
+  close(p.shared[2][1]); /* rank 2's shared socket: the 6th listed */
+  close(p.own[0][1]);    /* rank 0's own socket; its shared one stays open */
+  assert_true(ftc__comm_peer_closed(&be, &p, p.size, 2));
+  assert_true(ftc__comm_peer_closed(&be, &p, p.size, 0));
+  assert_false(ftc__comm_peer_closed(&be, &p, p.size, 1));
+  ftc__backend_ops_t none = {.name = "none"};
+  assert_false(ftc__comm_peer_closed(&none, &p, p.size, 2)); /* no sockets of its own */
+  for (int r = 0; r < 3; r++) {
+    close(p.own[r][0]);
+    close(p.shared[r][0]);
+    if (r != 0) close(p.own[r][1]);
+    if (r != 2) close(p.shared[r][1]);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_null_comm_is_an_invalid_argument),
       cmocka_unit_test(the_top_peer_socket_is_found_in_a_world_of_any_size),
+      cmocka_unit_test(a_peer_closed_on_any_of_its_sockets_is_seen),
       cmocka_unit_test(null_buffers_are_refused_unless_count_is_zero),
       cmocka_unit_test(unknown_dtypes_and_ops_are_refused),
       cmocka_unit_test(a_count_that_overflows_size_t_is_refused),

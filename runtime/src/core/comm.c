@@ -11,6 +11,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,6 +210,25 @@ int ftc__comm_top_peer_fd(const ftc__backend_ops_t *be, const void *bh, int size
   for (int i = 0; i < np; i++) top = fds[i] > top ? fds[i] : top;
   if (fds != small) ftc__free(fds);
   return top;
+}
+
+int ftc__comm_peer_closed(const ftc__backend_ops_t *be, const void *bh, int size, int rank) {
+  if (!be->peer_fds || size <= 0) return 0;
+  /* As many entries as ftc__comm_top_peer_fd's: a lower rank's shared
+   * socket comes after every peer's own, past the first size entries. */
+  enum { SMALL = 64 };
+  int small[2 * SMALL], *fds = small, closed = 0;
+  size_t cap = 2 * (size_t)size;
+  if (cap > SMALL && !(fds = ftc__malloc(2 * cap * sizeof(*fds)))) return 0;
+  if (cap <= SMALL) cap = SMALL;
+  int np = be->peer_fds(bh, fds, fds + cap, (int)cap);
+  for (int i = 0; i < np && !closed; i++) {
+    if (fds[cap + i] != rank) continue;
+    struct pollfd p = {fds[i], POLLRDHUP, 0};
+    closed = poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+  }
+  if (fds != small) ftc__free(fds);
+  return closed;
 }
 
 ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view) {

@@ -152,6 +152,13 @@ ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view);
  * (every peer's socket, as be->peer_fds lists them), -1 for none or a
  * backend without sockets of its own. */
 int ftc__comm_top_peer_fd(const ftc__backend_ops_t *be, const void *bh, int size);
+/* Whether the peer `rank` closed a connection of the data plane bh of a
+ * world of `size` ranks (end of stream or reset seen on any socket to it,
+ * as be->peer_fds lists them; unread data may remain), as the idle watch
+ * takes one socket's end for the peer's. 0 for a backend without sockets
+ * of its own, or when out of memory. bh's sockets must stay open meanwhile
+ * (the caller holds comm->lock). */
+int ftc__comm_peer_closed(const ftc__backend_ops_t *be, const void *bh, int size, int rank);
 
 /* A deep copy of a view (NULL when out of memory); free with ftc__view_free. */
 ftc__view_t *ftc__view_copy(const ftc__view_t *v);

@@ -719,22 +719,12 @@ static void wd_late_free(ftc_comm_t *comm) {
 }
 
 /* Whether this rank's connection to `rank` of the current epoch is closed
- * by the peer (end of stream or reset seen; unread data may remain). Under
- * comm->lock: a backend is swapped out under it before it is closed, so
- * comm->bh's sockets stay open meanwhile. */
+ * by the peer (ftc__comm_peer_closed). Under comm->lock: a backend is
+ * swapped out under it before it is closed, so comm->bh's sockets stay open
+ * meanwhile. */
 static int peer_closed_locked(ftc_comm_t *comm, int rank) {
-  if (!comm->bh || !comm->be->peer_fds || !comm->view) return 0;
-  int n = comm->view->size, closed = 0;
-  int *fds = ftc__malloc(2 * (size_t)n * sizeof(int));
-  if (!fds) return 0;
-  int np = comm->be->peer_fds(comm->bh, fds, fds + n, n);
-  for (int i = 0; i < np; i++) {
-    if (fds[n + i] != rank) continue;
-    struct pollfd p = {fds[i], POLLRDHUP, 0};
-    closed = poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
-  }
-  ftc__free(fds);
-  return closed;
+  if (!comm->bh || !comm->view) return 0;
+  return ftc__comm_peer_closed(comm->be, comm->bh, comm->view->size, rank);
 }
 
 /* Whether the views said the coordinator dropped member_id for a failure
