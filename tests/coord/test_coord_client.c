@@ -293,6 +293,68 @@ static void the_exit_slot_is_the_highest_free_one_however_far_down(void **state)
   close(base);
 }
 
+/* Sessions of one process (a communicator each) place their duplicates
+ * from their own service threads, maybe at once: each gets a free slot of
+ * its own up there, and the table is never grown for it. The table is
+ * filled but for a few low slots (ordinary opens take those) and the top
+ * NPLACE; NPLACE threads place at once, round after round. */
+enum { NPLACE = 4, PLACE_ROUNDS = 300 };
+
+typedef struct placer {
+  pthread_barrier_t *go;
+  int fd, above, got;
+} placer_t;
+
+static void *place_one(void *arg) {
+  placer_t *p = arg;
+  pthread_barrier_wait(p->go);
+  p->got = ftc__member_dup_high(p->fd, p->above);
+  return NULL;
+}
+
+static void sessions_placing_at_once_never_grow_the_table(void **state) {
+  (void)state;
+  int table = table_size(), size = table, base = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)size) size = (int)rl.rlim_cur;
+  assert_true(base >= 0 && size >= 64);
+  int top[NPLACE], ntop = 0;
+  for (int k = size - 1; k > base + 16 && ntop < NPLACE; k--)
+    if (slot_free(k)) top[ntop++] = k;
+  assert_int_equal(ntop, NPLACE);
+  char *mine = calloc((size_t)size, 1);
+  assert_non_null(mine);
+  for (int k = base + 16; k < top[NPLACE - 1]; k++)
+    if (slot_free(k)) assert_int_equal(dup2(base, k), k), mine[k] = 1;
+  pthread_barrier_t go;
+  assert_int_equal(pthread_barrier_init(&go, NULL, NPLACE), 0);
+  for (int round = 0; round < PLACE_ROUNDS; round++) {
+    placer_t p[NPLACE];
+    pthread_t t[NPLACE];
+    for (int i = 0; i < NPLACE; i++) {
+      p[i] = (placer_t){.go = &go, .fd = base, .above = base + 15, .got = -1};
+      assert_int_equal(pthread_create(&t[i], NULL, place_one, &p[i]), 0);
+    }
+    for (int i = 0; i < NPLACE; i++) pthread_join(t[i], NULL);
+    int ours = 0;
+    for (int i = 0; i < NPLACE; i++)
+      for (int j = 0; j < NPLACE; j++) ours += p[i].got == top[j];
+    for (int i = 0; i < NPLACE; i++)
+      for (int j = 0; j < i; j++) ours -= p[i].got == p[j].got;
+    if (ours != NPLACE || table_size() != table)
+      fail_msg("round %d: the placements got descriptors %d %d %d %d, the %d free at the top were "
+               "%d..%d; the table has %d slots, had %d",
+               round, p[0].got, p[1].got, p[2].got, p[3].got, NPLACE, top[NPLACE - 1], top[0],
+               table_size(), table);
+    for (int i = 0; i < NPLACE; i++) close(p[i].got);
+  }
+  pthread_barrier_destroy(&go);
+  for (int k = 0; k < size; k++)
+    if (mine[k]) close(k);
+  free(mine);
+  close(base);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(garbage_instead_of_welcome_is_a_protocol_error),
@@ -305,6 +367,7 @@ int main(void) {
       cmocka_unit_test(message_a_coordinator_never_sends_fails_the_session),
       cmocka_unit_test(a_view_finds_this_rank_by_member_id),
       cmocka_unit_test(the_exit_slot_is_the_highest_free_one_however_far_down),
+      cmocka_unit_test(sessions_placing_at_once_never_grow_the_table),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

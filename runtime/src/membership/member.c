@@ -219,17 +219,36 @@ int ftc__member_exit_slot(int above) {
   return -1;
 }
 
+/* The placements of every session of the process, one at a time: F_DUPFD
+ * takes the lowest free slot from the one asked for, so a second session
+ * that found the same highest free slot would get one past the table's end.
+ * Another library can still take the slot in between only by asking for it
+ * (dup2, or F_DUPFD from up there): an ordinary open takes the lowest free
+ * descriptor, which is this one only when the table is full but for it, and
+ * then the table grows at the next open anyway. */
+static pthread_mutex_t place_mu = PTHREAD_MUTEX_INITIALIZER;
+
+int ftc__member_dup_high(int fd, int above) {
+  pthread_mutex_lock(&place_mu);
+  int slot = ftc__member_exit_slot(above);
+  int dup = slot > above ? fcntl(fd, F_DUPFD_CLOEXEC, slot) : -1;
+  pthread_mutex_unlock(&place_mu);
+  return dup;
+}
+
 /* Duplicate the session's socket into the highest free slot of the table
  * if that is above `above` and above the current duplicate (which is then
- * closed). Caller does not hold m->lock. */
+ * closed). On the service thread, the only one that changes m->sock_fd:
+ * it stays open meanwhile. Caller does not hold m->lock. */
 static void hold_above(ftc__member_t *m, int above) {
-  int slot = ftc__member_exit_slot(above);
   pthread_mutex_lock(&m->lock);
-  int old = -1;
-  if (slot > above && slot > m->exit_fd && m->sock_fd >= 0) {
-    int fd = fcntl(m->sock_fd, F_DUPFD_CLOEXEC, slot);
-    if (fd >= 0) old = m->exit_fd, m->exit_fd = fd;
-  }
+  int sock = m->sock_fd, cur = m->exit_fd;
+  pthread_mutex_unlock(&m->lock);
+  int fd = sock >= 0 ? ftc__member_dup_high(sock, above > cur ? above : cur) : -1;
+  if (fd < 0) return;
+  pthread_mutex_lock(&m->lock);
+  int old = m->exit_fd;
+  m->exit_fd = fd;
   pthread_mutex_unlock(&m->lock);
   if (old >= 0) close(old);
 }

@@ -176,6 +176,13 @@ void ftc__member_hold_above(ftc__member_t *m, int fd);
  * if every one is taken. For the duplicate of ftc__member_hold_above. */
 int ftc__member_exit_slot(int above);
 
+/* A duplicate of fd (close-on-exec) in the highest free slot above
+ * `above` (ftc__member_exit_slot), -1 when none is free up there. Every
+ * session's service thread places its duplicate through it; two that
+ * picked the same slot at once would have the second's go past the
+ * table's end, which grows it. */
+int ftc__member_dup_high(int fd, int above);
+
 /* The session's stored error (FTC_OK while connected and healthy). */
 ftc_status_t ftc__member_error(ftc__member_t *m);
 
