@@ -170,7 +170,7 @@ static void a_difference_in_the_settings_names_the_variables_and_both_values(voi
   few.ncpu = 1, many.ncpu = 64;
   memset(why, 0, sizeof(why));
   assert_int_equal(ftc__tcp_wire_diff(&few, 3, &many, 0, 1, why, sizeof(why)), 1);
-  const char *says = "rank 3 counts 1 online CPUs on this host, this rank (0) 64: under "
+  const char *says = "rank 3 counts 1 CPUs on this host, this rank (0) 64: under "
                      "FTCOMM_ALLREDUCE_ALGO=auto the ranks of one host must count the same CPUs";
   if (strncmp(why, says, strlen(says)) != 0) fail_msg("says \"%s\"", why);
   if (!strstr(why, "set FTCOMM_HOST_CPUS")) fail_msg("does not name FTCOMM_HOST_CPUS: \"%s\"", why);

@@ -34,6 +34,7 @@
 #include "ftc_time.h"
 #include "harness.h"
 #include "tcp/tcp.h"
+#include "tcp/tcp_int.h"
 
 static int64_t ms_since(int64_t t0) { return (ftc__now_ns() - t0) / 1000000; }
 
@@ -352,9 +353,9 @@ static void ranks_counting_different_cpus_are_refused_at_creation(void **state) 
   (void)state;
   harness_opts_t o = {.rank_env = {[0] = {"FTCOMM_HOST_CPUS=1"}, [1] = {"FTCOMM_HOST_CPUS=64"}}};
   refusal_t r = {.says = {
-      {"rank 1 counts 64 online CPUs on this host, this rank (0) 1: under "
+      {"rank 1 counts 64 CPUs on this host, this rank (0) 1: under "
        "FTCOMM_ALLREDUCE_ALGO=auto the ranks of one host must count the same CPUs"},
-      {"rank 0 counts 1 online CPUs on this host, this rank (1) 64: under "
+      {"rank 0 counts 1 CPUs on this host, this rank (1) 64: under "
        "FTCOMM_ALLREDUCE_ALGO=auto the ranks of one host must count the same CPUs"},
   }};
   expect_refused(2, &o, &r);
@@ -541,6 +542,54 @@ static void the_cgroup_cpu_quota_bounds_the_cpus_auto_counts(void **state) {
   assert_true(ftc__tcp_usable_cpus(&cfg) >= 1 && ftc__tcp_usable_cpus(&cfg) <= ftc__tcp_ncpu(&cfg));
 }
 
+/* The flat allreduce's crowded decision counts the CPUs as
+ * FTCOMM_TCP_CONGESTION=auto does, within the cgroup's CPU quota: 2 ranks
+ * of one host in a container limited to 1 CPU of a bigger host crowd it,
+ * on both ranks, and their hellos carry that count (ranks of one host
+ * compare it). */
+static void the_cpu_quota_bounds_the_cpus_the_crowded_decision_counts(void **state) {
+  (void)state;
+  ftc__tcp_cfg_t cfg = {.os_cpus = 64, .cpu_quota = 2};
+  ftc__tcp_wire_t w;
+  ftc__tcp_wire_of(&cfg, &w);
+  assert_int_equal(w.ncpu, 2);
+  cfg.host_cpus = 8; /* FTCOMM_HOST_CPUS still decides alone */
+  ftc__tcp_wire_of(&cfg, &w);
+  assert_int_equal(w.ncpu, 8);
+  cfg.host_cpus = 0, cfg.cpu_quota = 0; /* no quota: the online CPUs */
+  ftc__tcp_wire_of(&cfg, &w);
+  assert_int_equal(w.ncpu, 64);
+
+  unsetenv("FTCOMM_HOST_CPUS");
+  unsetenv("FTCOMM_ALLREDUCE_ALGO");
+  ftc__param_reset();
+  int fds[2];
+  connector_t c[2];
+  memset(c, 0, sizeof(c));
+  c[0].view = harness_view(2, 0, 1, fds);
+  c[1].view = harness_view(2, 1, 1, NULL);
+  memcpy(c[1].view->members, c[0].view->members, 2 * sizeof(*c[0].view->members));
+  pthread_t t[2];
+  for (int r = 0; r < 2; r++) {
+    assert_int_equal(ftc__tcp_cfg_from_env(&c[r].cfg), FTC_OK);
+    c[r].cfg.token = HARNESS_TOKEN;
+    c[r].cfg.connect_timeout_ms = 10000;
+    c[r].cfg.cpu_quota = 1;
+    c[r].fd = fds[r];
+    pthread_create(&t[r], NULL, connect_thread, &c[r]);
+  }
+  for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+  for (int r = 0; r < 2; r++) {
+    if (c[r].st != FTC_OK) fail_msg("rank %d: %s", r, c[r].why);
+    if (!c[r].tp->crowded)
+      fail_msg("rank %d: 2 ranks within a quota of 1 CPU (%ld online) are not crowded", r,
+               ftc__tcp_ncpu(&c[r].tp->cfg));
+    ftc__tcp_destroy(c[r].tp);
+    close(fds[r]);
+    harness_view_free(c[r].view);
+  }
+}
+
 /* A spare connection adopted by a later epoch gets that epoch's choice:
  * two ranks of one host with 1 CPU (reno), then a third joins (3 ranks,
  * 1 CPU: the system's default); the survivors' adopted connection goes
@@ -655,6 +704,7 @@ int main(void) {
       cmocka_unit_test(data_connections_within_one_host_get_ftcomm_tcp_congestion),
       cmocka_unit_test(a_congestion_control_the_kernel_refuses_is_a_config_error),
       cmocka_unit_test(the_cgroup_cpu_quota_bounds_the_cpus_auto_counts),
+      cmocka_unit_test(the_cpu_quota_bounds_the_cpus_the_crowded_decision_counts),
       cmocka_unit_test(an_adopted_connection_gets_the_new_epochs_congestion_control),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

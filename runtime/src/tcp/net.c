@@ -17,7 +17,7 @@
  * HELLO for the one socket of a pair, HELLO_UP or HELLO_DOWN for one of
  * two) {magic, protocol, kind, epoch, member_id, rank, size, wire settings
  * (FTCOMM_RING_THRESHOLD, FTCOMM_HALVING_MAX, FTCOMM_ALLREDUCE_ALGO,
- * FTCOMM_TCP_SOCKETS, and the online CPUs the sender counts), HMAC-SHA256(token,
+ * FTCOMM_TCP_SOCKETS, and the CPUs the sender counts), HMAC-SHA256(token,
  * nonce || header)}; the acceptor
  * checks the magic and protocol from the first 8 bytes (another version is
  * refused before the rest, whose size may differ), the MAC, the epoch, that
@@ -112,6 +112,18 @@ static ftc_status_t congestion_parse(const char *s, ftc__tcp_cfg_t *cfg) {
   return FTC_OK;
 }
 
+/* The cgroup's CPU quota, read once per process (the files cost tens of
+ * us; and every communicator of the process then counts the same). */
+static long process_cpu_quota(void) {
+  static long quota = -1;
+  long q = __atomic_load_n(&quota, __ATOMIC_ACQUIRE);
+  if (q < 0) {
+    q = ftc__tcp_cgroup_cpus("/sys/fs/cgroup", "/proc/self/cgroup");
+    __atomic_store_n(&quota, q, __ATOMIC_RELEASE);
+  }
+  return q;
+}
+
 ftc_status_t ftc__tcp_cfg_from_env(ftc__tcp_cfg_t *cfg) {
   int64_t v;
   ftc_status_t st;
@@ -127,6 +139,7 @@ ftc_status_t ftc__tcp_cfg_from_env(ftc__tcp_cfg_t *cfg) {
   cfg->spin_us = (int)v;
   if ((st = ftc__param_int(FTC_P_HOST_CPUS, &v)) != FTC_OK) return st;
   cfg->host_cpus = (long)v;
+  cfg->cpu_quota = process_cpu_quota();
   if ((st = ftc__param_int(FTC_P_TCP_SOCKETS, &v)) != FTC_OK) return st;
   cfg->sockets = (int)v;
   ftc_algo_t algo;
@@ -298,19 +311,13 @@ long ftc__tcp_cgroup_cpus(const char *root, const char *proc_cgroup) {
 }
 
 long ftc__tcp_usable_cpus(const ftc__tcp_cfg_t *cfg) {
-  static long quota = -1; /* once per process: the files cost tens of us */
   long n = ftc__tcp_ncpu(cfg);
   if (cfg->host_cpus > 0) return n;
-  long q = __atomic_load_n(&quota, __ATOMIC_ACQUIRE);
-  if (q < 0) {
-    q = ftc__tcp_cgroup_cpus("/sys/fs/cgroup", "/proc/self/cgroup");
-    __atomic_store_n(&quota, q, __ATOMIC_RELEASE);
-  }
-  return q > 0 && q < n ? q : n;
+  return cfg->cpu_quota > 0 && cfg->cpu_quota < n ? cfg->cpu_quota : n;
 }
 
 void ftc__tcp_wire_of(const ftc__tcp_cfg_t *cfg, ftc__tcp_wire_t *w) {
-  long ncpu = ftc__tcp_ncpu(cfg);
+  long ncpu = ftc__tcp_usable_cpus(cfg);
   *w = (ftc__tcp_wire_t){.ring_threshold = cfg->ring_threshold,
                          .halving_max = cfg->halving_max,
                          .algo = (uint32_t)cfg->allreduce_algo,
@@ -340,9 +347,10 @@ int ftc__tcp_wire_diff(const ftc__tcp_wire_t *theirs, int peer, const ftc__tcp_w
      * ranks crowd one count and not the other, auto would run flat on
      * one and recursive doubling on the other for the same small call. */
     snprintf(out, len,
-             "rank %d counts %u online CPUs on this host, this rank (%d) %u: under "
+             "rank %d counts %u CPUs on this host, this rank (%d) %u: under "
              "FTCOMM_ALLREDUCE_ALGO=auto the ranks of one host must count the same CPUs (they "
-             "decide from it whether small allreduces go flat); set FTCOMM_HOST_CPUS (or "
+             "decide from it whether small allreduces go flat: the online ones, within the "
+             "cgroup's CPU quota); set FTCOMM_HOST_CPUS (or "
              "FTCOMM_ALLREDUCE_ALGO=flat or doubling) to the same value on every rank of the job",
              peer, (unsigned)theirs->ncpu, me, (unsigned)ours->ncpu);
     return 1;
@@ -1448,11 +1456,11 @@ ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view
   } else {
     boot_free(b);
   }
-  const long ncpu = ftc__tcp_ncpu(&tp->cfg); /* as in its hellos */
+  const long ncpu = ftc__tcp_usable_cpus(&tp->cfg); /* as in its hellos */
   tp->crowded = ftc__tcp_crowded(view, ncpu);
   if (tp->crowded && cfg->allreduce_algo == FTC_ALGO_AUTO && tp->rank == 0)
     FTC_INFO(FTC_SUB_NET,
-             "epoch %llu: %d ranks on one host with %ld online CPUs: allreduces below "
+             "epoch %llu: %d ranks on one host with %ld CPUs: allreduces below "
              "FTCOMM_RING_THRESHOLD use flat (FTCOMM_ALLREDUCE_ALGO)",
              (unsigned long long)tp->epoch, tp->size, ncpu);
   if (tp->early_made)

@@ -52,9 +52,13 @@ typedef struct ftc__tcp_cfg {
   size_t ring_threshold;    /* bytes from which ring/chain algorithms are used */
   size_t halving_max;       /* allreduce: below it (and from ring_threshold) halving-doubling */
   int spin_us;              /* busy-poll before sleeping in poll() */
-  long host_cpus;           /* FTCOMM_HOST_CPUS: online CPUs for ftc__tcp_crowded, 0 asks the OS */
+  long host_cpus;           /* FTCOMM_HOST_CPUS: the CPUs auto counts (ftc__tcp_usable_cpus),
+                             * 0 asks the OS */
   long os_cpus;             /* the OS's count, read once by ftc__tcp_create for its epoch
                              * (its hellos and its crowded decision); 0: ask each time */
+  long cpu_quota;           /* the CPU quota of the process's cgroup in whole CPUs
+                             * (ftc__tcp_cgroup_cpus), 0 none: read once per process by
+                             * ftc__tcp_cfg_from_env */
   int sockets;              /* per peer pair: 1 carries both ways, 2 one per direction */
   int allreduce_algo;       /* FTCOMM_ALLREDUCE_ALGO (an ftc_algo_t): where a communicator's
                              * algorithm starts */
@@ -79,9 +83,9 @@ ftc_status_t ftc__tcp_cfg_from_env(ftc__tcp_cfg_t *cfg);
 typedef struct ftc__tcp ftc__tcp_t;
 
 /* Whether the ranks of view crowd the CPUs they share: every member
- * advertises the same host (the same machine, so every rank has the same
- * ncpu, the online CPUs, and decides the same) and there are at least
- * 2 * ncpu of them, so every core runs two ranks or more. Then
+ * advertises the same host and there are at least 2 * ncpu of them, ncpu
+ * being ftc__tcp_usable_cpus (every rank of one host counts the same:
+ * their hellos compare it), so every core runs two ranks or more. Then
  * FTC_ALGO_AUTO reduces allreduces below FTCOMM_RING_THRESHOLD flat (to
  * rank 0 and back) rather than by recursive doubling, whose every step
  * waits for ranks to get a turn on a core. Below 2 ranks per core flat
@@ -239,7 +243,7 @@ void ftc__tcp_refuse_pending(int listen_fd);
  * of one host (same_host: the view advertises the same host for both) must
  * also count the same CPUs: ftc__tcp_crowded decides from each rank's own
  * count, and ranks that count differently (containers with their own view
- * of /sys, another libc) would pick flat and recursive doubling for the
+ * of /sys, another libc, other CPU quotas) would pick flat and recursive doubling for the
  * same call, in this view or a later one. FTCOMM_CHUNK_BYTES, FTCOMM_SPIN_US and
  * FTCOMM_SOCKET_BUFFER only change how a rank moves the same bytes, so they
  * may differ. */
@@ -248,8 +252,8 @@ typedef struct ftc__tcp_wire {
   uint64_t halving_max;    /* FTCOMM_HALVING_MAX */
   uint32_t algo;           /* FTCOMM_ALLREDUCE_ALGO, an ftc_algo_t */
   uint32_t sockets;        /* FTCOMM_TCP_SOCKETS */
-  uint32_t ncpu;           /* the online CPUs it counts (FTCOMM_HOST_CPUS, else the OS's):
-                            * compared under auto between ranks of one host */
+  uint32_t ncpu;           /* the CPUs it counts (ftc__tcp_usable_cpus): compared under
+                            * auto between ranks of one host */
 } ftc__tcp_wire_t;
 
 /* The online CPUs this process counts: cfg->host_cpus, else the OS's
@@ -257,10 +261,14 @@ typedef struct ftc__tcp_wire {
  * and every handshake of an epoch asked, 30 times in a 16-rank move). */
 long ftc__tcp_ncpu(const ftc__tcp_cfg_t *cfg);
 
-/* The CPUs this process may use as FTCOMM_TCP_CONGESTION=auto counts them:
- * cfg->host_cpus when set, else the online CPUs bounded by the CPU quota of
- * its cgroup (a container's CPU limit: a pod limited to 2 CPUs on a 64-CPU
- * node has 2), read once per process. */
+/* The CPUs this process may use as FTCOMM_TCP_CONGESTION=auto and
+ * FTCOMM_ALLREDUCE_ALGO=auto (ftc__tcp_crowded) count them:
+ * cfg->host_cpus when set, else the online CPUs (ftc__tcp_ncpu) bounded by
+ * cfg->cpu_quota (a container's CPU limit: a pod limited to 2 CPUs on a
+ * 64-CPU node has 2). Ranks of one host in cgroups of their own (several
+ * containers on the host's network) each count their own quota: ranks whose
+ * counts differ are refused (ftc__tcp_wire_diff), and FTCOMM_HOST_CPUS set
+ * alike on every rank is the way out. */
 long ftc__tcp_usable_cpus(const ftc__tcp_cfg_t *cfg);
 
 /* The CPU quota along this process's cgroup path, rounded up to whole CPUs
