@@ -35,8 +35,9 @@
  * Spare connections: between collectives the idle progress thread makes
  * the same sockets again for every pair (SPARE hellos, kind + 4), unused
  * until the next epoch adopts them with one ADOPT {epoch} message each way
- * (ftc__tcp_connect with prev); a failed epoch shuts only its own sockets,
- * so the survivors of a failure reconnect without a new connection.
+ * per pair, on its shared socket (ftc__tcp_connect with prev); a failed
+ * epoch shuts only its own sockets, so the survivors of a failure
+ * reconnect without a new connection.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -626,7 +627,9 @@ void ftc__tcp_refuse_pending(int listen_fd) {
 /* ---- bootstrap ---- */
 
 enum pend_state {
-  P_IDLE, P_RETRY, P_CONNECTING, P_WAIT_NONCE, P_WAIT_ACK, P_WAIT_HELLO, P_ADOPT, P_DONE,
+  P_IDLE, P_RETRY, P_CONNECTING, P_WAIT_NONCE, P_WAIT_ACK, P_WAIT_HELLO, P_DONE,
+  P_ADOPT,      /* an adopted spare: waiting for the peer's ADOPT on it (the shared socket) */
+  P_ADOPT_WITH, /* the pair's other adopted spare: settled by the shared socket's ADOPT */
   P_HELD, /* a spare acceptor's: a valid hello for a later epoch, kept for its bootstrap */
 };
 
@@ -937,8 +940,8 @@ static void conn_event(boot_t *b, pend_t *p, short revents) {
   }
 }
 
-/* ADOPT {magic, protocol, kind, epoch}: this end takes a spare connection
- * for `epoch`. */
+/* ADOPT {magic, protocol, kind, epoch}: this end takes the spare sockets of
+ * a pair for `epoch`, sent on the pair's shared socket only. */
 static void adopt_encode(uint8_t out[FTC__TCP_ADOPT_SIZE], uint64_t epoch) {
   put_u32(out, FTC__TCP_MAGIC);
   put_u16(out + 4, FTC__TCP_PROTO);
@@ -946,45 +949,69 @@ static void adopt_encode(uint8_t out[FTC__TCP_ADOPT_SIZE], uint64_t epoch) {
   put_u64(out + 8, epoch);
 }
 
-/* A spare socket cannot be adopted: connect as if there was none. */
-static void adopt_fail(boot_t *b, pend_t *p, const char *why) {
-  FTC_DEBUG(FTC_SUB_NET, "rank %d: the spare connection to rank %d (socket %d) is not usable for "
-            "epoch %llu (%s); connecting anew", b->tp->rank, p->rank, p->lane,
-            (unsigned long long)b->view->epoch, why);
-  pend_close(p);
-  p->state = P_IDLE;
-  if (p->rank < b->tp->rank) conn_start(b, p); /* else it connects to us */
+/* The lane of the pair's shared socket (UP) at this end: the higher rank
+ * sends on it (lane 0), the lower receives (lane 1); the one socket of
+ * FTCOMM_TCP_SOCKETS=1 is lane 0. */
+static int shared_lane(const ftc__tcp_t *tp, int peer) {
+  return tp->cfg.sockets == 1 || tp->rank > peer ? 0 : 1;
 }
 
-static void adopt_start(boot_t *b, pend_t *p, int fd) {
+/* The spare sockets of the pair with `rank` cannot be adopted: close them
+ * and connect as if there were none. */
+static void adopt_fail(boot_t *b, int rank, const char *why) {
+  FTC_DEBUG(FTC_SUB_NET, "rank %d: the spare connection(s) to rank %d are not usable for epoch "
+            "%llu (%s); connecting anew", b->tp->rank, rank,
+            (unsigned long long)b->view->epoch, why);
+  for (int lane = 0; lane < b->tp->cfg.sockets; lane++) {
+    pend_t *p = &b->conn[2 * rank + lane];
+    if (p->state != P_ADOPT && p->state != P_ADOPT_WITH) continue;
+    pend_close(p);
+    p->state = P_IDLE;
+    if (rank < b->tp->rank) conn_start(b, p); /* else it connects to us */
+  }
+}
+
+/* Adopt the pair's spare sockets fd[lane] (every lane of the pair): send
+ * ADOPT on the shared one and wait for the peer's there. */
+static void adopt_start(boot_t *b, int rank, const int *fd) {
   uint8_t msg[FTC__TCP_ADOPT_SIZE];
   adopt_encode(msg, b->view->epoch);
-  p->fd = fd;
-  p->have = 0;
-  p->state = P_ADOPT;
-  if (write_all_small(fd, msg, sizeof(msg)) != 0) adopt_fail(b, p, "it is closed");
+  const int shared = shared_lane(b->tp, rank);
+  for (int lane = 0; lane < b->tp->cfg.sockets; lane++) {
+    pend_t *p = &b->conn[2 * rank + lane];
+    p->fd = fd[lane];
+    p->have = 0;
+    p->state = lane == shared ? P_ADOPT : P_ADOPT_WITH;
+  }
+  if (write_all_small(fd[shared], msg, sizeof(msg)) != 0) adopt_fail(b, rank, "it is closed");
 }
 
+/* The peer's ADOPT on the shared socket: the same epoch makes every socket
+ * of the pair this epoch's (the peer took them together, from the same
+ * spare bootstrap as ours); anything else, none. */
 static void adopt_event(boot_t *b, pend_t *p, short revents) {
   if (!(revents & (POLLIN | POLLHUP | POLLERR))) return;
   int r = read_some(p, FTC__TCP_ADOPT_SIZE);
   if (r < 0) {
-    adopt_fail(b, p, "the peer closed it");
+    adopt_fail(b, p->rank, "the peer closed it");
     return;
   }
   if (r == 0) return;
   uint8_t want[FTC__TCP_ADOPT_SIZE];
   adopt_encode(want, b->view->epoch);
   if (memcmp(p->buf, want, sizeof(want)) != 0) {
-    adopt_fail(b, p, "the peer took it for another epoch");
+    adopt_fail(b, p->rank, "the peer took it for another epoch");
     return;
   }
-  keep_fd(b, p->rank, p->lane, p->fd, 1);
-  p->fd = -1;
-  p->state = P_DONE;
-  b->tp->adopted++;
-  FTC_DEBUG(FTC_SUB_NET, "rank %d adopted its spare connection to rank %d (socket %d)",
-            b->tp->rank, p->rank, p->lane);
+  for (int lane = 0; lane < b->tp->cfg.sockets; lane++) {
+    pend_t *q = &b->conn[2 * p->rank + lane];
+    keep_fd(b, q->rank, q->lane, q->fd, 1);
+    q->fd = -1;
+    q->state = P_DONE;
+    b->tp->adopted++;
+  }
+  FTC_DEBUG(FTC_SUB_NET, "rank %d adopted its spare connection(s) to rank %d", b->tp->rank,
+            p->rank);
 }
 
 static void acc_event(boot_t *b, pend_t *p, short revents) {
@@ -1059,9 +1086,11 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
     { refuse(b, p, "rank %u is already connected", h.rank); return; }
   ftc__tcp_hello_encode(msg, &ack, tp->cfg.token, p->nonce);
   if (write_all_small(p->fd, msg, sizeof(msg)) != 0) { refuse(b, p, "sending the answer failed"); return; }
-  /* The peer could not use the spare socket it had with us: neither do we. */
-  pend_t *adopting = &b->conn[2 * h.rank + (unsigned)lane];
-  if (!b->spare && adopting->state == P_ADOPT) {
+  /* The peer could not use the spare sockets it had with us: neither do we
+   * (it connects every socket of the pair anew). */
+  for (int k = 0; !b->spare && k < tp->cfg.sockets; k++) {
+    pend_t *adopting = &b->conn[2 * h.rank + (unsigned)k];
+    if (adopting->state != P_ADOPT && adopting->state != P_ADOPT_WITH) continue;
     pend_close(adopting);
     adopting->state = P_IDLE;
   }
@@ -1171,25 +1200,39 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
     prev->early = NULL;
   }
   if (prev) ftc__tcp_spare_stop(prev);
-  /* Each socket of a pair: adopt prev's spare, else the higher rank connects. */
+  /* Each pair: adopt prev's spares when there is one for every socket of
+   * it and none is connected yet, else the higher rank connects. */
   int adopted = 0;
   for (int r = 0; r < tp->size; r++) {
     if (r == tp->rank) continue;
+    int fd[2] = {-1, -1}, fresh = 0, have = 0;
     for (int lane = 0; lane < lanes; lane++) {
       pend_t *p = &b->conn[2 * r + lane];
-      if (pend_waits(p)) continue; /* started early (ftc__tcp_early_start) */
+      fd[lane] = take_spare(prev, b->view->members[r].member_id, lane);
+      have += fd[lane] >= 0;
+      if (pend_waits(p)) { /* started early (ftc__tcp_early_start) */
+        fresh = 1;
+        continue;
+      }
       p->rank = r;
       p->lane = lane;
-      if (*lane_slot(tp, r, lane, 0) >= 0) continue; /* a kept hello connected it */
-      int fd = take_spare(prev, b->view->members[r].member_id, lane);
-      if (fd >= 0)
-        adopt_start(b, p, fd), adopted++;
-      else if (r < tp->rank)
-        conn_start(b, p);
+      if (*lane_slot(tp, r, lane, 0) >= 0) fresh = 1; /* a kept hello connected it */
+    }
+    if (have == lanes && !fresh) {
+      adopt_start(b, r, fd);
+      adopted++;
+      continue;
+    }
+    /* Not adoptable: closed at once, so that a peer waiting for our ADOPT
+     * on it connects anew without waiting for prev's end. */
+    for (int lane = 0; lane < lanes; lane++) {
+      if (fd[lane] >= 0) close(fd[lane]);
+      pend_t *p = &b->conn[2 * r + lane];
+      if (r < tp->rank && !pend_waits(p) && *lane_slot(tp, r, lane, 0) < 0) conn_start(b, p);
     }
   }
   if (adopted)
-    FTC_DEBUG(FTC_SUB_NET, "rank %d: adopting %d spare socket(s) for epoch %llu", tp->rank,
+    FTC_DEBUG(FTC_SUB_NET, "rank %d: adopting the spares of %d pair(s) for epoch %llu", tp->rank,
               adopted, (unsigned long long)b->view->epoch);
   while (b->connected < need || b->fatal != FTC_OK) {
     int64_t now = ftc__now_ns();

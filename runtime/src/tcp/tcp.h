@@ -37,9 +37,11 @@
 #define FTC__TCP_SPARE_UP 7
 #define FTC__TCP_SPARE_DOWN 8
 #define FTC__TCP_SPARE_OF(kind) ((kind) + 4)
-#define FTC__TCP_ADOPT 9      /* a spare connection taken for an epoch */
-#define FTC__TCP_ADOPT_SIZE 16
 #define FTC__TCP_MISMATCH 10  /* the acceptor's answer to a member whose wire settings differ */
+#define FTC__TCP_ADOPT 11     /* a pair's spare connections taken for an epoch, sent on its
+                               * shared one (9 was one per connection: a peer that sends 9
+                               * is an older ftcomm, whose spares are not adopted) */
+#define FTC__TCP_ADOPT_SIZE 16
 
 /* FTCOMM_TCP_CONGESTION: which data connections get congestion_name. */
 enum { FTC__TCP_CC_AUTO = 0, FTC__TCP_CC_SYSTEM, FTC__TCP_CC_NAMED };
@@ -127,15 +129,20 @@ ftc_status_t ftc__tcp_listen(const char *bind_host, const char *advertise_host, 
  * connected or refused (at most 3 s more).
  * listen_fd stays owned by the caller. cfg is copied.
  *
- * prev (or NULL) is the transport of the previous epoch: a spare connection
- * it holds to a member of view (see ftc__tcp_spare_poll) is taken from it
- * and adopted instead of connecting anew. Both ends send ADOPT {magic,
- * protocol, epoch} on it and read the other's: the same epoch makes it that
- * pair's connection of the epoch; anything else (the peer adopted it for
- * another epoch, or closed it) closes it and the pair connects through the
- * listener as usual. So survivors of a failure reconnect with one message
- * each way and no new connection. prev is otherwise left alone (the caller
- * destroys it). */
+ * prev (or NULL) is the transport of the previous epoch: the spare
+ * connections it holds to a member of view (see ftc__tcp_spare_poll), one
+ * for each socket of the pair, are taken from it and adopted instead of
+ * connecting anew. Both ends send ADOPT {magic, protocol, epoch} on the
+ * pair's shared socket (the UP one) and read the other's there, before
+ * anything else is read from either socket: the same epoch makes both that
+ * pair's connections of the epoch (each end takes the pair's spares
+ * together, and both of a pair were made by the same two transports);
+ * anything else (the peer adopted them for another epoch, closed them, or
+ * lacked one) closes both and the pair connects through the listener as
+ * usual. A rank lacking one of a pair's spares closes the other at once. So
+ * survivors of a failure reconnect with one message each way per pair and
+ * no new connection. prev is otherwise left alone (the caller destroys
+ * it). */
 ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view, int listen_fd,
                               ftc__tcp_t *prev, ftc__tcp_t **out);
 

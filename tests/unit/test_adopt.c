@@ -1,0 +1,262 @@
+/*
+ * test_adopt.c - the next epoch's adoption of spare connections
+ * (ftc__tcp_connect with prev): a pair whose two ranks move to the same
+ * epoch takes its spares with one ADOPT each way, on the shared socket, and
+ * every socket of the pair then carries only the new epoch's bytes. A pair
+ * whose ranks took their spares for different epochs, or where one rank
+ * closed its spares or lacks one of them, uses none of them and connects
+ * anew; nothing sent for another epoch is ever read as data. Two ranks run
+ * as threads of this process, each with its own listener.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "ftc_param.h"
+#include "harness.h"
+#include "tcp/tcp_int.h"
+
+/* One rank of the pair, through its epochs. */
+typedef struct rank {
+  int r;
+  int listen_fd;
+  ftc__tcp_cfg_t cfg;
+  ftc__view_t *view[4]; /* by epoch (1..3), NULL: not used */
+  ftc__tcp_t *tp1;      /* epoch 1, with its spares */
+  ftc__tcp_t *tp;       /* the epoch it moved to last */
+  ftc_status_t st;      /* of that move */
+  ftc_status_t st_move[2];
+  char why[512];
+  /* the moves after epoch 1: epochs to connect in turn, each with tp1 as prev
+   * (timeout_ms each, 0: the configured one) unless prev_none */
+  uint64_t moves[2];
+  int timeout_ms[2];
+  int prev_none;        /* close epoch 1 (its spares) and connect without prev */
+  int drop_spare_lane;  /* 0: none; 1 + lane: close epoch 1's spare on that lane first */
+  int spare_built;
+  pthread_barrier_t *built; /* both ranks have their spares before either moves */
+} rank_t;
+
+static void *rank_main(void *arg) {
+  rank_t *k = arg;
+  k->st = ftc__tcp_connect(&k->cfg, k->view[1], k->listen_fd, NULL, &k->tp1);
+  if (k->st != FTC_OK) {
+    snprintf(k->why, sizeof(k->why), "epoch 1: %s", ftc_last_error());
+    pthread_barrier_wait(k->built);
+    return NULL;
+  }
+  struct pollfd pfd[16];
+  for (int i = 0; i < 500 && ftc__tcp_spare_count(k->tp1) < 1; i++) {
+    int n = ftc__tcp_spare_poll(k->tp1, k->listen_fd, 1, pfd, 16);
+    poll(pfd, (nfds_t)n, 10);
+    ftc__tcp_spare_events(k->tp1, k->listen_fd, pfd, n);
+  }
+  k->spare_built = ftc__tcp_spare_count(k->tp1) == 1;
+  pthread_barrier_wait(k->built);
+  if (!k->spare_built) return NULL;
+  ftc__tcp_peer_t *peer = &k->tp1->peers[1 - k->r];
+  if (k->drop_spare_lane) {
+    int *slot = k->drop_spare_lane == 1 ? &peer->spare_sfd : &peer->spare_fd;
+    close(*slot);
+    *slot = -1;
+  }
+  if (k->prev_none) {
+    ftc__tcp_destroy(k->tp1);
+    k->tp1 = NULL;
+  }
+  for (int m = 0; m < 2 && k->moves[m]; m++) {
+    ftc__tcp_cfg_t cfg = k->cfg;
+    if (k->timeout_ms[m]) cfg.connect_timeout_ms = k->timeout_ms[m];
+    ftc__tcp_destroy(k->tp);
+    k->tp = NULL;
+    k->st = k->st_move[m] =
+        ftc__tcp_connect(&cfg, k->view[k->moves[m]], k->listen_fd, k->tp1, &k->tp);
+    snprintf(k->why, sizeof(k->why), "epoch %llu: %s", (unsigned long long)k->moves[m],
+             ftc_last_error());
+  }
+  return NULL;
+}
+
+/* Two ranks with views of epochs 1 to 3 (the same members). */
+static void pair_init(rank_t k[2], pthread_barrier_t *built) {
+  int fds[2];
+  memset(k, 0, 2 * sizeof(*k));
+  ftc__view_t *v = harness_view(2, 0, 1, fds);
+  for (int r = 0; r < 2; r++) {
+    k[r].r = r;
+    k[r].listen_fd = fds[r];
+    k[r].built = built;
+    assert_int_equal(ftc__tcp_cfg_from_env(&k[r].cfg), FTC_OK);
+    k[r].cfg.token = HARNESS_TOKEN;
+    k[r].cfg.connect_timeout_ms = 10000;
+    for (uint64_t e = 1; e <= 3; e++) {
+      k[r].view[e] = harness_view(2, r, e, NULL);
+      memcpy(k[r].view[e]->members, v->members, 2 * sizeof(*v->members));
+    }
+  }
+  harness_view_free(v);
+  pthread_barrier_init(built, NULL, 2);
+}
+
+static void pair_run(rank_t k[2]) {
+  pthread_t t[2];
+  for (int r = 0; r < 2; r++) pthread_create(&t[r], NULL, rank_main, &k[r]);
+  for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+  for (int r = 0; r < 2; r++)
+    if (!k[r].spare_built) fail_msg("rank %d made no spare connections in 5 s (%s)", r, k[r].why);
+}
+
+static void pair_free(rank_t k[2], pthread_barrier_t *built) {
+  for (int r = 0; r < 2; r++) {
+    ftc__tcp_destroy(k[r].tp);
+    ftc__tcp_destroy(k[r].tp1);
+    close(k[r].listen_fd);
+    for (int e = 1; e <= 3; e++) harness_view_free(k[r].view[e]);
+  }
+  pthread_barrier_destroy(built);
+}
+
+/* Bytes written on `from`'s socket fd arrive on the peer's socket `to`, and
+ * nothing else is waiting there (no ADOPT or byte of another epoch). */
+static void expect_clean(int from, int to, const char *what) {
+  uint8_t msg[8] = {'e', 'p', 'o', 'c', 'h', 0, 0, 0}, got[8] = {0};
+  memcpy(msg + 5, what, 3);
+  assert_int_equal(send(from, msg, sizeof(msg), MSG_NOSIGNAL), (ssize_t)sizeof(msg));
+  struct pollfd p = {to, POLLIN, 0};
+  assert_int_equal(poll(&p, 1, 5000), 1);
+  ssize_t n = recv(to, got, sizeof(got), MSG_WAITALL);
+  if (n != (ssize_t)sizeof(got) || memcmp(got, msg, sizeof(msg)) != 0)
+    fail_msg("%s: read %zd bytes that are not what was sent (a stale message read as data?)",
+             what, n);
+  char extra;
+  if (recv(to, &extra, 1, MSG_DONTWAIT) != -1 || (errno != EAGAIN && errno != EWOULDBLOCK))
+    fail_msg("%s: more bytes wait after the data", what);
+}
+
+/* Every socket of the pair, both ways: only what the other end sends. */
+static void expect_clean_pair(rank_t k[2]) {
+  for (int r = 0; r < 2; r++)
+    if (k[r].st != FTC_OK) fail_msg("rank %d: %s", r, k[r].why);
+  const ftc__tcp_peer_t *p0 = &k[0].tp->peers[1], *p1 = &k[1].tp->peers[0];
+  expect_clean(p0->sfd, p1->fd, "dn>");  /* DOWN: rank 0 sends */
+  expect_clean(p1->sfd, p0->fd, "up>");  /* UP: rank 1 sends */
+  expect_clean(p1->fd, p0->sfd, "dn<");  /* and each the other way (the shared use) */
+  expect_clean(p0->fd, p1->sfd, "up<");
+}
+
+static void both_sockets_of_a_pair_are_adopted_and_carry_only_the_new_epochs_bytes(void **state) {
+  (void)state;
+  rank_t k[2];
+  pthread_barrier_t built;
+  pair_init(k, &built);
+  for (int r = 0; r < 2; r++) k[r].moves[0] = 2;
+  pair_run(k);
+  expect_clean_pair(k);
+  for (int r = 0; r < 2; r++)
+    if (ftc__tcp_adopted(k[r].tp) != 2)
+      fail_msg("rank %d adopted %d of its 2 spare sockets", r, ftc__tcp_adopted(k[r].tp));
+  pair_free(k, &built);
+}
+
+static void the_one_socket_of_a_pair_is_adopted_with_ftcomm_tcp_sockets_1(void **state) {
+  (void)state;
+  setenv("FTCOMM_TCP_SOCKETS", "1", 1);
+  ftc__param_reset();
+  rank_t k[2];
+  pthread_barrier_t built;
+  pair_init(k, &built);
+  for (int r = 0; r < 2; r++) k[r].moves[0] = 2;
+  pair_run(k);
+  unsetenv("FTCOMM_TCP_SOCKETS");
+  ftc__param_reset();
+  expect_clean_pair(k);
+  for (int r = 0; r < 2; r++) assert_int_equal(ftc__tcp_adopted(k[r].tp), 1);
+  pair_free(k, &built);
+}
+
+/* Rank 0 takes the spares for epoch 2, which rank 1 skips (it learned of
+ * epoch 3 first): epoch 2 cannot connect (rank 1 refuses it), and in epoch
+ * 3 the pair connects anew: rank 0's spares went with its epoch 2. */
+static void spares_taken_for_different_epochs_are_not_used(void **state) {
+  (void)state;
+  rank_t k[2];
+  pthread_barrier_t built;
+  pair_init(k, &built);
+  k[0].moves[0] = 2;
+  k[0].timeout_ms[0] = 500;
+  k[0].moves[1] = 3;
+  k[1].moves[0] = 3;
+  pair_run(k);
+  if (k[0].st_move[0] != FTC_ERR_TIMEOUT)
+    fail_msg("rank 0's epoch 2, which rank 1 never joins, ended with %s, not a timeout",
+             ftc_strerror(k[0].st_move[0]));
+  expect_clean_pair(k);
+  for (int r = 0; r < 2; r++) assert_int_equal(ftc__tcp_adopted(k[r].tp), 0);
+  pair_free(k, &built);
+}
+
+/* One rank closed its spares (it connects without them): the other, which
+ * adopts them, sees the end instead of an ADOPT and connects anew. */
+static void expect_fresh_when_closed_by(int closer) {
+  rank_t k[2];
+  pthread_barrier_t built;
+  pair_init(k, &built);
+  for (int r = 0; r < 2; r++) k[r].moves[0] = 2;
+  k[closer].prev_none = 1;
+  pair_run(k);
+  expect_clean_pair(k);
+  for (int r = 0; r < 2; r++) assert_int_equal(ftc__tcp_adopted(k[r].tp), 0);
+  pair_free(k, &built);
+}
+
+static void a_peer_that_closed_its_spares_is_connected_anew(void **state) {
+  (void)state;
+  expect_fresh_when_closed_by(0); /* the lower rank, which accepts */
+  expect_fresh_when_closed_by(1); /* the higher, which connects */
+}
+
+/* A rank that lacks one of a pair's spares (its handshake was abandoned
+ * when the epoch ended) adopts neither: the pair connects anew, both
+ * sockets. */
+static void expect_fresh_when_missing(int r, int lane) {
+  rank_t k[2];
+  pthread_barrier_t built;
+  pair_init(k, &built);
+  for (int q = 0; q < 2; q++) k[q].moves[0] = 2;
+  k[r].drop_spare_lane = 1 + lane;
+  pair_run(k);
+  expect_clean_pair(k);
+  for (int q = 0; q < 2; q++)
+    if (ftc__tcp_adopted(k[q].tp) != 0)
+      fail_msg("rank %d missing its spare on lane %d: rank %d adopted %d sockets", r, lane, q,
+               ftc__tcp_adopted(k[q].tp));
+  pair_free(k, &built);
+}
+
+static void a_rank_missing_one_spare_of_a_pair_adopts_neither(void **state) {
+  (void)state;
+  for (int r = 0; r < 2; r++)
+    for (int lane = 0; lane < 2; lane++) expect_fresh_when_missing(r, lane);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(both_sockets_of_a_pair_are_adopted_and_carry_only_the_new_epochs_bytes),
+      cmocka_unit_test(the_one_socket_of_a_pair_is_adopted_with_ftcomm_tcp_sockets_1),
+      cmocka_unit_test(spares_taken_for_different_epochs_are_not_used),
+      cmocka_unit_test(a_peer_that_closed_its_spares_is_connected_anew),
+      cmocka_unit_test(a_rank_missing_one_spare_of_a_pair_adopts_neither),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
