@@ -643,6 +643,7 @@ typedef struct pend {
   uint8_t buf[FTC__TCP_HELLO_SIZE];
   size_t have;
   int64_t retry_at; /* P_RETRY: when; accepted by a spare acceptor: when it is given up */
+  int spare_reno;   /* an adopted spare: auto gave it reno when it was made */
 } pend_t;
 
 /* One bootstrap: an epoch's connections (spare 0), or the spare
@@ -816,40 +817,46 @@ static void cc_default_read(void) {
   if (!strcmp(cc_default, "?")) cc_default[0] = 0;
 }
 
-/* FTCOMM_TCP_CONGESTION on a finished data connection to `peer`; adopted:
- * a spare made in an earlier epoch, which may carry that epoch's choice. */
-static void set_congestion(const boot_t *b, int peer, int fd, int adopted) {
+/* FTCOMM_TCP_CONGESTION on a finished data connection to `peer`. had: -1
+ * a new connection (the system's default), else a spare made in an earlier
+ * epoch, which carries that epoch's choice: 1 auto's reno, 0 not (known
+ * from when it was made, so no getsockopt: a syscall per socket of a
+ * move). Returns 1 when auto left it with reno. */
+static int set_congestion(const boot_t *b, int peer, int fd, int had) {
   const ftc__tcp_cfg_t *cfg = &b->tp->cfg;
   const char *name = cfg->congestion_name;
-  if (cfg->congestion == FTC__TCP_CC_SYSTEM) return;
+  if (cfg->congestion == FTC__TCP_CC_SYSTEM) return 0;
+  if (cfg->congestion == FTC__TCP_CC_NAMED && had >= 0) return 0; /* set when it was made */
   if (cfg->congestion == FTC__TCP_CC_AUTO) {
     if (!b->reno_here || !ftc__tcp_same_host(b->view, b->view->my_rank, peer)) {
       /* An adopted spare that got reno in a view with a CPU per 2 ranks goes
        * back to the system's in one without (a grow past the host's CPUs). */
-      char cur[16] = "";
-      socklen_t len = sizeof(cur) - 1;
-      if (!adopted || getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cur, &len) != 0 ||
-          strcmp(cur, "reno") != 0)
-        return;
+      if (had != 1) return 0;
       pthread_once(&cc_default_once, cc_default_read);
-      if (!cc_default[0] || !strcmp(cc_default, "reno")) return;
+      if (!cc_default[0] || !strcmp(cc_default, "reno")) return 0;
       name = cc_default;
     } else {
+      if (had == 1) return 1;
       name = "reno";
     }
   }
   static int warned; /* once per process: a refusal is the host's, every connection gets it */
-  if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, (socklen_t)strlen(name)) != 0 &&
-      !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-    FTC_WARN(FTC_SUB_NET, "TCP congestion control %s refused on a data connection (%s); the "
-             "connections keep the system's (FTCOMM_TCP_CONGESTION=system: without this "
-             "warning)", name, strerror(errno));
+  if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, (socklen_t)strlen(name)) != 0) {
+    if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+      FTC_WARN(FTC_SUB_NET, "TCP congestion control %s refused on a data connection (%s); the "
+               "connections keep the system's (FTCOMM_TCP_CONGESTION=system: without this "
+               "warning)", name, strerror(errno));
+    return had == 1 && name == cc_default;
+  }
+  return cfg->congestion == FTC__TCP_CC_AUTO && name != cc_default;
 }
 
-/* Where a finished connection to `rank` on `lane` goes. */
-static void keep_fd(boot_t *b, int rank, int lane, int fd, int adopted) {
+/* Where a finished connection to `rank` on `lane` goes; had: as
+ * set_congestion's. */
+static void keep_fd(boot_t *b, int rank, int lane, int fd, int had) {
   int one = b->tp->cfg.sockets == 1;
-  set_congestion(b, rank, fd, adopted);
+  int reno = set_congestion(b, rank, fd, had);
+  if (b->spare) b->tp->peers[rank].spare_reno = (unsigned char)reno; /* before the fd's store */
   for (int k = 0; k < 2; k++)
     if (one || k == lane) __atomic_store_n(lane_slot(b->tp, rank, k, b->spare), fd, __ATOMIC_RELEASE);
   if (b->spare)
@@ -933,7 +940,7 @@ static void conn_event(boot_t *b, pend_t *p, short revents) {
         conn_retry(b, p, why);
       return;
     }
-    keep_fd(b, p->rank, p->lane, p->fd, 0);
+    keep_fd(b, p->rank, p->lane, p->fd, -1);
     p->fd = -1;
     p->state = P_DONE;
     FTC_DEBUG(FTC_SUB_NET, "rank %d connected to rank %d (socket %d)", tp->rank, p->rank, p->lane);
@@ -973,13 +980,14 @@ static void adopt_fail(boot_t *b, int rank, const char *why) {
 
 /* Adopt the pair's spare sockets fd[lane] (every lane of the pair): send
  * ADOPT on the shared one and wait for the peer's there. */
-static void adopt_start(boot_t *b, int rank, const int *fd) {
+static void adopt_start(boot_t *b, int rank, const int *fd, int reno) {
   uint8_t msg[FTC__TCP_ADOPT_SIZE];
   adopt_encode(msg, b->view->epoch);
   const int shared = shared_lane(b->tp, rank);
   for (int lane = 0; lane < b->tp->cfg.sockets; lane++) {
     pend_t *p = &b->conn[2 * rank + lane];
     p->fd = fd[lane];
+    p->spare_reno = reno;
     p->have = 0;
     p->state = lane == shared ? P_ADOPT : P_ADOPT_WITH;
   }
@@ -1005,7 +1013,7 @@ static void adopt_event(boot_t *b, pend_t *p, short revents) {
   }
   for (int lane = 0; lane < b->tp->cfg.sockets; lane++) {
     pend_t *q = &b->conn[2 * p->rank + lane];
-    keep_fd(b, q->rank, q->lane, q->fd, 1);
+    keep_fd(b, q->rank, q->lane, q->fd, q->spare_reno);
     q->fd = -1;
     q->state = P_DONE;
     b->tp->adopted++;
@@ -1094,7 +1102,7 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
     pend_close(adopting);
     adopting->state = P_IDLE;
   }
-  keep_fd(b, (int)h.rank, lane, p->fd, 0);
+  keep_fd(b, (int)h.rank, lane, p->fd, -1);
   p->fd = -1;
   p->state = P_IDLE;
   FTC_DEBUG(FTC_SUB_NET, "rank %d accepted rank %u (socket %d%s)", tp->rank, h.rank, lane,
@@ -1144,12 +1152,14 @@ static int pend_waits(const pend_t *p) {
          p->state == P_ADOPT;
 }
 
-/* Take prev's spare socket on `lane` to `member_id`, -1 if none. */
-static int take_spare(ftc__tcp_t *prev, uint64_t member_id, int lane) {
+/* Take prev's spare socket on `lane` to `member_id`, -1 if none; *reno:
+ * whether auto gave it reno when it was made. */
+static int take_spare(ftc__tcp_t *prev, uint64_t member_id, int lane, int *reno) {
   for (int k = 0; prev && k < prev->size; k++) {
     if (prev->peers[k].member_id != member_id) continue;
-    int *slot = lane_slot(prev, k, lane, 1), fd = *slot;
+    int *slot = lane_slot(prev, k, lane, 1), fd = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     if (fd < 0) return -1;
+    *reno = prev->peers[k].spare_reno;
     __atomic_store_n(slot, -1, __ATOMIC_RELEASE);
     if (prev->cfg.sockets == 1) __atomic_store_n(lane_slot(prev, k, 1 - lane, 1), -1, __ATOMIC_RELEASE);
     return fd;
@@ -1205,10 +1215,10 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
   int adopted = 0;
   for (int r = 0; r < tp->size; r++) {
     if (r == tp->rank) continue;
-    int fd[2] = {-1, -1}, fresh = 0, have = 0;
+    int fd[2] = {-1, -1}, fresh = 0, have = 0, reno = 0;
     for (int lane = 0; lane < lanes; lane++) {
       pend_t *p = &b->conn[2 * r + lane];
-      fd[lane] = take_spare(prev, b->view->members[r].member_id, lane);
+      fd[lane] = take_spare(prev, b->view->members[r].member_id, lane, &reno);
       have += fd[lane] >= 0;
       if (pend_waits(p)) { /* started early (ftc__tcp_early_start) */
         fresh = 1;
@@ -1219,7 +1229,7 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
       if (*lane_slot(tp, r, lane, 0) >= 0) fresh = 1; /* a kept hello connected it */
     }
     if (have == lanes && !fresh) {
-      adopt_start(b, r, fd);
+      adopt_start(b, r, fd, reno);
       adopted++;
       continue;
     }

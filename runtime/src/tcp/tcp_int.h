@@ -23,6 +23,8 @@ typedef struct ftc__tcp_peer {
   int spare_fd, spare_sfd; /* atomic: a spare of fd and sfd, never used yet (-1: none),
                        * for the next epoch. Only the thread that owns the data plane
                        * changes them. */
+  unsigned char spare_reno; /* FTCOMM_TCP_CONGESTION=auto gave the spares reno (written
+                       * before they are stored) */
 } ftc__tcp_peer_t;
 
 struct ftc__boot;
