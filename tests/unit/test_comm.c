@@ -1043,11 +1043,79 @@ static void a_peer_closed_on_any_of_its_sockets_is_seen(void **state) {
   }
 }
 
+/* Rank 299 of 300, as the TCP backend lists its sockets: every peer's
+ * (299), then the lower ranks' shared ones (298), 597 in all. All are one
+ * open socket, but for rank `closed_rank`'s shared one, whose peer end is
+ * closed. */
+typedef struct wide_plane {
+  int size, open_fd, closed_fd, closed_rank;
+} wide_plane_t;
+
+static int wide_peer_fds(const void *h, int *fds, int *ranks, int max) {
+  const wide_plane_t *p = h;
+  int n = 0, me = p->size - 1;
+  for (int r = 0; r < me && n < max; r++) fds[n] = p->open_fd, ranks[n++] = r;
+  for (int r = 0; r < me && n < max; r++)
+    fds[n] = r == p->closed_rank ? p->closed_fd : p->open_fd, ranks[n++] = r;
+  return n;
+}
+
+/* The idle watch polls every socket of a world of more than 129 ranks: a
+ * lower rank's shared socket listed past the 256th, closed by its peer, is
+ * seen (the first 256 only were watched). */
+static void the_idle_watch_sees_a_close_on_any_socket_of_a_wide_world(void **state) {
+  (void)state;
+  int open_pair[2], closed_pair[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, open_pair), 0);
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, closed_pair), 0);
+  close(closed_pair[1]);
+  wide_plane_t p = {.size = 300, .open_fd = open_pair[0], .closed_fd = closed_pair[0], .closed_rank = 200};
+  ftc__backend_ops_t be = {.name = "fake", .peer_fds = wide_peer_fds};
+  ftc__peer_watch_t w = {0};
+  assert_int_equal(ftc__peer_watch_init(&w, p.size), 0);
+  assert_true(w.cap >= 2 * p.size - 2);
+  struct pollfd *pfd = calloc((size_t)w.cap, sizeof(*pfd));
+  unsigned char *ignore = calloc((size_t)p.size, 1);
+  assert_non_null(pfd);
+  assert_non_null(ignore);
+
+  int n = ftc__peer_watch_fill(&w, &be, &p, ignore, p.size, pfd);
+  assert_int_equal(w.n, 2 * p.size - 2);
+  assert_int_equal(n, 2 * p.size - 2);
+  assert_int_equal(poll(pfd, (nfds_t)n, 0), 1);
+  int seen = -1;
+  for (int i = 0; i < n; i++)
+    if (pfd[i].revents) seen = i;
+  assert_int_equal(seen, p.size - 1 + p.closed_rank); /* the 500th listed */
+  assert_true(pfd[seen].revents & (POLLRDHUP | POLLHUP));
+  assert_int_equal(w.ranks[seen], p.closed_rank);
+
+  /* A peer already dealt with is no longer watched, on either socket. */
+  ignore[p.closed_rank] = 1;
+  n = ftc__peer_watch_fill(&w, &be, &p, ignore, p.size, pfd);
+  assert_int_equal(n, 2 * p.size - 4);
+  assert_int_equal(poll(pfd, (nfds_t)n, 0), 0);
+
+  ftc__backend_ops_t none = {.name = "none"};
+  assert_int_equal(ftc__peer_watch_fill(&w, &none, &p, ignore, p.size, pfd), 0); /* no sockets */
+  ftc__peer_watch_free(&w);
+  ftc__peer_watch_free(&w); /* freed twice: a no-op */
+  assert_int_equal(ftc__peer_watch_init(&w, 1), 0); /* a world of one */
+  assert_int_equal(ftc__peer_watch_fill(&w, &be, &(wide_plane_t){.size = 1}, ignore, 1, pfd), 0);
+  ftc__peer_watch_free(&w);
+  free(pfd);
+  free(ignore);
+  close(open_pair[0]);
+  close(open_pair[1]);
+  close(closed_pair[0]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_null_comm_is_an_invalid_argument),
       cmocka_unit_test(the_top_peer_socket_is_found_in_a_world_of_any_size),
       cmocka_unit_test(a_peer_closed_on_any_of_its_sockets_is_seen),
+      cmocka_unit_test(the_idle_watch_sees_a_close_on_any_socket_of_a_wide_world),
       cmocka_unit_test(null_buffers_are_refused_unless_count_is_zero),
       cmocka_unit_test(unknown_dtypes_and_ops_are_refused),
       cmocka_unit_test(a_count_that_overflows_size_t_is_refused),

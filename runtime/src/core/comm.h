@@ -241,6 +241,22 @@ ftc_status_t ftc__submit_blocking(ftc_comm_t *comm, const ftc__op_t *op, int tim
 ftc_status_t ftc__submit_async(ftc_comm_t *comm, const ftc__op_t *op, ftc_request_t **req);
 /* Complete every queued request with status (lock held). */
 void ftc__engine_drain_locked(ftc_comm_t *comm, ftc_status_t status, const char *why);
+/* The idle watch's list of a data plane's sockets: room for every one
+ * be->peer_fds lists in a world of `size` ranks (every peer's, then the
+ * lower ranks' shared ones: 2 * size - 2 at most), made once per epoch.
+ * init: 0, or -1 when out of memory; free(NULL-filled) is a no-op. */
+typedef struct ftc__peer_watch {
+  int cap;           /* entries fds and ranks hold */
+  int n;             /* as many as the last fill listed */
+  int *fds, *ranks;
+} ftc__peer_watch_t;
+int ftc__peer_watch_init(ftc__peer_watch_t *w, int size);
+void ftc__peer_watch_free(ftc__peer_watch_t *w);
+/* List bh's sockets into w and a POLLRDHUP watch of each into pfd (room
+ * for w->cap), skipping the ranks marked in ignore[0..nignore-1]; returns
+ * the number of watches. No allocation. */
+int ftc__peer_watch_fill(ftc__peer_watch_t *w, const ftc__backend_ops_t *be, const void *bh,
+                         const unsigned char *ignore, int nignore, struct pollfd *pfd);
 
 /* Flight-recorder seam (record.c): the four points of a collective's life. */
 /* `now` is a ftc__now_ns() the caller already read (the clock costs 40-70 ns

@@ -311,12 +311,89 @@ static ftc_status_t do_rebuild(ftc_comm_t *comm, const ftc__view_t *view) {
 
 /* ---- the progress thread ---- */
 
+int ftc__peer_watch_init(ftc__peer_watch_t *w, int size) {
+  ftc__peer_watch_free(w);
+  size_t cap = size > 1 ? 2 * (size_t)size - 2 : 1;
+  w->fds = ftc__calloc(cap, sizeof(*w->fds));
+  w->ranks = ftc__calloc(cap, sizeof(*w->ranks));
+  if (!w->fds || !w->ranks) {
+    ftc__peer_watch_free(w);
+    return -1;
+  }
+  w->cap = (int)cap;
+  return 0;
+}
+
+void ftc__peer_watch_free(ftc__peer_watch_t *w) {
+  ftc__free(w->fds);
+  ftc__free(w->ranks);
+  memset(w, 0, sizeof(*w));
+}
+
+int ftc__peer_watch_fill(ftc__peer_watch_t *w, const ftc__backend_ops_t *be, const void *bh,
+                         const unsigned char *ignore, int nignore, struct pollfd *pfd) {
+  int n = 0;
+  w->n = be->peer_fds && w->cap > 0 ? be->peer_fds(bh, w->fds, w->ranks, w->cap) : 0;
+  for (int i = 0; i < w->n; i++)
+    if (w->ranks[i] >= nignore || !ignore[w->ranks[i]])
+      pfd[n++] = (struct pollfd){w->fds[i], POLLRDHUP, 0};
+  return n;
+}
+
+/* Room in the idle watch's pollfds for the listener and the handshakes of
+ * spare or early connections in a world of `size`: the listener, two per
+ * peer, the TCP backend's pending accepts (64). */
+#define SPARE_ROOM(size) (1 + 2 * (size) + 64)
+
+/* Per-epoch scratch of the progress thread. */
+typedef struct progress_scratch {
+  int n;                  /* the epoch's size */
+  unsigned char *ignore;  /* peers the idle watch has dealt with */
+  ftc_request_t **batch;  /* send/recv requests run together */
+  const ftc__op_t **ops;
+  ftc__peer_watch_t watch; /* the idle watch's peer sockets */
+  struct pollfd *pfd;     /* the wake fd, nspare for the listener, watch.cap */
+  int nspare;
+} progress_scratch_t;
+
+static void scratch_free(progress_scratch_t *ps) {
+  ftc__free(ps->ignore);
+  ftc__free(ps->batch);
+  ftc__free(ps->ops);
+  ftc__free(ps->pfd);
+  ftc__peer_watch_free(&ps->watch);
+  memset(ps, 0, sizeof(*ps));
+}
+
+/* Room for nspare listener entries in ps->pfd (more than before: an early
+ * epoch bigger than this one; once per announced epoch). 0 when out of
+ * memory: the room stays as it was. */
+static int scratch_room(progress_scratch_t *ps, int nspare) {
+  if (nspare <= ps->nspare) return 1;
+  struct pollfd *p = ftc__calloc(1 + (size_t)nspare + (size_t)ps->watch.cap, sizeof(*p));
+  if (!p) return 0;
+  ftc__free(ps->pfd);
+  ps->pfd = p;
+  ps->nspare = nspare;
+  return 1;
+}
+
+static int scratch_init(progress_scratch_t *ps, int n) {
+  scratch_free(ps);
+  ps->n = n;
+  ps->ignore = ftc__calloc((size_t)n, 1);
+  ps->batch = ftc__calloc(2 * (size_t)n, sizeof(*ps->batch));
+  ps->ops = ftc__calloc(2 * (size_t)n, sizeof(*ps->ops));
+  return ps->ignore && ps->batch && ps->ops && ftc__peer_watch_init(&ps->watch, n) == 0 &&
+         scratch_room(ps, SPARE_ROOM(n));
+}
+
 /* Sleep until woken; meanwhile refuse strangers and notice peers that go
  * away between collectives. ignore[] marks peers already dealt with. */
-static void idle_wait(ftc_comm_t *comm, unsigned char *ignore, int nignore) {
-  enum { MAXP = 256, MAXS = 1 + MAXP + 64 };
-  struct pollfd pfd[1 + MAXS + MAXP];
-  int fds[MAXP], ranks[MAXP];
+static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
+  unsigned char *ignore = ps->ignore;
+  int nignore = ps->n;
+  struct pollfd *pfd = ps->pfd;
   /* The previous epoch's sockets: every peer has moved once this epoch
    * settled, so the goodbyes after a planned move wake nobody still moving,
    * and the closes after a failure take no CPU from a recovery. */
@@ -339,7 +416,7 @@ static void idle_wait(ftc_comm_t *comm, unsigned char *ignore, int nignore) {
   if (comm->listen_fd >= 0 && !next_coming) {
     if (spares)
       sp = comm->be->spare_poll(comm->bh, comm->listen_fd,
-                                __atomic_load_n(&comm->settled, __ATOMIC_ACQUIRE), pfd + n, MAXS);
+                                __atomic_load_n(&comm->settled, __ATOMIC_ACQUIRE), pfd + n, ps->nspare);
     else
       pfd[n] = (struct pollfd){comm->listen_fd, POLLIN, 0}, sp = 1;
   } else if (spares) {
@@ -354,21 +431,21 @@ static void idle_wait(ftc_comm_t *comm, unsigned char *ignore, int nignore) {
         comm->early_epoch = latest;
         if (ftc__member_wait_view(comm->member, __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE),
                                   0, &v) == FTC_OK) {
+          if (scratch_room(ps, SPARE_ROOM(v->size)) && pfd != ps->pfd)
+            pfd = ps->pfd, pfd[0] = (struct pollfd){comm->wake_fd, POLLIN, 0};
           comm->be->early_start(comm->bh, v);
           ftc__view_free(v);
         }
       }
-      early = sp = comm->be->early_poll(comm->bh, comm->listen_fd, pfd + n, MAXS);
+      early = sp = comm->be->early_poll(comm->bh, comm->listen_fd, pfd + n, ps->nspare);
     }
   }
   n += sp;
   base = n;
-  int np = 0;
+  int np = 0, *fds = ps->watch.fds, *ranks = ps->watch.ranks;
   if (!__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE)) {
-    np = comm->be->peer_fds ? comm->be->peer_fds(comm->bh, fds, ranks, MAXP) : 0;
-    for (int i = 0; i < np; i++)
-      if (ranks[i] >= nignore || !ignore[ranks[i]])
-        pfd[n++] = (struct pollfd){fds[i], POLLRDHUP, 0};
+    n += ftc__peer_watch_fill(&ps->watch, comm->be, comm->bh, ignore, nignore, pfd + n);
+    np = ps->watch.n;
   }
   if (poll(pfd, (nfds_t)n, -1) <= 0) return;
   if (pfd[0].revents & POLLIN) {
@@ -447,29 +524,6 @@ static void idle_wait(ftc_comm_t *comm, unsigned char *ignore, int nignore) {
   }
 }
 
-/* Per-epoch scratch of the progress thread. */
-typedef struct progress_scratch {
-  int n;                  /* the epoch's size */
-  unsigned char *ignore;  /* peers the idle watch has dealt with */
-  ftc_request_t **batch;  /* send/recv requests run together */
-  const ftc__op_t **ops;
-} progress_scratch_t;
-
-static void scratch_free(progress_scratch_t *ps) {
-  ftc__free(ps->ignore);
-  ftc__free(ps->batch);
-  ftc__free(ps->ops);
-  memset(ps, 0, sizeof(*ps));
-}
-
-static int scratch_init(progress_scratch_t *ps, int n) {
-  scratch_free(ps);
-  ps->n = n;
-  ps->ignore = ftc__calloc((size_t)n, 1);
-  ps->batch = ftc__calloc(2 * (size_t)n, sizeof(*ps->batch));
-  ps->ops = ftc__calloc(2 * (size_t)n, sizeof(*ps->ops));
-  return ps->ignore && ps->batch && ps->ops;
-}
 
 /* Take the send/recv requests queued behind the batch, one per peer and
  * direction at most, up to cap (lock held). */
@@ -617,7 +671,7 @@ static void *progress_main(void *arg) {
     if (!req || (comm->busy && nfly == 0)) {
       pthread_mutex_unlock(&comm->lock);
       if (have_scratch) {
-        idle_wait(comm, ps.ignore, ps.n);
+        idle_wait(comm, &ps);
       } else {
         struct pollfd p = {comm->wake_fd, POLLIN, 0};
         if (poll(&p, 1, -1) > 0) {
