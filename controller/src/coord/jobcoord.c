@@ -58,6 +58,7 @@ typedef struct pending {
   int asked;
   uint64_t epoch;
   int64_t start_ns; /* monotonic */
+  int64_t wait_ns;  /* how long it waits for the dumps */
   int *slot_of_rank; /* rank -> slot in the epoch that hung, when the reconciler
                      * had read that epoch's view by the time it hung; NULL: unknown */
   int nview;
@@ -73,6 +74,7 @@ typedef struct jc {
   ftck_coords_t *cs;
   char *key, *job, *token, *uid;
   int world_size, min_size, hang_ms;
+  int dump_hold_ms; /* under cs->mu */
   ftc__coord_t *co;
   int port;
   char dump_dir[PATH_MAX];
@@ -136,9 +138,21 @@ static void on_event(void *arg, const ftc__coord_event_t *ev) {
       p->asked = ev->size;
       p->epoch = ev->epoch;
       p->start_ns = ftc__now_ns();
-      FTC_WARN(FTC_SUB_CTRL, "%s: %s; collecting the dumps of %d ranks into %s", j->key, p->inc.reason, p->asked,
-               p->inc.dump_path);
       pthread_mutex_lock(&cs->mu);
+      /* Ranks hold a dump for the coordinator's verdict (up to the job's
+       * hold) before they upload it: the wait covers that. */
+      int64_t hold = j->dump_hold_ms > 0 ? (int64_t)j->dump_hold_ms + FTCK_DUMP_UPLOAD_MS : 0;
+      int64_t wait_ms = hold > cs->dump_wait_ms ? hold : cs->dump_wait_ms;
+      if (wait_ms > FTCK_DUMP_WAIT_MAX_MS) wait_ms = FTCK_DUMP_WAIT_MAX_MS;
+      p->wait_ns = wait_ms * 1000000;
+      if (wait_ms > cs->dump_wait_ms)
+        FTC_WARN(FTC_SUB_CTRL, "%s: %s; collecting the dumps of %d ranks into %s for up to %lld ms (its ranks may "
+                 "hold a dump %d ms for the verdict: FTCOMM_WATCHDOG_MS + 2 * (2 * FTCOMM_HEARTBEAT_MS + 100); "
+                 "--dump-wait is %d ms)", j->key, p->inc.reason, p->asked, p->inc.dump_path, (long long)wait_ms,
+                 j->dump_hold_ms, cs->dump_wait_ms);
+      else
+        FTC_WARN(FTC_SUB_CTRL, "%s: %s; collecting the dumps of %d ranks into %s", j->key, p->inc.reason, p->asked,
+                 p->inc.dump_path);
       /* Which slot had which rank in the epoch that hung, kept with the
        * incident: by the time its dumps are in (they may wait seconds for the
        * coordinator's verdict) the job can be at a later epoch, renumbered
@@ -315,6 +329,7 @@ ftc_status_t ftck_coords_ensure(ftck_coords_t *cs, const char *key, const ftck_c
   int same = old && old->world_size == p->world_size && old->min_size == p->min_size &&
              old->hang_ms == p->hang_timeout_ms && !strcmp(old->token, p->token) && !strcmp(old->job, p->job) &&
              !strcmp(old->uid, p->uid ? p->uid : "");
+  if (same) old->dump_hold_ms = p->dump_hold_ms;
   pthread_mutex_unlock(&cs->mu);
   if (same) return FTC_OK;
   ftc_status_t st = FTC_OK;
@@ -329,6 +344,7 @@ ftc_status_t ftck_coords_ensure(ftck_coords_t *cs, const char *key, const ftck_c
   j->world_size = p->world_size;
   j->min_size = p->min_size;
   j->hang_ms = p->hang_timeout_ms;
+  j->dump_hold_ms = p->dump_hold_ms;
   if (!j->key || !j->job || !j->token || !j->uid || !j->lost) {
     st = ftc__error(FTC_ERR_NO_MEMORY, "coordinators: no memory");
     goto out_free_job;
@@ -530,7 +546,7 @@ ftc_status_t ftck_coords_take_incidents(ftck_coords_t *cs, const char *key, ftck
   *out = NULL;
   *n = 0;
   *wait_ms = -1;
-  int64_t now = ftc__now_ns(), wait_ns = (int64_t)cs->dump_wait_ms * 1000000;
+  int64_t now = ftc__now_ns();
   pending_t *ready = NULL;
   char dir[PATH_MAX] = "", uid[128] = "";
   pthread_mutex_lock(&cs->mu);
@@ -540,13 +556,13 @@ ftc_status_t ftck_coords_take_incidents(ftck_coords_t *cs, const char *key, ftck
     snprintf(uid, sizeof uid, "%s", j->uid);
     for (pending_t **pp = &j->pending; *pp;) {
       pending_t *p = *pp;
-      if (p->inc.dumps >= p->asked || now - p->start_ns >= wait_ns) {
+      if (p->inc.dumps >= p->asked || now - p->start_ns >= p->wait_ns) {
         *pp = p->next;
         p->next = ready;
         ready = p;
         continue;
       }
-      int64_t left = (p->start_ns + wait_ns - now) / 1000000 + 1;
+      int64_t left = (p->start_ns + p->wait_ns - now) / 1000000 + 1;
       if (*wait_ms < 0 || left < *wait_ms) *wait_ms = left;
       pp = &p->next;
     }

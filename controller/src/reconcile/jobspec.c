@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ftc_param.h"
 #include "ftc_time.h"
 #include "kube_client.h"
 #include "kube_json.h"
@@ -82,6 +83,42 @@ static int spec_word(spec_reader_t *r, const char *path, const char *const *word
   return def;
 }
 
+/* A runtime parameter as a container's env gives it to the rank: the last
+ * entry of that name wins (as in Kubernetes); its value parsed as the
+ * runtime parses it (the default when invalid); from valueFrom (a Secret,
+ * a ConfigMap, a field), which is not read here, the top of its range. */
+static int64_t container_param(const json_t *c, ftc_param_id_t id) {
+  const ftc_param_desc_t *d = ftc__param_desc(id);
+  int64_t v = d->def;
+  size_t i;
+  json_t *e;
+  json_array_foreach(json_object_get(c, "env"), i, e) {
+    const char *name = json_string_value(json_object_get(e, "name"));
+    if (!name || strcmp(name, d->name) != 0) continue;
+    const char *text = json_string_value(json_object_get(e, "value"));
+    v = d->def;
+    if (text && ftc__param_parse_int(id, text, &v) != FTC_OK) v = d->def;
+    else if (!text && json_object_get(e, "valueFrom")) v = d->hi;
+  }
+  return v;
+}
+
+/* The longest a rank may hold a dump the coordinator asked for before it
+ * writes and uploads it (core/recover.c, wd_hold_left): a watchdog period,
+ * plus twice the coordinator's evidence time while no later epoch is
+ * announced, as the rank reckons it from its own heartbeat interval. */
+static int dump_hold_ms(const json_t *containers) {
+  int64_t most = 0;
+  size_t i;
+  json_t *c;
+  json_array_foreach(containers, i, c) {
+    int64_t w = container_param(c, FTC_P_WATCHDOG_MS), hb = container_param(c, FTC_P_HEARTBEAT_MS);
+    int64_t hold = w + 2 * (2 * hb + 100);
+    if (hold > most) most = hold;
+  }
+  return most > INT32_MAX ? INT32_MAX : (int)most;
+}
+
 int ftck_job_spec_parse(const json_t *job, ftck_job_spec_t *s, char *err, size_t err_len) {
   memset(s, 0, sizeof *s);
   const json_t *spec = ftck_jget(job, "spec");
@@ -127,6 +164,7 @@ int ftck_job_spec_parse(const json_t *job, ftck_job_spec_t *s, char *err, size_t
     snprintf(err, err_len, "%s", why);
     return -1;
   }
+  s->dump_hold_ms = dump_hold_ms(ftck_jget(spec, "template.spec.containers"));
   return 0;
 }
 
