@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <glob.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -360,6 +361,69 @@ static void a_timeout_report_becomes_an_analyzed_incident(void **state) {
   ftc__member_close(m0);
 }
 
+/* The files of pattern (glob), counted. */
+static int count_files(const char *pattern) {
+  glob_t g;
+  int n = glob(pattern, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
+  globfree(&g);
+  return n;
+}
+
+/* A rank that uploads its dump for an incident again and again: the first
+ * nine copies are stored under names nothing replaces, the rest are not
+ * (each upload was stored or failed with an error before: the third
+ * failed), and the incident still waits for the other rank: a copy is not
+ * another rank's dump. */
+static void a_rank_that_uploads_again_keeps_its_first_copies_and_counts_once(void **state) {
+  fixture_t *fx = *state;
+  start_job(fx, "ns/u", "u", "token-u", 2);
+  ftc__member_t *m0 = joined(fx, "u", "token-u", 0, 2), *m1 = joined(fx, "u", "token-u", 1, 2);
+  ftc__view_t *v = NULL;
+  assert_int_equal(ftc__member_wait_view(m0, 0, WAIT_MS, &v), FTC_OK);
+  int culprit = 1;
+  assert_int_equal(ftc__member_report_failure(m0, v->epoch, &culprit, 1, FTC_ERR_TIMEOUT), FTC_OK);
+  char name0[128], name1[128];
+  assert_true(take_request(m0, name0, sizeof name0));
+  assert_true(take_request(m1, name1, sizeof name1));
+  size_t l0, l2;
+  char *d0 = slurp("tests/recorder/cases/missing-dump/rank-0-*.json", &l0);
+  char *d2 = slurp("tests/recorder/cases/missing-dump/rank-2-*.json", &l2);
+  for (int i = 0; i < 11; i++) assert_int_equal(ftc__member_upload_dump(m0, name0, 0, d0, l0), FTC_OK);
+  char pattern[PATH_MAX + 256];
+  snprintf(pattern, sizeof pattern, "%s/ns/u/%s/rank-0*.json", fx->dir, name0);
+  int64_t until = ftc__now_ns() + (int64_t)WAIT_MS * 1000000;
+  while (count_files(pattern) < 9 && ftc__now_ns() < until) usleep(20000);
+  usleep(300000); /* the last two uploads, after the ninth on the same session */
+  assert_int_equal(count_files(pattern), 9);
+  snprintf(pattern, sizeof pattern, "%s/ns/u/%s/rank-0.json", fx->dir, name0);
+  assert_int_equal(count_files(pattern), 1);
+  snprintf(pattern, sizeof pattern, "%s/ns/u/%s/rank-0-*[0-9]-[2-8].json", fx->dir, name0);
+  assert_int_equal(count_files(pattern), 7);
+  ftck_coords_stats_t st;
+  ftck_coords_get_stats(fx->cs, &st);
+  assert_int_equal(st.dumps, 9);
+  /* One rank of two is in: not ready. */
+  ftck_incident_t *inc = NULL;
+  size_t n = 9;
+  int64_t wait_ms = 0;
+  assert_int_equal(ftck_coords_take_incidents(fx->cs, "ns/u", &inc, &n, &wait_ms), FTC_OK);
+  assert_int_equal(n, 0);
+  assert_int_equal(ftc__member_upload_dump(m1, name1, 2, d2, l2), FTC_OK);
+  until = ftc__now_ns() + (int64_t)WAIT_MS * 1000000;
+  do {
+    usleep(20000);
+    assert_int_equal(ftck_coords_take_incidents(fx->cs, "ns/u", &inc, &n, &wait_ms), FTC_OK);
+  } while (n == 0 && ftc__now_ns() < until);
+  assert_int_equal(n, 1);
+  assert_int_equal(inc[0].dumps, 2);
+  ftc__free(inc);
+  free(d0);
+  free(d2);
+  ftc__view_free(v);
+  ftc__member_close(m1);
+  ftc__member_close(m0);
+}
+
 /* An incident waits for the dumps as long as the job's ranks may hold one
  * for the coordinator's verdict (plus the upload), when that is longer
  * than --dump-wait: a dump that comes after --dump-wait but within the
@@ -629,6 +693,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_job_that_is_removed_stops_its_coordinator, setup, teardown),
       cmocka_unit_test_setup_teardown(a_timeout_report_becomes_an_analyzed_incident, setup, teardown),
       cmocka_unit_test_setup_teardown(an_incident_waits_out_the_jobs_dump_hold, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_rank_that_uploads_again_keeps_its_first_copies_and_counts_once, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(the_analysis_goes_next_to_the_dumps, setup, teardown),
       cmocka_unit_test_setup_teardown(a_headline_as_long_as_ftcomm_trace_prints_is_kept_whole, setup, teardown),
       cmocka_unit_test_setup_teardown(the_sweeper_removes_in_slices_while_a_job_of_that_name_is_made_again, setup,

@@ -59,12 +59,14 @@ typedef struct pending {
   uint64_t epoch;
   int64_t start_ns; /* monotonic */
   int64_t wait_ns;  /* how long it waits for the dumps */
+  unsigned char *have; /* asked entries: the rank's dump is in (a rank may upload again) */
   int *slot_of_rank; /* rank -> slot in the epoch that hung, when the reconciler
                      * had read that epoch's view by the time it hung; NULL: unknown */
   int nview;
 } pending_t;
 
 static void pending_free(pending_t *p) {
+  ftc__free(p->have);
   ftc__free(p->slot_of_rank);
   ftc__free(p);
 }
@@ -136,6 +138,7 @@ static void on_event(void *arg, const ftc__coord_event_t *ev) {
       p->inc.culprit_rank = ev->rank;
       p->inc.time_ns = ftc__wall_ns();
       p->asked = ev->size;
+      p->have = p->asked > 0 ? ftc__calloc((size_t)p->asked, 1) : NULL; /* NULL: every upload counts */
       p->epoch = ev->epoch;
       p->start_ns = ftc__now_ns();
       pthread_mutex_lock(&cs->mu);
@@ -171,8 +174,15 @@ static void on_event(void *arg, const ftc__coord_event_t *ev) {
       bump(&cs->stats.dumps);
       tell = 0;
       pthread_mutex_lock(&cs->mu);
-      for (pending_t *p = j->pending; p; p = p->next)
-        if (ev->incident && !strcmp(p->inc.name, ev->incident) && ++p->inc.dumps >= p->asked) tell = 1;
+      for (pending_t *p = j->pending; p; p = p->next) {
+        if (!ev->incident || strcmp(p->inc.name, ev->incident) != 0) continue;
+        /* Another copy of a rank's dump is not another rank's. */
+        if (p->have && ev->rank >= 0 && ev->rank < p->asked) {
+          if (p->have[ev->rank]) continue;
+          p->have[ev->rank] = 1;
+        }
+        if (++p->inc.dumps >= p->asked) tell = 1;
+      }
       pthread_mutex_unlock(&cs->mu);
       break;
     }

@@ -99,7 +99,7 @@ typedef struct ftck_incident {
   char headline[FTC_TRACE_HEADLINE_MAX]; /* the analyzer's first line, or why there is none */
   int culprit_slot;       /* -1: unknown */
   int culprit_rank;       /* -1: unknown */
-  int dumps;              /* dumps stored */
+  int dumps;              /* ranks whose dump is stored (a rank's later copies aside) */
   int64_t time_ns;        /* when the hang was detected (wall) */
 } ftck_incident_t;
 

@@ -34,6 +34,8 @@
 
 #define TICK_MS_MAX 250
 #define DUMP_MAX_TOTAL (256ull * 1024 * 1024)
+/* A member's copies of one incident after its first (store_dump). */
+#define DUMP_MAX_COPIES 8
 #define MAX_QUEUED 4096 /* messages waiting for one session's writeable callback */
 
 enum member_state { M_PENDING, M_ACTIVE };
@@ -75,6 +77,7 @@ typedef struct session {
   ftc__frameq_t outq;
   dump_asm_t *dump;
   int dump_refused_logged;
+  int dumps_dropped; /* uploads past DUMP_MAX_COPIES (logged once at warning) */
   char peer[64];
 } session_t;
 
@@ -844,8 +847,11 @@ static int safe_name(const char *s) {
 }
 
 /* Write a complete dump as DIR/<incident>/rank-<r>.json, atomically and
- * never over an earlier one. */
-static void store_dump(ftc__coord_t *co, member_t *m, dump_asm_t *d) {
+ * never over an earlier one: when that name is taken, as
+ * rank-<r>-<member id>.json, then rank-<r>-<member id>-<k>.json for k = 2
+ * .. DUMP_MAX_COPIES. 1: stored; 0: every name of the member is taken
+ * (not stored); -1: an error (logged). */
+static int store_dump(ftc__coord_t *co, member_t *m, dump_asm_t *d) {
   char dir[4096], tmp[4200], path[4200];
   snprintf(dir, sizeof(dir), "%s/%s", co->dump_dir, d->incident);
   if (mkdir(co->dump_dir, 0755) && errno != EEXIST) goto out_log_errno;
@@ -865,25 +871,34 @@ static void store_dump(ftc__coord_t *co, member_t *m, dump_asm_t *d) {
     off += (size_t)w;
   }
   close(fd);
-  snprintf(path, sizeof(path), "%s/rank-%d.json", dir, d->rank);
-  if (link(tmp, path) != 0) {
-    snprintf(path, sizeof(path), "%s/rank-%d-%llu.json", dir, d->rank,
-             (unsigned long long)m->id);
-    if (link(tmp, path) != 0) {
+  int k = 0;
+  for (; k <= DUMP_MAX_COPIES; k++) {
+    if (k == 0)
+      snprintf(path, sizeof(path), "%s/rank-%d.json", dir, d->rank);
+    else if (k == 1)
+      snprintf(path, sizeof(path), "%s/rank-%d-%llu.json", dir, d->rank, (unsigned long long)m->id);
+    else
+      snprintf(path, sizeof(path), "%s/rank-%d-%llu-%d.json", dir, d->rank, (unsigned long long)m->id, k);
+    if (link(tmp, path) == 0) break;
+    if (errno != EEXIST) {
+      int e = errno;
       unlink(tmp);
+      errno = e;
       goto out_log_errno;
     }
   }
   unlink(tmp);
+  if (k > DUMP_MAX_COPIES) return 0;
   FTC_INFO(FTC_SUB_COORD, "job %s: stored the dump of rank %d (%zu bytes) as %s", co->job,
            d->rank, d->len, path);
   ftc__coord_event_t ev = {.kind = FTC__COORD_EV_DUMP, .epoch = co->epoch, .slot = m->slot,
                            .rank = d->rank, .member_id = m->id, .incident = d->incident};
   emit(co, &ev);
-  return;
+  return 1;
 out_log_errno:
   FTC_ERROR(FTC_SUB_COORD, "job %s: cannot store the dump of rank %d under %s: %s", co->job,
             d->rank, dir, strerror(errno));
+  return -1;
 }
 
 static void dump_free(dump_asm_t *d) {
@@ -934,7 +949,18 @@ static void handle_dump(ftc__coord_t *co, session_t *s, const ftc__msg_t *msg) {
   memcpy(d->buf + d->len, msg->data, msg->data_len);
   d->len += msg->data_len;
   if (msg->last) {
-    store_dump(co, s->m, d);
+    /* A member's uploads for one incident are bounded (a rank asked again
+     * and again, or looping): the first ones are kept, as the controller
+     * may have analyzed them already, and the rest dropped. */
+    if (store_dump(co, s->m, d) == 0) {
+      int lvl = s->dumps_dropped++ ? FTC_LOG_DEBUG : FTC_LOG_WARN;
+      FTC_LOG(lvl, FTC_SUB_COORD,
+              "job %s: a dump of rank %d for incident %s from slot %d (member %llu) is not "
+              "stored: the names of that member's copies are taken, up to %s/%s/rank-%d-%llu-%d.json; "
+              "the earlier copies stay as they are (the controller may have analyzed them)",
+              co->job, d->rank, d->incident, s->m->slot, (unsigned long long)s->m->id,
+              co->dump_dir, d->incident, d->rank, (unsigned long long)s->m->id, DUMP_MAX_COPIES);
+    }
     dump_free(d);
     s->dump = NULL;
   }
