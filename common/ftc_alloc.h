@@ -16,7 +16,8 @@ void ftc__free(void *p);
 
 /* Make allocation number n (counted from now, 1-based) fail; 0 disables. */
 void ftc__alloc_fail_at(long n);
-/* Allocations attempted since the last ftc__alloc_fail_at(). */
+/* Allocations attempted since the last ftc__alloc_fail_at(n > 0); none are
+ * counted while no failure is armed. */
 long ftc__alloc_count(void);
 /* The same, counting only the calling thread's allocations: for a call under
  * test while the library's own threads (progress, watchdog, membership)
