@@ -8,7 +8,9 @@
  * reason that says something; a message that decodes is rebuilt with the
  * protocol's own builders, encoded as the sender would and decoded again,
  * and must come back the same (what one side accepts, the other side's
- * builders can say, and nothing is lost in between).
+ * builders can say, and nothing is lost in between). Each input is also
+ * decoded by the general decoder alone (ftc__proto_fast_views 0): the
+ * views' fast path must give the same result, reason and fields.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,6 +107,16 @@ static void one(const uint8_t *data, size_t size, size_t max) {
   why[0] = '\0';
   ftc__perr_t e = ftc__proto_decode((const char *)data, size, max, &m, why, sizeof(why));
   FUZZ_CHECK(e >= FTC__PERR_NONE && e < FTC__PERR_COUNT);
+  {
+    ftc__msg_t g;
+    char whyg[512] = "";
+    ftc__proto_fast_views = 0;
+    ftc__perr_t eg = ftc__proto_decode((const char *)data, size, max, &g, whyg, sizeof(whyg));
+    ftc__proto_fast_views = 1;
+    FUZZ_CHECK(eg == e && strcmp(whyg, why) == 0);
+    if (e == FTC__PERR_NONE) same_msg(&m, &g);
+    ftc__msg_clear(&g);
+  }
   if (e != FTC__PERR_NONE) {
     FUZZ_CHECK(why[0] != '\0' && strlen(why) < sizeof(why));
     FUZZ_CHECK(m.root == NULL && m.members == NULL && m.type == FTC__MSG_NONE);

@@ -114,8 +114,10 @@ typedef struct ftc__wire_dropped {
 #define FTC__PROTO_MAX_DROP_DETAIL 240
 
 /*
- * A decoded message. Strings point into `root` and live until
- * ftc__msg_clear(); `members` and `ranks` are allocated and freed there too.
+ * A decoded message. Strings point into `root` (or, for a view read by the
+ * fast path, into a copy of the text kept behind `members`, root NULL) and
+ * live until ftc__msg_clear(); `members` and `ranks` are allocated and
+ * freed there too.
  */
 typedef struct ftc__msg {
   ftc__msg_type_t type;
@@ -168,6 +170,10 @@ typedef struct ftc__msg {
  */
 ftc__perr_t ftc__proto_decode(const char *text, size_t len, size_t max_len, ftc__msg_t *msg,
                               char *why, size_t whylen);
+/* Views in the coordinator's own form are read without jansson (proto.c,
+ * "the view's fast path"); 0 sends every message through the general
+ * decoder (tests compare the two). */
+extern int ftc__proto_fast_views;
 void ftc__msg_clear(ftc__msg_t *msg);
 
 /* Builders: a new JSON object (caller owns; NULL when out of memory). */
