@@ -768,10 +768,11 @@ static void wd_view(ftc_comm_t *comm, uint64_t *checked) {
   }
   if (*checked == latest || __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE)) return;
   *checked = latest;
-  /* The idle progress thread connects to the epoch's new members now. */
-  if (comm->spares) ftc__engine_wake(comm);
   ftc__view_t *v = NULL;
-  if (ftc__member_wait_view(comm->member, epoch, 0, &v) != FTC_OK) return;
+  if (ftc__member_wait_view(comm->member, epoch, 0, &v) != FTC_OK) {
+    if (comm->spares) ftc__engine_wake(comm);
+    return;
+  }
   /* comm->view is swapped under comm->lock by the thread that rebuilds. */
   pthread_mutex_lock(&comm->lock);
   int gone = -1;
@@ -788,8 +789,17 @@ static void wd_view(ftc_comm_t *comm, uint64_t *checked) {
     snprintf(detail, sizeof(detail), "the coordinator announced epoch %llu without rank %d",
              (unsigned long long)v->epoch, gone);
     /* Quiet (comm.c): every survivor revokes at this view, or has seen the
-     * member's end itself. */
+     * member's end itself. The progress thread is left alone, as at a rank
+     * that saw the failure itself: its work (the move) comes with the
+     * recovery's request, and a wake-up now would be one more runnable
+     * thread per survivor while they recover. */
     ftc__comm_fail_epoch(comm, epoch, FTC_ERR_REVOKED, detail, gone);
+  } else if (comm->spares) {
+    /* A planned change (members admitted, or left cleanly): the idle
+     * progress thread stops taking spare connections for this epoch and
+     * connects early to the new members (also woken by the membership
+     * thread directly for those, engine.c, idle_wait). */
+    ftc__engine_wake(comm);
   }
   ftc__view_free(v);
 }
