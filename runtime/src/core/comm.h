@@ -244,7 +244,8 @@ void ftc__engine_drain_locked(ftc_comm_t *comm, ftc_status_t status, const char 
 /* The idle watch's list of a data plane's sockets: room for every one
  * be->peer_fds lists in a world of `size` ranks (every peer's, then the
  * lower ranks' shared ones: 2 * size - 2 at most), made once per epoch.
- * init: 0, or -1 when out of memory; free(NULL-filled) is a no-op. */
+ * init: 0, or -1 when out of memory; free on a zeroed or freed watch is a
+ * no-op. */
 typedef struct ftc__peer_watch {
   int cap;           /* entries fds and ranks hold */
   int n;             /* as many as the last fill listed */

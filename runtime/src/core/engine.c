@@ -524,7 +524,6 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
   }
 }
 
-
 /* Take the send/recv requests queued behind the batch, one per peer and
  * direction at most, up to cap (lock held). */
 static void gather_p2p_locked(ftc_comm_t *comm, p2p_batch_t *b, int cap) {
