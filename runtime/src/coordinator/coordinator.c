@@ -1050,19 +1050,30 @@ static int on_receive(ftc__coord_t *co, session_t *s, const void *in, size_t len
   return handle_message(co, s, s->rx, n);
 }
 
+/* Frames written per writeable callback at most: a joiner's welcome and
+ * its first view go out together (one wake-up of the joiner, not one per
+ * service pass after every other session's), without one session holding
+ * the thread. */
+#define WRITES_PER_CALLBACK 8
+
+/* The writeable callback: up to WRITES_PER_CALLBACK queued frames. */
 static int on_writeable(session_t *s) {
-  ftc__frame_t *f = ftc__frameq_pop(&s->outq);
-  if (!f) return 0;
-  int close_after = f->close_after;
-  int w = lws_write(s->wsi, f->buf + LWS_PRE, f->len, LWS_WRITE_TEXT);
-  int short_write = w < (int)f->len;
-  ftc__free(f);
-  if (short_write) return -1;
-  if (close_after) {
-    static const char bye[] = "refused";
-    lws_close_reason(s->wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, (unsigned char *)bye,
-                     sizeof(bye) - 1);
-    return -1;
+  for (int i = 0; i < WRITES_PER_CALLBACK && s->outq.head; i++) {
+    /* A later frame only while the socket takes it whole: lws keeps the
+     * rest of a partial write, and a write after that is refused. */
+    if (i > 0 && lws_send_pipe_choked(s->wsi)) break;
+    ftc__frame_t *f = ftc__frameq_pop(&s->outq);
+    int close_after = f->close_after;
+    int w = lws_write(s->wsi, f->buf + LWS_PRE, f->len, LWS_WRITE_TEXT);
+    int short_write = w < (int)f->len;
+    ftc__free(f);
+    if (short_write) return -1;
+    if (close_after) {
+      static const char bye[] = "refused";
+      lws_close_reason(s->wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, (unsigned char *)bye,
+                       sizeof(bye) - 1);
+      return -1;
+    }
   }
   if (s->outq.head) lws_callback_on_writable(s->wsi);
   return 0;

@@ -358,6 +358,18 @@ out_free:
   return st;
 }
 
+/* While the coordinator answers a hello (this thread has nothing else to do
+ * until the welcome): the first epoch's work that needs no view, off a
+ * joiner's way from its view to its first collective. The flight recorder
+ * (its ring, and the process's dump-signal thread: 0.1 ms on a joiner's
+ * way), numbered by the view at the bring-up (ftc_rec_set_epoch); a failure
+ * here is the bring-up's to report, which tries again. */
+static void comm_prepare(ftc_comm_t *c) {
+  if (!c->rec)
+    (void)ftc_rec_create(c->cfg.recorder_entries, comm_id_hash(c->cfg.job), "world", 0,
+                         c->cfg.slot, c->cfg.world_size, &c->rec);
+}
+
 ftc_status_t ftc_comm_create(const ftc_config_t *cfg, ftc_comm_t **out) {
   ftc_comm_t *c;
   ftc__view_t *view = NULL;
@@ -390,12 +402,15 @@ ftc_status_t ftc_comm_create(const ftc_config_t *cfg, ftc_comm_t **out) {
       .node = getenv("NODE_NAME"),
       .host = hostname,
       .connect_timeout_ms = c->cfg.connect_timeout_ms,
+      .first_view = 1, /* waited for below */
   };
   int64_t t0 = ftc__now_ns();
-  /* The session's first connection is under way when start returns; the
-   * backend probe runs meanwhile. */
+  /* The session's first connection is under way when start returns (its
+   * hello sent); the backend probe runs meanwhile, then finish reads the
+   * welcome and the first view in this thread. */
   if ((st = ftc__member_start(&mcfg, &c->member)) != FTC_OK) goto out_free;
   comm_probe_auto(c);
+  comm_prepare(c);
   if ((st = ftc__member_finish(&c->member)) != FTC_OK) goto out_free;
   int64_t left_ms = c->cfg.connect_timeout_ms - (ftc__now_ns() - t0) / 1000000;
   if (left_ms < 1) left_ms = 1;

@@ -6,7 +6,12 @@
  * final leave, and stores the session's error for the callers.
  *
  * Threads and locks: the service thread alone touches the lws context, the
- * connection (m->wsi), the receive buffer and the timers. Caller threads and
+ * connection (m->wsi), the receive buffer and the timers, once the opening
+ * caller handed them over: until ftc__member_finish returns, the caller's
+ * thread services the context itself (the first connection, its hello, the
+ * welcome, and with cfg->first_view the first view) while the service
+ * thread, already started, waits at m->gate; no thread's first schedule
+ * is on the way to the admission (docs/performance/recovery.md). Caller threads and
  * the service thread share the state under m->lock (session state, error,
  * member id, latest view, outgoing queue, pending dump request); callers
  * queue frames under it and wake the service thread with lws_cancel_service(),
@@ -51,7 +56,7 @@ enum session_state {
 struct ftc__member {
   /* Immutable after open. */
   char *coord, *host_name, *host_hdr, *job, *token, *data_addr, *pod, *node, *host;
-  int port, slot, world_size, min_size, joiner, cfg_heartbeat_ms, connect_timeout_ms;
+  int port, slot, world_size, min_size, joiner, cfg_heartbeat_ms, connect_timeout_ms, first_view;
   int64_t open_deadline_ns; /* ftc__member_finish gives up then */
   struct lws_context *ctx;
   struct lws_protocols protocols[2];
@@ -65,6 +70,7 @@ struct ftc__member {
   struct lws *wsi;
   lws_sorted_usec_list_t sul_connect, sul_heartbeat, sul_guard;
   int hello_out; /* a hello was written (read by ftc__member_start only) */
+  int in_caller; /* the opening caller services the context (ftc__member_finish) */
   int retry_ms;
   int64_t reconnect_deadline_ns; /* 0 while connected */
   int heartbeat_ms;
@@ -76,6 +82,8 @@ struct ftc__member {
   /* Shared; under lock. */
   pthread_mutex_t lock;
   pthread_cond_t cond;
+  pthread_cond_t gate; /* the service thread waits here until handoff (or stop) */
+  int handoff;         /* the caller handed the context to the service thread */
   int state;
   ftc_status_t error;
   char error_msg[512];
@@ -177,9 +185,11 @@ static ftc_status_t queue_msg(ftc__member_t *m, json_t *msg, int close_after) {
  * (about 12 ms here). The whole table above the data plane is searched,
  * top down, 256 slots per poll() (POLLNVAL marks a free one); it probed
  * only the top 16 slots before, so a process whose table top was taken
- * kept the session low. It is placed by the service thread after the welcome
- * and moved up at a heartbeat when the data plane outgrew it (the /proc read
- * costs 10 to 50 us: not on a joiner's admission nor on a recovery). It is
+ * kept the session low. It is placed by the opening caller while the
+ * coordinator answers its first hello (ftc__member_finish), by the service
+ * thread after a reconnection's welcome, and moved up at a heartbeat when
+ * the data plane outgrew it (the /proc read costs 10 to 50 us: not on a
+ * joiner's admission nor on a recovery). It is
  * closed with the connection (before lws closes its own), so a deliberate
  * close or a drop is seen as before. exit_fd and sock_fd are under m->lock.
  */
@@ -261,9 +271,9 @@ void ftc__member_hold_above(ftc__member_t *m, int fd) {
   }
 }
 
-/* On the service thread, off every recovery's path (after the welcome, at
- * each heartbeat): place or move the duplicate when it is missing or no
- * longer above the highest data-plane socket. */
+/* Off every recovery's path (while the first hello is answered, after a
+ * reconnection's welcome, at each heartbeat): place or move the duplicate
+ * when it is missing or no longer above the highest data-plane socket. */
 static void maybe_hold(ftc__member_t *m) {
   int above = __atomic_load_n(&m->want_above, __ATOMIC_RELAXED);
   pthread_mutex_lock(&m->lock);
@@ -278,7 +288,7 @@ static void maybe_hold(ftc__member_t *m) {
   }
 }
 
-/* A new connection: its socket, not held yet (maybe_hold after the welcome). */
+/* A new connection: its socket, not held yet (maybe_hold places it). */
 static void hold_for_exit(ftc__member_t *m, struct lws *wsi) {
   pthread_mutex_lock(&m->lock);
   int old = m->exit_fd;
@@ -580,7 +590,9 @@ out_unlock:
   if (start_heartbeats) {
     lws_sul_schedule(m->ctx, 0, &m->sul_heartbeat, send_heartbeat,
                      (lws_usec_t)m->heartbeat_ms * 1000);
-    maybe_hold(m); /* after the welcome woke the caller: not on its way */
+    /* After the welcome woke the caller: not on its way. The opening
+     * caller placed it before it waited for the welcome. */
+    if (!m->in_caller) maybe_hold(m);
   }
   return rc;
 }
@@ -730,6 +742,10 @@ static void guard_expired(lws_sorted_usec_list_t *sul) { (void)sul; }
 static void *service_main(void *arg) {
   ftc__member_t *m = arg;
   pthread_setname_np(pthread_self(), "ftc-member"); /* (by itself: see engine.c) */
+  pthread_mutex_lock(&m->lock);
+  while (!m->handoff && !__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE))
+    pthread_cond_wait(&m->gate, &m->lock);
+  pthread_mutex_unlock(&m->lock);
   while (!__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
     if (lws_service(m->ctx, 0) < 0) break;
   }
@@ -793,6 +809,9 @@ static char *dup_opt(const char *s, int *failed) {
 static void member_stop(ftc__member_t *m) {
   if (!m->started) return;
   __atomic_store_n(&m->stop, 1, __ATOMIC_RELEASE);
+  pthread_mutex_lock(&m->lock);
+  pthread_cond_broadcast(&m->gate);
+  pthread_mutex_unlock(&m->lock);
   lws_cancel_service(m->ctx);
   pthread_join(m->thread, NULL);
   m->started = 0;
@@ -813,6 +832,7 @@ static void member_free(ftc__member_t *m) {
   ftc__free(m->backend_blob);
   ftc__free(m->rx);
   pthread_cond_destroy(&m->cond);
+  pthread_cond_destroy(&m->gate);
   pthread_mutex_destroy(&m->lock);
   free_strings(m);
   ftc__free(m);
@@ -849,6 +869,7 @@ ftc_status_t ftc__member_start(const ftc__member_cfg_t *cfg, ftc__member_t **out
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&m->cond, &ca);
   pthread_condattr_destroy(&ca);
+  pthread_cond_init(&m->gate, NULL);
   int failed = 0;
   m->coord = dup_opt(cfg->coordinator, &failed);
   m->job = dup_opt(cfg->job ? cfg->job : "local", &failed);
@@ -866,6 +887,7 @@ ftc_status_t ftc__member_start(const ftc__member_cfg_t *cfg, ftc__member_t **out
   m->world_size = cfg->world_size;
   m->min_size = cfg->min_size;
   m->joiner = cfg->joiner;
+  m->first_view = cfg->first_view == 1;
   m->cfg_heartbeat_ms = cfg->heartbeat_ms;
   m->connect_timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 60000;
   m->heartbeat_ms = cfg->heartbeat_ms > 0 ? cfg->heartbeat_ms : FTC__PROTO_DEFAULT_HEARTBEAT_MS;
@@ -895,13 +917,14 @@ ftc_status_t ftc__member_start(const ftc__member_cfg_t *cfg, ftc__member_t **out
     st = ftc__error(FTC_ERR_SYSTEM, "cannot create the libwebsockets client context");
     goto out_free;
   }
-  /* The first attempt runs here, in the caller's thread, up to its hello,
-   * before the service thread exists (so that thread owns nothing yet): no
-   * wait for a new thread's first schedule on the way to the admission
-   * (docs/performance/recovery.md). The caller has other work while the
-   * coordinator answers (ftc_comm_create's backend probe); the welcome, and
-   * a failed attempt's retries, are the service thread's. */
+  /* The first attempt runs here, in the caller's thread, up to its hello;
+   * the caller has other work while the coordinator answers
+   * (ftc_comm_create's backend probe), then reads the answer in
+   * ftc__member_finish, and a failed attempt's retries run there too. The
+   * service thread is started meanwhile and waits until finish hands it
+   * the context. */
   m->open_deadline_ns = ftc__deadline_ns(m->connect_timeout_ms);
+  m->in_caller = 1;
   try_connect(&m->sul_connect);
   if (m->wsi) {
     /* lws_service waits for the next event or timer: the guard bounds it. */
@@ -926,12 +949,43 @@ out_free:
   return st;
 }
 
+/* The opening caller services the context until the welcome (with
+ * first_view, until the first view: a joiner's follows its welcome at
+ * once), or the open deadline, then hands it to the service thread: the
+ * coordinator's answer is read by the thread that waits for it, not by a
+ * thread that must first be woken and scheduled (on a crowded host the
+ * membership thread of a joiner first ran 0.4 ms after its welcome was
+ * written; docs/performance/recovery.md). */
+static void finish_in_caller(ftc__member_t *m) {
+  /* The session's exit descriptor (hold_above) while the coordinator
+   * answers, not between the welcome and the view. */
+  maybe_hold(m);
+  /* lws_service waits for the next event or timer: the guard bounds it. */
+  int64_t left_ns = m->open_deadline_ns - ftc__now_ns();
+  lws_sul_schedule(m->ctx, 0, &m->sul_guard, guard_expired,
+                   left_ns > 1000 ? (lws_usec_t)(left_ns / 1000) : 1);
+  for (;;) {
+    pthread_mutex_lock(&m->lock);
+    int state = m->state, viewed = m->view != NULL;
+    pthread_mutex_unlock(&m->lock);
+    if (state == S_CLOSED || (state != S_CONNECTING && (!m->first_view || viewed))) break;
+    if (ftc__now_ns() >= m->open_deadline_ns || lws_service(m->ctx, 0) < 0) break;
+  }
+  lws_sul_cancel(&m->sul_guard);
+  m->in_caller = 0;
+  pthread_mutex_lock(&m->lock);
+  m->handoff = 1;
+  pthread_cond_signal(&m->gate);
+  pthread_mutex_unlock(&m->lock);
+}
+
 ftc_status_t ftc__member_finish(ftc__member_t **mp) {
   ftc__member_t *m = *mp;
   ftc_status_t st;
   int timeout_ms = m->connect_timeout_ms;
   int64_t deadline = m->open_deadline_ns;
   struct timespec ts = {(time_t)(deadline / 1000000000LL), (long)(deadline % 1000000000LL)};
+  if (m->in_caller) finish_in_caller(m);
   pthread_mutex_lock(&m->lock);
   while (m->state == S_CONNECTING && ftc__now_ns() < deadline)
     pthread_cond_timedwait(&m->cond, &m->lock, &ts);

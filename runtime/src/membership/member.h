@@ -43,6 +43,8 @@ typedef struct ftc__member_cfg {
   const char *pod, *node, *host; /* identity for logs and dumps; may be NULL */
   int connect_timeout_ms; /* for open() */
   int heartbeat_ms;       /* 0: protocol default */
+  int first_view;         /* 1: ftc__member_finish also reads the first view in the caller's
+                           * thread (ftc_comm_create, which waits for it next anyway) */
 } ftc__member_cfg_t;
 
 /* Whether a member holds the application's state, as the coordinator says
@@ -82,10 +84,12 @@ ftc_status_t ftc__member_open(const ftc__member_cfg_t *cfg, ftc__member_t **out)
 /* ftc__member_open in two halves, so the caller can do other work (the
  * NCCL probe under FTCOMM_BACKEND=auto) while the coordinator answers:
  * ftc__member_start checks the configuration, starts the first connection
- * attempt and the membership thread, and returns at once; ftc__member_finish
- * waits for the welcome (up to cfg->connect_timeout_ms from the start) and
- * returns what ftc__member_open would have. On failure, finish frees the
- * session and sets *m to NULL. */
+ * attempt (up to its hello) and the membership thread, and returns at once;
+ * ftc__member_finish reads the coordinator's answer in the caller's thread
+ * until the welcome (with cfg->first_view, until the first view too), up to
+ * cfg->connect_timeout_ms from the start, then hands the session to the
+ * membership thread and returns what ftc__member_open would have. On
+ * failure, finish frees the session and sets *m to NULL. */
 ftc_status_t ftc__member_start(const ftc__member_cfg_t *cfg, ftc__member_t **out);
 ftc_status_t ftc__member_finish(ftc__member_t **m);
 
