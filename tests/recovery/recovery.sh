@@ -125,16 +125,20 @@ fi
 # The survivors connect to the joiner between steps, once it is announced
 # (logged at info by net: "... made early"), before the step boundary; the
 # steps are 30 ms apart so that even a slow (sanitized) joiner is in its
-# bootstrap by then.
-FTCOMM_LOG_LEVEL=info FTCOMM_LOG_SUBSYS=net run grow 60 -n 4 --min-size 3 --replace \
+# bootstrap by then. The joiner (rank 2) makes none of those connections: it
+# accepts those of ranks 0 and 1 too (debug: "rank 2 accepted rank 0 (socket
+# 0)"; a spare's line says "spare"), where the rank rule has it connect.
+FTCOMM_LOG_LEVEL=debug FTCOMM_LOG_SUBSYS=net run grow 60 -n 4 --min-size 3 --replace \
   --replace-delay 0.2 --inject kill:2@5 -- \
   "$BIN/ftcomm-trainer" --steps 80 --step-ms 30 --batch 96 --samples 2048 --seed 7 --log-every 1000
 if [ "$(cat "$tmp/grow.rc")" = 0 ] && [ "$(finals grow | wc -l)" = 4 ] &&
    [ "$(finals grow | awk '{print $9}' | sort -u | wc -l)" = 1 ] &&
    grep -q 'joined (new ranks: 2), now rank' "$tmp/grow.out" &&
-   { [ "${FTCOMM_BACKEND:-tcp}" != tcp ] || grep -q 'to new members made early' "$tmp/grow.out"; } &&
+   { [ "${FTCOMM_BACKEND:-tcp}" != tcp ] || { grep -q 'to new members made early' "$tmp/grow.out" &&
+     grep -q 'rank 2 accepted rank 0 (socket 0) (' "$tmp/grow.out" &&
+     grep -q 'rank 2 accepted rank 1 (socket 1) (' "$tmp/grow.out"; }; } &&
    ! grep -q 'Sanitizer' "$tmp/grow.out"; then
-  ok grow "shrank to 3, grew back to 4 at a step boundary, connections to the joiner made before it"
+  ok grow "shrank to 3, grew back to 4 at a step boundary, connections to the joiner made before it, by the ranks below it too"
 else
   bad grow "expected 4 identical finishers after a grow at a step boundary"
 fi

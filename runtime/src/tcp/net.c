@@ -1,12 +1,13 @@
 /*
  * net.c - TCP connection management of the data plane: the listener and the
  * address it advertises, the authenticated bootstrap that connects the
- * peers of a view (the higher rank connects, the lower accepts), refusal of
- * strangers, socket options, and teardown.
+ * peers of a view (the higher rank connects, the lower accepts; a member
+ * the epoch admits is connected to by the others, see makes_connection),
+ * refusal of strangers, socket options, and teardown.
  *
  * Each pair has two connections by default (FTCOMM_TCP_SOCKETS=2), one per
- * direction: UP, on which the higher rank sends, and DOWN, on which the
- * lower rank sends. A rank then never sends on the socket its peer's data
+ * direction: UP, on which the connecting rank sends (the higher one but for
+ * a joiner's pairs), and DOWN, on which the accepting rank sends. A rank then never sends on the socket its peer's data
  * arrives on, so its send() never processes (from the socket backlog) data
  * and acknowledgements that arrived while it held that socket's lock, which
  * on loopback was a third of a 2-rank allreduce's time. With
@@ -851,6 +852,25 @@ static int set_congestion(const boot_t *b, int peer, int fd, int had) {
   return cfg->congestion == FTC__TCP_CC_AUTO && name != cc_default;
 }
 
+/* Whether `me` makes the connections of its pair with `peer` in b's
+ * bootstrap (the other end accepts them). The higher rank does, except
+ * that the members an epoch admits (joined_epoch == epoch: a joiner) are
+ * connected to by the others, whatever the ranks: they connect as soon as
+ * they hear of the epoch (ftc__tcp_early_start), while the joiner is still
+ * on its way to its view; it then only answers the hellos waiting at its
+ * listener, one round trip less on its way to its first collective than
+ * connecting to each survivor below it. Both ends read it from the same
+ * view. Spare connections keep the rank rule. */
+static int makes_connection(const boot_t *b, int me, int peer) {
+  if (!b->spare) {
+    const ftc__view_t *v = b->view;
+    int me_new = v->members[me].joined_epoch == v->epoch;
+    int peer_new = v->members[peer].joined_epoch == v->epoch;
+    if (me_new != peer_new) return peer_new;
+  }
+  return peer < me;
+}
+
 /* Where a finished connection to `rank` on `lane` goes; had: as
  * set_congestion's. */
 static void keep_fd(boot_t *b, int rank, int lane, int fd, int had) {
@@ -1060,9 +1080,10 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
   if (h.epoch != b->view->epoch)
     { refuse(b, p, "epoch %llu, this view is epoch %llu", (unsigned long long)h.epoch,
                   (unsigned long long)b->view->epoch); return; }
-  if (h.rank <= (uint32_t)tp->rank || h.rank >= (uint32_t)tp->size)
-    { refuse(b, p, "rank %u may not connect to rank %d in a view of %d", h.rank, tp->rank,
-                  tp->size); return; }
+  if (h.rank >= (uint32_t)tp->size || h.rank == (uint32_t)tp->rank ||
+      !makes_connection(b, (int)h.rank, tp->rank))
+    { refuse(b, p, "rank %u may not connect to rank %d in a view of %d (this rank connects to "
+                   "it)", h.rank, tp->rank, tp->size); return; }
   if (h.member_id != b->view->members[h.rank].member_id)
     { refuse(b, p, "member %llu is not rank %u of epoch %llu (expected member %llu)",
                   (unsigned long long)h.member_id, h.rank, (unsigned long long)h.epoch,
@@ -1211,13 +1232,15 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
   }
   if (prev) ftc__tcp_spare_stop(prev);
   /* Each pair: adopt prev's spares when there is one for every socket of
-   * it and none is connected yet, else the higher rank connects. */
-  int adopted = 0;
+   * it and none is connected yet, else the end that makes the pair's
+   * connections (makes_connection) connects. */
+  int adopted = 0, listens = 0;
   for (int r = 0; r < tp->size; r++) {
     if (r == tp->rank) continue;
     int fd[2] = {-1, -1}, fresh = 0, have = 0, reno = 0;
     for (int lane = 0; lane < lanes; lane++) {
       pend_t *p = &b->conn[2 * r + lane];
+      if (lane == 0) listens |= makes_connection(b, r, tp->rank);
       fd[lane] = take_spare(prev, b->view->members[r].member_id, lane, &reno);
       have += fd[lane] >= 0;
       if (pend_waits(p)) { /* started early (ftc__tcp_early_start) */
@@ -1238,7 +1261,8 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
     for (int lane = 0; lane < lanes; lane++) {
       if (fd[lane] >= 0) close(fd[lane]);
       pend_t *p = &b->conn[2 * r + lane];
-      if (r < tp->rank && !pend_waits(p) && *lane_slot(tp, r, lane, 0) < 0) conn_start(b, p);
+      if (makes_connection(b, tp->rank, r) && !pend_waits(p) && *lane_slot(tp, r, lane, 0) < 0)
+        conn_start(b, p);
     }
   }
   if (adopted)
@@ -1289,7 +1313,7 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
     }
     int64_t wake = b->fatal_until ? b->fatal_until : deadline;
     int n = 0;
-    if (tp->rank < tp->size - 1) {
+    if (listens) {
       pfd[n] = (struct pollfd){listen_fd, POLLIN, 0};
       owner[n++] = NULL;
     }
@@ -1555,7 +1579,8 @@ int ftc__tcp_early_start(ftc__tcp_t *tp, const ftc__view_t *next) {
     /* Hellos for a later epoch kept meanwhile: maybe for this one. */
     if (old) take_held(b, old->spare_boot);
     take_held(b, tp->spare_boot);
-    for (int r = 0; r < e->rank; r++) {
+    for (int r = 0; r < e->size; r++) {
+      if (r == e->rank || !makes_connection(b, e->rank, r)) continue; /* it connects to us */
       int known = 0;
       for (int k = 0; k < tp->size && !known; k++) known = tp->peers[k].member_id == e->peers[r].member_id;
       if (known) continue; /* a survivor: its spare is adopted at the step boundary */

@@ -58,8 +58,9 @@ struct ftc__tcp {
                            * allreduces */
 };
 
-/* The pair's shared socket: the one the higher rank connected first (UP),
- * on which the higher rank sends and, in runs of small collectives, the
+/* The pair's shared socket: the one the higher rank sends on (UP when the
+ * higher rank connected the pair, DOWN when the lower one connected to a
+ * joiner: net.c, makes_connection) and, in runs of small collectives, the
  * lower rank too: its data and acknowledgements then travel together, as on
  * one socket (with two, each small message would cost a pure ACK segment
  * more). With FTCOMM_TCP_SOCKETS=1 it is the only socket. */
