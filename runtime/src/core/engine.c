@@ -304,6 +304,13 @@ static ftc_status_t do_rebuild(ftc_comm_t *comm, const ftc__view_t *view) {
     return st;
   }
   __atomic_store_n(&comm->error, 0, __ATOMIC_RELEASE);
+  /* The watchdog's stop for a newer epoch that came while this one was
+   * connecting (recover.c, wd_view), set as it was done: this epoch is
+   * connected, and the step boundary takes the newer one. Only that stop
+   * sets the status alone; a failure sets comm->error first. */
+  int superseded = FTC_ERR_REVOKED;
+  __atomic_compare_exchange_n(&comm->interrupt, &superseded, 0, 0, __ATOMIC_ACQ_REL,
+                              __ATOMIC_ACQUIRE);
   FTC_INFO(FTC_SUB_RECOVERY, "data plane rebuilt for epoch %llu: rank %d of %d",
            (unsigned long long)view->epoch, view->my_rank, view->size);
   return FTC_OK;

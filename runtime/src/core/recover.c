@@ -764,13 +764,23 @@ static void wd_view(ftc_comm_t *comm, uint64_t *checked) {
   if (latest <= epoch) return;
   if (__atomic_load_n(&comm->recovering, __ATOMIC_ACQUIRE)) {
     uint64_t target = __atomic_load_n(&comm->target_epoch, __ATOMIC_ACQUIRE);
-    if (target && latest > target) {
-      FTC_INFO(FTC_SUB_RECOVERY, "epoch %llu supersedes epoch %llu being connected; retrying",
-               (unsigned long long)latest, (unsigned long long)target);
+    /* Only while the target is being connected: once its transport is in
+     * place (comm->view swapped under comm->lock) the stop would land on
+     * the new epoch's first collective instead, a quiet one its peers wait
+     * out to their timeout; the step boundary takes the newer epoch. A stop
+     * set just before the swap is taken back by the rebuild (engine.c,
+     * do_rebuild). */
+    pthread_mutex_lock(&comm->lock);
+    int stop = target && latest > target && comm->view && comm->view->epoch < target;
+    if (stop) {
       int expected = 0;
       __atomic_compare_exchange_n(&comm->interrupt, &expected, (int)FTC_ERR_REVOKED, 0,
                                   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
     }
+    pthread_mutex_unlock(&comm->lock);
+    if (stop)
+      FTC_INFO(FTC_SUB_RECOVERY, "epoch %llu supersedes epoch %llu being connected; retrying",
+               (unsigned long long)latest, (unsigned long long)target);
     return;
   }
   if (*checked == latest || __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE)) return;
