@@ -38,6 +38,7 @@ static int item(const char *s, const char *end, ftc__fault_spec_t *f) {
     int64_t *field;
   } at[] = {{"kill@", &f->kill_step},  {"stop@", &f->stop_step},   {"drop@", &f->drop_seq},
             {"rkill@", &f->rkill},     {"blink@", &f->blink_step}, {"giveup@", &f->giveup_seq},
+            {"movehold@", &f->move_hold},
             {"slow:", &f->slow_ms},    {"lateview:", &f->late_view_ms},
             {"dumpwrite:", &f->dump_write_ms}};
   size_t n = (size_t)(end - s);
@@ -77,7 +78,7 @@ static void canonical(const ftc__fault_spec_t *f, char *buf, size_t len) {
                {"slow:%lld", f->slow_ms, 0},        {"drop@%lld", f->drop_seq, -1},
                {"rkill@%lld", f->rkill, -1},        {"blink@%lld", f->blink_step, -1},
                {"giveup@%lld", f->giveup_seq, -1},  {"lateview:%lld", f->late_view_ms, 0},
-               {"dumpwrite:%lld", f->dump_write_ms, 0}};
+               {"dumpwrite:%lld", f->dump_write_ms, 0}, {"movehold@%lld", f->move_hold, -1}};
   for (size_t i = 0; i < sizeof(items) / sizeof(items[0]); i++) {
     if (items[i].v == items[i].unset) continue;
     if (n) n += (size_t)snprintf(buf + n, len - n, ",");

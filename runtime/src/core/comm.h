@@ -209,9 +209,9 @@ void ftc__fault_init(void);
 /* What FTCOMM_FAULT arms: -1 (0 for jkill and the delays) when not. */
 typedef struct ftc__fault_spec {
   int64_t kill_step, stop_step, slow_ms, drop_seq, delay_seq, delay_ms, rkill, jkill;
-  int64_t giveup_seq, blink_step, late_view_ms, dump_write_ms;
+  int64_t giveup_seq, blink_step, late_view_ms, dump_write_ms, move_hold;
 } ftc__fault_spec_t;
-#define FTC__FAULT_SPEC_INIT {-1, -1, 0, -1, -1, 0, -1, 0, -1, -1, 0, 0}
+#define FTC__FAULT_SPEC_INIT {-1, -1, 0, -1, -1, 0, -1, 0, -1, -1, 0, 0, -1}
 #define FTC__FAULT_MAX 1000000000000LL /* the largest count or milliseconds */
 /* Parse an FTCOMM_FAULT value (fault.c's opening comment) into *out: 0; or
  * -1 with [*bad, *bad + *badlen) the first item that is not one (*out
@@ -221,6 +221,8 @@ int ftc__fault_parse(const char *spec, ftc__fault_spec_t *out, const char **bad,
 void ftc__fault_step(ftc_comm_t *comm, uint64_t step);
 /* In the n-th move to a new epoch (from 1), before connecting it. */
 void ftc__fault_recover(uint64_t n);
+/* In the n-th move, once it connected `epoch` (movehold@N). */
+void ftc__fault_moved(ftc_comm_t *comm, uint64_t n, uint64_t epoch);
 /* A joiner admitted to an epoch, before connecting it. */
 void ftc__fault_join(void);
 /* Before collective `seq` of the epoch runs: drop a connection, delay. */

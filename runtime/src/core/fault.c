@@ -16,6 +16,10 @@
  *   rkill@N        SIGKILL this process in its N-th recovery, after the new
  *                  epoch is known and before connecting it (a kill during
  *                  recovery)
+ *   movehold@N     in its N-th move to a new epoch, once that epoch is
+ *                  connected, hold the move until the coordinator announces
+ *                  a later one (at most MOVE_HOLD_MS): a recovering thread
+ *                  descheduled on a busy host just before its move ends
  *   jkill          SIGKILL this process (a joiner) once it is admitted to an
  *                  epoch, before connecting it (a joiner killed while joining)
  *   blink@STEP     drop the coordinator session at step boundary STEP without
@@ -43,6 +47,7 @@
 #include "core/comm.h"
 #include "ftc_error.h"
 #include "ftc_param.h"
+#include "ftc_time.h"
 
 int ftc__fault_armed;
 
@@ -91,6 +96,7 @@ static int parse_item(const char *s, const char *end, ftc__fault_spec_t *f) {
       {"lateview", ':', offsetof(ftc__fault_spec_t, late_view_ms)},
       {"dumpwrite", ':', offsetof(ftc__fault_spec_t, dump_write_ms)},
       {"giveup", '@', offsetof(ftc__fault_spec_t, giveup_seq)},
+      {"movehold", '@', offsetof(ftc__fault_spec_t, move_hold)},
   };
   const char *k = s;
   while (k < end && *k != '@' && *k != ':') k++;
@@ -139,8 +145,8 @@ static void fault_parse(void) {
   if (!spec || !*spec) return;
   if (ftc__fault_parse(spec, &fault.s, &bad, &badlen)) {
     FTC_WARN(FTC_SUB_RECOVERY, "FTCOMM_FAULT=%s: cannot parse \"%.*s\" (items: kill@STEP, "
-             "stop@STEP, slow:MS, drop@SEQ, delay:MS@SEQ, giveup@SEQ, rkill@N, jkill, "
-             "blink@STEP, lateview:MS, dumpwrite:MS; numbers in decimal digits up to %lld, "
+             "stop@STEP, slow:MS, drop@SEQ, delay:MS@SEQ, giveup@SEQ, rkill@N, movehold@N, "
+             "jkill, blink@STEP, lateview:MS, dumpwrite:MS; numbers in decimal digits up to %lld, "
              "STEP, SEQ and N from 1); "
              "fault injection is off", spec, badlen, bad, (long long)FTC__FAULT_MAX);
     return;
@@ -181,6 +187,20 @@ void ftc__fault_recover(uint64_t n) {
     fflush(NULL);
     raise(SIGKILL);
   }
+}
+
+/* How long movehold@N waits at most for a later epoch. */
+#define MOVE_HOLD_MS 2000
+
+void ftc__fault_moved(ftc_comm_t *comm, uint64_t n, uint64_t epoch) {
+  if ((int64_t)n != fault.s.move_hold || !comm->member) return;
+  FTC_WARN(FTC_SUB_RECOVERY, "fault injection: holding move %llu after connecting epoch %llu until "
+           "a later epoch is announced (at most %d ms)", (unsigned long long)n,
+           (unsigned long long)epoch, MOVE_HOLD_MS);
+  int64_t until = ftc__now_ns() + MOVE_HOLD_MS * 1000000LL;
+  while (ftc__member_latest_epoch(comm->member) <= epoch && ftc__now_ns() < until) sleep_ms(5);
+  /* The watchdog's reaction to that epoch comes meanwhile. */
+  sleep_ms(50);
 }
 
 void ftc__fault_join(void) {

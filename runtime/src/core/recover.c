@@ -198,6 +198,8 @@ static ftc_status_t move_epoch(ftc_comm_t *comm, uint64_t min_epoch, int64_t dea
              (unsigned long long)prev->epoch, (unsigned long long)v->epoch, v->my_rank, v->size,
              attempt + 1);
     st = ftc__comm_rebuild(comm, v);
+    if (__builtin_expect(ftc__fault_armed, 0) && st == FTC_OK)
+      ftc__fault_moved(comm, comm->moves, v->epoch);
     attempt++;
     __atomic_store_n(&comm->target_epoch, 0, __ATOMIC_RELEASE);
     uint64_t tried = v->epoch;

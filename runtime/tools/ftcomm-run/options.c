@@ -120,7 +120,7 @@ static int set_replace_delay(run_opts_t *o, const char *arg, char *err, size_t e
 }
 
 /* kill:R@STEP, stop:R@STEP, slow:R:MS, drop:R@SEQ, delay:R:MS@SEQ,
- * blink:R@STEP, late-view:R:MS, coord-restart:SECONDS. */
+ * blink:R@STEP, late-view:R:MS, hold-move:R@N, coord-restart:SECONDS. */
 static int set_inject(run_opts_t *o, const char *arg, char *err, size_t errlen) {
   if (o->ninject >= RUN_MAX_INJECT) {
     snprintf(err, errlen, "at most %d --inject options", RUN_MAX_INJECT);
@@ -158,6 +158,9 @@ static int set_inject(run_opts_t *o, const char *arg, char *err, size_t errlen) 
              a >= 1) {
     in->slot = (int)slot;
     snprintf(in->fault, sizeof(in->fault), "rkill@%ld", a);
+  } else if (sscanf(arg, "hold-move:%ld@%ld%c", &slot, &a, &tail) == 2 && slot >= 0 && a >= 1) {
+    in->slot = (int)slot;
+    snprintf(in->fault, sizeof(in->fault), "movehold@%ld", a);
   } else if (sscanf(arg, "kill-joiner:%ld%c", &slot, &tail) == 1 && slot >= 0) {
     in->slot = (int)slot;
     in->joiner = 1;
@@ -176,7 +179,8 @@ static int set_inject(run_opts_t *o, const char *arg, char *err, size_t errlen) 
   } else {
     snprintf(err, errlen,
              "--inject needs kill:RANK@STEP, stop:RANK@STEP, slow:RANK:MS, drop:RANK@SEQ, "
-             "delay:RANK:MS@SEQ, kill-recover:RANK@N, kill-joiner:RANK, blink:RANK@STEP, "
+             "delay:RANK:MS@SEQ, kill-recover:RANK@N, hold-move:RANK@N, kill-joiner:RANK, "
+             "blink:RANK@STEP, "
              "late-view:RANK:MS or "
              "coord-restart:SECONDS, "
              "not '%s'",
@@ -209,7 +213,8 @@ static const opt_row_t rows[] = {
     {"inject", KEY_INJECT, "FAULT",
      "kill:R@STEP, stop:R@STEP (SIGSTOP), slow:R:MS, drop:R@SEQ, delay:R:MS@SEQ (rank R's "
      "first process, steps counted by ftc_comm_step), kill-recover:R@N (in its N-th "
-     "recovery), kill-joiner:R (R's first replacement, once admitted), blink:R@STEP (its "
+     "recovery), hold-move:R@N (its N-th move holds, once connected, until a later epoch "
+     "is announced), kill-joiner:R (R's first replacement, once admitted), blink:R@STEP (its "
      "coordinator session drops and reconnects), late-view:R:MS (it hears of a joiner's "
      "epoch MS ms late), coord-restart:SECONDS; "
      "repeatable",
