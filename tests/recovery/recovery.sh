@@ -230,6 +230,31 @@ done
 [ "$two_joiners_ok" = 1 ] &&
   ok two-joiners "3 rounds, 4 identical finishers each, every rank of an epoch names the same new ranks; joiners admitted in separate epochs in $split"
 
+# An epoch superseded just after it connected (the two-joiners flake,
+# forced): rank 2 dies at step 5 under --replace, and rank 0's move to the
+# survivors' epoch holds, once connected, until the joiner's epoch is
+# announced (hold-move:0@1), as a recovering thread descheduled on a busy
+# host does. Rank 0 keeps the epoch it connected and the next step boundary
+# takes the joiner's, with rank 1. Before the fix (b04bcd6) rank 0's watchdog
+# still took the epoch for one being connected and marked it superseded;
+# rank 0's first collective there failed without shutting its sockets and
+# rank 1 waited out FTCOMM_TIMEOUT_MS for it (10 runs of 10).
+name=superseded-connected t0=$SECONDS
+run "$name" 60 -n 3 --min-size 2 --replace --replace-delay 0.2 --inject kill:2@5 \
+  --inject hold-move:0@1 -- "$BIN/ftcomm-trainer" "${TRAIN[@]}"
+if check "$name" 3; then
+  held=$(grep -o 'holding move 1 after connecting epoch [0-9]*' "$tmp/$name.out" | awk '{print $NF}')
+  if [ -z "$held" ]; then
+    bad "$name" "rank 0's move was not held"
+  elif grep -q "^\[0\] .*epoch $held failed" "$tmp/$name.out"; then
+    bad "$name" "rank 0 gave up epoch $held after it connected it"
+  elif [ $((SECONDS - t0)) -gt 10 ]; then
+    bad "$name" "took $((SECONDS - t0)) s"
+  else
+    ok "$name" "rank 0 kept epoch $held, connected before the joiner's superseded it; 3 finish identical"
+  fi
+fi
+
 # A stopped rank (SIGSTOP): missed heartbeats exclude it, every live rank
 # dumps, and ftcomm-trace names it.
 run stopped 60 -n 4 --min-size 2 --inject stop:2@5 -- "$BIN/ftcomm-trainer" "${TRAIN[@]}"
