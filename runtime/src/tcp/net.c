@@ -462,6 +462,13 @@ static void list_interfaces(char *out, size_t len) {
   freeifaddrs(ifs);
 }
 
+/* Connections a listener holds until they are accepted. A joiner's holds
+ * two from every other rank of its epoch, made early while it is still on
+ * its way to its view (makes_connection): with 128, past 65 ranks the rest
+ * waited for the SYN's retransmission (1 s). The kernel caps it at
+ * net.core.somaxconn (4096 since Linux 5.4). */
+#define LISTEN_BACKLOG 4096
+
 /* A socket bound and listening on sa; -1 with errno. v6only: -1 leaves the
  * kernel's default, else IPV6_V6ONLY for an AF_INET6 socket. */
 static int listen_on(const struct sockaddr *sa, socklen_t sl, int v6only, int64_t socket_buffer) {
@@ -472,7 +479,7 @@ static int listen_on(const struct sockaddr *sa, socklen_t sl, int v6only, int64_
   if (sa->sa_family == AF_INET6 && v6only >= 0)
     setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
   set_sockopts(fd, socket_buffer);
-  if (bind(fd, sa, sl) != 0 || listen(fd, 128) != 0) {
+  if (bind(fd, sa, sl) != 0 || listen(fd, LISTEN_BACKLOG) != 0) {
     int e = errno;
     close(fd);
     errno = e;
