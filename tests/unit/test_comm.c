@@ -9,6 +9,7 @@
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -242,6 +243,67 @@ static int say_hello(const char *addr, const ftc__tcp_hello_t *h, const char *to
   assert_int_equal(ack.member_id, 1000);
   *keep = fd;
   return 1;
+}
+
+/* Rank 0 of a 40-rank view starts its bootstrap with the other ranks'
+ * 78 connections already waiting at its listener (as a joiner's early
+ * connections wait, net.c makes_connection): it answers every one, more
+ * than its 64 handshakes at a time, refusing none (a refused early
+ * connection is only made again at the caller's step boundary; each
+ * refusal was a warning). This test plays the 39 other ranks. */
+static void callers_waiting_beyond_the_handshake_slots_are_all_answered(void **state) {
+  (void)state;
+  enum { N = 40, NCONN = 2 * (N - 1) };
+  int fds[N];
+  creator_t c = {.view = harness_view(N, 0, 7, fds)};
+  c.fd = fds[0];
+  for (int r = 1; r < N; r++) close(fds[r]);
+  const char *addr = c.view->members[0].addr;
+  struct pollfd pfd[NCONN];
+  uint8_t nonce[NCONN][FTC__TCP_NONCE_SIZE];
+  int stage[NCONN]; /* 0: waits for the nonce, 1: for the answer, 2: accepted, -1: refused */
+  for (int i = 0; i < NCONN; i++) {
+    pfd[i] = (struct pollfd){dial(addr), POLLIN, 0};
+    stage[i] = 0;
+  }
+  pthread_t t;
+  pthread_create(&t, NULL, create_thread, &c);
+  int done = 0, refused = 0;
+  int64_t until = ftc__now_ns() + 10000 * 1000000LL;
+  while (done < NCONN && ftc__now_ns() < until) {
+    assert_true(poll(pfd, NCONN, 100) >= 0);
+    for (int i = 0; i < NCONN; i++) {
+      if (!pfd[i].revents || stage[i] < 0 || stage[i] == 2) continue;
+      int r = 1 + i / 2, lane = i % 2;
+      uint8_t msg[FTC__TCP_HELLO_SIZE];
+      if (stage[i] == 0) {
+        if (harness_read_full(pfd[i].fd, nonce[i], FTC__TCP_NONCE_SIZE) != 0) {
+          stage[i] = -1, refused++, done++;
+          continue;
+        }
+        ftc__tcp_hello_t h;
+        harness_hello(&h, lane ? FTC__TCP_HELLO_DOWN : FTC__TCP_HELLO_UP, 7, 1000 + (uint64_t)r,
+                      (uint32_t)r, N);
+        ftc__tcp_hello_encode(msg, &h, HARNESS_TOKEN, nonce[i]);
+        assert_int_equal(send(pfd[i].fd, msg, sizeof(msg), 0), (ssize_t)sizeof(msg));
+        stage[i] = 1;
+      } else if (harness_read_full(pfd[i].fd, msg, sizeof(msg)) != 0) {
+        stage[i] = -1, refused++, done++;
+      } else {
+        ftc__tcp_hello_t ack;
+        assert_int_equal(ftc__tcp_hello_decode(msg, &ack, HARNESS_TOKEN, nonce[i]), 0);
+        assert_int_equal(ack.kind, FTC__TCP_ACK);
+        stage[i] = 2, done++;
+      }
+    }
+  }
+  pthread_join(t, NULL);
+  if (refused || done < NCONN || c.st != FTC_OK)
+    fail_msg("%d of %d connections refused, %d unanswered; rank 0's creation: %s", refused, NCONN,
+             NCONN - done, ftc_strerror(c.st));
+  ftc_comm_destroy(c.comm);
+  for (int i = 0; i < NCONN; i++) close(pfd[i].fd);
+  harness_view_free(c.view);
 }
 
 /* Rank 0 of a 2-rank view runs in a thread; this test plays rank 1 and
@@ -1127,6 +1189,7 @@ int main(void) {
       cmocka_unit_test(a_peer_that_never_answers_times_out_within_the_connect_timeout),
       cmocka_unit_test(a_peer_address_where_nobody_listens_times_out),
       cmocka_unit_test(strangers_are_refused_and_the_real_peer_is_accepted),
+      cmocka_unit_test(callers_waiting_beyond_the_handshake_slots_are_all_answered),
       cmocka_unit_test(one_socket_per_pair_when_configured),
       cmocka_unit_test(a_bad_socket_count_is_refused),
       cmocka_unit_test(a_stranger_after_bootstrap_is_refused_and_training_goes_on),

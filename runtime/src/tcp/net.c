@@ -1137,19 +1137,25 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
             b->spare ? ", spare" : "");
 }
 
+/* A free handshake slot for the next accepted connection, NULL when all
+ * MAX_PENDING_ACCEPTS are taken: the listener is then left alone (not
+ * polled, not accepted from) and its backlog holds the callers until a
+ * handshake ends, rather than refusing callers the view expects (a joiner
+ * starts its bootstrap with two connections per other rank waiting; an
+ * early one refused is made again only at its caller's step boundary). */
+static pend_t *acc_slot(boot_t *b) {
+  for (int i = 0; i < b->nacc; i++)
+    if (b->acc[i].state == P_IDLE) return &b->acc[i];
+  return b->nacc < MAX_PENDING_ACCEPTS ? &b->acc[b->nacc] : NULL;
+}
+
 static void accept_new(boot_t *b, int listen_fd) {
   for (;;) {
+    pend_t *p = acc_slot(b);
+    if (!p) return;
     int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
-    pend_t *p = NULL;
-    for (int i = 0; i < b->nacc; i++)
-      if (b->acc[i].state == P_IDLE) p = &b->acc[i];
-    if (!p && b->nacc < MAX_PENDING_ACCEPTS) p = &b->acc[b->nacc++];
-    if (!p) {
-      pend_t tmp = {.fd = fd};
-      refuse(b, &tmp, "too many handshakes in progress");
-      continue;
-    }
+    if (p == &b->acc[b->nacc]) b->nacc++;
     memset(p, 0, sizeof(*p));
     p->fd = fd;
     p->rank = -1;
@@ -1320,7 +1326,7 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
     }
     int64_t wake = b->fatal_until ? b->fatal_until : deadline;
     int n = 0;
-    if (listens) {
+    if (listens && acc_slot(b)) {
       pfd[n] = (struct pollfd){listen_fd, POLLIN, 0};
       owner[n++] = NULL;
     }
@@ -1611,8 +1617,10 @@ int ftc__tcp_early_start(ftc__tcp_t *tp, const ftc__view_t *next) {
  * names what pfd[i] belongs to (NULL: the listener) for boot_events. */
 static int boot_pollfds(boot_t *b, int listen_fd, int nconn, struct pollfd *pfd, int max) {
   int n = 0;
-  pfd[n] = (struct pollfd){listen_fd, POLLIN, 0};
-  b->owner[n++] = NULL;
+  if (acc_slot(b)) {
+    pfd[n] = (struct pollfd){listen_fd, POLLIN, 0};
+    b->owner[n++] = NULL;
+  }
   for (int i = 0; i < nconn && n < max; i++) {
     pend_t *p = &b->conn[i];
     if (!pend_waits(p)) continue;
