@@ -184,6 +184,10 @@ static void refusal_codes_map_to_statuses(void **state) {
   static const char *const dup[] = {
       "{\"v\":1,\"type\":\"error\",\"code\":\"duplicate_slot\",\"reason\":\"taken\"}", NULL};
   expect_open_fails(dup, FTC_ERR_CONFIG, "taken");
+  static const char *const dp[] = {
+      "{\"v\":1,\"type\":\"error\",\"code\":\"dataplane_mismatch\",\"reason\":\"speaks 4\"}",
+      NULL};
+  expect_open_fails(dp, FTC_ERR_PROTOCOL, "speaks 4 (dataplane_mismatch)");
   static const char *const down[] = {
       "{\"v\":1,\"type\":\"error\",\"code\":\"shutting_down\",\"reason\":\"bye\"}", NULL};
   expect_open_fails(down, FTC_ERR_COORDINATOR, "bye");

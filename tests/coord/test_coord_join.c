@@ -227,6 +227,119 @@ static void duplicate_of_a_live_slot_is_refused(void **state) {
   ftc__coord_destroy(fx.co);
 }
 
+/* Two ranks with data-plane protocol `dp` form epoch 1; slot 1 leaves, so a
+ * replacement for it can be tried against slot 0 still running. */
+static ftc__member_t *running_rank_with_dataplane(fixture_t *fx, int dp) {
+  start_coord(2, 1, fx);
+  ftc__member_t *m[2];
+  for (int s = 0; s < 2; s++) {
+    ftc__member_cfg_t c = member_cfg(fx, s, 2);
+    c.dataplane = dp;
+    m[s] = NULL;
+    ftc_status_t st = ftc__member_open(&c, &m[s]);
+    if (st != FTC_OK) fail_msg("slot %d: %s: %s", s, ftc_strerror(st), ftc_last_error());
+  }
+  ftc__view_free(view_after(m[0], 0));
+  ftc__member_close(m[1]);
+  ftc__view_t *v = view_after(m[0], 1);
+  assert_int_equal(v->epoch, 2);
+  assert_int_equal(v->size, 1);
+  ftc__view_free(v);
+  return m[0];
+}
+
+/* A replacement for slot 1 with data-plane protocol `dp`: refused with
+ * dataplane_mismatch (FTC_ERR_PROTOCOL) at once, its message saying each. */
+static void expect_dataplane_refusal(const fixture_t *fx, int dp, const char *mine,
+                                     const char *theirs) {
+  ftc__member_cfg_t c = member_cfg(fx, 1, 2);
+  c.joiner = 1;
+  c.dataplane = dp;
+  ftc__member_t *j = NULL;
+  int64_t t0 = ftc__now_ns();
+  ftc_status_t st = ftc__member_open(&c, &j);
+  if (st != FTC_ERR_PROTOCOL)
+    fail_msg("expected a protocol error, got %s: %s", ftc_strerror(st), ftc_last_error());
+  assert_null(j);
+  assert_true(ftc__now_ns() - t0 < (int64_t)WAIT_MS * 1000000 / 2); /* not at the timeout */
+  const char *e = ftc_last_error();
+  static const char *const says[] = {"dataplane_mismatch", "run the same ftcomm version"};
+  for (int i = 0; i < 2; i++)
+    if (!strstr(e, says[i])) fail_msg("\"%s\" does not say \"%s\"", e, says[i]);
+  char want[128];
+  snprintf(want, sizeof(want), "this rank's data plane speaks %s", mine);
+  if (!strstr(e, want)) fail_msg("\"%s\" does not say \"%s\"", e, want);
+  snprintf(want, sizeof(want), ") speak %s", theirs);
+  if (!strstr(e, "running ranks (slot 0, member ") || !strstr(e, want))
+    fail_msg("\"%s\" does not say \"running ranks (slot 0, member ...%s\"", e, want);
+}
+
+/* The replacement for slot 1 with data-plane protocol `dp` is admitted:
+ * epoch 3 of both ranks. */
+static void expect_dataplane_admitted(const fixture_t *fx, ftc__member_t *m0, int dp) {
+  ftc__member_cfg_t c = member_cfg(fx, 1, 2);
+  c.joiner = 1;
+  c.dataplane = dp;
+  ftc__member_t *j = NULL;
+  ftc_status_t st = ftc__member_open(&c, &j);
+  if (st != FTC_OK) fail_msg("%s: %s", ftc_strerror(st), ftc_last_error());
+  ftc__view_t *v = view_after(j, 0);
+  assert_int_equal(v->epoch, 3);
+  assert_int_equal(v->size, 2);
+  ftc__view_free(v);
+  v = view_after(m0, 2);
+  assert_int_equal(v->epoch, 3);
+  ftc__view_free(v);
+  ftc__member_close(j);
+}
+
+/* Who connects to a joiner changed with data-plane protocol 4: a joiner whose
+ * protocol differs from the running ranks' would wait for them while they
+ * wait for it. The coordinator refuses it at its hello instead, and the
+ * running rank stays at its epoch; one with the same protocol is admitted. */
+static void joiner_with_another_dataplane_protocol_is_refused(void **state) {
+  (void)state;
+  fixture_t fx;
+  ftc__member_t *m0 = running_rank_with_dataplane(&fx, 4);
+  expect_dataplane_refusal(&fx, 3, "protocol 3", "protocol 4");
+  /* An older rank says nothing: refused too. */
+  expect_dataplane_refusal(&fx, 0, "protocol 3 or older", "protocol 4");
+  /* The same over a raw session, as an older ftcomm's hello reads. */
+  int fd = raw_ws_connect(ftc__coord_port(fx.co));
+  assert_true(fd >= 0);
+  char hello[512];
+  snprintf(hello, sizeof(hello),
+           "{\"v\":1,\"type\":\"hello\",\"job\":\"testjob\",\"token\":\"%s\",\"slot\":1,"
+           "\"world_size\":2,\"min_size\":1,\"addr\":\"127.0.0.1:50001\",\"joiner\":true}",
+           TOKEN);
+  assert_int_equal(raw_ws_send_text(fd, hello), 0);
+  char *text = NULL;
+  assert_int_equal(raw_ws_recv(fd, &text, WAIT_MS), WS_TEXT);
+  if (!strstr(text, "\"code\":\"dataplane_mismatch\"") || !strstr(text, "speak protocol 4"))
+    fail_msg("expected a dataplane_mismatch refusal, got %s", text);
+  free(text);
+  assert_true(raw_ws_closed(fd, WAIT_MS));
+  close(fd);
+  ftc__coord_stats_t st;
+  WAIT_STATS(fx.co, st, st.refused == 3);
+  assert_int_equal(st.epoch, 2);
+  expect_dataplane_admitted(&fx, m0, 4);
+  ftc__member_close(m0);
+  ftc__coord_destroy(fx.co);
+}
+
+/* The reverse mix: ranks of an older ftcomm run (no "dataplane" in their
+ * hellos) and a newer replacement comes: refused; an older one is admitted. */
+static void newer_joiner_among_older_ranks_is_refused(void **state) {
+  (void)state;
+  fixture_t fx;
+  ftc__member_t *m0 = running_rank_with_dataplane(&fx, 0);
+  expect_dataplane_refusal(&fx, 4, "protocol 4", "protocol 3 or older");
+  expect_dataplane_admitted(&fx, m0, 0);
+  ftc__member_close(m0);
+  ftc__coord_destroy(fx.co);
+}
+
 static void unreachable_coordinator_fails_with_coordinator_error_within_timeout(void **state) {
   (void)state;
   fixture_t fx;
@@ -1026,6 +1139,8 @@ int main(void) {
       cmocka_unit_test(wrong_token_is_refused_with_auth_and_others_are_served),
       cmocka_unit_test(wrong_job_and_bad_slot_are_refused_as_config_errors),
       cmocka_unit_test(duplicate_of_a_live_slot_is_refused),
+      cmocka_unit_test(joiner_with_another_dataplane_protocol_is_refused),
+      cmocka_unit_test(newer_joiner_among_older_ranks_is_refused),
       cmocka_unit_test(unreachable_coordinator_fails_with_coordinator_error_within_timeout),
       cmocka_unit_test(bad_coordinator_address_is_a_config_error),
       cmocka_unit_test(late_coordinator_is_reached_by_retrying),

@@ -142,8 +142,10 @@ static void built_messages_decode_to_what_they_carry(void **state) {
   (void)state;
   ftc__hello_t h = {.job = "job", .token = "tok", .addr = "10.1.2.3:5000", .pod = "pod-1",
                     .node = "node-a", .host = "h", .slot = 3, .world_size = 8, .min_size = 4,
-                    .joiner = 1, .pid = 1234, .known_epoch = 17, .prev_member_id = 99};
+                    .joiner = 1, .pid = 1234, .dataplane = 4, .known_epoch = 17,
+                    .prev_member_id = 99};
   ftc__msg_t m = roundtrip(ftc__proto_hello(&h), FTC__MSG_HELLO);
+  assert_int_equal(m.hello.dataplane, 4);
   assert_string_equal(m.hello.job, "job");
   assert_string_equal(m.hello.token, "tok");
   assert_string_equal(m.hello.addr, "10.1.2.3:5000");
@@ -264,12 +266,47 @@ static void built_messages_decode_to_what_they_carry(void **state) {
   assert_non_null(strstr(why, "fresh"));
 }
 
+/* "dataplane" (the rank's data-plane protocol) is optional: absent reads as
+ * 0 (an older rank) and is not sent for 0; a value that is not an integer
+ * in 1..65535 is refused, naming the field. */
+static void hello_dataplane_is_optional_and_checked(void **state) {
+  (void)state;
+  ftc__hello_t h = {.job = "j", .token = "t", .addr = "a:1", .slot = 0, .world_size = 2,
+                    .min_size = 1};
+  json_t *o = ftc__proto_hello(&h);
+  assert_null(json_object_get(o, "dataplane"));
+  json_decref(o);
+  ftc__msg_t m = roundtrip(ftc__proto_hello(&h), FTC__MSG_HELLO);
+  assert_int_equal(m.hello.dataplane, 0);
+  ftc__msg_clear(&m);
+  static const char *const bad[][2] = {{"\"4\"", "must be an integer"},
+                                       {"4.5", "must be an integer"},
+                                       {"true", "must be an integer"},
+                                       {"0", "out of range"},
+                                       {"-3", "out of range"},
+                                       {"70000", "out of range"}};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    char text[256], why[256] = "";
+    snprintf(text, sizeof(text),
+             "{\"v\":1,\"type\":\"hello\",\"job\":\"j\",\"token\":\"t\",\"slot\":0,"
+             "\"world_size\":2,\"min_size\":1,\"addr\":\"x\",\"dataplane\":%s}",
+             bad[i][0]);
+    assert_int_equal(ftc__proto_decode(text, strlen(text), 4096, &m, why, sizeof(why)),
+                     FTC__PERR_BAD_MESSAGE);
+    if (!strstr(why, "\"dataplane\"") || !strstr(why, bad[i][1]))
+      fail_msg("%s: reason \"%s\" does not name \"dataplane\" and say \"%s\"", text, why,
+               bad[i][1]);
+  }
+}
+
 static void error_codes_map_to_statuses(void **state) {
   (void)state;
   assert_int_equal(ftc__perr_status(FTC__PERR_AUTH), FTC_ERR_AUTH);
   assert_int_equal(ftc__perr_status(FTC__PERR_BAD_JSON), FTC_ERR_PROTOCOL);
   assert_int_equal(ftc__perr_status(FTC__PERR_DUPLICATE_SLOT), FTC_ERR_CONFIG);
   assert_int_equal(ftc__perr_status(FTC__PERR_SHUTTING_DOWN), FTC_ERR_COORDINATOR);
+  assert_int_equal(ftc__perr_status(FTC__PERR_DATAPLANE_MISMATCH), FTC_ERR_PROTOCOL);
+  assert_string_equal(ftc__perr_name(FTC__PERR_DATAPLANE_MISMATCH), "dataplane_mismatch");
   assert_int_equal(ftc__perr_status(FTC__PERR_COUNT), FTC_ERR_PROTOCOL); /* unknown code */
   for (int e = 1; e < FTC__PERR_COUNT; e++) assert_string_not_equal(ftc__perr_name(e), "?");
 }
@@ -426,6 +463,7 @@ int main(void) {
       cmocka_unit_test(decode_cases_from_file),
       cmocka_unit_test(oversized_text_is_too_large_before_parsing),
       cmocka_unit_test(built_messages_decode_to_what_they_carry),
+      cmocka_unit_test(hello_dataplane_is_optional_and_checked),
       cmocka_unit_test(error_codes_map_to_statuses),
       cmocka_unit_test(token_comparison_is_exact),
       cmocka_unit_test(utf8_cut_never_splits_a_character),

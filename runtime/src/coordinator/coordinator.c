@@ -53,6 +53,10 @@ typedef struct member {
   char addr[FTC__PROTO_MAX_ADDR + 1];
   char host[64];
   int64_t pid;
+  /* The data-plane protocol its hello said ("dataplane"): 0 none said (an
+   * older rank, or FTCOMM_BACKEND=nccl); -1 not heard yet (taken from a
+   * reconnecting rank's view by a restarted coordinator). */
+  int dataplane;
   struct session *sess; /* NULL once detached */
   int64_t last_seen_ns;
   int64_t suspect_ns;    /* when a rank first reported it failed in this epoch, 0: not */
@@ -341,6 +345,7 @@ static void adopt_view(ftc__coord_t *co, const ftc__hello_t *h) {
       m = fresh[i];
       m->id = w->member_id;
       m->slot = w->slot;
+      m->dataplane = -1; /* said by its own hello when it returns */
       m->last_seen_ns = now;
       snprintf(m->addr, sizeof(m->addr), "%s", w->addr);
       add_member(co, m);
@@ -563,6 +568,35 @@ static void exclude_member(ftc__coord_t *co, member_t *m, ftc__perr_t code, cons
 
 /* ---- message handlers ---- */
 
+/* Words for a data-plane protocol as a hello says it (0: not said). */
+static const char *dataplane_words(int v, char *buf, size_t len) {
+  if (v > 0)
+    snprintf(buf, len, "protocol %d", v);
+  else
+    snprintf(buf, len, "protocol 3 or older (its hello has no \"dataplane\": an older ftcomm, "
+                       "or FTCOMM_BACKEND=nccl)");
+  return buf;
+}
+
+/* A new member whose data plane differs from the job's members' would wait
+ * for them to connect while they wait for it (who connects to a joiner
+ * changed in data-plane protocol 4): refuse it now, saying what to fix.
+ * Members known only from a view (-1: not heard yet) are not compared. */
+static int dataplane_refused(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) {
+  for (int k = 0; k < co->nmembers; k++) {
+    const member_t *o = co->members[k];
+    if (o->dataplane < 0 || o->dataplane == h->dataplane) continue;
+    char mine[96], theirs[96];
+    refuse(co, s, FTC__PERR_DATAPLANE_MISMATCH,
+           "this rank's data plane speaks %s, the job's running ranks (slot %d, member %llu) "
+           "speak %s: run the same ftcomm version (and FTCOMM_BACKEND) on every rank",
+           dataplane_words(h->dataplane, mine, sizeof(mine)), o->slot,
+           (unsigned long long)o->id, dataplane_words(o->dataplane, theirs, sizeof(theirs)));
+    return 1;
+  }
+  return 0;
+}
+
 static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) {
   if (!ftc__proto_token_equal(h->token, co->token)) {
     refuse(co, s, FTC__PERR_AUTH, "the job token was refused (check FTCOMM_TOKEN)");
@@ -594,6 +628,7 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
       s->m = back;
       back->detached_ns = 0;
       back->pid = h->pid;
+      back->dataplane = h->dataplane; /* the same process: admitted with it before */
       back->last_seen_ns = ftc__now_ns();
       snprintf(back->host, sizeof(back->host), "%s", h->pod ? h->pod : h->host ? h->host : "");
       co->stats_dirty = 1;
@@ -621,6 +656,7 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
            (unsigned long long)old->id, (long long)old->pid, old->addr);
     return;
   }
+  if (dataplane_refused(co, s, h)) return;
   if (h->world_size != co->world_size)
     FTC_WARN(FTC_SUB_COORD, "job %s: slot %d says the world size is %d; the job's is %d",
              co->job, h->slot, h->world_size, co->world_size);
@@ -652,6 +688,7 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
   m->state = M_PENDING;
   m->rank = -1;
   m->pid = h->pid;
+  m->dataplane = h->dataplane;
   m->last_seen_ns = ftc__now_ns();
   snprintf(m->addr, sizeof(m->addr), "%s", h->addr);
   snprintf(m->host, sizeof(m->host), "%s", h->pod ? h->pod : h->host ? h->host : "");

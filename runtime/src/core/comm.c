@@ -398,6 +398,12 @@ ftc_status_t ftc_comm_create(const ftc_config_t *cfg, ftc_comm_t **out) {
       .min_size = c->cfg.min_size,
       .joiner = c->cfg.joiner,
       .data_addr = c->data_addr,
+      /* The TCP data plane's protocol (who connects to a joiner), so the
+       * coordinator refuses a rank whose rule differs from the running
+       * ranks' before any of them waits for the other to connect. NCCL has
+       * no connections of ours; under auto the probe below may still pick
+       * TCP, so the rank says it. */
+      .dataplane = c->be == &ftc__backend_tcp ? FTC__TCP_PROTO : 0,
       .pod = getenv("POD_NAME"),
       .node = getenv("NODE_NAME"),
       .host = hostname,

@@ -56,7 +56,7 @@ enum session_state {
 struct ftc__member {
   /* Immutable after open. */
   char *coord, *host_name, *host_hdr, *job, *token, *data_addr, *pod, *node, *host;
-  int port, slot, world_size, min_size, joiner, cfg_heartbeat_ms, connect_timeout_ms, first_view;
+  int port, slot, world_size, min_size, joiner, dataplane, cfg_heartbeat_ms, connect_timeout_ms, first_view;
   int64_t open_deadline_ns; /* ftc__member_finish gives up then */
   struct lws_context *ctx;
   struct lws_protocols protocols[2];
@@ -375,6 +375,7 @@ static void send_hello(ftc__member_t *m) {
       .world_size = m->world_size,
       .min_size = m->min_size,
       .joiner = m->joiner,
+      .dataplane = m->dataplane,
       .pid = (int64_t)getpid(),
       .known_epoch = m->known_epoch,
       .prev_member_id = m->member_id,
@@ -887,6 +888,7 @@ ftc_status_t ftc__member_start(const ftc__member_cfg_t *cfg, ftc__member_t **out
   m->world_size = cfg->world_size;
   m->min_size = cfg->min_size;
   m->joiner = cfg->joiner;
+  m->dataplane = cfg->dataplane > 0 ? cfg->dataplane : 0;
   m->first_view = cfg->first_view == 1;
   m->cfg_heartbeat_ms = cfg->heartbeat_ms;
   m->connect_timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 60000;

@@ -40,6 +40,8 @@ typedef struct ftc__member_cfg {
   int min_size;
   int joiner;             /* 1: a replacement asking to be admitted */
   const char *data_addr;  /* host:port where this rank's data plane listens */
+  int dataplane;          /* its data-plane protocol, said in the hello (FTC__TCP_PROTO);
+                           * 0: none (FTCOMM_BACKEND=nccl: no TCP data plane) */
   const char *pod, *node, *host; /* identity for logs and dumps; may be NULL */
   int connect_timeout_ms; /* for open() */
   int heartbeat_ms;       /* 0: protocol default */

@@ -43,6 +43,7 @@ static const char *const perr_names[FTC__PERR_COUNT] = {
     [FTC__PERR_EXCLUDED] = "excluded",
     [FTC__PERR_SHUTTING_DOWN] = "shutting_down",
     [FTC__PERR_INTERNAL] = "internal",
+    [FTC__PERR_DATAPLANE_MISMATCH] = "dataplane_mismatch",
 };
 
 const char *ftc__msg_type_name(ftc__msg_type_t t) {
@@ -65,6 +66,7 @@ ftc_status_t ftc__perr_status(ftc__perr_t e) {
     case FTC__PERR_SHUTTING_DOWN:
     case FTC__PERR_EXCLUDED: return FTC_ERR_COORDINATOR;
     case FTC__PERR_INTERNAL: return FTC_ERR_INTERNAL;
+    case FTC__PERR_DATAPLANE_MISMATCH: /* versions differ: the rank's FTC_ERR_PROTOCOL */
     default: return FTC_ERR_PROTOCOL;
   }
 }
@@ -155,6 +157,7 @@ json_t *ftc__proto_hello(const ftc__hello_t *h) {
   if (h->node) err |= set(o, "node", json_string(h->node));
   if (h->host) err |= set(o, "host", json_string(h->host));
   if (h->pid) err |= set(o, "pid", json_integer(h->pid));
+  if (h->dataplane) err |= set(o, "dataplane", json_integer(h->dataplane));
   err |= set(o, "known_epoch", json_integer((json_int_t)h->known_epoch));
   if (h->prev_member_id)
     err |= set(o, "prev_member_id", json_integer((json_int_t)h->prev_member_id));
@@ -928,6 +931,7 @@ ftc__perr_t ftc__proto_decode(const char *text, size_t len, size_t max_len, ftc_
       int64_t pid = 0;
       get_int(&d, o, "pid", 0, INT32_MAX, 1, &pid);
       h->pid = pid;
+      h->dataplane = get_i32(&d, o, "dataplane", 1, 65535, 1, 0);
       h->known_epoch = get_u64(&d, o, "known_epoch", 1);
       h->prev_member_id = get_u64(&d, o, "prev_member_id", 1);
       if (!d.bad && json_object_get(o, "view")) {

@@ -67,6 +67,8 @@ typedef enum ftc__perr {
   FTC__PERR_EXCLUDED,          /* "excluded": the member was dropped from the job */
   FTC__PERR_SHUTTING_DOWN,     /* "shutting_down": the coordinator is stopping */
   FTC__PERR_INTERNAL,          /* "internal": the peer failed (out of memory, ...) */
+  FTC__PERR_DATAPLANE_MISMATCH, /* "dataplane_mismatch": the hello's data-plane protocol
+                                 * differs from the job's running ranks' */
   FTC__PERR_COUNT
 } ftc__perr_t;
 
@@ -94,6 +96,9 @@ typedef struct ftc__hello {
   const char *pod, *node, *host; /* optional */
   int slot, world_size, min_size, joiner;
   int64_t pid;                   /* optional, 0 if unknown */
+  /* "dataplane": the data-plane protocol this rank speaks (FTC__TCP_PROTO,
+   * tcp/tcp.h); optional, 0: not said (an older rank, or FTCOMM_BACKEND=nccl). */
+  int dataplane;
   uint64_t known_epoch;          /* last epoch this process knows; 0 if none */
   uint64_t prev_member_id;       /* member id of an earlier session of this process; 0 if none */
   /* A reconnecting rank's current view (epoch known_epoch), so that a

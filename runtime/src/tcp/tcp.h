@@ -24,8 +24,11 @@
 #include "membership/member.h"
 
 #define FTC__TCP_MAGIC 0x46544344u /* "FTCD" */
-#define FTC__TCP_PROTO 3 /* 2: the hello carries the wire settings (ftc__tcp_wire_t); 3: and
-                          * the sender's CPU count */
+#define FTC__TCP_PROTO 4 /* 2: the hello carries the wire settings (ftc__tcp_wire_t); 3: and
+                          * the sender's CPU count; 4: a joiner accepts, the running ranks
+                          * connect to it (it connected to those below it before). Also
+                          * said in the membership hello ("dataplane"): the coordinator
+                          * refuses a rank whose number differs from the running ranks' */
 #define FTC__TCP_NONCE_SIZE 16
 #define FTC__TCP_HELLO_SIZE 92
 #define FTC__TCP_HELLO 1      /* one socket carries the pair's data both ways */
