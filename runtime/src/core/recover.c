@@ -43,13 +43,6 @@ static int view_has(const ftc__view_t *v, uint64_t member_id) {
   return 0;
 }
 
-/* Whether v admits a member (one joined at its epoch). */
-static int view_admits(const ftc__view_t *v) {
-  for (int i = 0; i < v->size; i++)
-    if (v->members[i].joined_epoch == v->epoch) return 1;
-  return 0;
-}
-
 /* Whether the coordinator said, for every member of v, whether it holds
  * state ("fresh" in the view; absent from an older coordinator), and some
  * member does (otherwise: a first epoch, or an application that never calls
@@ -813,7 +806,7 @@ static void wd_view(ftc_comm_t *comm, uint64_t *checked) {
      * recovery's request, and a wake-up now would be one more runnable
      * thread per survivor while they recover. */
     ftc__comm_fail_epoch(comm, epoch, FTC_ERR_REVOKED, detail, gone);
-  } else if (comm->spares && !(comm->be->early_start && view_admits(v))) {
+  } else if (comm->spares && !(comm->be->early_start && ftc__view_admits(v))) {
     /* A planned change (members left cleanly): the idle progress thread
      * stops taking spare connections for this epoch. A view that admits a
      * member woke it already, from the membership thread (comm.c,

@@ -432,12 +432,6 @@ out_free_view:
   return NULL;
 }
 
-/* Whether a view admits a member (one joined at its epoch). */
-static int view_admits(const ftc__msg_t *msg) {
-  for (int i = 0; i < msg->nmembers; i++)
-    if (msg->members[i].joined_epoch == msg->epoch) return 1;
-  return 0;
-}
 
 /* Handle one complete message from the coordinator. Returns -1 to close. */
 static int handle_message(ftc__member_t *m, const char *text, size_t len) {
@@ -488,8 +482,15 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
       start_heartbeats = 1; /* after the unlock: no lws call under m->lock */
       break;
     case FTC__MSG_VIEW: {
+      ftc__view_t *v = view_from_msg(&msg, m->member_id);
+      if (!v) {
+        set_error_locked(m, FTC_ERR_NO_MEMORY, "out of memory storing epoch %llu",
+                         (unsigned long long)msg.epoch);
+        rc = -1;
+        break;
+      }
       int late_ms = __atomic_load_n(&m->late_view_ms, __ATOMIC_ACQUIRE);
-      if (late_ms > 0 && view_admits(&msg)) {
+      if (late_ms > 0 && ftc__view_admits(v)) {
         pthread_mutex_unlock(&m->lock);
         FTC_WARN(FTC_SUB_RECOVERY, "fault injection: slot %d: taking epoch %llu %d ms late",
                  m->slot, (unsigned long long)msg.epoch, late_ms);
@@ -501,13 +502,7 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
       if (m->view && msg.epoch <= m->view->epoch) {
         FTC_WARN(FTC_SUB_COORD, "slot %d: ignoring epoch %llu, not newer than %llu", m->slot,
                  (unsigned long long)msg.epoch, (unsigned long long)m->view->epoch);
-        break;
-      }
-      ftc__view_t *v = view_from_msg(&msg, m->member_id);
-      if (!v) {
-        set_error_locked(m, FTC_ERR_NO_MEMORY, "out of memory storing epoch %llu",
-                         (unsigned long long)msg.epoch);
-        rc = -1;
+        ftc__view_free(v);
         break;
       }
       FTC_INFO(FTC_SUB_COORD, "slot %d: epoch %llu: rank %d of %d", m->slot,
@@ -529,7 +524,7 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
       /* Only a view that admits a member gives the progress thread work (its
        * early connections); on a failure it would be one more thread woken
        * while the survivors recover. */
-      if (m->view_fd >= 0 && view_admits(&msg)) {
+      if (m->view_fd >= 0 && ftc__view_admits(v)) {
         uint64_t one = 1;
         ssize_t w = write(m->view_fd, &one, sizeof(one));
         (void)w;
@@ -1124,6 +1119,12 @@ ftc_status_t ftc__member_wait_backend(ftc__member_t *m, uint64_t epoch, int time
   pthread_mutex_unlock(&m->lock);
   if (st != FTC_OK) return ftc__error(st, "%s", msg);
   return FTC_OK;
+}
+
+int ftc__view_admits(const ftc__view_t *v) {
+  for (int i = 0; i < v->size; i++)
+    if (v->members[i].joined_epoch == v->epoch) return 1;
+  return 0;
 }
 
 void ftc__view_free(ftc__view_t *v) {

@@ -100,6 +100,8 @@ ftc_status_t ftc__member_finish(ftc__member_t **m);
 ftc_status_t ftc__member_wait_view(ftc__member_t *m, uint64_t after, int timeout_ms,
                                    ftc__view_t **view);
 void ftc__view_free(ftc__view_t *v);
+/* Whether v admits a member (one joined at its epoch: a joiner). */
+int ftc__view_admits(const ftc__view_t *v);
 
 /* Tell the coordinator that, in `epoch`, the given ranks failed (`why`).
  * Queued (also while reconnecting); FTC_ERR_COORDINATOR (or the session's
