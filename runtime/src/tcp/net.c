@@ -1001,7 +1001,7 @@ static void adopt_fail(boot_t *b, int rank, const char *why) {
     if (p->state != P_ADOPT && p->state != P_ADOPT_WITH) continue;
     pend_close(p);
     p->state = P_IDLE;
-    if (rank < b->tp->rank) conn_start(b, p); /* else it connects to us */
+    if (makes_connection(b, b->tp->rank, rank)) conn_start(b, p); /* else it connects to us */
   }
 }
 
