@@ -76,7 +76,10 @@ typedef struct ftc__backend_ops {
   void (*release)(void *h, void *work, int reuse);
 
   /* Optional (NULL for a backend without connections of its own): the
-   * progress thread's idle watch of peer connections between collectives. */
+   * progress thread's idle watch of peer connections between collectives.
+   * Lists up to max sockets and their ranks, at most
+   * ftc__comm_peer_fd_cap(size) of a world of `size` (2 * size - 2: each
+   * peer's own socket, the lower ranks' shared ones). */
   int (*peer_fds)(const void *h, int *fds, int *ranks, int max);
   void (*mark_left)(void *h, int rank);       /* the peer said goodbye */
   int (*peer_left)(const void *h, int rank);

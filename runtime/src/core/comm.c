@@ -195,18 +195,28 @@ static uint64_t comm_id_hash(const char *job) {
   return h;
 }
 
+int ftc__comm_peer_fd_cap(int size) { return size > 1 ? 2 * size - 2 : 1; }
+
+/* bh's sockets as be->peer_fds lists them, into small (room for 2 * nsmall
+ * ints) when they fit, else into an allocation the caller frees (*fds !=
+ * small); out of memory, the first nsmall. The ranks follow at *ranks. */
+static int peer_list(const ftc__backend_ops_t *be, const void *bh, int size, int *small,
+                     int nsmall, int **fds, int **ranks) {
+  int cap = ftc__comm_peer_fd_cap(size);
+  *fds = small;
+  if (cap > nsmall && !(*fds = ftc__malloc(2 * (size_t)cap * sizeof(**fds)))) {
+    *fds = small;
+    cap = nsmall;
+  }
+  *ranks = *fds + cap;
+  return be->peer_fds(bh, *fds, *ranks, cap);
+}
+
 int ftc__comm_top_peer_fd(const ftc__backend_ops_t *be, const void *bh, int size) {
   if (!be->peer_fds || size <= 0) return -1;
-  /* Every peer's socket and the lower ranks' shared ones: under 2 * size;
-   * then as many ranks. */
   enum { SMALL = 128 };
-  int small[2 * SMALL], *fds = small, top = -1;
-  size_t cap = 2 * (size_t)size;
-  if (cap > SMALL && !(fds = ftc__malloc(2 * cap * sizeof(*fds)))) {
-    fds = small; /* out of memory: the first SMALL (the duplicate may then be too low) */
-    cap = SMALL;
-  }
-  int np = be->peer_fds(bh, fds, fds + cap, (int)cap);
+  int small[2 * SMALL], *fds, *ranks, top = -1;
+  int np = peer_list(be, bh, size, small, SMALL, &fds, &ranks);
   for (int i = 0; i < np; i++) top = fds[i] > top ? fds[i] : top;
   if (fds != small) ftc__free(fds);
   return top;
@@ -214,16 +224,11 @@ int ftc__comm_top_peer_fd(const ftc__backend_ops_t *be, const void *bh, int size
 
 int ftc__comm_peer_closed(const ftc__backend_ops_t *be, const void *bh, int size, int rank) {
   if (!be->peer_fds || size <= 0) return 0;
-  /* As many entries as ftc__comm_top_peer_fd's: a lower rank's shared
-   * socket comes after every peer's own, past the first size entries. */
   enum { SMALL = 64 };
-  int small[2 * SMALL], *fds = small, closed = 0;
-  size_t cap = 2 * (size_t)size;
-  if (cap > SMALL && !(fds = ftc__malloc(2 * cap * sizeof(*fds)))) return 0;
-  if (cap <= SMALL) cap = SMALL;
-  int np = be->peer_fds(bh, fds, fds + cap, (int)cap);
+  int small[2 * SMALL], *fds, *ranks, closed = 0;
+  int np = peer_list(be, bh, size, small, SMALL, &fds, &ranks);
   for (int i = 0; i < np && !closed; i++) {
-    if (fds[cap + i] != rank) continue;
+    if (ranks[i] != rank) continue;
     struct pollfd p = {fds[i], POLLRDHUP, 0};
     closed = poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
   }

@@ -148,6 +148,9 @@ ftc_status_t ftc__comm_rebuild(ftc_comm_t *comm, const ftc__view_t *view);
  * creation). */
 ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view);
 
+/* Room for every data-plane socket be->peer_fds lists in a world of `size`
+ * ranks: each peer's own socket and the lower ranks' shared ones. */
+int ftc__comm_peer_fd_cap(int size);
 /* The highest descriptor of the data plane bh of a world of `size` ranks
  * (every peer's socket, as be->peer_fds lists them), -1 for none or a
  * backend without sockets of its own. */
@@ -156,8 +159,8 @@ int ftc__comm_top_peer_fd(const ftc__backend_ops_t *be, const void *bh, int size
  * world of `size` ranks (end of stream or reset seen on any socket to it,
  * as be->peer_fds lists them; unread data may remain), as the idle watch
  * takes one socket's end for the peer's. 0 for a backend without sockets
- * of its own, or when out of memory. bh's sockets must stay open meanwhile
- * (the caller holds comm->lock). */
+ * of its own (out of memory, only the first sockets are looked at). bh's
+ * sockets must stay open meanwhile (the caller holds comm->lock). */
 int ftc__comm_peer_closed(const ftc__backend_ops_t *be, const void *bh, int size, int rank);
 
 /* A deep copy of a view (NULL when out of memory); free with ftc__view_free. */

@@ -320,7 +320,7 @@ static ftc_status_t do_rebuild(ftc_comm_t *comm, const ftc__view_t *view) {
 
 int ftc__peer_watch_init(ftc__peer_watch_t *w, int size) {
   ftc__peer_watch_free(w);
-  size_t cap = size > 1 ? 2 * (size_t)size - 2 : 1;
+  size_t cap = (size_t)ftc__comm_peer_fd_cap(size);
   w->fds = ftc__calloc(cap, sizeof(*w->fds));
   w->ranks = ftc__calloc(cap, sizeof(*w->ranks));
   if (!w->fds || !w->ranks) {
