@@ -840,6 +840,32 @@ ftc_status_t ftc__member_open(const ftc__member_cfg_t *cfg, ftc__member_t **out)
   return ftc__member_finish(out);
 }
 
+/* The opening caller services the context (m->in_caller) until done(m)
+ * or the open deadline; lws_service waits for the next event or timer, so
+ * a guard timer at the deadline bounds each wait. */
+static void service_in_caller(ftc__member_t *m, int (*done)(ftc__member_t *)) {
+  int64_t left_ns = m->open_deadline_ns - ftc__now_ns();
+  lws_sul_schedule(m->ctx, 0, &m->sul_guard, guard_expired,
+                   left_ns > 1000 ? (lws_usec_t)(left_ns / 1000) : 1);
+  while (!done(m) && ftc__now_ns() < m->open_deadline_ns)
+    if (lws_service(m->ctx, 0) < 0) break;
+  lws_sul_cancel(&m->sul_guard);
+}
+
+/* The first attempt's hello is out (or the attempt is over). */
+static int hello_sent(ftc__member_t *m) {
+  return !m->wsi || m->hello_out || m->state != S_CONNECTING;
+}
+
+/* The coordinator answered: the welcome (with first_view, and the first
+ * view), or the session closed. */
+static int answered(ftc__member_t *m) {
+  pthread_mutex_lock(&m->lock);
+  int state = m->state, viewed = m->view != NULL;
+  pthread_mutex_unlock(&m->lock);
+  return state == S_CLOSED || (state != S_CONNECTING && (!m->first_view || viewed));
+}
+
 ftc_status_t ftc__member_start(const ftc__member_cfg_t *cfg, ftc__member_t **out) {
   ftc_status_t st;
   if (!out) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc__member_open: out is NULL");
@@ -923,15 +949,7 @@ ftc_status_t ftc__member_start(const ftc__member_cfg_t *cfg, ftc__member_t **out
   m->open_deadline_ns = ftc__deadline_ns(m->connect_timeout_ms);
   m->in_caller = 1;
   try_connect(&m->sul_connect);
-  if (m->wsi) {
-    /* lws_service waits for the next event or timer: the guard bounds it. */
-    lws_sul_schedule(m->ctx, 0, &m->sul_guard, guard_expired,
-                     (lws_usec_t)m->connect_timeout_ms * 1000);
-    while (m->wsi && !m->hello_out && m->state == S_CONNECTING &&
-           ftc__now_ns() < m->open_deadline_ns)
-      if (lws_service(m->ctx, 0) < 0) break;
-    lws_sul_cancel(&m->sul_guard);
-  }
+  if (m->wsi) service_in_caller(m, hello_sent);
   int err = pthread_create(&m->thread, NULL, service_main, m);
   if (err) {
     st = ftc__error(FTC_ERR_SYSTEM, "cannot start the membership thread: %s", strerror(err));
@@ -957,18 +975,7 @@ static void finish_in_caller(ftc__member_t *m) {
   /* The session's exit descriptor (hold_above) while the coordinator
    * answers, not between the welcome and the view. */
   maybe_hold(m);
-  /* lws_service waits for the next event or timer: the guard bounds it. */
-  int64_t left_ns = m->open_deadline_ns - ftc__now_ns();
-  lws_sul_schedule(m->ctx, 0, &m->sul_guard, guard_expired,
-                   left_ns > 1000 ? (lws_usec_t)(left_ns / 1000) : 1);
-  for (;;) {
-    pthread_mutex_lock(&m->lock);
-    int state = m->state, viewed = m->view != NULL;
-    pthread_mutex_unlock(&m->lock);
-    if (state == S_CLOSED || (state != S_CONNECTING && (!m->first_view || viewed))) break;
-    if (ftc__now_ns() >= m->open_deadline_ns || lws_service(m->ctx, 0) < 0) break;
-  }
-  lws_sul_cancel(&m->sul_guard);
+  service_in_caller(m, answered);
   m->in_caller = 0;
   pthread_mutex_lock(&m->lock);
   m->handoff = 1;
