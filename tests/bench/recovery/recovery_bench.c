@@ -16,6 +16,13 @@
  * the first collective after start (the restart-everything path). Times are
  * CLOCK_REALTIME ns, comparable across the processes of one host.
  *
+ * The lines are buffered (stdout fully buffered, 64 KiB) and written when
+ * the process exits, and by the victim before it fails: a line written at
+ * once goes through a pipe to the launcher, which wakes and relays it,
+ * inside the very window being measured (at 16 ranks on 2 cores the
+ * launcher's relaying took 0.5 ms of CPU per shrink window;
+ * tests/bench/recovery/windows.sh). report.py orders them by timestamp.
+ *
  * Between steps every rank "computes" for 1 ms (a pause). --kill-at says
  * when the chosen rank fails: "step" (the default) at the end of its
  * compute, as it would enter the next step, where the others are entering
@@ -75,11 +82,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "recovery_bench: --kill-at must be step or after, not \"%s\"\n", kill_at);
     return 2;
   }
+  static char outbuf[1 << 16];
+  setvbuf(stdout, outbuf, _IOFBF, sizeof(outbuf));
   const char *j = getenv("FTCOMM_JOINER");
   int joiner = j && !strcmp(j, "1");
   const char *slot = getenv("FTCOMM_SLOT");
   if (joiner) printf("BENCH ready slot=%s ts=%lld\n", slot ? slot : "?", wall_ns());
-  fflush(stdout);
   ftc_comm_t *comm = NULL;
   ftc_status_t st = ftc_comm_create(NULL, &comm);
   if (st != FTC_OK) {
@@ -146,12 +154,10 @@ int main(int argc, char **argv) {
         fflush(stdout);
         raise(hang ? SIGSTOP : SIGKILL);
       }
-      fflush(stdout);
       pause_us(1000);
       continue;
     }
     printf("BENCH notified rank=%d status=%d ts=%lld\n", rank, (int)st, wall_ns());
-    fflush(stdout);
     ftc_epoch_info_t rinfo;
     st = ftc_comm_recover(comm, FTC_TIMEOUT_DEFAULT, &rinfo);
     if (st == FTC_OK && rinfo.joined) after_grow = 1;

@@ -51,15 +51,16 @@ import collections, re, statistics, sys
 
 log, trace, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 # BENCH lines: kill (victim's wall clock just before raise(SIGKILL)), shrunk.
-kills = []
+# The ranks write their lines at exit (recovery_bench.c): order by time.
+kills, events = [], []
 for line in open(log):
-    m = re.search(r'BENCH (kill|shrunk) .*?(?:rank=(\d+) )?.*ts=(\d+)', line)
-    if not m:
-        continue
-    if m.group(1) == 'kill':
-        kills.append({'ts': int(m.group(3)), 'end': None})
+    m = re.search(r'BENCH (kill|shrunk) .*ts=(\d+)', line)
+    if m:
+        events.append((int(m.group(2)), m.group(1)))
+for t, kind in sorted(events):
+    if kind == 'kill':
+        kills.append({'ts': t, 'end': None})
     elif kills:
-        t = int(m.group(3))
         kills[-1]['end'] = max(kills[-1]['end'] or 0, t)
 sigs, switches, wakes = [], [], []
 tgid = {}  # thread -> process, from the events each thread ran
