@@ -370,6 +370,11 @@ out_free:
  * way), numbered by the view at the bring-up (ftc_rec_set_epoch); a failure
  * here is the bring-up's to report, which tries again. */
 static void comm_prepare(ftc_comm_t *c) {
+  /* The TCP data plane counts the cgroup's CPU quota at its first connect
+   * (its hellos, the crowded decision); read here, while the coordinator
+   * answers, it costs the connect nothing (about 0.1 ms of a joiner's
+   * admission before; docs/performance/recovery.md). */
+  if (c->be == &ftc__backend_tcp) (void)ftc__tcp_cpu_quota();
   if (!c->rec)
     (void)ftc_rec_create(c->cfg.recorder_entries, comm_id_hash(c->cfg.job), "world", 0,
                          c->cfg.slot, c->cfg.world_size, &c->rec);

@@ -62,8 +62,9 @@ typedef struct ftc__tcp_cfg {
   long os_cpus;             /* the OS's count, read once by ftc__tcp_create for its epoch
                              * (its hellos and its crowded decision); 0: ask each time */
   long cpu_quota;           /* the CPU quota of the process's cgroup in whole CPUs
-                             * (ftc__tcp_cgroup_cpus), 0 none: read once per process by
-                             * ftc__tcp_cfg_from_env */
+                             * (ftc__tcp_cgroup_cpus), 0 none; FTC__TCP_QUOTA_UNREAD (as
+                             * ftc__tcp_cfg_from_env leaves it): the process's, read once
+                             * per process when first counted (ftc__tcp_cpu_quota) */
   int sockets;              /* per peer pair: 1 carries both ways, 2 one per direction */
   int allreduce_algo;       /* FTCOMM_ALLREDUCE_ALGO (an ftc_algo_t): where a communicator's
                              * algorithm starts */
@@ -280,6 +281,15 @@ long ftc__tcp_ncpu(const ftc__tcp_cfg_t *cfg);
  * counts differ are refused (ftc__tcp_wire_diff), and FTCOMM_HOST_CPUS set
  * alike on every rank is the way out. */
 long ftc__tcp_usable_cpus(const ftc__tcp_cfg_t *cfg);
+
+/* cfg->cpu_quota not read yet: ftc__tcp_usable_cpus reads the process's. */
+#define FTC__TCP_QUOTA_UNREAD (-1L)
+
+/* This process's cgroup CPU quota (ftc__tcp_cgroup_cpus of its own cgroup),
+ * read at the first call and kept: the files cost about 0.1 ms, so
+ * ftc_comm_create reads them while the coordinator answers its hello, not
+ * before it connects (a joiner's admission). */
+long ftc__tcp_cpu_quota(void);
 
 /* The CPU quota along this process's cgroup path, rounded up to whole CPUs
  * (the smallest from its cgroup up to the mount's root; cgroup v2 cpu.max,
