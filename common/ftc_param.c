@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,19 +31,37 @@ const ftc_param_desc_t *ftc__param_desc(ftc_param_id_t id) {
   return &params[id];
 }
 
-ftc_status_t ftc__param_parse_int(ftc_param_id_t id, const char *text, int64_t *out) {
+/* status, with its message in err (err_len bytes; err may be NULL): the
+ * parse's failure, which is not the thread's last error. */
+static ftc_status_t parse_failed(ftc_status_t status, char *err, size_t err_len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static ftc_status_t parse_failed(ftc_status_t status, char *err, size_t err_len, const char *fmt, ...) {
+  if (err && err_len) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+  }
+  return status;
+}
+
+ftc_status_t ftc__param_parse_int(ftc_param_id_t id, const char *text, int64_t *out, char *err,
+                                  size_t err_len) {
   const ftc_param_desc_t *d = ftc__param_desc(id);
-  if (!d || !d->is_int) return ftc__error(FTC_ERR_INTERNAL, "parameter %d is not an integer", (int)id);
+  if (!d || !d->is_int)
+    return parse_failed(FTC_ERR_INTERNAL, err, err_len, "parameter %d is not an integer", (int)id);
   char *end = NULL;
   errno = 0;
   long long v = strtoll(text, &end, 10);
   if (errno || end == text || *end != '\0') {
-    return ftc__error(FTC_ERR_CONFIG, "%s=\"%s\" is not an integer; set it to a value in [%lld, %lld]",
-                      d->name, text, (long long)d->lo, (long long)d->hi);
+    return parse_failed(FTC_ERR_CONFIG, err, err_len,
+                        "%s=\"%s\" is not an integer; set it to a value in [%lld, %lld]", d->name, text,
+                        (long long)d->lo, (long long)d->hi);
   }
   if (v < d->lo || v > d->hi) {
-    return ftc__error(FTC_ERR_CONFIG, "%s=%lld is out of range; set it to a value in [%lld, %lld]",
-                      d->name, v, (long long)d->lo, (long long)d->hi);
+    return parse_failed(FTC_ERR_CONFIG, err, err_len,
+                        "%s=%lld is out of range; set it to a value in [%lld, %lld]", d->name, v,
+                        (long long)d->lo, (long long)d->hi);
   }
   *out = v;
   return FTC_OK;
@@ -59,13 +78,11 @@ ftc_status_t ftc__param_int(ftc_param_id_t id, int64_t *out) {
     cached_err[id][0] = '\0';
     if (env && *env) {
       int64_t v;
-      ftc_status_t st = ftc__param_parse_int(id, env, &v);
-      if (st == FTC_OK) {
+      ftc_status_t st = ftc__param_parse_int(id, env, &v, cached_err[id], sizeof(cached_err[id]));
+      if (st == FTC_OK)
         cached_int[id] = v;
-      } else {
+      else
         cached_status[id] = st;
-        snprintf(cached_err[id], sizeof(cached_err[id]), "%s", ftc_last_error());
-      }
     }
     cached[id] = 1;
   }

@@ -7,6 +7,7 @@
 #ifndef FTC_PARAM_H
 #define FTC_PARAM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ftcomm.h"
@@ -38,8 +39,15 @@ ftc_status_t ftc__param_int(ftc_param_id_t id, int64_t *out);
  * NULL). The pointer stays valid for the life of the process. */
 const char *ftc__param_str(ftc_param_id_t id);
 
-/* Parse and range-check one integer value as the named parameter would. */
-ftc_status_t ftc__param_parse_int(ftc_param_id_t id, const char *text, int64_t *out);
+/* Parse and range-check one integer value as the named parameter would,
+ * for a caller that handles a bad value itself (the controller, reading a
+ * pod template's env): the thread's ftc_last_error() is left as it was. On
+ * failure (FTC_ERR_CONFIG naming the variable and its range; FTC_ERR_INTERNAL
+ * for an id that is not an integer parameter) the message goes to err (up to
+ * err_len bytes; err may be NULL) and *out is left as it was. ftc__param_int
+ * is the one that records the message for ftc_last_error(). */
+ftc_status_t ftc__param_parse_int(ftc_param_id_t id, const char *text, int64_t *out, char *err,
+                                  size_t err_len);
 
 /* Forget cached values (tests that change the environment). */
 void ftc__param_reset(void);

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "ftc_alloc.h"
+#include "ftc_error.h"
 #include "jobspec.h"
 #include "kube_json.h"
 
@@ -93,6 +94,30 @@ static void test_the_dump_hold_follows_the_containers_env(void **state) {
     char err[128];
     assert_int_equal(ftck_job_spec_parse(j, &s, err, sizeof err), 0);
     if (s.dump_hold_ms != cases[i].hold_ms) fail_msg("case %zu: hold %d ms, expected %d", i, s.dump_hold_ms, cases[i].hold_ms);
+    json_decref(j);
+  }
+}
+
+/* The controller takes an invalid FTCOMM_* value in the env as the runtime's
+ * default and goes on: the parse leaves the thread's ftc_last_error() as it
+ * was, so a later failure's caller does not read this one's message. */
+static void test_an_invalid_env_value_leaves_the_last_error_alone(void **state) {
+  (void)state;
+  const char *spec = "{\"template\":{\"spec\":{\"containers\":[{\"name\":\"a\",\"image\":\"i\",\"env\":["
+                     "{\"name\":\"FTCOMM_WATCHDOG_MS\",\"value\":\"1m\"},"
+                     "{\"name\":\"FTCOMM_HEARTBEAT_MS\",\"value\":\"0\"}]}]}}}";
+  const char *before[] = {"an earlier failure", ""};
+  for (size_t i = 0; i < sizeof before / sizeof before[0]; i++) {
+    if (*before[i])
+      ftc__error(FTC_ERR_TIMEOUT, "%s", before[i]);
+    else
+      ftc__error_clear();
+    json_t *j = job_from(spec);
+    ftck_job_spec_t s;
+    char err[128];
+    assert_int_equal(ftck_job_spec_parse(j, &s, err, sizeof err), 0);
+    assert_int_equal(s.dump_hold_ms, 5200); /* both invalid: the defaults */
+    assert_string_equal(ftc_last_error(), before[i]);
     json_decref(j);
   }
 }
@@ -393,6 +418,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults_follow_the_crd),
       cmocka_unit_test(test_the_dump_hold_follows_the_containers_env),
+      cmocka_unit_test(test_an_invalid_env_value_leaves_the_last_error_alone),
       cmocka_unit_test(test_unusable_specs_say_what_to_fix),
       cmocka_unit_test(test_pod_of_a_slot_carries_identity_owner_and_environment),
       cmocka_unit_test(test_replacement_joins_and_avoids_failed_nodes_in_every_term),

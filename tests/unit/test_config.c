@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "core/op.h"
+#include "ftc_error.h"
 #include "ftc_param.h"
 #include "ftcomm.h"
 
@@ -164,6 +165,44 @@ static void a_config_without_the_initializer_is_refused(void **state) {
   assert_int_equal(ftc_config_resolve(NULL), FTC_ERR_INVALID_ARGUMENT);
 }
 
+/* ftc__param_parse_int gives a bad value's message to its caller, which
+ * handles it (the controller), and leaves ftc_last_error() as it was;
+ * ftc__param_int, whose callers return the status, records that message. */
+static void a_parse_gives_its_message_to_the_caller_and_leaves_the_last_error(void **state) {
+  (void)state;
+  struct { const char *text, *msg; } cases[] = {
+      {"soon", "FTCOMM_TIMEOUT_MS=\"soon\" is not an integer; set it to a value in [1, 86400000]"},
+      {"0", "FTCOMM_TIMEOUT_MS=0 is out of range; set it to a value in [1, 86400000]"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    ftc__error(FTC_ERR_TIMEOUT, "an earlier failure");
+    int64_t v = 42;
+    char err[192] = "";
+    assert_int_equal(ftc__param_parse_int(FTC_P_TIMEOUT_MS, cases[i].text, &v, err, sizeof(err)),
+                     FTC_ERR_CONFIG);
+    assert_string_equal(err, cases[i].msg);
+    assert_int_equal(v, 42);
+    assert_int_equal(ftc__param_parse_int(FTC_P_TIMEOUT_MS, cases[i].text, &v, NULL, 0), FTC_ERR_CONFIG);
+    assert_string_equal(ftc_last_error(), "an earlier failure");
+
+    setenv("FTCOMM_TIMEOUT_MS", cases[i].text, 1);
+    ftc__param_reset();
+    assert_int_equal(ftc__param_int(FTC_P_TIMEOUT_MS, &v), FTC_ERR_CONFIG);
+    assert_int_equal(v, 600000); /* the default */
+    assert_string_equal(ftc_last_error(), cases[i].msg);
+  }
+  int64_t v = 42;
+  char err[64] = "";
+  assert_int_equal(ftc__param_parse_int(FTC_P_TIMEOUT_MS, "1234", &v, err, sizeof(err)), FTC_OK);
+  assert_int_equal(v, 1234);
+  assert_string_equal(err, "");
+  /* a string parameter: the caller's mistake, said in err too */
+  ftc__error_clear();
+  assert_int_equal(ftc__param_parse_int(FTC_P_BACKEND, "1", &v, err, sizeof(err)), FTC_ERR_INTERNAL);
+  assert_non_null(strstr(err, "is not an integer"));
+  assert_string_equal(ftc_last_error(), "");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(unset_fields_take_the_defaults, clean_env),
@@ -179,6 +218,7 @@ int main(void) {
       cmocka_unit_test_setup(a_slot_outside_the_world_is_a_config_error, clean_env),
       cmocka_unit_test_setup(a_min_size_above_the_world_is_a_config_error, clean_env),
       cmocka_unit_test_setup(a_config_without_the_initializer_is_refused, clean_env),
+      cmocka_unit_test_setup(a_parse_gives_its_message_to_the_caller_and_leaves_the_last_error, clean_env),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -97,7 +97,7 @@ static int64_t container_param(const json_t *c, ftc_param_id_t id) {
     if (!name || strcmp(name, d->name) != 0) continue;
     const char *text = json_string_value(json_object_get(e, "value"));
     v = d->def;
-    if (text && ftc__param_parse_int(id, text, &v) != FTC_OK) v = d->def;
+    if (text && ftc__param_parse_int(id, text, &v, NULL, 0) != FTC_OK) v = d->def;
     else if (!text && json_object_get(e, "valueFrom")) v = d->hi;
   }
   return v;
