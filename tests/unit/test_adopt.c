@@ -5,8 +5,9 @@
  * every socket of the pair then carries only the new epoch's bytes. A pair
  * whose ranks took their spares for different epochs, or where one rank
  * closed its spares or lacks one of them, uses none of them and connects
- * anew; nothing sent for another epoch is ever read as data. Two ranks run
- * as threads of this process, each with its own listener.
+ * anew; nothing sent for another epoch is ever read as data. A planned
+ * move to the very next epoch keeps the pair's connections instead. Two
+ * ranks run as threads of this process, each with its own listener.
  */
 #include <errno.h>
 #include <poll.h>
@@ -250,6 +251,106 @@ static void a_rank_missing_one_spare_of_a_pair_adopts_neither(void **state) {
     for (int lane = 0; lane < 2; lane++) expect_fresh_when_missing(r, lane);
 }
 
+/* A planned move (a step boundary's) to the very next epoch, dropping no
+ * member: each end keeps the pair's connections of epoch 1 (no ADOPT, no
+ * connect), and the kept sockets carry only what the other end sends in
+ * epoch 2. The spares stay with epoch 1's transport (closed with it, or by
+ * ftc__tcp_close_spares before a move after a failure). */
+static void a_planned_move_to_the_next_epoch_keeps_the_pairs_connections(void **state) {
+  (void)state;
+  for (int sockets = 2; sockets >= 1; sockets--) {
+    if (sockets == 1) setenv("FTCOMM_TCP_SOCKETS", "1", 1);
+    ftc__param_reset();
+    rank_t k[2];
+    pthread_barrier_t built;
+    pair_init(k, &built);
+    int fd1[2][2];
+    for (int r = 0; r < 2; r++) {
+      k[r].moves[0] = 2;
+      k[r].cfg.planned_move = 1;
+    }
+    pair_run(k);
+    unsetenv("FTCOMM_TCP_SOCKETS");
+    ftc__param_reset();
+    for (int r = 0; r < 2; r++) {
+      if (k[r].st != FTC_OK) fail_msg("rank %d: %s", r, k[r].why);
+      /* what epoch 1 connected is what epoch 2 uses */
+      fd1[r][0] = k[r].tp->peers[1 - r].fd;
+      fd1[r][1] = k[r].tp->peers[1 - r].sfd;
+      ftc__tcp_peer_t *old = &k[r].tp1->peers[1 - r];
+      if (old->fd != -1 || old->sfd != -1)
+        fail_msg("rank %d: epoch 1 still holds its connections %d/%d after the move", r, old->fd,
+                 old->sfd);
+      if (old->spare_fd < 0 || old->spare_sfd < 0)
+        fail_msg("rank %d: epoch 1's spares %d/%d were closed at the move", r, old->spare_fd,
+                 old->spare_sfd);
+      ftc__tcp_close_spares(k[r].tp1);
+      assert_int_equal(old->spare_fd, -1);
+      assert_int_equal(old->spare_sfd, -1);
+      assert_int_equal(ftc__tcp_kept(k[r].tp), sockets);
+      assert_int_equal(ftc__tcp_adopted(k[r].tp), 0);
+    }
+    assert_true(fd1[0][0] >= 0 && fd1[0][1] >= 0 && fd1[1][0] >= 0 && fd1[1][1] >= 0);
+    expect_clean_pair(k);
+    pair_free(k, &built);
+  }
+}
+
+/* The rule is the next epoch only: a rank that moves from epoch 1 straight
+ * to 3 (it learned of 3 before its step boundary), planned or not, takes
+ * the spares with an ADOPT as before; so does a move that is not planned. */
+static void a_move_past_the_next_epoch_or_after_a_failure_adopts_the_spares(void **state) {
+  (void)state;
+  for (int planned = 0; planned < 2; planned++) {
+    rank_t k[2];
+    pthread_barrier_t built;
+    pair_init(k, &built);
+    for (int r = 0; r < 2; r++) {
+      k[r].moves[0] = planned ? 3 : 2;
+      k[r].cfg.planned_move = planned;
+    }
+    pair_run(k);
+    expect_clean_pair(k);
+    for (int r = 0; r < 2; r++) {
+      assert_int_equal(ftc__tcp_kept(k[r].tp), 0);
+      assert_int_equal(ftc__tcp_adopted(k[r].tp), 2);
+    }
+    pair_free(k, &built);
+  }
+}
+
+/* One end moves as planned and keeps the connections, the other saw a
+ * failure first (not planned) and adopts the spares: it waits for an ADOPT
+ * the keeper never sends, until its connect timeout, where a job's
+ * coordinator would have superseded the epoch (the failure the other saw).
+ * Nothing of either is read as the other's data: the kept sockets hold no
+ * byte. */
+static void an_end_that_keeps_while_the_other_adopts_fails_the_others_move(void **state) {
+  (void)state;
+  for (int keeper = 0; keeper < 2; keeper++) {
+    rank_t k[2];
+    pthread_barrier_t built;
+    pair_init(k, &built);
+    for (int r = 0; r < 2; r++) k[r].moves[0] = 2;
+    k[keeper].cfg.planned_move = 1;
+    k[1 - keeper].timeout_ms[0] = 500;
+    pair_run(k);
+    if (k[keeper].st != FTC_OK) fail_msg("the keeper (rank %d): %s", keeper, k[keeper].why);
+    assert_int_equal(ftc__tcp_kept(k[keeper].tp), 2);
+    if (k[1 - keeper].st != FTC_ERR_TIMEOUT)
+      fail_msg("rank %d, which adopts while rank %d keeps, ended its move with %s, not its "
+               "connect timeout", 1 - keeper, keeper, ftc_strerror(k[1 - keeper].st));
+    const ftc__tcp_peer_t *p = &k[keeper].tp->peers[1 - keeper];
+    char c;
+    for (int i = 0; i < 2; i++) {
+      int fd = i ? p->sfd : p->fd;
+      ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK);
+      if (n > 0) fail_msg("the keeper's kept socket %d holds a byte (an ADOPT read as data?)", i);
+    }
+    pair_free(k, &built);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(both_sockets_of_a_pair_are_adopted_and_carry_only_the_new_epochs_bytes),
@@ -257,6 +358,9 @@ int main(void) {
       cmocka_unit_test(spares_taken_for_different_epochs_are_not_used),
       cmocka_unit_test(a_peer_that_closed_its_spares_is_connected_anew),
       cmocka_unit_test(a_rank_missing_one_spare_of_a_pair_adopts_neither),
+      cmocka_unit_test(a_planned_move_to_the_next_epoch_keeps_the_pairs_connections),
+      cmocka_unit_test(a_move_past_the_next_epoch_or_after_a_failure_adopts_the_spares),
+      cmocka_unit_test(an_end_that_keeps_while_the_other_adopts_fails_the_others_move),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

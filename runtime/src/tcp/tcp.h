@@ -24,11 +24,13 @@
 #include "membership/member.h"
 
 #define FTC__TCP_MAGIC 0x46544344u /* "FTCD" */
-#define FTC__TCP_PROTO 4 /* 2: the hello carries the wire settings (ftc__tcp_wire_t); 3: and
+#define FTC__TCP_PROTO 5 /* 2: the hello carries the wire settings (ftc__tcp_wire_t); 3: and
                           * the sender's CPU count; 4: a joiner accepts, the running ranks
-                          * connect to it (it connected to those below it before). Also
-                          * said in the membership hello ("dataplane"): the coordinator
-                          * refuses a rank whose number differs from the running ranks' */
+                          * connect to it (it connected to those below it before); 5: a
+                          * planned move to the next epoch keeps the pairs' connections
+                          * (ftc__tcp_cfg_t.planned_move). Also said in the membership
+                          * hello ("dataplane"): the coordinator refuses a rank whose
+                          * number differs from the running ranks' */
 #define FTC__TCP_NONCE_SIZE 16
 #define FTC__TCP_HELLO_SIZE 92
 #define FTC__TCP_HELLO 1      /* one socket carries the pair's data both ways */
@@ -80,6 +82,10 @@ typedef struct ftc__tcp_cfg {
                              * sockets (a failure the peers see for themselves) */
   const ftc__member_t *member; /* coordinator session or NULL: a newer epoch it has announced
                                 * ends a bootstrap at once (FTC_ERR_REVOKED) */
+  int planned_move;         /* ftc__tcp_connect with prev: prev's epoch did not fail here (a
+                             * step boundary's move). To the very next epoch, dropping no
+                             * member, each pair keeps prev's connections (no ADOPT): both
+                             * ends decide it from the same two views */
 } ftc__tcp_cfg_t;
 
 /* Defaults for the tunables from the FTCOMM_* table (token and interrupt
@@ -187,6 +193,14 @@ int ftc__tcp_early_poll(ftc__tcp_t *tp, int listen_fd, struct pollfd *pfd, int m
 void ftc__tcp_early_events(ftc__tcp_t *tp, int listen_fd, const struct pollfd *pfd, int n);
 /* Sockets of this epoch that were adopted spares (for tests and logs). */
 int ftc__tcp_adopted(const ftc__tcp_t *tp);
+
+/* Close tp's spare connections (and stop making them): a retired epoch's,
+ * before a move that follows a failure (backend.c). */
+void ftc__tcp_close_spares(ftc__tcp_t *tp);
+
+/* How many of tp's connections it kept from the epoch before (a planned
+ * move to the next epoch: ftc__tcp_cfg_t.planned_move). */
+int ftc__tcp_kept(const ftc__tcp_t *tp);
 void ftc__tcp_destroy(ftc__tcp_t *tp);
 void ftc__tcp_shutdown(ftc__tcp_t *tp);
 

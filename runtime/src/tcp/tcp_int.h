@@ -25,6 +25,7 @@ typedef struct ftc__tcp_peer {
                        * changes them. */
   unsigned char spare_reno; /* FTCOMM_TCP_CONGESTION=auto gave the spares reno (written
                        * before they are stored) */
+  unsigned char reno; /* and fd/sfd: what a planned move that keeps them starts from */
 } ftc__tcp_peer_t;
 
 struct ftc__boot;
@@ -49,6 +50,8 @@ struct ftc__tcp {
   ftc__view_t view;       /* a copy of the epoch's view (members owned), for spares */
   struct ftc__boot *spare_boot; /* spare connections being made, NULL before */
   int adopted;            /* connections of this epoch that were spares */
+  int kept;               /* connections of this epoch kept from the one before (a planned
+                           * move: ftc__tcp_cfg_t.planned_move) */
   int early_made;         /* connections of this epoch made before it was taken up */
   struct ftc__tcp *early; /* the next epoch's transport, connecting its new members early
                            * (ftc__tcp_early_start), NULL when none; its bootstrap state
