@@ -1659,7 +1659,7 @@ int ftc__tcp_early_start(ftc__tcp_t *tp, const ftc__view_t *next) {
       if (r == e->rank || !makes_connection(b, e->rank, r)) continue; /* it connects to us */
       int known = 0;
       for (int k = 0; k < tp->size && !known; k++) known = tp->peers[k].member_id == e->peers[r].member_id;
-      if (known) continue; /* a survivor: its spare is adopted at the step boundary */
+      if (known) continue; /* a running rank: kept (or its spare adopted) at the step boundary */
       for (int lane = 0; lane < e->cfg.sockets; lane++) {
         pend_t *p = &b->conn[2 * r + lane];
         p->rank = r;
