@@ -30,6 +30,8 @@
 #include "jobcoord.h"
 #include "membership/member.h"
 #include "router.h"
+#include "proto/proto.h"
+#include "../coord/coord_test_util.h"
 
 #define WAIT_MS 10000
 
@@ -201,6 +203,57 @@ static void two_jobs_share_one_port_and_a_lost_slot_shrinks_at_once(void **state
 
 /* The poll queues a job once per published change (an epoch, its size,
  * sessions), and not again while nothing changes; nothing before any rank. */
+/* Through the router: a hello in the upgrade request is routed by its job
+ * and taken by the job's coordinator (welcome and view without a hello
+ * frame, a wrong token refused with auth_failed); a client that offers only
+ * the old subprotocol sends its hello as a frame, as before. */
+static void the_router_routes_a_hello_in_the_upgrade_request(void **state) {
+  fixture_t *fx = *state;
+  start_job(fx, "ns/h", "h", "token-h", 2);
+  int port = ftck_coords_port(fx->cs);
+  char hello[512], enc[1024], sel[64], *text = NULL;
+  snprintf(hello, sizeof hello,
+           "{\"v\":1,\"type\":\"hello\",\"job\":\"h\",\"token\":\"%s\",\"slot\":%d,\"world_size\":2,"
+           "\"min_size\":1,\"addr\":\"127.0.0.1:9\"}", "wrong", 0);
+  ftc__b64url_encode(hello, strlen(hello), enc);
+  int fd = raw_ws_connect_ex(port, FTC__PROTO_WS_NAME_HELLO ", " FTC__PROTO_WS_NAME, enc, sel, sizeof sel);
+  assert_true(fd >= 0);
+  assert_string_equal(sel, FTC__PROTO_WS_NAME_HELLO);
+  assert_int_equal(raw_ws_recv(fd, &text, WAIT_MS), WS_TEXT);
+  assert_non_null(strstr(text, "\"auth_failed\""));
+  free(text);
+  close(fd);
+  snprintf(hello, sizeof hello,
+           "{\"v\":1,\"type\":\"hello\",\"job\":\"h\",\"token\":\"%s\",\"slot\":%d,\"world_size\":2,"
+           "\"min_size\":1,\"addr\":\"127.0.0.1:9\"}", "token-h", 0);
+  ftc__b64url_encode(hello, strlen(hello), enc);
+  int a = raw_ws_connect_ex(port, FTC__PROTO_WS_NAME_HELLO ", " FTC__PROTO_WS_NAME, enc, sel, sizeof sel);
+  assert_true(a >= 0);
+  assert_string_equal(sel, FTC__PROTO_WS_NAME_HELLO);
+  assert_int_equal(raw_ws_recv(a, &text, WAIT_MS), WS_TEXT);
+  assert_non_null(strstr(text, "\"welcome\""));
+  free(text);
+  /* Slot 1 the old way: only the old name, the hello as a frame. */
+  int b = raw_ws_connect_ex(port, FTC__PROTO_WS_NAME, NULL, sel, sizeof sel);
+  assert_true(b >= 0);
+  assert_string_equal(sel, FTC__PROTO_WS_NAME);
+  snprintf(hello, sizeof hello,
+           "{\"v\":1,\"type\":\"hello\",\"job\":\"h\",\"token\":\"%s\",\"slot\":%d,\"world_size\":2,"
+           "\"min_size\":1,\"addr\":\"127.0.0.1:9\"}", "token-h", 1);
+  assert_int_equal(raw_ws_send_text(b, hello), 0);
+  assert_int_equal(raw_ws_recv(b, &text, WAIT_MS), WS_TEXT);
+  assert_non_null(strstr(text, "\"welcome\""));
+  free(text);
+  for (int i = 0; i < 2; i++) { /* epoch 1 for both */
+    int s = i ? b : a;
+    assert_int_equal(raw_ws_recv(s, &text, WAIT_MS), WS_TEXT);
+    if (!strstr(text, "\"view\"")) fail_msg("expected the first view, got %s", text);
+    free(text);
+  }
+  close(a);
+  close(b);
+}
+
 static void the_poll_queues_a_job_when_its_coordinator_publishes_a_change(void **state) {
   fixture_t *fx = *state;
   start_job(fx, "ns/p", "p", "token-p", 1);
@@ -687,6 +740,7 @@ int main(void) {
       cmocka_unit_test(client_frames_are_unmasked_and_unmasked_frames_refused),
       cmocka_unit_test(the_port_binds_every_address_or_one_and_refuses_bad_ones),
       cmocka_unit_test_setup_teardown(two_jobs_share_one_port_and_a_lost_slot_shrinks_at_once, setup, teardown),
+      cmocka_unit_test_setup_teardown(the_router_routes_a_hello_in_the_upgrade_request, setup, teardown),
       cmocka_unit_test_setup_teardown(the_poll_queues_a_job_when_its_coordinator_publishes_a_change, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(a_rank_of_a_job_without_coordinator_is_turned_away, setup, teardown),

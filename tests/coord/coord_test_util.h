@@ -68,6 +68,66 @@ static inline int raw_read_full(int fd, void *p, size_t n, int64_t deadline) {
   return 0;
 }
 
+/* Connect and send an upgrade request offering the subprotocols `protos`
+ * (e.g. "ftcomm.membership.v1-hello, ftcomm.membership.v1"), with an
+ * X-Ftcomm-Hello header of value `hello_hdr` unless NULL. Returns the
+ * socket once the response is 101 (its Sec-WebSocket-Protocol in sel, ""
+ * if none), -2 when the server answered otherwise or closed, -1 when it
+ * could not connect or send. */
+static inline int raw_ws_connect_ex(int port, const char *protos, const char *hello_hdr,
+                                    char *sel, size_t sel_len) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  if (fd < 0) return -1;
+  if (connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+    close(fd);
+    return -1;
+  }
+  size_t cap = 512 + strlen(protos) + (hello_hdr ? strlen(hello_hdr) : 0);
+  char *req = malloc(cap);
+  if (!req) {
+    close(fd);
+    return -1;
+  }
+  int rl = snprintf(req, cap,
+                    "GET /ftcomm/v1 HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+                    "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                    "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: %s\r\n%s%s%s\r\n",
+                    protos, hello_hdr ? "X-Ftcomm-Hello: " : "", hello_hdr ? hello_hdr : "",
+                    hello_hdr ? "\r\n" : "");
+  int wr = raw_write_all(fd, req, (size_t)rl);
+  free(req);
+  if (wr) {
+    close(fd);
+    return -1;
+  }
+  char resp[2048];
+  size_t n = 0;
+  int64_t deadline = ftc__deadline_ns(5000);
+  while (n < sizeof(resp) - 1) {
+    if (raw_read_full(fd, resp + n, 1, deadline)) break;
+    n++;
+    if (n >= 4 && memcmp(resp + n - 4, "\r\n\r\n", 4) == 0) break;
+  }
+  resp[n] = '\0';
+  if (strncmp(resp, "HTTP/1.1 101", 12) != 0) {
+    close(fd);
+    return -2;
+  }
+  if (sel && sel_len) {
+    sel[0] = '\0';
+    const char *p = strcasestr(resp, "\r\nSec-WebSocket-Protocol:");
+    if (p) {
+      p += strlen("\r\nSec-WebSocket-Protocol:");
+      while (*p == ' ') p++;
+      size_t l = strcspn(p, "\r");
+      snprintf(sel, sel_len, "%.*s", (int)l, p);
+    }
+  }
+  return fd;
+}
+
 /* Connect to the coordinator and complete the WebSocket handshake. -1 on failure. */
 static inline int raw_ws_connect(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -24,6 +24,7 @@
 #include "ftc_error.h"
 #include "ftc_time.h"
 #include "membership/member.h"
+#include "proto/proto.h"
 
 #define TOKEN "s3cret-token"
 #define WAIT_MS 10000
@@ -856,6 +857,119 @@ static long long raw_hello(int fd, int slot, const char *extra) {
   return v;
 }
 
+/* ---- the hello in the upgrade request, and mixed versions ---- */
+
+/* A coordinator as before the hello in the request (legacy 1) or as now,
+ * on `port` (0: any), for job `job`. */
+static ftc__coord_t *coord_of(int legacy, const char *job, int world, int port) {
+  ftc__coord_cfg_t cfg = {.bind_host = "127.0.0.1", .port = port, .job = job, .token = TOKEN,
+                          .world_size = world, .min_size = 1, .heartbeat_ms = 100,
+                          .heartbeat_timeout_ms = 5000, .no_hello_in_request = legacy};
+  ftc__coord_t *co = NULL;
+  int64_t dl = ftc__deadline_ns(WAIT_MS);
+  while (ftc__coord_create(&cfg, &co) != FTC_OK) {
+    if (ftc__now_ns() > dl) fail_msg("cannot listen on port %d: %s", port, ftc_last_error());
+    usleep(50000);
+  }
+  return co;
+}
+
+static ftc__member_t *join_job(ftc__coord_t *co, const char *job, int slot, int world, int joiner,
+                               const char *name) {
+  char addr[64], data[32];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", ftc__coord_port(co));
+  snprintf(data, sizeof(data), "127.0.0.1:%d", 41000 + slot);
+  ftc__member_cfg_t c = {.coordinator = addr, .job = job, .token = TOKEN, .slot = slot,
+                         .world_size = world, .min_size = 1, .data_addr = data, .joiner = joiner,
+                         .pod = name, .node = name, .host = name, .connect_timeout_ms = WAIT_MS,
+                         .heartbeat_ms = 100};
+  ftc__member_t *m = NULL;
+  ftc_status_t st = ftc__member_open(&c, &m);
+  if (st != FTC_OK) fail_msg("slot %d: %s: %s", slot, ftc_strerror(st), ftc_last_error());
+  return m;
+}
+
+/* A joiner's hello goes in its upgrade request: the coordinator counts it
+ * there, and the joiner gets welcome and its first view. */
+static void a_joiners_hello_goes_in_its_upgrade_request(void **state) {
+  (void)state;
+  ftc__coord_t *co = coord_of(0, "testjob", 2, 0);
+  ftc__member_t *m0 = join_job(co, "testjob", 0, 2, 0, "rank-0");
+  ftc__member_t *m1 = join_job(co, "testjob", 1, 2, 0, "rank-1");
+  ftc__view_t *v = view_after(m0, 0);
+  ftc__view_free(v);
+  ftc__member_close(m1); /* slot 1 is lost; a joiner takes it */
+  ftc__view_t *v2 = view_after(m0, 1);
+  ftc__member_t *j = join_job(co, "testjob", 1, 2, 1, "rank-1b");
+  ftc__view_t *vj = view_after(j, 0);
+  assert_int_equal(vj->size, 2);
+  assert_int_equal(vj->my_rank, 1);
+  ftc__coord_stats_t st;
+  ftc__coord_stats(co, &st);
+  assert_int_equal(st.hello_in_request, 3);
+  assert_int_equal(st.refused, 0);
+  ftc__view_free(v2);
+  ftc__view_free(vj);
+  ftc__member_close(j);
+  ftc__member_close(m0);
+  ftc__coord_destroy(co);
+}
+
+/* Ranks of this version and coordinators of both, with a coordinator that
+ * restarts as the other version under running ranks: always admitted. */
+static void ranks_join_and_rejoin_coordinators_from_before_the_hello_in_the_request(void **state) {
+  (void)state;
+  for (int legacy_first = 0; legacy_first < 2; legacy_first++) {
+    ftc__coord_t *co = coord_of(legacy_first, "testjob", 2, 0);
+    int port = ftc__coord_port(co);
+    ftc__member_t *m[2] = {join_job(co, "testjob", 0, 2, 0, "r0"), join_job(co, "testjob", 1, 2, 0, "r1")};
+    all_saw_epoch_1(m, 2);
+    ftc__coord_stats_t st;
+    ftc__coord_stats(co, &st);
+    assert_int_equal(st.hello_in_request, legacy_first ? 0 : 2);
+    ftc__coord_destroy(co);
+    usleep(200000);
+    co = coord_of(!legacy_first, "testjob", 2, port);
+    WAIT_STATS(co, st, st.connected == 2);
+    assert_int_equal(st.hello_in_request, legacy_first ? 2 : 0);
+    assert_int_equal(st.epoch, 1);
+    assert_int_equal(st.refused, 0);
+    for (int s = 0; s < 2; s++) {
+      assert_int_equal(ftc__member_error(m[s]), FTC_OK);
+      ftc__member_close(m[s]);
+    }
+    ftc__coord_destroy(co);
+  }
+}
+
+/* Names at their longest make a hello too long for the request: it goes as
+ * a frame, and the rank is admitted by coordinators of both versions. */
+static void long_names_send_the_hello_as_a_frame(void **state) {
+  (void)state;
+  char job[FTC__PROTO_MAX_NAME + 1], name[FTC__PROTO_MAX_NAME + 1];
+  memset(job, 'j', FTC__PROTO_MAX_NAME);
+  job[FTC__PROTO_MAX_NAME] = '\0';
+  memset(name, 'n', FTC__PROTO_MAX_NAME);
+  name[FTC__PROTO_MAX_NAME] = '\0';
+  for (int legacy = 0; legacy < 2; legacy++) {
+    ftc__coord_t *co = coord_of(legacy, job, 1, 0);
+    ftc__member_t *m = join_job(co, job, 0, 1, 0, name);
+    ftc__view_t *v = view_after(m, 0);
+    assert_int_equal(v->size, 1);
+    ftc__view_free(v);
+    ftc__coord_stats_t st;
+    ftc__coord_stats(co, &st);
+    assert_int_equal(st.hello_in_request, 0);
+    assert_int_equal(st.refused, 0);
+    ftc__coord_view_t *cv = NULL;
+    assert_int_equal(ftc__coord_get_view(co, &cv), FTC_OK);
+    assert_int_equal(cv->size, 1);
+    ftc__coord_view_free(cv);
+    ftc__member_close(m);
+    ftc__coord_destroy(co);
+  }
+}
+
 /* The coordinator restarted before every rank had seen the last epoch: a
  * rank without a view comes back first, one with the view second. The
  * coordinator keeps the first one's id, adopts the epoch from the second and
@@ -909,6 +1023,8 @@ static void ranks_reconnect_to_a_restarted_coordinator_which_adopts_their_epoch(
   fx.co = coord_on_port(3, 2, port, 5000);
   ftc__coord_stats_t st;
   WAIT_STATS(fx.co, st, st.connected == 3);
+  /* Their hellos (with their views) came in the upgrade requests. */
+  assert_int_equal(st.hello_in_request, 3);
   /* Same epoch, same members: nothing was announced. */
   assert_int_equal(st.epoch, 1);
   assert_int_equal(st.epoch_size, 3);
@@ -1161,6 +1277,9 @@ int main(void) {
       cmocka_unit_test(joining_survives_an_allocation_failure_anywhere),
       cmocka_unit_test(host_sees_events_and_the_current_epoch),
       cmocka_unit_test(members_are_fresh_until_they_report_ready),
+      cmocka_unit_test(a_joiners_hello_goes_in_its_upgrade_request),
+      cmocka_unit_test(ranks_join_and_rejoin_coordinators_from_before_the_hello_in_the_request),
+      cmocka_unit_test(long_names_send_the_hello_as_a_frame),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -458,9 +458,45 @@ static void coordinator_config_is_checked(void **state) {
   ftc__coord_destroy(NULL);
 }
 
+/* The hello header's encoding: RFC 4648 section 5 test vectors, every
+ * length round-trips, and anything outside the alphabet is refused. */
+static void hello_header_base64url_round_trips_and_refuses_garbage(void **state) {
+  (void)state;
+  static const char *const vec[][2] = {{"", ""},         {"f", "Zg"},         {"fo", "Zm8"},
+                                       {"foo", "Zm9v"},  {"foob", "Zm9vYg"},  {"fooba", "Zm9vYmE"},
+                                       {"foobar", "Zm9vYmFy"}, {"\xfb\xff", "-_8"}};
+  char enc[64];
+  unsigned char dec[64];
+  for (size_t i = 0; i < sizeof(vec) / sizeof(vec[0]); i++) {
+    size_t n = strlen(vec[i][0]);
+    assert_int_equal(ftc__b64url_len(n), strlen(vec[i][1]));
+    assert_int_equal(ftc__b64url_encode(vec[i][0], n, enc), strlen(vec[i][1]));
+    assert_string_equal(enc, vec[i][1]);
+    assert_int_equal(ftc__b64url_decode(enc, strlen(enc), dec), (long)n);
+    assert_memory_equal(dec, vec[i][0], n);
+  }
+  assert_int_equal(ftc__b64url_decode("Zm9vYg==", 8, dec), 4); /* padding is accepted */
+  unsigned char all[256];
+  char big[400];
+  unsigned char back[300];
+  for (int i = 0; i < 256; i++) all[i] = (unsigned char)i;
+  for (size_t n = 0; n <= 256; n++) {
+    size_t el = ftc__b64url_encode(all, n, big);
+    assert_null(strpbrk(big, "+/=\r\n "));
+    assert_int_equal(ftc__b64url_decode(big, el, back), (long)n);
+    assert_memory_equal(back, all, n);
+  }
+  assert_int_equal(ftc__b64url_decode("Zm9v+g", 6, dec), -1);  /* standard base64's + */
+  assert_int_equal(ftc__b64url_decode("Zm9v/g", 6, dec), -1);
+  assert_int_equal(ftc__b64url_decode("Zm9vY", 5, dec), -1);   /* no such length */
+  assert_int_equal(ftc__b64url_decode("Zm 9v", 5, dec), -1);
+  assert_int_equal(ftc__b64url_decode("Zm9\r\nv", 6, dec), -1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(decode_cases_from_file),
+      cmocka_unit_test(hello_header_base64url_round_trips_and_refuses_garbage),
       cmocka_unit_test(oversized_text_is_too_large_before_parsing),
       cmocka_unit_test(built_messages_decode_to_what_they_carry),
       cmocka_unit_test(hello_dataplane_is_optional_and_checked),

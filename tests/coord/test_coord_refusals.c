@@ -253,6 +253,165 @@ static void second_hello_is_refused(void **state) {
   expect_coordinator_serves();
 }
 
+/* ---- the hello in the upgrade request (docs/protocol.md) ---- */
+
+#define BOTH FTC__PROTO_WS_NAME_HELLO ", " FTC__PROTO_WS_NAME
+
+/* base64url of text (the header's value); the caller frees. */
+static char *b64(const char *text) {
+  size_t n = strlen(text);
+  char *out = malloc(ftc__b64url_len(n) + 1);
+  assert_non_null(out);
+  ftc__b64url_encode(text, n, out);
+  return out;
+}
+
+/* A session whose request carries `hdr` (NULL: none) and offers both names:
+ * the coordinator selects the hello-in-request one. */
+static int connect_with_header(const char *hdr) {
+  char sel[64];
+  int fd = raw_ws_connect_ex(port, BOTH, hdr, sel, sizeof(sel));
+  if (fd < 0) fail_msg("no 101 for a request with a hello header (%d)", fd);
+  assert_string_equal(sel, FTC__PROTO_WS_NAME_HELLO);
+  return fd;
+}
+
+/* The refusal's code and reason (the caller frees *reason); the session closes. */
+static void read_refusal(int fd, char *code, size_t code_len, char **reason) {
+  char *text = NULL;
+  int op = raw_ws_recv(fd, &text, 5000);
+  if (op != WS_TEXT) fail_msg("expected an error message, got opcode %d", op);
+  json_t *o = json_loads(text, 0, NULL);
+  assert_non_null(o);
+  assert_string_equal(json_string_value(json_object_get(o, "type")), "error");
+  snprintf(code, code_len, "%s", json_string_value(json_object_get(o, "code")));
+  *reason = strdup(json_string_value(json_object_get(o, "reason")));
+  json_decref(o);
+  free(text);
+  assert_true(raw_ws_closed(fd, 5000));
+  close(fd);
+}
+
+static void hello_in_the_request_is_admitted_without_a_hello_frame(void **state) {
+  (void)state;
+  ftc__coord_stats_t before, after;
+  ftc__coord_stats(co, &before);
+  char *hdr = b64(hello_json(0));
+  int fd = connect_with_header(hdr);
+  free(hdr);
+  /* Nothing sent after the request: welcome and the first view come. */
+  char *text = NULL;
+  assert_int_equal(raw_ws_recv(fd, &text, 5000), WS_TEXT);
+  assert_non_null(strstr(text, "\"welcome\""));
+  free(text);
+  assert_int_equal(raw_ws_recv(fd, &text, 5000), WS_TEXT);
+  assert_non_null(strstr(text, "\"view\""));
+  free(text);
+  ftc__coord_stats(co, &after);
+  assert_int_equal(after.hello_in_request, before.hello_in_request + 1);
+  assert_int_equal(after.refused, before.refused);
+  /* A hello frame after it is a second hello. */
+  assert_int_equal(raw_ws_send_text(fd, hello_json(0)), 0);
+  expect_refusal(fd, "unexpected");
+  expect_coordinator_serves();
+}
+
+static void old_style_client_sends_its_hello_as_a_frame(void **state) {
+  (void)state;
+  ftc__coord_stats_t before, after;
+  ftc__coord_stats(co, &before);
+  /* Offering only the old name (even with a header, which is then ignored). */
+  char sel[64];
+  char *hdr = b64("{\"v\":1,\"type\":\"hello\",\"token\":\"nope\"}");
+  int fd = raw_ws_connect_ex(port, FTC__PROTO_WS_NAME, hdr, sel, sizeof(sel));
+  free(hdr);
+  assert_true(fd >= 0);
+  assert_string_equal(sel, FTC__PROTO_WS_NAME);
+  char *text = NULL;
+  assert_int_equal(raw_ws_recv(fd, &text, 300), -1); /* waits for the frame */
+  assert_int_equal(raw_ws_send_text(fd, hello_json(0)), 0);
+  assert_int_equal(raw_ws_recv(fd, &text, 5000), WS_TEXT);
+  assert_non_null(strstr(text, "\"welcome\""));
+  free(text);
+  ftc__coord_stats(co, &after);
+  assert_int_equal(after.hello_in_request, before.hello_in_request);
+  close(fd);
+  expect_coordinator_serves();
+}
+
+/* The same hello text as a frame and in the header: the same code and reason. */
+static void refusal_by_both_paths(const char *hello, const char *want_code) {
+  char code_frame[64], code_hdr[64];
+  char *reason_frame = NULL, *reason_hdr = NULL;
+  int fd = connect_raw();
+  assert_int_equal(raw_ws_send_text(fd, hello), 0);
+  read_refusal(fd, code_frame, sizeof(code_frame), &reason_frame);
+  char *hdr = b64(hello);
+  fd = connect_with_header(hdr);
+  free(hdr);
+  read_refusal(fd, code_hdr, sizeof(code_hdr), &reason_hdr);
+  if (strcmp(code_frame, want_code) || strcmp(code_hdr, want_code) ||
+      strcmp(reason_frame, reason_hdr))
+    fail_msg("frame: %s (%s); header: %s (%s); want %s", code_frame, reason_frame, code_hdr,
+             reason_hdr, want_code);
+  free(reason_frame);
+  free(reason_hdr);
+}
+
+static void refusals_through_the_header_match_the_frames(void **state) {
+  (void)state;
+  refusal_by_both_paths("{\"v\":1,\"type\":\"hello\",\"job\":\"rawjob\",\"token\":\"nope\","
+                        "\"slot\":0,\"world_size\":1,\"min_size\":1,\"addr\":\"x\"}",
+                        "auth_failed");
+  refusal_by_both_paths("{\"v\":1,\"type\":\"hello\",\"job\":\"other\",\"token\":\"" TOKEN
+                        "\",\"slot\":0,\"world_size\":1,\"min_size\":1,\"addr\":\"x\"}",
+                        "wrong_job");
+  refusal_by_both_paths("{\"v\":1,\"type\":\"hello\",\"job\":\"rawjob\",\"token\":\"" TOKEN
+                        "\",\"slot\":5,\"world_size\":1,\"min_size\":1,\"addr\":\"x\"}",
+                        "bad_slot");
+  refusal_by_both_paths("{\"v\":1,\"type\":\"hello\",", "bad_json");
+  refusal_by_both_paths("{\"v\":2,\"type\":\"hello\"}", "bad_version");
+  refusal_by_both_paths("{\"v\":1,\"type\":\"hello\",\"job\":\"rawjob\"}", "bad_message");
+  refusal_by_both_paths("{\"v\":1,\"type\":\"heartbeat\",\"epoch\":0}", "not_authenticated");
+  expect_coordinator_serves();
+}
+
+static void malformed_and_oversized_headers_are_refused(void **state) {
+  (void)state;
+  char code[64];
+  char *reason = NULL;
+  /* Not base64url. */
+  int fd = connect_with_header("eyJ2Ijox+/==!");
+  read_refusal(fd, code, sizeof(code), &reason);
+  assert_string_equal(code, "bad_json");
+  assert_non_null(strstr(reason, "base64url"));
+  free(reason);
+  /* The subprotocol without the header. */
+  fd = connect_with_header(NULL);
+  read_refusal(fd, code, sizeof(code), &reason);
+  assert_string_equal(code, "bad_message");
+  assert_non_null(strstr(reason, "X-Ftcomm-Hello"));
+  free(reason);
+  /* Over FTC__PROTO_MAX_HELLO_HEADER, within lws's request space. */
+  char *big = malloc(FTC__PROTO_MAX_HELLO_HEADER + 2);
+  assert_non_null(big);
+  memset(big, 'A', FTC__PROTO_MAX_HELLO_HEADER + 1);
+  big[FTC__PROTO_MAX_HELLO_HEADER + 1] = '\0';
+  fd = connect_with_header(big);
+  read_refusal(fd, code, sizeof(code), &reason);
+  assert_string_equal(code, "too_large");
+  free(reason);
+  free(big);
+  /* Over lws's request space: no 101 at all, the coordinator stays up. */
+  big = malloc(FTC__PROTO_COORD_HEADER_SPACE + 16);
+  assert_non_null(big);
+  memset(big, 'A', FTC__PROTO_COORD_HEADER_SPACE + 15);
+  big[FTC__PROTO_COORD_HEADER_SPACE + 15] = '\0';
+  assert_int_equal(raw_ws_connect_ex(port, BOTH, big, NULL, 0), -2);
+  free(big);
+  expect_coordinator_serves();
+}
+
 static void silent_connection_is_closed_after_the_hello_timeout(void **state) {
   (void)state;
   int fd = connect_raw();
@@ -395,6 +554,10 @@ int main(void) {
       cmocka_unit_test(binary_frame_is_refused),
       cmocka_unit_test(wrong_token_over_raw_session_gets_auth_failed),
       cmocka_unit_test(second_hello_is_refused),
+      cmocka_unit_test(hello_in_the_request_is_admitted_without_a_hello_frame),
+      cmocka_unit_test(old_style_client_sends_its_hello_as_a_frame),
+      cmocka_unit_test(refusals_through_the_header_match_the_frames),
+      cmocka_unit_test(malformed_and_oversized_headers_are_refused),
       cmocka_unit_test(silent_connection_is_closed_after_the_hello_timeout),
       cmocka_unit_test(heartbeat_is_answered_with_the_current_epoch),
       cmocka_unit_test(peer_that_never_reads_is_disconnected),

@@ -9,6 +9,9 @@
  * Input: lines, each one step:
  *   N<text>   session N (0 to 3; opened at its first use) sends <text> as
  *             one message
+ *   hN<text>  session N opens with the hello-in-request subprotocol and
+ *             <text> as its X-Ftcomm-Hello header (base64url of a hello);
+ *             "hN" alone: the header is missing. Ignored if N is open.
  *   xN        session N closes (as a process that dies: no leave)
  *   t         the coordinator's tick (timeouts, the evidence rule)
  *
@@ -109,6 +112,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (ftc__coord_offline_receive(co, sess[i], line + 1, len - 1) < 0 || drain(sess[i])) {
         ftc__coord_offline_close(co, sess[i]);
         sess[i] = NULL;
+      }
+    } else if (line[0] == 'h' && line[1] >= '0' && line[1] < '0' + NSESS) {
+      int k = line[1] - '0';
+      if (!sess[k]) {
+        snprintf(peer, sizeof(peer), "fuzz-h%d", k);
+        if (!(sess[k] = ftc__coord_offline_open(co, peer))) break;
+        if (ftc__coord_offline_hello_header(co, sess[k], len > 2 ? line + 2 : NULL,
+                                            len > 2 ? len - 2 : 0) < 0 ||
+            drain(sess[k])) {
+          ftc__coord_offline_close(co, sess[k]);
+          sess[k] = NULL;
+        }
       }
     } else if (line[0] == 'x' && line[1] >= '0' && line[1] < '0' + NSESS) {
       ftc__coord_offline_close(co, sess[line[1] - '0']);

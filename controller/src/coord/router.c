@@ -33,9 +33,11 @@
 #include "ftc_error.h"
 #include "ftc_log.h"
 #include "ftc_time.h"
+#include "proto/proto.h"
 
 #define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-#define WS_PROTOCOL "ftcomm.membership.v1"
+#define WS_PROTOCOL FTC__PROTO_WS_NAME
+#define WS_PROTOCOL_HELLO FTC__PROTO_WS_NAME_HELLO /* the hello in the request header */
 #define MAX_PRELUDE (256 * 1024)  /* upgrade request + hello frames */
 #define MAX_HELLO (64 * 1024)
 #define MAX_PENDING (512 * 1024)  /* per direction, while splicing */
@@ -55,6 +57,8 @@ typedef struct conn {
   buf_t prelude;       /* the rank's bytes until routed; then those after its upgrade request,
                         * held until the coordinator's 101 (lws wants none before it) */
   size_t hdr_len;      /* upgrade request length within prelude */
+  int hello_in_request; /* the 101 selected WS_PROTOCOL_HELLO: the hello is the request's
+                         * X-Ftcomm-Hello header, and no hello frame follows */
   buf_t tx[2];         /* bytes waiting to be written to side i */
   buf_t upgrade;       /* the coordinator's 101 response, swallowed */
   int64_t deadline_ns; /* before splicing */
@@ -177,7 +181,21 @@ static void conn_close(ftck_router_t *r, size_t i) {
   __atomic_sub_fetch(&r->stats.open, 1, __ATOMIC_RELAXED);
 }
 
-/* The upgrade request is complete: answer it as the coordinator would.
+/* The subprotocol lws selects for the list `protos`: the first name in it
+ * that the coordinator serves (both names); NULL: none. */
+static const char *select_protocol(const char *protos) {
+  for (const char *p = protos; *p;) {
+    while (*p == ' ' || *p == '\t' || *p == ',') p++;
+    size_t n = strcspn(p, ", \t");
+    if (n == strlen(WS_PROTOCOL_HELLO) && !strncmp(p, WS_PROTOCOL_HELLO, n)) return WS_PROTOCOL_HELLO;
+    if (n == strlen(WS_PROTOCOL) && !strncmp(p, WS_PROTOCOL, n)) return WS_PROTOCOL;
+    p += n;
+  }
+  return NULL;
+}
+
+/* The upgrade request is complete: answer it as the coordinator would
+ * (selecting the subprotocol it will select when it is sent the request).
  * -1: not a WebSocket upgrade for the membership protocol. */
 static int answer_upgrade(conn_t *c) {
   char key[128], protos[256], accept[64], resp[512];
@@ -186,14 +204,48 @@ static int answer_upgrade(conn_t *c) {
       header(req, c->hdr_len, "Sec-WebSocket-Key", key, sizeof key) != 0)
     return -1;
   int has_proto = header(req, c->hdr_len, "Sec-WebSocket-Protocol", protos, sizeof protos) == 0;
-  if (has_proto && !strstr(protos, WS_PROTOCOL)) return -1;
+  const char *sel = has_proto ? select_protocol(protos) : NULL;
+  if (has_proto && !sel) return -1;
+  c->hello_in_request = sel && !strcmp(sel, WS_PROTOCOL_HELLO);
   ftck_ws_accept(key, accept, sizeof accept);
   int n = snprintf(resp, sizeof resp,
                    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                    "Sec-WebSocket-Accept: %s\r\n%s%s%s\r\n",
-                   accept, has_proto ? "Sec-WebSocket-Protocol: " : "", has_proto ? WS_PROTOCOL : "",
+                   accept, has_proto ? "Sec-WebSocket-Protocol: " : "", has_proto ? sel : "",
                    has_proto ? "\r\n" : "");
   return buf_add(&c->tx[0], resp, (size_t)n, MAX_PENDING);
+}
+
+/* The job and token of a hello message's text; 1 found, -1 not a hello. */
+static int hello_job_token(const char *text, size_t len, char *job, size_t jn, char *token, size_t tn) {
+  json_t *msg = json_loadb(text, len, 0, NULL);
+  const char *type = json_string_value(json_object_get(msg, "type"));
+  const char *j = json_string_value(json_object_get(msg, "job"));
+  const char *t = json_string_value(json_object_get(msg, "token"));
+  int rc = -1;
+  if (type && !strcmp(type, "hello") && j && t) {
+    snprintf(job, jn, "%s", j);
+    snprintf(token, tn, "%s", t);
+    rc = 1;
+  }
+  json_decref(msg);
+  return rc;
+}
+
+/* The hello in the request's X-Ftcomm-Hello header: 1 read, -1 absent or not
+ * a hello (its coordinator would refuse it; unroutable here). */
+static int read_hello_header(ftck_router_t *r, conn_t *c, char *job, size_t jn, char *token, size_t tn) {
+  if (!r->hello && !(r->hello = ftc__malloc(MAX_HELLO + 1))) return -1;
+  char *enc = ftc__malloc(FTC__PROTO_MAX_HELLO_HEADER + 2);
+  if (!enc) return -1;
+  int rc = -1;
+  if (header(c->prelude.p, c->hdr_len, FTC__PROTO_HELLO_HEADER, enc, FTC__PROTO_MAX_HELLO_HEADER + 2) == 0) {
+    size_t el = strlen(enc);
+    long n = el <= FTC__PROTO_MAX_HELLO_HEADER ? ftc__b64url_decode(enc, el, (unsigned char *)r->hello) : -1;
+    if (n >= 0) rc = hello_job_token(r->hello, (size_t)n, job, jn, token, tn);
+  }
+  ftc__free(enc);
+  return rc;
 }
 
 /* 1: the hello is complete and its job and token are in the out buffers;
@@ -213,18 +265,7 @@ static int read_hello(ftck_router_t *r, conn_t *c, char *job, size_t jn, char *t
     if (fin) break;
   }
   payload[plen] = '\0';
-  json_t *msg = json_loadb(payload, plen, 0, NULL);
-  const char *type = json_string_value(json_object_get(msg, "type"));
-  const char *j = json_string_value(json_object_get(msg, "job"));
-  const char *t = json_string_value(json_object_get(msg, "token"));
-  int rc = -1;
-  if (type && !strcmp(type, "hello") && j && t) {
-    snprintf(job, jn, "%s", j);
-    snprintf(token, tn, "%s", t);
-    rc = 1;
-  }
-  json_decref(msg);
-  return rc;
+  return hello_job_token(payload, plen, job, jn, token, tn);
 }
 
 static int connect_loopback(int port) {
@@ -281,13 +322,15 @@ static int on_readable(ftck_router_t *r, conn_t *c, int s) {
     c->state = ST_HELLO;
   }
   char job[256], token[256];
-  int h = read_hello(r, c, job, sizeof job, token, sizeof token);
+  int h = c->hello_in_request ? read_hello_header(r, c, job, sizeof job, token, sizeof token)
+                               : read_hello(r, c, job, sizeof job, token, sizeof token);
   if (h == 0) return 0;
   int port = h > 0 ? r->route(r->ud, job, token) : -1;
   if (port <= 0) {
     __atomic_add_fetch(&r->stats.unrouted, 1, __ATOMIC_RELAXED);
     FTC_INFO(FTC_SUB_CTRL, "router: %s: %s%s%s; closing (it reconnects)", c->peer,
-             h > 0 ? "no coordinator for job " : "the first message is not a hello", h > 0 ? job : "", "");
+             h > 0 ? "no coordinator for job " : c->hello_in_request ? "the " FTC__PROTO_HELLO_HEADER
+             " header is not a hello" : "the first message is not a hello", h > 0 ? job : "", "");
     return -1;
   }
   c->fd[1] = connect_loopback(port);

@@ -100,7 +100,7 @@ struct ftc__coord {
   int world_size, min_size, heartbeat_ms, hb_timeout_ms, hello_timeout_s;
   int port;
   struct lws_context *ctx;
-  struct lws_protocols protocols[2];
+  struct lws_protocols protocols[3];
   pthread_t thread;
   int stop; /* atomic */
 
@@ -1055,6 +1055,57 @@ out_clear:
   return rc;
 }
 
+/* The hello in the upgrade request (subprotocol FTC__PROTO_WS_NAME_HELLO):
+ * the header's value `hdr` (len bytes, NULL when absent) is decoded and
+ * handled as a received hello frame, with the same checks and refusals. */
+static int hello_header(ftc__coord_t *co, session_t *s, const char *hdr, size_t len) {
+  if (!hdr) {
+    refuse(co, s, FTC__PERR_BAD_MESSAGE,
+           "the subprotocol %s carries the hello in the %s request header, which is missing",
+           FTC__PROTO_WS_NAME_HELLO, FTC__PROTO_HELLO_HEADER);
+    return 0;
+  }
+  if (len > FTC__PROTO_MAX_HELLO_HEADER) {
+    refuse(co, s, FTC__PERR_TOO_LARGE, "the %s header has %zu bytes, more than %d",
+           FTC__PROTO_HELLO_HEADER, len, FTC__PROTO_MAX_HELLO_HEADER);
+    return 0;
+  }
+  unsigned char *text = ftc__malloc(len / 4 * 3 + 4);
+  if (!text) {
+    refuse(co, s, FTC__PERR_INTERNAL, "the coordinator is out of memory");
+    return 0;
+  }
+  long n = ftc__b64url_decode(hdr, len, text);
+  int rc = 0;
+  if (n < 0) {
+    refuse(co, s, FTC__PERR_BAD_JSON, "the %s header is not base64url (RFC 4648, section 5)",
+           FTC__PROTO_HELLO_HEADER);
+  } else {
+    co->counts.hello_in_request++;
+    co->stats_dirty = 1;
+    rc = handle_message(co, s, (const char *)text, (size_t)n);
+  }
+  ftc__free(text);
+  return rc;
+}
+
+/* At LWS_CALLBACK_ESTABLISHED (the request's headers are still there). */
+static int hello_header_from_request(ftc__coord_t *co, session_t *s) {
+  static const char name[] = FTC__PROTO_HELLO_HEADER_LWS;
+  int len = lws_hdr_custom_length(s->wsi, name, (int)sizeof(name) - 1);
+  if (len < 0) return hello_header(co, s, NULL, 0);
+  if (len > FTC__PROTO_MAX_HELLO_HEADER) return hello_header(co, s, "", (size_t)len);
+  char *hdr = ftc__malloc((size_t)len + 1);
+  if (!hdr) {
+    refuse(co, s, FTC__PERR_INTERNAL, "the coordinator is out of memory");
+    return 0;
+  }
+  int got = lws_hdr_custom_copy(s->wsi, hdr, len + 1, name, (int)sizeof(name) - 1);
+  int rc = got < 0 ? hello_header(co, s, NULL, 0) : hello_header(co, s, hdr, (size_t)got);
+  ftc__free(hdr);
+  return rc;
+}
+
 static int on_receive(ftc__coord_t *co, session_t *s, const void *in, size_t len) {
   if (s->refused) return 0;
   if (lws_frame_is_binary(s->wsi)) {
@@ -1242,6 +1293,10 @@ static int coord_callback(struct lws *wsi, enum lws_callback_reasons reason, voi
         snprintf(s->peer, sizeof(s->peer), "?");
       lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, co->hello_timeout_s);
       FTC_DEBUG(FTC_SUB_COORD, "job %s: session from %s", co->job, s->peer);
+      /* The 101 went out already: welcome (and a joiner's view) follow it. */
+      const struct lws_protocols *pr = lws_get_protocol(wsi);
+      if (pr && pr->name && !strcmp(pr->name, FTC__PROTO_WS_NAME_HELLO))
+        rc = hello_header_from_request(co, s);
       break;
     case LWS_CALLBACK_RECEIVE: rc = on_receive(co, s, in, len); break;
     case LWS_CALLBACK_SERVER_WRITEABLE: rc = on_writeable(s); break;
@@ -1337,6 +1392,12 @@ ftc_status_t ftc__coord_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out) 
       .per_session_data_size = sizeof(session_t),
       .rx_buffer_size = 0,
   };
+  /* A client that offers both names lists the hello-in-request one first,
+   * and lws selects the first name of the client's list that it serves. */
+  if (!cfg->no_hello_in_request) {
+    co->protocols[1] = co->protocols[0];
+    co->protocols[1].name = FTC__PROTO_WS_NAME_HELLO;
+  }
   struct lws_context_creation_info info;
   memset(&info, 0, sizeof(info));
   info.port = cfg->port;
@@ -1347,6 +1408,9 @@ ftc_status_t ftc__coord_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out) 
   info.options = LWS_SERVER_OPTION_VALIDATE_UTF8;
   if (!strchr(co->bind_host, ':')) info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
   info.count_threads = 1;
+  /* Room for a hello header of FTC__PROTO_MAX_HELLO_HEADER bytes and the
+   * rest of the request (lws's default, 4096, is what clients stay within). */
+  if (!cfg->no_hello_in_request) info.max_http_header_data = FTC__PROTO_COORD_HEADER_SPACE;
   /* lws sizes its fd tables from the process limit when this is 0: about
    * 16 MiB per coordinator under a container's limit of 2^20, and the
    * controller runs one coordinator per job. A job needs a session per
@@ -1532,6 +1596,14 @@ int ftc__coord_offline_receive(ftc__coord_t *co, ftc__coord_session_t *sess, con
     return 0;
   }
   int rc = handle_message(co, s, text, len);
+  if (co->stats_dirty) publish_stats(co);
+  return rc < 0 || s->refused ? -1 : 0;
+}
+
+int ftc__coord_offline_hello_header(ftc__coord_t *co, ftc__coord_session_t *sess, const char *hdr,
+                                    size_t len) {
+  session_t *s = (session_t *)sess;
+  int rc = hello_header(co, s, hdr, len);
   if (co->stats_dirty) publish_stats(co);
   return rc < 0 || s->refused ? -1 : 0;
 }

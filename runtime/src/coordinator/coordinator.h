@@ -70,6 +70,9 @@ typedef struct ftc__coord_cfg {
   const char *dump_dir;     /* uploaded dumps go to DIR/<incident>/rank-<r>.json; NULL: refused */
   ftc__coord_event_fn on_event; /* may be NULL */
   void *event_arg;
+  int no_hello_in_request;  /* 1: serve as a coordinator from before the hello in the
+                             * request (subprotocol ftcomm.membership.v1 only, lws's
+                             * default request-header space), for mixed-version tests */
 } ftc__coord_cfg_t;
 
 /* Start listening and serving. Strings in cfg are copied. On success *out
@@ -88,6 +91,7 @@ typedef struct ftc__coord_stats {
   int lost;           /* members lost (session closed without leave, timed out, reported) */
   int left;           /* members that left cleanly */
   int refused;        /* sessions refused (auth, malformed, duplicates, ...) */
+  int hello_in_request; /* sessions whose hello came in the upgrade request (header) */
 } ftc__coord_stats_t;
 
 /* A consistent snapshot of the coordinator's counters. */
@@ -138,6 +142,12 @@ ftc__coord_session_t *ftc__coord_offline_open(ftc__coord_t *co, const char *peer
 /* -1: the coordinator closes the session (it refused it, or it left). */
 int ftc__coord_offline_receive(ftc__coord_t *co, ftc__coord_session_t *s, const char *text,
                                size_t len);
+/* A session whose upgrade request selected the hello-in-request subprotocol:
+ * `hdr` is its X-Ftcomm-Hello header's value (len bytes; NULL: absent),
+ * taken as the session's hello exactly as the coordinator takes it online.
+ * -1: the coordinator closes the session. */
+int ftc__coord_offline_hello_header(ftc__coord_t *co, ftc__coord_session_t *s, const char *hdr,
+                                    size_t len);
 /* The oldest message queued for s into buf (cut at len): its length, 0 none. */
 size_t ftc__coord_offline_sent(ftc__coord_session_t *s, char *buf, size_t len, int *close_after);
 void ftc__coord_offline_tick(ftc__coord_t *co);

@@ -70,6 +70,9 @@ struct ftc__member {
   struct lws *wsi;
   lws_sorted_usec_list_t sul_connect, sul_heartbeat, sul_guard;
   int hello_out; /* a hello was written (read by ftc__member_start only) */
+  char *hello_hdr;      /* this attempt's hello for the request header (base64url), or NULL */
+  size_t hello_hdr_len;
+  int hello_in_request; /* the coordinator selected FTC__PROTO_WS_NAME_HELLO: no hello frame */
   int in_caller; /* the opening caller services the context (ftc__member_finish) */
   int retry_ms;
   int64_t reconnect_deadline_ns; /* 0 while connected */
@@ -308,6 +311,7 @@ static void release_exit_fd(ftc__member_t *m) {
 }
 
 static void try_connect(lws_sorted_usec_list_t *sul);
+static void prepare_hello_header(ftc__member_t *m);
 
 static void schedule_retry(ftc__member_t *m) {
   lws_sul_schedule(m->ctx, 0, &m->sul_connect, try_connect, (lws_usec_t)m->retry_ms * 1000);
@@ -328,7 +332,11 @@ static void try_connect(lws_sorted_usec_list_t *sul) {
   ci.path = FTC__PROTO_WS_PATH;
   ci.host = m->host_hdr;
   ci.origin = m->host_hdr;
-  ci.protocol = FTC__PROTO_WS_NAME;
+  prepare_hello_header(m);
+  /* Offer the hello-in-request subprotocol first when the hello fits the
+   * header; the connection is bound to our one handler either way. */
+  ci.protocol = m->hello_hdr ? FTC__PROTO_WS_NAME_HELLO ", " FTC__PROTO_WS_NAME : FTC__PROTO_WS_NAME;
+  ci.local_protocol_name = FTC__PROTO_WS_NAME;
   ci.ietf_version_or_minus_one = -1;
   ci.pwsi = &m->wsi;
   FTC_DEBUG(FTC_SUB_COORD, "slot %d: connecting to the coordinator at %s", m->slot, m->coord);
@@ -361,9 +369,10 @@ static void send_heartbeat(lws_sorted_usec_list_t *sul) {
   maybe_hold(m);
 }
 
-static void send_hello(ftc__member_t *m) {
+/* This process's hello as it stands (the same message for the frame and
+ * for the request header). Caller holds m->lock; NULL when out of memory. */
+static ftc__frame_t *build_hello_locked(ftc__member_t *m) {
   ftc__wire_member_t *wm = NULL;
-  pthread_mutex_lock(&m->lock);
   ftc__hello_t h = {
       .job = m->job,
       .token = m->token,
@@ -394,6 +403,13 @@ static void send_hello(ftc__member_t *m) {
     h.known_epoch = m->view->epoch;
   }
   ftc__frame_t *f = ftc__proto_encode(ftc__proto_hello(&h), LWS_PRE);
+  ftc__free(wm);
+  return f;
+}
+
+static void send_hello(ftc__member_t *m) {
+  pthread_mutex_lock(&m->lock);
+  ftc__frame_t *f = build_hello_locked(m);
   if (!f) {
     set_error_locked(m, FTC_ERR_NO_MEMORY, "out of memory building the hello");
   } else {
@@ -401,8 +417,65 @@ static void send_hello(ftc__member_t *m) {
     ftc__frameq_push_front(&m->outq, f);
   }
   pthread_mutex_unlock(&m->lock);
-  ftc__free(wm);
   if (f) lws_callback_on_writable(m->wsi);
+}
+
+/* lws's own request lines around ours (request line, Host, Origin, Upgrade,
+ * Connection, Sec-WebSocket-Key, -Version, Pragma, Cache-Control, ...):
+ * about 250 bytes besides the host name twice, with room to spare. */
+#define REQUEST_OVERHEAD 384
+
+/* This attempt's hello for the request header, when the whole request
+ * stays within FTC__PROTO_HELLO_REQUEST_BUDGET (what a coordinator from
+ * before the header accepts too); else none, and the hello goes as a frame. */
+static void prepare_hello_header(ftc__member_t *m) {
+  ftc__free(m->hello_hdr);
+  m->hello_hdr = NULL;
+  m->hello_hdr_len = 0;
+  m->hello_in_request = 0;
+  pthread_mutex_lock(&m->lock);
+  ftc__frame_t *f = build_hello_locked(m);
+  pthread_mutex_unlock(&m->lock);
+  if (!f) return; /* the frame path reports it */
+  size_t fixed = REQUEST_OVERHEAD + 2 * strlen(m->host_hdr) + strlen(FTC__PROTO_WS_PATH) +
+                 strlen(FTC__PROTO_WS_NAME_HELLO ", " FTC__PROTO_WS_NAME) +
+                 strlen(FTC__PROTO_HELLO_HEADER ": \r\n");
+  size_t enc = ftc__b64url_len(f->len);
+  if (fixed + enc <= FTC__PROTO_HELLO_REQUEST_BUDGET && (m->hello_hdr = ftc__malloc(enc + 1))) {
+    m->hello_hdr_len = ftc__b64url_encode(f->buf + LWS_PRE, f->len, m->hello_hdr);
+  } else {
+    FTC_DEBUG(FTC_SUB_COORD,
+              "slot %d: a hello of %zu bytes makes the request too long for the header "
+              "(%zu bytes, at most %d): it goes as the first frame",
+              m->slot, f->len, fixed + enc, FTC__PROTO_HELLO_REQUEST_BUDGET);
+  }
+  ftc__free(f);
+}
+
+/* LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER: *pp is where the next header
+ * line goes, len the room left. */
+static int append_hello_header(ftc__member_t *m, char **pp, size_t len) {
+  if (!m->hello_hdr) return 0;
+  static const char name[] = FTC__PROTO_HELLO_HEADER ": ";
+  size_t need = sizeof(name) - 1 + m->hello_hdr_len + 2;
+  if (need >= len) { /* cannot happen within the budget; lws drops the request */
+    FTC_WARN(FTC_SUB_COORD, "slot %d: no room for the hello header (%zu bytes, %zu left)",
+             m->slot, need, len);
+    return -1;
+  }
+  char *p = *pp;
+  memcpy(p, name, sizeof(name) - 1);
+  p += sizeof(name) - 1;
+  memcpy(p, m->hello_hdr, m->hello_hdr_len);
+  p += m->hello_hdr_len;
+  *p++ = '\r';
+  *p++ = '\n';
+  *pp = p;
+  /* The hello is out with the request: the opening caller need not wait
+   * for the 101 (ftc__member_start; an older coordinator's selection
+   * still gets the frame at CLIENT_ESTABLISHED). */
+  m->hello_out = 1;
+  return 0;
 }
 
 static ftc__view_t *view_from_msg(const ftc__msg_t *msg, uint64_t my_id) {
@@ -701,11 +774,29 @@ static int member_callback(struct lws *wsi, enum lws_callback_reasons reason, vo
       m->rx_len = 0;
       connection_lost(m);
       return 0;
+    case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER:
+      return append_hello_header(m, (char **)in, len);
+    case LWS_CALLBACK_CLIENT_FILTER_PRE_ESTABLISH: {
+      /* The 101's headers go before CLIENT_ESTABLISHED: which subprotocol? */
+      char sel[64];
+      int n = lws_hdr_copy(wsi, sel, sizeof(sel), WSI_TOKEN_PROTOCOL);
+      m->hello_in_request = m->hello_hdr && n > 0 && !strcmp(sel, FTC__PROTO_WS_NAME_HELLO);
+      return 0;
+    }
     case LWS_CALLBACK_CLIENT_ESTABLISHED:
       m->wsi = wsi;
       m->rx_len = 0;
       hold_for_exit(m, wsi);
-      send_hello(m);
+      if (m->hello_in_request) {
+        /* The coordinator took the request's hello: its answer is on the way. */
+        m->hello_out = 1;
+        pthread_mutex_lock(&m->lock);
+        int has = m->outq.head != NULL;
+        pthread_mutex_unlock(&m->lock);
+        if (has) lws_callback_on_writable(wsi);
+      } else {
+        send_hello(m);
+      }
       return 0;
     case LWS_CALLBACK_CLIENT_RECEIVE: return on_receive(m, wsi, in, len);
     case LWS_CALLBACK_CLIENT_WRITEABLE: return on_writeable(m, wsi);
@@ -754,6 +845,7 @@ static void free_strings(ftc__member_t *m) {
   ftc__free(m->coord);
   ftc__free(m->host_name);
   ftc__free(m->host_hdr);
+  ftc__free(m->hello_hdr);
   ftc__free(m->job);
   ftc__free(m->token);
   ftc__free(m->data_addr);

@@ -333,6 +333,66 @@ out_decref:
   return f;
 }
 
+/* ---- base64url (the hello in the upgrade request) ---- */
+
+static const char b64url_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+size_t ftc__b64url_len(size_t n) { return n / 3 * 4 + (n % 3 ? n % 3 + 1 : 0); }
+
+size_t ftc__b64url_encode(const void *src, size_t n, char *dst) {
+  const unsigned char *p = src;
+  size_t o = 0, i = 0;
+  for (; i + 2 < n; i += 3) {
+    uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8 | p[i + 2];
+    dst[o++] = b64url_alphabet[v >> 18];
+    dst[o++] = b64url_alphabet[(v >> 12) & 63];
+    dst[o++] = b64url_alphabet[(v >> 6) & 63];
+    dst[o++] = b64url_alphabet[v & 63];
+  }
+  if (n - i == 1) {
+    uint32_t v = (uint32_t)p[i] << 16;
+    dst[o++] = b64url_alphabet[v >> 18];
+    dst[o++] = b64url_alphabet[(v >> 12) & 63];
+  } else if (n - i == 2) {
+    uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8;
+    dst[o++] = b64url_alphabet[v >> 18];
+    dst[o++] = b64url_alphabet[(v >> 12) & 63];
+    dst[o++] = b64url_alphabet[(v >> 6) & 63];
+  }
+  dst[o] = '\0';
+  return o;
+}
+
+static int b64url_value(unsigned char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '-') return 62;
+  if (c == '_') return 63;
+  return -1;
+}
+
+long ftc__b64url_decode(const char *src, size_t n, unsigned char *dst) {
+  while (n > 0 && src[n - 1] == '=') n--;
+  if (n % 4 == 1) return -1;
+  size_t o = 0;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (size_t i = 0; i < n; i++) {
+    int v = b64url_value((unsigned char)src[i]);
+    if (v < 0) return -1;
+    acc = acc << 6 | (uint32_t)v;
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      dst[o++] = (unsigned char)(acc >> bits);
+      acc &= (1u << bits) - 1;
+    }
+  }
+  return (long)o;
+}
+
 void ftc__frameq_push_front(ftc__frameq_t *q, ftc__frame_t *f) {
   f->next = q->head;
   q->head = f;
