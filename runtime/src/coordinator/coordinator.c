@@ -1083,6 +1083,7 @@ static int hello_header(ftc__coord_t *co, session_t *s, const char *hdr, size_t 
   } else {
     co->counts.hello_in_request++;
     co->stats_dirty = 1;
+    FTC_DEBUG(FTC_SUB_COORD, "job %s: the hello of %s came in its upgrade request", co->job, s->peer);
     rc = handle_message(co, s, (const char *)text, (size_t)n);
   }
   ftc__free(text);
