@@ -351,6 +351,47 @@ static void an_end_that_keeps_while_the_other_adopts_fails_the_others_move(void 
   }
 }
 
+/* A planned move whose epoch cannot be connected (it admits a member that
+ * never answers: its epoch would be superseded in a job) gives the kept
+ * connections back to epoch 1: a peer still there must not read their end
+ * as a crash, and they still carry epoch 1's bytes. */
+static void a_planned_move_that_fails_gives_the_kept_connections_back(void **state) {
+  (void)state;
+  rank_t k[2];
+  pthread_barrier_t built;
+  pair_init(k, &built);
+  int gone_fd;
+  char gone[128];
+  assert_int_equal(ftc__tcp_listen("127.0.0.1", NULL, AF_UNSPEC, NULL, 0, &gone_fd, gone, sizeof(gone)),
+                   FTC_OK);
+  close(gone_fd); /* its address refuses: a joiner that never comes */
+  for (int r = 0; r < 2; r++) {
+    ftc__view_t *v = harness_view(3, r, 2, NULL);
+    memcpy(v->members, k[r].view[2]->members, 2 * sizeof(*v->members));
+    v->members[2].member_id = 4242;
+    v->members[2].joined_epoch = 2;
+    snprintf(v->members[2].addr, sizeof(v->members[2].addr), "%s", gone);
+    harness_view_free(k[r].view[2]);
+    k[r].view[2] = v;
+    k[r].moves[0] = 2;
+    k[r].timeout_ms[0] = 400;
+    k[r].cfg.planned_move = 1;
+  }
+  pair_run(k);
+  for (int r = 0; r < 2; r++) {
+    if (k[r].st != FTC_ERR_TIMEOUT)
+      fail_msg("rank %d's move to an epoch whose joiner never answers ended with %s (%s)", r,
+               ftc_strerror(k[r].st), k[r].why);
+    const ftc__tcp_peer_t *old = &k[r].tp1->peers[1 - r];
+    if (old->fd < 0 || old->sfd < 0)
+      fail_msg("rank %d: epoch 1's connections %d/%d were not given back", r, old->fd, old->sfd);
+  }
+  const ftc__tcp_peer_t *p0 = &k[0].tp1->peers[1], *p1 = &k[1].tp1->peers[0];
+  expect_clean(p0->sfd, p1->fd, "e1>");
+  expect_clean(p1->sfd, p0->fd, "e1<");
+  pair_free(k, &built);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(both_sockets_of_a_pair_are_adopted_and_carry_only_the_new_epochs_bytes),
@@ -361,6 +402,7 @@ int main(void) {
       cmocka_unit_test(a_planned_move_to_the_next_epoch_keeps_the_pairs_connections),
       cmocka_unit_test(a_move_past_the_next_epoch_or_after_a_failure_adopts_the_spares),
       cmocka_unit_test(an_end_that_keeps_while_the_other_adopts_fails_the_others_move),
+      cmocka_unit_test(a_planned_move_that_fails_gives_the_kept_connections_back),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1234,7 +1234,7 @@ static int keeps_connections(const ftc__tcp_t *tp, const ftc__tcp_t *prev, const
  * of 2.6), or before a move that follows a failure, if the new epoch fails
  * first (ftc__tcp_close_spares), so that a peer that adopts them then reads
  * their end and connects anew. */
-static int take_live(ftc__tcp_t *prev, uint64_t member_id, int *fd, int *reno) {
+static int take_live(ftc__tcp_t *prev, uint64_t member_id, int *fd, int *reno, int *from) {
   for (int k = 0; k < prev->size; k++) {
     ftc__tcp_peer_t *p = &prev->peers[k];
     if (k == prev->rank || p->member_id != member_id) continue;
@@ -1242,11 +1242,29 @@ static int take_live(ftc__tcp_t *prev, uint64_t member_id, int *fd, int *reno) {
     fd[0] = p->sfd;
     fd[1] = p->fd;
     *reno = p->reno;
+    *from = k;
     __atomic_store_n(&p->fd, -1, __ATOMIC_RELEASE);
     __atomic_store_n(&p->sfd, -1, __ATOMIC_RELEASE);
     return 1;
   }
   return 0;
+}
+
+/* A connect that failed after keeping connections of prev (its epoch was
+ * superseded while it waited for a joiner, ...) gives them back rather than
+ * closing them: a peer still at prev's epoch would read their end as a
+ * crash of this rank. */
+static void give_back_live(ftc__tcp_t *tp, ftc__tcp_t *prev) {
+  for (int r = 0; prev && r < tp->size; r++) {
+    ftc__tcp_peer_t *p = &tp->peers[r];
+    int k = p->kept_from;
+    if (k < 0 || k >= prev->size || prev->peers[k].fd >= 0 || prev->peers[k].sfd >= 0) continue;
+    prev->peers[k].reno = p->reno; /* (the keep may have set its congestion control) */
+    __atomic_store_n(&prev->peers[k].sfd, p->sfd, __ATOMIC_RELEASE);
+    __atomic_store_n(&prev->peers[k].fd, p->fd, __ATOMIC_RELEASE);
+    p->fd = p->sfd = -1;
+    p->kept_from = -1;
+  }
 }
 
 /* Move the hellos `from` kept for a later epoch into b and answer them. */
@@ -1298,9 +1316,11 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
   int adopted = 0, listens = 0, keep = keeps_connections(tp, prev, b->view);
   for (int r = 0; r < tp->size; r++) {
     if (r == tp->rank) continue;
-    int fd[2] = {-1, -1}, fresh = 0, have = 0, reno = 0;
+    int fd[2] = {-1, -1}, fresh = 0, have = 0, reno = 0, from = -1;
     if (keep && !pend_waits(&b->conn[2 * r]) && *lane_slot(tp, r, 0, 0) < 0 &&
-        *lane_slot(tp, r, 1, 0) < 0 && take_live(prev, b->view->members[r].member_id, fd, &reno)) {
+        *lane_slot(tp, r, 1, 0) < 0 &&
+        take_live(prev, b->view->members[r].member_id, fd, &reno, &from)) {
+      tp->peers[r].kept_from = from;
       for (int lane = 0; lane < lanes; lane++) {
         pend_t *p = &b->conn[2 * r + lane];
         p->rank = r;
@@ -1526,6 +1546,7 @@ static ftc__tcp_t *tp_new(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view) {
   for (int r = 0; tp->peers && r < view->size; r++) { /* before any ftc__tcp_destroy */
     tp->peers[r].fd = tp->peers[r].sfd = -1;
     tp->peers[r].spare_fd = tp->peers[r].spare_sfd = -1;
+    tp->peers[r].kept_from = -1;
     tp->peers[r].member_id = view->members[r].member_id;
   }
   if (!tp->peers || !tp->pfd || !tp->pidx || !tp->stage || !tp->segs || !tp->streams ||
@@ -1628,6 +1649,7 @@ ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view
   return FTC_OK;
 
 out_destroy:
+  give_back_live(tp, prev);
   ftc__tcp_destroy(tp);
   return st;
 }

@@ -26,6 +26,8 @@ typedef struct ftc__tcp_peer {
   unsigned char spare_reno; /* FTCOMM_TCP_CONGESTION=auto gave the spares reno (written
                        * before they are stored) */
   unsigned char reno; /* and fd/sfd: what a planned move that keeps them starts from */
+  int kept_from;      /* fd/sfd were kept from this peer slot of the epoch before, -1 not
+                       * (a connect that fails gives them back: ftc__tcp_connect) */
 } ftc__tcp_peer_t;
 
 struct ftc__boot;
