@@ -46,6 +46,7 @@ typedef struct rank {
   int prev_none;        /* close epoch 1 (its spares) and connect without prev */
   int drop_spare_lane;  /* 0: none; 1 + lane: close epoch 1's spare on that lane first */
   int spare_built;
+  int live1[2];         /* epoch 1's connection to the peer (fd, sfd) before the moves */
   pthread_barrier_t *built; /* both ranks have their spares before either moves */
 } rank_t;
 
@@ -67,6 +68,8 @@ static void *rank_main(void *arg) {
   pthread_barrier_wait(k->built);
   if (!k->spare_built) return NULL;
   ftc__tcp_peer_t *peer = &k->tp1->peers[1 - k->r];
+  k->live1[0] = peer->fd;
+  k->live1[1] = peer->sfd;
   if (k->drop_spare_lane) {
     int *slot = k->drop_spare_lane == 1 ? &peer->spare_sfd : &peer->spare_fd;
     close(*slot);
@@ -264,7 +267,6 @@ static void a_planned_move_to_the_next_epoch_keeps_the_pairs_connections(void **
     rank_t k[2];
     pthread_barrier_t built;
     pair_init(k, &built);
-    int fd1[2][2];
     for (int r = 0; r < 2; r++) {
       k[r].moves[0] = 2;
       k[r].cfg.planned_move = 1;
@@ -274,9 +276,15 @@ static void a_planned_move_to_the_next_epoch_keeps_the_pairs_connections(void **
     ftc__param_reset();
     for (int r = 0; r < 2; r++) {
       if (k[r].st != FTC_OK) fail_msg("rank %d: %s", r, k[r].why);
-      /* what epoch 1 connected is what epoch 2 uses */
-      fd1[r][0] = k[r].tp->peers[1 - r].fd;
-      fd1[r][1] = k[r].tp->peers[1 - r].sfd;
+      /* what epoch 1 connected is what epoch 2 uses (moved, not closed: the
+       * same descriptors) */
+      const ftc__tcp_peer_t *now = &k[r].tp->peers[1 - r];
+      if (now->fd != k[r].live1[0] || now->sfd != k[r].live1[1] || now->fd < 0 || now->sfd < 0)
+        fail_msg("rank %d: epoch 2 uses sockets %d/%d, not epoch 1's %d/%d", r, now->fd, now->sfd,
+                 k[r].live1[0], k[r].live1[1]);
+      if ((sockets == 1) != (now->fd == now->sfd))
+        fail_msg("rank %d: %d socket(s) per pair, but fd %d and sfd %d", r, sockets, now->fd,
+                 now->sfd);
       ftc__tcp_peer_t *old = &k[r].tp1->peers[1 - r];
       if (old->fd != -1 || old->sfd != -1)
         fail_msg("rank %d: epoch 1 still holds its connections %d/%d after the move", r, old->fd,
@@ -290,7 +298,6 @@ static void a_planned_move_to_the_next_epoch_keeps_the_pairs_connections(void **
       assert_int_equal(ftc__tcp_kept(k[r].tp), sockets);
       assert_int_equal(ftc__tcp_adopted(k[r].tp), 0);
     }
-    assert_true(fd1[0][0] >= 0 && fd1[0][1] >= 0 && fd1[1][0] >= 0 && fd1[1][1] >= 0);
     expect_clean_pair(k);
     pair_free(k, &built);
   }
