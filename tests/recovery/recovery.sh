@@ -180,7 +180,9 @@ case_replace() {
 
 # A joiner that grows a job running at reduced size (min 3 of 4).
 # The survivors connect to the joiner between steps, once it is announced
-# (logged at info by net: "... made early"), before the step boundary; the
+# (logged at info by net: "... made early"), before the step boundary, and
+# keep their connections among themselves at it (the grow is the very next
+# epoch after the shrink: "... socket(s) kept from epoch ..."); the
 # steps are 30 ms apart so that even a slow (sanitized) joiner is in its
 # bootstrap by then. The joiner (rank 2) makes none of those connections: it
 # accepts those of ranks 0 and 1 too (debug: "rank 2 accepted rank 0 (socket
@@ -193,10 +195,11 @@ case_grow() {
      [ "$(finals grow | awk '{print $9}' | sort -u | wc -l)" = 1 ] &&
      grep -q 'joined (new ranks: 2), now rank' "$tmp/grow.out" &&
      { [ "${FTCOMM_BACKEND:-tcp}" != tcp ] || { grep -q 'to new members made early' "$tmp/grow.out" &&
+       grep -q 'socket(s) kept from epoch' "$tmp/grow.out" &&
        grep -q 'rank 2 accepted rank 0 (socket 0) (' "$tmp/grow.out" &&
        grep -q 'rank 2 accepted rank 1 (socket 1) (' "$tmp/grow.out"; }; } &&
      ! grep -q 'Sanitizer' "$tmp/grow.out"; then
-    ok grow "shrank to 3, grew back to 4 at a step boundary, connections to the joiner made before it, by the ranks below it too"
+    ok grow "shrank to 3, grew back to 4 at a step boundary, the running ranks' connections kept, those to the joiner made before it, by the ranks below it too"
   else
     bad grow "expected 4 identical finishers after a grow at a step boundary"
   fi
