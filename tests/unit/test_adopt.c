@@ -47,8 +47,18 @@ typedef struct rank {
   int drop_spare_lane;  /* 0: none; 1 + lane: close epoch 1's spare on that lane first */
   int spare_built;
   int live1[2];         /* epoch 1's connection to the peer (fd, sfd) before the moves */
+  int shut_during_ms;   /* > 0: another thread shuts epoch 1 this long after the first move
+                         * began (an abort or a loud failure meanwhile) */
   pthread_barrier_t *built; /* both ranks have their spares before either moves */
 } rank_t;
+
+static void *shut_later(void *arg) {
+  rank_t *k = arg;
+  struct timespec ts = {0, (long)k->shut_during_ms * 1000000L};
+  nanosleep(&ts, NULL);
+  ftc__tcp_shutdown(k->tp1);
+  return NULL;
+}
 
 static void *rank_main(void *arg) {
   rank_t *k = arg;
@@ -79,6 +89,8 @@ static void *rank_main(void *arg) {
     ftc__tcp_destroy(k->tp1);
     k->tp1 = NULL;
   }
+  pthread_t shutter;
+  if (k->shut_during_ms > 0) pthread_create(&shutter, NULL, shut_later, k);
   for (int m = 0; m < 2 && k->moves[m]; m++) {
     ftc__tcp_cfg_t cfg = k->cfg;
     if (k->timeout_ms[m]) cfg.connect_timeout_ms = k->timeout_ms[m];
@@ -89,6 +101,7 @@ static void *rank_main(void *arg) {
     snprintf(k->why, sizeof(k->why), "epoch %llu: %s", (unsigned long long)k->moves[m],
              ftc_last_error());
   }
+  if (k->shut_during_ms > 0) pthread_join(shutter, NULL);
   return NULL;
 }
 
@@ -362,11 +375,40 @@ static void an_end_that_keeps_while_the_other_adopts_fails_the_others_move(void 
  * never answers: its epoch would be superseded in a job) gives the kept
  * connections back to epoch 1: a peer still there must not read their end
  * as a crash, and they still carry epoch 1's bytes. */
+static void move_to_an_epoch_that_fails(rank_t k[2], pthread_barrier_t *built, int shut_rank0_ms);
+
 static void a_planned_move_that_fails_gives_the_kept_connections_back(void **state) {
   (void)state;
   rank_t k[2];
   pthread_barrier_t built;
-  pair_init(k, &built);
+  move_to_an_epoch_that_fails(k, &built, 0);
+  const ftc__tcp_peer_t *p0 = &k[0].tp1->peers[1], *p1 = &k[1].tp1->peers[0];
+  expect_clean(p0->sfd, p1->fd, "e1>");
+  expect_clean(p1->sfd, p0->fd, "e1<");
+  pair_free(k, &built);
+}
+
+/* The same, with epoch 1 shut (an abort, a loud failure) while its
+ * connections were away: what is given back is shut too, so the peer reads
+ * the end as it would have at the shutdown. */
+static void connections_given_back_to_a_shut_epoch_are_shut(void **state) {
+  (void)state;
+  rank_t k[2];
+  pthread_barrier_t built;
+  move_to_an_epoch_that_fails(k, &built, 150);
+  int fd = k[1].tp1->peers[0].fd;
+  struct pollfd p = {fd, POLLIN, 0};
+  assert_int_equal(poll(&p, 1, 5000), 1);
+  char c;
+  if (recv(fd, &c, 1, MSG_DONTWAIT) != 0)
+    fail_msg("rank 1 does not read the end of rank 0's connection, whose epoch was shut while "
+             "it was kept for the next one");
+  pair_free(k, &built);
+}
+
+static void move_to_an_epoch_that_fails(rank_t k[2], pthread_barrier_t *built, int shut_rank0_ms) {
+  pair_init(k, built);
+  k[0].shut_during_ms = shut_rank0_ms;
   int gone_fd;
   char gone[128];
   assert_int_equal(ftc__tcp_listen("127.0.0.1", NULL, AF_UNSPEC, NULL, 0, &gone_fd, gone, sizeof(gone)),
@@ -393,10 +435,6 @@ static void a_planned_move_that_fails_gives_the_kept_connections_back(void **sta
     if (old->fd < 0 || old->sfd < 0)
       fail_msg("rank %d: epoch 1's connections %d/%d were not given back", r, old->fd, old->sfd);
   }
-  const ftc__tcp_peer_t *p0 = &k[0].tp1->peers[1], *p1 = &k[1].tp1->peers[0];
-  expect_clean(p0->sfd, p1->fd, "e1>");
-  expect_clean(p1->sfd, p0->fd, "e1<");
-  pair_free(k, &built);
 }
 
 int main(void) {
@@ -410,6 +448,7 @@ int main(void) {
       cmocka_unit_test(a_move_past_the_next_epoch_or_after_a_failure_adopts_the_spares),
       cmocka_unit_test(an_end_that_keeps_while_the_other_adopts_fails_the_others_move),
       cmocka_unit_test(a_planned_move_that_fails_gives_the_kept_connections_back),
+      cmocka_unit_test(connections_given_back_to_a_shut_epoch_are_shut),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,12 +18,14 @@ static ftc_status_t tcp_connect(ftc_comm_t *comm, const ftc__view_t *view, void 
    * pairs' connections when it goes to the very next epoch and drops no
    * member (net.c, keeps_connections). */
   cfg.planned_move = comm->bh && !__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
-  /* An epoch that a planned move entered and that failed before it settled:
-   * the epoch before it (retired, closed once the failed one had settled)
-   * still holds the spares of the pairs that kept their connections. A peer
-   * that moves from that epoch may adopt them now; closed, it reads their
-   * end and connects anew instead of waiting for an ADOPT from here. */
-  if (!cfg.planned_move && comm->retired && comm->retired_planned) ftc__tcp_close_spares(comm->retired);
+  /* A move before the last one settled (moves back to back: a failure or a
+   * later epoch soon after a move): the epoch before that one (retired,
+   * closed once its successor settles) still holds its spares, those of the
+   * pairs that kept their connections among them. A peer that moves from
+   * that epoch may adopt them now; closed, it reads their end and connects
+   * anew instead of waiting for an ADOPT from here. Nobody polls a retired
+   * epoch's spares, so the closes wake no one. */
+  if (comm->retired) ftc__tcp_close_spares(comm->retired);
   ftc__tcp_t *tp = NULL;
   /* The previous epoch's transport (still comm->bh) lends its spare
    * connections; it is closed after this returns. */

@@ -1203,6 +1203,12 @@ static int take_spare(ftc__tcp_t *prev, uint64_t member_id, int lane, int *reno)
   return -1;
 }
 
+static void peer_shutdown(const ftc__tcp_peer_t *p) {
+  int fd = __atomic_load_n(&p->fd, __ATOMIC_ACQUIRE), sfd = __atomic_load_n(&p->sfd, __ATOMIC_ACQUIRE);
+  if (fd >= 0) shutdown(fd, SHUT_RDWR);
+  if (sfd >= 0 && sfd != fd) shutdown(sfd, SHUT_RDWR);
+}
+
 /* A planned move to the epoch right after prev's that drops none of its
  * members keeps every pair's connections of prev: both ends of a pair
  * decide it from the same two views (and a step boundary that both passed:
@@ -1216,7 +1222,9 @@ static int take_spare(ftc__tcp_t *prev, uint64_t member_id, int lane, int *reno)
 static int keeps_connections(const ftc__tcp_t *tp, const ftc__tcp_t *prev, const ftc__view_t *view) {
   if (!tp->cfg.planned_move || !prev || view->epoch != prev->epoch + 1 ||
       prev->cfg.sockets != tp->cfg.sockets ||
-      __atomic_load_n(&prev->ended_peer, __ATOMIC_ACQUIRE) >= 0 || prev->failed_peer >= 0)
+      __atomic_load_n(&prev->ended_peer, __ATOMIC_ACQUIRE) >= 0 ||
+      __atomic_load_n(&prev->failed_peer, __ATOMIC_ACQUIRE) >= 0 ||
+      __atomic_load_n(&prev->shut, __ATOMIC_ACQUIRE))
     return 0;
   for (int k = 0; k < prev->size; k++) {
     if (k == prev->rank) continue;
@@ -1264,6 +1272,8 @@ static void give_back_live(ftc__tcp_t *tp, ftc__tcp_t *prev) {
     __atomic_store_n(&prev->peers[k].fd, p->fd, __ATOMIC_RELEASE);
     p->fd = p->sfd = -1;
     p->kept_from = -1;
+    /* prev was shut (an abort, a loud failure) while they were away */
+    if (__atomic_load_n(&prev->shut, __ATOMIC_ACQUIRE)) peer_shutdown(&prev->peers[k]);
   }
 }
 
@@ -1810,13 +1820,9 @@ int ftc__tcp_adopted(const ftc__tcp_t *tp) { return tp ? tp->adopted : 0; }
 
 int ftc__tcp_kept(const ftc__tcp_t *tp) { return tp ? tp->kept : 0; }
 
-static void peer_shutdown(const ftc__tcp_peer_t *p) {
-  if (p->fd >= 0) shutdown(p->fd, SHUT_RDWR);
-  if (p->sfd >= 0 && p->sfd != p->fd) shutdown(p->sfd, SHUT_RDWR);
-}
-
 void ftc__tcp_shutdown(ftc__tcp_t *tp) {
   if (!tp) return;
+  __atomic_store_n(&tp->shut, 1, __ATOMIC_RELEASE);
   for (int r = 0; r < tp->size; r++) peer_shutdown(&tp->peers[r]);
 }
 
@@ -1890,14 +1896,16 @@ void ftc__tcp_say_goodbye(ftc__tcp_t *tp) {
 int ftc__tcp_peer_fds(const ftc__tcp_t *tp, int *fds, int *ranks, int max) {
   int n = 0;
   for (int r = 0; tp && r < tp->size && n < max; r++) {
-    if (tp->peers[r].fd < 0) continue;
-    fds[n] = tp->peers[r].fd;
+    int fd = __atomic_load_n(&tp->peers[r].fd, __ATOMIC_ACQUIRE);
+    if (fd < 0) continue;
+    fds[n] = fd;
     ranks[n++] = r;
   }
   /* Then the lower ranks' shared sockets, on which they also send. */
   for (int r = 0; tp && r < tp->rank && n < max; r++) {
-    int x = ftc__tcp_shared_fd(tp, r);
-    if (x < 0 || x == tp->peers[r].fd) continue;
+    int fd = __atomic_load_n(&tp->peers[r].fd, __ATOMIC_ACQUIRE);
+    int x = __atomic_load_n(tp->rank < r ? &tp->peers[r].fd : &tp->peers[r].sfd, __ATOMIC_ACQUIRE);
+    if (x < 0 || x == fd) continue;
     fds[n] = x;
     ranks[n++] = r;
   }

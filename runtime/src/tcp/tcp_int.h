@@ -36,7 +36,10 @@ struct ftc__tcp {
   ftc__tcp_cfg_t cfg;
   uint64_t epoch;
   int rank, size;
-  ftc__tcp_peer_t *peers; /* size entries */
+  ftc__tcp_peer_t *peers; /* size entries; fd and sfd change (a planned move takes them,
+                           * a failed one gives them back: net.c) on the thread that owns
+                           * the data plane, so other threads load them atomically */
+  int shut;               /* atomic: ftc__tcp_shutdown ran (what is given back later is shut too) */
   char *stage;            /* reduction staging chunk */
   size_t stage_cap;
   char *scratch;          /* per-collective work area, grown on demand */
