@@ -207,40 +207,44 @@ static void two_jobs_share_one_port_and_a_lost_slot_shrinks_at_once(void **state
  * and taken by the job's coordinator (welcome and view without a hello
  * frame, a wrong token refused with auth_failed); a client that offers only
  * the old subprotocol sends its hello as a frame, as before. */
-static void the_router_routes_a_hello_in_the_upgrade_request(void **state) {
-  fixture_t *fx = *state;
-  start_job(fx, "ns/h", "h", "token-h", 2);
-  int port = ftck_coords_port(fx->cs);
-  char hello[512], enc[1024], sel[64], *text = NULL;
-  snprintf(hello, sizeof hello,
+/* Job h's hello (token, slot) as the router sees it: its text in buf. */
+static const char *h_hello(char *buf, size_t len, const char *token, int slot) {
+  snprintf(buf, len,
            "{\"v\":1,\"type\":\"hello\",\"job\":\"h\",\"token\":\"%s\",\"slot\":%d,\"world_size\":2,"
-           "\"min_size\":1,\"addr\":\"127.0.0.1:9\"}", "wrong", 0);
+           "\"min_size\":1,\"addr\":\"127.0.0.1:9\"}", token, slot);
+  return buf;
+}
+
+/* A session offering both subprotocols with that hello in its request: the
+ * router must select the hello-in-request one; the first frame's text. */
+static int connect_with_hello_header(int port, const char *token, int slot, char **first) {
+  char hello[512], enc[1024], sel[64];
+  h_hello(hello, sizeof hello, token, slot);
   ftc__b64url_encode(hello, strlen(hello), enc);
   int fd = raw_ws_connect_ex(port, FTC__PROTO_WS_NAME_HELLO ", " FTC__PROTO_WS_NAME, enc, sel, sizeof sel);
   assert_true(fd >= 0);
   assert_string_equal(sel, FTC__PROTO_WS_NAME_HELLO);
-  assert_int_equal(raw_ws_recv(fd, &text, WAIT_MS), WS_TEXT);
+  assert_int_equal(raw_ws_recv(fd, first, WAIT_MS), WS_TEXT);
+  return fd;
+}
+
+static void the_router_routes_a_hello_in_the_upgrade_request(void **state) {
+  fixture_t *fx = *state;
+  start_job(fx, "ns/h", "h", "token-h", 2);
+  int port = ftck_coords_port(fx->cs);
+  char hello[512], sel[64], *text = NULL;
+  int fd = connect_with_hello_header(port, "wrong", 0, &text);
   assert_non_null(strstr(text, "\"auth_failed\""));
   free(text);
   close(fd);
-  snprintf(hello, sizeof hello,
-           "{\"v\":1,\"type\":\"hello\",\"job\":\"h\",\"token\":\"%s\",\"slot\":%d,\"world_size\":2,"
-           "\"min_size\":1,\"addr\":\"127.0.0.1:9\"}", "token-h", 0);
-  ftc__b64url_encode(hello, strlen(hello), enc);
-  int a = raw_ws_connect_ex(port, FTC__PROTO_WS_NAME_HELLO ", " FTC__PROTO_WS_NAME, enc, sel, sizeof sel);
-  assert_true(a >= 0);
-  assert_string_equal(sel, FTC__PROTO_WS_NAME_HELLO);
-  assert_int_equal(raw_ws_recv(a, &text, WAIT_MS), WS_TEXT);
+  int a = connect_with_hello_header(port, "token-h", 0, &text);
   assert_non_null(strstr(text, "\"welcome\""));
   free(text);
   /* Slot 1 the old way: only the old name, the hello as a frame. */
   int b = raw_ws_connect_ex(port, FTC__PROTO_WS_NAME, NULL, sel, sizeof sel);
   assert_true(b >= 0);
   assert_string_equal(sel, FTC__PROTO_WS_NAME);
-  snprintf(hello, sizeof hello,
-           "{\"v\":1,\"type\":\"hello\",\"job\":\"h\",\"token\":\"%s\",\"slot\":%d,\"world_size\":2,"
-           "\"min_size\":1,\"addr\":\"127.0.0.1:9\"}", "token-h", 1);
-  assert_int_equal(raw_ws_send_text(b, hello), 0);
+  assert_int_equal(raw_ws_send_text(b, h_hello(hello, sizeof hello, "token-h", 1)), 0);
   assert_int_equal(raw_ws_recv(b, &text, WAIT_MS), WS_TEXT);
   assert_non_null(strstr(text, "\"welcome\""));
   free(text);

@@ -51,6 +51,17 @@ static const char *hello_json(int slot) {
   return buf;
 }
 
+/* A new member's first frames: the welcome, then its first view. */
+static void expect_welcome_and_view(int fd) {
+  char *text = NULL;
+  assert_int_equal(raw_ws_recv(fd, &text, 5000), WS_TEXT);
+  assert_non_null(strstr(text, "\"welcome\""));
+  free(text);
+  assert_int_equal(raw_ws_recv(fd, &text, 5000), WS_TEXT);
+  assert_non_null(strstr(text, "\"view\""));
+  free(text);
+}
+
 /* The next frame is an error with `code`; then the session closes. */
 static void expect_refusal(int fd, const char *code) {
   char *text = NULL;
@@ -241,13 +252,7 @@ static void second_hello_is_refused(void **state) {
   (void)state;
   int fd = connect_raw();
   assert_int_equal(raw_ws_send_text(fd, hello_json(0)), 0);
-  char *text = NULL;
-  assert_int_equal(raw_ws_recv(fd, &text, 5000), WS_TEXT);
-  assert_non_null(strstr(text, "\"welcome\""));
-  free(text);
-  assert_int_equal(raw_ws_recv(fd, &text, 5000), WS_TEXT);
-  assert_non_null(strstr(text, "\"view\""));
-  free(text);
+  expect_welcome_and_view(fd);
   assert_int_equal(raw_ws_send_text(fd, hello_json(0)), 0);
   expect_refusal(fd, "unexpected");
   expect_coordinator_serves();
@@ -300,13 +305,7 @@ static void hello_in_the_request_is_admitted_without_a_hello_frame(void **state)
   int fd = connect_with_header(hdr);
   free(hdr);
   /* Nothing sent after the request: welcome and the first view come. */
-  char *text = NULL;
-  assert_int_equal(raw_ws_recv(fd, &text, 5000), WS_TEXT);
-  assert_non_null(strstr(text, "\"welcome\""));
-  free(text);
-  assert_int_equal(raw_ws_recv(fd, &text, 5000), WS_TEXT);
-  assert_non_null(strstr(text, "\"view\""));
-  free(text);
+  expect_welcome_and_view(fd);
   ftc__coord_stats(co, &after);
   assert_int_equal(after.hello_in_request, before.hello_in_request + 1);
   assert_int_equal(after.refused, before.refused);
