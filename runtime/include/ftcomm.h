@@ -156,6 +156,37 @@ typedef struct ftc_request ftc_request_t;
  */
 FTC_API ftc_status_t ftc_comm_create(const ftc_config_t *cfg, ftc_comm_t **comm);
 
+/*
+ * ftc_comm_create in two halves, for a process with its own initialization
+ * to do first (a replacement that loads its model and data): begin does
+ * everything that needs no other rank (the configuration, the data-plane
+ * listener, the flight recorder, the connection to the coordinator) and
+ * registers this process there as a standby member: it holds its slot and
+ * heartbeats, but is neither admitted to an epoch nor counted for the first
+ * one. begin returns once the hello is sent, without waiting for the answer.
+ * When the application is ready, finish asks to be admitted: a joiner enters
+ * at the next epoch (the running ranks take it at their next step boundary,
+ * docs/recovery.md), an initial rank counts for the first epoch; finish
+ * then returns as ftc_comm_create would, within connect_timeout_ms of the
+ * finish call. The work begin did is off the way from "ready" to the
+ * first collective (docs/recovery.md, "Joining early").
+ *
+ *   ftc_comm_pending_t *pending;
+ *   ftc_comm_create_begin(NULL, &pending);    // first thing in main()
+ *   load_model_and_data();                     // the application's own start
+ *   ftc_comm_create_finish(pending, &comm);    // ready: admitted, connected
+ *
+ * finish consumes the pending handle, on failure too (*comm is then NULL);
+ * cancel leaves the job without joining and frees it (NULL is a no-op).
+ * A coordinator older than this call admits the process at its hello, and
+ * finish then works as before, the early start is lost: the others wait at
+ * their step boundary until the application calls finish.
+ */
+typedef struct ftc_comm_pending ftc_comm_pending_t;
+FTC_API ftc_status_t ftc_comm_create_begin(const ftc_config_t *cfg, ftc_comm_pending_t **pending);
+FTC_API ftc_status_t ftc_comm_create_finish(ftc_comm_pending_t *pending, ftc_comm_t **comm);
+FTC_API void ftc_comm_create_cancel(ftc_comm_pending_t *pending);
+
 /* Leave the job cleanly and free the communicator. Pending requests are
  * failed with FTC_ERR_ABORTED and must still be freed. NULL is a no-op. */
 FTC_API ftc_status_t ftc_comm_destroy(ftc_comm_t *comm);

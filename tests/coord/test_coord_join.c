@@ -478,6 +478,132 @@ static void members_are_fresh_until_they_report_ready(void **state) {
   ftc__coord_destroy(fx.co);
 }
 
+/* A standby session (ftc_comm_create_begin): its hello is out when this
+ * returns; the membership thread reads the welcome and heartbeats. */
+static ftc__member_t *standby(const fixture_t *fx, int slot, int world, int joiner) {
+  ftc__member_cfg_t c = member_cfg(fx, slot, world);
+  c.standby = 1;
+  c.joiner = joiner;
+  ftc__member_t *m = NULL;
+  ftc_status_t st = ftc__member_start(&c, &m);
+  if (st != FTC_OK) fail_msg("slot %d: %s: %s", slot, ftc_strerror(st), ftc_last_error());
+  return m;
+}
+
+/* ftc_comm_create_finish's half: join, then wait for the welcome. */
+static void join_now(ftc__member_t **m) {
+  ftc__member_join(*m);
+  ftc_status_t st = ftc__member_finish(m);
+  if (st != FTC_OK) fail_msg("join: %s: %s", ftc_strerror(st), ftc_last_error());
+}
+
+static void standby_member_is_admitted_only_after_its_join(void **state) {
+  (void)state;
+  fixture_t fx;
+  start_coord(2, 1, &fx);
+  ftc__member_t *a = join(&fx, 0, 2);
+  ftc__member_t *b = standby(&fx, 1, 2, 0);
+  ftc__coord_stats_t st;
+  WAIT_STATS(fx.co, st, st.standby == 1 && st.pending == 1);
+  /* Registered, but not counted for the first epoch. */
+  ftc__view_t *none = NULL;
+  assert_int_equal(ftc__member_wait_view(a, 0, 300, &none), FTC_ERR_TIMEOUT);
+  assert_int_equal(ftc__member_error(b), FTC_OK);
+  /* Its slot is taken all the same. */
+  ftc__member_cfg_t c = member_cfg(&fx, 1, 2);
+  ftc__member_t *dup = NULL;
+  assert_int_equal(ftc__member_open(&c, &dup), FTC_ERR_CONFIG);
+  assert_non_null(strstr(ftc_last_error(), "already has a live member"));
+  join_now(&b);
+  ftc__view_t *vb = view_after(b, 0);
+  assert_int_equal(vb->epoch, 1);
+  assert_int_equal(vb->size, 2);
+  assert_int_equal(vb->my_rank, 1);
+  ftc__view_t *va = view_after(a, 0);
+  assert_int_equal(va->epoch, 1);
+  ftc__view_free(va);
+  ftc__view_free(vb);
+  WAIT_STATS(fx.co, st, st.standby == 0 && st.pending == 0 && st.epoch_size == 2);
+  /* A replacement for slot 1 waits as standby while slot 0 trains on. */
+  ftc__member_close(b);
+  va = view_after(a, 1);
+  assert_int_equal(va->epoch, 2);
+  assert_int_equal(va->size, 1);
+  ftc__view_free(va);
+  ftc__member_t *j = standby(&fx, 1, 2, 1);
+  WAIT_STATS(fx.co, st, st.standby == 1);
+  usleep(300000); /* three heartbeat intervals: it stays, and is not admitted */
+  assert_int_equal(ftc__member_wait_view(a, 2, 1, &none), FTC_ERR_TIMEOUT);
+  assert_int_equal(ftc__member_error(j), FTC_OK);
+  ftc__coord_stats(fx.co, &st);
+  assert_int_equal(st.standby, 1);
+  assert_int_equal(st.lost, 0);
+  join_now(&j);
+  ftc__view_t *vj = view_after(j, 0);
+  assert_int_equal(vj->epoch, 3);
+  assert_int_equal(vj->size, 2);
+  assert_int_equal(vj->my_rank, 1);
+  assert_int_equal(vj->members[1].joined_epoch, 3);
+  va = view_after(a, 2);
+  assert_int_equal(va->epoch, 3);
+  assert_int_equal(va->members[1].member_id, vj->my_member_id);
+  ftc__view_free(va);
+  ftc__view_free(vj);
+  ftc__member_close(j);
+  ftc__member_close(a);
+  ftc__coord_destroy(fx.co);
+}
+
+/* The join may come before the welcome (the application was quick): it
+ * goes out once the welcome says standby. Repeated, so that both orders
+ * of the join and the welcome are met. */
+static void join_before_the_welcome_is_sent_after_it(void **state) {
+  (void)state;
+  fixture_t fx;
+  start_coord(2, 1, &fx);
+  ftc__member_t *a = join(&fx, 0, 2);
+  ftc__member_t *b = standby(&fx, 1, 2, 0);
+  join_now(&b);
+  ftc__view_t *v = view_after(b, 0);
+  assert_int_equal(v->epoch, 1);
+  ftc__view_free(v);
+  for (uint64_t e = 1; e < 6; e += 2) {
+    ftc__member_close(b);
+    v = view_after(a, e);
+    assert_int_equal(v->size, 1);
+    ftc__view_free(v);
+    b = standby(&fx, 1, 2, 1);
+    join_now(&b);
+    v = view_after(b, 0);
+    assert_int_equal(v->epoch, e + 2);
+    assert_int_equal(v->size, 2);
+    ftc__view_free(v);
+  }
+  ftc__member_close(b);
+  ftc__member_close(a);
+  ftc__coord_destroy(fx.co);
+}
+
+static void standby_that_leaves_frees_its_slot(void **state) {
+  (void)state;
+  fixture_t fx;
+  start_coord(2, 1, &fx);
+  ftc__member_t *a = join(&fx, 0, 2);
+  ftc__member_t *b = standby(&fx, 1, 2, 0);
+  ftc__coord_stats_t st;
+  WAIT_STATS(fx.co, st, st.standby == 1);
+  ftc__member_close(b); /* ftc_comm_create_cancel */
+  WAIT_STATS(fx.co, st, st.standby == 0 && st.left == 1);
+  b = join(&fx, 1, 2);
+  ftc__view_t *v = view_after(a, 0);
+  assert_int_equal(v->epoch, 1);
+  assert_int_equal(v->size, 2);
+  ftc__view_free(v);
+  ftc__member_close(b);
+  ftc__member_close(a);
+  ftc__coord_destroy(fx.co);
+}
+
 static void leave_then_joiner_gives_two_new_epochs_never_reusing_numbers(void **state) {
   (void)state;
   fixture_t fx;
@@ -1047,6 +1173,47 @@ static void ranks_reconnect_to_a_restarted_coordinator_which_adopts_their_epoch(
   ftc__coord_destroy(fx.co);
 }
 
+/* A standby member reconnects to a restarted coordinator as standby, and
+ * is admitted at its join there; the running epoch is adopted all the same. */
+static void standby_member_waits_through_a_coordinator_restart(void **state) {
+  (void)state;
+  fixture_t fx;
+  start_coord(3, 2, &fx);
+  int port = ftc__coord_port(fx.co);
+  ftc__member_t *m[3];
+  for (int s = 0; s < 3; s++) m[s] = join(&fx, s, 3);
+  all_saw_epoch_1(m, 3);
+  ftc__member_close(m[2]);
+  ftc__view_t *v = view_after(m[0], 1);
+  assert_int_equal(v->epoch, 2);
+  ftc__view_free(v);
+  ftc__member_t *j = standby(&fx, 2, 3, 1);
+  ftc__coord_stats_t st;
+  WAIT_STATS(fx.co, st, st.standby == 1);
+  ftc__coord_destroy(fx.co);
+  usleep(300000);
+  fx.co = coord_on_port(3, 2, port, 5000);
+  WAIT_STATS(fx.co, st, st.connected == 3 && st.standby == 1);
+  /* The running epoch came back with the ranks; the standby is not in it. */
+  assert_int_equal(st.epoch, 2);
+  assert_int_equal(st.epoch_size, 2);
+  ftc__view_t *none = NULL;
+  assert_int_equal(ftc__member_wait_view(m[0], 2, 200, &none), FTC_ERR_TIMEOUT);
+  join_now(&j);
+  v = view_after(j, 0);
+  assert_int_equal(v->epoch, 3);
+  assert_int_equal(v->size, 3);
+  assert_int_equal(v->my_rank, 2);
+  ftc__view_free(v);
+  v = view_after(m[1], 2);
+  assert_int_equal(v->epoch, 3);
+  ftc__view_free(v);
+  ftc__member_close(j);
+  ftc__member_close(m[0]);
+  ftc__member_close(m[1]);
+  ftc__coord_destroy(fx.co);
+}
+
 static void restarted_coordinator_drops_a_member_that_never_returns(void **state) {
   (void)state;
   fixture_t fx;
@@ -1261,6 +1428,9 @@ int main(void) {
       cmocka_unit_test(bad_coordinator_address_is_a_config_error),
       cmocka_unit_test(late_coordinator_is_reached_by_retrying),
       cmocka_unit_test(lost_member_gives_next_epoch_without_it),
+      cmocka_unit_test(standby_member_is_admitted_only_after_its_join),
+      cmocka_unit_test(join_before_the_welcome_is_sent_after_it),
+      cmocka_unit_test(standby_that_leaves_frees_its_slot),
       cmocka_unit_test(leave_then_joiner_gives_two_new_epochs_never_reusing_numbers),
       cmocka_unit_test(reported_rank_that_keeps_heartbeating_is_kept_in_a_new_epoch),
       cmocka_unit_test(reported_rank_that_is_silent_is_excluded_at_once),
@@ -1271,6 +1441,7 @@ int main(void) {
       cmocka_unit_test(calls_from_many_threads_on_one_session_are_safe),
       cmocka_unit_test(ranks_reconnect_to_a_restarted_coordinator_which_adopts_their_epoch),
       cmocka_unit_test(rank_that_missed_the_epoch_learns_it_from_the_adopting_coordinator),
+      cmocka_unit_test(standby_member_waits_through_a_coordinator_restart),
       cmocka_unit_test(restarted_coordinator_drops_a_member_that_never_returns),
       cmocka_unit_test(failure_report_after_a_restart_forms_the_next_epoch),
       cmocka_unit_test(a_coordinator_that_stays_away_fails_the_session_after_the_timeout),

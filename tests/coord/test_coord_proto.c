@@ -299,6 +299,36 @@ static void hello_dataplane_is_optional_and_checked(void **state) {
   }
 }
 
+/* ftc_comm_create_begin's words: "standby" in a hello and in its welcome
+ * (both optional, said only when true), and the "join" that follows. */
+static void standby_and_join_round_trip(void **state) {
+  (void)state;
+  ftc__hello_t h = {.job = "j", .token = "t", .addr = "a:1", .slot = 1, .world_size = 2,
+                    .min_size = 1, .joiner = 1};
+  json_t *o = ftc__proto_hello(&h);
+  assert_null(json_object_get(o, "standby")); /* not said unless true */
+  json_decref(o);
+  h.standby = 1;
+  ftc__msg_t m = roundtrip(ftc__proto_hello(&h), FTC__MSG_HELLO);
+  assert_int_equal(m.hello.standby, 1);
+  assert_int_equal(m.hello.joiner, 1);
+  ftc__msg_clear(&m);
+  o = ftc__proto_welcome(7, 3, 1000, 65536);
+  assert_null(json_object_get(o, "standby"));
+  m = roundtrip(o, FTC__MSG_WELCOME);
+  assert_int_equal(m.standby, 0);
+  ftc__msg_clear(&m);
+  m = roundtrip(ftc__proto_welcome_standby(ftc__proto_welcome(7, 3, 1000, 65536)),
+                FTC__MSG_WELCOME);
+  assert_int_equal(m.standby, 1);
+  assert_int_equal(m.member_id, 7);
+  ftc__msg_clear(&m);
+  assert_null(ftc__proto_welcome_standby(NULL)); /* out of memory passes through */
+  m = roundtrip(ftc__proto_join(), FTC__MSG_JOIN);
+  assert_string_equal(ftc__msg_type_name(m.type), "join");
+  ftc__msg_clear(&m);
+}
+
 static void error_codes_map_to_statuses(void **state) {
   (void)state;
   assert_int_equal(ftc__perr_status(FTC__PERR_AUTH), FTC_ERR_AUTH);
@@ -500,6 +530,7 @@ int main(void) {
       cmocka_unit_test(oversized_text_is_too_large_before_parsing),
       cmocka_unit_test(built_messages_decode_to_what_they_carry),
       cmocka_unit_test(hello_dataplane_is_optional_and_checked),
+      cmocka_unit_test(standby_and_join_round_trip),
       cmocka_unit_test(error_codes_map_to_statuses),
       cmocka_unit_test(token_comparison_is_exact),
       cmocka_unit_test(utf8_cut_never_splits_a_character),

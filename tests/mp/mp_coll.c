@@ -15,6 +15,12 @@
  *   absent     slot 1 never joins; slot 0's ftc_comm_create must fail with
  *              FTC_ERR_TIMEOUT within FTCOMM_CONNECT_TIMEOUT_MS (+1 s) and
  *              print "create timed out after N ms"
+ *   early      ftc_comm_create_begin, 300 ms of "initialization", then
+ *              ftc_comm_create_finish (slot 1 first cancels one begun
+ *              communicator and begins again: the slot is free again);
+ *              bad arguments to the three calls are refused, naming what
+ *              to pass; then an allreduce checks the job; prints
+ *              "early join: rank R of N, waited W ms in finish"
  *   latency    prints the mean 8-byte allreduce latency (rank 0)
  *   sweep [MAX] prints "bytes us" rows of f32 sum allreduce from 8 B to MAX
  *              bytes (default 4 MiB; rank 0), for measuring the cutover
@@ -182,6 +188,42 @@ static void run_sweep(ftc_comm_t *comm, size_t max) {
   free(buf);
 }
 
+static int run_early(void) {
+  ftc_comm_pending_t *p = NULL;
+  ftc_comm_t *comm = NULL;
+  const char *slot = getenv("FTCOMM_SLOT");
+  CHECK(ftc_comm_create_begin(NULL, NULL) == FTC_ERR_INVALID_ARGUMENT &&
+            strstr(ftc_last_error(), "pass &pending"),
+        "begin with a NULL output");
+  CHECK(ftc_comm_create_finish(NULL, &comm) == FTC_ERR_INVALID_ARGUMENT && !comm &&
+            strstr(ftc_last_error(), "ftc_comm_create_begin"),
+        "finish with a NULL pending handle");
+  ftc_comm_create_cancel(NULL);
+  if (slot && atoi(slot) == 1) {
+    /* Begun and cancelled: the coordinator frees the slot for the next. */
+    ftc_status_t st = ftc_comm_create_begin(NULL, &p);
+    CHECK(st == FTC_OK, "begin: %s", ftc_strerror(st));
+    usleep(100000);
+    ftc_comm_create_cancel(p); /* leaves: the slot is free at once */
+  }
+  ftc_status_t st = ftc_comm_create_begin(NULL, &p);
+  CHECK(st == FTC_OK, "begin: %s", ftc_strerror(st));
+  usleep(300000); /* the application's own start; the session heartbeats */
+  int64_t t0 = ftc__now_ns();
+  st = ftc_comm_create_finish(p, &comm);
+  CHECK(st == FTC_OK, "finish: %s", ftc_strerror(st));
+  long long ms = (long long)((ftc__now_ns() - t0) / 1000000);
+  ftc_comm_rank(comm, &rank);
+  ftc_comm_size(comm, &size);
+  int64_t v = rank + 1;
+  st = ftc_allreduce(&v, &v, 1, FTC_I64, FTC_SUM, comm, 10000);
+  CHECK(st == FTC_OK && v == (int64_t)size * (size + 1) / 2, "allreduce: %s, sum %lld",
+        ftc_strerror(st), (long long)v);
+  printf("early join: rank %d of %d, waited %lld ms in finish\n", rank, size, ms);
+  ftc_comm_destroy(comm);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "all";
   ftc_comm_t *comm;
@@ -202,6 +244,7 @@ int main(int argc, char **argv) {
     printf("create timed out after %lld ms: %s\n", ms, ftc_last_error());
     return 0;
   }
+  if (strcmp(mode, "early") == 0) return run_early();
   ftc_status_t st = ftc_comm_create(NULL, &comm);
   if (st != FTC_OK) {
     fprintf(stderr, "ftc_comm_create: %s: %s\n", ftc_strerror(st), ftc_last_error());

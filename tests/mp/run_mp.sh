@@ -34,6 +34,19 @@ survivors=$(grep -c "survivor saw" "$T/out")
 check "a rank that dies makes every survivor fail instead of hanging" \
   $([ $rc = 3 ] && [ "$survivors" = 3 ]; echo $?) "rc=$rc (want 3, the dead rank's code), survivors reporting: $survivors of 3"
 
+# ftc_comm_create_begin / _finish: every rank registers as standby, starts,
+# then joins; slot 1 cancels a begun communicator first. The first epoch
+# waits for every finish, and a cancelled standby leaves its slot free.
+FTCOMM_LOG_LEVEL=info timeout -k 5 60 "$RUN" -n 3 --timeout 30 -- "$PROG" early >"$T/out" 2>"$T/err"
+rc=$?
+check "ranks that begin, initialize and finish form the job; a cancelled begin frees its slot" \
+  $([ $rc = 0 ] && [ "$(grep -c 'early join: rank [0-2] of 3' "$T/out")" = 3 ] &&
+    [ "$(grep -c 'registered (standby until it joins)' "$T/err")" = 4 ] &&
+    [ "$(grep -c 'is ready to join' "$T/err")" = 3 ] &&
+    grep -q 'slot 1 (member [0-9]*) left before joining an epoch' "$T/err" &&
+    [ "$(grep -c 'epoch 1 formed with 3 members' "$T/err")" = 1 ]
+    echo $?) "rc=$rc"
+
 FTCOMM_CONNECT_TIMEOUT_MS=1500 timeout -k 5 60 "$RUN" -q -n 2 --timeout 30 -- "$PROG" absent >"$T/out" 2>"$T/err"
 rc=$?
 check "a rank that never joins makes ftc_comm_create time out, not hang" \

@@ -38,7 +38,10 @@
 #define DUMP_MAX_COPIES 8
 #define MAX_QUEUED 4096 /* messages waiting for one session's writeable callback */
 
-enum member_state { M_PENDING, M_ACTIVE };
+/* M_STANDBY: said hello with "standby" (ftc_comm_create_begin): it holds its
+ * slot and heartbeats, but is neither admitted nor counted for the first
+ * epoch until its "join" makes it M_PENDING. */
+enum member_state { M_PENDING, M_ACTIVE, M_STANDBY };
 
 struct session;
 
@@ -175,9 +178,11 @@ static void publish_stats(ftc__coord_t *co) {
   s.epoch_size = co->view_n;
   s.connected = 0;
   s.pending = 0;
+  s.standby = 0;
   for (int i = 0; i < co->nmembers; i++) {
     if (co->members[i]->sess) s.connected++;
     if (co->members[i]->state == M_PENDING) s.pending++;
+    if (co->members[i]->state == M_STANDBY) s.standby++;
   }
   pthread_mutex_lock(&co->lock);
   co->stats = s;
@@ -315,6 +320,7 @@ static void adopt_view(ftc__coord_t *co, const ftc__hello_t *h) {
   if (!self) return;
   for (int k = 0; k < co->nmembers; k++) {
     member_t *m = co->members[k];
+    if (m->state == M_STANDBY) continue; /* not in any epoch: waits for its join */
     int named = 0;
     for (int i = 0; i < h->view_n; i++)
       if (h->view[i].member_id == m->id && h->view[i].slot == m->slot) named = 1;
@@ -371,7 +377,8 @@ static void adopt_view(ftc__coord_t *co, const ftc__hello_t *h) {
            co->job, (unsigned long long)co->epoch, co->view_n, h->slot);
   /* Those that came back without a view learn the epoch now. */
   for (int k = 0; k < earlier; k++)
-    if (co->members[k]->sess) send_current_view(co, co->members[k]->sess);
+    if (co->members[k]->sess && co->members[k]->state == M_ACTIVE)
+      send_current_view(co, co->members[k]->sess);
 }
 
 /* A member of the current epoch dropped since it was formed: the next
@@ -460,10 +467,12 @@ static int cmp_slot(const void *a, const void *b) {
  * once every slot has joined, later ones without dropped members and with
  * waiting joiners, while at least min_size members remain. */
 static void maybe_form_epoch(ftc__coord_t *co) {
-  int pending = 0;
-  for (int i = 0; i < co->nmembers; i++)
+  int pending = 0, standby = 0;
+  for (int i = 0; i < co->nmembers; i++) {
     if (co->members[i]->state == M_PENDING) pending++;
-  int n = co->nmembers;
+    if (co->members[i]->state == M_STANDBY) standby++;
+  }
+  int n = co->nmembers - standby;
   if (!co->formed) {
     /* The first epoch of this coordinator (also after a restart, when ranks
      * bring their known epoch) waits for every slot. */
@@ -503,7 +512,8 @@ static void maybe_form_epoch(ftc__coord_t *co) {
     return;
   }
   uint64_t e = (co->epoch > co->max_known_epoch ? co->epoch : co->max_known_epoch) + 1;
-  memcpy(co->view, co->members, (size_t)n * sizeof(*co->view));
+  for (int i = 0, k = 0; i < co->nmembers; i++)
+    if (co->members[i]->state != M_STANDBY) co->view[k++] = co->members[i];
   qsort(co->view, (size_t)n, sizeof(*co->view), cmp_slot);
   for (int r = 0; r < n; r++) {
     member_t *m = co->view[r];
@@ -597,6 +607,13 @@ static int dataplane_refused(ftc__coord_t *co, session_t *s, const ftc__hello_t 
   return 0;
 }
 
+/* A member's welcome; a standby member's says so (it then sends "join"
+ * when ready; a rank whose welcome does not say it was admitted at once). */
+static json_t *welcome_for(const ftc__coord_t *co, const member_t *m) {
+  json_t *w = ftc__proto_welcome(m->id, co->epoch, co->heartbeat_ms, FTC__PROTO_MAX_RANK_MSG);
+  return m->state == M_STANDBY ? ftc__proto_welcome_standby(w) : w;
+}
+
 static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) {
   if (!ftc__proto_token_equal(h->token, co->token)) {
     refuse(co, s, FTC__PERR_AUTH, "the job token was refused (check FTCOMM_TOKEN)");
@@ -636,10 +653,17 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
       FTC_INFO(FTC_SUB_COORD, "job %s: slot %d (member %llu) reconnected from %s at epoch %llu",
                co->job, back->slot, (unsigned long long)back->id, s->peer,
                (unsigned long long)h->known_epoch);
-      send_msg(s,
-               ftc__proto_welcome(back->id, co->epoch, co->heartbeat_ms, FTC__PROTO_MAX_RANK_MSG),
-               0);
+      /* A standby member that said join while its connection was down
+       * says so by a hello without "standby". */
+      int joins = back->state == M_STANDBY && !h->standby;
+      if (joins) back->state = M_PENDING;
+      send_msg(s, welcome_for(co, back), 0);
       if (back->state == M_ACTIVE && h->known_epoch < co->epoch) send_current_view(co, s);
+      if (joins) {
+        FTC_INFO(FTC_SUB_COORD, "job %s: slot %d (member %llu) is ready to join", co->job,
+                 back->slot, (unsigned long long)back->id);
+        maybe_form_epoch(co);
+      }
       return;
     }
   }
@@ -685,7 +709,7 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
     m->id = ++co->next_id;
   }
   m->slot = h->slot;
-  m->state = M_PENDING;
+  m->state = h->standby ? M_STANDBY : M_PENDING;
   m->rank = -1;
   m->pid = h->pid;
   m->dataplane = h->dataplane;
@@ -697,11 +721,27 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
   add_member(co, m);
   co->stats_dirty = 1;
   session_timeout(s, NO_PENDING_TIMEOUT, 0);
-  FTC_INFO(FTC_SUB_COORD, "job %s: slot %d joined as member %llu from %s%s%s (data %s, %s)",
-           co->job, m->slot, (unsigned long long)m->id, m->host[0] ? m->host : "",
-           m->host[0] ? " at " : "", s->peer, m->addr, h->joiner ? "joiner" : "initial");
-  send_msg(s, ftc__proto_welcome(m->id, co->epoch, co->heartbeat_ms, FTC__PROTO_MAX_RANK_MSG),
-           0);
+  FTC_INFO(FTC_SUB_COORD, "job %s: slot %d %s as member %llu from %s%s%s (data %s, %s)",
+           co->job, m->slot, h->standby ? "registered (standby until it joins)" : "joined",
+           (unsigned long long)m->id, m->host[0] ? m->host : "", m->host[0] ? " at " : "",
+           s->peer, m->addr, h->joiner ? "joiner" : "initial");
+  send_msg(s, welcome_for(co, m), 0);
+  if (m->state == M_PENDING) maybe_form_epoch(co);
+}
+
+/* A standby member is ready: admitted like a member whose hello just came. */
+static void handle_join(ftc__coord_t *co, session_t *s) {
+  member_t *m = s->m;
+  if (m->state != M_STANDBY) {
+    /* Sent once more after a reconnect that already joined: nothing to do. */
+    FTC_DEBUG(FTC_SUB_COORD, "job %s: slot %d (member %llu) sent join but is not standby; "
+              "ignored", co->job, m->slot, (unsigned long long)m->id);
+    return;
+  }
+  m->state = M_PENDING;
+  co->stats_dirty = 1;
+  FTC_INFO(FTC_SUB_COORD, "job %s: slot %d (member %llu) is ready to join", co->job, m->slot,
+           (unsigned long long)m->id);
   maybe_form_epoch(co);
 }
 
@@ -1040,6 +1080,7 @@ static int handle_message(ftc__coord_t *co, session_t *s, const char *text, size
       break;
     case FTC__MSG_DUMP: handle_dump(co, s, &msg); break;
     case FTC__MSG_BACKEND: handle_backend(co, s, &msg); break;
+    case FTC__MSG_JOIN: handle_join(co, s); break;
     case FTC__MSG_ERROR:
       FTC_WARN(FTC_SUB_COORD, "job %s: slot %d sent error %s: %s", co->job, s->m->slot,
                msg.code_name, msg.reason ? msg.reason : "");

@@ -88,6 +88,8 @@ typedef struct ftc__coord_stats {
   int epoch_size;     /* members of that epoch */
   int connected;      /* authenticated sessions now */
   int pending;        /* members waiting for an epoch (first one, or joiners) */
+  int standby;        /* members registered before they are ready (hello "standby"),
+                       * not admitted until their "join" (ftc_comm_create_begin) */
   int lost;           /* members lost (session closed without leave, timed out, reported) */
   int left;           /* members that left cleanly */
   int refused;        /* sessions refused (auth, malformed, duplicates, ...) */

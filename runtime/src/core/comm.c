@@ -380,12 +380,14 @@ static void comm_prepare(ftc_comm_t *c) {
                          c->cfg.slot, c->cfg.world_size, &c->rec);
 }
 
-ftc_status_t ftc_comm_create(const ftc_config_t *cfg, ftc_comm_t **out) {
+/* Everything of a communicator's creation that needs no answer from the
+ * coordinator: the configuration, the data-plane listener, the session up
+ * to its hello (standby: as a member not to be admitted before its join),
+ * the backend probe, the recorder. */
+static ftc_status_t comm_begin(const ftc_config_t *cfg, int standby, ftc_comm_t **out) {
   ftc_comm_t *c;
-  ftc__view_t *view = NULL;
   ftc_status_t st;
   char hostname[256] = "";
-  if (!out) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "comm output pointer is NULL; pass &comm");
   *out = NULL;
   if ((st = comm_new(cfg, &c)) != FTC_OK) return st;
   if (!c->cfg.coordinator || !*c->cfg.coordinator) {
@@ -418,15 +420,29 @@ ftc_status_t ftc_comm_create(const ftc_config_t *cfg, ftc_comm_t **out) {
       .node = getenv("NODE_NAME"),
       .host = hostname,
       .connect_timeout_ms = c->cfg.connect_timeout_ms,
-      .first_view = 1, /* waited for below */
+      .first_view = !standby, /* waited for in comm_finish */
+      .standby = standby,
   };
-  int64_t t0 = ftc__now_ns();
   /* The session's first connection is under way when start returns (its
-   * hello sent); the backend probe runs meanwhile, then finish reads the
-   * welcome and the first view in this thread. */
+   * hello sent); the backend probe runs meanwhile, then comm_finish reads
+   * the welcome and the first view. */
   if ((st = ftc__member_start(&mcfg, &c->member)) != FTC_OK) goto out_free;
   comm_probe_auto(c);
   comm_prepare(c);
+  *out = c;
+  return FTC_OK;
+
+out_free:
+  comm_free(c);
+  return st;
+}
+
+/* The rest: the welcome, the first view that includes this process, its
+ * data plane, the engine and the watchdog; within connect_timeout_ms of t0.
+ * Frees c on failure. */
+static ftc_status_t comm_finish(ftc_comm_t *c, int64_t t0) {
+  ftc__view_t *view = NULL;
+  ftc_status_t st;
   if ((st = ftc__member_finish(&c->member)) != FTC_OK) goto out_free;
   int64_t left_ms = c->cfg.connect_timeout_ms - (ftc__now_ns() - t0) / 1000000;
   if (left_ms < 1) left_ms = 1;
@@ -456,12 +472,69 @@ ftc_status_t ftc_comm_create(const ftc_config_t *cfg, ftc_comm_t **out) {
   }
   FTC_INFO(FTC_SUB_INIT, "communicator up: rank %d of %d, epoch %llu, data plane %s", c->rank,
            c->size, (unsigned long long)c->epoch, c->data_addr);
-  *out = c;
   return FTC_OK;
 
 out_free:
   comm_free(c);
   return st;
+}
+
+ftc_status_t ftc_comm_create(const ftc_config_t *cfg, ftc_comm_t **out) {
+  ftc_comm_t *c;
+  ftc_status_t st;
+  if (!out) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "comm output pointer is NULL; pass &comm");
+  *out = NULL;
+  int64_t t0 = ftc__now_ns();
+  if ((st = comm_begin(cfg, 0, &c)) != FTC_OK) return st;
+  if ((st = comm_finish(c, t0)) != FTC_OK) return st;
+  *out = c;
+  return FTC_OK;
+}
+
+struct ftc_comm_pending {
+  ftc_comm_t *comm;
+};
+
+ftc_status_t ftc_comm_create_begin(const ftc_config_t *cfg, ftc_comm_pending_t **out) {
+  ftc_status_t st;
+  if (!out)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                      "pending output pointer is NULL; pass &pending");
+  *out = NULL;
+  ftc_comm_pending_t *p = ftc__calloc(1, sizeof(*p));
+  if (!p) return ftc__error(FTC_ERR_NO_MEMORY, "allocating a pending communicator");
+  if ((st = comm_begin(cfg, 1, &p->comm)) != FTC_OK) {
+    ftc__free(p);
+    return st;
+  }
+  FTC_DEBUG(FTC_SUB_INIT, "communicator begun: slot %d registers as standby until it is ready",
+            p->comm->cfg.slot);
+  *out = p;
+  return FTC_OK;
+}
+
+ftc_status_t ftc_comm_create_finish(ftc_comm_pending_t *pending, ftc_comm_t **out) {
+  ftc_status_t st;
+  if (out) *out = NULL;
+  if (!pending || !out) {
+    ftc_comm_create_cancel(pending);
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                      "ftc_comm_create_finish: pending and comm must not be NULL (pass the "
+                      "handle from ftc_comm_create_begin and &comm)");
+  }
+  ftc_comm_t *c = pending->comm;
+  ftc__free(pending);
+  int64_t t0 = ftc__now_ns();
+  ftc__member_join(c->member);
+  if ((st = comm_finish(c, t0)) != FTC_OK) return st;
+  *out = c;
+  return FTC_OK;
+}
+
+void ftc_comm_create_cancel(ftc_comm_pending_t *pending) {
+  if (!pending) return;
+  comm_free(pending->comm); /* leaves the job: the coordinator frees the slot */
+  ftc__free(pending);
 }
 
 /* How long a quiet failure's sockets stay open at most when no view drops

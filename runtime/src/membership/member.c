@@ -93,6 +93,9 @@ struct ftc__member {
   uint64_t member_id;
   uint64_t known_epoch;
   uint64_t ready_epoch; /* first completed step boundary, 0: none (ftc__member_set_ready) */
+  int standby;          /* hellos say "standby" (until ftc__member_join) */
+  int standby_acked;    /* this session's welcome said "standby": a join is due when ready */
+  int join_wanted;      /* ftc__member_join came before the welcome */
   ftc__view_t *view;
   ftc__frameq_t outq;
   int leaving;
@@ -385,6 +388,7 @@ static ftc__frame_t *build_hello_locked(ftc__member_t *m) {
       .min_size = m->min_size,
       .joiner = m->joiner,
       .dataplane = m->dataplane,
+      .standby = m->standby,
       .pid = (int64_t)getpid(),
       .known_epoch = m->known_epoch,
       .prev_member_id = m->member_id,
@@ -511,7 +515,7 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
   ftc__msg_t msg;
   char why[256];
   ftc__perr_t perr = ftc__proto_decode(text, len, FTC__PROTO_MAX_COORD_MSG, &msg, why, sizeof(why));
-  int rc = 0, start_heartbeats = 0;
+  int rc = 0, start_heartbeats = 0, write_due = 0;
   pthread_mutex_lock(&m->lock);
   if (perr != FTC__PERR_NONE) {
     set_error_locked(m, FTC_ERR_PROTOCOL, "malformed message from the coordinator at %s: %s: %s",
@@ -543,14 +547,31 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
       }
       m->member_id = msg.member_id;
       m->state = S_OPEN;
+      /* Held as standby (our hello said so, and the coordinator knows the
+       * word): ftc__member_join sends the join, or sends it now if it came
+       * first. Otherwise this member was admitted with its hello. */
+      m->standby_acked = msg.standby && m->standby + m->join_wanted > 0;
+      if (!m->standby_acked) m->standby = 0;
+      if (m->standby_acked && m->join_wanted) {
+        ftc__frame_t *jf = ftc__proto_encode(ftc__proto_join(), LWS_PRE);
+        if (!jf) {
+          set_error_locked(m, FTC_ERR_NO_MEMORY, "out of memory building the join");
+          rc = -1;
+          break;
+        }
+        ftc__frameq_push(&m->outq, jf);
+        write_due = 1;
+      }
+      m->join_wanted = 0;
       m->reconnect_deadline_ns = 0;
       m->retry_ms = RETRY_FIRST_MS;
       m->heartbeat_ms = msg.heartbeat_ms;
       if (m->cfg_heartbeat_ms > 0 && m->cfg_heartbeat_ms < m->heartbeat_ms)
         m->heartbeat_ms = m->cfg_heartbeat_ms;
-      FTC_INFO(FTC_SUB_COORD, "slot %d: joined job %s as member %llu (coordinator epoch %llu)",
-               m->slot, m->job, (unsigned long long)m->member_id,
-               (unsigned long long)msg.epoch);
+      FTC_INFO(FTC_SUB_COORD, "slot %d: %s job %s as member %llu (coordinator epoch %llu)%s",
+               m->slot, m->standby_acked ? "registered with" : "joined", m->job,
+               (unsigned long long)m->member_id, (unsigned long long)msg.epoch,
+               m->standby_acked ? ", standby until it is ready" : "");
       pthread_cond_broadcast(&m->cond);
       start_heartbeats = 1; /* after the unlock: no lws call under m->lock */
       break;
@@ -656,6 +677,7 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
 out_unlock:
   pthread_mutex_unlock(&m->lock);
   ftc__msg_clear(&msg);
+  if (write_due && m->wsi) lws_callback_on_writable(m->wsi);
   if (start_heartbeats) {
     lws_sul_schedule(m->ctx, 0, &m->sul_heartbeat, send_heartbeat,
                      (lws_usec_t)m->heartbeat_ms * 1000);
@@ -1003,6 +1025,7 @@ ftc_status_t ftc__member_start(const ftc__member_cfg_t *cfg, ftc__member_t **out
   m->joiner = cfg->joiner;
   m->dataplane = cfg->dataplane > 0 ? cfg->dataplane : 0;
   m->first_view = cfg->first_view == 1;
+  m->standby = cfg->standby == 1;
   m->cfg_heartbeat_ms = cfg->heartbeat_ms;
   m->connect_timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 60000;
   m->heartbeat_ms = cfg->heartbeat_ms > 0 ? cfg->heartbeat_ms : FTC__PROTO_DEFAULT_HEARTBEAT_MS;
@@ -1042,6 +1065,12 @@ ftc_status_t ftc__member_start(const ftc__member_cfg_t *cfg, ftc__member_t **out
   m->in_caller = 1;
   try_connect(&m->sul_connect);
   if (m->wsi) service_in_caller(m, hello_sent);
+  if (m->standby) {
+    /* Nobody waits for the answer now: the membership thread reads it, and
+     * heartbeats until the join (the application initializes meanwhile). */
+    m->in_caller = 0;
+    m->handoff = 1;
+  }
   int err = pthread_create(&m->thread, NULL, service_main, m);
   if (err) {
     st = ftc__error(FTC_ERR_SYSTEM, "cannot start the membership thread: %s", strerror(err));
@@ -1073,6 +1102,29 @@ static void finish_in_caller(ftc__member_t *m) {
   m->handoff = 1;
   pthread_cond_signal(&m->gate);
   pthread_mutex_unlock(&m->lock);
+}
+
+void ftc__member_join(ftc__member_t *m) {
+  int send = 0;
+  ftc__frame_t *f = NULL;
+  pthread_mutex_lock(&m->lock);
+  m->open_deadline_ns = ftc__deadline_ns(m->connect_timeout_ms);
+  if (m->standby) {
+    m->standby = 0;
+    if (m->state == S_OPEN && m->standby_acked) {
+      send = 1;
+    } else {
+      m->join_wanted = 1; /* the welcome sends it if it says standby */
+    }
+  }
+  if (send) {
+    if ((f = ftc__proto_encode(ftc__proto_join(), LWS_PRE)))
+      ftc__frameq_push(&m->outq, f);
+    else
+      set_error_locked(m, FTC_ERR_NO_MEMORY, "out of memory building the join");
+  }
+  pthread_mutex_unlock(&m->lock);
+  if (send) lws_cancel_service(m->ctx); /* the service thread writes it */
 }
 
 ftc_status_t ftc__member_finish(ftc__member_t **mp) {
@@ -1395,6 +1447,15 @@ void ftc__member_close(ftc__member_t *m) {
   if (!m) return;
   ftc__frame_t *f = ftc__proto_encode(ftc__proto_leave("closed"), LWS_PRE);
   pthread_mutex_lock(&m->lock);
+  if (m->state == S_CONNECTING && m->handoff && !m->leaving) {
+    /* A standby session closed before its welcome (ftc_comm_create_cancel
+     * right after begin): the welcome is due, and a leave after it frees
+     * the slot at once, where a bare close would count as a lost member. */
+    int64_t deadline = ftc__deadline_ns(LEAVE_WAIT_MS);
+    struct timespec ts = {(time_t)(deadline / 1000000000LL), (long)(deadline % 1000000000LL)};
+    while (m->state == S_CONNECTING && ftc__now_ns() < deadline)
+      pthread_cond_timedwait(&m->cond, &m->lock, &ts);
+  }
   if (f && m->state == S_OPEN && !m->leaving) {
     f->close_after = 1;
     ftc__frameq_push(&m->outq, f);

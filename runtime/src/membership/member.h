@@ -47,6 +47,10 @@ typedef struct ftc__member_cfg {
   int heartbeat_ms;       /* 0: protocol default */
   int first_view;         /* 1: ftc__member_finish also reads the first view in the caller's
                            * thread (ftc_comm_create, which waits for it next anyway) */
+  int standby;            /* 1: the hello says "standby" (ftc_comm_create_begin): the
+                           * coordinator registers this process but admits it only after
+                           * ftc__member_join; start hands the session to the membership
+                           * thread at once (it heartbeats meanwhile) */
 } ftc__member_cfg_t;
 
 /* Whether a member holds the application's state, as the coordinator says
@@ -94,6 +98,13 @@ ftc_status_t ftc__member_open(const ftc__member_cfg_t *cfg, ftc__member_t **out)
  * failure, finish frees the session and sets *m to NULL. */
 ftc_status_t ftc__member_start(const ftc__member_cfg_t *cfg, ftc__member_t **out);
 ftc_status_t ftc__member_finish(ftc__member_t **m);
+
+/* A standby session (cfg->standby) asks to be admitted: a "join" once the
+ * coordinator's welcome said it holds this member as standby (an older
+ * coordinator admitted it at once: nothing to send), and later hellos
+ * (reconnects) no longer say standby. ftc__member_finish then waits up to
+ * connect_timeout_ms from this call. */
+void ftc__member_join(ftc__member_t *m);
 
 /* Wait up to timeout_ms for an epoch newer than `after`. On success *view is
  * owned by the caller (ftc__view_free). */

@@ -26,6 +26,7 @@ static const char *const type_names[FTC__MSG_TYPE_COUNT] = {
     [FTC__MSG_DUMP] = "dump",
     [FTC__MSG_ERROR] = "error",
     [FTC__MSG_BACKEND] = "backend",
+    [FTC__MSG_JOIN] = "join",
 };
 
 static const char *const perr_names[FTC__PERR_COUNT] = {
@@ -158,6 +159,7 @@ json_t *ftc__proto_hello(const ftc__hello_t *h) {
   if (h->host) err |= set(o, "host", json_string(h->host));
   if (h->pid) err |= set(o, "pid", json_integer(h->pid));
   if (h->dataplane) err |= set(o, "dataplane", json_integer(h->dataplane));
+  if (h->standby) err |= set(o, "standby", json_true());
   err |= set(o, "known_epoch", json_integer((json_int_t)h->known_epoch));
   if (h->prev_member_id)
     err |= set(o, "prev_member_id", json_integer((json_int_t)h->prev_member_id));
@@ -176,6 +178,16 @@ json_t *ftc__proto_welcome(uint64_t member_id, uint64_t epoch, int heartbeat_ms,
   err |= set(o, "max_message", json_integer(max_message));
   return finish(o, err);
 }
+
+json_t *ftc__proto_welcome_standby(json_t *welcome) {
+  if (welcome && json_object_set_new(welcome, "standby", json_true())) {
+    json_decref(welcome);
+    return NULL;
+  }
+  return welcome;
+}
+
+json_t *ftc__proto_join(void) { return msg_new(FTC__MSG_JOIN); }
 
 json_t *ftc__proto_view(uint64_t epoch, const ftc__wire_member_t *members, int n,
                         const char *backend) {
@@ -992,6 +1004,7 @@ ftc__perr_t ftc__proto_decode(const char *text, size_t len, size_t max_len, ftc_
       get_int(&d, o, "pid", 0, INT32_MAX, 1, &pid);
       h->pid = pid;
       h->dataplane = get_i32(&d, o, "dataplane", 1, 65535, 1, 0);
+      h->standby = get_bool(&d, o, "standby", 1);
       h->known_epoch = get_u64(&d, o, "known_epoch", 1);
       h->prev_member_id = get_u64(&d, o, "prev_member_id", 1);
       if (!d.bad && json_object_get(o, "view")) {
@@ -1008,6 +1021,7 @@ ftc__perr_t ftc__proto_decode(const char *text, size_t len, size_t max_len, ftc_
           get_i32(&d, o, "heartbeat_ms", 1, 3600000, 1, FTC__PROTO_DEFAULT_HEARTBEAT_MS);
       msg->max_message =
           get_i32(&d, o, "max_message", 1024, INT32_MAX, 1, FTC__PROTO_MAX_RANK_MSG);
+      msg->standby = get_bool(&d, o, "standby", 1);
       if (!d.bad && msg->member_id == 0) fail(&d, "field \"%s\" must not be 0", "member_id");
       break;
     case FTC__MSG_VIEW: decode_view(&d, msg); break;
@@ -1022,6 +1036,7 @@ ftc__perr_t ftc__proto_decode(const char *text, size_t len, size_t max_len, ftc_
       break;
     case FTC__MSG_FAILURE: decode_failure(&d, msg); break;
     case FTC__MSG_LEAVE: msg->reason = get_str(&d, o, "reason", 1024, 1); break;
+    case FTC__MSG_JOIN: break; /* no fields */
     case FTC__MSG_DUMP_REQUEST:
       msg->incident = get_str(&d, o, "incident", FTC__PROTO_MAX_NAME, 0);
       msg->reason = get_str(&d, o, "reason", 1024, 1);

@@ -66,6 +66,7 @@ typedef enum ftc__msg_type {
   FTC__MSG_DUMP,         /* rank -> coordinator: one fragment of a dump */
   FTC__MSG_ERROR,        /* either way: refusal with a code; the sender closes */
   FTC__MSG_BACKEND,      /* both ways: an epoch's backend blob (e.g. an NCCL unique id) */
+  FTC__MSG_JOIN,         /* rank -> coordinator: a standby member is ready to be admitted */
   FTC__MSG_TYPE_COUNT
 } ftc__msg_type_t;
 
@@ -113,6 +114,9 @@ typedef struct ftc__hello {
   const char *job, *token, *addr;
   const char *pod, *node, *host; /* optional */
   int slot, world_size, min_size, joiner;
+  /* "standby": registered, not to be admitted (nor counted for the first
+   * epoch) until a "join" (ftc_comm_create_begin); optional, 0: not said. */
+  int standby;
   int64_t pid;                   /* optional, 0 if unknown */
   /* "dataplane": the data-plane protocol this rank speaks (FTC__TCP_PROTO,
    * tcp/tcp.h); optional, 0: not said (an older rank, or FTCOMM_BACKEND=nccl). */
@@ -150,6 +154,9 @@ typedef struct ftc__msg {
   uint64_t member_id;
   int heartbeat_ms;
   int max_message;
+  /* welcome: the coordinator holds this member as standby until its
+   * "join" (optional "standby"; an older coordinator never says it) */
+  int standby;
   /* welcome, view, heartbeat, failure, dump_request: epoch */
   uint64_t epoch;
   /* heartbeat (rank -> coordinator): the epoch of the sender's first
@@ -202,6 +209,11 @@ void ftc__msg_clear(ftc__msg_t *msg);
 /* Builders: a new JSON object (caller owns; NULL when out of memory). */
 json_t *ftc__proto_hello(const ftc__hello_t *h);
 json_t *ftc__proto_welcome(uint64_t member_id, uint64_t epoch, int heartbeat_ms, int max_message);
+/* Add "standby": true to a welcome (the member waits for its "join").
+ * Returns welcome, or NULL (welcome released) when out of memory. */
+json_t *ftc__proto_welcome_standby(json_t *welcome);
+/* A standby member asks to be admitted: {"v":1,"type":"join"}. */
+json_t *ftc__proto_join(void);
 json_t *ftc__proto_view(uint64_t epoch, const ftc__wire_member_t *members, int n,
                         const char *backend);
 /* Add to a view message the member ids of members of the epoch before it
