@@ -255,18 +255,20 @@ int main(int argc, char **argv) {
   /* One line at a time, so a launcher's per-rank prefixes interleave in order. */
   setvbuf(stdout, NULL, _IOLBF, 0);
 
+  /* Join in two halves: the connection to the coordinator, the data-plane
+   * listener and the flight recorder are set up while this process builds
+   * its data set and model, and it is admitted only once it is ready
+   * (docs/recovery.md, "Joining early"). */
   ftc_comm_t *comm = NULL;
-  ftc_status_t st = ftc_comm_create(NULL, &comm);
+  ftc_comm_pending_t *pending = NULL;
+  ftc_status_t st = ftc_comm_create_begin(NULL, &pending);
   if (st != FTC_OK) {
     fprintf(stderr, "ftcomm-trainer: cannot join the job: %s: %s\n", ftc_strerror(st),
             ftc_last_error());
     return 1;
   }
   int rank = 0, size = 1, rc = 1;
-  ftc_comm_rank(comm, &rank);
-  ftc_comm_size(comm, &size);
   ftc_epoch_info_t info;
-  ftc_comm_info(comm, &info);
 
   /* The data set: inputs ~ N(0,1), labels from the teacher network. */
   struct model teacher = {0}, model = {0};
@@ -291,6 +293,16 @@ int main(int argc, char **argv) {
   for (int n = 0; n < o.samples; n++) {
     y[n] = forward(&teacher, x + (size_t)n * o.inputs, h) > 0 ? 1.0 : 0.0;
   }
+  st = ftc_comm_create_finish(pending, &comm);
+  pending = NULL;
+  if (st != FTC_OK) {
+    fprintf(stderr, "ftcomm-trainer: cannot join the job: %s: %s\n", ftc_strerror(st),
+            ftc_last_error());
+    goto out_free;
+  }
+  ftc_comm_rank(comm, &rank);
+  ftc_comm_size(comm, &size);
+  ftc_comm_info(comm, &info);
 
   if (rank == 0 && !info.joiner)
     printf("training: %d ranks, %zu parameters, batch %d, %d steps, seed %llu\n", size, model.n,
@@ -399,6 +411,7 @@ out_free:
   free(x);
   free(y);
   free(h);
+  ftc_comm_create_cancel(pending); /* (out of memory before it finished) */
   ftc_comm_destroy(comm);
   return rc;
 }
