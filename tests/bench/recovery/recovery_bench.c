@@ -23,7 +23,14 @@
  * launcher's relaying took 0.5 ms of CPU per shrink window;
  * tests/bench/recovery/windows.sh). report.py orders them by timestamp.
  *
- * A joiner waits a random 0 to --ready-jitter-us microseconds (default 2000,
+ * A joiner begins its communicator at its start (ftc_comm_create_begin:
+ * the coordinator session, the listener, the recorder, as a standby member),
+ * then does its own initialization (--init-us, default 2000: a real model
+ * takes seconds to load), and finishes it when "ready" (--join create: it
+ * calls ftc_comm_create only then, the path without the early start).
+ * Process start and initialization are outside the grow, as the issue asks.
+ *
+ * A joiner also waits a random 0 to --ready-jitter-us microseconds (default 2000,
  * about two steps) before it is ready: the victim dies at a step boundary and
  * the launcher restarts it a fixed delay later, so without it the joiner
  * became ready at the same point of the running ranks' step every time (0.22
@@ -65,7 +72,8 @@ static void pause_us(long us) {
 int main(int argc, char **argv) {
   const char *mode = "crash";
   const char *kill_at = "step";
-  int trials = 20, gap = 30, jitter_us = 2000;
+  const char *join = "begin";
+  int trials = 20, gap = 30, jitter_us = 2000, init_us = 2000;
   for (int i = 1; i < argc; i += 2) {
     char *end = NULL;
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -73,19 +81,26 @@ int main(int argc, char **argv) {
     int number = v && *v && !*end && n >= 0 && n <= 1000000;
     if (v && !strcmp(argv[i], "--mode")) mode = v;
     else if (v && !strcmp(argv[i], "--kill-at")) kill_at = v;
+    else if (v && !strcmp(argv[i], "--join")) join = v;
+    else if (number && !strcmp(argv[i], "--init-us")) init_us = (int)n;
     else if (number && !strcmp(argv[i], "--trials")) trials = (int)n;
     else if (number && !strcmp(argv[i], "--gap")) gap = (int)n;
     else if (number && !strcmp(argv[i], "--ready-jitter-us")) jitter_us = (int)n;
     else {
       fprintf(stderr,
               "recovery_bench: usage: recovery_bench [--mode crash|hang|baseline] [--kill-at "
-              "step|after] [--trials N] [--gap STEPS] [--ready-jitter-us US]; not \"%s%s%s\"\n",
+              "step|after] [--join begin|create] [--trials N] [--gap STEPS] [--init-us US] "
+              "[--ready-jitter-us US]; not \"%s%s%s\"\n",
               argv[i], v ? " " : "", v ? v : "");
       return 2;
     }
   }
   if (strcmp(mode, "crash") && strcmp(mode, "hang") && strcmp(mode, "baseline")) {
     fprintf(stderr, "recovery_bench: --mode must be crash, hang or baseline, not \"%s\"\n", mode);
+    return 2;
+  }
+  if (strcmp(join, "begin") && strcmp(join, "create")) {
+    fprintf(stderr, "recovery_bench: --join must be begin or create, not \"%s\"\n", join);
     return 2;
   }
   if (strcmp(kill_at, "step") && strcmp(kill_at, "after")) {
@@ -97,17 +112,31 @@ int main(int argc, char **argv) {
   const char *j = getenv("FTCOMM_JOINER");
   int joiner = j && !strcmp(j, "1");
   const char *slot = getenv("FTCOMM_SLOT");
-  if (joiner && jitter_us > 0) {
-    unsigned seed = (unsigned)getpid() ^ (unsigned)wall_ns();
-    pause_us((long)(rand_r(&seed) % (unsigned)jitter_us));
-  }
-  if (joiner) printf("BENCH ready slot=%s ts=%lld\n", slot ? slot : "?", wall_ns());
   ftc_comm_t *comm = NULL;
-  ftc_status_t st = ftc_comm_create(NULL, &comm);
+  ftc_comm_pending_t *pending = NULL;
+  ftc_status_t st = FTC_OK;
+  int early = joiner && !strcmp(join, "begin");
+  if (early && (st = ftc_comm_create_begin(NULL, &pending)) != FTC_OK) {
+    fprintf(stderr, "recovery_bench: create_begin: %s: %s\n", ftc_strerror(st), ftc_last_error());
+    return 1;
+  }
+  if (joiner) {
+    /* the application's own start (loading a model takes seconds), then
+     * a random phase against the running ranks' steps */
+    long us = init_us;
+    if (jitter_us > 0) {
+      unsigned seed = (unsigned)getpid() ^ (unsigned)wall_ns();
+      us += (long)(rand_r(&seed) % (unsigned)jitter_us);
+    }
+    if (us > 0) pause_us(us);
+    printf("BENCH ready slot=%s ts=%lld\n", slot ? slot : "?", wall_ns());
+  }
+  st = early ? ftc_comm_create_finish(pending, &comm) : ftc_comm_create(NULL, &comm);
   if (st != FTC_OK) {
     fprintf(stderr, "recovery_bench: create: %s: %s\n", ftc_strerror(st), ftc_last_error());
     return 1;
   }
+  if (joiner) printf("BENCH up slot=%s ts=%lld\n", slot ? slot : "?", wall_ns());
   int rank, size, world;
   ftc_comm_rank(comm, &rank);
   ftc_comm_size(comm, &world);

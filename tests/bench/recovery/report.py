@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """report.py DIR TRIALS HANG_MS SIZE... - the recovery benchmark's table
-(markdown) from the rank logs run.sh left in DIR: crash-N.log, hang-N.log,
+(markdown) from the rank logs run.sh left in DIR: crash-N.log, create-N.log
+(the same with joiners that call ftc_comm_create when ready), hang-N.log,
 base-N.log, each made of "BENCH <event> key=value ... ts=<CLOCK_REALTIME ns>"
 lines. Medians and p95 (nearest rank) per measure and size."""
 import math, re, sys
@@ -82,6 +83,7 @@ print('|---|---|---|---|---|---|---|---|')
 for n in sizes:
     det, shr, gro, mov = trials_of('%s/crash-%d.log' % (tmp, n), n)
     hdet = trials_of('%s/hang-%d.log' % (tmp, n), n)[0]
+    cgro = trials_of('%s/create-%d.log' % (tmp, n), n)[2]
     base = baseline('%s/base-%d.log' % (tmp, n), n)
     bmed, bp95 = stats(base)
     rows = [
@@ -92,6 +94,8 @@ for n in sizes:
          'median <= 300 ms at 8 ranks, 10x faster than restart'),
         ('grow: joiner ready to first collective at N', gro, 1000 if n == 8 else None,
          'median <= 1 s at 8 ranks, 10x faster than restart'),
+        ('grow, the joiner calling ftc_comm_create only when ready', cgro, 1000 if n == 8 else None,
+         '(without ftc_comm_create_begin at its start)'),
         ('of the grow: last running rank at its step boundary to first collective at N', mov, None,
          '(the part after the wait for the application\'s step)'),
         ('restart everything: failure to first collective (baseline)', base, None, '-'),

@@ -11,6 +11,11 @@
 #          (shrink); the replacement prints when it is ready to create its
 #          communicator and every rank when its first collective at N
 #          succeeded (grow: excludes process start and application state).
+#          The replacement begins its communicator (ftc_comm_create_begin)
+#          at its start, initializes for 2 ms plus a random 0-2 ms, prints
+#          "ready" and finishes it (docs/recovery.md, "Joining early").
+#   create the same, the replacement calling ftc_comm_create when ready (the
+#          grow without the early start, side by side).
 #          The victim fails at the end of its 1 ms of compute, as the others
 #          enter the next step's collective (BENCH_RECOVERY_KILL_AT=step,
 #          the default); =after kills it right after a collective, so the
@@ -49,6 +54,12 @@ for n in $SIZES; do
     timeout -k 5 600 "$RUN" -n "$n" --min-size $((n - 1)) --replace --replace-delay 0.05 --quiet \
     --job "bench-crash-$n" --dump-dir "$tmp/dumps" -- "$PROG" --mode crash --kill-at "$KILL_AT" --trials "$TRIALS" \
     >"$tmp/crash-$n.log" 2>&1 || echo "recovery bench: the crash run at $n ranks failed (see below)" >&2
+  echo "recovery bench: $n ranks, crash, joiners without ftc_comm_create_begin ($TRIALS trials)" >&2
+  FTCOMM_HEARTBEAT_TIMEOUT_MS=3000 FTCOMM_TIMEOUT_MS=20000 \
+    timeout -k 5 600 "$RUN" -n "$n" --min-size $((n - 1)) --replace --replace-delay 0.05 --quiet \
+    --job "bench-create-$n" --dump-dir "$tmp/dumps" -- "$PROG" --mode crash --kill-at "$KILL_AT" --join create \
+    --trials "$TRIALS" >"$tmp/create-$n.log" 2>&1 ||
+    echo "recovery bench: the crash run (--join create) at $n ranks failed (see below)" >&2
   echo "recovery bench: $n ranks, hang ($TRIALS trials)" >&2
   FTCOMM_HEARTBEAT_TIMEOUT_MS=10000 FTCOMM_TIMEOUT_MS=$HANG_MS \
     timeout -k 5 900 "$RUN" -n "$n" --min-size $((n - 1)) --replace --replace-delay 0.05 --quiet \
@@ -67,7 +78,7 @@ done
 
 BENCH_RECOVERY_KILL_AT=$KILL_AT python3 tests/bench/recovery/report.py "$tmp" "$TRIALS" "$HANG_MS" $SIZES >"$OUT/recovery.md"
 cat "$OUT/recovery.md"
-for f in "$tmp"/crash-*.log "$tmp"/hang-*.log; do
+for f in "$tmp"/crash-*.log "$tmp"/create-*.log "$tmp"/hang-*.log; do
   # (a stopped victim, resumed for its SIGKILL, finds itself excluded: expected)
   if grep -E 'recovery_bench: |failed first' "$f" | grep -qv excluded; then
     echo "--- problems in $(basename "$f"):" >&2
