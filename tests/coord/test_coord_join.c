@@ -1214,6 +1214,74 @@ static void standby_member_waits_through_a_coordinator_restart(void **state) {
   ftc__coord_destroy(fx.co);
 }
 
+/* The next message on a raw session: a view holding every `has` and no
+ * `hasnt` (NULL: none). */
+static void expect_raw_view(int fd, const char *const *has, int n, const char *hasnt) {
+  char *text = NULL;
+  assert_int_equal(raw_ws_recv(fd, &text, WAIT_MS), WS_TEXT);
+  if (!strstr(text, "\"type\":\"view\"")) fail_msg("expected a view, got %s", text);
+  for (int i = 0; i < n; i++)
+    if (!strstr(text, has[i])) fail_msg("expected %s in %s", has[i], text);
+  if (hasnt && strstr(text, hasnt)) fail_msg("did not expect %s in %s", hasnt, text);
+  free(text);
+}
+
+/* A restarted coordinator meets a standby member first (a replacement that
+ * began while it was down), then a running rank with its view. A view that
+ * names the standby's slot (the member it replaces) or its id (this
+ * coordinator's numbering) is not adopted: the slot would have two members,
+ * or the standby would be taken for a rank of the view. */
+static void view_naming_a_standby_members_slot_or_id_is_not_adopted(void **state) {
+  (void)state;
+  fixture_t fx;
+  ftc__coord_stats_t st;
+  /* Its slot: the view still has member 500 at slot 1. */
+  start_coord(2, 1, &fx);
+  int port = ftc__coord_port(fx.co);
+  int c = raw_ws_connect(port), a = raw_ws_connect(port);
+  assert_true(c >= 0 && a >= 0);
+  assert_int_equal(raw_hello(c, 1, ",\"standby\":true,\"prev_member_id\":700"), 700);
+  assert_int_equal(raw_hello(a, 0, ",\"prev_member_id\":400,\"known_epoch\":7,\"view\":["
+                                   "{\"rank\":0,\"slot\":0,\"member_id\":400,\"joined_epoch\":1,"
+                                   "\"addr\":\"127.0.0.1:50000\"},{\"rank\":1,\"slot\":1,"
+                                   "\"member_id\":500,\"joined_epoch\":1,\"addr\":\"127.0.0.1:50001\"}]"),
+                   400);
+  WAIT_STATS(fx.co, st, st.connected == 2 && st.standby + st.pending == 2);
+  assert_int_equal(st.epoch, 0);
+  assert_int_equal(st.standby, 1);
+  assert_int_equal(st.pending, 1);
+  /* At the join, one epoch of the two live processes, numbered above 7. */
+  assert_int_equal(raw_ws_send_text(c, "{\"v\":1,\"type\":\"join\"}"), 0);
+  const char *both[] = {"\"epoch\":8", "\"member_id\":400", "\"member_id\":700"};
+  expect_raw_view(a, both, 3, "\"member_id\":500");
+  expect_raw_view(c, both, 3, "\"member_id\":500");
+  close(a);
+  close(c);
+  ftc__coord_destroy(fx.co);
+
+  /* Its id: a fresh standby at slot 2 gets an id of this coordinator's,
+   * which the old one gave the rank at slot 0. */
+  start_coord(3, 1, &fx);
+  port = ftc__coord_port(fx.co);
+  c = raw_ws_connect(port), a = raw_ws_connect(port);
+  assert_true(c >= 0 && a >= 0);
+  long long cid = raw_hello(c, 2, ",\"standby\":true");
+  char extra[512];
+  snprintf(extra, sizeof(extra),
+           ",\"prev_member_id\":%lld,\"known_epoch\":7,\"view\":[{\"rank\":0,\"slot\":0,"
+           "\"member_id\":%lld,\"joined_epoch\":1,\"addr\":\"127.0.0.1:50000\"},{\"rank\":1,"
+           "\"slot\":1,\"member_id\":%lld,\"joined_epoch\":1,\"addr\":\"127.0.0.1:50001\"}]",
+           cid, cid, cid + 1);
+  assert_true(raw_hello(a, 0, extra) != cid);
+  WAIT_STATS(fx.co, st, st.connected == 2 && st.standby + st.pending == 2);
+  assert_int_equal(st.epoch, 0);
+  assert_int_equal(st.standby, 1);
+  assert_int_equal(st.pending, 1);
+  close(a);
+  close(c);
+  ftc__coord_destroy(fx.co);
+}
+
 static void restarted_coordinator_drops_a_member_that_never_returns(void **state) {
   (void)state;
   fixture_t fx;
@@ -1442,6 +1510,7 @@ int main(void) {
       cmocka_unit_test(ranks_reconnect_to_a_restarted_coordinator_which_adopts_their_epoch),
       cmocka_unit_test(rank_that_missed_the_epoch_learns_it_from_the_adopting_coordinator),
       cmocka_unit_test(standby_member_waits_through_a_coordinator_restart),
+      cmocka_unit_test(view_naming_a_standby_members_slot_or_id_is_not_adopted),
       cmocka_unit_test(restarted_coordinator_drops_a_member_that_never_returns),
       cmocka_unit_test(failure_report_after_a_restart_forms_the_next_epoch),
       cmocka_unit_test(a_coordinator_that_stays_away_fails_the_session_after_the_timeout),

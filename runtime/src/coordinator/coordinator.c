@@ -306,7 +306,8 @@ static void send_current_view(ftc__coord_t *co, session_t *s) {
  * reconnect; one that does not within the heartbeat timeout is lost. Ranks
  * that returned before, without a view (they had missed the epoch), are
  * taken in if the view names them, and are sent it. Anyone else already
- * here makes the view unusable: the rank then joins as a new member. */
+ * here makes the view unusable (a standby member only if the view names its
+ * slot or its id): the rank then joins as a new member. */
 static void adopt_view(ftc__coord_t *co, const ftc__hello_t *h) {
   if (co->formed || h->view_n <= 0 || h->known_epoch == 0) return;
   int self = 0;
@@ -320,7 +321,14 @@ static void adopt_view(ftc__coord_t *co, const ftc__hello_t *h) {
   if (!self) return;
   for (int k = 0; k < co->nmembers; k++) {
     member_t *m = co->members[k];
-    if (m->state == M_STANDBY) continue; /* not in any epoch: waits for its join */
+    if (m->state == M_STANDBY) {
+      /* In no epoch, it waits for its join; but a view that names its slot
+       * (the member it replaces) or its id (given by this coordinator, in
+       * another numbering) cannot be taken with it here. */
+      for (int i = 0; i < h->view_n; i++)
+        if (h->view[i].member_id == m->id || h->view[i].slot == m->slot) return;
+      continue;
+    }
     int named = 0;
     for (int i = 0; i < h->view_n; i++)
       if (h->view[i].member_id == m->id && h->view[i].slot == m->slot) named = 1;
