@@ -1282,6 +1282,41 @@ static void view_naming_a_standby_members_slot_or_id_is_not_adopted(void **state
   ftc__coord_destroy(fx.co);
 }
 
+/* A replacement begins while the member it replaces is detached (its
+ * session closed, its place kept): its hello drops that member, the
+ * running ranks get the epoch without it, and the join gives the grow. */
+static void standby_replacement_drops_a_detached_member_of_its_slot(void **state) {
+  (void)state;
+  fixture_t fx;
+  start_coord(2, 1, &fx);
+  ftc__member_t *a = join(&fx, 0, 2);
+  int fd = raw_ws_connect(ftc__coord_port(fx.co));
+  assert_true(fd >= 0);
+  raw_hello(fd, 1, "");
+  ftc__view_t *v = view_after(a, 0);
+  assert_int_equal(v->epoch, 1);
+  assert_int_equal(v->size, 2);
+  ftc__view_free(v);
+  close(fd); /* no leave: its place is kept for the evidence time */
+  ftc__coord_stats_t st;
+  WAIT_STATS(fx.co, st, st.connected == 1);
+  ftc__member_t *j = standby(&fx, 1, 2, 1);
+  v = view_after(a, 1);
+  assert_int_equal(v->epoch, 2);
+  assert_int_equal(v->size, 1);
+  ftc__view_free(v);
+  WAIT_STATS(fx.co, st, st.standby == 1 && st.lost == 1);
+  join_now(&j);
+  v = view_after(j, 0);
+  assert_int_equal(v->epoch, 3);
+  assert_int_equal(v->size, 2);
+  assert_int_equal(v->my_rank, 1);
+  ftc__view_free(v);
+  ftc__member_close(j);
+  ftc__member_close(a);
+  ftc__coord_destroy(fx.co);
+}
+
 static void restarted_coordinator_drops_a_member_that_never_returns(void **state) {
   (void)state;
   fixture_t fx;
@@ -1511,6 +1546,7 @@ int main(void) {
       cmocka_unit_test(rank_that_missed_the_epoch_learns_it_from_the_adopting_coordinator),
       cmocka_unit_test(standby_member_waits_through_a_coordinator_restart),
       cmocka_unit_test(view_naming_a_standby_members_slot_or_id_is_not_adopted),
+      cmocka_unit_test(standby_replacement_drops_a_detached_member_of_its_slot),
       cmocka_unit_test(restarted_coordinator_drops_a_member_that_never_returns),
       cmocka_unit_test(failure_report_after_a_restart_forms_the_next_epoch),
       cmocka_unit_test(a_coordinator_that_stays_away_fails_the_session_after_the_timeout),

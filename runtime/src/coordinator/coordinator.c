@@ -680,7 +680,7 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
     /* Another process for the slot of a member whose session closed: that
      * one is gone (a replacement started before the place expired). */
     drop_member(co, old, 0, "lost its session and a new process took its slot");
-    old = NULL; /* the epoch formed below replaces it */
+    old = NULL; /* the epoch formed below replaces it (a standby: leaves it out) */
   }
   if (old) {
     refuse(co, s, FTC__PERR_DUPLICATE_SLOT,
@@ -734,7 +734,9 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
            (unsigned long long)m->id, m->host[0] ? m->host : "", m->host[0] ? " at " : "",
            s->peer, m->addr, h->joiner ? "joiner" : "initial");
   send_msg(s, welcome_for(co, m), 0);
-  if (m->state == M_PENDING) maybe_form_epoch(co);
+  /* A standby member counts from its join; a detached member of the epoch
+   * that its hello dropped above is announced now all the same. */
+  if (m->state == M_PENDING || co->view_dirty) maybe_form_epoch(co);
 }
 
 /* A standby member is ready: admitted like a member whose hello just came. */
