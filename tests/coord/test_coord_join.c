@@ -1282,6 +1282,85 @@ static void view_naming_a_standby_members_slot_or_id_is_not_adopted(void **state
   ftc__coord_destroy(fx.co);
 }
 
+typedef struct restart_arg {
+  int port, delay_ms;
+  ftc__coord_t *co;
+} restart_arg_t;
+
+static void *restart_later(void *p) {
+  restart_arg_t *r = p;
+  usleep((useconds_t)r->delay_ms * 1000);
+  r->co = coord_on_port(2, 1, r->port, 5000);
+  return NULL;
+}
+
+/* The coordinator restarts while a standby process initializes, and its
+ * finish comes while the session reconnects: finish waits for the
+ * reconnection (its hello, without "standby", is the join) instead of
+ * failing. */
+static void finish_while_the_session_reconnects_waits_for_it(void **state) {
+  (void)state;
+  fixture_t fx;
+  start_coord(2, 1, &fx);
+  int port = ftc__coord_port(fx.co);
+  ftc__member_t *a = join(&fx, 0, 2), *b = join(&fx, 1, 2);
+  ftc__view_t *v = view_after(a, 0);
+  assert_int_equal(v->epoch, 1);
+  ftc__view_free(v);
+  ftc__member_close(b);
+  v = view_after(a, 1);
+  assert_int_equal(v->size, 1);
+  ftc__view_free(v);
+  ftc__member_t *j = standby(&fx, 1, 2, 1);
+  ftc__coord_stats_t st;
+  WAIT_STATS(fx.co, st, st.standby == 1);
+  ftc__coord_destroy(fx.co);
+  usleep(300000); /* both sessions saw it go: reconnecting */
+  restart_arg_t r = {.port = port, .delay_ms = 300};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, restart_later, &r), 0);
+  join_now(&j); /* while the coordinator is still away */
+  pthread_join(t, NULL);
+  fx.co = r.co;
+  v = view_after(j, 0);
+  assert_int_equal(v->epoch, 3);
+  assert_int_equal(v->size, 2);
+  assert_int_equal(v->my_rank, 1);
+  ftc__view_free(v);
+  v = view_after(a, 2);
+  assert_int_equal(v->epoch, 3);
+  assert_int_equal(v->size, 2);
+  ftc__view_free(v);
+  ftc__member_close(j);
+  ftc__member_close(a);
+  ftc__coord_destroy(fx.co);
+}
+
+/* finish's connect timeout counts from finish, not from begin: a standby
+ * begun long before against an unreachable coordinator still retries for
+ * the whole timeout after its join. */
+static void finish_timeout_counts_from_the_join(void **state) {
+  (void)state;
+  fixture_t fx;
+  int port = test_closed_port();
+  assert_true(port > 0);
+  snprintf(fx.addr, sizeof(fx.addr), "127.0.0.1:%d", port);
+  ftc__member_cfg_t c = member_cfg(&fx, 0, 1);
+  c.connect_timeout_ms = 500;
+  c.standby = 1;
+  ftc__member_t *m = NULL;
+  assert_int_equal(ftc__member_start(&c, &m), FTC_OK);
+  usleep(800000); /* past the timeout counted from begin */
+  int64_t t0 = ftc__now_ns();
+  ftc__member_join(m);
+  assert_int_equal(ftc__member_finish(&m), FTC_ERR_COORDINATOR);
+  int64_t ms = (ftc__now_ns() - t0) / 1000000;
+  assert_null(m);
+  assert_true(ms >= 450);
+  assert_true(ms < 3000);
+  assert_non_null(strstr(ftc_last_error(), fx.addr));
+}
+
 /* A replacement begins while the member it replaces is detached (its
  * session closed, its place kept): its hello drops that member, the
  * running ranks get the epoch without it, and the join gives the grow. */
@@ -1546,6 +1625,8 @@ int main(void) {
       cmocka_unit_test(rank_that_missed_the_epoch_learns_it_from_the_adopting_coordinator),
       cmocka_unit_test(standby_member_waits_through_a_coordinator_restart),
       cmocka_unit_test(view_naming_a_standby_members_slot_or_id_is_not_adopted),
+      cmocka_unit_test(finish_while_the_session_reconnects_waits_for_it),
+      cmocka_unit_test(finish_timeout_counts_from_the_join),
       cmocka_unit_test(standby_replacement_drops_a_detached_member_of_its_slot),
       cmocka_unit_test(restarted_coordinator_drops_a_member_that_never_returns),
       cmocka_unit_test(failure_report_after_a_restart_forms_the_next_epoch),

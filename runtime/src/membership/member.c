@@ -57,7 +57,9 @@ struct ftc__member {
   /* Immutable after open. */
   char *coord, *host_name, *host_hdr, *job, *token, *data_addr, *pod, *node, *host;
   int port, slot, world_size, min_size, joiner, dataplane, cfg_heartbeat_ms, connect_timeout_ms, first_view;
-  int64_t open_deadline_ns; /* ftc__member_finish gives up then */
+  /* ftc__member_finish gives up then; set by ftc__member_start and again by
+   * ftc__member_join, read and written by the opening caller's thread only. */
+  int64_t open_deadline_ns;
   struct lws_context *ctx;
   struct lws_protocols protocols[2];
   pthread_t thread;
@@ -1135,7 +1137,10 @@ ftc_status_t ftc__member_finish(ftc__member_t **mp) {
   struct timespec ts = {(time_t)(deadline / 1000000000LL), (long)(deadline % 1000000000LL)};
   if (m->in_caller) finish_in_caller(m);
   pthread_mutex_lock(&m->lock);
-  while (m->state == S_CONNECTING && ftc__now_ns() < deadline)
+  /* A standby session may be reconnecting when its join comes (its
+   * coordinator restarted while the application initialized): the
+   * reconnection's welcome is the answer, within the same deadline. */
+  while ((m->state == S_CONNECTING || m->state == S_RECONNECTING) && ftc__now_ns() < deadline)
     pthread_cond_timedwait(&m->cond, &m->lock, &ts);
   int state = m->state;
   st = m->error;
@@ -1144,7 +1149,7 @@ ftc_status_t ftc__member_finish(ftc__member_t **mp) {
   pthread_mutex_unlock(&m->lock);
   if (state == S_OPEN) return FTC_OK;
   *mp = NULL;
-  if (state == S_CONNECTING) {
+  if (state == S_CONNECTING || state == S_RECONNECTING) {
     /* conn_err belongs to the service thread: stop it before reading. */
     member_stop(m);
     snprintf(msg, sizeof(msg), "%s", m->conn_err[0] ? m->conn_err : "no welcome");
