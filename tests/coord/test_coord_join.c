@@ -1361,6 +1361,92 @@ static void finish_timeout_counts_from_the_join(void **state) {
   assert_non_null(strstr(ftc_last_error(), fx.addr));
 }
 
+/* A standby member that stops heartbeating is dropped at the heartbeat
+ * timeout like any member (lost, its session closed), and frees its slot. */
+static void silent_standby_is_dropped_at_the_heartbeat_timeout(void **state) {
+  (void)state;
+  ftc__coord_cfg_t cfg = {.bind_host = "127.0.0.1", .job = "testjob", .token = TOKEN,
+                          .world_size = 2, .min_size = 1, .heartbeat_ms = 50,
+                          .heartbeat_timeout_ms = 400};
+  fixture_t fx;
+  assert_int_equal(ftc__coord_create(&cfg, &fx.co), FTC_OK);
+  snprintf(fx.addr, sizeof(fx.addr), "127.0.0.1:%d", ftc__coord_port(fx.co));
+  ftc__member_t *a = join(&fx, 0, 2);
+  int fd = raw_ws_connect(ftc__coord_port(fx.co));
+  assert_true(fd >= 0);
+  char hello[512], *text = NULL;
+  snprintf(hello, sizeof(hello),
+           "{\"v\":1,\"type\":\"hello\",\"job\":\"testjob\",\"token\":\"%s\",\"slot\":1,"
+           "\"world_size\":2,\"min_size\":1,\"addr\":\"127.0.0.1:1\",\"standby\":true}", TOKEN);
+  assert_int_equal(raw_ws_send_text(fd, hello), 0);
+  assert_int_equal(raw_ws_recv(fd, &text, WAIT_MS), WS_TEXT);
+  if (!strstr(text, "\"welcome\"") || !strstr(text, "\"standby\":true"))
+    fail_msg("expected a standby welcome, got %s", text);
+  free(text);
+  ftc__coord_stats_t st;
+  WAIT_STATS(fx.co, st, st.standby == 1);
+  WAIT_STATS(fx.co, st, st.standby == 0 && st.lost == 1);
+  assert_true(raw_ws_closed(fd, WAIT_MS));
+  close(fd);
+  /* It was in no epoch: the first one is still to come, with slot 1's
+   * next process. */
+  ftc__view_t *none = NULL;
+  assert_int_equal(ftc__member_wait_view(a, 0, 1, &none), FTC_ERR_TIMEOUT);
+  ftc__member_t *b = join(&fx, 1, 2);
+  ftc__view_t *v = view_after(a, 0);
+  assert_int_equal(v->epoch, 1);
+  assert_int_equal(v->size, 2);
+  ftc__view_free(v);
+  ftc__member_close(b);
+  ftc__member_close(a);
+  ftc__coord_destroy(fx.co);
+}
+
+/* "join" from a member that is not standby (admitted at its hello, or a
+ * standby's second join) is ignored: no refusal, no second epoch. */
+static void join_from_a_member_not_standby_is_ignored(void **state) {
+  (void)state;
+  fixture_t fx;
+  start_coord(2, 1, &fx);
+  int port = ftc__coord_port(fx.co);
+  int a = raw_ws_connect(port), c = raw_ws_connect(port);
+  assert_true(a >= 0 && c >= 0);
+  raw_hello(a, 0, "");
+  assert_int_equal(raw_ws_send_text(a, "{\"v\":1,\"type\":\"join\"}"), 0);
+  /* Still served: a heartbeat is answered. */
+  assert_int_equal(raw_ws_send_text(a, "{\"v\":1,\"type\":\"heartbeat\",\"epoch\":0}"), 0);
+  char *text = NULL;
+  assert_int_equal(raw_ws_recv(a, &text, WAIT_MS), WS_TEXT);
+  if (!strstr(text, "\"type\":\"heartbeat\"")) fail_msg("expected a heartbeat, got %s", text);
+  free(text);
+  ftc__coord_stats_t st;
+  WAIT_STATS(fx.co, st, st.pending == 1);
+  assert_int_equal(st.standby, 0);
+  assert_int_equal(st.refused, 0);
+  assert_int_equal(st.epoch, 0);
+  long long cid = raw_hello(c, 1, ",\"standby\":true");
+  assert_int_equal(raw_ws_send_text(c, "{\"v\":1,\"type\":\"join\"}"), 0);
+  assert_int_equal(raw_ws_send_text(c, "{\"v\":1,\"type\":\"join\"}"), 0);
+  char want[64];
+  snprintf(want, sizeof(want), "\"member_id\":%lld", cid);
+  const char *has[] = {"\"epoch\":1", want};
+  expect_raw_view(a, has, 2, NULL);
+  expect_raw_view(c, has, 2, NULL);
+  /* The second join changed nothing: a heartbeat's answer comes next, at
+   * epoch 1, and no epoch 2. */
+  assert_int_equal(raw_ws_send_text(c, "{\"v\":1,\"type\":\"heartbeat\",\"epoch\":1}"), 0);
+  assert_int_equal(raw_ws_recv(c, &text, WAIT_MS), WS_TEXT);
+  if (!strstr(text, "\"type\":\"heartbeat\"") || !strstr(text, "\"epoch\":1"))
+    fail_msg("expected a heartbeat at epoch 1, got %s", text);
+  free(text);
+  ftc__coord_stats(fx.co, &st);
+  assert_int_equal(st.epoch, 1);
+  assert_int_equal(st.refused, 0);
+  close(a);
+  close(c);
+  ftc__coord_destroy(fx.co);
+}
+
 /* A replacement begins while the member it replaces is detached (its
  * session closed, its place kept): its hello drops that member, the
  * running ranks get the epoch without it, and the join gives the grow. */
@@ -1627,6 +1713,8 @@ int main(void) {
       cmocka_unit_test(view_naming_a_standby_members_slot_or_id_is_not_adopted),
       cmocka_unit_test(finish_while_the_session_reconnects_waits_for_it),
       cmocka_unit_test(finish_timeout_counts_from_the_join),
+      cmocka_unit_test(silent_standby_is_dropped_at_the_heartbeat_timeout),
+      cmocka_unit_test(join_from_a_member_not_standby_is_ignored),
       cmocka_unit_test(standby_replacement_drops_a_detached_member_of_its_slot),
       cmocka_unit_test(restarted_coordinator_drops_a_member_that_never_returns),
       cmocka_unit_test(failure_report_after_a_restart_forms_the_next_epoch),
