@@ -604,6 +604,20 @@ static void standby_that_leaves_frees_its_slot(void **state) {
   ftc__coord_destroy(fx.co);
 }
 
+/* ftc_comm_create_cancel right after begin, before the welcome: the close
+ * waits for it and leaves, so the slot is freed as left, not lost. */
+static void standby_closed_before_its_welcome_leaves(void **state) {
+  (void)state;
+  fixture_t fx;
+  start_coord(2, 1, &fx);
+  for (int i = 0; i < 3; i++) ftc__member_close(standby(&fx, 1, 2, 0));
+  ftc__coord_stats_t st;
+  WAIT_STATS(fx.co, st, st.left == 3 && st.connected == 0);
+  assert_int_equal(st.lost, 0);
+  assert_int_equal(st.standby, 0);
+  ftc__coord_destroy(fx.co);
+}
+
 static void leave_then_joiner_gives_two_new_epochs_never_reusing_numbers(void **state) {
   (void)state;
   fixture_t fx;
@@ -1699,6 +1713,7 @@ int main(void) {
       cmocka_unit_test(standby_member_is_admitted_only_after_its_join),
       cmocka_unit_test(join_before_the_welcome_is_sent_after_it),
       cmocka_unit_test(standby_that_leaves_frees_its_slot),
+      cmocka_unit_test(standby_closed_before_its_welcome_leaves),
       cmocka_unit_test(leave_then_joiner_gives_two_new_epochs_never_reusing_numbers),
       cmocka_unit_test(reported_rank_that_keeps_heartbeating_is_kept_in_a_new_epoch),
       cmocka_unit_test(reported_rank_that_is_silent_is_excluded_at_once),

@@ -135,6 +135,49 @@ static void create_without_a_coordinator_says_how_to_start(void **state) {
   ASSERT_INVALID(ftc_comm_create(&cfg, NULL), "NULL");
 }
 
+/* ftc_comm_create_begin / _finish / _cancel outside the happy path: bad
+ * arguments, a missing coordinator, a pending handle consumed by a finish
+ * that fails (ASan sees a leak or a double free), and finish's connect
+ * timeout counted from finish, not from begin. */
+static void begin_finish_and_cancel_refuse_bad_input_and_time_out_from_finish(void **state) {
+  (void)state;
+  ftc_config_t cfg;
+  harness_config(&cfg, 1000, 500);
+  ftc_comm_pending_t *p = (ftc_comm_pending_t *)&cfg;
+  ftc_comm_t *comm = (ftc_comm_t *)&cfg;
+  unsetenv("FTCOMM_COORDINATOR");
+  assert_int_equal(ftc_comm_create_begin(&cfg, &p), FTC_ERR_CONFIG);
+  assert_null(p);
+  assert_non_null(strstr(ftc_last_error(), "FTCOMM_COORDINATOR"));
+  ASSERT_INVALID(ftc_comm_create_begin(&cfg, NULL), "pass &pending");
+  ASSERT_INVALID(ftc_comm_create_finish(NULL, &comm), "ftc_comm_create_begin");
+  assert_null(comm);
+  ASSERT_INVALID(ftc_comm_create_finish(NULL, NULL), "ftc_comm_create_begin");
+  ftc_comm_create_cancel(NULL);
+  /* A port nobody listens on: begin still returns (its session retries). */
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t alen = sizeof(a);
+  assert_true(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+              getsockname(fd, (struct sockaddr *)&a, &alen) == 0);
+  close(fd);
+  char coord[64];
+  snprintf(coord, sizeof(coord), "127.0.0.1:%d", ntohs(a.sin_port));
+  cfg.coordinator = coord;
+  assert_int_equal(ftc_comm_create_begin(&cfg, &p), FTC_OK);
+  assert_non_null(p);
+  ASSERT_INVALID(ftc_comm_create_finish(p, NULL), "&comm"); /* p is freed */
+  assert_int_equal(ftc_comm_create_begin(&cfg, &p), FTC_OK);
+  usleep(700000); /* past connect_timeout_ms from begin */
+  int64_t t0 = ftc__now_ns();
+  assert_int_equal(ftc_comm_create_finish(p, &comm), FTC_ERR_COORDINATOR);
+  int64_t ms = ms_since(t0);
+  assert_null(comm);
+  assert_true(ms >= 450);
+  assert_true(ms < 3000);
+  assert_non_null(strstr(ftc_last_error(), coord));
+}
+
 static void a_world_of_one_reports_rank_size_epoch(void **state) {
   (void)state;
   ftc_comm_t *comm = solo_comm();
@@ -1187,6 +1230,7 @@ int main(void) {
       cmocka_unit_test(roots_and_peers_out_of_range_are_refused),
       cmocka_unit_test(a_missing_request_pointer_or_bad_timeout_is_refused),
       cmocka_unit_test(create_without_a_coordinator_says_how_to_start),
+      cmocka_unit_test(begin_finish_and_cancel_refuse_bad_input_and_time_out_from_finish),
       cmocka_unit_test(a_world_of_one_reports_rank_size_epoch),
       cmocka_unit_test(a_peer_that_never_connects_times_out_within_the_connect_timeout),
       cmocka_unit_test(a_peer_that_never_answers_times_out_within_the_connect_timeout),
