@@ -42,6 +42,7 @@ struct options {
   uint64_t seed;
   int log_every;
   int step_ms;  /* extra time per step, standing in for real compute */
+  int start_ms; /* extra time before joining, standing in for loading a model */
 };
 
 struct model {
@@ -120,7 +121,7 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: ftcomm-trainer [--steps N] [--batch B] [--samples S] [--inputs I]\n"
           "                      [--hidden H] [--lr RATE] [--seed SEED] [--log-every K]\n"
-          "                      [--step-ms MS]\n"
+          "                      [--step-ms MS] [--start-ms MS]\n"
           "Data-parallel SGD on synthetic data over ftcomm. Run it under ftcomm-run.\n");
 }
 
@@ -143,7 +144,8 @@ static int parse_options(int argc, char **argv, struct options *o) {
       {"samples", required_argument, 0, 'N'}, {"inputs", required_argument, 0, 'i'},
       {"hidden", required_argument, 0, 'H'},  {"lr", required_argument, 0, 'l'},
       {"seed", required_argument, 0, 'S'},    {"log-every", required_argument, 0, 'k'},
-      {"step-ms", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'},
+      {"step-ms", required_argument, 0, 'T'}, {"start-ms", required_argument, 0, 'A'},
+      {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   *o = (struct options){.steps = 200, .batch = 256, .inputs = 16, .hidden = 32,
                         .samples = 8192, .lr = 0.5, .seed = 1, .log_every = 20};
@@ -158,6 +160,7 @@ static int parse_options(int argc, char **argv, struct options *o) {
       case 'H': bad = parse_int("hidden", optarg, 1, 4096, &o->hidden); break;
       case 'k': bad = parse_int("log-every", optarg, 1, 100000000, &o->log_every); break;
       case 'T': bad = parse_int("step-ms", optarg, 0, 100000, &o->step_ms); break;
+      case 'A': bad = parse_int("start-ms", optarg, 0, 600000, &o->start_ms); break;
       case 'l': {
         char *end;
         o->lr = strtod(optarg, &end);
@@ -292,6 +295,10 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < (size_t)o.samples * o.inputs; i++) x[i] = rng_normal(&s);
   for (int n = 0; n < o.samples; n++) {
     y[n] = forward(&teacher, x + (size_t)n * o.inputs, h) > 0 ? 1.0 : 0.0;
+  }
+  if (o.start_ms > 0) {
+    struct timespec ts = {o.start_ms / 1000, (long)(o.start_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
   }
   st = ftc_comm_create_finish(pending, &comm);
   pending = NULL;

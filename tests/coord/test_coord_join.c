@@ -584,6 +584,109 @@ static void join_before_the_welcome_is_sent_after_it(void **state) {
   ftc__coord_destroy(fx.co);
 }
 
+static void all_saw_epoch_1(ftc__member_t **m, int n);
+
+/* A job of 3 whose ranks speak data-plane protocol dp, shrunk to slots 0
+ * and 1 (slot 2 left), with a standby replacement for slot 2 registered. */
+static void shrunk_job_with_a_standby(fixture_t *fx, int dp, ftc__member_t **m,
+                                      ftc__member_t **j) {
+  start_coord(3, 2, fx);
+  for (int s = 0; s < 3; s++) {
+    ftc__member_cfg_t c = member_cfg(fx, s, 3);
+    c.dataplane = dp;
+    m[s] = NULL;
+    ftc_status_t st = ftc__member_open(&c, &m[s]);
+    if (st != FTC_OK) fail_msg("slot %d: %s: %s", s, ftc_strerror(st), ftc_last_error());
+  }
+  all_saw_epoch_1(m, 3);
+  ftc__member_close(m[2]);
+  for (int s = 0; s < 2; s++) {
+    ftc__view_t *v = view_after(m[s], 1);
+    assert_int_equal(v->epoch, 2);
+    ftc__view_free(v);
+  }
+  ftc__member_cfg_t c = member_cfg(fx, 2, 3);
+  c.standby = 1;
+  c.joiner = 1;
+  c.dataplane = dp;
+  *j = NULL;
+  assert_int_equal(ftc__member_start(&c, j), FTC_OK);
+  ftc__coord_stats_t st;
+  WAIT_STATS(fx->co, st, st.standby == 1);
+}
+
+/* The running ranks hear the epoch a standby member's join would form (the
+ * coordinator's prospect), and the join forms exactly that epoch: their
+ * data planes connect to it ahead of the join. Not an epoch: nobody moves. */
+static void running_ranks_hear_the_prospect_and_the_join_forms_it(void **state) {
+  (void)state;
+  fixture_t fx;
+  ftc__member_t *m[3], *j;
+  shrunk_job_with_a_standby(&fx, FTC__PROTO_DATAPLANE_PROSPECT, m, &j);
+  ftc__view_t *p[2];
+  for (int s = 0; s < 2; s++) {
+    int64_t dl = ftc__deadline_ns(WAIT_MS);
+    while (ftc__member_prospect_seq(m[s]) == 0 && ftc__now_ns() < dl) usleep(2000);
+    assert_int_equal(ftc__member_prospect_seq(m[s]), 1);
+    assert_int_equal(ftc__member_prospect(m[s], &p[s]), 1);
+    assert_int_equal(p[s]->epoch, 3);
+    assert_int_equal(p[s]->size, 3);
+    assert_int_equal(p[s]->my_rank, s);
+    assert_int_equal(p[s]->members[2].slot, 2);
+    assert_int_equal(p[s]->members[2].joined_epoch, 3);
+    assert_int_equal(p[s]->members[0].joined_epoch, 1);
+  }
+  /* Nobody moves to it. */
+  assert_int_equal(ftc__member_latest_epoch(m[0]), 2);
+  ftc__view_t *none = NULL;
+  assert_int_equal(ftc__member_wait_view(m[1], 2, 200, &none), FTC_ERR_TIMEOUT);
+  join_now(&j);
+  ftc__view_t *vj = view_after(j, 0);
+  for (int s = 0; s < 2; s++) {
+    ftc__view_t *v = view_after(m[s], 2);
+    assert_int_equal(v->epoch, p[s]->epoch);
+    assert_int_equal(v->size, p[s]->size);
+    for (int r = 0; r < v->size; r++) {
+      assert_int_equal(v->members[r].member_id, p[s]->members[r].member_id);
+      assert_int_equal(v->members[r].slot, p[s]->members[r].slot);
+      assert_int_equal(v->members[r].joined_epoch, p[s]->members[r].joined_epoch);
+      assert_string_equal(v->members[r].addr, p[s]->members[r].addr);
+    }
+    assert_int_equal(v->members[2].member_id, vj->my_member_id);
+    ftc__view_free(v);
+    ftc__view_free(p[s]);
+  }
+  ftc__view_free(vj);
+  /* No standby is left: no prospect after the epoch it formed. */
+  usleep(300000);
+  assert_int_equal(ftc__member_prospect_seq(m[0]), 1);
+  ftc__member_close(j);
+  ftc__member_close(m[0]);
+  ftc__member_close(m[1]);
+  ftc__coord_destroy(fx.co);
+}
+
+/* Ranks of an older data plane (protocol 5) would take a prospect for an
+ * unknown message: they are sent none. */
+static void older_ranks_hear_no_prospect(void **state) {
+  (void)state;
+  fixture_t fx;
+  ftc__member_t *m[3], *j;
+  shrunk_job_with_a_standby(&fx, FTC__PROTO_DATAPLANE_PROSPECT - 1, m, &j);
+  usleep(300000);
+  assert_int_equal(ftc__member_prospect_seq(m[0]), 0);
+  assert_int_equal(ftc__member_prospect_seq(m[1]), 0);
+  assert_int_equal(ftc__member_error(m[0]), FTC_OK);
+  join_now(&j);
+  ftc__view_t *v = view_after(m[0], 2);
+  assert_int_equal(v->epoch, 3);
+  ftc__view_free(v);
+  ftc__member_close(j);
+  ftc__member_close(m[0]);
+  ftc__member_close(m[1]);
+  ftc__coord_destroy(fx.co);
+}
+
 static void standby_that_leaves_frees_its_slot(void **state) {
   (void)state;
   fixture_t fx;
@@ -1714,6 +1817,8 @@ int main(void) {
       cmocka_unit_test(join_before_the_welcome_is_sent_after_it),
       cmocka_unit_test(standby_that_leaves_frees_its_slot),
       cmocka_unit_test(standby_closed_before_its_welcome_leaves),
+      cmocka_unit_test(running_ranks_hear_the_prospect_and_the_join_forms_it),
+      cmocka_unit_test(older_ranks_hear_no_prospect),
       cmocka_unit_test(leave_then_joiner_gives_two_new_epochs_never_reusing_numbers),
       cmocka_unit_test(reported_rank_that_keeps_heartbeating_is_kept_in_a_new_epoch),
       cmocka_unit_test(reported_rank_that_is_silent_is_excluded_at_once),

@@ -327,6 +327,18 @@ static void standby_and_join_round_trip(void **state) {
   m = roundtrip(ftc__proto_join(), FTC__MSG_JOIN);
   assert_string_equal(ftc__msg_type_name(m.type), "join");
   ftc__msg_clear(&m);
+  /* The coordinator's prospect: a view's members, its own type. */
+  ftc__wire_member_t pm[2] = {{0, 0, 11, 1, "a:1", 2}, {1, 3, 17, 4, "b:2", 1}};
+  m = roundtrip(ftc__proto_prospect(4, pm, 2), FTC__MSG_PROSPECT);
+  assert_int_equal(m.epoch, 4);
+  assert_int_equal(m.nmembers, 2);
+  assert_int_equal(m.members[1].member_id, 17);
+  assert_int_equal(m.members[1].slot, 3);
+  assert_int_equal(m.members[1].joined_epoch, 4);
+  assert_string_equal(m.members[1].addr, "b:2");
+  assert_int_equal(m.members[1].state, 1);
+  assert_int_equal(m.members[0].state, 2);
+  ftc__msg_clear(&m);
 }
 
 static void error_codes_map_to_statuses(void **state) {

@@ -186,20 +186,25 @@ case_replace() {
 # steps are 30 ms apart so that even a slow (sanitized) joiner is in its
 # bootstrap by then. The joiner (rank 2) makes none of those connections: it
 # accepts those of ranks 0 and 1 too (debug: "rank 2 accepted rank 0 (socket
-# 0)"; a spare's line says "spare"), where the rank rule has it connect.
+# 0)"; a spare's line says "spare"), where the rank rule has it connect. The
+# replacement "loads a model" for 200 ms between ftc_comm_create_begin and
+# _finish: the others connect to it on the coordinator's prospect meanwhile,
+# and it finds their handshakes waiting ("accepted while standby").
 case_grow() {
   FTCOMM_LOG_LEVEL=debug FTCOMM_LOG_SUBSYS=net run grow 60 -n 4 --min-size 3 --replace \
     --replace-delay 0.2 --inject kill:2@5 -- \
-    "$BIN/ftcomm-trainer" --steps 80 --step-ms 30 --batch 96 --samples 2048 --seed 7 --log-every 1000
+    "$BIN/ftcomm-trainer" --steps 80 --step-ms 30 --start-ms 200 --batch 96 --samples 2048 \
+    --seed 7 --log-every 1000
   if [ "$(cat "$tmp/grow.rc")" = 0 ] && [ "$(finals grow | wc -l)" = 4 ] &&
      [ "$(finals grow | awk '{print $9}' | sort -u | wc -l)" = 1 ] &&
      grep -q 'joined (new ranks: 2), now rank' "$tmp/grow.out" &&
      { [ "${FTCOMM_BACKEND:-tcp}" != tcp ] || { grep -q 'to new members made early' "$tmp/grow.out" &&
        grep -q 'socket(s) kept from epoch' "$tmp/grow.out" &&
+       grep -q 'rank 2: 6 connection(s) accepted while standby' "$tmp/grow.out" &&
        grep -q 'rank 2 accepted rank 0 (socket 0) (' "$tmp/grow.out" &&
        grep -q 'rank 2 accepted rank 1 (socket 1) (' "$tmp/grow.out"; }; } &&
      ! grep -q 'Sanitizer' "$tmp/grow.out"; then
-    ok grow "shrank to 3, grew back to 4 at a step boundary, the running ranks' connections kept, those to the joiner made before it, by the ranks below it too"
+    ok grow "shrank to 3, grew back to 4 at a step boundary, the running ranks' connections kept, those to the joiner made while it was standby, by the ranks below it too"
   else
     bad grow "expected 4 identical finishers after a grow at a step boundary"
   fi

@@ -132,6 +132,7 @@ struct ftc__coord {
   uint64_t dumps_epoch;  /* the epoch whose hang already triggered dump requests */
   ftc__coord_stats_t counts; /* lost/left/refused tallies */
   int stats_dirty;
+  uint64_t prospect_sig; /* the last prospect sent (a hash of its epoch and members), 0: none */
 
   ftc__coord_event_fn on_event;
   void *event_arg;
@@ -471,6 +472,8 @@ static int cmp_slot(const void *a, const void *b) {
   return (x->slot > y->slot) - (x->slot < y->slot);
 }
 
+static void send_prospect(ftc__coord_t *co);
+
 /* Form and announce the next epoch when the membership changed: the first
  * once every slot has joined, later ones without dropped members and with
  * waiting joiners, while at least min_size members remain. */
@@ -570,6 +573,7 @@ static void maybe_form_epoch(ftc__coord_t *co) {
     session_writable(s);
   }
   ftc__free(f);
+  send_prospect(co); /* standby members still waiting: the epoch after this one */
 }
 
 /* Drop a member the coordinator decided to remove while its session is
@@ -737,6 +741,71 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
   /* A standby member counts from its join; a detached member of the epoch
    * that its hello dropped above is announced now all the same. */
   if (m->state == M_PENDING || co->view_dirty) maybe_form_epoch(co);
+  else send_prospect(co);
+}
+
+/* The epoch that the standby members' joins would form now, if nothing
+ * changes first, told to the running ranks that take prospects: they
+ * connect to the standby members ahead of the join (the handshake is for
+ * that epoch, so nothing is used unless the coordinator forms exactly it;
+ * docs/protocol.md, "prospect"). Sent when it changes; nothing while the
+ * current epoch is being replaced (a drop, a report, a pending member). */
+static void send_prospect(ftc__coord_t *co) {
+  if (!co->formed || co->view_dirty || co->revoke_pending || co->view_n < 1) return;
+  int standby = 0;
+  for (int i = 0; i < co->nmembers; i++) {
+    if (co->members[i]->state == M_PENDING) return;
+    standby += co->members[i]->state == M_STANDBY;
+  }
+  for (int r = 0; r < co->view_n; r++)
+    if (!co->view[r]) return;
+  if (!standby) return;
+  int n = co->view_n + standby;
+  member_t **pm = ftc__calloc((size_t)n, sizeof(*pm));
+  ftc__wire_member_t *wm = ftc__calloc((size_t)n, sizeof(*wm));
+  if (!pm || !wm) {
+    ftc__free(pm);
+    ftc__free(wm);
+    return; /* out of memory: the joins take the usual way */
+  }
+  int k = 0;
+  for (int r = 0; r < co->view_n; r++) pm[k++] = co->view[r];
+  for (int i = 0; i < co->nmembers; i++)
+    if (co->members[i]->state == M_STANDBY) pm[k++] = co->members[i];
+  qsort(pm, (size_t)n, sizeof(*pm), cmp_slot);
+  /* As maybe_form_epoch would number and write it. */
+  uint64_t e = (co->epoch > co->max_known_epoch ? co->epoch : co->max_known_epoch) + 1;
+  uint64_t sig = 1469598103934665603ULL ^ e;
+  for (int r = 0; r < n; r++) {
+    const member_t *m = pm[r];
+    wm[r] = (ftc__wire_member_t){r, m->slot, m->id,
+                                 m->state == M_STANDBY ? e : m->joined_epoch, m->addr,
+                                 m->ready_epoch ? 2 : 1};
+    sig = (sig ^ m->id) * 1099511628211ULL;
+  }
+  if (sig == co->prospect_sig) {
+    ftc__free(pm);
+    ftc__free(wm);
+    return;
+  }
+  co->prospect_sig = sig;
+  ftc__frame_t *f = ftc__proto_encode(ftc__proto_prospect(e, wm, n), LWS_PRE);
+  ftc__free(wm);
+  ftc__free(pm);
+  if (!f) return;
+  FTC_DEBUG(FTC_SUB_COORD, "job %s: prospect of epoch %llu with %d members (%d standby)",
+            co->job, (unsigned long long)e, n, standby);
+  for (int r = 0; r < co->view_n; r++) {
+    member_t *m = co->view[r];
+    session_t *s = m->sess;
+    if (!s || m->dataplane < FTC__PROTO_DATAPLANE_PROSPECT) continue;
+    ftc__frame_t *c = ftc__malloc(sizeof(*c) + LWS_PRE + f->len);
+    if (!c) continue;
+    memcpy(c, f, sizeof(*c) + LWS_PRE + f->len);
+    ftc__frameq_push(&s->outq, c);
+    session_writable(s);
+  }
+  ftc__free(f);
 }
 
 /* A standby member is ready: admitted like a member whose hello just came. */
@@ -1282,6 +1351,7 @@ static void tick(ftc__coord_t *co) {
     maybe_form_epoch(co);
   }
   if (co->formed) judge_suspects(co, now);
+  send_prospect(co); /* (a standby dropped: the others' prospect changed) */
   if (co->stats_dirty) publish_stats(co);
 }
 

@@ -66,6 +66,7 @@ static void comm_free(ftc_comm_t *c) {
   if (c->member) ftc__member_set_notify(c->member, -1);
   if (c->member) ftc__member_set_view_notify(c->member, -1);
   ftc__engine_stop(c);
+  ftc__tcp_preaccept_free(c->preacc);
   if (c->retired) c->be->close(c->retired, c->retired_planned);
   if (c->bh) c->be->close(c->bh, !__atomic_load_n(&c->error, __ATOMIC_ACQUIRE));
   ftc_rec_destroy(c->rec);
@@ -429,6 +430,13 @@ static ftc_status_t comm_begin(const ftc_config_t *cfg, int standby, ftc_comm_t 
   if ((st = ftc__member_start(&mcfg, &c->member)) != FTC_OK) goto out_free;
   comm_probe_auto(c);
   comm_prepare(c);
+  /* A standby on TCP accepts the running ranks' early connections while it
+   * waits (they connect on the coordinator's prospect) and sends their
+   * nonces; without it (no thread) they are answered after the join. */
+  if (standby && c->be == &ftc__backend_tcp &&
+      ftc__tcp_preaccept_start(c->listen_fd, c->tcfg.socket_buffer, &c->preacc) != FTC_OK)
+    FTC_DEBUG(FTC_SUB_INIT, "no standby acceptor (%s): early connections wait for the join",
+              ftc_last_error());
   *out = c;
   return FTC_OK;
 
@@ -526,7 +534,16 @@ ftc_status_t ftc_comm_create_finish(ftc_comm_pending_t *pending, ftc_comm_t **ou
   ftc__free(pending);
   int64_t t0 = ftc__now_ns();
   ftc__member_join(c->member);
-  if ((st = comm_finish(c, t0)) != FTC_OK) return st;
+  /* While the coordinator answers: the acceptor's sockets go to the first
+   * bootstrap, which answers the handshakes waiting on them. */
+  ftc__tcp_preacc_t *pa = c->preacc;
+  c->preacc = NULL;
+  ftc__tcp_preaccept_stop(pa);
+  c->tcfg.preacc = pa;
+  st = comm_finish(c, t0); /* (frees c on failure) */
+  if (st == FTC_OK) c->tcfg.preacc = NULL;
+  ftc__tcp_preaccept_free(pa);
+  if (st != FTC_OK) return st;
   *out = c;
   return FTC_OK;
 }

@@ -408,7 +408,8 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
     comm->be->close(comm->retired, comm->retired_planned);
     comm->retired = NULL;
   }
-  int n = 0, base, sp = 0, early = 0, spares = comm->spares && comm->be->spare_poll && comm->bh;
+  int n = 0, base, sp = 0, ep = 0, early = 0,
+      spares = comm->spares && comm->be->spare_poll && comm->bh;
   pfd[n++] = (struct pollfd){comm->wake_fd, POLLIN, 0};
   /* While a later epoch is coming (this one failed, or the coordinator
    * announced the next), callers are peers of that epoch: leave them in the
@@ -421,11 +422,35 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
                     ftc__member_latest_epoch(comm->member) >
                         __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
   if (comm->listen_fd >= 0 && !next_coming) {
+    /* Standby members waiting to join (the coordinator's prospect: the
+     * epoch their joins would form): connect to them now, beside the
+     * spares; their acceptors answer with nonces at once, and the
+     * handshakes are done when the join comes (docs/recovery.md). The
+     * listener stays the spares'. */
+    int prospect = spares && comm->member && comm->be->early_start &&
+                   !__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
+    uint64_t seq = prospect ? ftc__member_prospect_seq(comm->member) : 0;
+    if (prospect && seq != comm->prospect_seq) {
+      ftc__view_t *v = NULL;
+      comm->prospect_seq = seq;
+      if (ftc__member_prospect(comm->member, &v)) {
+        if (v->epoch > __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE) &&
+            scratch_room(ps, 2 * SPARE_ROOM(v->size > ps->n ? v->size : ps->n))) {
+          if (pfd != ps->pfd) pfd = ps->pfd, pfd[0] = (struct pollfd){comm->wake_fd, POLLIN, 0};
+          comm->be->early_start(comm->bh, v);
+        }
+        ftc__view_free(v);
+      }
+    }
+    int spare_max = ps->nspare;
+    if (prospect && ps->nspare >= 2 * SPARE_ROOM(ps->n)) spare_max = SPARE_ROOM(ps->n);
     if (spares)
       sp = comm->be->spare_poll(comm->bh, comm->listen_fd,
-                                __atomic_load_n(&comm->settled, __ATOMIC_ACQUIRE), pfd + n, ps->nspare);
+                                __atomic_load_n(&comm->settled, __ATOMIC_ACQUIRE), pfd + n, spare_max);
     else
       pfd[n] = (struct pollfd){comm->listen_fd, POLLIN, 0}, sp = 1;
+    /* (-1: its accepts are the spares' listener's, none of its own) */
+    if (prospect) ep = comm->be->early_poll(comm->bh, -1, pfd + n + sp, ps->nspare - sp);
   } else if (spares) {
     comm->be->spare_stop(comm->bh);
     /* A later epoch that adds members (a joiner was admitted) is connected
@@ -447,7 +472,7 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
       early = sp = comm->be->early_poll(comm->bh, comm->listen_fd, pfd + n, ps->nspare);
     }
   }
-  n += sp;
+  n += sp + ep;
   base = n;
   int np = 0, *fds = ps->watch.fds, *ranks = ps->watch.ranks;
   if (!__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE)) {
@@ -470,6 +495,8 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
     else if (pfd[1].revents & POLLIN)
       ftc__tcp_refuse_pending(comm->listen_fd);
   }
+  if (ep && !__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE))
+    comm->be->early_events(comm->bh, -1, pfd + 1 + sp, ep);
   for (int i = base; i < n; i++) {
     if (!pfd[i].revents) continue;
     int rank = -1;

@@ -114,6 +114,8 @@ struct ftc__member {
   int want_above;         /* atomic: the highest data-plane socket (ftc__member_hold_above) */
   int hold_tried;         /* service thread: the last `above` maybe_hold tried for */
   uint64_t latest_epoch;  /* atomic copy of view->epoch, for the step boundary */
+  ftc__view_t *prospect;  /* the coordinator's latest prospect, NULL: none */
+  uint64_t prospect_seq;  /* atomic: prospects received */
   uint64_t left[LEFT_KEEP]; /* members the views said left cleanly, the newest LEFT_KEEP */
   int nleft;
   struct dropped_rec {      /* members the views said were dropped, and why: the newest DROP_KEEP */
@@ -627,6 +629,26 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
       }
       break;
     }
+    case FTC__MSG_PROSPECT: {
+      /* Kept for the data plane's early connections to the standby
+       * members it adds; never taken for an epoch. */
+      ftc__view_t *v = view_from_msg(&msg, m->member_id);
+      if (!v || v->my_rank < 0) {
+        ftc__view_free(v); /* out of memory, or not ours: the join goes the usual way */
+        break;
+      }
+      FTC_DEBUG(FTC_SUB_COORD, "slot %d: prospect of epoch %llu: rank %d of %d", m->slot,
+                (unsigned long long)v->epoch, v->my_rank, v->size);
+      ftc__view_free(m->prospect);
+      m->prospect = v;
+      __atomic_add_fetch(&m->prospect_seq, 1, __ATOMIC_ACQ_REL);
+      if (m->view_fd >= 0) {
+        uint64_t one = 1;
+        ssize_t w = write(m->view_fd, &one, sizeof(one));
+        (void)w;
+      }
+      break;
+    }
     case FTC__MSG_BACKEND: {
       if (msg.epoch < m->backend_epoch) break;
       char *b = ftc__strdup(msg.backend);
@@ -941,6 +963,7 @@ static void member_free(ftc__member_t *m) {
   release_exit_fd(m);
   ftc__frameq_clear(&m->outq);
   ftc__view_free(m->view);
+  ftc__view_free(m->prospect);
   ftc__free(m->backend_blob);
   ftc__free(m->rx);
   pthread_cond_destroy(&m->cond);
@@ -1166,6 +1189,23 @@ ftc_status_t ftc__member_finish(ftc__member_t **mp) {
                     msg[0] ? msg : "the coordinator closed the session");
 }
 
+/* A copy of src for a caller (ftc__view_free), NULL when out of memory. */
+static ftc__view_t *view_dup(const ftc__view_t *src) {
+  ftc__view_t *v = ftc__calloc(1, sizeof(*v));
+  if (!v) return NULL;
+  *v = *src;
+  v->members = ftc__malloc((size_t)(src->size ? src->size : 1) * sizeof(*v->members));
+  v->backend_blob = src->backend_blob ? ftc__strdup(src->backend_blob) : NULL;
+  if (!v->members || (src->backend_blob && !v->backend_blob)) {
+    ftc__free(v->members);
+    ftc__free(v->backend_blob);
+    ftc__free(v);
+    return NULL;
+  }
+  memcpy(v->members, src->members, (size_t)src->size * sizeof(*v->members));
+  return v;
+}
+
 ftc_status_t ftc__member_wait_view(ftc__member_t *m, uint64_t after, int timeout_ms,
                                    ftc__view_t **view) {
   if (!m || !view) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "wait_view: NULL argument");
@@ -1195,20 +1235,7 @@ ftc_status_t ftc__member_wait_view(ftc__member_t *m, uint64_t after, int timeout
       pthread_cond_timedwait(&m->cond, &m->lock, &ts);
   }
   const ftc__view_t *src = m->view;
-  ftc__view_t *v = ftc__calloc(1, sizeof(*v));
-  if (v) {
-    *v = *src;
-    v->members = ftc__malloc((size_t)(src->size ? src->size : 1) * sizeof(*v->members));
-    v->backend_blob = src->backend_blob ? ftc__strdup(src->backend_blob) : NULL;
-    if (!v->members || (src->backend_blob && !v->backend_blob)) {
-      ftc__free(v->members);
-      ftc__free(v->backend_blob);
-      ftc__free(v);
-      v = NULL;
-    } else {
-      memcpy(v->members, src->members, (size_t)src->size * sizeof(*v->members));
-    }
-  }
+  ftc__view_t *v = view_dup(src);
   if (!v) {
     st = FTC_ERR_NO_MEMORY;
     snprintf(msg, sizeof(msg), "out of memory copying epoch %llu",
@@ -1407,6 +1434,18 @@ int ftc__member_drop_reason(ftc__member_t *m, uint64_t member_id, char *reason, 
   }
   pthread_mutex_unlock(&m->lock);
   return found;
+}
+
+uint64_t ftc__member_prospect_seq(const ftc__member_t *m) {
+  return __atomic_load_n(&m->prospect_seq, __ATOMIC_ACQUIRE);
+}
+
+int ftc__member_prospect(ftc__member_t *m, ftc__view_t **view) {
+  *view = NULL;
+  pthread_mutex_lock(&m->lock);
+  if (m->prospect) *view = view_dup(m->prospect);
+  pthread_mutex_unlock(&m->lock);
+  return *view != NULL;
 }
 
 uint64_t ftc__member_latest_epoch(const ftc__member_t *m) {

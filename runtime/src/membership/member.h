@@ -155,6 +155,15 @@ int ftc__member_drop_reason(ftc__member_t *m, uint64_t member_id, char *reason, 
  * one atomic load, for the step boundary's hot path. */
 uint64_t ftc__member_latest_epoch(const ftc__member_t *m);
 
+/* The coordinator's latest "prospect": the epoch its standby members' joins
+ * would form if nothing changed first (docs/protocol.md). prospect_seq
+ * counts the prospects received (atomic; 0: none); ftc__member_prospect
+ * copies the latest into *view (ftc__view_free) and returns 1, or returns 0
+ * when there is none (or out of memory). Not an epoch: nothing moves to it;
+ * the data plane connects to its new members early (core/engine.c). */
+uint64_t ftc__member_prospect_seq(const ftc__member_t *m);
+int ftc__member_prospect(ftc__member_t *m, ftc__view_t **view);
+
 /* Have the service thread write 1 to the eventfd `fd` whenever a view or a
  * dump request arrives (-1 stops it). fd stays owned by the caller and must
  * stay open until this is undone or the session is closed. */

@@ -27,6 +27,7 @@ static const char *const type_names[FTC__MSG_TYPE_COUNT] = {
     [FTC__MSG_ERROR] = "error",
     [FTC__MSG_BACKEND] = "backend",
     [FTC__MSG_JOIN] = "join",
+    [FTC__MSG_PROSPECT] = "prospect",
 };
 
 static const char *const perr_names[FTC__PERR_COUNT] = {
@@ -188,6 +189,15 @@ json_t *ftc__proto_welcome_standby(json_t *welcome) {
 }
 
 json_t *ftc__proto_join(void) { return msg_new(FTC__MSG_JOIN); }
+
+json_t *ftc__proto_prospect(uint64_t epoch, const ftc__wire_member_t *members, int n) {
+  json_t *o = msg_new(FTC__MSG_PROSPECT);
+  if (!o) return NULL;
+  int err = 0;
+  err |= set(o, "epoch", json_integer((json_int_t)epoch));
+  err |= set(o, "members", members_array(members, n));
+  return finish(o, err);
+}
 
 json_t *ftc__proto_view(uint64_t epoch, const ftc__wire_member_t *members, int n,
                         const char *backend) {
@@ -1025,6 +1035,11 @@ ftc__perr_t ftc__proto_decode(const char *text, size_t len, size_t max_len, ftc_
       if (!d.bad && msg->member_id == 0) fail(&d, "field \"%s\" must not be 0", "member_id");
       break;
     case FTC__MSG_VIEW: decode_view(&d, msg); break;
+    case FTC__MSG_PROSPECT:
+      msg->epoch = get_u64(&d, o, "epoch", 0);
+      decode_members(&d, json_object_get(o, "members"), "members", msg);
+      if (!d.bad && msg->epoch == 0) fail(&d, "field \"%s\" must not be 0", "epoch");
+      break;
     case FTC__MSG_HEARTBEAT:
       msg->epoch = get_u64(&d, o, "epoch", 1);
       msg->ready = get_u64(&d, o, "ready", 1);

@@ -53,6 +53,9 @@
 #define FTC__PROTO_MAX_BLOB (1024 * 1024)
 #define FTC__PROTO_MAX_FAILED 65536
 #define FTC__PROTO_DEFAULT_HEARTBEAT_MS 1000
+/* The data-plane protocol ("dataplane" in a hello) from which a rank takes
+ * "prospect" messages (FTC__TCP_PROTO 6); older ranks are sent none. */
+#define FTC__PROTO_DATAPLANE_PROSPECT 6
 
 typedef enum ftc__msg_type {
   FTC__MSG_NONE = 0,
@@ -67,6 +70,8 @@ typedef enum ftc__msg_type {
   FTC__MSG_ERROR,        /* either way: refusal with a code; the sender closes */
   FTC__MSG_BACKEND,      /* both ways: an epoch's backend blob (e.g. an NCCL unique id) */
   FTC__MSG_JOIN,         /* rank -> coordinator: a standby member is ready to be admitted */
+  FTC__MSG_PROSPECT,     /* coordinator -> rank: the epoch its standby members' joins would
+                          * form, if nothing changes first (not an epoch) */
   FTC__MSG_TYPE_COUNT
 } ftc__msg_type_t;
 
@@ -214,6 +219,9 @@ json_t *ftc__proto_welcome(uint64_t member_id, uint64_t epoch, int heartbeat_ms,
 json_t *ftc__proto_welcome_standby(json_t *welcome);
 /* A standby member asks to be admitted: {"v":1,"type":"join"}. */
 json_t *ftc__proto_join(void);
+/* The epoch the coordinator would form if its standby members joined now
+ * (members as in a view; decoded into the same fields). */
+json_t *ftc__proto_prospect(uint64_t epoch, const ftc__wire_member_t *members, int n);
 json_t *ftc__proto_view(uint64_t epoch, const ftc__wire_member_t *members, int n,
                         const char *backend);
 /* Add to a view message the member ids of members of the epoch before it

@@ -54,6 +54,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -1588,6 +1589,130 @@ int ftc__tcp_host_ranks(const ftc__view_t *view, int r) {
   return n;
 }
 
+/* Whether the transport t is for exactly that view (epoch, this rank, the
+ * members in order): a bootstrap begun for it may be continued. */
+static int same_epoch_view(const ftc__tcp_t *t, const ftc__view_t *v) {
+  if (!t || t->epoch != v->epoch || t->rank != v->my_rank || t->size != v->size) return 0;
+  for (int r = 0; r < v->size; r++)
+    if (t->peers[r].member_id != v->members[r].member_id) return 0;
+  return 1;
+}
+
+/* ---- a standby member's acceptor ---- */
+
+struct ftc__tcp_preacc {
+  int listen_fd, stop_fd;
+  int64_t socket_buffer;
+  pthread_t thread;
+  int started;
+  int n; /* accepted sockets with their nonces; the thread's until it is stopped */
+  struct {
+    int fd;
+    uint8_t nonce[FTC__TCP_NONCE_SIZE];
+  } s[MAX_PENDING_ACCEPTS];
+};
+
+static void *preacc_main(void *arg) {
+  ftc__tcp_preacc_t *pa = arg;
+  pthread_setname_np(pthread_self(), "ftc-standby");
+  struct pollfd pfd[2 + MAX_PENDING_ACCEPTS];
+  for (;;) {
+    int n = 0;
+    pfd[n++] = (struct pollfd){pa->stop_fd, POLLIN, 0};
+    /* Full: the backlog holds the rest for the bootstrap. */
+    pfd[n++] = (struct pollfd){pa->n < MAX_PENDING_ACCEPTS ? pa->listen_fd : -1, POLLIN, 0};
+    for (int i = 0; i < pa->n; i++) pfd[n++] = (struct pollfd){pa->s[i].fd, POLLRDHUP, 0};
+    if (poll(pfd, (nfds_t)n, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (pfd[0].revents) break;
+    /* A caller that went away (its prospect changed, it failed): closed
+     * here, not answered later. */
+    for (int i = pa->n - 1; i >= 0; i--)
+      if (pfd[2 + i].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+        close(pa->s[i].fd);
+        pa->s[i] = pa->s[--pa->n];
+      }
+    while ((pfd[1].revents & POLLIN) && pa->n < MAX_PENDING_ACCEPTS) {
+      int fd = accept4(pa->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) break;
+      set_sockopts(fd, pa->socket_buffer);
+      uint8_t *nonce = pa->s[pa->n].nonce;
+      if (getrandom(nonce, FTC__TCP_NONCE_SIZE, 0) != FTC__TCP_NONCE_SIZE ||
+          write_all_small(fd, nonce, FTC__TCP_NONCE_SIZE) != 0) {
+        close(fd);
+        continue;
+      }
+      pa->s[pa->n++].fd = fd;
+      FTC_DEBUG(FTC_SUB_NET, "standby: accepted an early connection (%d waiting)", pa->n);
+    }
+  }
+  return NULL;
+}
+
+ftc_status_t ftc__tcp_preaccept_start(int listen_fd, int64_t socket_buffer,
+                                      ftc__tcp_preacc_t **out) {
+  *out = NULL;
+  ftc__tcp_preacc_t *pa = ftc__calloc(1, sizeof(*pa));
+  if (!pa) return ftc__error(FTC_ERR_NO_MEMORY, "allocating the standby acceptor");
+  pa->listen_fd = listen_fd;
+  pa->socket_buffer = socket_buffer;
+  pa->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  int err = pa->stop_fd < 0 ? errno : pthread_create(&pa->thread, NULL, preacc_main, pa);
+  if (err) {
+    if (pa->stop_fd >= 0) close(pa->stop_fd);
+    ftc__free(pa);
+    return ftc__error(FTC_ERR_SYSTEM, "cannot start the standby acceptor: %s", strerror(err));
+  }
+  pa->started = 1;
+  *out = pa;
+  return FTC_OK;
+}
+
+void ftc__tcp_preaccept_stop(ftc__tcp_preacc_t *pa) {
+  if (!pa || !pa->started) return;
+  uint64_t one = 1;
+  ssize_t w = write(pa->stop_fd, &one, sizeof(one));
+  (void)w;
+  pthread_join(pa->thread, NULL);
+  pa->started = 0;
+}
+
+void ftc__tcp_preaccept_free(ftc__tcp_preacc_t *pa) {
+  if (!pa) return;
+  ftc__tcp_preaccept_stop(pa);
+  for (int i = 0; i < pa->n; i++) close(pa->s[i].fd);
+  close(pa->stop_fd);
+  ftc__free(pa);
+}
+
+/* The first bootstrap takes the sockets a standby acceptor accepted: their
+ * callers' hellos answer the nonces it sent. */
+static void preacc_seed(boot_t *b, ftc__tcp_preacc_t *pa) {
+  int64_t now = ftc__now_ns();
+  int taken = 0;
+  for (int i = 0; i < pa->n; i++) {
+    pend_t *p = acc_slot(b);
+    if (!p) { /* (cannot happen: the acceptor holds at most as many) */
+      close(pa->s[i].fd);
+      continue;
+    }
+    if (p == &b->acc[b->nacc]) b->nacc++;
+    memset(p, 0, sizeof(*p));
+    p->fd = pa->s[i].fd;
+    p->rank = -1;
+    p->retry_at = now + SPARE_HELLO_NS;
+    memcpy(p->nonce, pa->s[i].nonce, FTC__TCP_NONCE_SIZE);
+    p->state = P_WAIT_HELLO;
+    taken++;
+  }
+  pa->n = 0;
+  if (taken)
+    FTC_INFO(FTC_SUB_NET, "rank %d: %d connection(s) accepted while standby, their handshakes "
+             "waiting", b->tp->rank, taken);
+}
+
 int ftc__tcp_crowded(const ftc__view_t *view, long ncpu) {
   if (view->size < 2 || ncpu < 1 || view->size < 2 * ncpu) return 0;
   const char *h0 = view->members[0].addr;
@@ -1609,11 +1734,7 @@ ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view
   ftc__tcp_t *tp = NULL;
   boot_t *b = NULL;
   ftc__tcp_t *early = prev ? prev->early : NULL;
-  int same = early && early->epoch == view->epoch && early->rank == view->my_rank &&
-             early->size == view->size;
-  for (int r = 0; same && r < view->size; r++)
-    same = early->peers[r].member_id == view->members[r].member_id;
-  if (same) {
+  if (same_epoch_view(early, view)) {
     /* This epoch's bootstrap began early: continue it. */
     prev->early = NULL;
     tp = early;
@@ -1631,6 +1752,7 @@ ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view
       goto out_destroy;
     }
     b->strict = prev == NULL; /* creating the communicator: nothing to keep running */
+    if (cfg->preacc) preacc_seed(b, cfg->preacc);
     st = bootstrap(b, listen_fd, prev, ftc__deadline_ns(cfg->connect_timeout_ms));
     boot_free(b);
     if (st != FTC_OK) goto out_destroy;
@@ -1669,7 +1791,8 @@ out_destroy:
 int ftc__tcp_early_start(ftc__tcp_t *tp, const ftc__view_t *next) {
   if (!tp) return 0;
   ftc__tcp_t *old = tp->early;
-  if (old && old->epoch == next->epoch) return 1;
+  /* (begun on the coordinator's prospect: the epoch it formed may differ) */
+  if (old && same_epoch_view(old, next)) return 1;
   tp->early = NULL;
   int fresh = 0;
   if (next->epoch > tp->epoch && next->my_rank >= 0 && next->my_rank < next->size && next->size > 1)

@@ -24,11 +24,14 @@
 #include "membership/member.h"
 
 #define FTC__TCP_MAGIC 0x46544344u /* "FTCD" */
-#define FTC__TCP_PROTO 5 /* 2: the hello carries the wire settings (ftc__tcp_wire_t); 3: and
+#define FTC__TCP_PROTO 6 /* 2: the hello carries the wire settings (ftc__tcp_wire_t); 3: and
                           * the sender's CPU count; 4: a joiner accepts, the running ranks
                           * connect to it (it connected to those below it before); 5: a
                           * planned move to the next epoch keeps the pairs' connections
-                          * (ftc__tcp_cfg_t.planned_move). Also said in the membership
+                          * (ftc__tcp_cfg_t.planned_move); 6: the running ranks connect to a
+                          * standby member on the coordinator's prospect, before its join,
+                          * and it sends their nonces while it waits (ftc__tcp_preacc_t;
+                          * FTC__PROTO_DATAPLANE_PROSPECT). Also said in the membership
                           * hello ("dataplane"): the coordinator refuses a rank whose
                           * number differs from the running ranks' */
 #define FTC__TCP_NONCE_SIZE 16
@@ -82,11 +85,28 @@ typedef struct ftc__tcp_cfg {
                              * sockets (a failure the peers see for themselves) */
   const ftc__member_t *member; /* coordinator session or NULL: a newer epoch it has announced
                                 * ends a bootstrap at once (FTC_ERR_REVOKED) */
+  struct ftc__tcp_preacc *preacc; /* NULL, or a stopped standby acceptor on this listener:
+                                   * the first bootstrap takes its sockets */
   int planned_move;         /* ftc__tcp_connect with prev: prev's epoch did not fail here (a
                              * step boundary's move). To the very next epoch, dropping no
                              * member, each pair keeps prev's connections (no ADOPT): both
                              * ends decide it from the same two views */
 } ftc__tcp_cfg_t;
+
+/* A standby member's listener while the process waits to join
+ * (ftc_comm_create_begin): a thread ("ftc-standby") accepts the connections
+ * the running ranks make on the coordinator's prospect (the epoch its join
+ * would form) and sends each its nonce, so that their handshakes are already
+ * waiting when the first bootstrap (cfg->preacc) answers them; the join's
+ * way then has no round trip through the running ranks' threads. Sockets
+ * whose caller went away are closed; at most MAX_PENDING_ACCEPTS are held. */
+typedef struct ftc__tcp_preacc ftc__tcp_preacc_t;
+ftc_status_t ftc__tcp_preaccept_start(int listen_fd, int64_t socket_buffer,
+                                      ftc__tcp_preacc_t **out);
+/* Stop the thread (idempotent); the sockets stay for the bootstrap. */
+void ftc__tcp_preaccept_stop(ftc__tcp_preacc_t *pa);
+/* Stop, close the sockets no bootstrap took, free. NULL is a no-op. */
+void ftc__tcp_preaccept_free(ftc__tcp_preacc_t *pa);
 
 /* Defaults for the tunables from the FTCOMM_* table (token and interrupt
  * untouched). */
