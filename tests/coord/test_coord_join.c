@@ -1745,6 +1745,42 @@ static void wait_events(ev_log_t *l, int n) {
   }
 }
 
+/* A standby member's connection that blinks while its process loads: it
+ * comes back to its place (same id, still standby), no drop is announced
+ * (a host such as ftcomm-run would kill and replace a dropped member's
+ * process), and it joins later as usual. */
+static void standby_whose_connection_blinks_keeps_its_place(void **state) {
+  (void)state;
+  static ev_log_t log = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  ftc__coord_cfg_t cfg = {.bind_host = "127.0.0.1", .job = "testjob", .token = TOKEN,
+                          .world_size = 2, .min_size = 1, .heartbeat_ms = 100,
+                          .on_event = record_event, .event_arg = &log};
+  fixture_t fx;
+  assert_int_equal(ftc__coord_create(&cfg, &fx.co), FTC_OK);
+  snprintf(fx.addr, sizeof(fx.addr), "127.0.0.1:%d", ftc__coord_port(fx.co));
+  ftc__member_t *a = join(&fx, 0, 2);
+  ftc__member_t *b = standby(&fx, 1, 2, 0);
+  ftc__coord_stats_t st;
+  WAIT_STATS(fx.co, st, st.standby == 1 && st.connected == 2);
+  ftc__member_fault_drop(b); /* it reconnects 50 ms later */
+  usleep(400000);
+  WAIT_STATS(fx.co, st, st.connected == 2 && st.standby == 1);
+  assert_int_equal(events_seen(&log), 0); /* (it was dropped before: an event for slot 1) */
+  assert_int_equal(ftc__member_error(b), FTC_OK);
+  join_now(&b);
+  ftc__view_t *v = view_after(b, 0);
+  assert_int_equal(v->epoch, 1);
+  assert_int_equal(v->size, 2);
+  ftc__view_free(v);
+  wait_events(&log, 1);
+  assert_int_equal(log.ev[0].kind, FTC__COORD_EV_EPOCH);
+  ftc__coord_stats(fx.co, &st);
+  assert_int_equal(st.lost, 0);
+  ftc__member_close(b);
+  ftc__member_close(a);
+  ftc__coord_destroy(fx.co);
+}
+
 static void host_sees_events_and_the_current_epoch(void **state) {
   (void)state;
   static ev_log_t log = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -1833,6 +1869,7 @@ int main(void) {
       cmocka_unit_test(view_naming_a_standby_members_slot_or_id_is_not_adopted),
       cmocka_unit_test(finish_while_the_session_reconnects_waits_for_it),
       cmocka_unit_test(finish_timeout_counts_from_the_join),
+      cmocka_unit_test(standby_whose_connection_blinks_keeps_its_place),
       cmocka_unit_test(silent_standby_is_dropped_at_the_heartbeat_timeout),
       cmocka_unit_test(join_from_a_member_not_standby_is_ignored),
       cmocka_unit_test(standby_replacement_drops_a_detached_member_of_its_slot),

@@ -1378,6 +1378,18 @@ static void session_closed(ftc__coord_t *co, member_t *m) {
              (long long)(evidence_ns(co) / 1000000));
     return;
   }
+  if (m->state == M_STANDBY) {
+    /* A standby member may wait for minutes while its process loads: a
+     * connection that blinks meanwhile comes back with its id and is
+     * standby again (or joins, handle_hello); a process that died is
+     * declared by its host, or does not come back (on_tick). */
+    m->detached_ns = ftc__now_ns();
+    co->stats_dirty = 1;
+    FTC_INFO(FTC_SUB_COORD, "job %s: slot %d (member %llu, standby) lost its session; its place "
+             "is kept for %lld ms", co->job, m->slot, (unsigned long long)m->id,
+             (long long)(evidence_ns(co) / 1000000));
+    return;
+  }
   drop_member(co, m, 0, "lost its session");
   maybe_form_epoch(co);
 }
