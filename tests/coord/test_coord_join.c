@@ -84,6 +84,16 @@ static ftc__view_t *view_after(ftc__member_t *m, uint64_t after) {
   return v;
 }
 
+/* The next view of m after `after` is epoch `epoch` of `size` ranks (and,
+ * rank >= 0, m is rank `rank` in it). */
+static void expect_epoch(ftc__member_t *m, uint64_t after, uint64_t epoch, int size, int rank) {
+  ftc__view_t *v = view_after(m, after);
+  assert_int_equal(v->epoch, epoch);
+  assert_int_equal(v->size, size);
+  if (rank >= 0) assert_int_equal(v->my_rank, rank);
+  ftc__view_free(v);
+}
+
 /* Wait until the coordinator's stats satisfy `cond` (bounded). */
 #define WAIT_STATS(co, s, cond)                                    \
   do {                                                             \
@@ -242,10 +252,7 @@ static ftc__member_t *running_rank_with_dataplane(fixture_t *fx, int dp) {
   }
   ftc__view_free(view_after(m[0], 0));
   ftc__member_close(m[1]);
-  ftc__view_t *v = view_after(m[0], 1);
-  assert_int_equal(v->epoch, 2);
-  assert_int_equal(v->size, 1);
-  ftc__view_free(v);
+  expect_epoch(m[0], 1, 2, 1, -1);
   return m[0];
 }
 
@@ -284,11 +291,8 @@ static void expect_dataplane_admitted(const fixture_t *fx, ftc__member_t *m0, in
   ftc__member_t *j = NULL;
   ftc_status_t st = ftc__member_open(&c, &j);
   if (st != FTC_OK) fail_msg("%s: %s", ftc_strerror(st), ftc_last_error());
-  ftc__view_t *v = view_after(j, 0);
-  assert_int_equal(v->epoch, 3);
-  assert_int_equal(v->size, 2);
-  ftc__view_free(v);
-  v = view_after(m0, 2);
+  expect_epoch(j, 0, 3, 2, -1);
+  ftc__view_t *v = view_after(m0, 2);
   assert_int_equal(v->epoch, 3);
   ftc__view_free(v);
   ftc__member_close(j);
@@ -526,10 +530,7 @@ static void standby_member_is_admitted_only_after_its_join(void **state) {
   WAIT_STATS(fx.co, st, st.standby == 0 && st.pending == 0 && st.epoch_size == 2);
   /* A replacement for slot 1 waits as standby while slot 0 trains on. */
   ftc__member_close(b);
-  va = view_after(a, 1);
-  assert_int_equal(va->epoch, 2);
-  assert_int_equal(va->size, 1);
-  ftc__view_free(va);
+  expect_epoch(a, 1, 2, 1, -1);
   ftc__member_t *j = standby(&fx, 1, 2, 1);
   WAIT_STATS(fx.co, st, st.standby == 1);
   usleep(300000); /* three heartbeat intervals: it stays, and is not admitted */
@@ -574,10 +575,7 @@ static void join_before_the_welcome_is_sent_after_it(void **state) {
     ftc__view_free(v);
     b = standby(&fx, 1, 2, 1);
     join_now(&b);
-    v = view_after(b, 0);
-    assert_int_equal(v->epoch, e + 2);
-    assert_int_equal(v->size, 2);
-    ftc__view_free(v);
+    expect_epoch(b, 0, e + 2, 2, -1);
   }
   ftc__member_close(b);
   ftc__member_close(a);
@@ -698,10 +696,7 @@ static void standby_that_leaves_frees_its_slot(void **state) {
   ftc__member_close(b); /* ftc_comm_create_cancel */
   WAIT_STATS(fx.co, st, st.standby == 0 && st.left == 1);
   b = join(&fx, 1, 2);
-  ftc__view_t *v = view_after(a, 0);
-  assert_int_equal(v->epoch, 1);
-  assert_int_equal(v->size, 2);
-  ftc__view_free(v);
+  expect_epoch(a, 0, 1, 2, -1);
   ftc__member_close(b);
   ftc__member_close(a);
   ftc__coord_destroy(fx.co);
@@ -781,11 +776,7 @@ static void reported_rank_that_keeps_heartbeating_is_kept_in_a_new_epoch(void **
    * still heartbeats, so it stays, and the broken epoch is replaced by one
    * with the same members. */
   assert_int_equal(ftc__member_report_failure(m[0], 1, failed, 1, FTC_ERR_PEER_LOST), FTC_OK);
-  v = view_after(m[1], 1);
-  assert_int_equal(v->epoch, 2);
-  assert_int_equal(v->size, 3);
-  assert_int_equal(v->my_rank, 1);
-  ftc__view_free(v);
+  expect_epoch(m[1], 1, 2, 3, 1);
   v = view_after(m[2], 1);
   assert_int_equal(v->epoch, 2);
   assert_int_equal(v->my_rank, 2);
@@ -809,21 +800,14 @@ static void reported_rank_that_is_silent_is_excluded_at_once(void **state) {
            "{\"v\":1,\"type\":\"hello\",\"job\":\"testjob\",\"token\":\"%s\",\"slot\":2,"
            "\"world_size\":3,\"min_size\":2,\"addr\":\"127.0.0.1:1\"}", TOKEN);
   assert_int_equal(raw_ws_send_text(fd, hello), 0);
-  ftc__view_t *v = view_after(m[0], 0);
-  assert_int_equal(v->epoch, 1);
-  assert_int_equal(v->size, 3);
-  ftc__view_free(v);
+  expect_epoch(m[0], 0, 1, 3, -1);
   /* Two heartbeat intervals (100 ms) and the slack pass in silence. */
   struct timespec ts = {0, 500 * 1000000L};
   nanosleep(&ts, NULL);
   int failed[] = {2};
   int64_t t0 = ftc__now_ns();
   assert_int_equal(ftc__member_report_failure(m[0], 1, failed, 1, FTC_ERR_TIMEOUT), FTC_OK);
-  v = view_after(m[1], 1);
-  assert_int_equal(v->epoch, 2);
-  assert_int_equal(v->size, 2);
-  assert_int_equal(v->my_rank, 1);
-  ftc__view_free(v);
+  expect_epoch(m[1], 1, 2, 2, 1);
   assert_true((ftc__now_ns() - t0) / 1000000 < 4000); /* not the heartbeat timeout */
   assert_true(raw_ws_closed(fd, WAIT_MS));
   close(fd);
@@ -845,10 +829,7 @@ static void below_min_size_waits_for_a_joiner(void **state) {
   c.joiner = 1;
   ftc__member_t *j = NULL;
   assert_int_equal(ftc__member_open(&c, &j), FTC_OK);
-  v = view_after(a, 1);
-  assert_int_equal(v->epoch, 2);
-  assert_int_equal(v->size, 2);
-  ftc__view_free(v);
+  expect_epoch(a, 1, 2, 2, -1);
   ftc__member_close(j);
   ftc__member_close(a);
   ftc__coord_destroy(fx.co);
@@ -875,11 +856,7 @@ static void silent_member_is_dropped_after_the_heartbeat_timeout(void **state) {
   assert_int_equal(v->epoch, 1);
   ftc__view_free(v);
   /* The live member keeps heartbeating; the silent one is dropped. */
-  v = view_after(a, 1);
-  assert_int_equal(v->epoch, 2);
-  assert_int_equal(v->size, 1);
-  assert_int_equal(v->my_rank, 0);
-  ftc__view_free(v);
+  expect_epoch(a, 1, 2, 1, 0);
   assert_true(raw_ws_closed(fd, WAIT_MS));
   close(fd);
   ftc__member_close(a);
@@ -1317,11 +1294,7 @@ static void standby_member_waits_through_a_coordinator_restart(void **state) {
   ftc__view_t *none = NULL;
   assert_int_equal(ftc__member_wait_view(m[0], 2, 200, &none), FTC_ERR_TIMEOUT);
   join_now(&j);
-  v = view_after(j, 0);
-  assert_int_equal(v->epoch, 3);
-  assert_int_equal(v->size, 3);
-  assert_int_equal(v->my_rank, 2);
-  ftc__view_free(v);
+  expect_epoch(j, 0, 3, 3, 2);
   v = view_after(m[1], 2);
   assert_int_equal(v->epoch, 3);
   ftc__view_free(v);
@@ -1439,15 +1412,8 @@ static void finish_while_the_session_reconnects_waits_for_it(void **state) {
   join_now(&j); /* while the coordinator is still away */
   pthread_join(t, NULL);
   fx.co = r.co;
-  v = view_after(j, 0);
-  assert_int_equal(v->epoch, 3);
-  assert_int_equal(v->size, 2);
-  assert_int_equal(v->my_rank, 1);
-  ftc__view_free(v);
-  v = view_after(a, 2);
-  assert_int_equal(v->epoch, 3);
-  assert_int_equal(v->size, 2);
-  ftc__view_free(v);
+  expect_epoch(j, 0, 3, 2, 1);
+  expect_epoch(a, 2, 3, 2, -1);
   ftc__member_close(j);
   ftc__member_close(a);
   ftc__coord_destroy(fx.co);
@@ -1510,10 +1476,7 @@ static void silent_standby_is_dropped_at_the_heartbeat_timeout(void **state) {
   ftc__view_t *none = NULL;
   assert_int_equal(ftc__member_wait_view(a, 0, 1, &none), FTC_ERR_TIMEOUT);
   ftc__member_t *b = join(&fx, 1, 2);
-  ftc__view_t *v = view_after(a, 0);
-  assert_int_equal(v->epoch, 1);
-  assert_int_equal(v->size, 2);
-  ftc__view_free(v);
+  expect_epoch(a, 0, 1, 2, -1);
   ftc__member_close(b);
   ftc__member_close(a);
   ftc__coord_destroy(fx.co);
@@ -1575,25 +1538,15 @@ static void standby_replacement_drops_a_detached_member_of_its_slot(void **state
   int fd = raw_ws_connect(ftc__coord_port(fx.co));
   assert_true(fd >= 0);
   raw_hello(fd, 1, "");
-  ftc__view_t *v = view_after(a, 0);
-  assert_int_equal(v->epoch, 1);
-  assert_int_equal(v->size, 2);
-  ftc__view_free(v);
+  expect_epoch(a, 0, 1, 2, -1);
   close(fd); /* no leave: its place is kept for the evidence time */
   ftc__coord_stats_t st;
   WAIT_STATS(fx.co, st, st.connected == 1);
   ftc__member_t *j = standby(&fx, 1, 2, 1);
-  v = view_after(a, 1);
-  assert_int_equal(v->epoch, 2);
-  assert_int_equal(v->size, 1);
-  ftc__view_free(v);
+  expect_epoch(a, 1, 2, 1, -1);
   WAIT_STATS(fx.co, st, st.standby == 1 && st.lost == 1);
   join_now(&j);
-  v = view_after(j, 0);
-  assert_int_equal(v->epoch, 3);
-  assert_int_equal(v->size, 2);
-  assert_int_equal(v->my_rank, 1);
-  ftc__view_free(v);
+  expect_epoch(j, 0, 3, 2, 1);
   ftc__member_close(j);
   ftc__member_close(a);
   ftc__coord_destroy(fx.co);
@@ -1768,10 +1721,7 @@ static void standby_whose_connection_blinks_keeps_its_place(void **state) {
   assert_int_equal(events_seen(&log), 0); /* (it was dropped before: an event for slot 1) */
   assert_int_equal(ftc__member_error(b), FTC_OK);
   join_now(&b);
-  ftc__view_t *v = view_after(b, 0);
-  assert_int_equal(v->epoch, 1);
-  assert_int_equal(v->size, 2);
-  ftc__view_free(v);
+  expect_epoch(b, 0, 1, 2, -1);
   wait_events(&log, 1);
   assert_int_equal(log.ev[0].kind, FTC__COORD_EV_EPOCH);
   ftc__coord_stats(fx.co, &st);
