@@ -84,6 +84,17 @@ static ftc__view_t *view_after(ftc__member_t *m, uint64_t after) {
   return v;
 }
 
+/* A one-slot member's configuration for a coordinator address where nobody
+ * listens, with this connect timeout. */
+static ftc__member_cfg_t unreachable_cfg(fixture_t *fx, int timeout_ms) {
+  int port = test_closed_port();
+  assert_true(port > 0);
+  snprintf(fx->addr, sizeof(fx->addr), "127.0.0.1:%d", port);
+  ftc__member_cfg_t c = member_cfg(fx, 0, 1);
+  c.connect_timeout_ms = timeout_ms;
+  return c;
+}
+
 /* The next view of m after `after` is epoch `epoch` of `size` ranks (and,
  * rank >= 0, m is rank `rank` in it). */
 static void expect_epoch(ftc__member_t *m, uint64_t after, uint64_t epoch, int size, int rank) {
@@ -348,11 +359,7 @@ static void newer_joiner_among_older_ranks_is_refused(void **state) {
 static void unreachable_coordinator_fails_with_coordinator_error_within_timeout(void **state) {
   (void)state;
   fixture_t fx;
-  int port = test_closed_port();
-  assert_true(port > 0);
-  snprintf(fx.addr, sizeof(fx.addr), "127.0.0.1:%d", port);
-  ftc__member_cfg_t c = member_cfg(&fx, 0, 1);
-  c.connect_timeout_ms = 700;
+  ftc__member_cfg_t c = unreachable_cfg(&fx, 700);
   ftc__member_t *m = NULL;
   int64_t t0 = ftc__now_ns();
   assert_int_equal(ftc__member_open(&c, &m), FTC_ERR_COORDINATOR);
@@ -1425,11 +1432,7 @@ static void finish_while_the_session_reconnects_waits_for_it(void **state) {
 static void finish_timeout_counts_from_the_join(void **state) {
   (void)state;
   fixture_t fx;
-  int port = test_closed_port();
-  assert_true(port > 0);
-  snprintf(fx.addr, sizeof(fx.addr), "127.0.0.1:%d", port);
-  ftc__member_cfg_t c = member_cfg(&fx, 0, 1);
-  c.connect_timeout_ms = 500;
+  ftc__member_cfg_t c = unreachable_cfg(&fx, 500);
   c.standby = 1;
   ftc__member_t *m = NULL;
   assert_int_equal(ftc__member_start(&c, &m), FTC_OK);
