@@ -14,7 +14,12 @@
 #     that two CPUs offer: near it, the window is CPU-bound and only less
 #     work makes it shorter; well under it, it is a chain of wake-ups.
 #
-# Usage: tests/bench/recovery/windows.sh [RANKS] [TRIALS]   (default 16 10)
+# With MODE grow (third argument; default shrink) the windows are the grows:
+# from each replacement's "ready" to the last rank's first collective at N
+# (the BENCH times, CLOCK_REALTIME, taken to the trace's CLOCK_MONOTONIC by
+# their offset when the run ends), and no victim's death is printed.
+#
+# Usage: tests/bench/recovery/windows.sh [RANKS] [TRIALS] [shrink|grow]   (default 16 10 shrink)
 # Needs perf with tracepoint access (root, or kernel.perf_event_paranoid
 # <= -1) and `make bench-bins`. Not part of `make bench` (perf is not).
 # docs/performance/recovery.md, "Where the CPU goes in a shrink", has its
@@ -23,6 +28,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../../.."
 n=${1:-16}
 trials=${2:-10}
+mode=${3:-shrink}
+case $mode in shrink|grow) ;; *) echo "windows.sh: MODE must be shrink or grow, not '$mode'" >&2; exit 2;; esac
 BUILD=${BUILD:-build/release}
 RUN=$BUILD/bin/ftcomm-run
 PROG=$BUILD/bench/recovery_bench
@@ -41,15 +48,17 @@ unset FTCOMM_FAULT
 export FTCOMM_HEARTBEAT_MS=100 FTCOMM_CONNECT_TIMEOUT_MS=30000 FTCOMM_RECOVER_TIMEOUT_MS=30000
 export FTCOMM_HEARTBEAT_TIMEOUT_MS=3000 FTCOMM_TIMEOUT_MS=20000
 echo "windows.sh: $n ranks, $trials crashes under perf" >&2
-perf record -q -a -e sched:sched_switch,sched:sched_wakeup,signal:signal_generate -o "$tmp/sched.data" -- \
+perf record -q -a -k 1 -e sched:sched_switch,sched:sched_wakeup,signal:signal_generate -o "$tmp/sched.data" -- \
   timeout -k 5 300 "$RUN" -n "$n" --min-size $((n - 1)) --replace --replace-delay 0.05 --quiet \
   --job "windows-$n" --dump-dir "$tmp/dumps" -- "$PROG" --mode crash --trials "$trials" \
   >"$tmp/run.log" 2>&1 || { echo "windows.sh: the crash run failed:" >&2; tail -5 "$tmp/run.log" >&2; exit 1; }
 perf script -i "$tmp/sched.data" -F pid,tid,cpu,time,event,trace --ns >"$tmp/sched.txt" 2>/dev/null
-python3 - "$tmp/run.log" "$tmp/sched.txt" "$n" <<'PY'
+# CLOCK_REALTIME - CLOCK_MONOTONIC (perf -k 1), for the BENCH times of grow windows
+off=$(python3 -c 'import time; print(time.clock_gettime(time.CLOCK_REALTIME) - time.clock_gettime(time.CLOCK_MONOTONIC))')
+python3 - "$tmp/run.log" "$tmp/sched.txt" "$n" "$mode" "$off" <<'PY'
 import collections, re, statistics, sys
 
-log, trace, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+log, trace, n, mode, off = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
 # BENCH lines: kill (victim's wall clock just before raise(SIGKILL)), shrunk.
 # The ranks write their lines at exit (recovery_bench.c): order by time.
 kills, events = [], []
@@ -86,18 +95,36 @@ for line in open(trace):
 # kills at the end of the run come after the last window.
 sigs = [s for s in sigs][:len(kills)]
 rows = collections.defaultdict(list)
-deaths, windows = [], []
-for k, (s0, victim) in zip(kills, sigs):
-    if k['end'] is None:
-        continue
-    w0, w1 = s0, s0 + (k['end'] - k['ts']) / 1e9
+deaths, windows, spans = [], [], []
+if mode == 'shrink':
+    for k, (s0, victim) in zip(kills, sigs):
+        if k['end'] is None:
+            continue
+        w0, w1 = s0, s0 + (k['end'] - k['ts']) / 1e9
+        spans.append((w0, w1))
+        # The victim's death: the first wake-up its exiting threads cause (the
+        # kernel wakes the survivors when it closes the victim's sockets).
+        d = next((t for t, p, wakee in wakes
+                  if p == victim and tgid.get(wakee) != victim and w0 < t < w1), None)
+        if d is not None:
+            deaths.append((d - w0) * 1e3)
+else:
+    grows, cur = [], None
+    for line in open(log):
+        m = re.search(r'BENCH (ready|grown|kill) .*ts=(\d+)', line)
+        if m:
+            grows.append((int(m.group(2)), m.group(1)))
+    for t, kind in sorted(grows):
+        if kind == 'kill':
+            cur = None
+        elif kind == 'ready':
+            cur = [t / 1e9 - off, None]
+            spans.append(cur)
+        elif cur is not None:
+            cur[1] = t / 1e9 - off
+    spans = [(a, b) for a, b in spans if b is not None]
+for w0, w1 in spans:
     windows.append((w1 - w0) * 1e3)
-    # The victim's death: the first wake-up its exiting threads cause (the
-    # kernel wakes the survivors when it closes the victim's sockets).
-    d = next((t for t, p, wakee in wakes
-              if p == victim and tgid.get(wakee) != victim and w0 < t < w1), None)
-    if d is not None:
-        deaths.append((d - w0) * 1e3)
     cpu = collections.Counter()
     running = {}
     for t, c, nxt in switches:
@@ -120,7 +147,8 @@ for k, (s0, victim) in zip(kills, sigs):
 if not windows:
     sys.exit('windows.sh: no complete window in the run (see its log)')
 nw = len(windows)
-print('%d ranks, %d windows (SIGKILL to the last first collective at N-1)' % (n, nw))
+print('%d ranks, %d windows (%s)' % (n, nw, 'SIGKILL to the last first collective at N-1'
+      if mode == 'shrink' else "the replacement's ready to the last first collective at N"))
 print('window: median %.2f ms; two CPUs offer %.2f ms of CPU in it' % (statistics.median(windows), 2 * statistics.median(windows)))
 if deaths:
     print("the victim's death (SIGKILL to its sockets closing): median %.2f ms (%d of %d windows)"
