@@ -283,6 +283,29 @@ static int reserve_members(ftc__coord_t *co, int more) {
 /* Send the current epoch to one session (a member that reconnected after
  * missing it). Nothing while the epoch has dropped members not yet replaced
  * by the next one. */
+/* Member m as rank r of an epoch's view on the wire; joined: its
+ * joined_epoch there. */
+static ftc__wire_member_t wire_member(const member_t *m, int r, uint64_t joined) {
+  return (ftc__wire_member_t){r, m->slot, m->id, joined, m->addr, m->ready_epoch ? 2 : 1};
+}
+
+/* The number of the next epoch this coordinator forms (above what any rank
+ * said it knows). */
+static uint64_t next_epoch(const ftc__coord_t *co) {
+  return (co->epoch > co->max_known_epoch ? co->epoch : co->max_known_epoch) + 1;
+}
+
+/* Queue a copy of the encoded frame f on session s (0), or -1 when out of
+ * memory. */
+static int queue_copy(session_t *s, const ftc__frame_t *f) {
+  ftc__frame_t *c = ftc__malloc(sizeof(*c) + LWS_PRE + f->len);
+  if (!c) return -1;
+  memcpy(c, f, sizeof(*c) + LWS_PRE + f->len);
+  ftc__frameq_push(&s->outq, c);
+  session_writable(s);
+  return 0;
+}
+
 static void send_current_view(ftc__coord_t *co, session_t *s) {
   ftc__wire_member_t *wm = ftc__calloc((size_t)(co->view_n ? co->view_n : 1), sizeof(*wm));
   if (!wm) return;
@@ -292,8 +315,7 @@ static void send_current_view(ftc__coord_t *co, session_t *s) {
       ftc__free(wm);
       return;
     }
-    wm[r] = (ftc__wire_member_t){r, m->slot, m->id, m->joined_epoch, m->addr,
-                                 m->ready_epoch ? 2 : 1};
+    wm[r] = wire_member(m, r, m->joined_epoch);
   }
   send_msg(s, ftc__proto_view(co->epoch, wm, co->view_n, NULL), 0);
   ftc__free(wm);
@@ -522,7 +544,7 @@ static void maybe_form_epoch(ftc__coord_t *co) {
     co->form_retry = 1;
     return;
   }
-  uint64_t e = (co->epoch > co->max_known_epoch ? co->epoch : co->max_known_epoch) + 1;
+  uint64_t e = next_epoch(co);
   for (int i = 0, k = 0; i < co->nmembers; i++)
     if (co->members[i]->state != M_STANDBY) co->view[k++] = co->members[i];
   qsort(co->view, (size_t)n, sizeof(*co->view), cmp_slot);
@@ -531,8 +553,7 @@ static void maybe_form_epoch(ftc__coord_t *co) {
     m->rank = r;
     m->state = M_ACTIVE;
     if (!m->joined_epoch) m->joined_epoch = e;
-    wm[r] = (ftc__wire_member_t){r, m->slot, m->id, m->joined_epoch, m->addr,
-                                 m->ready_epoch ? 2 : 1};
+    wm[r] = wire_member(m, r, m->joined_epoch);
   }
   co->view_n = n;
   co->epoch = e;
@@ -562,15 +583,7 @@ static void maybe_form_epoch(ftc__coord_t *co) {
   emit(co, &ev);
   for (int r = 0; r < n; r++) {
     session_t *s = co->view[r]->sess;
-    if (!s) continue;
-    ftc__frame_t *c = f ? ftc__malloc(sizeof(*c) + LWS_PRE + f->len) : NULL;
-    if (!c) {
-      kill_session(s);
-      continue;
-    }
-    memcpy(c, f, sizeof(*c) + LWS_PRE + f->len);
-    ftc__frameq_push(&s->outq, c);
-    session_writable(s);
+    if (s && (!f || queue_copy(s, f) != 0)) kill_session(s);
   }
   ftc__free(f);
   send_prospect(co); /* standby members still waiting: the epoch after this one */
@@ -617,6 +630,15 @@ static int dataplane_refused(ftc__coord_t *co, session_t *s, const ftc__hello_t 
     return 1;
   }
   return 0;
+}
+
+/* A standby member said it is ready (its join, or a returning hello
+ * without "standby"): pending, admitted at the next epoch. */
+static void mark_joining(ftc__coord_t *co, member_t *m) {
+  m->state = M_PENDING;
+  co->stats_dirty = 1;
+  FTC_INFO(FTC_SUB_COORD, "job %s: slot %d (member %llu) is ready to join", co->job, m->slot,
+           (unsigned long long)m->id);
 }
 
 /* A member's welcome; a standby member's says so (it then sends "join"
@@ -668,14 +690,10 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
       /* A standby member that said join while its connection was down
        * says so by a hello without "standby". */
       int joins = back->state == M_STANDBY && !h->standby;
-      if (joins) back->state = M_PENDING;
+      if (joins) mark_joining(co, back);
       send_msg(s, welcome_for(co, back), 0);
       if (back->state == M_ACTIVE && h->known_epoch < co->epoch) send_current_view(co, s);
-      if (joins) {
-        FTC_INFO(FTC_SUB_COORD, "job %s: slot %d (member %llu) is ready to join", co->job,
-                 back->slot, (unsigned long long)back->id);
-        maybe_form_epoch(co);
-      }
+      if (joins) maybe_form_epoch(co);
       return;
     }
   }
@@ -774,13 +792,11 @@ static void send_prospect(ftc__coord_t *co) {
     if (co->members[i]->state == M_STANDBY) pm[k++] = co->members[i];
   qsort(pm, (size_t)n, sizeof(*pm), cmp_slot);
   /* As maybe_form_epoch would number and write it. */
-  uint64_t e = (co->epoch > co->max_known_epoch ? co->epoch : co->max_known_epoch) + 1;
+  uint64_t e = next_epoch(co);
   uint64_t sig = 1469598103934665603ULL ^ e;
   for (int r = 0; r < n; r++) {
     const member_t *m = pm[r];
-    wm[r] = (ftc__wire_member_t){r, m->slot, m->id,
-                                 m->state == M_STANDBY ? e : m->joined_epoch, m->addr,
-                                 m->ready_epoch ? 2 : 1};
+    wm[r] = wire_member(m, r, m->state == M_STANDBY ? e : m->joined_epoch);
     sig = (sig ^ m->id) * 1099511628211ULL;
   }
   if (sig == co->prospect_sig) {
@@ -798,12 +814,8 @@ static void send_prospect(ftc__coord_t *co) {
   for (int r = 0; r < co->view_n; r++) {
     member_t *m = co->view[r];
     session_t *s = m->sess;
-    if (!s || m->dataplane < FTC__PROTO_DATAPLANE_PROSPECT) continue;
-    ftc__frame_t *c = ftc__malloc(sizeof(*c) + LWS_PRE + f->len);
-    if (!c) continue;
-    memcpy(c, f, sizeof(*c) + LWS_PRE + f->len);
-    ftc__frameq_push(&s->outq, c);
-    session_writable(s);
+    if (s && m->dataplane >= FTC__PROTO_DATAPLANE_PROSPECT)
+      (void)queue_copy(s, f); /* (out of memory: that rank connects at the join) */
   }
   ftc__free(f);
 }
@@ -817,10 +829,7 @@ static void handle_join(ftc__coord_t *co, session_t *s) {
               "ignored", co->job, m->slot, (unsigned long long)m->id);
     return;
   }
-  m->state = M_PENDING;
-  co->stats_dirty = 1;
-  FTC_INFO(FTC_SUB_COORD, "job %s: slot %d (member %llu) is ready to join", co->job, m->slot,
-           (unsigned long long)m->id);
+  mark_joining(co, m);
   maybe_form_epoch(co);
 }
 
