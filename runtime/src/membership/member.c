@@ -127,12 +127,15 @@ struct ftc__member {
 };
 
 /* Wake the owner's watchdog (caller holds m->lock). */
-static void notify_locked(ftc__member_t *m) {
-  if (m->notify_fd < 0) return;
+static void kick(int fd) {
+  if (fd < 0) return;
   uint64_t one = 1;
-  ssize_t w = write(m->notify_fd, &one, sizeof(one));
+  ssize_t w = write(fd, &one, sizeof(one));
   (void)w;
 }
+
+static void notify_locked(ftc__member_t *m) { kick(m->notify_fd); }
+
 
 /* Store the session's error (the first one wins) and wake waiters. Caller
  * holds m->lock. */
@@ -149,6 +152,18 @@ static void set_error_locked(ftc__member_t *m, ftc_status_t st, const char *fmt,
   }
   m->state = S_CLOSED;
   pthread_cond_broadcast(&m->cond);
+}
+
+/* Queue the join of a standby member (caller holds m->lock); out of memory
+ * fails the session. 0 or -1. */
+static int queue_join_locked(ftc__member_t *m) {
+  ftc__frame_t *f = ftc__proto_encode(ftc__proto_join(), LWS_PRE);
+  if (!f) {
+    set_error_locked(m, FTC_ERR_NO_MEMORY, "out of memory building the join");
+    return -1;
+  }
+  ftc__frameq_push(&m->outq, f);
+  return 0;
 }
 
 /* Queue a message (reference stolen) and wake the service thread. Fails when
@@ -557,13 +572,10 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
       m->standby_acked = msg.standby && m->standby + m->join_wanted > 0;
       if (!m->standby_acked) m->standby = 0;
       if (m->standby_acked && m->join_wanted) {
-        ftc__frame_t *jf = ftc__proto_encode(ftc__proto_join(), LWS_PRE);
-        if (!jf) {
-          set_error_locked(m, FTC_ERR_NO_MEMORY, "out of memory building the join");
+        if (queue_join_locked(m) != 0) {
           rc = -1;
           break;
         }
-        ftc__frameq_push(&m->outq, jf);
         write_due = 1;
       }
       m->join_wanted = 0;
@@ -622,11 +634,7 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
       /* Only a view that admits a member gives the progress thread work (its
        * early connections); on a failure it would be one more thread woken
        * while the survivors recover. */
-      if (m->view_fd >= 0 && ftc__view_admits(v)) {
-        uint64_t one = 1;
-        ssize_t w = write(m->view_fd, &one, sizeof(one));
-        (void)w;
-      }
+      if (ftc__view_admits(v)) kick(m->view_fd);
       break;
     }
     case FTC__MSG_PROSPECT: {
@@ -642,11 +650,7 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
       ftc__view_free(m->prospect);
       m->prospect = v;
       __atomic_add_fetch(&m->prospect_seq, 1, __ATOMIC_ACQ_REL);
-      if (m->view_fd >= 0) {
-        uint64_t one = 1;
-        ssize_t w = write(m->view_fd, &one, sizeof(one));
-        (void)w;
-      }
+      kick(m->view_fd);
       break;
     }
     case FTC__MSG_BACKEND: {
@@ -1131,7 +1135,6 @@ static void finish_in_caller(ftc__member_t *m) {
 
 void ftc__member_join(ftc__member_t *m) {
   int send = 0;
-  ftc__frame_t *f = NULL;
   pthread_mutex_lock(&m->lock);
   m->open_deadline_ns = ftc__deadline_ns(m->connect_timeout_ms);
   if (m->standby) {
@@ -1142,12 +1145,7 @@ void ftc__member_join(ftc__member_t *m) {
       m->join_wanted = 1; /* the welcome sends it if it says standby */
     }
   }
-  if (send) {
-    if ((f = ftc__proto_encode(ftc__proto_join(), LWS_PRE)))
-      ftc__frameq_push(&m->outq, f);
-    else
-      set_error_locked(m, FTC_ERR_NO_MEMORY, "out of memory building the join");
-  }
+  if (send) (void)queue_join_locked(m); /* (out of memory: the session fails, finish says so) */
   pthread_mutex_unlock(&m->lock);
   if (send) lws_cancel_service(m->ctx); /* the service thread writes it */
 }
