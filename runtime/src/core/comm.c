@@ -534,16 +534,13 @@ ftc_status_t ftc_comm_create_finish(ftc_comm_pending_t *pending, ftc_comm_t **ou
   ftc__free(pending);
   int64_t t0 = ftc__now_ns();
   ftc__member_join(c->member);
-  /* While the coordinator answers: the acceptor's sockets go to the first
-   * bootstrap, which answers the handshakes waiting on them. */
-  ftc__tcp_preacc_t *pa = c->preacc;
+  /* While the coordinator answers: the acceptor stops, and the first
+   * bootstrap takes its sockets (tcp/backend.c) and answers the handshakes
+   * waiting on them. */
+  ftc__tcp_preaccept_stop(c->preacc);
+  if ((st = comm_finish(c, t0)) != FTC_OK) return st; /* (c freed, the acceptor with it) */
+  ftc__tcp_preaccept_free(c->preacc); /* (what the bootstrap left: callers that went away) */
   c->preacc = NULL;
-  ftc__tcp_preaccept_stop(pa);
-  c->tcfg.preacc = pa;
-  st = comm_finish(c, t0); /* (frees c on failure) */
-  if (st == FTC_OK) c->tcfg.preacc = NULL;
-  ftc__tcp_preaccept_free(pa);
-  if (st != FTC_OK) return st;
   *out = c;
   return FTC_OK;
 }

@@ -75,7 +75,8 @@ struct ftc_comm {
   int settling;           /* collectives completed in the epoch before that (data-plane owner) */
   int spares;             /* FTCOMM_SPARE_CONNECTIONS: make spare connections for the next epoch */
   uint64_t prospect_seq;  /* progress thread: the coordinator's prospect it last took */
-  struct ftc__tcp_preacc *preacc; /* ftc_comm_create_begin on TCP: the standby acceptor */
+  struct ftc__tcp_preacc *preacc; /* ftc_comm_create_begin on TCP: the standby acceptor,
+                                   * until ftc_comm_create_finish's bring-up took its sockets */
   uint64_t early_epoch;   /* progress thread: the announced epoch whose new members it
                            * connects early (be->early_start), 0 none */
   int error;              /* atomic: the error that broke the epoch (async error) */

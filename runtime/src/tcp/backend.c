@@ -14,6 +14,7 @@ static ftc_status_t tcp_connect(ftc_comm_t *comm, const ftc__view_t *view, void 
   ftc__tcp_cfg_t cfg = comm->tcfg;
   cfg.connect_timeout_ms = comm->connect_timeout_ms;
   cfg.member = comm->member;
+  cfg.preacc = comm->preacc; /* a stopped standby acceptor (ftc_comm_create_finish) or NULL */
   /* A move whose old epoch did not fail here (a step boundary's) keeps the
    * pairs' connections when it goes to the very next epoch and drops no
    * member (net.c, keeps_connections). */

@@ -1152,6 +1152,15 @@ static pend_t *acc_slot(boot_t *b) {
   return b->nacc < MAX_PENDING_ACCEPTS ? &b->acc[b->nacc] : NULL;
 }
 
+/* The acceptor's first step of a handshake: a fresh nonce sent to the
+ * connection just accepted (its options set). 0, or -1 when it could not
+ * be sent. */
+static int send_nonce(int fd, int64_t socket_buffer, uint8_t nonce[FTC__TCP_NONCE_SIZE]) {
+  set_sockopts(fd, socket_buffer);
+  if (getrandom(nonce, FTC__TCP_NONCE_SIZE, 0) != FTC__TCP_NONCE_SIZE) return -1;
+  return write_all_small(fd, nonce, FTC__TCP_NONCE_SIZE);
+}
+
 static void accept_new(boot_t *b, int listen_fd) {
   for (;;) {
     pend_t *p = acc_slot(b);
@@ -1163,9 +1172,7 @@ static void accept_new(boot_t *b, int listen_fd) {
     p->fd = fd;
     p->rank = -1;
     p->retry_at = ftc__now_ns() + SPARE_HELLO_NS;
-    set_sockopts(fd, b->tp->cfg.socket_buffer);
-    if (getrandom(p->nonce, sizeof(p->nonce), 0) != (ssize_t)sizeof(p->nonce) ||
-        write_all_small(fd, p->nonce, sizeof(p->nonce)) != 0) {
+    if (send_nonce(fd, b->tp->cfg.socket_buffer, p->nonce) != 0) {
       refuse(b, p, "sending the nonce failed");
       continue;
     }
@@ -1637,10 +1644,7 @@ static void *preacc_main(void *arg) {
     while ((pfd[1].revents & POLLIN) && pa->n < MAX_PENDING_ACCEPTS) {
       int fd = accept4(pa->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) break;
-      set_sockopts(fd, pa->socket_buffer);
-      uint8_t *nonce = pa->s[pa->n].nonce;
-      if (getrandom(nonce, FTC__TCP_NONCE_SIZE, 0) != FTC__TCP_NONCE_SIZE ||
-          write_all_small(fd, nonce, FTC__TCP_NONCE_SIZE) != 0) {
+      if (send_nonce(fd, pa->socket_buffer, pa->s[pa->n].nonce) != 0) {
         close(fd);
         continue;
       }
