@@ -395,6 +395,14 @@ static int scratch_init(progress_scratch_t *ps, int n) {
          scratch_room(ps, SPARE_ROOM(n));
 }
 
+/* Room for nspare listener entries in the idle watch's pollfds being
+ * filled (*pfd, its wake fd first): re-pointed when the array grew. */
+static int idle_room(progress_scratch_t *ps, int nspare, struct pollfd **pfd, int wake_fd) {
+  if (!scratch_room(ps, nspare)) return 0;
+  if (*pfd != ps->pfd) *pfd = ps->pfd, (*pfd)[0] = (struct pollfd){wake_fd, POLLIN, 0};
+  return 1;
+}
+
 /* Sleep until woken; meanwhile refuse strangers and notice peers that go
  * away between collectives. ignore[] marks peers already dealt with. */
 static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
@@ -435,10 +443,8 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
       comm->prospect_seq = seq;
       if (ftc__member_prospect(comm->member, &v)) {
         if (v->epoch > __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE) &&
-            scratch_room(ps, 2 * SPARE_ROOM(v->size > ps->n ? v->size : ps->n))) {
-          if (pfd != ps->pfd) pfd = ps->pfd, pfd[0] = (struct pollfd){comm->wake_fd, POLLIN, 0};
+            idle_room(ps, 2 * SPARE_ROOM(v->size > ps->n ? v->size : ps->n), &pfd, comm->wake_fd))
           comm->be->early_start(comm->bh, v);
-        }
         ftc__view_free(v);
       }
     }
@@ -463,8 +469,7 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
         comm->early_epoch = latest;
         if (ftc__member_wait_view(comm->member, __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE),
                                   0, &v) == FTC_OK) {
-          if (scratch_room(ps, SPARE_ROOM(v->size)) && pfd != ps->pfd)
-            pfd = ps->pfd, pfd[0] = (struct pollfd){comm->wake_fd, POLLIN, 0};
+          (void)idle_room(ps, SPARE_ROOM(v->size), &pfd, comm->wake_fd);
           comm->be->early_start(comm->bh, v);
           ftc__view_free(v);
         }
