@@ -59,17 +59,20 @@ python3 - "$tmp/run.log" "$tmp/sched.txt" "$n" "$mode" "$off" <<'PY'
 import collections, re, statistics, sys
 
 log, trace, n, mode, off = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
-# BENCH lines: kill (victim's wall clock just before raise(SIGKILL)), shrunk.
-# The ranks write their lines at exit (recovery_bench.c): order by time.
-kills, events = [], []
+# BENCH lines: kill (victim's wall clock just before raise(SIGKILL)), shrunk,
+# ready (a replacement), grown. The ranks write their lines at exit
+# (recovery_bench.c): order by time.
+events = []
 for line in open(log):
-    m = re.search(r'BENCH (kill|shrunk) .*ts=(\d+)', line)
+    m = re.search(r'BENCH (kill|shrunk|ready|grown) .*ts=(\d+)', line)
     if m:
         events.append((int(m.group(2)), m.group(1)))
-for t, kind in sorted(events):
+events.sort()
+kills = []
+for t, kind in events:
     if kind == 'kill':
         kills.append({'ts': t, 'end': None})
-    elif kills:
+    elif kind == 'shrunk' and kills:
         kills[-1]['end'] = max(kills[-1]['end'] or 0, t)
 sigs, switches, wakes = [], [], []
 tgid = {}  # thread -> process, from the events each thread ran
@@ -109,18 +112,14 @@ if mode == 'shrink':
         if d is not None:
             deaths.append((d - w0) * 1e3)
 else:
-    grows, cur = [], None
-    for line in open(log):
-        m = re.search(r'BENCH (ready|grown|kill) .*ts=(\d+)', line)
-        if m:
-            grows.append((int(m.group(2)), m.group(1)))
-    for t, kind in sorted(grows):
-        if kind == 'kill':
+    cur = None
+    for t, kind in events:
+        if kind in ('kill', 'shrunk'):
             cur = None
         elif kind == 'ready':
             cur = [t / 1e9 - off, None]
             spans.append(cur)
-        elif cur is not None:
+        elif cur is not None:  # grown
             cur[1] = t / 1e9 - off
     spans = [(a, b) for a, b in spans if b is not None]
 for w0, w1 in spans:
