@@ -25,6 +25,7 @@
 #include <cmocka.h>
 
 #include "ftc_param.h"
+#include "ftc_time.h"
 #include "harness.h"
 #include "tcp/tcp_int.h"
 
@@ -49,8 +50,27 @@ typedef struct rank {
   int live1[2];         /* epoch 1's connection to the peer (fd, sfd) before the moves */
   int shut_during_ms;   /* > 0: another thread shuts epoch 1 this long after the first move
                          * began (an abort or a loud failure meanwhile) */
+  int chain;            /* each move after the first goes from the one before (not tp1), as
+                         * planned (a step boundary's) */
+  int unsettled;        /* no settle after a move: the pair stays as the move left it */
+  int run_sum;          /* after the moves, a 2-rank allreduce (sum) on the pair */
+  int64_t sum[4];
+  int unconfirmed_after_move; /* the pair was unconfirmed when the last move returned */
+  int after_peer;       /* start the moves once the peer's first move returned */
+  int moved;            /* atomic: this rank's first move returned */
+  struct rank *peer;
   pthread_barrier_t *built; /* both ranks have their spares before either moves */
 } rank_t;
+
+/* A 2-rank sum of 4 values (rank + 1 each) on the pair, as a run of the
+ * epoch (its first use of the pair). */
+static ftc_status_t run_sum(rank_t *k) {
+  int64_t in[4];
+  for (int i = 0; i < 4; i++) in[i] = k->r + 1 + i;
+  ftc__op_t op = {.coll = FTC_REC_ALLREDUCE, .sendbuf = in, .recvbuf = k->sum, .count = 4,
+                  .dtype = FTC_I64, .op = FTC_SUM, .peer = -1, .algo = FTC_ALGO_AUTO};
+  return ftc__tcp_run(k->tp, &op, ftc__deadline_ns(10000));
+}
 
 static void *shut_later(void *arg) {
   rank_t *k = arg;
@@ -91,15 +111,35 @@ static void *rank_main(void *arg) {
   }
   pthread_t shutter;
   if (k->shut_during_ms > 0) pthread_create(&shutter, NULL, shut_later, k);
+  while (k->after_peer && !__atomic_load_n(&k->peer->moved, __ATOMIC_ACQUIRE)) usleep(1000);
+  ftc__tcp_t *before = NULL;
   for (int m = 0; m < 2 && k->moves[m]; m++) {
     ftc__tcp_cfg_t cfg = k->cfg;
     if (k->timeout_ms[m]) cfg.connect_timeout_ms = k->timeout_ms[m];
-    ftc__tcp_destroy(k->tp);
+    if (k->chain && m > 0) cfg.planned_move = 1;
+    if (k->chain) {
+      ftc__tcp_destroy(before);
+      before = k->tp;
+    } else {
+      ftc__tcp_destroy(k->tp);
+    }
     k->tp = NULL;
-    k->st = k->st_move[m] =
-        ftc__tcp_connect(&cfg, k->view[k->moves[m]], k->listen_fd, k->tp1, &k->tp);
+    k->st = k->st_move[m] = ftc__tcp_connect(&cfg, k->view[k->moves[m]], k->listen_fd,
+                                             before ? before : k->tp1, &k->tp);
+    __atomic_store_n(&k->moved, 1, __ATOMIC_RELEASE);
+    if (k->st == FTC_OK) k->unconfirmed_after_move = ftc__tcp_unconfirmed(k->tp, 1 - k->r);
+    /* The adoption is lazy: the pair is settled (the peer's ADOPT read, or
+     * the pair connected anew) by its first use, as a run would. */
+    if (k->st == FTC_OK && !k->unsettled)
+      k->st = k->st_move[m] =
+          ftc__tcp_settle(k->tp, 1 - k->r, ftc__deadline_ns(cfg.connect_timeout_ms));
     snprintf(k->why, sizeof(k->why), "epoch %llu: %s", (unsigned long long)k->moves[m],
              ftc_last_error());
+  }
+  ftc__tcp_destroy(before);
+  if (k->st == FTC_OK && k->run_sum) {
+    k->st = run_sum(k);
+    snprintf(k->why, sizeof(k->why), "the run after the moves: %s", ftc_last_error());
   }
   if (k->shut_during_ms > 0) pthread_join(shutter, NULL);
   return NULL;
@@ -114,6 +154,7 @@ static void pair_init(rank_t k[2], pthread_barrier_t *built) {
     k[r].r = r;
     k[r].listen_fd = fds[r];
     k[r].built = built;
+    k[r].peer = &k[1 - r];
     assert_int_equal(ftc__tcp_cfg_from_env(&k[r].cfg), FTC_OK);
     k[r].cfg.token = HARNESS_TOKEN;
     k[r].cfg.connect_timeout_ms = 10000;
@@ -437,6 +478,93 @@ static void move_to_an_epoch_that_fails(rank_t k[2], pthread_barrier_t *built, i
   }
 }
 
+/* Both ranks ran the sum on the pair: 1+2, 2+3, 3+4, 4+5. */
+static void expect_sums(rank_t k[2]) {
+  for (int r = 0; r < 2; r++) {
+    if (k[r].st != FTC_OK) fail_msg("rank %d: %s", r, k[r].why);
+    for (int i = 0; i < 4; i++)
+      if (k[r].sum[i] != 3 + 2 * i)
+        fail_msg("rank %d: element %d of the sum is %lld, not %d", r, i, (long long)k[r].sum[i],
+                 3 + 2 * i);
+    if (ftc__tcp_unconfirmed(k[r].tp, 1 - r)) fail_msg("rank %d: the pair is still unconfirmed", r);
+  }
+}
+
+/* The adoption is lazy: a move returns with the pair unconfirmed, before
+ * the peer has even begun its move (rank 1 starts only once rank 0's move
+ * returned: a move that waited for the peer's ADOPT would run into its
+ * connect timeout), and the pair's first run reads the ADOPT before its
+ * data. */
+static void a_move_returns_before_the_peers_adopt_and_the_first_run_reads_it(void **state) {
+  (void)state;
+  rank_t k[2];
+  pthread_barrier_t built;
+  pair_init(k, &built);
+  for (int r = 0; r < 2; r++) {
+    k[r].moves[0] = 2;
+    k[r].unsettled = 1;
+    k[r].run_sum = 1;
+  }
+  k[1].after_peer = 1;
+  pair_run(k);
+  if (!k[0].unconfirmed_after_move)
+    fail_msg("rank 0's move returned with the pair confirmed, though rank 1 had not moved yet");
+  expect_sums(k);
+  for (int r = 0; r < 2; r++) assert_int_equal(ftc__tcp_adopted(k[r].tp), 2);
+  pair_free(k, &built);
+}
+
+/* A peer that did not adopt the pair (it closed its spares and connects
+ * anew, or waits for this rank to): the run that finds the end instead of
+ * its ADOPT connects the pair anew for the epoch, then runs on it. */
+static void a_run_connects_anew_a_pair_its_peer_did_not_adopt(void **state) {
+  (void)state;
+  for (int closer = 0; closer < 2; closer++) {
+    rank_t k[2];
+    pthread_barrier_t built;
+    pair_init(k, &built);
+    for (int r = 0; r < 2; r++) {
+      k[r].moves[0] = 2;
+      k[r].unsettled = 1;
+      k[r].run_sum = 1;
+    }
+    k[closer].prev_none = 1;
+    pair_run(k);
+    expect_sums(k);
+    for (int r = 0; r < 2; r++)
+      if (ftc__tcp_adopted(k[r].tp) != 0)
+        fail_msg("rank %d counts %d adopted sockets after its pair was connected anew", r,
+                 ftc__tcp_adopted(k[r].tp));
+    pair_free(k, &built);
+  }
+}
+
+/* A planned move from an epoch whose pair is still unconfirmed keeps the
+ * pair with its ADOPT unread: the next epoch's first run reads the ADOPT of
+ * the epoch that adopted it, then its own data. */
+static void a_kept_pair_takes_its_unread_adopt_along(void **state) {
+  (void)state;
+  rank_t k[2];
+  pthread_barrier_t built;
+  pair_init(k, &built);
+  for (int r = 0; r < 2; r++) {
+    k[r].moves[0] = 2;
+    k[r].moves[1] = 3;
+    k[r].chain = 1;
+    k[r].unsettled = 1;
+    k[r].run_sum = 1;
+  }
+  pair_run(k);
+  expect_sums(k);
+  for (int r = 0; r < 2; r++) {
+    if (!k[r].unconfirmed_after_move)
+      fail_msg("rank %d: the pair was confirmed when the move to epoch 3 returned (the test "
+               "needs it unconfirmed)", r);
+    assert_int_equal(ftc__tcp_kept(k[r].tp), 2);
+  }
+  pair_free(k, &built);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(both_sockets_of_a_pair_are_adopted_and_carry_only_the_new_epochs_bytes),
@@ -449,6 +577,9 @@ int main(void) {
       cmocka_unit_test(an_end_that_keeps_while_the_other_adopts_fails_the_others_move),
       cmocka_unit_test(a_planned_move_that_fails_gives_the_kept_connections_back),
       cmocka_unit_test(connections_given_back_to_a_shut_epoch_are_shut),
+      cmocka_unit_test(a_move_returns_before_the_peers_adopt_and_the_first_run_reads_it),
+      cmocka_unit_test(a_run_connects_anew_a_pair_its_peer_did_not_adopt),
+      cmocka_unit_test(a_kept_pair_takes_its_unread_adopt_along),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -39,6 +39,15 @@
  * per pair, on its shared socket (ftc__tcp_connect with prev); a failed
  * epoch shuts only its own sockets, so the survivors of a failure
  * reconnect without a new connection.
+ *
+ * Lazy adoption: the move takes the spares at once, the pair unconfirmed;
+ * the first run that uses the pair sends this end's ADOPT (ftc__tcp_pay)
+ * and reads the peer's (ftc__tcp_confirm) before any byte of its own, and
+ * a pair whose peer did not adopt it (its end, or another epoch's ADOPT)
+ * is connected anew inside that run (ftc__tcp_reconnect), unless the
+ * peer's process is gone (peer_gone: a failure, as any other end). So a
+ * survivor goes from its view to its first collective without waiting for
+ * every peer, and a pair no run uses sends nothing.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -638,8 +647,6 @@ void ftc__tcp_refuse_pending(int listen_fd) {
 
 enum pend_state {
   P_IDLE, P_RETRY, P_CONNECTING, P_WAIT_NONCE, P_WAIT_ACK, P_WAIT_HELLO, P_DONE,
-  P_ADOPT,      /* an adopted spare: waiting for the peer's ADOPT on it (the shared socket) */
-  P_ADOPT_WITH, /* the pair's other adopted spare: settled by the shared socket's ADOPT */
   P_HELD, /* a spare acceptor's: a valid hello for a later epoch, kept for its bootstrap */
 };
 
@@ -647,13 +654,12 @@ typedef struct pend {
   int fd;
   enum pend_state state;
   int rank; /* connectors and adoptions: the peer; accepted: -1 until its hello */
-  int lane; /* connectors and adoptions: 0 the socket we send on (or the one socket), 1 the one
-             * we receive on; a connector's lane 0 is UP, lane 1 DOWN */
+  int lane; /* connectors: 0 the socket we send on (or the one socket), 1 the one we receive
+             * on; a connector's lane 0 is UP, lane 1 DOWN */
   uint8_t nonce[FTC__TCP_NONCE_SIZE];
   uint8_t buf[FTC__TCP_HELLO_SIZE];
   size_t have;
   int64_t retry_at; /* P_RETRY: when; accepted by a spare acceptor: when it is given up */
-  int spare_reno;   /* an adopted spare: auto gave it reno when it was made */
 } pend_t;
 
 /* One bootstrap: an epoch's connections (spare 0), or the spare
@@ -665,8 +671,7 @@ typedef struct ftc__boot {
   int early;                            /* an epoch's bootstrap run early (ftc__tcp_early_start):
                                          * polled by the idle thread like a spare one */
   int started;                          /* spare: this rank's connectors were started */
-  pend_t *conn;                         /* 2 * size: conn[2 * rank + lane], connectors
-                                         * (ranks below ours) and adoptions */
+  pend_t *conn;                         /* 2 * size: conn[2 * rank + lane], connectors */
   pend_t acc[MAX_PENDING_ACCEPTS];
   int nacc;
   int connected;
@@ -682,6 +687,9 @@ typedef struct ftc__boot {
   char last_problem[400];
   int reno_here;                        /* FTCOMM_TCP_CONGESTION=auto: reno to the ranks of
                                          * this host (at most 2 of them per CPU) */
+  int listens;                          /* some peer connects to this rank: poll the listener */
+  int repair;                           /* one pair of a running epoch connected anew
+                                         * (ftc__tcp_reconnect): cfg.intr_fd wakes it */
 } boot_t;
 
 #define SPARE_HELLO_NS (5000 * 1000000LL)
@@ -993,63 +1001,116 @@ static int shared_lane(const ftc__tcp_t *tp, int peer) {
   return tp->cfg.sockets == 1 || tp->rank > peer ? 0 : 1;
 }
 
-/* The spare sockets of the pair with `rank` cannot be adopted: close them
- * and connect as if there were none. */
-static void adopt_fail(boot_t *b, int rank, const char *why) {
-  FTC_DEBUG(FTC_SUB_NET, "rank %d: the spare connection(s) to rank %d are not usable for epoch "
-            "%llu (%s); connecting anew", b->tp->rank, rank,
-            (unsigned long long)b->view->epoch, why);
-  for (int lane = 0; lane < b->tp->cfg.sockets; lane++) {
-    pend_t *p = &b->conn[2 * rank + lane];
-    if (p->state != P_ADOPT && p->state != P_ADOPT_WITH) continue;
-    pend_close(p);
-    p->state = P_IDLE;
-    if (makes_connection(b, b->tp->rank, rank)) conn_start(b, p); /* else it connects to us */
+/* The pair with `rank`'s sockets of this epoch, closed: each slot is
+ * emptied before its close (other threads load them). Returns how many
+ * sockets the pair had (what its keep_fd calls counted). */
+static int drop_pair(ftc__tcp_t *tp, int rank) {
+  ftc__tcp_peer_t *p = &tp->peers[rank];
+  int fd = __atomic_exchange_n(&p->fd, -1, __ATOMIC_ACQ_REL);
+  int sfd = __atomic_exchange_n(&p->sfd, -1, __ATOMIC_ACQ_REL);
+  int had = (fd >= 0) + (sfd >= 0 && sfd != fd);
+  if (sfd >= 0 && sfd != fd) close(sfd);
+  if (fd >= 0) close(fd);
+  if (p->unconfirmed) {
+    __atomic_store_n(&p->unconfirmed, 0, __ATOMIC_RELEASE);
+    tp->unconfirmed--;
+    tp->adopted -= tp->cfg.sockets;
   }
+  p->ahave = 0;
+  p->owe = 0;
+  return had;
 }
 
-/* Adopt the pair's spare sockets fd[lane] (every lane of the pair): send
- * ADOPT on the shared one and wait for the peer's there. */
+/* Adopt the pair's spare sockets fd[lane] (every lane of the pair) for
+ * b's epoch: take them at once, unconfirmed, this end's ADOPT owed (sent
+ * on the shared one by the first run that uses the pair: ftc__tcp_pay). */
 static void adopt_start(boot_t *b, int rank, const int *fd, int reno) {
-  uint8_t msg[FTC__TCP_ADOPT_SIZE];
-  adopt_encode(msg, b->view->epoch);
-  const int shared = shared_lane(b->tp, rank);
-  for (int lane = 0; lane < b->tp->cfg.sockets; lane++) {
-    pend_t *p = &b->conn[2 * rank + lane];
-    p->fd = fd[lane];
-    p->spare_reno = reno;
-    p->have = 0;
-    p->state = lane == shared ? P_ADOPT : P_ADOPT_WITH;
+  ftc__tcp_t *tp = b->tp;
+  ftc__tcp_peer_t *p = &tp->peers[rank];
+  p->alane = (unsigned char)shared_lane(tp, rank);
+  p->ahave = 0;
+  p->owe = 1;
+  p->aepoch = b->view->epoch;
+  __atomic_store_n(&p->unconfirmed, 1, __ATOMIC_RELEASE);
+  tp->unconfirmed++;
+  for (int lane = 0; lane < tp->cfg.sockets; lane++) {
+    pend_t *q = &b->conn[2 * rank + lane];
+    q->rank = rank;
+    q->lane = lane;
+    q->state = P_DONE;
+    keep_fd(b, rank, lane, fd[lane], reno);
+    tp->adopted++;
   }
-  if (write_all_small(fd[shared], msg, sizeof(msg)) != 0) adopt_fail(b, rank, "it is closed");
 }
 
-/* The peer's ADOPT on the shared socket: the same epoch makes every socket
- * of the pair this epoch's (the peer took them together, from the same
- * spare bootstrap as ours); anything else, none. */
-static void adopt_event(boot_t *b, pend_t *p, short revents) {
-  if (!(revents & (POLLIN | POLLHUP | POLLERR))) return;
-  int r = read_some(p, FTC__TCP_ADOPT_SIZE);
-  if (r < 0) {
-    adopt_fail(b, p->rank, "the peer closed it");
-    return;
+int ftc__tcp_pay(ftc__tcp_t *tp, int rank) {
+  ftc__tcp_peer_t *p = &tp->peers[rank];
+  if (!p->owe) return 0;
+  uint8_t msg[FTC__TCP_ADOPT_SIZE];
+  adopt_encode(msg, p->aepoch);
+  p->owe = 0;
+  if (write_all_small(ftc__tcp_adopt_fd(tp, rank), msg, sizeof(msg)) == 0) return 0;
+  FTC_INFO(FTC_SUB_NET, "rank %d: the spare connection(s) to rank %d adopted for epoch %llu are "
+           "closed (%s); connecting anew", tp->rank, rank, (unsigned long long)p->aepoch,
+           strerror(errno));
+  return -1;
+}
+
+/* An unconfirmed pair's state moves with its sockets (a planned move keeps
+ * them; a failed one gives them back). */
+static void move_unconfirmed(ftc__tcp_t *to, int rt, ftc__tcp_t *from, int rf) {
+  ftc__tcp_peer_t *t = &to->peers[rt], *f = &from->peers[rf];
+  if (!f->unconfirmed) return;
+  __atomic_store_n(&t->unconfirmed, 1, __ATOMIC_RELEASE);
+  t->alane = f->alane;
+  t->owe = f->owe;
+  t->ahave = f->ahave;
+  t->aepoch = f->aepoch;
+  memcpy(t->abuf, f->abuf, sizeof(t->abuf));
+  to->unconfirmed++;
+  __atomic_store_n(&f->unconfirmed, 0, __ATOMIC_RELEASE);
+  f->ahave = 0;
+  f->owe = 0;
+  from->unconfirmed--;
+}
+
+int ftc__tcp_adopt_fd(const ftc__tcp_t *tp, int rank) {
+  const ftc__tcp_peer_t *p = &tp->peers[rank];
+  return __atomic_load_n(p->alane ? &p->fd : &p->sfd, __ATOMIC_ACQUIRE);
+}
+
+int ftc__tcp_confirm(ftc__tcp_t *tp, int rank) {
+  ftc__tcp_peer_t *p = &tp->peers[rank];
+  if (!p->unconfirmed) return 1;
+  int fd = ftc__tcp_adopt_fd(tp, rank);
+  while (p->ahave < FTC__TCP_ADOPT_SIZE) {
+    ssize_t n = fd < 0 ? 0 : recv(fd, p->abuf + p->ahave, FTC__TCP_ADOPT_SIZE - p->ahave, MSG_DONTWAIT);
+    if (n > 0) {
+      p->ahave += (unsigned char)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    FTC_INFO(FTC_SUB_NET, "rank %d: rank %d closed the spare connection(s) adopted for epoch %llu "
+             "before its ADOPT%s; connecting anew", tp->rank, rank,
+             (unsigned long long)p->aepoch, n < 0 ? " (an error)" : "");
+    return -1;
   }
-  if (r == 0) return;
   uint8_t want[FTC__TCP_ADOPT_SIZE];
-  adopt_encode(want, b->view->epoch);
-  if (memcmp(p->buf, want, sizeof(want)) != 0) {
-    adopt_fail(b, p->rank, "the peer took it for another epoch");
-    return;
+  adopt_encode(want, p->aepoch);
+  if (memcmp(p->abuf, want, sizeof(want)) != 0) {
+    if (memcmp(p->abuf, want, 8) == 0)
+      FTC_INFO(FTC_SUB_NET, "rank %d: rank %d took the spare connection(s) for epoch %llu, this "
+               "rank for %llu; connecting anew", tp->rank, rank,
+               (unsigned long long)get_u64(p->abuf + 8), (unsigned long long)p->aepoch);
+    else
+      FTC_WARN(FTC_SUB_NET, "rank %d: rank %d answered an adopted spare connection with something "
+               "that is not an ADOPT of this ftcomm version; connecting anew", tp->rank, rank);
+    return -1;
   }
-  for (int lane = 0; lane < b->tp->cfg.sockets; lane++) {
-    pend_t *q = &b->conn[2 * p->rank + lane];
-    keep_fd(b, q->rank, q->lane, q->fd, q->spare_reno);
-    q->fd = -1;
-    q->state = P_DONE;
-    b->tp->adopted++;
-  }
-  FTC_DEBUG(FTC_SUB_NET, "rank %d adopted its spare connection(s) to rank %d", b->tp->rank,
-            p->rank);
+  __atomic_store_n(&p->unconfirmed, 0, __ATOMIC_RELEASE);
+  tp->unconfirmed--;
+  return 1;
 }
 
 static void acc_event(boot_t *b, pend_t *p, short revents) {
@@ -1064,6 +1125,13 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
       { refuse(b, p, "it speaks data-plane protocol %d and this rank %d: run the same ftcomm "
                      "version on every rank", v, FTC__TCP_PROTO); return; }
     r = read_some(p, FTC__TCP_HELLO_SIZE);
+  }
+  if (r < 0 && p->have == 0) { /* (a caller that sent nothing: a repairing peer's probe) */
+    FTC_DEBUG(FTC_SUB_NET, "rank %d: a data-plane connection closed before its handshake",
+              tp->rank);
+    pend_close(p);
+    p->state = P_IDLE;
+    return;
   }
   if (r < 0) {
     refuse(b, p, "closed before completing the handshake");
@@ -1121,18 +1189,14 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
   /* The connector sends on UP (we receive on it: lane 1) and receives on
    * DOWN (we send: lane 0). */
   int lane = kind == FTC__TCP_HELLO_UP ? 1 : 0;
+  /* The peer connects anew: it did not take the spares this rank adopted
+   * for the pair (it lacked one, or took them for another epoch); neither
+   * does this rank (it connects every socket of the pair anew). */
+  if (!b->spare && tp->peers[h.rank].unconfirmed) b->connected -= drop_pair(tp, (int)h.rank);
   if (*lane_slot(tp, (int)h.rank, lane, b->spare) >= 0)
     { refuse(b, p, "rank %u is already connected", h.rank); return; }
   ftc__tcp_hello_encode(msg, &ack, tp->cfg.token, p->nonce);
   if (write_all_small(p->fd, msg, sizeof(msg)) != 0) { refuse(b, p, "sending the answer failed"); return; }
-  /* The peer could not use the spare sockets it had with us: neither do we
-   * (it connects every socket of the pair anew). */
-  for (int k = 0; !b->spare && k < tp->cfg.sockets; k++) {
-    pend_t *adopting = &b->conn[2 * h.rank + (unsigned)k];
-    if (adopting->state != P_ADOPT && adopting->state != P_ADOPT_WITH) continue;
-    pend_close(adopting);
-    adopting->state = P_IDLE;
-  }
   keep_fd(b, (int)h.rank, lane, p->fd, -1);
   p->fd = -1;
   p->state = P_IDLE;
@@ -1185,15 +1249,12 @@ static void dispatch(boot_t *b, int listen_fd, pend_t *owner, short revents) {
     accept_new(b, listen_fd);
   else if (owner->state == P_WAIT_HELLO)
     acc_event(b, owner, revents);
-  else if (owner->state == P_ADOPT)
-    adopt_event(b, owner, revents);
   else
     conn_event(b, owner, revents);
 }
 
 static int pend_waits(const pend_t *p) {
-  return p->state == P_CONNECTING || p->state == P_WAIT_NONCE || p->state == P_WAIT_ACK ||
-         p->state == P_ADOPT;
+  return p->state == P_CONNECTING || p->state == P_WAIT_NONCE || p->state == P_WAIT_ACK;
 }
 
 /* Take prev's spare socket on `lane` to `member_id`, -1 if none; *reno:
@@ -1307,18 +1368,11 @@ static int all_settled(const boot_t *b) {
   return 1;
 }
 
+static ftc_status_t boot_loop(boot_t *b, int listen_fd, int64_t deadline);
+
 static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_t deadline) {
   ftc__tcp_t *tp = b->tp;
   const int lanes = tp->cfg.sockets;
-  int need = lanes * (tp->size - 1);
-  int npfd_max = 1 + 2 * tp->size + MAX_PENDING_ACCEPTS;
-  struct pollfd *pfd = ftc__calloc((size_t)npfd_max, sizeof(*pfd));
-  pend_t **owner = ftc__calloc((size_t)npfd_max, sizeof(*owner));
-  ftc_status_t st = FTC_OK;
-  if (!pfd || !owner) {
-    st = ftc__error(FTC_ERR_NO_MEMORY, "allocating the bootstrap poll set");
-    goto out_free;
-  }
   /* Hellos for this epoch that prev's spare acceptor (or an abandoned
    * early bootstrap) kept: answer them here as if they had just arrived. */
   if (prev) take_held(b, prev->spare_boot);
@@ -1331,7 +1385,7 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
   /* Each pair: adopt prev's spares when there is one for every socket of
    * it and none is connected yet, else the end that makes the pair's
    * connections (makes_connection) connects. */
-  int adopted = 0, listens = 0, keep = keeps_connections(tp, prev, b->view);
+  int adopted = 0, keep = keeps_connections(tp, prev, b->view);
   for (int r = 0; r < tp->size; r++) {
     if (r == tp->rank) continue;
     int fd[2] = {-1, -1}, fresh = 0, have = 0, reno = 0, from = -1;
@@ -1339,6 +1393,7 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
         *lane_slot(tp, r, 1, 0) < 0 &&
         take_live(prev, b->view->members[r].member_id, fd, &reno, &from)) {
       tp->peers[r].kept_from = from;
+      move_unconfirmed(tp, r, prev, from); /* (its peer's ADOPT still to read) */
       for (int lane = 0; lane < lanes; lane++) {
         pend_t *p = &b->conn[2 * r + lane];
         p->rank = r;
@@ -1351,7 +1406,7 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
     }
     for (int lane = 0; lane < lanes; lane++) {
       pend_t *p = &b->conn[2 * r + lane];
-      if (lane == 0) listens |= makes_connection(b, r, tp->rank);
+      if (lane == 0) b->listens |= makes_connection(b, r, tp->rank);
       fd[lane] = take_spare(prev, b->view->members[r].member_id, lane, &reno);
       have += fd[lane] >= 0;
       if (pend_waits(p)) { /* started early (ftc__tcp_early_start) */
@@ -1367,8 +1422,8 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
       adopted++;
       continue;
     }
-    /* Not adoptable: closed at once, so that a peer waiting for our ADOPT
-     * on it connects anew without waiting for prev's end. */
+    /* Not adoptable: closed at once, so that a peer that adopted them reads
+     * their end and connects anew without waiting for prev's. */
     for (int lane = 0; lane < lanes; lane++) {
       if (fd[lane] >= 0) close(fd[lane]);
       pend_t *p = &b->conn[2 * r + lane];
@@ -1377,8 +1432,48 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
     }
   }
   if (adopted)
-    FTC_DEBUG(FTC_SUB_NET, "rank %d: adopting the spares of %d pair(s) for epoch %llu", tp->rank,
+    FTC_DEBUG(FTC_SUB_NET, "rank %d: adopted the spares of %d pair(s) for epoch %llu", tp->rank,
               adopted, (unsigned long long)b->view->epoch);
+  return boot_loop(b, listen_fd, deadline);
+}
+
+/* Whether the peer closed the unconfirmed pair with `rank` with nothing
+ * sent on it (it did not adopt the pair): its end is what comes first. */
+static int pair_ended(const ftc__tcp_t *tp, int rank) {
+  char c;
+  ssize_t n = recv(ftc__tcp_adopt_fd(tp, rank), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* An unconfirmed pair that the bootstrap found its peer did not adopt
+ * (pair_ended): connected anew in the same bootstrap. */
+static void unadopt(boot_t *b, int rank) {
+  b->connected -= drop_pair(b->tp, rank);
+  for (int lane = 0; lane < b->tp->cfg.sockets; lane++) {
+    pend_t *p = &b->conn[2 * rank + lane];
+    p->rank = rank;
+    p->lane = lane;
+    p->state = P_IDLE;
+    if (makes_connection(b, b->tp->rank, rank)) conn_start(b, p);
+  }
+  if (makes_connection(b, rank, b->tp->rank)) b->listens = 1;
+}
+
+/* Wait until every pair of b's view is connected (b->connected counts the
+ * sockets), driving the handshakes; while it waits, the peers' ADOPTs on
+ * the pairs it adopted are read as they come, and a pair whose peer did not
+ * adopt it is connected anew. */
+static ftc_status_t boot_loop(boot_t *b, int listen_fd, int64_t deadline) {
+  ftc__tcp_t *tp = b->tp;
+  const int need = tp->cfg.sockets * (tp->size - 1);
+  int npfd_max = 2 + 3 * tp->size + MAX_PENDING_ACCEPTS;
+  struct pollfd *pfd = ftc__calloc((size_t)npfd_max, sizeof(*pfd));
+  pend_t **owner = ftc__calloc((size_t)npfd_max, sizeof(*owner));
+  ftc_status_t st = FTC_OK;
+  if (!pfd || !owner) {
+    st = ftc__error(FTC_ERR_NO_MEMORY, "allocating the bootstrap poll set");
+    goto out_free;
+  }
   while (b->connected < need || b->fatal != FTC_OK) {
     int64_t now = ftc__now_ns();
     if (b->fatal != FTC_OK) {
@@ -1424,7 +1519,7 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
     }
     int64_t wake = b->fatal_until ? b->fatal_until : deadline;
     int n = 0;
-    if (listens && acc_slot(b)) {
+    if (b->listens && acc_slot(b)) {
       pfd[n] = (struct pollfd){listen_fd, POLLIN, 0};
       owner[n++] = NULL;
     }
@@ -1449,6 +1544,16 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
       pfd[n] = (struct pollfd){b->acc[i].fd, POLLIN, 0};
       owner[n++] = &b->acc[i];
     }
+    /* Then the unconfirmed pairs, for their end only (a peer that did not
+     * adopt the pair): their ADOPTs are for the first run to read, after
+     * this rank's own (ftc__tcp_pay). */
+    const int nboot = n;
+    for (int r = 0; tp->unconfirmed && r < tp->size; r++)
+      if (tp->peers[r].unconfirmed) pfd[n++] = (struct pollfd){ftc__tcp_adopt_fd(tp, r), POLLRDHUP, 0};
+    /* A repair runs inside a run: the revoke of its epoch wakes it, and so
+     * does a peer's end that the idle watch saw (ftc__tcp_mark_ended). */
+    int ik = -1;
+    if (b->repair && tp->cfg.intr_fd) ik = n, pfd[n++] = (struct pollfd){*tp->cfg.intr_fd, POLLIN, 0};
     int64_t wait_ns = wake - now;
     int timeout = wait_ns <= 0 ? 0 : (int)((wait_ns + 999999) / 1000000);
     /* Short sleeps: a recovery interrupts a stale attempt through the flag. */
@@ -1464,11 +1569,26 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
                       "the communicator was stopped while connecting to its peers");
       goto out_free;
     }
-    for (int i = 0; i < n; i++) {
-      /* An event may have closed a later entry's handshake (an adoption
-       * given up for a fresh connection): skip what is no longer waited on. */
+    if (ik >= 0 && (pfd[ik].revents & POLLIN)) {
+      int gone = __atomic_load_n(&tp->ended_peer, __ATOMIC_ACQUIRE);
+      if (gone >= 0) {
+        __atomic_store_n(&tp->failed_peer, gone, __ATOMIC_RELEASE);
+        st = ftc__error(FTC_ERR_PEER_LOST, "rank %d closed its connection", gone);
+        goto out_free;
+      }
+      uint64_t v; /* left over from an older epoch (as in a run: xfer.c) */
+      ssize_t rd = read(*tp->cfg.intr_fd, &v, sizeof(v));
+      (void)rd;
+    }
+    for (int i = 0; i < nboot; i++) {
+      /* An event may have closed a later entry's handshake: skip what is no
+       * longer waited on. */
       if (!pfd[i].revents || (owner[i] && owner[i]->fd != pfd[i].fd)) continue;
       dispatch(b, listen_fd, owner[i], pfd[i].revents);
+    }
+    for (int r = 0, i = nboot; r < tp->size && i < n; r++) {
+      if (!tp->peers[r].unconfirmed || pfd[i].fd != ftc__tcp_adopt_fd(tp, r)) continue;
+      if (pfd[i++].revents && pair_ended(tp, r)) unadopt(b, r);
     }
   }
 out_free:
@@ -1520,6 +1640,104 @@ static void boot_free(boot_t *b) {
   ftc__free(b);
 }
 
+/* ---- lazy adoption: the pairs whose peer's ADOPT is still to come ---- */
+
+/* Whether the process of `rank` is gone: a connection to its listener is
+ * refused (the listener lives as long as the process; a running epoch's
+ * peers never see it refused otherwise). An unconfirmed pair that ends
+ * before its ADOPT came is either a peer that did not adopt it (it connects
+ * anew, or waits for this rank to) or one that died before it used the
+ * pair: this tells them apart at once, rather than after the coordinator's
+ * next view. Waits at most 100 ms for an answer (a host that does not
+ * answer: alive as far as this knows). */
+static int peer_gone(const ftc__tcp_t *tp, int rank) {
+  struct sockaddr_storage ss;
+  socklen_t sl;
+  char why[320];
+  if (parse_addr(tp->view.members[rank].addr, tp->cfg.family, &ss, &sl, why, sizeof(why)) != 0)
+    return 0;
+  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  int gone = 0;
+  if (connect(fd, (struct sockaddr *)&ss, sl) != 0) {
+    if (errno == ECONNREFUSED) {
+      gone = 1;
+    } else if (errno == EINPROGRESS) {
+      struct pollfd p = {fd, POLLOUT, 0};
+      int err = 0;
+      socklen_t el = sizeof(err);
+      if (poll(&p, 1, 100) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0)
+        gone = err == ECONNREFUSED;
+    }
+  }
+  close(fd);
+  return gone;
+}
+
+ftc_status_t ftc__tcp_reconnect(ftc__tcp_t *tp, int rank, int64_t deadline) {
+  if (__atomic_load_n(&tp->shut, __ATOMIC_ACQUIRE))
+    return ftc__error(FTC_ERR_REVOKED, "epoch %llu was stopped", (unsigned long long)tp->epoch);
+  if (peer_gone(tp, rank)) {
+    __atomic_store_n(&tp->failed_peer, rank, __ATOMIC_RELEASE);
+    return ftc__error(FTC_ERR_PEER_LOST, "rank %d closed its connection, and its process is gone "
+                      "(its listener refuses connections)", rank);
+  }
+  drop_pair(tp, rank);
+  boot_t *b = boot_new(tp, &tp->view, 0, 0);
+  if (!b) return ftc__error(FTC_ERR_NO_MEMORY, "allocating the bootstrap state");
+  /* Every other pair counts as connected: only this one is waited for. */
+  b->connected = tp->cfg.sockets * (tp->size - 2);
+  for (int lane = 0; lane < tp->cfg.sockets; lane++) {
+    pend_t *p = &b->conn[2 * rank + lane];
+    p->rank = rank;
+    p->lane = lane;
+    if (makes_connection(b, tp->rank, rank)) conn_start(b, p);
+  }
+  b->listens = makes_connection(b, rank, tp->rank);
+  b->repair = 1;
+  int64_t t0 = ftc__now_ns();
+  ftc_status_t st = boot_loop(b, tp->listen_fd, deadline);
+  boot_free(b);
+  if (st == FTC_OK) {
+    FTC_INFO(FTC_SUB_NET, "rank %d: connected to rank %d anew for epoch %llu in %.1f ms", tp->rank,
+             rank, (unsigned long long)tp->epoch, (double)(ftc__now_ns() - t0) / 1e6);
+    if (__atomic_load_n(&tp->shut, __ATOMIC_ACQUIRE)) peer_shutdown(&tp->peers[rank]);
+  } else if (st == FTC_ERR_TIMEOUT) {
+    __atomic_store_n(&tp->failed_peer, rank, __ATOMIC_RELEASE);
+  }
+  return st;
+}
+
+ftc_status_t ftc__tcp_settle(ftc__tcp_t *tp, int rank, int64_t deadline) {
+  if (!tp || rank < 0 || rank >= tp->size || rank == tp->rank) return FTC_OK;
+  for (;;) {
+    int c = ftc__tcp_pay(tp, rank) < 0 ? -1 : ftc__tcp_confirm(tp, rank);
+    if (c > 0) return FTC_OK;
+    int64_t now = ftc__now_ns();
+    if (c < 0) {
+      int64_t bound = ftc__deadline_ns(tp->cfg.connect_timeout_ms);
+      return ftc__tcp_reconnect(tp, rank, deadline > now && deadline < bound ? deadline : bound);
+    }
+    if (now >= deadline)
+      return ftc__error(FTC_ERR_TIMEOUT, "rank %d: no ADOPT from rank %d for epoch %llu in time",
+                        tp->rank, rank, (unsigned long long)tp->peers[rank].aepoch);
+    if (tp->cfg.interrupt && __atomic_load_n(tp->cfg.interrupt, __ATOMIC_ACQUIRE))
+      return ftc__error((ftc_status_t)__atomic_load_n(tp->cfg.interrupt, __ATOMIC_ACQUIRE),
+                        "the communicator was stopped");
+    if (ftc__member_latest_epoch(tp->cfg.member) > tp->epoch)
+      return ftc__error(FTC_ERR_REVOKED, "epoch %llu was superseded", (unsigned long long)tp->epoch);
+    int64_t left = (deadline - now + 999999) / 1000000;
+    struct pollfd p = {ftc__tcp_adopt_fd(tp, rank), POLLIN, 0};
+    if (poll(&p, 1, left > 50 ? 50 : (int)left) < 0 && errno != EINTR)
+      return ftc__error(FTC_ERR_SYSTEM, "poll: %s", strerror(errno));
+  }
+}
+
+int ftc__tcp_unconfirmed(const ftc__tcp_t *tp, int rank) {
+  return tp && rank >= 0 && rank < tp->size &&
+         __atomic_load_n(&tp->peers[rank].unconfirmed, __ATOMIC_ACQUIRE);
+}
+
 /* tp's configuration from cfg: a chunk of at least 4096 bytes, 1 or 2
  * sockets per pair, the OS's CPU count read once for the epoch (its hellos
  * and its crowded decision). A continued early bootstrap (continued) keeps
@@ -1561,6 +1779,7 @@ static ftc__tcp_t *tp_new(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view) {
   tp->view.members = ftc__calloc((size_t)view->size, sizeof(*tp->view.members));
   tp->failed_peer = -1;
   tp->ended_peer = -1;
+  tp->listen_fd = -1;
   for (int r = 0; tp->peers && r < view->size; r++) { /* before any ftc__tcp_destroy */
     tp->peers[r].fd = tp->peers[r].sfd = -1;
     tp->peers[r].spare_fd = tp->peers[r].spare_sfd = -1;
@@ -1756,6 +1975,7 @@ ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view
       goto out_destroy;
     }
     b->strict = prev == NULL; /* creating the communicator: nothing to keep running */
+    tp->listen_fd = listen_fd;
     if (cfg->preacc) preacc_seed(b, cfg->preacc);
     st = bootstrap(b, listen_fd, prev, ftc__deadline_ns(cfg->connect_timeout_ms));
     boot_free(b);
@@ -2011,7 +2231,10 @@ void ftc__tcp_say_goodbye(ftc__tcp_t *tp) {
   static const unsigned char bye = FTC__TCP_GOODBYE;
   if (!tp) return;
   for (int r = 0; r < tp->size; r++)
-    if (tp->peers[r].sfd >= 0) {
+    /* (Not on an unconfirmed pair: the peer would read the goodbye where
+     * it waits for this rank's ADOPT, and its idle watch does not watch
+     * the pair; it reads the pair's end.) */
+    if (tp->peers[r].sfd >= 0 && !tp->peers[r].unconfirmed) {
       /* After everything this rank sent on each socket it sends on. */
       ssize_t n = send(tp->peers[r].sfd, &bye, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
       int x = r != tp->rank ? ftc__tcp_shared_fd(tp, r) : -1;
@@ -2024,7 +2247,7 @@ int ftc__tcp_peer_fds(const ftc__tcp_t *tp, int *fds, int *ranks, int max) {
   int n = 0;
   for (int r = 0; tp && r < tp->size && n < max; r++) {
     int fd = __atomic_load_n(&tp->peers[r].fd, __ATOMIC_ACQUIRE);
-    if (fd < 0) continue;
+    if (fd < 0 || ftc__tcp_unconfirmed(tp, r)) continue;
     fds[n] = fd;
     ranks[n++] = r;
   }
@@ -2032,7 +2255,7 @@ int ftc__tcp_peer_fds(const ftc__tcp_t *tp, int *fds, int *ranks, int max) {
   for (int r = 0; tp && r < tp->rank && n < max; r++) {
     int fd = __atomic_load_n(&tp->peers[r].fd, __ATOMIC_ACQUIRE);
     int x = __atomic_load_n(tp->rank < r ? &tp->peers[r].fd : &tp->peers[r].sfd, __ATOMIC_ACQUIRE);
-    if (x < 0 || x == fd) continue;
+    if (x < 0 || x == fd || ftc__tcp_unconfirmed(tp, r)) continue;
     fds[n] = x;
     ranks[n++] = r;
   }

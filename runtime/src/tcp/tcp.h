@@ -24,14 +24,16 @@
 #include "membership/member.h"
 
 #define FTC__TCP_MAGIC 0x46544344u /* "FTCD" */
-#define FTC__TCP_PROTO 6 /* 2: the hello carries the wire settings (ftc__tcp_wire_t); 3: and
+#define FTC__TCP_PROTO 7 /* 2: the hello carries the wire settings (ftc__tcp_wire_t); 3: and
                           * the sender's CPU count; 4: a joiner accepts, the running ranks
                           * connect to it (it connected to those below it before); 5: a
                           * planned move to the next epoch keeps the pairs' connections
                           * (ftc__tcp_cfg_t.planned_move); 6: the running ranks connect to a
                           * standby member on the coordinator's prospect, before its join,
                           * and it sends their nonces while it waits (ftc__tcp_preacc_t;
-                          * FTC__PROTO_DATAPLANE_PROSPECT). Also said in the membership
+                          * FTC__PROTO_DATAPLANE_PROSPECT); 7: adopted spares are taken
+                          * lazily, each end's ADOPT sent by the first run that uses the
+                          * pair (a rank of 6 waits for it at the move). Also said in the membership
                           * hello ("dataplane"): the coordinator refuses a rank whose
                           * number differs from the running ranks' */
 #define FTC__TCP_NONCE_SIZE 16
@@ -172,9 +174,32 @@ ftc_status_t ftc__tcp_listen(const char *bind_host, const char *advertise_host, 
  * usual. A rank lacking one of a pair's spares closes the other at once. So
  * survivors of a failure reconnect with one message each way per pair and
  * no new connection. prev is otherwise left alone (the caller destroys
- * it). */
+ * it).
+ *
+ * The adoption is lazy: this returns without sending or waiting for any
+ * ADOPT. An adopted pair is unconfirmed until its peer's ADOPT is read,
+ * and no byte of a run moves on it before: the first run that uses the
+ * pair sends this end's ADOPT and reads the peer's (waiting for it with
+ * its other streams); a run that finds the peer did not adopt the pair
+ * (its end, or another epoch's ADOPT; it watches every unconfirmed pair
+ * for its end) connects the pair anew for this epoch first, or fails with
+ * FTC_ERR_PEER_LOST when the peer's process is gone (ftc__tcp_settle). A
+ * survivor of a failure thus goes from its view to its first collective
+ * without a round trip through every peer, and pairs that no run uses
+ * (those of two non-root ranks under the flat allreduce) send nothing. */
 ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view, int listen_fd,
                               ftc__tcp_t *prev, ftc__tcp_t **out);
+
+/* Settle the lazily adopted pair with `rank`: read the peer's ADOPT
+ * (waiting until deadline for it), or, when the peer did not adopt the
+ * pair for this epoch, connect it anew (within FTCOMM_CONNECT_TIMEOUT_MS).
+ * FTC_OK once the pair carries this epoch's bytes (at once for a pair that
+ * was not adopted); FTC_ERR_TIMEOUT when no ADOPT came by deadline (still
+ * unconfirmed: settle again); FTC_ERR_REVOKED when a newer epoch was
+ * announced or the epoch stopped; else the reconnection's failure. */
+ftc_status_t ftc__tcp_settle(ftc__tcp_t *tp, int rank, int64_t deadline);
+/* 1 while the pair with `rank` waits for its peer's ADOPT. */
+int ftc__tcp_unconfirmed(const ftc__tcp_t *tp, int rank);
 
 /* Spare connections: between collectives the idle progress thread makes a
  * second authenticated connection per pair of the epoch (the higher rank
@@ -273,7 +298,10 @@ int ftc__tcp_peer_left(const ftc__tcp_t *tp, int rank);
  * each peer the socket its data arrives on, then, for a peer that sends on
  * two (a lower rank: small collectives on the shared socket), the second;
  * the goodbye comes on each, after the data. A rank appears once or twice.
- * Returns how many were written (at most max). */
+ * Not the unconfirmed pairs (lazy adoption, ftc__tcp_connect): the runs
+ * watch those, and only they (on the thread that owns the data plane) may
+ * connect one anew, closing the sockets listed here. Returns how many were
+ * written (at most max). */
 int ftc__tcp_peer_fds(const ftc__tcp_t *tp, int *fds, int *ranks, int max);
 
 /* Accept every pending connection on listen_fd and refuse it: no view is

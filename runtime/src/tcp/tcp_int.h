@@ -28,6 +28,16 @@ typedef struct ftc__tcp_peer {
   unsigned char reno; /* and fd/sfd: what a planned move that keeps them starts from */
   int kept_from;      /* fd/sfd were kept from this peer slot of the epoch before, -1 not
                        * (a connect that fails gives them back: ftc__tcp_connect) */
+  /* An adopted pair whose peer's ADOPT is not read yet (net.c, "Lazy
+   * adoption"): no byte of a run moves on it before ftc__tcp_confirm reads
+   * it. A planned move that keeps the pair takes this with it. */
+  unsigned char unconfirmed;
+  unsigned char owe;       /* this end's ADOPT is not sent yet (ftc__tcp_pay; only while
+                            * unconfirmed: a pair is confirmed after paying) */
+  unsigned char alane;     /* the lane of the ADOPTs, both ways (the shared socket) */
+  unsigned char ahave;     /* bytes of it read into abuf */
+  uint8_t abuf[FTC__TCP_ADOPT_SIZE];
+  uint64_t aepoch;         /* the epoch it must name: the one that adopted the pair */
 } ftc__tcp_peer_t;
 
 struct ftc__boot;
@@ -55,6 +65,8 @@ struct ftc__tcp {
   ftc__view_t view;       /* a copy of the epoch's view (members owned), for spares */
   struct ftc__boot *spare_boot; /* spare connections being made, NULL before */
   int adopted;            /* connections of this epoch that were spares */
+  int unconfirmed;        /* pairs whose peer's ADOPT is not read yet (ftc__tcp_confirm) */
+  int listen_fd;          /* the listener of its bootstrap, for a pair connected anew later */
   int kept;               /* connections of this epoch kept from the one before (a planned
                            * move: ftc__tcp_cfg_t.planned_move) */
   int early_made;         /* connections of this epoch made before it was taken up */
@@ -123,6 +135,22 @@ typedef struct ftc__xfer_more {
 } ftc__xfer_more_t;
 ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const ftc__red_t *red,
                                 int64_t deadline_ns, const ftc__xfer_more_t *more);
+/* Lazy adoption (net.c): the socket an unconfirmed pair's ADOPTs travel on. */
+int ftc__tcp_adopt_fd(const ftc__tcp_t *tp, int rank);
+/* Send this end's ADOPT on the pair with `rank` if it is owed (a run is
+ * about to use the pair: the peer's run waits for it): 0, or -1 when the
+ * pair is closed (the peer did not adopt it: connect it anew). */
+int ftc__tcp_pay(ftc__tcp_t *tp, int rank);
+/* Read the peer's ADOPT on the pair with `rank`, if it is there: 1 when the
+ * pair is confirmed (or was not unconfirmed), 0 when it has not all come
+ * yet, -1 when the peer did not adopt the pair for this epoch (it closed
+ * it, or took it for another). Never blocks. */
+int ftc__tcp_confirm(ftc__tcp_t *tp, int rank);
+/* Close the pair with `rank` and connect it anew for this epoch, with the
+ * bootstrap's handshake (this rank connects or accepts as the bootstrap
+ * would), until deadline, a newer epoch announced, or the interrupt. */
+ftc_status_t ftc__tcp_reconnect(ftc__tcp_t *tp, int rank, int64_t deadline);
+
 /* A scratch area of at least n bytes, valid until the next call. */
 ftc_status_t ftc__tcp_scratch(ftc__tcp_t *tp, size_t n, char **out);
 

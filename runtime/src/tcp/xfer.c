@@ -127,6 +127,17 @@ static ftc_status_t ended_peer(ftc__tcp_t *tp, int peer) {
   return ftc__error(FTC_ERR_PEER_LOST, "rank %d closed its connection", peer);
 }
 
+/* A lazily adopted pair (net.c) that a run uses: send this end's ADOPT if
+ * it is owed, read the peer's if it has come, or connect the pair anew when
+ * the peer did not adopt it. FTC_OK also while the peer's ADOPT is on its
+ * way (the pair stays unconfirmed). */
+static ftc_status_t settle_pair(ftc__tcp_t *tp, int peer, int64_t deadline_ns) {
+  int c = ftc__tcp_pay(tp, peer) < 0 ? -1 : ftc__tcp_confirm(tp, peer);
+  if (c >= 0) return FTC_OK;
+  int64_t bound = ftc__deadline_ns(tp->cfg.connect_timeout_ms);
+  return ftc__tcp_reconnect(tp, peer, deadline_ns < bound ? deadline_ns : bound);
+}
+
 static void stream_init(ftc__stream_t *s) {
   s->cur = 0, s->off = 0, s->done = 0, s->fill = 0, s->total = 0;
   for (int k = 0; k < s->nseg; k++) s->total += s->segs[k].len;
@@ -165,6 +176,15 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
     for (int i = 0; i < n; i++) {
       ftc__stream_t *s = &st[i];
       if (s->done == s->total) continue;
+      /* No byte moves on a pair before its peer's ADOPT is read. */
+      if (__builtin_expect(tp->unconfirmed, 0) && tp->peers[s->peer].unconfirmed) {
+        ftc_status_t cs = settle_pair(tp, s->peer, deadline_ns);
+        if (cs != FTC_OK) return cs;
+        if (tp->peers[s->peer].unconfirmed) {
+          pending++;
+          continue;
+        }
+      }
       int r = s->send ? pump_send(tp, s, st, &err) : pump_recv(tp, s, red, &err);
       if (r < 0) return broken(tp, s, err);
       moved |= r;
@@ -202,7 +222,7 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
     for (int i = 0; i < n; i++) tp->pidx[2 * st[i].peer + st[i].send] = -1;
     for (int i = 0; i < n; i++) {
       ftc__stream_t *s = &st[i];
-      if (s->done == s->total) continue;
+      if (s->done == s->total || tp->peers[s->peer].unconfirmed) continue;
       short ev;
       if (s->send) {
         if (stream_allowed(s, st) == s->done) continue; /* waiting on its receive stream */
@@ -220,6 +240,19 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
       int k = *slot;
       tp->pfd[k].events |= ev;
     }
+    /* Every unconfirmed pair: the run's for their ADOPT, the others for
+     * their end only (a peer that did not adopt its pair with this rank
+     * closed it and waits for it to be connected anew, which must not wait
+     * for this run to end; their ADOPTs would only wake this rank). */
+    int uk = np;
+    for (int r = 0; tp->unconfirmed && r < tp->size; r++)
+      if (tp->peers[r].unconfirmed)
+        tp->pfd[np++] = (struct pollfd){ftc__tcp_adopt_fd(tp, r), POLLRDHUP, 0};
+    for (int i = 0; tp->unconfirmed && i < n; i++)
+      if (st[i].done < st[i].total && tp->peers[st[i].peer].unconfirmed)
+        for (int k = uk; k < np; k++)
+          if (tp->pfd[k].fd == ftc__tcp_adopt_fd(tp, st[i].peer)) tp->pfd[k].events |= POLLIN;
+    const int ue = np;
     int wk = -1, ik = -1;
     if (more && more->wake_fd >= 0) wk = np, tp->pfd[np++] = (struct pollfd){more->wake_fd, POLLIN, 0};
     if (tp->cfg.intr_fd) ik = np, tp->pfd[np++] = (struct pollfd){*tp->cfg.intr_fd, POLLIN, 0};
@@ -241,6 +274,13 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
       uint64_t v;
       ssize_t r = read(*tp->cfg.intr_fd, &v, sizeof(v));
       (void)r;
+    }
+    for (int r = 0, k = uk; k < ue && r < tp->size; r++) {
+      if (!tp->peers[r].unconfirmed || tp->pfd[k].fd != ftc__tcp_adopt_fd(tp, r)) continue;
+      if (tp->pfd[k++].revents) {
+        ftc_status_t cs = settle_pair(tp, r, deadline_ns);
+        if (cs != FTC_OK) return cs;
+      }
     }
     if (wk >= 0 && (tp->pfd[wk].revents & POLLIN)) {
       uint64_t v;
