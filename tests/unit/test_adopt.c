@@ -57,6 +57,9 @@ typedef struct rank {
   int64_t sum[4];
   int unconfirmed_after_move; /* the pair was unconfirmed when the last move returned */
   int after_peer;       /* start the moves once the peer's first move returned */
+  int run_given_back;   /* chain: when the last move failed, run the sum on the epoch
+                         * before it (what the move gave the pair back to) */
+  int given_back_unconfirmed; /* the pair was unconfirmed there */
   int moved;            /* atomic: this rank's first move returned */
   struct rank *peer;
   pthread_barrier_t *built; /* both ranks have their spares before either moves */
@@ -135,6 +138,13 @@ static void *rank_main(void *arg) {
           ftc__tcp_settle(k->tp, 1 - k->r, ftc__deadline_ns(cfg.connect_timeout_ms));
     snprintf(k->why, sizeof(k->why), "epoch %llu: %s", (unsigned long long)k->moves[m],
              ftc_last_error());
+  }
+  if (k->run_given_back && k->st != FTC_OK && before) {
+    ftc__tcp_destroy(k->tp);
+    k->tp = before;
+    before = NULL;
+    k->given_back_unconfirmed = ftc__tcp_unconfirmed(k->tp, 1 - k->r);
+    k->st = FTC_OK;
   }
   ftc__tcp_destroy(before);
   if (k->st == FTC_OK && k->run_sum) {
@@ -565,6 +575,47 @@ static void a_kept_pair_takes_its_unread_adopt_along(void **state) {
   pair_free(k, &built);
 }
 
+/* The same kept pair, by a planned move whose epoch fails (a joiner that
+ * never answers): it goes back to the epoch before with its ADOPT still
+ * unread, and that epoch's first run reads it. */
+static void a_kept_pair_given_back_takes_its_unread_adopt_back(void **state) {
+  (void)state;
+  rank_t k[2];
+  pthread_barrier_t built;
+  pair_init(k, &built);
+  int gone_fd;
+  char gone[128];
+  assert_int_equal(ftc__tcp_listen("127.0.0.1", NULL, AF_UNSPEC, NULL, 0, &gone_fd, gone, sizeof(gone)),
+                   FTC_OK);
+  close(gone_fd); /* its address refuses: a joiner that never comes */
+  for (int r = 0; r < 2; r++) {
+    ftc__view_t *v = harness_view(3, r, 3, NULL);
+    memcpy(v->members, k[r].view[3]->members, 2 * sizeof(*v->members));
+    v->members[2].member_id = 4242;
+    v->members[2].joined_epoch = 3;
+    snprintf(v->members[2].addr, sizeof(v->members[2].addr), "%s", gone);
+    harness_view_free(k[r].view[3]);
+    k[r].view[3] = v;
+    k[r].moves[0] = 2;
+    k[r].moves[1] = 3;
+    k[r].timeout_ms[1] = 400;
+    k[r].chain = 1;
+    k[r].unsettled = 1;
+    k[r].run_sum = 1;
+    k[r].run_given_back = 1;
+  }
+  pair_run(k);
+  for (int r = 0; r < 2; r++) {
+    if (k[r].st_move[1] != FTC_ERR_TIMEOUT)
+      fail_msg("rank %d's move to an epoch whose joiner never answers ended with %s", r,
+               ftc_strerror(k[r].st_move[1]));
+    if (!k[r].given_back_unconfirmed)
+      fail_msg("rank %d: epoch 2 got its pair back confirmed (its ADOPT was not taken back)", r);
+  }
+  expect_sums(k);
+  pair_free(k, &built);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(both_sockets_of_a_pair_are_adopted_and_carry_only_the_new_epochs_bytes),
@@ -580,6 +631,7 @@ int main(void) {
       cmocka_unit_test(a_move_returns_before_the_peers_adopt_and_the_first_run_reads_it),
       cmocka_unit_test(a_run_connects_anew_a_pair_its_peer_did_not_adopt),
       cmocka_unit_test(a_kept_pair_takes_its_unread_adopt_along),
+      cmocka_unit_test(a_kept_pair_given_back_takes_its_unread_adopt_back),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1337,6 +1337,7 @@ static void give_back_live(ftc__tcp_t *tp, ftc__tcp_t *prev) {
     int k = p->kept_from;
     if (k < 0 || k >= prev->size || prev->peers[k].fd >= 0 || prev->peers[k].sfd >= 0) continue;
     prev->peers[k].reno = p->reno; /* (the keep may have set its congestion control) */
+    move_unconfirmed(prev, k, tp, r); /* (an ADOPT still to read goes back with them) */
     __atomic_store_n(&prev->peers[k].sfd, p->sfd, __ATOMIC_RELEASE);
     __atomic_store_n(&prev->peers[k].fd, p->fd, __ATOMIC_RELEASE);
     p->fd = p->sfd = -1;
