@@ -1000,6 +1000,60 @@ static void a_failed_epoch_reconnects_through_spare_connections(void **state) {
   assert_int_equal(harness_run(3, spare_body, NULL, NULL), 0);
 }
 
+/* Lazy adoption: epoch 2 takes the spares of every pair without a word.
+ * Rank 2 then leaves the data plane (its epoch stopped loudly: every
+ * socket shut) before any run used its pairs, while ranks 0 and 1
+ * exchange: their run sees the end of an unconfirmed pair it does not use
+ * (a peer that did not adopt it, as far as it can tell; its process is
+ * alive) and completes all the same, after a short try at connecting it
+ * anew (no coordinator here says epoch 2 is over; with one, the try ends
+ * at its next view). A run that waited for the pair would run into its
+ * 3 s timeout (FTCOMM_CONNECT_TIMEOUT_MS is 10 s). */
+static int unused_pair_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)arg;
+  int32_t x = rank + 1;
+  for (int i = 0; i < 2; i++)
+    if (ftc_allreduce(&x, &x, 1, FTC_I32, FTC_SUM, comm, 5000) != FTC_OK)
+      return RANK_FAIL(rank, "allreduce in epoch 1: %s", ftc_last_error());
+  if (wait_spares(comm, n - 1) != 0) return RANK_FAIL(rank, "no spare connections to every peer");
+  if (ftc_barrier(comm, 5000) != FTC_OK) return RANK_FAIL(rank, "barrier: %s", ftc_last_error());
+  if (rank == 0) ftc__comm_fail(comm, FTC_ERR_PEER_LOST, "the test breaks epoch 1");
+  if (rank != 0 && ftc_allreduce(&x, &x, 1, FTC_I32, FTC_SUM, comm, 5000) == FTC_OK)
+    return RANK_FAIL(rank, "epoch 1 did not fail");
+  ftc__view_t v = *comm->view;
+  ftc__view_member_t members[4];
+  memcpy(members, comm->view->members, (size_t)n * sizeof(*members));
+  v.members = members;
+  v.epoch = 2;
+  if (ftc__comm_rebuild(comm, &v) != FTC_OK)
+    return RANK_FAIL(rank, "rebuild for epoch 2: %s", ftc_last_error());
+  for (int q = 0; q < n; q++)
+    if (q != rank && !ftc__tcp_unconfirmed(comm->bh, q))
+      return RANK_FAIL(rank, "the pair with rank %d is confirmed before any run", q);
+  if (rank == 2) {
+    ftc__comm_fail(comm, FTC_ERR_REVOKED, "the test stops rank 2's epoch");
+    usleep(300 * 1000); /* alive meanwhile: its listener answers */
+    return 0;
+  }
+  usleep(50 * 1000); /* rank 2's sockets are shut by now */
+  int32_t out = -1, in = rank + 10;
+  ftc_request_t *sreq = NULL, *rreq = NULL;
+  ftc_status_t st = ftc_isend(&in, 1, FTC_I32, 1 - rank, comm, &sreq);
+  if (st == FTC_OK) st = ftc_irecv(&out, 1, FTC_I32, 1 - rank, comm, &rreq);
+  if (st == FTC_OK) st = ftc_wait(sreq, 3000);
+  if (st == FTC_OK) st = ftc_wait(rreq, 3000);
+  ftc_request_free(sreq);
+  ftc_request_free(rreq);
+  if (st != FTC_OK || out != 11 - rank)
+    return RANK_FAIL(rank, "the exchange with rank %d: %s (got %d)", 1 - rank, ftc_last_error(), out);
+  return 0;
+}
+
+static void a_run_does_not_wait_on_a_pair_it_does_not_use(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(3, unused_pair_body, NULL, NULL), 0);
+}
+
 static void the_data_plane_can_be_rebuilt_for_a_new_epoch(void **state) {
   (void)state;
   assert_int_equal(harness_run(2, rebuild_body, NULL, NULL), 0);
@@ -1241,6 +1295,7 @@ int main(void) {
       cmocka_unit_test(a_bad_socket_count_is_refused),
       cmocka_unit_test(a_stranger_after_bootstrap_is_refused_and_training_goes_on),
       cmocka_unit_test(a_failed_epoch_reconnects_through_spare_connections),
+      cmocka_unit_test(a_run_does_not_wait_on_a_pair_it_does_not_use),
       cmocka_unit_test(the_api_and_a_failed_epoch_write_dumps_into_the_dump_dir),
       cmocka_unit_test(destroy_lets_a_slow_failure_dump_land),
       cmocka_unit_test(step_and_recover_without_a_coordinator),

@@ -1050,9 +1050,8 @@ int ftc__tcp_pay(ftc__tcp_t *tp, int rank) {
   adopt_encode(msg, p->aepoch);
   p->owe = 0;
   if (write_all_small(ftc__tcp_adopt_fd(tp, rank), msg, sizeof(msg)) == 0) return 0;
-  FTC_INFO(FTC_SUB_NET, "rank %d: the spare connection(s) to rank %d adopted for epoch %llu are "
-           "closed (%s); connecting anew", tp->rank, rank, (unsigned long long)p->aepoch,
-           strerror(errno));
+  FTC_DEBUG(FTC_SUB_NET, "rank %d: the spare connection(s) to rank %d adopted for epoch %llu are "
+            "closed (%s)", tp->rank, rank, (unsigned long long)p->aepoch, strerror(errno));
   return -1;
 }
 
@@ -1700,11 +1699,10 @@ ftc_status_t ftc__tcp_reconnect(ftc__tcp_t *tp, int rank, int64_t deadline) {
   ftc_status_t st = boot_loop(b, tp->listen_fd, deadline);
   boot_free(b);
   if (st == FTC_OK) {
+    if (tp->peers[rank].broken) tp->peers[rank].broken = 0, tp->broken--;
     FTC_INFO(FTC_SUB_NET, "rank %d: connected to rank %d anew for epoch %llu in %.1f ms", tp->rank,
              rank, (unsigned long long)tp->epoch, (double)(ftc__now_ns() - t0) / 1e6);
     if (__atomic_load_n(&tp->shut, __ATOMIC_ACQUIRE)) peer_shutdown(&tp->peers[rank]);
-  } else if (st == FTC_ERR_TIMEOUT) {
-    __atomic_store_n(&tp->failed_peer, rank, __ATOMIC_RELEASE);
   }
   return st;
 }
@@ -1712,12 +1710,14 @@ ftc_status_t ftc__tcp_reconnect(ftc__tcp_t *tp, int rank, int64_t deadline) {
 ftc_status_t ftc__tcp_settle(ftc__tcp_t *tp, int rank, int64_t deadline) {
   if (!tp || rank < 0 || rank >= tp->size || rank == tp->rank) return FTC_OK;
   for (;;) {
-    int c = ftc__tcp_pay(tp, rank) < 0 ? -1 : ftc__tcp_confirm(tp, rank);
+    int c = tp->peers[rank].broken || ftc__tcp_pay(tp, rank) < 0 ? -1 : ftc__tcp_confirm(tp, rank);
     if (c > 0) return FTC_OK;
     int64_t now = ftc__now_ns();
     if (c < 0) {
       int64_t bound = ftc__deadline_ns(tp->cfg.connect_timeout_ms);
-      return ftc__tcp_reconnect(tp, rank, deadline > now && deadline < bound ? deadline : bound);
+      ftc_status_t st = ftc__tcp_reconnect(tp, rank, deadline > now && deadline < bound ? deadline : bound);
+      if (st == FTC_ERR_TIMEOUT) __atomic_store_n(&tp->failed_peer, rank, __ATOMIC_RELEASE);
+      return st;
     }
     if (now >= deadline)
       return ftc__error(FTC_ERR_TIMEOUT, "rank %d: no ADOPT from rank %d for epoch %llu in time",
@@ -2232,10 +2232,10 @@ void ftc__tcp_say_goodbye(ftc__tcp_t *tp) {
   static const unsigned char bye = FTC__TCP_GOODBYE;
   if (!tp) return;
   for (int r = 0; r < tp->size; r++)
-    /* (Not on an unconfirmed pair: the peer would read the goodbye where
-     * it waits for this rank's ADOPT, and its idle watch does not watch
-     * the pair; it reads the pair's end.) */
-    if (tp->peers[r].sfd >= 0 && !tp->peers[r].unconfirmed) {
+    if (tp->peers[r].sfd >= 0) {
+      /* An unconfirmed pair's ADOPT first, if still owed: the peer reads
+       * the pair as confirmed, then the goodbye, as on any other pair. */
+      if (r != tp->rank && ftc__tcp_pay(tp, r) < 0) continue;
       /* After everything this rank sent on each socket it sends on. */
       ssize_t n = send(tp->peers[r].sfd, &bye, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
       int x = r != tp->rank ? ftc__tcp_shared_fd(tp, r) : -1;

@@ -35,6 +35,9 @@ typedef struct ftc__tcp_peer {
   unsigned char owe;       /* this end's ADOPT is not sent yet (ftc__tcp_pay; only while
                             * unconfirmed: a pair is confirmed after paying) */
   unsigned char alane;     /* the lane of the ADOPTs, both ways (the shared socket) */
+  unsigned char settle_due; /* a run saw an event on it: settle it before waiting again */
+  unsigned char broken;    /* its peer did not adopt it, and it is not connected anew yet
+                            * (a run that did not need it tried briefly: xfer.c) */
   unsigned char ahave;     /* bytes of it read into abuf */
   uint8_t abuf[FTC__TCP_ADOPT_SIZE];
   uint64_t aepoch;         /* the epoch it must name: the one that adopted the pair */
@@ -66,6 +69,7 @@ struct ftc__tcp {
   struct ftc__boot *spare_boot; /* spare connections being made, NULL before */
   int adopted;            /* connections of this epoch that were spares */
   int unconfirmed;        /* pairs whose peer's ADOPT is not read yet (ftc__tcp_confirm) */
+  int broken;             /* pairs to connect anew (peers[].broken) */
   int listen_fd;          /* the listener of its bootstrap, for a pair connected anew later */
   int kept;               /* connections of this epoch kept from the one before (a planned
                            * move: ftc__tcp_cfg_t.planned_move) */

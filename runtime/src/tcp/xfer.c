@@ -127,15 +127,31 @@ static ftc_status_t ended_peer(ftc__tcp_t *tp, int peer) {
   return ftc__error(FTC_ERR_PEER_LOST, "rank %d closed its connection", peer);
 }
 
-/* A lazily adopted pair (net.c) that a run uses: send this end's ADOPT if
- * it is owed, read the peer's if it has come, or connect the pair anew when
- * the peer did not adopt it. FTC_OK also while the peer's ADOPT is on its
- * way (the pair stays unconfirmed). */
-static ftc_status_t settle_pair(ftc__tcp_t *tp, int peer, int64_t deadline_ns) {
-  int c = ftc__tcp_pay(tp, peer) < 0 ? -1 : ftc__tcp_confirm(tp, peer);
-  if (c >= 0) return FTC_OK;
-  int64_t bound = ftc__deadline_ns(tp->cfg.connect_timeout_ms);
-  return ftc__tcp_reconnect(tp, peer, deadline_ns < bound ? deadline_ns : bound);
+/* How long a run tries at a time to connect anew a pair it does not use. */
+#define REPAIR_SLICE_NS (20 * 1000000LL)
+
+/* A lazily adopted pair (net.c): send this end's ADOPT if it is owed, read
+ * the peer's if it has come, or connect the pair anew when the peer did not
+ * adopt it. FTC_OK also while the peer's ADOPT is on its way (the pair
+ * stays unconfirmed). A pair the run needs is connected within the run's
+ * deadline and FTCOMM_CONNECT_TIMEOUT_MS; one it does not need gets a
+ * short try (REPAIR_SLICE_NS), and stays broken when that is not enough
+ * (the peer may be waiting for it in its bootstrap, or may have moved on):
+ * the run does not wait on a pair it does not use. */
+static ftc_status_t settle_pair(ftc__tcp_t *tp, int peer, int64_t deadline_ns, int needed) {
+  ftc__tcp_peer_t *p = &tp->peers[peer];
+  if (!p->broken) {
+    int c = ftc__tcp_pay(tp, peer) < 0 ? -1 : ftc__tcp_confirm(tp, peer);
+    if (c >= 0) return FTC_OK;
+  }
+  int64_t bound = needed ? ftc__deadline_ns(tp->cfg.connect_timeout_ms) : ftc__now_ns() + REPAIR_SLICE_NS;
+  ftc_status_t st = ftc__tcp_reconnect(tp, peer, deadline_ns < bound ? deadline_ns : bound);
+  if (st == FTC_ERR_TIMEOUT && !needed) {
+    if (!p->broken) p->broken = 1, tp->broken++;
+    return FTC_OK;
+  }
+  if (st == FTC_ERR_TIMEOUT) __atomic_store_n(&tp->failed_peer, peer, __ATOMIC_RELEASE);
+  return st;
 }
 
 static void stream_init(ftc__stream_t *s) {
@@ -164,6 +180,7 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
   int ended = __atomic_load_n(&tp->ended_peer, __ATOMIC_ACQUIRE);
   if (ended >= 0) return ended_peer(tp, ended);
   const int64_t spin_ns = (int64_t)tp->cfg.spin_us * 1000;
+  int settle_due = 0; /* some unconfirmed pair's socket had an event (peers[].settle_due) */
   int64_t spin_until = ftc__now_ns() + spin_ns;
   for (;;) {
     int moved = 0, err = 0;
@@ -177,8 +194,9 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
       ftc__stream_t *s = &st[i];
       if (s->done == s->total) continue;
       /* No byte moves on a pair before its peer's ADOPT is read. */
-      if (__builtin_expect(tp->unconfirmed, 0) && tp->peers[s->peer].unconfirmed) {
-        ftc_status_t cs = settle_pair(tp, s->peer, deadline_ns);
+      if (__builtin_expect(tp->unconfirmed || tp->broken, 0) &&
+          (tp->peers[s->peer].unconfirmed || tp->peers[s->peer].broken)) {
+        ftc_status_t cs = settle_pair(tp, s->peer, deadline_ns, 1);
         if (cs != FTC_OK) return cs;
         if (tp->peers[s->peer].unconfirmed) {
           pending++;
@@ -191,6 +209,13 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
       if (s->done < s->total) pending++;
     }
     if (!pending) return FTC_OK;
+    for (int r = 0; (settle_due || tp->broken) && r < tp->size; r++) {
+      if (!tp->peers[r].settle_due && !tp->peers[r].broken) continue;
+      tp->peers[r].settle_due = 0;
+      ftc_status_t cs = settle_pair(tp, r, deadline_ns, 0);
+      if (cs != FTC_OK) return cs;
+    }
+    settle_due = 0;
     if (tp->cfg.interrupt) {
       int iv = __atomic_load_n(tp->cfg.interrupt, __ATOMIC_ACQUIRE);
       if (iv)
@@ -258,6 +283,7 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
     if (tp->cfg.intr_fd) ik = np, tp->pfd[np++] = (struct pollfd){*tp->cfg.intr_fd, POLLIN, 0};
     int64_t left = deadline_ns - now;
     int timeout = left / 1000000 >= POLL_CAP_MS ? POLL_CAP_MS : (int)((left + 999999) / 1000000);
+    if (tp->broken && timeout > REPAIR_SLICE_NS / 1000000) timeout = REPAIR_SLICE_NS / 1000000;
     int rc = poll(tp->pfd, (nfds_t)np, timeout);
     if (rc < 0 && errno != EINTR)
       return ftc__error(FTC_ERR_SYSTEM, "poll on the data plane: %s", strerror(errno));
@@ -275,12 +301,12 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
       ssize_t r = read(*tp->cfg.intr_fd, &v, sizeof(v));
       (void)r;
     }
+    /* Settled after the streams had their turn (the next round): a run
+     * that can complete does, whatever happened on a pair it does not use
+     * (a peer at the end of the job closes it). */
     for (int r = 0, k = uk; k < ue && r < tp->size; r++) {
       if (!tp->peers[r].unconfirmed || tp->pfd[k].fd != ftc__tcp_adopt_fd(tp, r)) continue;
-      if (tp->pfd[k++].revents) {
-        ftc_status_t cs = settle_pair(tp, r, deadline_ns);
-        if (cs != FTC_OK) return cs;
-      }
+      if (tp->pfd[k++].revents) tp->peers[r].settle_due = 1, settle_due = 1;
     }
     if (wk >= 0 && (tp->pfd[wk].revents & POLLIN)) {
       uint64_t v;
