@@ -1054,6 +1054,48 @@ static void a_run_does_not_wait_on_a_pair_it_does_not_use(void **state) {
   assert_int_equal(harness_run(3, unused_pair_body, NULL, NULL), 0);
 }
 
+/* Lazy adoption keeps the send's promise (docs/api.md): a blocking
+ * ftc_send smaller than the socket buffers returns without its receiver.
+ * Epoch 2 takes the spares of every pair unconfirmed; each rank then sends
+ * to the next one around a ring, blocking, before it receives from the one
+ * before. Each send's run pays its ADOPT and waits for the peer's, while
+ * that peer runs its own send on another pair: a run must answer an ADOPT
+ * that comes on a pair it does not use, or the ring waits for itself. */
+static int ring_send_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)arg;
+  int32_t x = rank + 1;
+  for (int i = 0; i < 2; i++)
+    if (ftc_allreduce(&x, &x, 1, FTC_I32, FTC_SUM, comm, 5000) != FTC_OK)
+      return RANK_FAIL(rank, "allreduce in epoch 1: %s", ftc_last_error());
+  if (wait_spares(comm, n - 1) != 0) return RANK_FAIL(rank, "no spare connections to every peer");
+  if (ftc_barrier(comm, 5000) != FTC_OK) return RANK_FAIL(rank, "barrier: %s", ftc_last_error());
+  if (rank == 0) ftc__comm_fail(comm, FTC_ERR_PEER_LOST, "the test breaks epoch 1");
+  if (rank != 0 && ftc_allreduce(&x, &x, 1, FTC_I32, FTC_SUM, comm, 5000) == FTC_OK)
+    return RANK_FAIL(rank, "epoch 1 did not fail");
+  ftc__view_t v = *comm->view;
+  ftc__view_member_t members[4];
+  memcpy(members, comm->view->members, (size_t)n * sizeof(*members));
+  v.members = members;
+  v.epoch = 2;
+  if (ftc__comm_rebuild(comm, &v) != FTC_OK)
+    return RANK_FAIL(rank, "rebuild for epoch 2: %s", ftc_last_error());
+  for (int q = 0; q < n; q++)
+    if (q != rank && !ftc__tcp_unconfirmed(comm->bh, q))
+      return RANK_FAIL(rank, "the pair with rank %d is confirmed before any run", q);
+  int32_t out = -1, in = rank + 10;
+  ftc_status_t st = ftc_send(&in, 1, FTC_I32, (rank + 1) % n, comm, 3000);
+  if (st != FTC_OK) return RANK_FAIL(rank, "send to rank %d: %s", (rank + 1) % n, ftc_last_error());
+  st = ftc_recv(&out, 1, FTC_I32, (rank + n - 1) % n, comm, 3000);
+  if (st != FTC_OK || out != (rank + n - 1) % n + 10)
+    return RANK_FAIL(rank, "recv from rank %d: %s (got %d)", (rank + n - 1) % n, ftc_last_error(), out);
+  return 0;
+}
+
+static void a_run_answers_an_adopt_on_a_pair_it_does_not_use(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(3, ring_send_body, NULL, NULL), 0);
+}
+
 static void the_data_plane_can_be_rebuilt_for_a_new_epoch(void **state) {
   (void)state;
   assert_int_equal(harness_run(2, rebuild_body, NULL, NULL), 0);
@@ -1296,6 +1338,7 @@ int main(void) {
       cmocka_unit_test(a_stranger_after_bootstrap_is_refused_and_training_goes_on),
       cmocka_unit_test(a_failed_epoch_reconnects_through_spare_connections),
       cmocka_unit_test(a_run_does_not_wait_on_a_pair_it_does_not_use),
+      cmocka_unit_test(a_run_answers_an_adopt_on_a_pair_it_does_not_use),
       cmocka_unit_test(the_api_and_a_failed_epoch_write_dumps_into_the_dump_dir),
       cmocka_unit_test(destroy_lets_a_slow_failure_dump_land),
       cmocka_unit_test(step_and_recover_without_a_coordinator),

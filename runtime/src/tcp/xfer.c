@@ -265,18 +265,17 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
       int k = *slot;
       tp->pfd[k].events |= ev;
     }
-    /* Every unconfirmed pair: the run's for their ADOPT, the others for
-     * their end only (a peer that did not adopt its pair with this rank
-     * closed it and waits for it to be connected anew, which must not wait
-     * for this run to end; their ADOPTs would only wake this rank). */
+    /* Every unconfirmed pair, for its peer's ADOPT and its end, the run's
+     * and the others: a peer that did not adopt its pair with this rank
+     * closed it and waits for it to be connected anew, and a peer whose run
+     * uses the pair waits for this rank's ADOPT (its blocking send to this
+     * rank, while this rank's blocking send goes to a third: a ring of
+     * them), neither of which may wait for this run to end. A pair no run
+     * of either end uses stays quiet. */
     int uk = np;
     for (int r = 0; tp->unconfirmed && r < tp->size; r++)
       if (tp->peers[r].unconfirmed)
-        tp->pfd[np++] = (struct pollfd){ftc__tcp_adopt_fd(tp, r), POLLRDHUP, 0};
-    for (int i = 0; tp->unconfirmed && i < n; i++)
-      if (st[i].done < st[i].total && tp->peers[st[i].peer].unconfirmed)
-        for (int k = uk; k < np; k++)
-          if (tp->pfd[k].fd == ftc__tcp_adopt_fd(tp, st[i].peer)) tp->pfd[k].events |= POLLIN;
+        tp->pfd[np++] = (struct pollfd){ftc__tcp_adopt_fd(tp, r), POLLIN | POLLRDHUP, 0};
     const int ue = np;
     int wk = -1, ik = -1;
     if (more && more->wake_fd >= 0) wk = np, tp->pfd[np++] = (struct pollfd){more->wake_fd, POLLIN, 0};
@@ -303,7 +302,8 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
     }
     /* Settled after the streams had their turn (the next round): a run
      * that can complete does, whatever happened on a pair it does not use
-     * (a peer at the end of the job closes it). */
+     * (a peer at the end of the job closes it); a pair it does not use whose
+     * peer's ADOPT came is paid and confirmed there (settle_pair). */
     for (int r = 0, k = uk; k < ue && r < tp->size; r++) {
       if (!tp->peers[r].unconfirmed || tp->pfd[k].fd != ftc__tcp_adopt_fd(tp, r)) continue;
       if (tp->pfd[k++].revents) tp->peers[r].settle_due = 1, settle_due = 1;
