@@ -56,7 +56,8 @@ typedef struct rank {
   int run_sum;          /* after the moves, a 2-rank allreduce (sum) on the pair */
   int64_t sum[4];
   int unconfirmed_after_move; /* the pair was unconfirmed when the last move returned */
-  int after_peer;       /* start the moves once the peer's first move returned */
+  int after_peer;       /* start the moves (and prev_none's close) once the peer's first move
+                         * returned */
   int run_given_back;   /* chain: when the last move failed, run the sum on the epoch
                          * before it (what the move gave the pair back to) */
   int given_back_unconfirmed; /* the pair was unconfirmed there */
@@ -108,13 +109,13 @@ static void *rank_main(void *arg) {
     close(*slot);
     *slot = -1;
   }
+  while (k->after_peer && !__atomic_load_n(&k->peer->moved, __ATOMIC_ACQUIRE)) usleep(1000);
   if (k->prev_none) {
     ftc__tcp_destroy(k->tp1);
     k->tp1 = NULL;
   }
   pthread_t shutter;
   if (k->shut_during_ms > 0) pthread_create(&shutter, NULL, shut_later, k);
-  while (k->after_peer && !__atomic_load_n(&k->peer->moved, __ATOMIC_ACQUIRE)) usleep(1000);
   ftc__tcp_t *before = NULL;
   for (int m = 0; m < 2 && k->moves[m]; m++) {
     ftc__tcp_cfg_t cfg = k->cfg;
@@ -549,6 +550,33 @@ static void a_run_connects_anew_a_pair_its_peer_did_not_adopt(void **state) {
   }
 }
 
+/* A pair whose connection anew timed out (its peer closed its spares after
+ * this rank adopted them, and gave up connecting before this rank's run
+ * came) stays to be connected: settling it again tries again and times out
+ * again, rather than calling a pair without sockets settled. */
+static void a_pair_whose_repair_timed_out_stays_to_be_connected(void **state) {
+  (void)state;
+  rank_t k[2];
+  pthread_barrier_t built;
+  pair_init(k, &built);
+  for (int r = 0; r < 2; r++) k[r].moves[0] = 2;
+  k[0].unsettled = 1;
+  k[1].after_peer = 1;
+  k[1].prev_none = 1;
+  k[1].timeout_ms[0] = 300;
+  pair_run(k);
+  if (k[0].st_move[0] != FTC_OK) fail_msg("rank 0's move: %s", k[0].why);
+  if (k[1].st_move[0] != FTC_ERR_TIMEOUT)
+    fail_msg("rank 1's move connected (%s), with nobody accepting it", k[1].why);
+  for (int round = 0; round < 2; round++) {
+    ftc_status_t st = ftc__tcp_settle(k[0].tp, 1, ftc__deadline_ns(200));
+    if (st != FTC_ERR_TIMEOUT)
+      fail_msg("settle #%d of the pair with rank 1, which nobody connects: %s, not a timeout (%s)",
+               round + 1, ftc_strerror(st), ftc_last_error());
+  }
+  pair_free(k, &built);
+}
+
 /* A planned move from an epoch whose pair is still unconfirmed keeps the
  * pair with its ADOPT unread: the next epoch's first run reads the ADOPT of
  * the epoch that adopted it, then its own data. */
@@ -630,6 +658,7 @@ int main(void) {
       cmocka_unit_test(connections_given_back_to_a_shut_epoch_are_shut),
       cmocka_unit_test(a_move_returns_before_the_peers_adopt_and_the_first_run_reads_it),
       cmocka_unit_test(a_run_connects_anew_a_pair_its_peer_did_not_adopt),
+      cmocka_unit_test(a_pair_whose_repair_timed_out_stays_to_be_connected),
       cmocka_unit_test(a_kept_pair_takes_its_unread_adopt_along),
       cmocka_unit_test(a_kept_pair_given_back_takes_its_unread_adopt_back),
   };

@@ -690,6 +690,9 @@ typedef struct ftc__boot {
   int listens;                          /* some peer connects to this rank: poll the listener */
   int repair;                           /* one pair of a running epoch connected anew
                                          * (ftc__tcp_reconnect): cfg.intr_fd wakes it */
+  int repair_rank;                      /* a repair: the pair it connects anew */
+  int64_t hold_until;                   /* a repair: a handshake under way at its deadline
+                                         * (repair_engaged) is finished until then */
 } boot_t;
 
 #define SPARE_HELLO_NS (5000 * 1000000LL)
@@ -1001,6 +1004,13 @@ static int shared_lane(const ftc__tcp_t *tp, int peer) {
   return tp->cfg.sockets == 1 || tp->rank > peer ? 0 : 1;
 }
 
+/* How many of the pair with `rank`'s sockets of this epoch are connected
+ * (its lanes: each of the two sockets, or the one). */
+static int lanes_of(const ftc__tcp_t *tp, int rank) {
+  const ftc__tcp_peer_t *p = &tp->peers[rank];
+  return tp->cfg.sockets == 1 ? p->fd >= 0 : (p->fd >= 0) + (p->sfd >= 0);
+}
+
 /* The pair with `rank`'s sockets of this epoch, closed: each slot is
  * emptied before its close (other threads load them). Returns how many
  * sockets the pair had (what its keep_fd calls counted). */
@@ -1192,6 +1202,11 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
    * for the pair (it lacked one, or took them for another epoch); neither
    * does this rank (it connects every socket of the pair anew). */
   if (!b->spare && tp->peers[h.rank].unconfirmed) b->connected -= drop_pair(tp, (int)h.rank);
+  /* A repair counts the other pairs as connected: a broken one (none of
+   * its sockets) that its peer connects now is waited for too. */
+  if (b->repair && (int)h.rank != b->repair_rank && tp->peers[h.rank].broken &&
+      lanes_of(tp, (int)h.rank) == 0)
+    b->connected -= tp->cfg.sockets;
   if (*lane_slot(tp, (int)h.rank, lane, b->spare) >= 0)
     { refuse(b, p, "rank %u is already connected", h.rank); return; }
   ftc__tcp_hello_encode(msg, &ack, tp->cfg.token, p->nonce);
@@ -1459,6 +1474,22 @@ static void unadopt(boot_t *b, int rank) {
   if (makes_connection(b, rank, b->tp->rank)) b->listens = 1;
 }
 
+/* A repair's handshake is under way: this rank sent a hello (the peer may
+ * have answered it and taken the socket), or a pair has some of its
+ * sockets and not all (the peer may have all of its own). Abandoned there,
+ * the peer would hold a pair that this rank closes. */
+static int repair_engaged(const boot_t *b) {
+  const ftc__tcp_t *tp = b->tp;
+  for (int r = 0; r < tp->size; r++) {
+    if (r == tp->rank) continue;
+    int d = lanes_of(tp, r);
+    if (d > 0 && d < tp->cfg.sockets) return 1;
+    for (int lane = 0; lane < tp->cfg.sockets; lane++)
+      if (b->conn[2 * r + lane].state == P_WAIT_ACK) return 1;
+  }
+  return 0;
+}
+
 /* Wait until every pair of b's view is connected (b->connected counts the
  * sockets), driving the handshakes; while it waits, the peers' ADOPTs on
  * the pairs it adopted are read as they come, and a pair whose peer did not
@@ -1503,6 +1534,8 @@ static ftc_status_t boot_loop(boot_t *b, int listen_fd, int64_t deadline) {
                       b->connected, need);
       goto out_free;
     }
+    if (now >= deadline && b->repair && b->hold_until > deadline && repair_engaged(b))
+      deadline = b->hold_until; /* (a short try that found its peer at work: finish with it) */
     if (now >= deadline) {
       char missing[256] = "";
       size_t len = 0;
@@ -1674,7 +1707,7 @@ static int peer_gone(const ftc__tcp_t *tp, int rank) {
   return gone;
 }
 
-ftc_status_t ftc__tcp_reconnect(ftc__tcp_t *tp, int rank, int64_t deadline) {
+ftc_status_t ftc__tcp_reconnect(ftc__tcp_t *tp, int rank, int64_t deadline, int64_t hold) {
   if (__atomic_load_n(&tp->shut, __ATOMIC_ACQUIRE))
     return ftc__error(FTC_ERR_REVOKED, "epoch %llu was stopped", (unsigned long long)tp->epoch);
   if (peer_gone(tp, rank)) {
@@ -1683,6 +1716,7 @@ ftc_status_t ftc__tcp_reconnect(ftc__tcp_t *tp, int rank, int64_t deadline) {
                       "(its listener refuses connections)", rank);
   }
   drop_pair(tp, rank);
+  if (!tp->peers[rank].broken) tp->peers[rank].broken = 1, tp->broken++; /* until it is whole */
   boot_t *b = boot_new(tp, &tp->view, 0, 0);
   if (!b) return ftc__error(FTC_ERR_NO_MEMORY, "allocating the bootstrap state");
   /* Every other pair counts as connected: only this one is waited for. */
@@ -1695,15 +1729,33 @@ ftc_status_t ftc__tcp_reconnect(ftc__tcp_t *tp, int rank, int64_t deadline) {
   }
   b->listens = makes_connection(b, rank, tp->rank);
   b->repair = 1;
+  b->repair_rank = rank;
+  b->hold_until = hold;
   int64_t t0 = ftc__now_ns();
   ftc_status_t st = boot_loop(b, tp->listen_fd, deadline);
   boot_free(b);
-  if (st == FTC_OK) {
-    if (tp->peers[rank].broken) tp->peers[rank].broken = 0, tp->broken--;
+  /* Every pair it touched (this one; another whose peer did not adopt it
+   * or connected it meanwhile) is whole, or broken: none of its sockets,
+   * for a run to connect anew (never a pair without sockets taken as
+   * settled). */
+  for (int r = 0; r < tp->size; r++) {
+    ftc__tcp_peer_t *p = &tp->peers[r];
+    if (r == tp->rank || p->unconfirmed) continue;
+    if (lanes_of(tp, r) == tp->cfg.sockets) {
+      if (!p->broken) continue;
+      p->broken = 0, tp->broken--;
+      if (r != rank)
+        FTC_INFO(FTC_SUB_NET, "rank %d: connected to rank %d anew for epoch %llu", tp->rank, r,
+                 (unsigned long long)tp->epoch);
+      if (__atomic_load_n(&tp->shut, __ATOMIC_ACQUIRE)) peer_shutdown(p);
+      continue;
+    }
+    drop_pair(tp, r);
+    if (!p->broken) p->broken = 1, tp->broken++;
+  }
+  if (st == FTC_OK)
     FTC_INFO(FTC_SUB_NET, "rank %d: connected to rank %d anew for epoch %llu in %.1f ms", tp->rank,
              rank, (unsigned long long)tp->epoch, (double)(ftc__now_ns() - t0) / 1e6);
-    if (__atomic_load_n(&tp->shut, __ATOMIC_ACQUIRE)) peer_shutdown(&tp->peers[rank]);
-  }
   return st;
 }
 
@@ -1715,7 +1767,8 @@ ftc_status_t ftc__tcp_settle(ftc__tcp_t *tp, int rank, int64_t deadline) {
     int64_t now = ftc__now_ns();
     if (c < 0) {
       int64_t bound = ftc__deadline_ns(tp->cfg.connect_timeout_ms);
-      ftc_status_t st = ftc__tcp_reconnect(tp, rank, deadline > now && deadline < bound ? deadline : bound);
+      int64_t until = deadline > now && deadline < bound ? deadline : bound;
+      ftc_status_t st = ftc__tcp_reconnect(tp, rank, until, until);
       if (st == FTC_ERR_TIMEOUT) __atomic_store_n(&tp->failed_peer, rank, __ATOMIC_RELEASE);
       return st;
     }

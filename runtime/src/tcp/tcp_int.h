@@ -152,8 +152,14 @@ int ftc__tcp_pay(ftc__tcp_t *tp, int rank);
 int ftc__tcp_confirm(ftc__tcp_t *tp, int rank);
 /* Close the pair with `rank` and connect it anew for this epoch, with the
  * bootstrap's handshake (this rank connects or accepts as the bootstrap
- * would), until deadline, a newer epoch announced, or the interrupt. */
-ftc_status_t ftc__tcp_reconnect(ftc__tcp_t *tp, int rank, int64_t deadline);
+ * would), until deadline, a newer epoch announced, or the interrupt; a
+ * handshake under way at deadline (a hello sent, or some of a pair's
+ * sockets made) is finished until hold (>= deadline), so that a short try
+ * never leaves the peer a pair that this rank closes. A pair left without
+ * all of its sockets (this one, or another that its peer connected
+ * meanwhile) is broken (peers[].broken): none of its sockets, to connect
+ * anew. */
+ftc_status_t ftc__tcp_reconnect(ftc__tcp_t *tp, int rank, int64_t deadline, int64_t hold);
 
 /* A scratch area of at least n bytes, valid until the next call. */
 ftc_status_t ftc__tcp_scratch(ftc__tcp_t *tp, size_t n, char **out);

@@ -144,12 +144,10 @@ static ftc_status_t settle_pair(ftc__tcp_t *tp, int peer, int64_t deadline_ns, i
     int c = ftc__tcp_pay(tp, peer) < 0 ? -1 : ftc__tcp_confirm(tp, peer);
     if (c >= 0) return FTC_OK;
   }
-  int64_t bound = needed ? ftc__deadline_ns(tp->cfg.connect_timeout_ms) : ftc__now_ns() + REPAIR_SLICE_NS;
-  ftc_status_t st = ftc__tcp_reconnect(tp, peer, deadline_ns < bound ? deadline_ns : bound);
-  if (st == FTC_ERR_TIMEOUT && !needed) {
-    if (!p->broken) p->broken = 1, tp->broken++;
-    return FTC_OK;
-  }
+  int64_t bound = ftc__deadline_ns(tp->cfg.connect_timeout_ms);
+  int64_t hold = deadline_ns < bound ? deadline_ns : bound, slice = ftc__now_ns() + REPAIR_SLICE_NS;
+  ftc_status_t st = ftc__tcp_reconnect(tp, peer, needed || hold < slice ? hold : slice, hold);
+  if (st == FTC_ERR_TIMEOUT && !needed) return FTC_OK; /* (broken: ftc__tcp_reconnect) */
   if (st == FTC_ERR_TIMEOUT) __atomic_store_n(&tp->failed_peer, peer, __ATOMIC_RELEASE);
   return st;
 }
