@@ -691,6 +691,8 @@ typedef struct ftc__boot {
   int repair;                           /* one pair of a running epoch connected anew
                                          * (ftc__tcp_reconnect): cfg.intr_fd wakes it */
   int repair_rank;                      /* a repair: the pair it connects anew */
+  unsigned char *waited;                /* a repair: the pairs it waits for (this one, and
+                                         * others that came to it: acc_event, unadopt) */
   int64_t hold_until;                   /* a repair: a handshake under way at its deadline
                                          * (repair_engaged) is finished until then */
 } boot_t;
@@ -1011,6 +1013,15 @@ static int lanes_of(const ftc__tcp_t *tp, int rank) {
   return tp->cfg.sockets == 1 ? p->fd >= 0 : (p->fd >= 0) + (p->sfd >= 0);
 }
 
+/* Mark the pair with `rank` broken (none of its sockets: a run connects it
+ * anew) or not; the idle watch loads the flag (ftc__tcp_peer_fds). */
+static void set_broken(ftc__tcp_t *tp, int rank, int on) {
+  ftc__tcp_peer_t *p = &tp->peers[rank];
+  if (p->broken == on) return;
+  __atomic_store_n(&p->broken, (unsigned char)on, __ATOMIC_RELEASE);
+  tp->broken += on ? 1 : -1;
+}
+
 /* The pair with `rank`'s sockets of this epoch, closed: each slot is
  * emptied before its close (other threads load them). Returns how many
  * sockets the pair had (what its keep_fd calls counted). */
@@ -1201,12 +1212,16 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
   /* The peer connects anew: it did not take the spares this rank adopted
    * for the pair (it lacked one, or took them for another epoch); neither
    * does this rank (it connects every socket of the pair anew). */
-  if (!b->spare && tp->peers[h.rank].unconfirmed) b->connected -= drop_pair(tp, (int)h.rank);
-  /* A repair counts the other pairs as connected: a broken one (none of
-   * its sockets) that its peer connects now is waited for too. */
-  if (b->repair && (int)h.rank != b->repair_rank && tp->peers[h.rank].broken &&
-      lanes_of(tp, (int)h.rank) == 0)
-    b->connected -= tp->cfg.sockets;
+  if (!b->spare && tp->peers[h.rank].unconfirmed) {
+    if (b->repair) set_broken(tp, (int)h.rank, 1); /* (before its sockets go: the idle watch) */
+    b->connected -= drop_pair(tp, (int)h.rank);
+    if (b->waited) b->waited[h.rank] = 1;
+  } else if (b->waited && !b->waited[h.rank]) {
+    /* A repair counts the other pairs as connected: a broken one (none of
+     * its sockets) that its peer connects now is waited for too. */
+    b->waited[h.rank] = 1;
+    b->connected -= tp->cfg.sockets - lanes_of(tp, (int)h.rank);
+  }
   if (*lane_slot(tp, (int)h.rank, lane, b->spare) >= 0)
     { refuse(b, p, "rank %u is already connected", h.rank); return; }
   ftc__tcp_hello_encode(msg, &ack, tp->cfg.token, p->nonce);
@@ -1463,7 +1478,9 @@ static int pair_ended(const ftc__tcp_t *tp, int rank) {
 /* An unconfirmed pair that the bootstrap found its peer did not adopt
  * (pair_ended): connected anew in the same bootstrap. */
 static void unadopt(boot_t *b, int rank) {
+  if (b->repair) set_broken(b->tp, rank, 1); /* (before its sockets go: the idle watch) */
   b->connected -= drop_pair(b->tp, rank);
+  if (b->waited) b->waited[rank] = 1;
   for (int lane = 0; lane < b->tp->cfg.sockets; lane++) {
     pend_t *p = &b->conn[2 * rank + lane];
     p->rank = rank;
@@ -1668,6 +1685,7 @@ static void boot_free(boot_t *b) {
   for (int i = 0; i < b->nacc; i++) pend_close(&b->acc[i]);
   for (int i = 0; i < 2 * b->tp->size; i++) pend_close(&b->conn[i]);
   ftc__free(b->conn);
+  ftc__free(b->waited);
   ftc__free(b->differs);
   ftc__free(b->owner);
   ftc__free(b);
@@ -1715,10 +1733,12 @@ ftc_status_t ftc__tcp_reconnect(ftc__tcp_t *tp, int rank, int64_t deadline, int6
     return ftc__error(FTC_ERR_PEER_LOST, "rank %d closed its connection, and its process is gone "
                       "(its listener refuses connections)", rank);
   }
+  set_broken(tp, rank, 1); /* until it is whole (before its sockets go: the idle watch) */
   drop_pair(tp, rank);
-  if (!tp->peers[rank].broken) tp->peers[rank].broken = 1, tp->broken++; /* until it is whole */
   boot_t *b = boot_new(tp, &tp->view, 0, 0);
+  if (b && !(b->waited = ftc__calloc((size_t)tp->size, 1))) boot_free(b), b = NULL;
   if (!b) return ftc__error(FTC_ERR_NO_MEMORY, "allocating the bootstrap state");
+  b->waited[rank] = 1;
   /* Every other pair counts as connected: only this one is waited for. */
   b->connected = tp->cfg.sockets * (tp->size - 2);
   for (int lane = 0; lane < tp->cfg.sockets; lane++) {
@@ -1743,15 +1763,15 @@ ftc_status_t ftc__tcp_reconnect(ftc__tcp_t *tp, int rank, int64_t deadline, int6
     if (r == tp->rank || p->unconfirmed) continue;
     if (lanes_of(tp, r) == tp->cfg.sockets) {
       if (!p->broken) continue;
-      p->broken = 0, tp->broken--;
+      set_broken(tp, r, 0);
       if (r != rank)
         FTC_INFO(FTC_SUB_NET, "rank %d: connected to rank %d anew for epoch %llu", tp->rank, r,
                  (unsigned long long)tp->epoch);
       if (__atomic_load_n(&tp->shut, __ATOMIC_ACQUIRE)) peer_shutdown(p);
       continue;
     }
+    set_broken(tp, r, 1);
     drop_pair(tp, r);
-    if (!p->broken) p->broken = 1, tp->broken++;
   }
   if (st == FTC_OK)
     FTC_INFO(FTC_SUB_NET, "rank %d: connected to rank %d anew for epoch %llu in %.1f ms", tp->rank,
@@ -2297,19 +2317,29 @@ void ftc__tcp_say_goodbye(ftc__tcp_t *tp) {
     }
 }
 
+/* Whether the idle watch may take the pair with `rank`'s sockets: neither
+ * unconfirmed nor broken. Loaded before and after its sockets: a pair
+ * whose sockets a run closes (drop_pair) is marked first, and one given
+ * back unconfirmed (give_back_live) is marked before its sockets come. */
+static int watchable(const ftc__tcp_t *tp, int rank) {
+  return !ftc__tcp_unconfirmed(tp, rank) && !__atomic_load_n(&tp->peers[rank].broken, __ATOMIC_ACQUIRE);
+}
+
 int ftc__tcp_peer_fds(const ftc__tcp_t *tp, int *fds, int *ranks, int max) {
   int n = 0;
   for (int r = 0; tp && r < tp->size && n < max; r++) {
+    if (!watchable(tp, r)) continue;
     int fd = __atomic_load_n(&tp->peers[r].fd, __ATOMIC_ACQUIRE);
-    if (fd < 0 || ftc__tcp_unconfirmed(tp, r)) continue;
+    if (fd < 0 || !watchable(tp, r)) continue;
     fds[n] = fd;
     ranks[n++] = r;
   }
   /* Then the lower ranks' shared sockets, on which they also send. */
   for (int r = 0; tp && r < tp->rank && n < max; r++) {
+    if (!watchable(tp, r)) continue;
     int fd = __atomic_load_n(&tp->peers[r].fd, __ATOMIC_ACQUIRE);
     int x = __atomic_load_n(tp->rank < r ? &tp->peers[r].fd : &tp->peers[r].sfd, __ATOMIC_ACQUIRE);
-    if (x < 0 || x == fd || ftc__tcp_unconfirmed(tp, r)) continue;
+    if (x < 0 || x == fd || !watchable(tp, r)) continue;
     fds[n] = x;
     ranks[n++] = r;
   }
