@@ -661,6 +661,14 @@ static void an_adopted_connection_gets_the_new_epochs_congestion_control(void **
     if (g[r].st2 != FTC_OK) fail_msg("rank %d, epoch 2: %s", r, g[r].c.why);
   }
   assert_true(ftc__tcp_adopted(g[0].tp2) + ftc__tcp_adopted(g[1].tp2) >= 1);
+  /* The adopted pair is settled by its first use (lazy adoption): here, as
+   * a run would, by each end in turn (the first try sends rank 0's ADOPT
+   * and finds rank 1's not there yet). */
+  for (int i = 0; i < 3; i++)
+    for (int r = 0; r < 2; r++) {
+      ftc_status_t st = ftc__tcp_settle(g[r].tp2, 1 - r, i < 2 ? 0 : ftc__deadline_ns(5000));
+      if (i == 2 && st != FTC_OK) fail_msg("rank %d: settling its pair: %s", r, ftc_last_error());
+    }
   for (int r = 0; r < 3; r++) {
     int pfds[8], ranks[8], n = ftc__tcp_peer_fds(g[r].tp2, pfds, ranks, 8);
     assert_true(n >= 2);
