@@ -1468,11 +1468,14 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
    * behind): closed at once. Their peer may be waiting for this rank's
    * ADOPT in an epoch this rank never joins (it skipped it); their end
    * tells it to connect anew, where it finds the newer epoch, rather than
-   * wait until prev is closed, after this epoch has settled. */
+   * wait until prev is closed, after this epoch has settled. Broken in
+   * prev: should prev go on (a planned move that fails), a run of it
+   * connects the pair anew. */
   for (int k = 0; prev && k < prev->size; k++)
     if (k != prev->rank && prev->peers[k].unconfirmed) {
       FTC_DEBUG(FTC_SUB_NET, "rank %d: closing the pair with rank %d adopted for epoch %llu, "
                 "never confirmed", tp->rank, k, (unsigned long long)prev->peers[k].aepoch);
+      set_broken(prev, k, 1); /* (before its sockets go: the idle watch) */
       drop_pair(prev, k);
     }
   return boot_loop(b, listen_fd, deadline);
