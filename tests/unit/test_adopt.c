@@ -147,6 +147,10 @@ static void *rank_main(void *arg) {
     k->given_back_unconfirmed = ftc__tcp_unconfirmed(k->tp, 1 - k->r);
     k->st = FTC_OK;
   }
+  /* Both ranks are done with the failed move before either runs: a run's
+   * ADOPT would be answered (and the pair confirmed) by a bootstrap still
+   * under way at the other. */
+  if (k->run_given_back) pthread_barrier_wait(k->built);
   ftc__tcp_destroy(before);
   if (k->st == FTC_OK && k->run_sum) {
     k->st = run_sum(k);

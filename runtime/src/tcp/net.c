@@ -1481,16 +1481,9 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
   return boot_loop(b, listen_fd, deadline);
 }
 
-/* Whether the peer closed the unconfirmed pair with `rank` with nothing
- * sent on it (it did not adopt the pair): its end is what comes first. */
-static int pair_ended(const ftc__tcp_t *tp, int rank) {
-  char c;
-  ssize_t n = recv(ftc__tcp_adopt_fd(tp, rank), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
 /* An unconfirmed pair that the bootstrap found its peer did not adopt
- * (pair_ended): connected anew in the same bootstrap. */
+ * (its end, or another epoch's ADOPT): connected anew in the same
+ * bootstrap. */
 static void unadopt(boot_t *b, int rank) {
   if (b->repair) set_broken(b->tp, rank, 1); /* (before its sockets go: the idle watch) */
   b->connected -= drop_pair(b->tp, rank);
@@ -1522,9 +1515,9 @@ static int repair_engaged(const boot_t *b) {
 }
 
 /* Wait until every pair of b's view is connected (b->connected counts the
- * sockets), driving the handshakes; while it waits, the peers' ADOPTs on
- * the pairs it adopted are read as they come, and a pair whose peer did not
- * adopt it is connected anew. */
+ * sockets), driving the handshakes; while it waits, a peer's ADOPT that
+ * comes on a pair it adopted is answered and read, and a pair whose peer
+ * did not adopt it is connected anew. */
 static ftc_status_t boot_loop(boot_t *b, int listen_fd, int64_t deadline) {
   ftc__tcp_t *tp = b->tp;
   const int need = tp->cfg.sockets * (tp->size - 1);
@@ -1608,12 +1601,13 @@ static ftc_status_t boot_loop(boot_t *b, int listen_fd, int64_t deadline) {
       pfd[n] = (struct pollfd){b->acc[i].fd, POLLIN, 0};
       owner[n++] = &b->acc[i];
     }
-    /* Then the unconfirmed pairs, for their end only (a peer that did not
-     * adopt the pair): their ADOPTs are for the first run to read, after
-     * this rank's own (ftc__tcp_pay). */
+    /* Then the unconfirmed pairs: an ADOPT on one (a peer's run waits for
+     * this rank's) or its end (a peer that did not adopt the pair). A pair
+     * nobody uses stays quiet, its ADOPTs owed. */
     const int nboot = n;
     for (int r = 0; tp->unconfirmed && r < tp->size; r++)
-      if (tp->peers[r].unconfirmed) pfd[n++] = (struct pollfd){ftc__tcp_adopt_fd(tp, r), POLLRDHUP, 0};
+      if (tp->peers[r].unconfirmed)
+        pfd[n++] = (struct pollfd){ftc__tcp_adopt_fd(tp, r), POLLIN | POLLRDHUP, 0};
     /* A repair runs inside a run: the revoke of its epoch wakes it, and so
      * does a peer's end that the idle watch saw (ftc__tcp_mark_ended). */
     int ik = -1;
@@ -1652,7 +1646,9 @@ static ftc_status_t boot_loop(boot_t *b, int listen_fd, int64_t deadline) {
     }
     for (int r = 0, i = nboot; r < tp->size && i < n; r++) {
       if (!tp->peers[r].unconfirmed || pfd[i].fd != ftc__tcp_adopt_fd(tp, r)) continue;
-      if (pfd[i++].revents && pair_ended(tp, r)) unadopt(b, r);
+      /* An ADOPT: the peer's run uses the pair and waits for this rank's
+       * (as a run answers one, xfer.c); the end: it did not adopt it. */
+      if (pfd[i++].revents && (ftc__tcp_pay(tp, r) < 0 || ftc__tcp_confirm(tp, r) < 0)) unadopt(b, r);
     }
   }
 out_free:
