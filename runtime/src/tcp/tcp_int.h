@@ -150,6 +150,11 @@ int ftc__tcp_pay(ftc__tcp_t *tp, int rank);
  * yet, -1 when the peer did not adopt the pair for this epoch (it closed
  * it, or took it for another). Never blocks. */
 int ftc__tcp_confirm(ftc__tcp_t *tp, int rank);
+/* A pair whose peer did not adopt it: FTC_ERR_PEER_LOST (failed peer set)
+ * when the peer's process is gone (its listener refuses a connection),
+ * else the pair is closed and marked broken (a run connects it anew,
+ * ftc__tcp_reconnect, when it needs it or when it stalls). */
+ftc_status_t ftc__tcp_break(ftc__tcp_t *tp, int rank);
 /* Close the pair with `rank` and connect it anew for this epoch, with the
  * bootstrap's handshake (this rank connects or accepts as the bootstrap
  * would), until deadline, a newer epoch announced, or the interrupt; a

@@ -134,15 +134,20 @@ static ftc_status_t ended_peer(ftc__tcp_t *tp, int peer) {
  * the peer's if it has come, or connect the pair anew when the peer did not
  * adopt it. FTC_OK also while the peer's ADOPT is on its way (the pair
  * stays unconfirmed). A pair the run needs is connected within the run's
- * deadline and FTCOMM_CONNECT_TIMEOUT_MS; one it does not need gets a
- * short try (REPAIR_SLICE_NS), and stays broken when that is not enough
- * (the peer may be waiting for it in its bootstrap, or may have moved on):
- * the run does not wait on a pair it does not use. */
-static ftc_status_t settle_pair(ftc__tcp_t *tp, int peer, int64_t deadline_ns, int needed) {
+ * deadline and FTCOMM_CONNECT_TIMEOUT_MS. One it does not need is not
+ * waited on (try 0): its end is a failure when the peer's process is gone
+ * (a crash, seen at once), else it only marks the pair broken (most often
+ * its peer moved on to a newer epoch, as every rank does at a failure, and
+ * a try would hold this run while it should see the failure); a run that
+ * stalls tries a broken pair for REPAIR_SLICE_NS at a time (try 1: the
+ * peer may be waiting for it in its bootstrap, having lacked a spare). */
+static ftc_status_t settle_pair(ftc__tcp_t *tp, int peer, int64_t deadline_ns, int needed,
+                                int try) {
   ftc__tcp_peer_t *p = &tp->peers[peer];
   if (!p->broken) {
     int c = ftc__tcp_pay(tp, peer) < 0 ? -1 : ftc__tcp_confirm(tp, peer);
     if (c >= 0) return FTC_OK;
+    if (!needed && !try) return ftc__tcp_break(tp, peer);
   }
   int64_t bound = ftc__deadline_ns(tp->cfg.connect_timeout_ms);
   int64_t hold = deadline_ns < bound ? deadline_ns : bound, slice = ftc__now_ns() + REPAIR_SLICE_NS;
@@ -179,6 +184,7 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
   if (ended >= 0) return ended_peer(tp, ended);
   const int64_t spin_ns = (int64_t)tp->cfg.spin_us * 1000;
   int settle_due = 0; /* some unconfirmed pair's socket had an event (peers[].settle_due) */
+  int stalled = 0;    /* the last poll timed out with a pair broken */
   int64_t spin_until = ftc__now_ns() + spin_ns;
   for (;;) {
     int moved = 0, err = 0;
@@ -194,7 +200,7 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
       /* No byte moves on a pair before its peer's ADOPT is read. */
       if (__builtin_expect(tp->unconfirmed || tp->broken, 0) &&
           (tp->peers[s->peer].unconfirmed || tp->peers[s->peer].broken)) {
-        ftc_status_t cs = settle_pair(tp, s->peer, deadline_ns, 1);
+        ftc_status_t cs = settle_pair(tp, s->peer, deadline_ns, 1, 1);
         if (cs != FTC_OK) return cs;
         if (tp->peers[s->peer].unconfirmed) {
           pending++;
@@ -207,13 +213,23 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
       if (s->done < s->total) pending++;
     }
     if (!pending) return FTC_OK;
-    for (int r = 0; (settle_due || tp->broken) && r < tp->size; r++) {
-      if (!tp->peers[r].settle_due && !tp->peers[r].broken) continue;
+    for (int r = 0; settle_due && r < tp->size; r++) {
+      if (!tp->peers[r].settle_due) continue;
       tp->peers[r].settle_due = 0;
-      ftc_status_t cs = settle_pair(tp, r, deadline_ns, 0);
+      ftc_status_t cs = settle_pair(tp, r, deadline_ns, 0, 0);
       if (cs != FTC_OK) return cs;
     }
     settle_due = 0;
+    if (stalled) {
+      /* Nothing came for a while with a pair broken: try it (a peer may
+       * wait in its bootstrap for this rank to connect it). */
+      stalled = 0;
+      for (int r = 0; tp->broken && r < tp->size; r++) {
+        if (!tp->peers[r].broken) continue;
+        ftc_status_t cs = settle_pair(tp, r, deadline_ns, 0, 1);
+        if (cs != FTC_OK) return cs;
+      }
+    }
     if (tp->cfg.interrupt) {
       int iv = __atomic_load_n(tp->cfg.interrupt, __ATOMIC_ACQUIRE);
       if (iv)
@@ -284,6 +300,7 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
     int rc = poll(tp->pfd, (nfds_t)np, timeout);
     if (rc < 0 && errno != EINTR)
       return ftc__error(FTC_ERR_SYSTEM, "poll on the data plane: %s", strerror(errno));
+    if (rc == 0 && tp->broken) stalled = 1;
     if (rc <= 0) continue;
     /* The interrupt eventfd stays readable until the next epoch's connect
      * drains it (every run of the failed epoch must see it); one left over
