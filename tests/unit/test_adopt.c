@@ -462,22 +462,31 @@ static void connections_given_back_to_a_shut_epoch_are_shut(void **state) {
   pair_free(k, &built);
 }
 
-static void move_to_an_epoch_that_fails(rank_t k[2], pthread_barrier_t *built, int shut_rank0_ms) {
-  pair_init(k, built);
-  k[0].shut_during_ms = shut_rank0_ms;
+/* Both ranks' view of `epoch` admits a third member that never answers (its
+ * address refuses: a joiner that never comes), so that epoch cannot be
+ * connected. */
+static void add_a_joiner_that_never_comes(rank_t k[2], uint64_t epoch) {
   int gone_fd;
   char gone[128];
   assert_int_equal(ftc__tcp_listen("127.0.0.1", NULL, AF_UNSPEC, NULL, 0, &gone_fd, gone, sizeof(gone)),
                    FTC_OK);
-  close(gone_fd); /* its address refuses: a joiner that never comes */
+  close(gone_fd);
   for (int r = 0; r < 2; r++) {
-    ftc__view_t *v = harness_view(3, r, 2, NULL);
-    memcpy(v->members, k[r].view[2]->members, 2 * sizeof(*v->members));
+    ftc__view_t *v = harness_view(3, r, epoch, NULL);
+    memcpy(v->members, k[r].view[epoch]->members, 2 * sizeof(*v->members));
     v->members[2].member_id = 4242;
-    v->members[2].joined_epoch = 2;
+    v->members[2].joined_epoch = epoch;
     snprintf(v->members[2].addr, sizeof(v->members[2].addr), "%s", gone);
-    harness_view_free(k[r].view[2]);
-    k[r].view[2] = v;
+    harness_view_free(k[r].view[epoch]);
+    k[r].view[epoch] = v;
+  }
+}
+
+static void move_to_an_epoch_that_fails(rank_t k[2], pthread_barrier_t *built, int shut_rank0_ms) {
+  pair_init(k, built);
+  k[0].shut_during_ms = shut_rank0_ms;
+  add_a_joiner_that_never_comes(k, 2);
+  for (int r = 0; r < 2; r++) {
     k[r].moves[0] = 2;
     k[r].timeout_ms[0] = 400;
     k[r].cfg.planned_move = 1;
@@ -615,19 +624,8 @@ static void a_kept_pair_given_back_takes_its_unread_adopt_back(void **state) {
   rank_t k[2];
   pthread_barrier_t built;
   pair_init(k, &built);
-  int gone_fd;
-  char gone[128];
-  assert_int_equal(ftc__tcp_listen("127.0.0.1", NULL, AF_UNSPEC, NULL, 0, &gone_fd, gone, sizeof(gone)),
-                   FTC_OK);
-  close(gone_fd); /* its address refuses: a joiner that never comes */
+  add_a_joiner_that_never_comes(k, 3);
   for (int r = 0; r < 2; r++) {
-    ftc__view_t *v = harness_view(3, r, 3, NULL);
-    memcpy(v->members, k[r].view[3]->members, 2 * sizeof(*v->members));
-    v->members[2].member_id = 4242;
-    v->members[2].joined_epoch = 3;
-    snprintf(v->members[2].addr, sizeof(v->members[2].addr), "%s", gone);
-    harness_view_free(k[r].view[3]);
-    k[r].view[3] = v;
     k[r].moves[0] = 2;
     k[r].moves[1] = 3;
     k[r].timeout_ms[1] = 400;

@@ -1055,6 +1055,18 @@ ftc_status_t ftc__tcp_break(ftc__tcp_t *tp, int rank) {
   return FTC_OK;
 }
 
+/* The pair with `rank` is whole with the sockets fd[lane] (every lane),
+ * made in an earlier epoch (reno: what auto gave them then). */
+static void take_pair(boot_t *b, int rank, const int *fd, int reno) {
+  for (int lane = 0; lane < b->tp->cfg.sockets; lane++) {
+    pend_t *q = &b->conn[2 * rank + lane];
+    q->rank = rank;
+    q->lane = lane;
+    q->state = P_DONE;
+    keep_fd(b, rank, lane, fd[lane], reno);
+  }
+}
+
 /* Adopt the pair's spare sockets fd[lane] (every lane of the pair) for
  * b's epoch: take them at once, unconfirmed, this end's ADOPT owed (sent
  * on the shared one by the first run that uses the pair: ftc__tcp_pay). */
@@ -1067,14 +1079,8 @@ static void adopt_start(boot_t *b, int rank, const int *fd, int reno) {
   p->aepoch = b->view->epoch;
   __atomic_store_n(&p->unconfirmed, 1, __ATOMIC_RELEASE);
   tp->unconfirmed++;
-  for (int lane = 0; lane < tp->cfg.sockets; lane++) {
-    pend_t *q = &b->conn[2 * rank + lane];
-    q->rank = rank;
-    q->lane = lane;
-    q->state = P_DONE;
-    keep_fd(b, rank, lane, fd[lane], reno);
-    tp->adopted++;
-  }
+  take_pair(b, rank, fd, reno);
+  tp->adopted += tp->cfg.sockets;
 }
 
 int ftc__tcp_pay(ftc__tcp_t *tp, int rank) {
@@ -1437,14 +1443,8 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
         take_live(prev, b->view->members[r].member_id, fd, &reno, &from)) {
       tp->peers[r].kept_from = from;
       move_unconfirmed(tp, r, prev, from); /* (its peer's ADOPT still to read) */
-      for (int lane = 0; lane < lanes; lane++) {
-        pend_t *p = &b->conn[2 * r + lane];
-        p->rank = r;
-        p->lane = lane;
-        p->state = P_DONE;
-        keep_fd(b, r, lane, fd[lane], reno);
-        tp->kept++;
-      }
+      take_pair(b, r, fd, reno);
+      tp->kept += lanes;
       continue;
     }
     for (int lane = 0; lane < lanes; lane++) {
