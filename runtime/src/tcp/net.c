@@ -693,6 +693,8 @@ typedef struct ftc__boot {
   int repair_rank;                      /* a repair: the pair it connects anew */
   unsigned char *waited;                /* a repair: the pairs it waits for (this one, and
                                          * others that came to it: acc_event, unadopt) */
+  int said_epoch;                       /* a member's hello for another epoch was logged once
+                                         * (at info; the retries every 5 ms at debug) */
   int64_t hold_until;                   /* a repair: a handshake under way at its deadline
                                          * (repair_engaged) is finished until then */
 } boot_t;
@@ -1194,9 +1196,24 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
   if (b->spare ? !spare : !regular)
     { refuse(b, p, "unexpected message kind %u%s", h.kind, b->spare ? " (between epochs)" : ""); return; }
   int kind = b->spare ? h.kind - FTC__TCP_SPARE_OF(0) : h.kind;
-  if (h.epoch != b->view->epoch)
-    { refuse(b, p, "epoch %llu, this view is epoch %llu", (unsigned long long)h.epoch,
-                  (unsigned long long)b->view->epoch); return; }
+  if (h.epoch != b->view->epoch) {
+    /* A member (the MAC is the job's) at another epoch: one side has moved
+     * on first (the other follows, or its epoch is superseded), and its
+     * connector retries every 5 ms meanwhile: said once per bootstrap. */
+    char who[96];
+    describe_peer(p->fd, who, sizeof(who));
+    if (b->said_epoch++)
+      FTC_DEBUG(FTC_SUB_NET, "rank %d refused a data-plane connection from %s: epoch %llu, this "
+                "view is epoch %llu", tp->rank, who, (unsigned long long)h.epoch,
+                (unsigned long long)b->view->epoch);
+    else
+      FTC_INFO(FTC_SUB_NET, "rank %d refused a data-plane connection from %s: epoch %llu, this "
+               "view is epoch %llu (a member at another epoch; said once)", tp->rank, who,
+               (unsigned long long)h.epoch, (unsigned long long)b->view->epoch);
+    pend_close(p);
+    p->state = P_IDLE;
+    return;
+  }
   if (h.rank >= (uint32_t)tp->size || h.rank == (uint32_t)tp->rank ||
       !makes_connection(b, (int)h.rank, tp->rank))
     { refuse(b, p, "rank %u may not connect to rank %d in a view of %d (this rank connects to "
