@@ -690,7 +690,6 @@ typedef struct ftc__boot {
   int listens;                          /* some peer connects to this rank: poll the listener */
   int repair;                           /* one pair of a running epoch connected anew
                                          * (ftc__tcp_reconnect): cfg.intr_fd wakes it */
-  int repair_rank;                      /* a repair: the pair it connects anew */
   unsigned char *waited;                /* a repair: the pairs it waits for (this one, and
                                          * others that came to it: acc_event, unadopt) */
   int said_epoch;                       /* a member's hello for another epoch was logged once
@@ -1044,6 +1043,13 @@ static int drop_pair(ftc__tcp_t *tp, int rank) {
   return had;
 }
 
+/* drop_pair, the pair marked broken first (the idle watch loads the mark
+ * before and after the sockets: ftc__tcp_peer_fds). */
+static int break_pair(ftc__tcp_t *tp, int rank) {
+  set_broken(tp, rank, 1);
+  return drop_pair(tp, rank);
+}
+
 static int peer_gone(const ftc__tcp_t *tp, int rank);
 
 ftc_status_t ftc__tcp_break(ftc__tcp_t *tp, int rank) {
@@ -1052,9 +1058,13 @@ ftc_status_t ftc__tcp_break(ftc__tcp_t *tp, int rank) {
     return ftc__error(FTC_ERR_PEER_LOST, "rank %d closed its connection, and its process is gone "
                       "(its listener refuses connections)", rank);
   }
-  set_broken(tp, rank, 1); /* (before its sockets go: the idle watch) */
-  drop_pair(tp, rank);
+  break_pair(tp, rank);
   return FTC_OK;
+}
+
+int ftc__tcp_exchange(ftc__tcp_t *tp, int rank) {
+  if (tp->peers[rank].broken || ftc__tcp_pay(tp, rank) < 0) return -1;
+  return ftc__tcp_confirm(tp, rank);
 }
 
 /* The pair with `rank` is whole with the sockets fd[lane] (every lane),
@@ -1249,8 +1259,7 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
    * for the pair (it lacked one, or took them for another epoch); neither
    * does this rank (it connects every socket of the pair anew). */
   if (!b->spare && tp->peers[h.rank].unconfirmed) {
-    if (b->repair) set_broken(tp, (int)h.rank, 1); /* (before its sockets go: the idle watch) */
-    b->connected -= drop_pair(tp, (int)h.rank);
+    b->connected -= b->repair ? break_pair(tp, (int)h.rank) : drop_pair(tp, (int)h.rank);
     if (b->waited) b->waited[h.rank] = 1;
   } else if (b->waited && !b->waited[h.rank]) {
     /* A repair counts the other pairs as connected: a broken one (none of
@@ -1518,8 +1527,7 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
     if (keep) continue;
     FTC_DEBUG(FTC_SUB_NET, "rank %d: closing the pair with rank %d adopted for epoch %llu, "
               "never confirmed", tp->rank, k, (unsigned long long)prev->peers[k].aepoch);
-    set_broken(prev, k, 1); /* (before its sockets go: the idle watch) */
-    drop_pair(prev, k);
+    break_pair(prev, k);
   }
   return boot_loop(b, listen_fd, deadline);
 }
@@ -1528,8 +1536,7 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
  * (its end, or another epoch's ADOPT): connected anew in the same
  * bootstrap. */
 static void unadopt(boot_t *b, int rank) {
-  if (b->repair) set_broken(b->tp, rank, 1); /* (before its sockets go: the idle watch) */
-  b->connected -= drop_pair(b->tp, rank);
+  b->connected -= b->repair ? break_pair(b->tp, rank) : drop_pair(b->tp, rank);
   if (b->waited) b->waited[rank] = 1;
   for (int lane = 0; lane < b->tp->cfg.sockets; lane++) {
     pend_t *p = &b->conn[2 * rank + lane];
@@ -1691,7 +1698,7 @@ static ftc_status_t boot_loop(boot_t *b, int listen_fd, int64_t deadline) {
       if (!tp->peers[r].unconfirmed || pfd[i].fd != ftc__tcp_adopt_fd(tp, r)) continue;
       /* An ADOPT: the peer's run uses the pair and waits for this rank's
        * (as a run answers one, xfer.c); the end: it did not adopt it. */
-      if (pfd[i++].revents && (ftc__tcp_pay(tp, r) < 0 || ftc__tcp_confirm(tp, r) < 0)) unadopt(b, r);
+      if (pfd[i++].revents && ftc__tcp_exchange(tp, r) < 0) unadopt(b, r);
     }
   }
 out_free:
@@ -1797,7 +1804,6 @@ ftc_status_t ftc__tcp_reconnect(ftc__tcp_t *tp, int rank, int64_t deadline, int6
   }
   b->listens = makes_connection(b, rank, tp->rank);
   b->repair = 1;
-  b->repair_rank = rank;
   b->hold_until = hold;
   int64_t t0 = ftc__now_ns();
   ftc_status_t st = boot_loop(b, tp->listen_fd, deadline);
@@ -1818,8 +1824,7 @@ ftc_status_t ftc__tcp_reconnect(ftc__tcp_t *tp, int rank, int64_t deadline, int6
       if (__atomic_load_n(&tp->shut, __ATOMIC_ACQUIRE)) peer_shutdown(p);
       continue;
     }
-    set_broken(tp, r, 1);
-    drop_pair(tp, r);
+    break_pair(tp, r);
   }
   if (st == FTC_OK)
     FTC_INFO(FTC_SUB_NET, "rank %d: connected to rank %d anew for epoch %llu in %.1f ms", tp->rank,
@@ -1830,7 +1835,7 @@ ftc_status_t ftc__tcp_reconnect(ftc__tcp_t *tp, int rank, int64_t deadline, int6
 ftc_status_t ftc__tcp_settle(ftc__tcp_t *tp, int rank, int64_t deadline) {
   if (!tp || rank < 0 || rank >= tp->size || rank == tp->rank) return FTC_OK;
   for (;;) {
-    int c = tp->peers[rank].broken || ftc__tcp_pay(tp, rank) < 0 ? -1 : ftc__tcp_confirm(tp, rank);
+    int c = ftc__tcp_exchange(tp, rank);
     if (c > 0) return FTC_OK;
     int64_t now = ftc__now_ns();
     if (c < 0) {

@@ -150,6 +150,11 @@ int ftc__tcp_pay(ftc__tcp_t *tp, int rank);
  * yet, -1 when the peer did not adopt the pair for this epoch (it closed
  * it, or took it for another). Never blocks. */
 int ftc__tcp_confirm(ftc__tcp_t *tp, int rank);
+/* The two ends' ADOPTs on an unconfirmed pair: this end's sent if owed
+ * (ftc__tcp_pay), the peer's read if it came (ftc__tcp_confirm); as
+ * ftc__tcp_confirm returns, and -1 for a broken pair or one whose socket
+ * refused this end's ADOPT. */
+int ftc__tcp_exchange(ftc__tcp_t *tp, int rank);
 /* A pair whose peer did not adopt it: FTC_ERR_PEER_LOST (failed peer set)
  * when the peer's process is gone (its listener refuses a connection),
  * else the pair is closed and marked broken (a run connects it anew,

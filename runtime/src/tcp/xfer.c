@@ -143,10 +143,8 @@ static ftc_status_t ended_peer(ftc__tcp_t *tp, int peer) {
  * peer may be waiting for it in its bootstrap, having lacked a spare). */
 static ftc_status_t settle_pair(ftc__tcp_t *tp, int peer, int64_t deadline_ns, int needed,
                                 int try) {
-  ftc__tcp_peer_t *p = &tp->peers[peer];
-  if (!p->broken) {
-    int c = ftc__tcp_pay(tp, peer) < 0 ? -1 : ftc__tcp_confirm(tp, peer);
-    if (c >= 0) return FTC_OK;
+  if (!tp->peers[peer].broken) {
+    if (ftc__tcp_exchange(tp, peer) >= 0) return FTC_OK;
     if (!needed && !try) return ftc__tcp_break(tp, peer);
   }
   int64_t bound = ftc__deadline_ns(tp->cfg.connect_timeout_ms);
