@@ -79,6 +79,20 @@ timeout 60 "$RUN" -n 1 -- sh -c 'echo "$FTCOMM_TOKEN"' >"$T/out" 2>"$T/err"
 tok2=$(sed -n 's/^\[0\] //p' "$T/out")
 check "a fresh token per run" $([ -n "$tok1" ] && [ "$tok1" != "$tok2" ]; echo $?) "$tok1 vs $tok2"
 
+# 3b. Scheduling: the launcher's own thread is SCHED_BATCH (it waits for the
+# running thread's turn); the coordinator thread and the ranks keep the
+# policy ftcomm-run was started with, SCHED_OTHER or the user's own.
+policies='chrt -p $$ | head -1; for t in /proc/$PPID/task/*; do echo "$(cat $t/comm): $(chrt -p ${t##*/} | head -1)"; done'
+timeout 60 "$RUN" -n 1 --quiet -- sh -c "$policies" >"$T/out" 2>"$T/err"
+ok=0
+grep -Eq "^\[0\] pid [0-9]+'s current scheduling policy: SCHED_OTHER$" "$T/out" || ok=1
+grep -Eq "^\[0\] ftcomm-run: .*policy: SCHED_BATCH$" "$T/out" || ok=1
+grep -Eq "^\[0\] ftc-coord: .*policy: SCHED_OTHER$" "$T/out" || ok=1
+check "main is SCHED_BATCH; the coordinator thread and the ranks SCHED_OTHER" $ok "$(tr '\n' ' ' <"$T/out")"
+timeout 60 chrt -i 0 "$RUN" -n 1 --quiet -- sh -c "$policies" >"$T/out" 2>"$T/err"
+check "started as SCHED_IDLE, all of them stay SCHED_IDLE" \
+  $([ "$(grep -c 'policy: SCHED_IDLE$' "$T/out")" = 3 ]; echo $?) "$(tr '\n' ' ' <"$T/out")"
+
 # 4. Ranks really join the hosted coordinator: epoch 1, rank = slot.
 timeout 60 "$RUN" -n 4 -- "$PROBE" >"$T/out" 2>"$T/err"
 rc=$?

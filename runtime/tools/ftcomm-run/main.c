@@ -19,11 +19,19 @@
  * thread; main only reads its stats. Ranks start with posix_spawnp in their
  * own process groups, so a terminal's Ctrl-C reaches ftcomm-run alone and is
  * forwarded once to each rank's whole group.
+ *
+ * Main runs as SCHED_BATCH (main_batch): a line a rank writes or a
+ * coordinator event wakes it without preempting the thread that runs, the
+ * coordinator's own thread above all, which was forming the next epoch while
+ * main forwarded the survivors' failure lines (docs/ftcomm-run.md,
+ * "Scheduling"). The coordinator thread and the ranks keep the policy
+ * ftcomm-run was started with.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -114,6 +122,28 @@ typedef struct run {
 } run_t;
 
 static int sig_pipe[2] = {-1, -1};
+/* Whether ftcomm-run was started as SCHED_OTHER (main's policy at its
+ * first main_batch): only then main goes SCHED_BATCH, and the coordinator
+ * thread and the ranks get SCHED_OTHER back. Another start policy (real
+ * time, SCHED_IDLE: the user's choice) is left to all of them. The nice
+ * value is not touched either way. */
+static int batch_checked, batch_ok;
+
+/* Main's own policy: SCHED_BATCH (on) or SCHED_OTHER (off). A thread that
+ * main creates inherits main's policy: the coordinator's is created with it
+ * off. */
+static void main_batch(int on) {
+  if (!batch_checked) {
+    batch_checked = 1;
+    batch_ok = sched_getscheduler(0) == SCHED_OTHER;
+  }
+  if (!batch_ok) return;
+  struct sched_param sp = {0};
+  if (sched_setscheduler(0, on ? SCHED_BATCH : SCHED_OTHER, &sp) != 0)
+    FTC_DEBUG(FTC_SUB_RUN, "main thread to %s: %s", on ? "SCHED_BATCH" : "SCHED_OTHER",
+              strerror(errno));
+}
+
 /* Coordinator events, written by its thread (on_coord_event), read by main. */
 static int ev_pipe[2] = {-1, -1};
 
@@ -493,8 +523,15 @@ static ftc_status_t spawn_rank(run_t *r, int slot) {
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &dfl);
   posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
-                                      POSIX_SPAWN_SETPGROUP);
+  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP;
+  if (batch_ok) {
+    /* Not main's SCHED_BATCH: the rank gets the policy ftcomm-run had. */
+    struct sched_param sp = {0};
+    posix_spawnattr_setschedpolicy(&attr, SCHED_OTHER);
+    posix_spawnattr_setschedparam(&attr, &sp);
+    flags |= POSIX_SPAWN_SETSCHEDULER;
+  }
+  posix_spawnattr_setflags(&attr, flags);
   int e = posix_spawnp(&k->pid, r->o.argv[0], &fa, &attr, r->o.argv, env);
   posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&fa);
@@ -623,7 +660,9 @@ static ftc_status_t start_coordinator(run_t *r, int port) {
       .dump_dir = r->dump_dir,
       .on_event = on_coord_event,
   };
+  main_batch(0); /* its thread inherits main's policy */
   ftc_status_t st = ftc__coord_create(&cc, &r->co);
+  main_batch(1);
   if (st == FTC_OK) r->coord_port = ftc__coord_port(r->co);
   return st;
 }
