@@ -909,7 +909,10 @@ static void handle_backend(ftc__coord_t *co, session_t *s, const ftc__msg_t *msg
 
 static void handle_failure(ftc__coord_t *co, session_t *s, const ftc__msg_t *msg) {
   member_t *rep = s->m;
+  co->counts.reports++;
+  co->stats_dirty = 1;
   if (msg->epoch != co->epoch || rep->state != M_ACTIVE) {
+    co->counts.reports_stale++;
     FTC_INFO(FTC_SUB_COORD,
              "job %s: slot %d reports failures in epoch %llu, the current is %llu; ignored",
              co->job, rep->slot, (unsigned long long)msg->epoch, (unsigned long long)co->epoch);

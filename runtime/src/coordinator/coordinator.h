@@ -94,6 +94,8 @@ typedef struct ftc__coord_stats {
   int left;           /* members that left cleanly */
   int refused;        /* sessions refused (auth, malformed, duplicates, ...) */
   int hello_in_request; /* sessions whose hello came in the upgrade request (header) */
+  int reports;        /* failure reports received from members */
+  int reports_stale;  /* of those, about an epoch already replaced (ignored) */
 } ftc__coord_stats_t;
 
 /* A consistent snapshot of the coordinator's counters. */

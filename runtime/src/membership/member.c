@@ -1334,6 +1334,17 @@ ftc_status_t ftc__member_report_failure(ftc__member_t *m, uint64_t epoch, const 
                                         int n, ftc_status_t why) {
   if (!m || n < 0 || (n > 0 && !ranks) || n > FTC__PROTO_MAX_FAILED)
     return ftc__error(FTC_ERR_INVALID_ARGUMENT, "report_failure: bad rank list");
+  if (ftc__member_latest_epoch(m) > epoch) {
+    /* The coordinator formed a later epoch already (a rank revoked by its
+     * view, or one that noticed after the first report did its work): it
+     * would ignore this report, and on a crowded host the encoding, the
+     * service thread's two passes and the coordinator's parse take CPU from
+     * the recovery (docs/recovery.md, "The failure report"). */
+    FTC_DEBUG(FTC_SUB_COORD, "slot %d: epoch %llu failed (%s); not reported, epoch %llu is formed",
+              m->slot, (unsigned long long)epoch, ftc_strerror(why),
+              (unsigned long long)ftc__member_latest_epoch(m));
+    return FTC_OK;
+  }
   FTC_INFO(FTC_SUB_COORD, "slot %d: reporting %d failed rank%s in epoch %llu (%s)", m->slot, n,
            n == 1 ? "" : "s", (unsigned long long)epoch, ftc_strerror(why));
   /* Name the ranks by member id too when this is the epoch we hold: a
