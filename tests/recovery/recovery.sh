@@ -20,7 +20,7 @@ cd "$(dirname "$0")/../.."
 
 # The cases, by the name each gives `run` (two-joiners: its rounds are
 # two-joiners-1..3), each a function case_NAME below.
-CASES=(kill-rank0 kill-rank1 kill-rank3 two-kills kill-in-recovery replace grow late-view
+CASES=(kill-rank0 kill-rank1 kill-rank3 two-kills one-report kill-in-recovery replace grow late-view
   late-view-dropped joiner-killed two-joiners superseded-connected stopped ten-failures
   dropped-connection late-completion coord-restart blink below-min late-verdict wrong-token
   garbage joiner-differs slow-disk ipv6-replace)
@@ -156,6 +156,26 @@ case_kill-rank3() { kill_at 3; }
 case_two-kills() {
   run two-kills 60 -n 4 --min-size 2 --inject kill:1@5 --inject kill:2@5 -- "$BIN/ftcomm-trainer" "${TRAIN[@]}"
   check two-kills 2 && ok two-kills "2 survivors"
+}
+
+# Rank 2 dies: its successor, rank 3, reports it; ranks 0 and 1 saw its
+# connections end too but hold their reports back (here for a minute, far
+# beyond the next epoch), and a held report of an epoch already replaced is
+# never sent. The coordinator forms the next epoch on the one report (or on
+# ftcomm-run's word that the slot is lost, whichever comes first).
+case_one-report() {
+  FTCOMM_REPORT_DEFER_MS=60000 FTCOMM_LOG_LEVEL=debug FTCOMM_LOG_SUBSYS=coord,recovery \
+    run one-report 60 -n 4 --min-size 3 --inject kill:2@5 -- "$BIN/ftcomm-trainer" "${TRAIN[@]}"
+  check one-report 3 || return
+  local o=$tmp/one-report.out
+  if grep -E '^\[[01]\] .*reporting [0-9]+ failed rank.* in epoch 1 ' "$o"; then
+    bad one-report "rank 0 or 1 reported rank 2's end, which its successor reports"
+  elif ! grep -qE '^\[[01]\] .*epoch 1: rank 2.s connection ended; its successor reports it' "$o" &&
+    ! grep -qE '^\[[01]\] .*epoch 1 failed.*not reported, epoch [0-9]+ is formed' "$o"; then
+    bad one-report "neither rank 0 nor rank 1 held a report back or dropped a stale one"
+  else
+    ok one-report "only rank 3, rank 2's successor, reported it ($(grep -cE 'reporting [0-9]+ failed rank.* in epoch 1 ' "$o") report)"
+  fi
 }
 
 # Rank 0 dies; rank 2 dies in the recovery that follows, after learning the

@@ -125,6 +125,9 @@ static ftc_status_t comm_new(const ftc_config_t *cfg_in, ftc_comm_t **out) {
   int64_t spin;
   if ((st = ftc__param_int(FTC_P_SPIN_US, &spin)) != FTC_OK) goto out_free;
   c->spin_us = (int)spin;
+  int64_t defer;
+  if ((st = ftc__param_int(FTC_P_REPORT_DEFER_MS, &defer)) != FTC_OK) goto out_free;
+  c->report_defer_ms = (int)defer;
   int64_t spares;
   if ((st = ftc__param_int(FTC_P_SPARE_CONNECTIONS, &spares)) != FTC_OK) goto out_free;
   c->spares = (int)spares;
@@ -611,14 +614,15 @@ void ftc__comm_fail_quiet(ftc_comm_t *comm, ftc_status_t why, const char *detail
   if (stopper) comm_stop_locked(comm, quiet_rank);
   pthread_mutex_unlock(&comm->lock);
   if (first) {
-    FTC_WARN(FTC_SUB_COLL, "epoch %llu failed: %s: %s", (unsigned long long)comm->epoch,
-             ftc_strerror(why), detail ? detail : "");
     /* The coordinator hears it from this thread when the backend knows the
      * peer already (one thread hop less before the next epoch), else from
-     * the watchdog, which also captures the dump. Peers that saw this
-     * rank's sockets close may blame it: the coordinator weighs reports
-     * against sessions and heartbeats (docs/recovery.md). */
+     * the watchdog, which also captures the dump; before the log line,
+     * whose write may wake a reader of the process's stderr. Peers that saw
+     * this rank's sockets close may blame it: the coordinator weighs
+     * reports against sessions and heartbeats (docs/recovery.md). */
     if (comm->be->blames_at_once) ftc__watchdog_report(comm);
+    FTC_WARN(FTC_SUB_COLL, "epoch %llu failed: %s: %s", (unsigned long long)comm->epoch,
+             ftc_strerror(why), detail ? detail : "");
     ftc__watchdog_kick(comm);
   }
 }
@@ -640,9 +644,9 @@ int ftc__comm_fail_epoch(ftc_comm_t *comm, uint64_t epoch, ftc_status_t why, con
   if (stopper) comm_stop_locked(comm, quiet_rank);
   pthread_mutex_unlock(&comm->lock);
   if (first) {
+    if (comm->be->blames_at_once) ftc__watchdog_report(comm);
     FTC_WARN(FTC_SUB_COLL, "epoch %llu failed: %s: %s", (unsigned long long)epoch, ftc_strerror(why),
              detail ? detail : "");
-    if (comm->be->blames_at_once) ftc__watchdog_report(comm);
     ftc__watchdog_kick(comm);
   }
   return 1;

@@ -110,6 +110,11 @@ struct ftc_comm {
   pthread_mutex_t wd_cap_mu;  /* serializes the capture of failures and dump requests */
   uint64_t wd_handled;        /* under wd_cap_mu: the epoch whose failure dump was captured */
   uint64_t wd_reported;       /* under wd_cap_mu: the epoch whose failure was reported */
+  uint64_t wd_defer_epoch;    /* under wd_cap_mu: a report of a peer's end held back (the
+                               * peer's successor reports it first, recover.c), 0 none */
+  int wd_defer_peer, wd_defer_status;
+  int64_t wd_defer_ns;        /* ... and when the watchdog sends it, if still of use */
+  int report_defer_ms;        /* FTCOMM_REPORT_DEFER_MS */
   int recovering;             /* atomic: the application thread is moving to a new epoch */
   uint64_t target_epoch;      /* atomic: epoch being connected by that move, 0 none */
   ftc__view_t *prev_view;     /* the view before the last change, NULL for the first */
@@ -181,6 +186,11 @@ void ftc__watchdog_capture(ftc_comm_t *comm);
 /* Report the failed epoch's broken peer to the coordinator now, from the
  * calling thread (once per epoch; the watchdog does it otherwise). */
 void ftc__watchdog_report(ftc_comm_t *comm);
+/* The same for `rank` of `epoch`, whose connection the idle watch saw end
+ * while a collective runs (the progress thread: before the collective's
+ * own thread fails the epoch on it); once per epoch too. A rank that is
+ * not the lost peer's successor holds either back (FTC__REPORT_DEFER_MS). */
+void ftc__watchdog_report_ended(ftc_comm_t *comm, uint64_t epoch, int rank);
 
 /* The process's dump writer thread (dumpwriter.c): it writes (and uploads)
  * the dumps the watchdogs captured, so no watchdog waits on the disk. A

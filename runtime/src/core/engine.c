@@ -552,12 +552,23 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
      * is ahead (it completed, then failed) completes, as before. */
     if (busy && comm->member && comm->be->mark_ended) comm->be->mark_ended(comm->bh, rank);
     pthread_mutex_unlock(&comm->lock);
-    if (busy) continue;
+    if (busy) {
+      /* The collective fails on it when its thread runs; the coordinator
+       * hears of it from here, now: the first report forms the next epoch,
+       * and on a crowded host the collective's thread may wait for a CPU
+       * (docs/recovery.md, "Who decides a failure"). */
+      if (comm->member && comm->be->blames_at_once)
+        ftc__watchdog_report_ended(comm, __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE), rank);
+      continue;
+    }
     char detail[128];
     snprintf(detail, sizeof(detail), "rank %d closed its connection between collectives", rank);
     pthread_mutex_lock(&comm->lock);
     comm->be->note_failed_peer(comm->bh, rank);
     pthread_mutex_unlock(&comm->lock);
+    /* (each peer seen to end: this rank may be the successor of a later one) */
+    if (comm->member && comm->be->blames_at_once)
+      ftc__watchdog_report_ended(comm, __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE), rank);
     /* Quiet (comm.c): every peer of a crashed rank sees its end itself. */
     ftc__comm_fail_quiet(comm, FTC_ERR_PEER_LOST, detail, rank);
   }

@@ -492,14 +492,77 @@ static int wd_failed_peer_in(ftc_comm_t *comm, uint64_t epoch) {
   return peer;
 }
 
-/* Tell the coordinator about the failed epoch `epoch`, once (wd_cap_mu held). */
-static void wd_report_locked(ftc_comm_t *comm, int e, uint64_t epoch) {
-  if (comm->wd_reported == epoch) return;
+/*
+ * Every survivor of a crash sees the lost peer's connections end, and the
+ * coordinator needs one report to form the next epoch: the peer's successor
+ * (the next rank of the epoch, wrapping) reports it at once; the others hold
+ * their report back FTCOMM_REPORT_DEFER_MS (default 10) and send it then
+ * only if no later epoch came meanwhile (ftc__member_report_failure drops a
+ * stale one). On a crowded host those reports were membership and
+ * coordinator work in the middle of the recovery; one held back for a
+ * successor that failed too goes that much later (the coordinator also sees
+ * the sessions close, and a launcher reports the lost slots). Other
+ * failures (a timeout: a hang; no peer known) are reported at once by every
+ * rank (docs/recovery.md, "Who decides a failure").
+ */
+
+/* Whether this rank reports `peer`'s end at once (see above). */
+static int wd_first_reporter(ftc_comm_t *comm, int peer) {
+  int size = __atomic_load_n(&comm->size, __ATOMIC_ACQUIRE);
+  return peer < 0 || peer >= size || __atomic_load_n(&comm->rank, __ATOMIC_ACQUIRE) == (peer + 1) % size;
+}
+
+/* Report `peer` (-1: none known) of the failed epoch `epoch` with status e,
+ * once per epoch, or hold it back (wd_cap_mu held). */
+static void wd_report_peer_locked(ftc_comm_t *comm, int e, uint64_t epoch, int peer) {
+  if (comm->wd_reported == epoch || !comm->member) return;
+  if (e == FTC_ERR_PEER_LOST && comm->report_defer_ms > 0 && !wd_first_reporter(comm, peer)) {
+    if (comm->wd_defer_epoch != epoch) {
+      comm->wd_defer_epoch = epoch;
+      comm->wd_defer_peer = peer;
+      comm->wd_defer_status = e;
+      comm->wd_defer_ns = ftc__now_ns() + comm->report_defer_ms * 1000000LL;
+      FTC_DEBUG(FTC_SUB_RECOVERY, "epoch %llu: rank %d's connection ended; its successor reports "
+                "it, this rank's report is held back %d ms", (unsigned long long)epoch, peer,
+                comm->report_defer_ms);
+    }
+    return;
+  }
   comm->wd_reported = epoch;
-  int peer = wd_failed_peer(comm);
-  if (comm->member)
-    ftc__member_report_failure(comm->member, epoch, peer >= 0 ? &peer : NULL, peer >= 0 ? 1 : 0,
-                               (ftc_status_t)e);
+  comm->wd_defer_epoch = 0;
+  ftc__member_report_failure(comm->member, epoch, peer >= 0 ? &peer : NULL, peer >= 0 ? 1 : 0,
+                             (ftc_status_t)e);
+}
+
+/* Tell the coordinator about the failed epoch `epoch` (wd_cap_mu held). */
+static void wd_report_locked(ftc_comm_t *comm, int e, uint64_t epoch) {
+  if (comm->wd_reported == epoch || !comm->member) return;
+  wd_report_peer_locked(comm, e, epoch, wd_failed_peer(comm));
+}
+
+/* A report held back that is due (watchdog thread): sent, unless a later
+ * epoch came (dropped by ftc__member_report_failure then). Returns the
+ * milliseconds until the one held back is due, -1 none. */
+static int wd_deferred_report(ftc_comm_t *comm) {
+  pthread_mutex_lock(&comm->wd_cap_mu);
+  int left_ms = -1;
+  if (comm->wd_defer_epoch && comm->wd_defer_epoch != comm->wd_reported) {
+    int64_t left = comm->wd_defer_ns - ftc__now_ns();
+    if (left <= 0) {
+      uint64_t epoch = comm->wd_defer_epoch;
+      int peer = comm->wd_defer_peer;
+      comm->wd_reported = epoch;
+      comm->wd_defer_epoch = 0;
+      ftc__member_report_failure(comm->member, epoch, peer >= 0 ? &peer : NULL,
+                                 peer >= 0 ? 1 : 0, (ftc_status_t)comm->wd_defer_status);
+    } else {
+      left_ms = (int)((left + 999999) / 1000000);
+    }
+  } else {
+    comm->wd_defer_epoch = 0;
+  }
+  pthread_mutex_unlock(&comm->wd_cap_mu);
+  return left_ms;
 }
 
 void ftc__watchdog_report(ftc_comm_t *comm) {
@@ -508,6 +571,13 @@ void ftc__watchdog_report(ftc_comm_t *comm) {
   int e = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
   uint64_t epoch = __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
   if (e && e != FTC_ERR_ABORTED) wd_report_locked(comm, e, epoch);
+  pthread_mutex_unlock(&comm->wd_cap_mu);
+}
+
+void ftc__watchdog_report_ended(ftc_comm_t *comm, uint64_t epoch, int rank) {
+  if (!comm->member) return;
+  pthread_mutex_lock(&comm->wd_cap_mu);
+  wd_report_peer_locked(comm, FTC_ERR_PEER_LOST, epoch, rank);
   pthread_mutex_unlock(&comm->wd_cap_mu);
 }
 
@@ -867,10 +937,12 @@ static void *watchdog_main(void *arg) {
   int64_t verdict_ns = 2 * (2 * hb + 100) * 1000000LL;
   uint64_t checked = 0;
   int64_t hold = 0, quiet = 0;
+  int defer_ms = -1;
   for (;;) {
     struct pollfd p = {comm->wd_fd, POLLIN, 0};
     int wait_ms = hold ? (int)((hold + 999999) / 1000000) : (int)period;
     if (quiet && (quiet + 999999) / 1000000 < wait_ms) wait_ms = (int)((quiet + 999999) / 1000000);
+    if (defer_ms >= 0 && defer_ms < wait_ms) wait_ms = defer_ms;
     if (poll(&p, 1, wait_ms) > 0) {
       uint64_t n;
       ssize_t r = read(comm->wd_fd, &n, sizeof(n));
@@ -884,6 +956,7 @@ static void *watchdog_main(void *arg) {
     wd_dump_request(comm);
     wd_failure(comm);
     pthread_mutex_unlock(&comm->wd_cap_mu);
+    defer_ms = wd_deferred_report(comm);
     wd_view(comm, &checked);
     quiet = wd_quiet(comm);
     if (!(hold = wd_hold_left(comm, period * 1000000LL, verdict_ns))) wd_write_dumps(comm);
