@@ -61,6 +61,11 @@ typedef struct ftc__backend_ops {
   /* 1: failed_peer() is known when the run fails (the failing thread reports
    * it to the coordinator at once); 0: it is found later (the watchdog). */
   int blames_at_once;
+  /* 1: connect() may run on the application thread while the idle
+   * progress thread waits in its poll (engine.c: ftc__comm_rebuild); 0:
+   * always on the progress thread (a device backend whose calls are bound
+   * to it). */
+  int rebuild_inline;
 
   /* Optional (GPU backends; NULL: run() only): asynchronous requests are
    * enqueued back to back on the device. launch() enqueues op and returns

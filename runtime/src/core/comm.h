@@ -86,6 +86,9 @@ struct ftc_comm {
   pthread_mutex_t lock;
   struct ftc_request *head, *tail;
   int busy;
+  int idle_parked;        /* the idle progress thread is in its poll (engine.c, idle_wait) */
+  int rebuild_inline;     /* the application thread is moving the data plane itself */
+  uint64_t rebuilds;      /* moves made by the application thread */
   int stop;
   int wake_fd;
   pthread_t thread;

@@ -3,7 +3,9 @@
  * ("ftc-progress"). Asynchronous collectives are queued and run in order by
  * the progress thread; a blocking collective finding the queue empty runs on
  * the calling thread (no handoff, which is what the small-message latency
- * needs), else it is queued and waited for. Waiters spin FTCOMM_SPIN_US,
+ * needs), else it is queued and waited for. A move to a later epoch
+ * (ftc__comm_rebuild) likewise runs on the calling thread while the progress
+ * thread waits in its idle poll, on a backend that allows it. Waiters spin FTCOMM_SPIN_US,
  * then sleep on the request's condition variable. While idle, the progress
  * thread sleeps in poll() on its eventfd, the listener (strangers are
  * refused) and its peer sockets (a peer that closes between collectives
@@ -273,7 +275,33 @@ ftc_status_t ftc__submit_async(ftc_comm_t *comm, const ftc__op_t *op, ftc_reques
   return FTC_OK;
 }
 
+static ftc_status_t do_rebuild(ftc_comm_t *comm, const ftc__view_t *view);
+
 ftc_status_t ftc__comm_rebuild(ftc_comm_t *comm, const ftc__view_t *view) {
+  pthread_mutex_lock(&comm->lock);
+  if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE)) {
+    pthread_mutex_unlock(&comm->lock);
+    return ftc__error(FTC_ERR_ABORTED, "the communicator was aborted; destroy it");
+  }
+  if (comm->idle_parked && !comm->head && !comm->busy) {
+    /* The progress thread waits in its idle poll (idle_wait, parked): the
+     * move is made here, as a blocking collective runs here when the queue
+     * is empty, instead of handing it over and waiting for it. */
+    comm->busy = 1;
+    comm->rebuild_inline = 1;
+    pthread_mutex_unlock(&comm->lock);
+    FTC_DEBUG(FTC_SUB_RECOVERY, "moving to epoch %llu on this thread (the progress thread is idle)",
+              (unsigned long long)view->epoch);
+    ftc_status_t st = do_rebuild(comm, view);
+    pthread_mutex_lock(&comm->lock);
+    comm->busy = 0;
+    comm->rebuild_inline = 0;
+    comm->rebuilds++;
+    pthread_mutex_unlock(&comm->lock);
+    ftc__engine_wake(comm); /* the new epoch's idle watch */
+    return st;
+  }
+  pthread_mutex_unlock(&comm->lock);
   ftc_request_t *req = req_new(comm, NULL);
   if (!req) return ftc__error(FTC_ERR_NO_MEMORY, "allocating a rebuild request");
   req->rebuild_view = view;
@@ -484,7 +512,21 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
     n += ftc__peer_watch_fill(&ps->watch, comm->be, comm->bh, ignore, nignore, pfd + n);
     np = ps->watch.n;
   }
-  if (poll(pfd, (nfds_t)n, -1) <= 0) return;
+  /* While this thread waits in poll() it holds nothing of the backend's:
+   * the application thread may move the data plane itself meanwhile
+   * (ftc__comm_rebuild), one wake-up of this thread and one of its own less
+   * on the way to the next epoch. What the poll saw then is of the old
+   * epoch: dropped, and the next pass watches the new one. */
+  pthread_mutex_lock(&comm->lock);
+  comm->idle_parked = comm->be->rebuild_inline;
+  uint64_t moves = comm->rebuilds;
+  pthread_mutex_unlock(&comm->lock);
+  int rc = poll(pfd, (nfds_t)n, -1);
+  pthread_mutex_lock(&comm->lock);
+  comm->idle_parked = 0;
+  int moved = comm->rebuild_inline || comm->rebuilds != moves;
+  pthread_mutex_unlock(&comm->lock);
+  if (rc <= 0 || moved) return;
   if (pfd[0].revents & POLLIN) {
     uint64_t v;
     ssize_t r = read(comm->wake_fd, &v, sizeof(v));
@@ -704,8 +746,29 @@ static void *progress_main(void *arg) {
   flight_t fly[MAX_IN_FLIGHT];
   int nfly = 0, nap_us = 20;
   int64_t spin_end = 0;
+  uint64_t rebuilds = 0;
   pthread_mutex_lock(&comm->lock);
   while (!comm->stop) {
+    if (comm->rebuild_inline) {
+      /* The application thread moves the data plane: nothing of the
+       * backend's is this thread's until it is done (and wakes it). */
+      pthread_mutex_unlock(&comm->lock);
+      struct pollfd p = {comm->wake_fd, POLLIN, 0};
+      if (poll(&p, 1, -1) > 0) {
+        uint64_t v;
+        ssize_t r = read(comm->wake_fd, &v, sizeof(v));
+        (void)r;
+      }
+      pthread_mutex_lock(&comm->lock);
+      continue;
+    }
+    if (comm->rebuilds != rebuilds) { /* ... it did: this epoch's scratch */
+      rebuilds = comm->rebuilds;
+      pthread_mutex_unlock(&comm->lock);
+      have_scratch = scratch_init(&ps, comm->size);
+      pthread_mutex_lock(&comm->lock);
+      continue;
+    }
     ftc_request_t *req = comm->head;
     /* With work in flight, comm->busy is ours: launch more behind it, or
      * look at it; anything else waits until it has landed. */

@@ -90,6 +90,7 @@ const ftc__backend_ops_t ftc__backend_tcp = {
     .close = tcp_close,
     .failed_peer = tcp_failed_peer,
     .blames_at_once = 1,
+    .rebuild_inline = 1,
     .peer_fds = tcp_peer_fds,
     .mark_left = tcp_mark_left,
     .peer_left = tcp_peer_left,
