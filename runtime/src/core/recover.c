@@ -459,21 +459,22 @@ static struct ftc__wd_dump *wd_capture_new(const char *reason) {
 }
 
 /* A dump request from the coordinator: capture now, write and upload later. */
-static void wd_dump_request(ftc_comm_t *comm) {
+static int wd_dump_request(ftc_comm_t *comm) {
   char incident[128];
   if (!comm->member || !ftc__member_take_dump_request(comm->member, incident, sizeof(incident)))
-    return;
+    return 0;
   struct ftc__wd_dump *d = wd_capture_new("coordinator");
   if (!d) {
     FTC_WARN(FTC_SUB_RECOVERY, "cannot capture the dump the coordinator asked for (%s): out of memory",
              incident);
-    return;
+    return 1;
   }
   snprintf(d->incident, sizeof(d->incident), "%s", incident);
   d->rank = __atomic_load_n(&comm->rank, __ATOMIC_ACQUIRE);
   d->epoch = __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
   d->view = wd_view_of(comm, d->epoch);
   wd_queue(comm, d);
+  return 1;
 }
 
 /* The peer the current epoch's backend saw fail, -1 none. */
@@ -582,11 +583,12 @@ void ftc__watchdog_report_ended(ftc_comm_t *comm, uint64_t epoch, int rank) {
 }
 
 /* A failed epoch, once: tell the coordinator (unless the failing thread
- * did), then capture the rank's own dump. */
-static void wd_failure(ftc_comm_t *comm) {
+ * did), then capture the rank's own dump. Returns whether it was not
+ * handled before. */
+static int wd_failure(ftc_comm_t *comm) {
   int e = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
   uint64_t epoch = __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
-  if (!e || e == FTC_ERR_ABORTED || comm->wd_handled == epoch) return;
+  if (!e || e == FTC_ERR_ABORTED || comm->wd_handled == epoch) return 0;
   comm->wd_handled = epoch;
   wd_report_locked(comm, e, epoch);
   struct ftc__wd_dump *d =
@@ -594,13 +596,14 @@ static void wd_failure(ftc_comm_t *comm) {
   if (!d) {
     FTC_WARN(FTC_SUB_RECOVERY, "epoch %llu failed; cannot capture a dump: out of memory",
              (unsigned long long)epoch);
-    return;
+    return 1;
   }
   d->epoch = epoch;
   d->status = e;
   d->peer = wd_failed_peer_in(comm, epoch);
   d->view = wd_view_of(comm, epoch);
   wd_queue(comm, d);
+  return 1;
 }
 
 /* Just before the move: the backend of the failed epoch may name its
@@ -622,11 +625,16 @@ static void wd_update_peer(ftc_comm_t *comm) {
 void ftc__watchdog_capture(ftc_comm_t *comm) {
   if (!comm->wd_started) return; /* nobody would write them */
   pthread_mutex_lock(&comm->wd_cap_mu);
-  wd_dump_request(comm);
-  wd_failure(comm);
+  int new = wd_dump_request(comm);
+  new |= wd_failure(comm);
   wd_update_peer(comm);
   pthread_mutex_unlock(&comm->wd_cap_mu);
-  ftc__watchdog_kick(comm); /* it writes them */
+  /* It writes them (and sends a report held back): only when this call
+   * captured or held something. The failure's own kick (comm.c) has most
+   * often had the watchdog capture it already, and a wake-up now, as every
+   * survivor moves, is CPU they need. The next epoch's second collective
+   * wakes it (engine.c: settled) to write what it holds. */
+  if (new) ftc__watchdog_kick(comm);
 }
 
 /* The coordinator's verdict on d's epoch, as far as it is known now: the
