@@ -735,6 +735,16 @@ static void flights_pause(ftc_comm_t *comm, int64_t spin_end, int *nap_us) {
   if (*nap_us < 1000) *nap_us = *nap_us * 2 > 1000 ? 1000 : *nap_us * 2;
 }
 
+/* Sleep until the wake_fd is written (and take what it holds). */
+static void wait_wake(ftc_comm_t *comm) {
+  struct pollfd p = {comm->wake_fd, POLLIN, 0};
+  if (poll(&p, 1, -1) > 0) {
+    uint64_t v;
+    ssize_t r = read(comm->wake_fd, &v, sizeof(v));
+    (void)r;
+  }
+}
+
 static void *progress_main(void *arg) {
   ftc_comm_t *comm = arg;
   /* Each thread names itself: glibc names another thread through
@@ -753,12 +763,7 @@ static void *progress_main(void *arg) {
       /* The application thread moves the data plane: nothing of the
        * backend's is this thread's until it is done (and wakes it). */
       pthread_mutex_unlock(&comm->lock);
-      struct pollfd p = {comm->wake_fd, POLLIN, 0};
-      if (poll(&p, 1, -1) > 0) {
-        uint64_t v;
-        ssize_t r = read(comm->wake_fd, &v, sizeof(v));
-        (void)r;
-      }
+      wait_wake(comm);
       pthread_mutex_lock(&comm->lock);
       continue;
     }
@@ -782,16 +787,10 @@ static void *progress_main(void *arg) {
     }
     if (!req || (comm->busy && nfly == 0)) {
       pthread_mutex_unlock(&comm->lock);
-      if (have_scratch) {
+      if (have_scratch)
         idle_wait(comm, &ps);
-      } else {
-        struct pollfd p = {comm->wake_fd, POLLIN, 0};
-        if (poll(&p, 1, -1) > 0) {
-          uint64_t v;
-          ssize_t r = read(comm->wake_fd, &v, sizeof(v));
-          (void)r;
-        }
-      }
+      else
+        wait_wake(comm);
       pthread_mutex_lock(&comm->lock);
       continue;
     }
