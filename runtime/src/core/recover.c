@@ -526,6 +526,10 @@ static void wd_report_peer_locked(ftc_comm_t *comm, int e, uint64_t epoch, int p
       FTC_DEBUG(FTC_SUB_RECOVERY, "epoch %llu: rank %d's connection ended; its successor reports "
                 "it, this rank's report is held back %d ms", (unsigned long long)epoch, peer,
                 comm->report_defer_ms);
+      /* The watchdog sends it when due: it sleeps by a timeout worked out
+       * before this (a collective that had all its data completes on the
+       * peer's end and wakes nobody). */
+      ftc__watchdog_kick(comm);
     }
     return;
   }
