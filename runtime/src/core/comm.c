@@ -258,9 +258,18 @@ ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view) {
    * wait on this rank, which only a FIN from here would release (a
    * connection broken between two live ranks). */
   int shut_old = !comm->quiet || !ftc__comm_quiet_covered_locked(comm, view);
+  int planned = old && !__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
   comm->quiet = 0;
   comm->bh = bh;
   comm->view = copy; /* swapped under the lock: the watchdog reads it */
+  /* The new epoch and the old one's failure cleared in one step under the
+   * lock: the watchdog reads both under it (recover.c, wd_failure), and
+   * read apart they once named the new epoch as the failed one (a report
+   * that formed a needless epoch after it). */
+  __atomic_store_n(&comm->rank, view->my_rank, __ATOMIC_RELEASE);
+  __atomic_store_n(&comm->size, view->size, __ATOMIC_RELEASE);
+  __atomic_store_n(&comm->epoch, view->epoch, __ATOMIC_RELEASE);
+  __atomic_store_n(&comm->error, 0, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&comm->lock);
   view_copy_free(old_view);
   /* A planned move (a joiner was admitted): peers still between
@@ -276,7 +285,6 @@ ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view) {
    * rank does. */
   if (comm->retired) comm->be->close(comm->retired, comm->retired_planned);
   comm->retired = NULL;
-  int planned = old && !__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
   if (old && comm->be == &ftc__backend_tcp) {
     if (!planned && shut_old) comm->be->interrupt(old); /* (a no-op if shut at the failure) */
     comm->retired = old;
@@ -295,9 +303,6 @@ ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view) {
   comm->seq = 0;
   comm->settling = 0;
   __atomic_store_n(&comm->settled, 0, __ATOMIC_RELEASE);
-  __atomic_store_n(&comm->rank, view->my_rank, __ATOMIC_RELEASE);
-  __atomic_store_n(&comm->size, view->size, __ATOMIC_RELEASE);
-  __atomic_store_n(&comm->epoch, view->epoch, __ATOMIC_RELEASE);
   ftc_rec_set_epoch(comm->rec, view->epoch, view->my_rank, view->size);
   ftc_rec_process_info_t info = FTC_REC_PROCESS_INFO_INIT;
   info.rank = view->my_rank;

@@ -331,7 +331,7 @@ static ftc_status_t do_rebuild(ftc_comm_t *comm, const ftc__view_t *view) {
     __atomic_store_n(&comm->interrupt, (int)st, __ATOMIC_RELEASE);
     return st;
   }
-  __atomic_store_n(&comm->error, 0, __ATOMIC_RELEASE);
+  /* (comm->error was cleared with the swap to the new epoch) */
   /* The watchdog's stop for a newer epoch that came while this one was
    * connecting (recover.c, wd_view), set as it was done: this epoch is
    * connected, and the step boundary takes the newer one. Only that stop

@@ -539,6 +539,17 @@ static void wd_report_peer_locked(ftc_comm_t *comm, int e, uint64_t epoch, int p
                              (ftc_status_t)e);
 }
 
+/* The epoch's failure status (0: none) and the epoch, read together: a move
+ * swaps the epoch and clears the failure in one step under comm->lock
+ * (comm.c, ftc__comm_connect_view). */
+static int wd_failed_epoch(ftc_comm_t *comm, uint64_t *epoch) {
+  pthread_mutex_lock(&comm->lock);
+  int e = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
+  *epoch = __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
+  pthread_mutex_unlock(&comm->lock);
+  return e;
+}
+
 /* Tell the coordinator about the failed epoch `epoch` (wd_cap_mu held). */
 static void wd_report_locked(ftc_comm_t *comm, int e, uint64_t epoch) {
   if (comm->wd_reported == epoch || !comm->member) return;
@@ -573,8 +584,8 @@ static int wd_deferred_report(ftc_comm_t *comm) {
 void ftc__watchdog_report(ftc_comm_t *comm) {
   if (!comm->member) return;
   pthread_mutex_lock(&comm->wd_cap_mu);
-  int e = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
-  uint64_t epoch = __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
+  uint64_t epoch;
+  int e = wd_failed_epoch(comm, &epoch);
   if (e && e != FTC_ERR_ABORTED) wd_report_locked(comm, e, epoch);
   pthread_mutex_unlock(&comm->wd_cap_mu);
 }
@@ -590,8 +601,8 @@ void ftc__watchdog_report_ended(ftc_comm_t *comm, uint64_t epoch, int rank) {
  * did), then capture the rank's own dump. Returns whether it was not
  * handled before. */
 static int wd_failure(ftc_comm_t *comm) {
-  int e = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
-  uint64_t epoch = __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
+  uint64_t epoch;
+  int e = wd_failed_epoch(comm, &epoch);
   if (!e || e == FTC_ERR_ABORTED || comm->wd_handled == epoch) return 0;
   comm->wd_handled = epoch;
   wd_report_locked(comm, e, epoch);
