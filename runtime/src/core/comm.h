@@ -87,7 +87,7 @@ struct ftc_comm {
   struct ftc_request *head, *tail;
   int busy;
   int idle_parked;        /* the idle progress thread is in its poll (engine.c, idle_wait) */
-  int rebuild_inline;     /* the application thread is moving the data plane itself */
+  int inline_move;        /* the application thread is moving the data plane itself */
   uint64_t rebuilds;      /* moves made by the application thread */
   int stop;
   int wake_fd;
@@ -113,9 +113,10 @@ struct ftc_comm {
   pthread_mutex_t wd_cap_mu;  /* serializes the capture of failures and dump requests */
   uint64_t wd_handled;        /* under wd_cap_mu: the epoch whose failure dump was captured */
   uint64_t wd_reported;       /* under wd_cap_mu: the epoch whose failure was reported */
-  uint64_t wd_defer_epoch;    /* under wd_cap_mu: a report of a peer's end held back (the
-                               * peer's successor reports it first, recover.c), 0 none */
-  int wd_defer_peer, wd_defer_status;
+  uint64_t wd_defer_epoch;    /* under wd_cap_mu: a report of a peer's end (FTC_ERR_PEER_LOST)
+                               * held back: the peer's successor reports it first
+                               * (recover.c); 0 none */
+  int wd_defer_peer;
   int64_t wd_defer_ns;        /* ... and when the watchdog sends it, if still of use */
   int report_defer_ms;        /* FTCOMM_REPORT_DEFER_MS */
   int recovering;             /* atomic: the application thread is moving to a new epoch */
@@ -192,7 +193,7 @@ void ftc__watchdog_report(ftc_comm_t *comm);
 /* The same for `rank` of `epoch`, whose connection the idle watch saw end
  * while a collective runs (the progress thread: before the collective's
  * own thread fails the epoch on it); once per epoch too. A rank that is
- * not the lost peer's successor holds either back (FTC__REPORT_DEFER_MS). */
+ * not the lost peer's successor holds either back (FTCOMM_REPORT_DEFER_MS). */
 void ftc__watchdog_report_ended(ftc_comm_t *comm, uint64_t epoch, int rank);
 
 /* The process's dump writer thread (dumpwriter.c): it writes (and uploads)

@@ -288,14 +288,14 @@ ftc_status_t ftc__comm_rebuild(ftc_comm_t *comm, const ftc__view_t *view) {
      * move is made here, as a blocking collective runs here when the queue
      * is empty, instead of handing it over and waiting for it. */
     comm->busy = 1;
-    comm->rebuild_inline = 1;
+    comm->inline_move = 1;
     pthread_mutex_unlock(&comm->lock);
     FTC_DEBUG(FTC_SUB_RECOVERY, "moving to epoch %llu on this thread (the progress thread is idle)",
               (unsigned long long)view->epoch);
     ftc_status_t st = do_rebuild(comm, view);
     pthread_mutex_lock(&comm->lock);
     comm->busy = 0;
-    comm->rebuild_inline = 0;
+    comm->inline_move = 0;
     comm->rebuilds++;
     pthread_mutex_unlock(&comm->lock);
     ftc__engine_wake(comm); /* the new epoch's idle watch */
@@ -516,16 +516,23 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
    * the application thread may move the data plane itself meanwhile
    * (ftc__comm_rebuild), one wake-up of this thread and one of its own less
    * on the way to the next epoch. What the poll saw then is of the old
-   * epoch: dropped, and the next pass watches the new one. */
-  pthread_mutex_lock(&comm->lock);
-  comm->idle_parked = comm->be->rebuild_inline;
-  uint64_t moves = comm->rebuilds;
-  pthread_mutex_unlock(&comm->lock);
+   * epoch: dropped, and the next pass watches the new one. (A backend
+   * that moves on this thread alone: the poll, no lock.) */
+  int parks = comm->be->rebuild_inline, moved = 0;
+  uint64_t moves = 0;
+  if (parks) {
+    pthread_mutex_lock(&comm->lock);
+    comm->idle_parked = 1;
+    moves = comm->rebuilds;
+    pthread_mutex_unlock(&comm->lock);
+  }
   int rc = poll(pfd, (nfds_t)n, -1);
-  pthread_mutex_lock(&comm->lock);
-  comm->idle_parked = 0;
-  int moved = comm->rebuild_inline || comm->rebuilds != moves;
-  pthread_mutex_unlock(&comm->lock);
+  if (parks) {
+    pthread_mutex_lock(&comm->lock);
+    comm->idle_parked = 0;
+    moved = comm->inline_move || comm->rebuilds != moves;
+    pthread_mutex_unlock(&comm->lock);
+  }
   if (rc <= 0 || moved) return;
   if (pfd[0].revents & POLLIN) {
     uint64_t v;
@@ -594,23 +601,19 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
      * is ahead (it completed, then failed) completes, as before. */
     if (busy && comm->member && comm->be->mark_ended) comm->be->mark_ended(comm->bh, rank);
     pthread_mutex_unlock(&comm->lock);
-    if (busy) {
-      /* The collective fails on it when its thread runs; the coordinator
-       * hears of it from here, now: the first report forms the next epoch,
-       * and on a crowded host the collective's thread may wait for a CPU
-       * (docs/recovery.md, "Who decides a failure"). */
-      if (comm->member && comm->be->blames_at_once)
-        ftc__watchdog_report_ended(comm, __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE), rank);
-      continue;
-    }
+    /* The coordinator hears of it from here, now (also while a collective
+     * runs, which fails on it when its thread gets a CPU): the first report
+     * forms the next epoch. Each peer seen to end is offered, as this rank
+     * may be the successor of a later one (docs/recovery.md, "Who decides a
+     * failure"). */
+    if (comm->member && comm->be->blames_at_once)
+      ftc__watchdog_report_ended(comm, __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE), rank);
+    if (busy) continue;
     char detail[128];
     snprintf(detail, sizeof(detail), "rank %d closed its connection between collectives", rank);
     pthread_mutex_lock(&comm->lock);
     comm->be->note_failed_peer(comm->bh, rank);
     pthread_mutex_unlock(&comm->lock);
-    /* (each peer seen to end: this rank may be the successor of a later one) */
-    if (comm->member && comm->be->blames_at_once)
-      ftc__watchdog_report_ended(comm, __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE), rank);
     /* Quiet (comm.c): every peer of a crashed rank sees its end itself. */
     ftc__comm_fail_quiet(comm, FTC_ERR_PEER_LOST, detail, rank);
   }
@@ -759,7 +762,7 @@ static void *progress_main(void *arg) {
   uint64_t rebuilds = 0;
   pthread_mutex_lock(&comm->lock);
   while (!comm->stop) {
-    if (comm->rebuild_inline) {
+    if (comm->inline_move) {
       /* The application thread moves the data plane: nothing of the
        * backend's is this thread's until it is done (and wakes it). */
       pthread_mutex_unlock(&comm->lock);

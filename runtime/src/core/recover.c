@@ -513,6 +513,15 @@ static int wd_first_reporter(ftc_comm_t *comm, int peer) {
   return peer < 0 || peer >= size || __atomic_load_n(&comm->rank, __ATOMIC_ACQUIRE) == (peer + 1) % size;
 }
 
+/* Send the report of `peer` (-1: none known) of `epoch`, the epoch's one
+ * (wd_cap_mu held). */
+static void wd_send_report_locked(ftc_comm_t *comm, int e, uint64_t epoch, int peer) {
+  comm->wd_reported = epoch;
+  comm->wd_defer_epoch = 0;
+  ftc__member_report_failure(comm->member, epoch, peer >= 0 ? &peer : NULL, peer >= 0 ? 1 : 0,
+                             (ftc_status_t)e);
+}
+
 /* Report `peer` (-1: none known) of the failed epoch `epoch` with status e,
  * once per epoch, or hold it back (wd_cap_mu held). */
 static void wd_report_peer_locked(ftc_comm_t *comm, int e, uint64_t epoch, int peer) {
@@ -521,7 +530,6 @@ static void wd_report_peer_locked(ftc_comm_t *comm, int e, uint64_t epoch, int p
     if (comm->wd_defer_epoch != epoch) {
       comm->wd_defer_epoch = epoch;
       comm->wd_defer_peer = peer;
-      comm->wd_defer_status = e;
       comm->wd_defer_ns = ftc__now_ns() + comm->report_defer_ms * 1000000LL;
       FTC_DEBUG(FTC_SUB_RECOVERY, "epoch %llu: rank %d's connection ended; its successor reports "
                 "it, this rank's report is held back %d ms", (unsigned long long)epoch, peer,
@@ -533,10 +541,7 @@ static void wd_report_peer_locked(ftc_comm_t *comm, int e, uint64_t epoch, int p
     }
     return;
   }
-  comm->wd_reported = epoch;
-  comm->wd_defer_epoch = 0;
-  ftc__member_report_failure(comm->member, epoch, peer >= 0 ? &peer : NULL, peer >= 0 ? 1 : 0,
-                             (ftc_status_t)e);
+  wd_send_report_locked(comm, e, epoch, peer);
 }
 
 /* The epoch's failure status (0: none) and the epoch, read together: a move
@@ -564,16 +569,10 @@ static int wd_deferred_report(ftc_comm_t *comm) {
   int left_ms = -1;
   if (comm->wd_defer_epoch && comm->wd_defer_epoch != comm->wd_reported) {
     int64_t left = comm->wd_defer_ns - ftc__now_ns();
-    if (left <= 0) {
-      uint64_t epoch = comm->wd_defer_epoch;
-      int peer = comm->wd_defer_peer;
-      comm->wd_reported = epoch;
-      comm->wd_defer_epoch = 0;
-      ftc__member_report_failure(comm->member, epoch, peer >= 0 ? &peer : NULL,
-                                 peer >= 0 ? 1 : 0, (ftc_status_t)comm->wd_defer_status);
-    } else {
+    if (left <= 0)
+      wd_send_report_locked(comm, FTC_ERR_PEER_LOST, comm->wd_defer_epoch, comm->wd_defer_peer);
+    else
       left_ms = (int)((left + 999999) / 1000000);
-    }
   } else {
     comm->wd_defer_epoch = 0;
   }

@@ -1339,7 +1339,7 @@ ftc_status_t ftc__member_report_failure(ftc__member_t *m, uint64_t epoch, const 
      * view, or one that noticed after the first report did its work): it
      * would ignore this report, and on a crowded host the encoding, the
      * service thread's two passes and the coordinator's parse take CPU from
-     * the recovery (docs/recovery.md, "The failure report"). */
+     * the recovery (docs/recovery.md, "Who decides a failure"). */
     FTC_DEBUG(FTC_SUB_COORD, "slot %d: epoch %llu failed (%s); not reported, epoch %llu is formed",
               m->slot, (unsigned long long)epoch, ftc_strerror(why),
               (unsigned long long)ftc__member_latest_epoch(m));
