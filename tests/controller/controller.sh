@@ -223,6 +223,7 @@ check_out "no replacement beyond the budget" "^$before\$" pods
 forbidden_before_restart=$(grep -c 'Forbidden' "$ctrl_log")
 old_rv=$("$live" list-rv ml)
 lists_before=$(metric 'ftcomm_controller_lists_total{informer="pods"}')
+nlists_before=$(metric 'ftcomm_controller_lists_total{informer="nodes"}')
 for i in 1 2 3; do kc create configmap "filler-$i" -n ml --from-literal=a=b >/dev/null; done
 rev=$(curl -s -X POST "$FTC_ETCD_URL/v3/kv/range" -d '{"key":"AA=="}' | sed -n 's/.*"revision":"\([0-9]*\)".*/\1/p')
 check "etcd compacted to revision $rev" curl -sf -X POST "$FTC_ETCD_URL/v3/kv/compaction" -d "{\"revision\": $rev}"
@@ -231,6 +232,11 @@ check "kube-apiserver restarted" timeout 120 "$cluster" restart-apiserver "$dir"
 check_out "a watch from the old resourceVersion gets 410" 'ok +- watch from resourceVersion' timeout 30 "$live" expired ml "$old_rv"
 relisted() { [ "$(metric 'ftcomm_controller_lists_total{informer="pods"}')" -gt "$lists_before" ]; }
 check "the controller's pod cache relisted after the restart" eventually 60 relisted
+# The node cache too: the node-loss check below needs it. After an outage an
+# informer retries with a backoff of up to 30 s, so it may come back later than
+# the pods informer (a CI run under load saw node-x's NotReady missed for 20 s).
+nrelisted() { [ "$(metric 'ftcomm_controller_lists_total{informer="nodes"}')" -gt "$nlists_before" ]; }
+check "... and its node cache" eventually 60 nrelisted
 check_out "watch restarts are counted" 'ftcomm_controller_watch_restarts_total\{informer="pods",reason="(expired|error)"\} [1-9]' curl -s "http://127.0.0.1:$port/metrics"
 check "raise the budget" kc patch tj llm -n ml --type=merge -p '{"spec":{"failurePolicy":{"maxReplacements":5}}}'
 check "after the API server restart the controller still replaces: llm-0-1" eventually 30 has_pod llm-0-1

@@ -534,6 +534,9 @@ static void *informer_main(void *arg) {
         continue;
       }
       inf->need_list = 0;
+      /* The server answered: a watch that fails next starts from the
+       * first delay, not from where an outage left the count. */
+      ftck_backoff_reset(&bo);
       FTC_DEBUG(FTC_SUB_K8S, "informer %s: listed %zu objects at resourceVersion %s", inf->name,
                 ftck_informer_size(inf), inf->rv ? inf->rv : "?");
       continue;
