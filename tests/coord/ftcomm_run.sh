@@ -54,6 +54,15 @@ rc=$?
 check "a killed rank in a tolerant job: exit 0" $([ $rc = 0 ]; echo $?) "rc=$rc"
 check "reports the lost rank" $(has "$T/err" "slot 2 (rank 2 of epoch 1) was killed by signal 9") "no message"
 check "reports the next epoch" $(has "$T/err" "epoch 2: 2 ranks") "no message"
+# A rank that is ftcomm-run's own child (exec'd, not behind timeout): its session closes
+# while the kernel tears it down, and ftcomm-run, asked by its coordinator, finds it
+# exiting in /proc (or, on a crowded host, its SIGCHLD comes first).
+timeout 60 "$RUN" -n 3 --min-size 2 -- sh -c 'if [ $FTCOMM_SLOT = 2 ]; then (sleep 0.5; kill -9 $$) & exec "$0" 5000; fi; exec "$0" 1500' "$PROBE" >"$T/out" 2>"$T/err"
+rc=$?
+check "a killed child rank in a tolerant job: exit 0" $([ $rc = 0 ]; echo $?) "rc=$rc"
+check "reports it lost" $(grep -qE "slot 2 \(rank 2 of epoch 1\) (its process is exiting \(its session closed as it died\)|was killed by signal 9)" "$T/err"; echo $?) "$(cat "$T/err")"
+grep -o "slot 2 (rank 2 of epoch 1) [^;]*" "$T/err" | sed 's/^/# /'
+check "and does not try to kill it again" $(grep -q "slot 2 (pid [0-9]*) .*killing it" "$T/err"; [ $? = 1 ]; echo $?) "$(cat "$T/err")"
 
 # 2. Output lines carry the slot, on the stream the rank wrote them to.
 timeout 60 "$RUN" -n 3 -- sh -c 'echo "line one"; echo "line two"; echo "oops $FTCOMM_SLOT" >&2; printf "no newline"' >"$T/out" 2>"$T/err"
@@ -90,8 +99,9 @@ grep -Eq "^\[0\] ftcomm-run: .*policy: SCHED_BATCH$" "$T/out" || ok=1
 grep -Eq "^\[0\] ftc-coord: .*policy: SCHED_OTHER$" "$T/out" || ok=1
 check "main is SCHED_BATCH; the coordinator thread and the ranks SCHED_OTHER" $ok "$(tr '\n' ' ' <"$T/out")"
 timeout 60 chrt -i 0 "$RUN" -n 1 --quiet -- sh -c "$policies" >"$T/out" 2>"$T/err"
+# (the rank, main, ftc-coord; under ThreadSanitizer also its own thread, named as main)
 check "started as SCHED_IDLE, all of them stay SCHED_IDLE" \
-  $([ "$(grep -c 'policy: SCHED_IDLE$' "$T/out")" = 3 ]; echo $?) "$(tr '\n' ' ' <"$T/out")"
+  $([ "$(grep -c 'policy: SCHED_IDLE$' "$T/out")" -ge 3 ] && ! grep 'policy:' "$T/out" | grep -qv 'SCHED_IDLE$'; echo $?) "$(tr '\n' ' ' <"$T/out")"
 
 # 4. Ranks really join the hosted coordinator: epoch 1, rank = slot.
 timeout 60 "$RUN" -n 4 -- "$PROBE" >"$T/out" 2>"$T/err"

@@ -1772,6 +1772,99 @@ static void standby_whose_connection_blinks_keeps_its_place(void **state) {
   ftc__coord_destroy(fx.co);
 }
 
+/* The host's answer to "is this member's process gone?" (process_gone):
+ * the slot whose process it says is exiting, and what it was asked. */
+typedef struct gone_host {
+  int gone_slot; /* -1: every process lives */
+  int asked, asked_slot;
+  int64_t asked_pid;
+} gone_host_t;
+
+static int host_process_gone(void *arg, int slot, int64_t pid) {
+  gone_host_t *h = arg;
+  __atomic_store_n(&h->asked_slot, slot, __ATOMIC_RELEASE);
+  __atomic_store_n(&h->asked_pid, pid, __ATOMIC_RELEASE);
+  __atomic_add_fetch(&h->asked, 1, __ATOMIC_ACQ_REL);
+  return slot == h->gone_slot;
+}
+
+/* A member's session closes and its host says the process is exiting: it
+ * is dropped at once (no report, no evidence time: that is 2.1 s here) and
+ * the next epoch leaves it out. The host is asked about that slot and the
+ * pid its hello gave. */
+static void session_closed_by_a_dying_process_drops_it_at_once(void **state) {
+  (void)state;
+  static ev_log_t log = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  static gone_host_t host = {.gone_slot = 1};
+  ftc__coord_cfg_t cfg = {.bind_host = "127.0.0.1", .job = "testjob", .token = TOKEN,
+                          .world_size = 3, .min_size = 2, .heartbeat_ms = 1000,
+                          .heartbeat_timeout_ms = 20000, .on_event = record_event,
+                          .event_arg = &log, .process_gone = host_process_gone,
+                          .process_gone_arg = &host};
+  fixture_t fx;
+  assert_int_equal(ftc__coord_create(&cfg, &fx.co), FTC_OK);
+  snprintf(fx.addr, sizeof(fx.addr), "127.0.0.1:%d", ftc__coord_port(fx.co));
+  ftc__member_t *m[3];
+  for (int s = 0; s < 3; s++) m[s] = join(&fx, s, 3);
+  ftc__view_t *v = view_after(m[0], 0);
+  assert_int_equal(v->epoch, 1);
+  uint64_t id2 = v->members[2].member_id;
+  ftc__view_free(v);
+  int64_t t0 = ftc__now_ns();
+  ftc__member_fault_drop(m[1]); /* as a dying process's socket closes */
+  v = view_after(m[0], 1);
+  int64_t took_ms = (ftc__now_ns() - t0) / 1000000;
+  assert_int_equal(v->epoch, 2);
+  assert_int_equal(v->size, 2);
+  assert_int_equal(v->members[1].member_id, id2);
+  ftc__view_free(v);
+  /* well inside the 2100 ms a member keeps its place after its session closes */
+  if (took_ms >= 2000) fail_msg("the next epoch came %lld ms after the session closed", (long long)took_ms);
+  assert_true(__atomic_load_n(&host.asked, __ATOMIC_ACQUIRE) >= 1);
+  assert_int_equal(host.asked_slot, 1);
+  assert_int_equal(host.asked_pid, (int64_t)getpid());
+  wait_events(&log, 3); /* epoch 1, the drop, epoch 2 */
+  assert_int_equal(log.ev[1].kind, FTC__COORD_EV_DROPPED);
+  assert_int_equal(log.ev[1].slot, 1);
+  assert_int_equal(log.ev[1].left, 0);
+  assert_string_equal(log.reason[1], "its process is exiting (its session closed as it died)");
+  ftc__coord_stats_t st;
+  WAIT_STATS(fx.co, st, st.lost == 1 && st.epoch == 2);
+  for (int s = 0; s < 3; s++) ftc__member_close(m[s]);
+  ftc__coord_destroy(fx.co);
+}
+
+/* The same blink with a host that says the process lives: the member keeps
+ * its place, comes back, and no epoch follows. */
+static void session_closed_by_a_live_process_keeps_its_place(void **state) {
+  (void)state;
+  static gone_host_t host = {.gone_slot = -1};
+  ftc__coord_cfg_t cfg = {.bind_host = "127.0.0.1", .job = "testjob", .token = TOKEN,
+                          .world_size = 3, .min_size = 2, .heartbeat_ms = 100,
+                          .process_gone = host_process_gone, .process_gone_arg = &host};
+  fixture_t fx;
+  assert_int_equal(ftc__coord_create(&cfg, &fx.co), FTC_OK);
+  snprintf(fx.addr, sizeof(fx.addr), "127.0.0.1:%d", ftc__coord_port(fx.co));
+  ftc__member_t *m[3];
+  for (int s = 0; s < 3; s++) m[s] = join(&fx, s, 3);
+  ftc__view_free(view_after(m[0], 0));
+  ftc__member_fault_drop(m[1]); /* it reconnects 50 ms later */
+  int64_t dl = ftc__deadline_ns(WAIT_MS);
+  while (__atomic_load_n(&host.asked, __ATOMIC_ACQUIRE) < 1) {
+    if (ftc__now_ns() > dl) fail_msg("the host was never asked");
+    usleep(5000);
+  }
+  assert_int_equal(host.asked_slot, 1);
+  usleep(500000); /* past the evidence time (300 ms) */
+  ftc__coord_stats_t st;
+  WAIT_STATS(fx.co, st, st.connected == 3);
+  assert_int_equal(st.epoch, 1);
+  assert_int_equal(st.lost, 0);
+  assert_int_equal(ftc__member_error(m[1]), FTC_OK);
+  for (int s = 0; s < 3; s++) ftc__member_close(m[s]);
+  ftc__coord_destroy(fx.co);
+}
+
 static void host_sees_events_and_the_current_epoch(void **state) {
   (void)state;
   static ev_log_t log = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -1861,6 +1954,8 @@ int main(void) {
       cmocka_unit_test(finish_while_the_session_reconnects_waits_for_it),
       cmocka_unit_test(finish_timeout_counts_from_the_join),
       cmocka_unit_test(standby_whose_connection_blinks_keeps_its_place),
+      cmocka_unit_test(session_closed_by_a_dying_process_drops_it_at_once),
+      cmocka_unit_test(session_closed_by_a_live_process_keeps_its_place),
       cmocka_unit_test(silent_standby_is_dropped_at_the_heartbeat_timeout),
       cmocka_unit_test(join_from_a_member_not_standby_is_ignored),
       cmocka_unit_test(a_report_about_a_replaced_epoch_is_not_sent_and_ignored_when_it_comes),

@@ -136,6 +136,8 @@ struct ftc__coord {
 
   ftc__coord_event_fn on_event;
   void *event_arg;
+  int (*process_gone)(void *arg, int slot, int64_t pid);
+  void *process_gone_arg;
 
   /* Shared; under lock. */
   pthread_mutex_t lock;
@@ -1374,14 +1376,23 @@ static void on_tick(lws_sorted_usec_list_t *sul) {
   lws_sul_schedule(co->ctx, 0, &co->tick, on_tick, (lws_usec_t)tick_ms * 1000);
 }
 
-/* A member's session closed without a leave. A member of the epoch keeps
- * its place for the evidence time (docs/recovery.md): a process whose
- * connection blinked comes back with its id and goes on; one that died is
- * reported by its data-plane peers (a member without a session is dropped
- * at the first report) or does not come back (on_tick). A member that was
- * not in an epoch yet, or that a peer already reported, is dropped at once. */
+/* A member's session closed without a leave. When the host says its
+ * process is exiting, it is dropped at once: a process's sockets close
+ * during its exit, before any peer's report or its parent's SIGCHLD. A
+ * member of the epoch keeps its place for the evidence time
+ * (docs/recovery.md): a process whose connection blinked comes back with
+ * its id and goes on; one that died is reported by its data-plane peers (a
+ * member without a session is dropped at the first report) or does not
+ * come back (on_tick). A member that was not in an epoch yet, or that a
+ * peer already reported, is dropped at once. */
 static void session_closed(ftc__coord_t *co, member_t *m) {
   m->sess = NULL;
+  if ((m->state == M_ACTIVE || m->state == M_STANDBY) && m->pid > 0 && co->process_gone &&
+      co->process_gone(co->process_gone_arg, m->slot, m->pid)) {
+    exclude_member(co, m, FTC__PERR_EXCLUDED, "its process is exiting (its session closed as it died)");
+    maybe_form_epoch(co);
+    return;
+  }
   if (m->state == M_ACTIVE && co->formed && !m->suspect_ns) {
     m->detached_ns = ftc__now_ns();
     co->stats_dirty = 1;
@@ -1513,6 +1524,8 @@ static ftc_status_t coord_new(const ftc__coord_cfg_t *cfg, ftc__coord_t **out) {
   co->epoch = cfg->first_epoch;
   co->on_event = cfg->on_event;
   co->event_arg = cfg->event_arg;
+  co->process_gone = cfg->process_gone;
+  co->process_gone_arg = cfg->process_gone_arg;
   /* Ids of a restarted coordinator must not repeat its predecessor's: the
    * default base is the start time in microseconds (far more than a job
    * ever hands out ids per microsecond of its coordinator's life). */

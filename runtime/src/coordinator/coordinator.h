@@ -70,6 +70,17 @@ typedef struct ftc__coord_cfg {
   const char *dump_dir;     /* uploaded dumps go to DIR/<incident>/rank-<r>.json; NULL: refused */
   ftc__coord_event_fn on_event; /* may be NULL */
   void *event_arg;
+  /* May be NULL. Asked on the coordinator's thread when an epoch's or a
+   * standby member's session closes without a leave: 1 if the host knows
+   * that member's process (its slot, the pid its hello gave) is exiting or
+   * gone, 0 if it lives or the host cannot tell. A process's sockets close
+   * as the kernel tears it down, well before its parent hears of its exit;
+   * ftcomm-run answers for its own children from /proc. The member is then
+   * dropped at once, as at ftc__coord_slot_lost; on 0 it keeps its place
+   * for the evidence time (a connection that blinks). Must return quickly
+   * and must not call the coordinator. */
+  int (*process_gone)(void *arg, int slot, int64_t pid);
+  void *process_gone_arg;
   int no_hello_in_request;  /* 1: serve as a coordinator from before the hello in the
                              * request (subprotocol ftcomm.membership.v1 only, lws's
                              * default request-header space), for mixed-version tests */

@@ -50,6 +50,7 @@
 #include "ftc_error.h"
 #include "ftc_log.h"
 #include "ftc_param.h"
+#include "ftc_proc.h"
 #include "ftc_time.h"
 #include "options.h"
 
@@ -305,7 +306,7 @@ static void reap_zombies(run_t *r, int all, int64_t *wake) {
       int status;
       while (waitpid(k->zombie, &status, 0) < 0 && errno == EINTR) {
       }
-      k->zombie = 0;
+      __atomic_store_n(&k->zombie, 0, __ATOMIC_RELEASE);
     } else if (wake && k->reap_at < *wake) {
       *wake = k->reap_at;
     }
@@ -335,9 +336,9 @@ static void reap(run_t *r) {
         while (waitpid(k->zombie, &(int){0}, 0) < 0 && errno == EINTR) {
         }
       }
-      k->zombie = k->pid;
+      __atomic_store_n(&k->zombie, k->pid, __ATOMIC_RELEASE);
       k->reap_at = ftc__now_ns() + REAP_DELAY_MS * 1000000LL;
-      k->pid = 0;
+      __atomic_store_n(&k->pid, 0, __ATOMIC_RELEASE);
       k->status = status;
       r->alive--;
       /* After --timeout, ranks die of the launcher's signals: not failures. */
@@ -532,12 +533,13 @@ static ftc_status_t spawn_rank(run_t *r, int slot) {
     flags |= POSIX_SPAWN_SETSCHEDULER;
   }
   posix_spawnattr_setflags(&attr, flags);
-  int e = posix_spawnp(&k->pid, r->o.argv[0], &fa, &attr, r->o.argv, env);
+  pid_t pid = 0;
+  int e = posix_spawnp(&pid, r->o.argv[0], &fa, &attr, r->o.argv, env);
+  __atomic_store_n(&k->pid, e ? 0 : pid, __ATOMIC_RELEASE); /* (read by process_gone) */
   posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&fa);
   free_env(env);
   if (e) {
-    k->pid = 0;
     st = ftc__error(FTC_ERR_SYSTEM, "cannot run %s: %s", r->o.argv[0], strerror(e));
     goto out_close_err;
   }
@@ -560,23 +562,24 @@ out_close_out:
 
 /* ---- the run ---- */
 
+/* The coordinator's question when a member's session closed without a
+ * leave (coordinator.h, process_gone; its thread): is that member's process
+ * a child of ours that is exiting or exited? Only a child not reaped yet is
+ * looked up: its pid cannot be taken by another process meanwhile. A rank
+ * run through a shell that does not exec it is not our child: the
+ * coordinator then waits for a report or the SIGCHLD, as before. */
+static int process_gone(void *arg, int slot, int64_t pid) {
+  run_t *r = arg;
+  if (slot < 0 || slot >= r->o.nranks || pid <= 0) return 0;
+  rank_t *k = &r->ranks[slot];
+  if (__atomic_load_n(&k->zombie, __ATOMIC_ACQUIRE) == (pid_t)pid) return 1;
+  if (__atomic_load_n(&k->pid, __ATOMIC_ACQUIRE) != (pid_t)pid) return 0;
+  return ftc__proc_state((pid_t)pid) != FTC__PROC_LIVES;
+}
+
 /* Tell the user what the coordinator decided when the job changes shape:
  * epochs after the first; with --min-size below -n also lost ranks and a job
  * below its minimum (without it, a lost rank stops the run anyway). */
-/* 1 when pid exists and has not exited (a zombie has). */
-static int proc_running(pid_t pid) {
-  char path[64], buf[512];
-  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  char *p = strrchr(buf, ')');
-  return p && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
-}
-
 static void handle_events(run_t *r) {
   run_event_t e;
   int tolerant = r->o.min_size && r->o.min_size < r->o.nranks;
@@ -594,7 +597,7 @@ static void handle_events(run_t *r) {
         /* Excluded while its process lives (hung, stopped): end it, so the
          * run can finish and --replace can restart it. */
         if (e.slot >= 0 && e.slot < r->o.nranks && e.pid > 0 &&
-            r->ranks[e.slot].pid == (pid_t)e.pid && !r->stopping && proc_running((pid_t)e.pid)) {
+            r->ranks[e.slot].pid == (pid_t)e.pid && !r->stopping && ftc__proc_state((pid_t)e.pid) == FTC__PROC_LIVES) {
           say(r, "slot %d (pid %lld) %s; killing it", e.slot, e.pid, e.reason);
           kill(-(pid_t)e.pid, SIGCONT);
           if (kill(-(pid_t)e.pid, SIGKILL) && errno == ESRCH) kill((pid_t)e.pid, SIGKILL);
@@ -659,6 +662,8 @@ static ftc_status_t start_coordinator(run_t *r, int port) {
       .min_size = r->o.min_size,
       .dump_dir = r->dump_dir,
       .on_event = on_coord_event,
+      .process_gone = process_gone,
+      .process_gone_arg = r,
   };
   main_batch(0); /* its thread inherits main's policy */
   ftc_status_t st = ftc__coord_create(&cc, &r->co);
@@ -786,7 +791,7 @@ static void event_loop(run_t *r) {
     if (pid < 0) break;
     for (int i = 0; i < r->o.nranks; i++)
       if (r->ranks[i].pid == pid) {
-        r->ranks[i].pid = 0;
+        __atomic_store_n(&r->ranks[i].pid, 0, __ATOMIC_RELEASE);
         r->ranks[i].status = status;
         r->alive--;
       }
@@ -937,21 +942,22 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ftcomm-run: cannot set up signal handling: %s\n", strerror(errno));
     return 1;
   }
-  if ((st = start_coordinator(&r, 0)) != FTC_OK) {
-    fprintf(stderr, "ftcomm-run: cannot start the coordinator: %s\n", ftc_last_error());
-    goto out_close_signals;
-  }
-  ftc__addr_join(r.loopback, ftc__coord_port(r.co), r.coord_addr, sizeof(r.coord_addr));
+  /* (before the coordinator's thread, which reads it: process_gone) */
   r.ranks = ftc__calloc((size_t)r.o.nranks, sizeof(*r.ranks));
   if (!r.ranks) {
     fprintf(stderr, "ftcomm-run: out of memory\n");
-    goto out_destroy_coord;
+    goto out_close_signals;
   }
   for (int i = 0; i < r.o.nranks; i++) {
     r.ranks[i].slot = i;
     r.ranks[i].out = (stream_t){.fd = -1, .out_fd = 1};
     r.ranks[i].err = (stream_t){.fd = -1, .out_fd = 2};
   }
+  if ((st = start_coordinator(&r, 0)) != FTC_OK) {
+    fprintf(stderr, "ftcomm-run: cannot start the coordinator: %s\n", ftc_last_error());
+    goto out_free_ranks;
+  }
+  ftc__addr_join(r.loopback, ftc__coord_port(r.co), r.coord_addr, sizeof(r.coord_addr));
   r.status_tty = isatty(2);
   r.start_ns = ftc__now_ns();
   for (int i = 0; i < r.o.ninject; i++)
@@ -974,9 +980,8 @@ out_free_ranks:
     if (r.ranks[i].out.fd >= 0) close(r.ranks[i].out.fd);
     if (r.ranks[i].err.fd >= 0) close(r.ranks[i].err.fd);
   }
+  ftc__coord_destroy(r.co); /* (NULL when it did not start) */
   ftc__free(r.ranks);
-out_destroy_coord:
-  ftc__coord_destroy(r.co);
 out_close_signals:
   close(sig_pipe[0]);
   close(sig_pipe[1]);
