@@ -125,6 +125,7 @@ ok=$([ $rc = 5 ]; echo $?)
 for s in 0 1 2; do [ "$(grep -c "^\[$s\] got INT" "$T/out")" = 1 ] || ok=1; done
 check "SIGINT reaches each rank once; exit code is the ranks'" $ok "rc=$rc"
 check "SIGINT run ends promptly" $([ $(($(date +%s) - t0)) -lt 10 ]; echo $?) "took too long"
+check "says who sent it (this script's shell)" $(grep -q "got Interrupt; forwarding it to the ranks (again to kill them now) (sent by pid $$: .*ftcomm_run.sh" "$T/err"; echo $?) "$(cat "$T/err")"
 
 # A second SIGINT kills ranks that ignore the first.
 "$RUN" -n 2 --grace 30 -- sh -c 'trap "" INT TERM; echo ready; while :; do sleep 0.1; done' >"$T/out" 2>"$T/err" &

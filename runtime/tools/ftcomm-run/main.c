@@ -165,12 +165,41 @@ static void on_coord_event(void *arg, const ftc__coord_event_t *ev) {
   (void)w;
 }
 
-static void on_signal(int sig) {
+/* One record per signal on the self-pipe: which one, and who sent it (a
+ * process's kill(2): its pid; 0 for the kernel, e.g. a terminal's ^C).
+ * Smaller than PIPE_BUF: one write is one record. */
+typedef struct sig_rec {
+  int sig;
+  int pid;
+} sig_rec_t;
+
+static void on_signal(int sig, siginfo_t *si, void *uc) {
+  (void)uc;
   int saved = errno;
-  unsigned char b = (unsigned char)sig;
-  ssize_t w = write(sig_pipe[1], &b, 1);
+  int sent = si && (si->si_code == SI_USER || si->si_code == SI_QUEUE);
+  sig_rec_t rec = {sig, sent ? (int)si->si_pid : 0};
+  ssize_t w = write(sig_pipe[1], &rec, sizeof(rec));
   (void)w;
   errno = saved;
+}
+
+/* " (sent by pid N: its command line)" for a signal a process sent, "" else:
+ * a stop nobody here asked for (e.g. a kill of a recycled process group
+ * id) says where it came from. */
+static void describe_sender(int pid, char *buf, size_t len) {
+  buf[0] = '\0';
+  if (pid <= 0) return;
+  char path[64], cmd[160] = "";
+  snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ssize_t n = read(fd, cmd, sizeof(cmd) - 1);
+    close(fd);
+    for (ssize_t i = 0; i < n; i++)
+      if (cmd[i] == '\0') cmd[i] = ' ';
+    cmd[n > 0 ? n : 0] = '\0';
+  }
+  snprintf(buf, len, " (sent by pid %d: %s)", pid, cmd[0] ? cmd : "gone");
 }
 
 /* ---- output ---- */
@@ -616,11 +645,13 @@ static void handle_events(run_t *r) {
 }
 
 static void handle_signals(run_t *r) {
-  unsigned char sigs[64];
-  ssize_t n = read(sig_pipe[0], sigs, sizeof(sigs));
-  for (ssize_t i = 0; i < n; i++) {
-    int sig = sigs[i];
+  sig_rec_t recs[64];
+  ssize_t n = read(sig_pipe[0], recs, sizeof(recs));
+  for (ssize_t i = 0; i < n / (ssize_t)sizeof(recs[0]); i++) {
+    int sig = recs[i].sig;
     if (sig == SIGCHLD) continue;
+    char from[200];
+    describe_sender(recs[i].pid, from, sizeof(from));
     if (sig == SIGUSR1 || sig == SIGUSR2) {
       /* Not a stop: e.g. SIGUSR1 makes every rank dump its flight recorder. */
       say(r, "forwarding %s to the ranks", strsignal(sig));
@@ -629,11 +660,12 @@ static void handle_signals(run_t *r) {
     }
     r->signals++;
     if (r->signals == 1) {
-      say(r, "got %s; forwarding it to the ranks (again to kill them now)", strsignal(sig));
+      say(r, "got %s; forwarding it to the ranks (again to kill them now)%s", strsignal(sig),
+          from);
       signal_ranks(r, sig);
       begin_stop(r, r->o.grace_s);
     } else {
-      say(r, "got %s again; killing the ranks", strsignal(sig));
+      say(r, "got %s again; killing the ranks%s", strsignal(sig), from);
       signal_ranks(r, SIGKILL);
     }
   }
@@ -807,15 +839,15 @@ static int install_signals(void) {
   if (pipe2(ev_pipe, O_CLOEXEC | O_NONBLOCK)) return -1;
   struct sigaction sa;
   memset(&sa, 0, sizeof(sa));
-  sa.sa_handler = on_signal;
-  sa.sa_flags = SA_RESTART;
+  sa.sa_sigaction = on_signal;
+  sa.sa_flags = SA_RESTART | SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGHUP, &sa, NULL);
   sigaction(SIGUSR1, &sa, NULL);
   sigaction(SIGUSR2, &sa, NULL);
-  sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+  sa.sa_flags = SA_RESTART | SA_SIGINFO | SA_NOCLDSTOP;
   sigaction(SIGCHLD, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
   return 0;
