@@ -11,15 +11,17 @@
 #include <sys/types.h>
 
 typedef enum ftc__proc_state {
-  FTC__PROC_LIVES,   /* some thread of it is not exiting */
-  FTC__PROC_EXITING, /* every thread of it is in the kernel's exit (PF_EXITING) */
-  FTC__PROC_GONE,    /* a zombie, or no such process */
+  FTC__PROC_LIVES,   /* running, or not known to be dying (below) */
+  FTC__PROC_EXITING, /* in the kernel's exit, killed or failed (non-zero status) */
+  FTC__PROC_GONE,    /* exited (a zombie), or no such process */
 } ftc__proc_state_t;
 
-/* The state of process `pid` from /proc/PID/task/TID/stat (each thread's
- * flags word and state). Ask only about a process whose pid cannot have
- * been taken by another one: your own child that you have not reaped. A
- * process whose /proc cannot be read in part is said to live. */
+/* The state of process `pid` from /proc/PID/stat. Ask only about a process
+ * whose pid cannot have been taken by another one: your own child that you
+ * have not reaped. A process exiting with status 0 is said to live until
+ * its last thread is gone, as is one whose /proc cannot be read: its main
+ * thread alone is read, and an exit with status 0 looks like a main thread
+ * that called pthread_exit() while the others run on. */
 ftc__proc_state_t ftc__proc_state(pid_t pid);
 
 #endif

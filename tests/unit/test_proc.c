@@ -1,8 +1,9 @@
 /*
  * test_proc.c - ftc__proc_state (common/ftc_proc.h): a live process, one
- * caught in the kernel's exit, a zombie, a reaped one, and a process whose
- * main thread ended while another thread runs on (alive: the flag of one
- * thread says nothing of the process).
+ * caught in the kernel's exit (killed, or exiting with a failure status), a
+ * zombie, a reaped one; a process exiting with status 0 and one whose main
+ * thread ended while another thread runs on are not called dying (its main
+ * thread's stat cannot tell the two apart).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -106,8 +107,51 @@ static void a_process_in_its_exit_is_exiting(void **state) {
   assert_true(exiting > 0);
 }
 
+/* A child with a large address space that exits with `code` when told:
+ * how many of the looks until it was gone saw it exiting. */
+static int exiting_seen_at_exit(int code) {
+  int ready[2], go[2];
+  assert_int_equal(pipe(ready), 0);
+  assert_int_equal(pipe(go), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    close(ready[0]);
+    close(go[1]);
+    touch_big();
+    char c;
+    if (write(ready[1], "r", 1) != 1 || read(go[0], &c, 1) != 1) _exit(6);
+    exit(code);
+  }
+  close(ready[1]);
+  close(go[0]);
+  char c;
+  assert_int_equal(read(ready[0], &c, 1), 1);
+  close(ready[0]);
+  assert_int_equal(ftc__proc_state(pid), FTC__PROC_LIVES);
+  assert_int_equal(write(go[1], "g", 1), 1);
+  close(go[1]);
+  int exiting = 0;
+  int64_t deadline = ftc__deadline_ns(10000);
+  ftc__proc_state_t s;
+  while ((s = ftc__proc_state(pid)) != FTC__PROC_GONE) {
+    if (s == FTC__PROC_EXITING) exiting++;
+    if (ftc__now_ns() > deadline) fail_msg("still %d after 10 s", (int)s);
+  }
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == code);
+  return exiting;
+}
+
+static void a_failing_exit_is_exiting_a_clean_one_is_not(void **state) {
+  (void)state;
+  assert_true(exiting_seen_at_exit(3) > 0);
+  assert_int_equal(exiting_seen_at_exit(0), 0);
+}
+
 /* The main thread ends (pthread_exit: a zombie main thread with
- * PF_EXITING) while another thread runs on: the process lives. */
+ * PF_EXITING and exit code 0) while another thread runs on: it lives. */
 static void *ender(void *arg) {
   (void)arg;
   for (;;) pause();
@@ -160,6 +204,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_live_process_lives_and_an_exited_one_is_gone),
       cmocka_unit_test(a_process_in_its_exit_is_exiting),
+      cmocka_unit_test(a_failing_exit_is_exiting_a_clean_one_is_not),
       cmocka_unit_test(a_process_whose_main_thread_ended_lives),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
