@@ -213,6 +213,7 @@ struct ftc_rec_capture {
   size_t ncomms;
   comm_view_t *comms;
   ftc_rec_entry_t **entries; /* comms[i].keep consistent entries, n_entries[i] of them */
+  size_t *entries_cap;       /* entries[i]'s length (at least comms[i].keep) */
   size_t *n_entries;
 };
 
@@ -545,9 +546,84 @@ ftc_status_t ftc_rec_dump(const char *dir, const char *reason, char *path, size_
   return dump_file(NULL, dir, reason, NULL, path, path_len);
 }
 
+/* ---- capture buffers kept between captures (rec_internal.h) ---- */
+
+#define POOL_SLOTS 4
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  ftc_rec_entry_t *buf;
+  size_t n;
+} pool[POOL_SLOTS];
+
+/* An array of at least n entries: a kept one, else a new one. */
+static ftc_rec_entry_t *pool_take(size_t n, size_t *got) {
+  pthread_mutex_lock(&pool_lock);
+  for (int i = 0; i < POOL_SLOTS; i++) {
+    if (pool[i].buf && pool[i].n >= n) {
+      ftc_rec_entry_t *b = pool[i].buf;
+      *got = pool[i].n;
+      pool[i].buf = NULL;
+      pool[i].n = 0;
+      pthread_mutex_unlock(&pool_lock);
+      return b;
+    }
+  }
+  pthread_mutex_unlock(&pool_lock);
+  *got = n;
+  return ftc__malloc(n * sizeof(ftc_rec_entry_t));
+}
+
+/* Keep b (n entries) for a later capture, or free it when every slot is taken. */
+static void pool_give(ftc_rec_entry_t *b, size_t n) {
+  if (!b) return;
+  if (!n) {
+    ftc__free(b);
+    return;
+  }
+  pthread_mutex_lock(&pool_lock);
+  for (int i = 0; i < POOL_SLOTS; i++) {
+    if (!pool[i].buf) {
+      pool[i].buf = b;
+      pool[i].n = n;
+      pthread_mutex_unlock(&pool_lock);
+      return;
+    }
+  }
+  pthread_mutex_unlock(&pool_lock);
+  ftc__free(b);
+}
+
+void ftc__rec_pool_reserve(size_t n) {
+  pthread_mutex_lock(&pool_lock);
+  for (int i = 0; i < POOL_SLOTS; i++) {
+    if (pool[i].buf && pool[i].n >= n) {
+      pthread_mutex_unlock(&pool_lock);
+      return;
+    }
+  }
+  pthread_mutex_unlock(&pool_lock);
+  /* calloc may hand out pages the kernel has not mapped yet: touch them */
+  ftc_rec_entry_t *b = ftc__malloc(n * sizeof(*b));
+  if (!b) return; /* the capture allocates then */
+  memset(b, 0, n * sizeof(*b));
+  pool_give(b, n);
+}
+
+void ftc__rec_pool_drain(void) {
+  pthread_mutex_lock(&pool_lock);
+  for (int i = 0; i < POOL_SLOTS; i++) {
+    ftc__free(pool[i].buf);
+    pool[i].buf = NULL;
+    pool[i].n = 0;
+  }
+  pthread_mutex_unlock(&pool_lock);
+}
+
 void ftc_rec_capture_free(ftc_rec_capture_t *c) {
   if (!c) return;
-  for (size_t i = 0; c->entries && i < c->ncomms; i++) ftc__free(c->entries[i]);
+  for (size_t i = 0; c->entries && i < c->ncomms; i++)
+    pool_give(c->entries[i], c->entries_cap ? c->entries_cap[i] : 0);
+  ftc__free(c->entries_cap);
   ftc__free(c->entries);
   ftc__free(c->n_entries);
   ftc__free(c->comms);
@@ -572,13 +648,14 @@ ftc_rec_capture_t *ftc_rec_capture(void) {
   c->comms = ftc__calloc(n, sizeof(*c->comms));
   c->entries = ftc__calloc(n, sizeof(*c->entries));
   c->n_entries = ftc__calloc(n, sizeof(*c->n_entries));
-  int ok = c->comms && c->entries && c->n_entries;
+  c->entries_cap = ftc__calloc(n, sizeof(*c->entries_cap));
+  int ok = c->comms && c->entries && c->n_entries && c->entries_cap;
   size_t i = 0;
   for (struct ftc_rec *r = ftc__rec_registry_head; ok && r; r = r->next, i++) {
     comm_view_t *cv = &c->comms[i];
     comm_view_of(r, budget, total, cv);
     if (!cv->keep) continue;
-    if (!(c->entries[i] = ftc__malloc((size_t)cv->keep * sizeof(ftc_rec_entry_t)))) {
+    if (!(c->entries[i] = pool_take((size_t)cv->keep, &c->entries_cap[i]))) {
       ok = 0;
       break;
     }

@@ -55,6 +55,17 @@ extern struct ftc_rec *ftc__rec_registry_head;
  * another entry or is being written. */
 int ftc__rec_read(const struct ftc_rec *rec, uint64_t id, ftc_rec_entry_t *out);
 
+/* Capture buffers (dump.c): a few entry arrays kept from one failure's
+ * capture to the next, so a capture at a failure copies into memory already
+ * mapped instead of fresh pages (about 50 page faults for 2000 entries,
+ * most of a capture's cost). ftc__rec_pool_reserve(n) puts one zeroed array
+ * of n entries there unless one that large waits already (ftc_rec_create,
+ * for rings of at most FTC__REC_POOL_MAX_BYTES); ftc__rec_pool_drain frees
+ * them (the last recorder's destroy). */
+#define FTC__REC_POOL_MAX_BYTES (4u << 20)
+void ftc__rec_pool_reserve(size_t n);
+void ftc__rec_pool_drain(void);
+
 /* dtype names shared by the writer and its tests. */
 const char *ftc__rec_dtype_name(int dtype);
 

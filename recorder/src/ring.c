@@ -111,6 +111,8 @@ ftc_status_t ftc_rec_create(int64_t entries, uint64_t comm_id, const char *name,
   pthread_mutex_unlock(&ftc__rec_registry_lock);
   if (live_recorders++ == 0) ftc__rec_sigthread_start();
   pthread_mutex_unlock(&lifecycle_lock);
+  if (rec->cap && rec->cap * sizeof(ftc_rec_entry_t) <= FTC__REC_POOL_MAX_BYTES)
+    ftc__rec_pool_reserve(rec->cap); /* this ring's failure capture, mapped now */
   *out = rec;
   return FTC_OK;
 
@@ -127,7 +129,10 @@ void ftc_rec_destroy(ftc_rec_t *rec) {
   else ftc__rec_registry_head = rec->next;
   if (rec->next) rec->next->prev = rec->prev;
   pthread_mutex_unlock(&ftc__rec_registry_lock);
-  if (--live_recorders == 0) ftc__rec_sigthread_stop();
+  if (--live_recorders == 0) {
+    ftc__rec_sigthread_stop();
+    ftc__rec_pool_drain();
+  }
   pthread_mutex_unlock(&lifecycle_lock);
   ftc__free(rec->ring);
   ftc__free(rec);

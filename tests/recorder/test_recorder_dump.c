@@ -23,6 +23,7 @@
 #include <jansson.h>
 #include <pthread.h>
 
+#include "ftc_alloc.h"
 #include "ftc_error.h"
 #include "ftc_param.h"
 #include "ftc_recorder.h"
@@ -344,6 +345,49 @@ static json_t *load(const char *path) {
   return root;
 }
 
+/* Allocations a capture of one recorder makes (counted with a failure armed
+ * too late to fire). */
+static long capture_allocs(ftc_rec_capture_t **out) {
+  ftc__alloc_fail_at(1000000);
+  *out = ftc_rec_capture();
+  long n = ftc__alloc_count();
+  ftc__alloc_fail_at(0);
+  assert_non_null(*out);
+  return n;
+}
+
+/* The entries of a failure's capture go into memory the recorder mapped at
+ * its creation, and back there when the capture is freed: a capture at a
+ * failure allocates no entry array. A second capture while the first is
+ * held allocates one; freed, both are kept for the next ones. */
+static void a_capture_reuses_the_entry_memory_kept_for_it(void **state) {
+  (void)state;
+  ftc_rec_t *rec;
+  assert_int_equal(ftc_rec_create(2000, 0x44, "world", 1, 0, 2, &rec), FTC_OK);
+  for (int i = 0; i < 2500; i++) {
+    uint64_t id = ftc_rec_schedule(rec, 1, (uint64_t)i + 1, FTC_REC_ALLREDUCE, FTC_F32, 1, 4, -1, -1);
+    ftc_rec_completed(rec, id, 0);
+  }
+  ftc_rec_capture_t *a, *b, *c;
+  long first = capture_allocs(&a);
+  long second = capture_allocs(&b); /* a holds the kept array */
+  assert_int_equal(second, first + 1);
+  ftc_rec_capture_free(a);
+  ftc_rec_capture_free(b);
+  long third = capture_allocs(&c);
+  assert_int_equal(third, first);
+  /* and it holds what the ring holds: the last 2000, oldest first */
+  char path[512];
+  assert_int_equal(ftc_rec_capture_write(c, NULL, "api", path, sizeof(path)), FTC_OK);
+  json_t *root = load(path);
+  json_t *entries = json_object_get(json_array_get(json_object_get(root, "communicators"), 0), "entries");
+  assert_int_equal(json_array_size(entries), 2000);
+  json_decref(root);
+  ftc_rec_capture_free(c);
+  ftc_rec_destroy(rec);
+}
+
+
 static void a_failure_dump_carries_the_failure_and_the_verdict(void **state) {
   (void)state;
   ftc_rec_t *rec;
@@ -542,6 +586,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_dump_without_a_verdict_says_why, setup_dir, remove_dir),
       cmocka_unit_test_setup_teardown(an_outcome_that_makes_no_sense_is_refused_and_nothing_written, setup_dir, remove_dir),
       cmocka_unit_test_setup_teardown(a_late_verdict_replaces_the_dump_under_its_name, setup_dir, remove_dir),
+      cmocka_unit_test_setup_teardown(a_capture_reuses_the_entry_memory_kept_for_it, setup_dir, remove_dir),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
