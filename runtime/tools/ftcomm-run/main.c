@@ -626,7 +626,8 @@ static void handle_events(run_t *r) {
         /* Excluded while its process lives (hung, stopped): end it, so the
          * run can finish and --replace can restart it. */
         if (e.slot >= 0 && e.slot < r->o.nranks && e.pid > 0 &&
-            r->ranks[e.slot].pid == (pid_t)e.pid && !r->stopping && ftc__proc_state((pid_t)e.pid) == FTC__PROC_LIVES) {
+            r->ranks[e.slot].pid == (pid_t)e.pid && !r->stopping &&
+            ftc__proc_state((pid_t)e.pid) == FTC__PROC_LIVES) {
           say(r, "slot %d (pid %lld) %s; killing it", e.slot, e.pid, e.reason);
           kill(-(pid_t)e.pid, SIGCONT);
           if (kill(-(pid_t)e.pid, SIGKILL) && errno == ESRCH) kill((pid_t)e.pid, SIGKILL);
