@@ -92,7 +92,8 @@ for f in "$tmp"/*; do mv -f "$f" "$bin/"; done
 echo "$key" >"$bin/.key"
 # Each set is ~320 MB: in the default cache keep this one and the newest other.
 if [ -z "${FTC_CLUSTER_BIN:-}" ]; then
-  ls -1dt "$(dirname "$bin")"/*/ 2>/dev/null | sed 's:/$::' | grep -vxF "$bin" | tail -n +2 |
+  # (grep finds nothing on a fresh cache: not an error under pipefail)
+  ls -1dt "$(dirname "$bin")"/*/ 2>/dev/null | sed 's:/$::' | { grep -vxF "$bin" || true; } | tail -n +2 |
     while read -r old; do
       [ -f "$old/.key" ] && [[ $(basename "$old") =~ ^[0-9a-f]{16}$ ]] && { say "removing old $old"; rm -rf "$old"; }
     done
