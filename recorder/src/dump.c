@@ -555,28 +555,33 @@ static struct {
   size_t n;
 } pool[POOL_SLOTS];
 
-/* An array of at least n entries: a kept one, else a new one. */
+/* An array of at least n entries: the smallest kept one that is large
+ * enough (a small communicator's capture does not take a large ring's),
+ * else a new one. */
 static ftc_rec_entry_t *pool_take(size_t n, size_t *got) {
   pthread_mutex_lock(&pool_lock);
-  for (int i = 0; i < POOL_SLOTS; i++) {
-    if (pool[i].buf && pool[i].n >= n) {
-      ftc_rec_entry_t *b = pool[i].buf;
-      *got = pool[i].n;
-      pool[i].buf = NULL;
-      pool[i].n = 0;
-      pthread_mutex_unlock(&pool_lock);
-      return b;
-    }
+  int best = -1;
+  for (int i = 0; i < POOL_SLOTS; i++)
+    if (pool[i].buf && pool[i].n >= n && (best < 0 || pool[i].n < pool[best].n)) best = i;
+  if (best >= 0) {
+    ftc_rec_entry_t *b = pool[best].buf;
+    *got = pool[best].n;
+    pool[best].buf = NULL;
+    pool[best].n = 0;
+    pthread_mutex_unlock(&pool_lock);
+    return b;
   }
   pthread_mutex_unlock(&pool_lock);
   *got = n;
   return ftc__malloc(n * sizeof(ftc_rec_entry_t));
 }
 
-/* Keep b (n entries) for a later capture, or free it when every slot is taken. */
+/* Keep b (n entries) for a later capture, or free it: when every slot is
+ * taken, or when it is larger than a kept array may be (a capture of a
+ * ring over FTC__REC_POOL_MAX_BYTES, up to FTCOMM_DUMP_MAX_BYTES). */
 static void pool_give(ftc_rec_entry_t *b, size_t n) {
   if (!b) return;
-  if (!n) {
+  if (!n || n > FTC__REC_POOL_MAX_BYTES / sizeof(ftc_rec_entry_t)) {
     ftc__free(b);
     return;
   }
@@ -593,15 +598,17 @@ static void pool_give(ftc_rec_entry_t *b, size_t n) {
   ftc__free(b);
 }
 
-void ftc__rec_pool_reserve(size_t n) {
+void ftc__rec_pool_reserve(size_t n, size_t want) {
+  if (want > POOL_SLOTS) want = POOL_SLOTS;
   pthread_mutex_lock(&pool_lock);
+  size_t have = 0;
+  int free_slot = 0;
   for (int i = 0; i < POOL_SLOTS; i++) {
-    if (pool[i].buf && pool[i].n >= n) {
-      pthread_mutex_unlock(&pool_lock);
-      return;
-    }
+    if (pool[i].buf && pool[i].n >= n) have++;
+    if (!pool[i].buf) free_slot = 1;
   }
   pthread_mutex_unlock(&pool_lock);
+  if (have >= want || !free_slot) return;
   /* calloc may hand out pages the kernel has not mapped yet: touch them */
   ftc_rec_entry_t *b = ftc__malloc(n * sizeof(*b));
   if (!b) return; /* the capture allocates then */

@@ -58,12 +58,14 @@ int ftc__rec_read(const struct ftc_rec *rec, uint64_t id, ftc_rec_entry_t *out);
 /* Capture buffers (dump.c): a few entry arrays kept from one failure's
  * capture to the next, so a capture at a failure copies into memory already
  * mapped instead of fresh pages (about 50 page faults for 2000 entries,
- * most of a capture's cost). ftc__rec_pool_reserve(n) puts one zeroed array
- * of n entries there unless one that large waits already (ftc_rec_create,
- * for rings of at most FTC__REC_POOL_MAX_BYTES); ftc__rec_pool_drain frees
- * them (the last recorder's destroy). */
+ * most of a capture's cost: one capture takes an array for each live
+ * recorder). ftc__rec_pool_reserve(n, want) puts one zeroed array of n
+ * entries there unless want arrays that large wait already or every slot
+ * is taken (ftc_rec_create, for rings of at most FTC__REC_POOL_MAX_BYTES,
+ * with want the number of live recorders); larger arrays are not kept;
+ * ftc__rec_pool_drain frees them (the last recorder's destroy). */
 #define FTC__REC_POOL_MAX_BYTES (4u << 20)
-void ftc__rec_pool_reserve(size_t n);
+void ftc__rec_pool_reserve(size_t n, size_t want);
 void ftc__rec_pool_drain(void);
 
 /* dtype names shared by the writer and its tests. */

@@ -110,9 +110,11 @@ ftc_status_t ftc_rec_create(int64_t entries, uint64_t comm_id, const char *name,
   ftc__rec_registry_head = rec;
   pthread_mutex_unlock(&ftc__rec_registry_lock);
   if (live_recorders++ == 0) ftc__rec_sigthread_start();
+  size_t live = live_recorders;
   pthread_mutex_unlock(&lifecycle_lock);
+  /* this ring's part of a failure's capture, mapped now */
   if (rec->cap && rec->cap * sizeof(ftc_rec_entry_t) <= FTC__REC_POOL_MAX_BYTES)
-    ftc__rec_pool_reserve(rec->cap); /* this ring's failure capture, mapped now */
+    ftc__rec_pool_reserve(rec->cap, live);
   *out = rec;
   return FTC_OK;
 

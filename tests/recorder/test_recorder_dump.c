@@ -388,6 +388,51 @@ static void a_capture_reuses_the_entry_memory_kept_for_it(void **state) {
 }
 
 
+/* Every live recorder has its array kept: a capture of several
+ * communicators, a large ring's and a small one's, allocates none (the
+ * small one's capture takes the smallest array that fits, not the large
+ * ring's). */
+static void every_recorder_has_its_capture_memory_kept(void **state) {
+  (void)state;
+  ftc_rec_t *big, *small;
+  assert_int_equal(ftc_rec_create(2000, 0x45, "world", 1, 0, 2, &big), FTC_OK);
+  assert_int_equal(ftc_rec_create(100, 0x46, "tp", 1, 0, 2, &small), FTC_OK);
+  for (int i = 0; i < 2000; i++) {
+    ftc_rec_t *r = i % 2 ? small : big;
+    uint64_t id = ftc_rec_schedule(r, 1, (uint64_t)i + 1, FTC_REC_ALLREDUCE, FTC_F32, 1, 4, -1, -1);
+    ftc_rec_completed(r, id, 0);
+  }
+  ftc_rec_capture_t *a, *b;
+  long first = capture_allocs(&a);
+  long second = capture_allocs(&b); /* a holds both kept arrays */
+  assert_int_equal(second, first + 2);
+  ftc_rec_capture_free(a);
+  ftc_rec_capture_free(b);
+  ftc_rec_destroy(small);
+  ftc_rec_destroy(big);
+}
+
+/* A ring larger than a kept array may be (FTC__REC_POOL_MAX_BYTES, 4 MiB)
+ * has none reserved, and its capture's array is freed, not kept. */
+static void a_large_rings_capture_memory_is_not_kept(void **state) {
+  (void)state;
+  const int cap = 60000; /* 96-byte entries: 5.8 MB */
+  ftc_rec_t *rec;
+  assert_int_equal(ftc_rec_create(cap, 0x47, "world", 1, 0, 2, &rec), FTC_OK);
+  for (int i = 0; i < cap; i++) {
+    uint64_t id = ftc_rec_schedule(rec, 1, (uint64_t)i + 1, FTC_REC_ALLREDUCE, FTC_F32, 1, 4, -1, -1);
+    ftc_rec_completed(rec, id, 0);
+  }
+  ftc_rec_capture_t *a, *b;
+  long first = capture_allocs(&a);
+  ftc_rec_capture_free(a);
+  long second = capture_allocs(&b);
+  assert_int_equal(second, first);
+  ftc_rec_capture_free(b);
+  ftc_rec_destroy(rec);
+}
+
+
 static void a_failure_dump_carries_the_failure_and_the_verdict(void **state) {
   (void)state;
   ftc_rec_t *rec;
@@ -587,6 +632,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(an_outcome_that_makes_no_sense_is_refused_and_nothing_written, setup_dir, remove_dir),
       cmocka_unit_test_setup_teardown(a_late_verdict_replaces_the_dump_under_its_name, setup_dir, remove_dir),
       cmocka_unit_test_setup_teardown(a_capture_reuses_the_entry_memory_kept_for_it, setup_dir, remove_dir),
+      cmocka_unit_test_setup_teardown(every_recorder_has_its_capture_memory_kept, setup_dir, remove_dir),
+      cmocka_unit_test_setup_teardown(a_large_rings_capture_memory_is_not_kept, setup_dir, remove_dir),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
