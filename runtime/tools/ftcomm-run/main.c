@@ -593,17 +593,21 @@ out_close_out:
 
 /* The coordinator's question when a member's session closed without a
  * leave (coordinator.h, process_gone; its thread): is that member's process
- * a child of ours that is exiting or exited? Only a child not reaped yet is
- * looked up: its pid cannot be taken by another process meanwhile. A rank
+ * a child of ours that is exiting or exited? Only a slot's current child
+ * (k->pid) is looked up in /proc, and one that reap() saw exit (k->zombie)
+ * is gone. reap() only marks an exited child, with WNOWAIT; it is reaped
+ * REAP_DELAY_MS later, so its pid is not another process's when /proc is
+ * read (the end of the run reaps at once, when nothing new is decided).
+ * k->pid is read first: reap() clears it after it sets k->zombie. A rank
  * run through a shell that does not exec it is not our child: the
  * coordinator then waits for a report or the SIGCHLD, as before. */
 static int process_gone(void *arg, int slot, int64_t pid) {
   run_t *r = arg;
   if (slot < 0 || slot >= r->o.nranks || pid <= 0) return 0;
   rank_t *k = &r->ranks[slot];
-  if (__atomic_load_n(&k->zombie, __ATOMIC_ACQUIRE) == (pid_t)pid) return 1;
-  if (__atomic_load_n(&k->pid, __ATOMIC_ACQUIRE) != (pid_t)pid) return 0;
-  return ftc__proc_state((pid_t)pid) != FTC__PROC_LIVES;
+  if (__atomic_load_n(&k->pid, __ATOMIC_ACQUIRE) == (pid_t)pid)
+    return ftc__proc_state((pid_t)pid) != FTC__PROC_LIVES;
+  return __atomic_load_n(&k->zombie, __ATOMIC_ACQUIRE) == (pid_t)pid;
 }
 
 /* Tell the user what the coordinator decided when the job changes shape:
