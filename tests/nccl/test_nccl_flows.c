@@ -714,6 +714,19 @@ static void async_remote_error_is_peer_lost(void **s) {
   (void)s;
   async_error("6", FTC_ERR_PEER_LOST);
 }
+/* The error comes while the rank is between its check of the error and its
+ * query of the stream (the double's ncclCommGetAsyncError returns a state
+ * 100 ms old; the failing collective ends 30 ms in): the collective looks
+ * complete and must still fail (CI once: "allreduce with a dead peer gave
+ * success", its buffer untouched). */
+static void async_error_after_the_check_still_fails_the_collective(void **s) {
+  (void)s;
+  setenv("NCCL_DOUBLE_COLL_MS", "30", 1);
+  setenv("NCCL_DOUBLE_ASYNC_READ_MS", "100", 1);
+  async_error("6", FTC_ERR_PEER_LOST);
+  unsetenv("NCCL_DOUBLE_ASYNC_READ_MS");
+  unsetenv("NCCL_DOUBLE_COLL_MS");
+}
 
 /* --- every collective ----------------------------------------------------------- */
 
@@ -837,6 +850,7 @@ int main(void) {
       cmocka_unit_test(in_progress_is_polled_within_the_timeout),
       cmocka_unit_test(async_system_error_is_a_backend_status),
       cmocka_unit_test(async_remote_error_is_peer_lost),
+      cmocka_unit_test(async_error_after_the_check_still_fails_the_collective),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -977,6 +977,18 @@ static ftc_status_t poll_failed(ftc__nccl_work_t *w, ftc_status_t st) {
   return st;
 }
 
+/* The communicator's asynchronous error, as a status (FTC_OK: none, or in
+ * progress); a failure fails the epoch. */
+static ftc_status_t async_failed(ftc__nccl_comm_t *c, ncclComm_t nc) {
+  ncclResult_t a = ncclSuccess;
+  ncclResult_t r = c->lib->n.CommGetAsyncError(nc, &a);
+  if (r == ncclSuccess && a != ncclSuccess && a != ncclInProgress) r = a;
+  if (r == ncclSuccess) return FTC_OK;
+  ftc_status_t st = ftc__nccl_status(r, "collective", last_error(c->lib, nc));
+  fail(c, st);
+  return st;
+}
+
 ftc_status_t ftc__nccl_work_poll(ftc__nccl_comm_t *c, ftc__nccl_work_t *w, int *done) {
   *done = 0;
   if (__atomic_load_n(&w->completed_ns, __ATOMIC_ACQUIRE)) {
@@ -985,14 +997,8 @@ ftc_status_t ftc__nccl_work_poll(ftc__nccl_comm_t *c, ftc__nccl_work_t *w, int *
   }
   ncclComm_t nc = get_nc(c);
   if (!nc) return poll_failed(w, ftc__error(FTC_ERR_ABORTED, "the NCCL communicator was aborted"));
-  ncclResult_t a = ncclSuccess;
-  ncclResult_t r = c->lib->n.CommGetAsyncError(nc, &a);
-  if (r == ncclSuccess && a != ncclSuccess && a != ncclInProgress) r = a;
-  if (r != ncclSuccess) {
-    ftc_status_t st = ftc__nccl_status(r, "collective", last_error(c->lib, nc));
-    fail(c, st);
-    return poll_failed(w, st);
-  }
+  ftc_status_t st = async_failed(c, nc);
+  if (st != FTC_OK) return poll_failed(w, st);
   ftc_status_t e = ftc__nccl_comm_error(c);
   if (e != FTC_OK)
     return poll_failed(w, ftc__error(e, "epoch %llu failed: %s",
@@ -1007,6 +1013,10 @@ ftc_status_t ftc__nccl_work_poll(ftc__nccl_comm_t *c, ftc__nccl_work_t *w, int *
   }
   q = c->lib->rt.EventQuery((cudaEvent_t)w->ev_end);
   if (q == cudaSuccess) {
+    /* Read the error again: one that came after the read above (a peer
+     * lost mid-collective) may have ended the work on the stream without
+     * its result. Completed work is success only with no error after it. */
+    if ((st = async_failed(c, nc)) != FTC_OK) return poll_failed(w, st);
     if (w->stage && w->stage_user && !(__atomic_fetch_or(&w->recorded, 4, __ATOMIC_ACQ_REL) & 4))
       memcpy(w->stage_user, w->stage, w->stage_bytes);
     int64_t now = ftc__now_ns();
@@ -1018,8 +1028,7 @@ ftc_status_t ftc__nccl_work_poll(ftc__nccl_comm_t *c, ftc__nccl_work_t *w, int *
     return FTC_OK;
   }
   if (q != cudaErrorNotReady) {
-    ftc_status_t st = ftc__error(FTC_ERR_BACKEND, "cudaEventQuery failed: %s",
-                                 c->lib->rt.GetErrorString(q));
+    st = ftc__error(FTC_ERR_BACKEND, "cudaEventQuery failed: %s", c->lib->rt.GetErrorString(q));
     fail(c, st);
     return poll_failed(w, st);
   }

@@ -28,6 +28,10 @@
  *   NCCL_DOUBLE_ENQUEUE_INPROGRESS_MS=ms  collectives return ncclInProgress and
  *                                 the communicator stays in progress this long
  *   NCCL_DOUBLE_COLL_MS=ms        each collective takes at least ms on the stream
+ *   NCCL_DOUBLE_ASYNC_READ_MS=ms  ncclCommGetAsyncError, while a collective is in
+ *                                 flight, returns the state it read ms earlier (a
+ *                                 caller preempted between its reads: what it read
+ *                                 may be stale by the time it queries the stream)
  *   NCCL_DOUBLE_DEVICE_ONLY=1     a buffer that is neither cudaMalloc'd nor pinned is
  *                                 refused (ncclInvalidArgument), as a GPU cannot read it
  *   NCCL_DOUBLE_LOG=path          append one line per lifecycle call
@@ -466,6 +470,8 @@ EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *err) {
       (__atomic_load_n(&c->revoked, __ATOMIC_ACQUIRE) ||
        __atomic_load_n(&c->finalized, __ATOMIC_ACQUIRE)))
     a = ncclInProgress;
+  long stale_ms = env_int("NCCL_DOUBLE_ASYNC_READ_MS", 0);
+  if (stale_ms > 0 && busy > 0) ms_sleep(stale_ms);
   *err = (ncclResult_t)a;
   return ncclSuccess;
 }
