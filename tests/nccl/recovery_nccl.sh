@@ -123,8 +123,14 @@ for v in 2.32.3 2.26.5; do
   # every rank which members come without a communicator (docs/recovery.md).
   timeout 900 tests/recovery/recovery.sh "$BUILD" >"$tmp/$v/recovery.out" 2>&1
   rc=$?
-  [ $rc = 0 ] && ok "$v: the recovery suite: $(grep '^recovery:' "$tmp/$v/recovery.out")" ||
-    bad "$v: the recovery suite (rc=$rc)" "$tmp/$v/recovery.out"
+  if [ $rc = 0 ]; then ok "$v: the recovery suite: $(grep '^recovery:' "$tmp/$v/recovery.out")"
+  else # each failed case with what it printed, then the suite's last lines
+    { awk '/^FAIL /{p=1} /^(ok|skip) /{p=0} p' "$tmp/$v/recovery.out"; echo ...
+      tail -n 5 "$tmp/$v/recovery.out"; } >"$tmp/$v/recovery.fail"
+    echo "FAIL $v: the recovery suite (rc=$rc)"
+    sed 's/^/    | /' "$tmp/$v/recovery.fail"
+    fail=$((fail + 1))
+  fi
 
   n_destroy_failed=$(grep -c ' destroy .*failed=1' "$log")
   [ "$n_destroy_failed" = 0 ] && ok "$v: no communicator destroyed after a failure ($(grep -c ' abort ' "$log") aborts)" ||
