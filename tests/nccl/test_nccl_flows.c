@@ -728,6 +728,57 @@ static void async_error_after_the_check_still_fails_the_collective(void **s) {
   unsetenv("NCCL_DOUBLE_COLL_MS");
 }
 
+/* Another thread revokes the epoch while the waiting rank is between its
+ * look at the epoch and its query of the stream (the double's
+ * ncclCommGetAsyncError answers 150 ms late; the revoke comes 50 ms in and
+ * ends the 400 ms collective): the collective looks complete, untouched,
+ * and must still fail. */
+static ftc__nccl_comm_t *g_revoke_comm;
+static void *revoker(void *arg) {
+  (void)arg;
+  usleep(50000);
+  ftc__nccl_comm_revoke(g_revoke_comm, FTC_ERR_PEER_LOST);
+  return NULL;
+}
+
+static void revoke_child(flow_t *f) {
+  setenv("NCCL_DOUBLE_COLL_MS", "400", 1);
+  child_setup(f);
+  ftc__nccl_opts_t o = opts(TMO);
+  ftc__nccl_comm_t *c = NULL;
+  int s1[] = {0};
+  uint64_t i1[] = {1}, j1[] = {1};
+  ftc__view_t *v = make_view(1, 1, s1, i1, j1, 0);
+  ftc_status_t st = ftc__nccl_enter_epoch(f->lib, &c, v, &f->x, &o);
+  CHILD_CHECK(st == FTC_OK, 120, "init: %s", ftc_strerror(st));
+  setenv("NCCL_DOUBLE_ASYNC_READ_MS", "150", 1);
+  float x[4] = {1, 1, 1, 1};
+  ftc__op_t op = {FTC_REC_ALLREDUCE, x, x, 4, FTC_F32, FTC_SUM, -1};
+  ftc__nccl_work_t w;
+  CHILD_CHECK(ftc__nccl_comm_launch(c, &op, NULL, &w) == FTC_OK, 121, "launch");
+  g_revoke_comm = c;
+  pthread_t t;
+  pthread_create(&t, NULL, revoker, NULL);
+  st = ftc__nccl_comm_wait(c, &w, ftc__deadline_ns(TMO));
+  pthread_join(t, NULL);
+  CHILD_CHECK(st == FTC_ERR_PEER_LOST, 122, "a collective revoked mid-way gave %s",
+              ftc_strerror(st));
+  unsetenv("NCCL_DOUBLE_ASYNC_READ_MS");
+  ftc__nccl_comm_free(c);
+  free_view(v);
+  _exit(0);
+}
+
+static void a_revoke_during_the_wait_fails_the_collective(void **s) {
+  (void)s;
+  flow_t f;
+  flow_init(&f, "2.32.3", "revoke");
+  pid_t a = fork();
+  if (a == 0) revoke_child(&f);
+  assert_int_equal(wait_child(a, 2 * TMO), 0);
+  rm_tmpdir(f.dir);
+}
+
 /* --- every collective ----------------------------------------------------------- */
 
 static void colls_child(flow_t *f, int rank) {
@@ -851,6 +902,7 @@ int main(void) {
       cmocka_unit_test(async_system_error_is_a_backend_status),
       cmocka_unit_test(async_remote_error_is_peer_lost),
       cmocka_unit_test(async_error_after_the_check_still_fails_the_collective),
+      cmocka_unit_test(a_revoke_during_the_wait_fails_the_collective),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

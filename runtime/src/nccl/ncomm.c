@@ -977,9 +977,14 @@ static ftc_status_t poll_failed(ftc__nccl_work_t *w, ftc_status_t st) {
   return st;
 }
 
-/* The communicator's asynchronous error, as a status (FTC_OK: none, or in
- * progress); a failure fails the epoch. */
-static ftc_status_t async_failed(ftc__nccl_comm_t *c, ncclComm_t nc) {
+/* Whether work on c may still succeed: FTC_OK, or why not: the epoch was
+ * failed (by this rank: a revoke, a timeout, a peer reported lost), or
+ * NCCL's asynchronous error (which fails the epoch). */
+static ftc_status_t comm_failed(ftc__nccl_comm_t *c, ncclComm_t nc) {
+  ftc_status_t e = ftc__nccl_comm_error(c);
+  if (e != FTC_OK)
+    return ftc__error(e, "epoch %llu failed: %s", (unsigned long long)ftc__nccl_comm_epoch(c),
+                      ftc_strerror(e));
   ncclResult_t a = ncclSuccess;
   ncclResult_t r = c->lib->n.CommGetAsyncError(nc, &a);
   if (r == ncclSuccess && a != ncclSuccess && a != ncclInProgress) r = a;
@@ -997,12 +1002,8 @@ ftc_status_t ftc__nccl_work_poll(ftc__nccl_comm_t *c, ftc__nccl_work_t *w, int *
   }
   ncclComm_t nc = get_nc(c);
   if (!nc) return poll_failed(w, ftc__error(FTC_ERR_ABORTED, "the NCCL communicator was aborted"));
-  ftc_status_t st = async_failed(c, nc);
+  ftc_status_t st = comm_failed(c, nc);
   if (st != FTC_OK) return poll_failed(w, st);
-  ftc_status_t e = ftc__nccl_comm_error(c);
-  if (e != FTC_OK)
-    return poll_failed(w, ftc__error(e, "epoch %llu failed: %s",
-                                     (unsigned long long)ftc__nccl_comm_epoch(c), ftc_strerror(e)));
   cudaError_t q;
   if (!__atomic_load_n(&w->started_ns, __ATOMIC_ACQUIRE)) {
     q = c->lib->rt.EventQuery((cudaEvent_t)w->ev_start);
@@ -1013,10 +1014,11 @@ ftc_status_t ftc__nccl_work_poll(ftc__nccl_comm_t *c, ftc__nccl_work_t *w, int *
   }
   q = c->lib->rt.EventQuery((cudaEvent_t)w->ev_end);
   if (q == cudaSuccess) {
-    /* Read the error again: one that came after the read above (a peer
-     * lost mid-collective) may have ended the work on the stream without
-     * its result. Completed work is success only with no error after it. */
-    if ((st = async_failed(c, nc)) != FTC_OK) return poll_failed(w, st);
+    /* Look again: a failure that came after the look above (a peer lost
+     * mid-collective, NCCL's error; a revoke from another thread) may have
+     * ended the work on the stream without its result. Completed work is a
+     * success only with no failure after it. */
+    if ((st = comm_failed(c, nc)) != FTC_OK) return poll_failed(w, st);
     if (w->stage && w->stage_user && !(__atomic_fetch_or(&w->recorded, 4, __ATOMIC_ACQ_REL) & 4))
       memcpy(w->stage_user, w->stage, w->stage_bytes);
     int64_t now = ftc__now_ns();
