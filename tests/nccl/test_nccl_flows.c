@@ -74,6 +74,14 @@ static ftc_status_t run(ftc__nccl_comm_t *c, ftc__op_t op, int timeout_ms, ftc__
   return st;
 }
 
+/* Epoch 1 of a one-rank job (slot 0, member 1): the view of the flows that
+ * need no peer. */
+static ftc__view_t *solo_view(void) {
+  static const int slot[] = {0};
+  static const uint64_t id[] = {1}, joined[] = {1};
+  return make_view(1, 1, slot, id, joined, 0);
+}
+
 /* allreduce(sum) of `mine` over count floats; every element must be want. */
 static ftc_status_t allreduce_check(ftc__nccl_comm_t *c, float mine, float want, int *bad) {
   enum { N = 4096 };
@@ -433,9 +441,7 @@ static void hang_in_init_child(flow_t *f) {
   child_setup(f);
   ftc__nccl_opts_t o = opts(300);
   ftc__nccl_comm_t *c = NULL;
-  int s1[] = {0};
-  uint64_t i1[] = {1}, j1[] = {1};
-  ftc__view_t *v = make_view(1, 1, s1, i1, j1, 0);
+  ftc__view_t *v = solo_view();
   int64_t t0 = ftc__now_ns();
   ftc_status_t st = ftc__nccl_enter_epoch(f->lib, &c, v, &f->x, &o);
   CHILD_CHECK(st == FTC_ERR_TIMEOUT, 50, "hung init gave %s", ftc_strerror(st));
@@ -474,9 +480,7 @@ static void interrupt_child(flow_t *f) {
   child_setup(f);
   ftc__nccl_opts_t o = {0, TMO, NULL, &g_interrupt};
   ftc__nccl_comm_t *c = NULL;
-  int s1[] = {0};
-  uint64_t i1[] = {1}, j1[] = {1};
-  ftc__view_t *v = make_view(1, 1, s1, i1, j1, 0);
+  ftc__view_t *v = solo_view();
   ftc_status_t st = ftc__nccl_enter_epoch(f->lib, &c, v, &f->x, &o);
   CHILD_CHECK(st == FTC_OK, 110, "init: %s", ftc_strerror(st));
   float x[4] = {0};
@@ -626,9 +630,7 @@ static void in_progress_child(flow_t *f) {
   child_setup(f);
   ftc__nccl_opts_t o = opts(TMO);
   ftc__nccl_comm_t *c = NULL;
-  int s1[] = {0};
-  uint64_t i1[] = {1}, j1[] = {1};
-  ftc__view_t *v = make_view(1, 1, s1, i1, j1, 0);
+  ftc__view_t *v = solo_view();
   int64_t t0 = ftc__now_ns();
   ftc_status_t st = ftc__nccl_enter_epoch(f->lib, &c, v, &f->x, &o);
   CHILD_CHECK(st == FTC_OK, 60, "init: %s", ftc_strerror(st));
@@ -670,9 +672,7 @@ static void async_fail_child(flow_t *f, const char *code, ftc_status_t want) {
   child_setup(f);
   ftc__nccl_opts_t o = opts(TMO);
   ftc__nccl_comm_t *c = NULL;
-  int s1[] = {0};
-  uint64_t i1[] = {1}, j1[] = {1};
-  ftc__view_t *v = make_view(1, 1, s1, i1, j1, 0);
+  ftc__view_t *v = solo_view();
   ftc_status_t st = ftc__nccl_enter_epoch(f->lib, &c, v, &f->x, &o);
   CHILD_CHECK(st == FTC_OK, 70, "init: %s", ftc_strerror(st));
   int bad;
@@ -746,9 +746,7 @@ static void revoke_child(flow_t *f) {
   child_setup(f);
   ftc__nccl_opts_t o = opts(TMO);
   ftc__nccl_comm_t *c = NULL;
-  int s1[] = {0};
-  uint64_t i1[] = {1}, j1[] = {1};
-  ftc__view_t *v = make_view(1, 1, s1, i1, j1, 0);
+  ftc__view_t *v = solo_view();
   ftc_status_t st = ftc__nccl_enter_epoch(f->lib, &c, v, &f->x, &o);
   CHILD_CHECK(st == FTC_OK, 120, "init: %s", ftc_strerror(st));
   setenv("NCCL_DOUBLE_ASYNC_READ_MS", "150", 1);
