@@ -19,7 +19,8 @@ ok() { echo "ok   $1"; pass=$((pass + 1)); }
 # peer its backend saw fail (NCCL names none; the backend takes the rank the
 # coordinator's epoch leaves out). Prints what it saw; exit 1 otherwise.
 dumps_name() { python3 tests/recovery/failure_dumps.py "$@" --exactly 3 --peer; }
-bad() { echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/    | /' "$2" | tail -n 30; fail=$((fail + 1)); }
+# bad WHAT [FILE [LINES]]: a failure, with the last LINES (30) of FILE
+bad() { echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/    | /' "$2" | tail -n "${3:-30}"; fail=$((fail + 1)); }
 
 PROBE=$BUILD/tests/nccl/api_probe
 probe() { # probe NAME EXPECT ENV...: two ranks of api_probe under ftcomm-run
@@ -127,9 +128,7 @@ for v in 2.32.3 2.26.5; do
   else # each failed case with what it printed, then the suite's last lines
     { awk '/^FAIL /{p=1} /^(ok|skip) /{p=0} p' "$tmp/$v/recovery.out"; echo ...
       tail -n 5 "$tmp/$v/recovery.out"; } >"$tmp/$v/recovery.fail"
-    echo "FAIL $v: the recovery suite (rc=$rc)"
-    sed 's/^/    | /' "$tmp/$v/recovery.fail"
-    fail=$((fail + 1))
+    bad "$v: the recovery suite (rc=$rc)" "$tmp/$v/recovery.fail" 100000
   fi
 
   n_destroy_failed=$(grep -c ' destroy .*failed=1' "$log")
