@@ -54,6 +54,10 @@ typedef enum ftc_rec_op {
   FTC_REC_BARRIER = 6,
   FTC_REC_SEND = 7, /* p2p: seq is the p2p sequence, not the collective one */
   FTC_REC_RECV = 8,
+  FTC_REC_ALLGATHERV = 9, /* count: the elements of every rank together */
+  FTC_REC_ALLTOALLV = 10, /* count: the elements this rank sends (they differ by rank) */
+  FTC_REC_GATHER = 11,
+  FTC_REC_SCATTER = 12,
   FTC_REC_OP_COUNT
 } ftc_rec_op_t;
 

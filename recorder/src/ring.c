@@ -37,7 +37,8 @@ static size_t live_recorders;
 
 static const char *const op_names[FTC_REC_OP_COUNT] = {
     "allreduce", "broadcast", "reduce", "allgather", "reduce_scatter",
-    "alltoall",  "barrier",   "send",   "recv",
+    "alltoall",  "barrier",   "send",   "recv",   "allgatherv",
+    "alltoallv", "gather",    "scatter",
 };
 static const char *const state_names[FTC_REC_STATE_COUNT] = {
     "scheduled", "started", "completed", "failed",

@@ -239,6 +239,41 @@ FTC_API ftc_status_t ftc_reduce_scatter(const void *sendbuf, void *recvbuf, size
 /* count elements to and from each rank; both buffers hold size * count elements. */
 FTC_API ftc_status_t ftc_alltoall(const void *sendbuf, void *recvbuf, size_t count,
                                   ftc_dtype_t dtype, ftc_comm_t *comm, int timeout_ms);
+/*
+ * Uneven counts, gather and scatter. Counts and displacements are in
+ * elements, one per rank of the communicator (size entries); a
+ * displacement array may be NULL: the blocks are then packed in rank order
+ * (rank q's block starts after the blocks of ranks 0 .. q-1). The arrays
+ * are read during the call and copied by the asynchronous calls: the caller
+ * may free them once the call returns. Every rank passes matching counts
+ * (as every rank passes the same count to ftc_allgather); nothing checks it,
+ * and ranks that disagree fail that collective, time out or get wrong data.
+ */
+/* Rank q contributes recvcounts[q] elements, which land at recvbuf +
+ * displs[q] on every rank; sendbuf holds recvcounts[rank] elements. Every
+ * rank passes the same recvcounts (and displs). In place: sendbuf ==
+ * recvbuf + displs[rank]. */
+FTC_API ftc_status_t ftc_allgatherv(const void *sendbuf, void *recvbuf, const size_t *recvcounts,
+                                    const size_t *displs, ftc_dtype_t dtype, ftc_comm_t *comm,
+                                    int timeout_ms);
+/* This rank sends sendcounts[q] elements from sendbuf + sdispls[q] to rank
+ * q, and receives recvcounts[q] elements from rank q at recvbuf +
+ * rdispls[q]; sendcounts[q] on rank r equals recvcounts[r] on rank q. Zero
+ * counts are allowed. Not in place: the buffers must not overlap. */
+FTC_API ftc_status_t ftc_alltoallv(const void *sendbuf, const size_t *sendcounts,
+                                   const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                   const size_t *rdispls, ftc_dtype_t dtype, ftc_comm_t *comm,
+                                   int timeout_ms);
+/* Every rank sends count elements to root, which receives rank q's at
+ * recvbuf + q * count (recvbuf: size * count elements, only on root, may be
+ * NULL elsewhere). In place on root: sendbuf == recvbuf + root * count. */
+FTC_API ftc_status_t ftc_gather(const void *sendbuf, void *recvbuf, size_t count,
+                                ftc_dtype_t dtype, int root, ftc_comm_t *comm, int timeout_ms);
+/* Root sends sendbuf + q * count (size * count elements, only on root, may
+ * be NULL elsewhere) to rank q, which receives count elements in recvbuf.
+ * In place on root: recvbuf == sendbuf + root * count. */
+FTC_API ftc_status_t ftc_scatter(const void *sendbuf, void *recvbuf, size_t count,
+                                 ftc_dtype_t dtype, int root, ftc_comm_t *comm, int timeout_ms);
 FTC_API ftc_status_t ftc_barrier(ftc_comm_t *comm, int timeout_ms);
 FTC_API ftc_status_t ftc_send(const void *buf, size_t count, ftc_dtype_t dtype, int peer,
                               ftc_comm_t *comm, int timeout_ms);
@@ -267,6 +302,18 @@ FTC_API ftc_status_t ftc_ireduce_scatter(const void *sendbuf, void *recvbuf, siz
                                          ftc_request_t **req);
 FTC_API ftc_status_t ftc_ialltoall(const void *sendbuf, void *recvbuf, size_t count,
                                    ftc_dtype_t dtype, ftc_comm_t *comm, ftc_request_t **req);
+FTC_API ftc_status_t ftc_iallgatherv(const void *sendbuf, void *recvbuf, const size_t *recvcounts,
+                                     const size_t *displs, ftc_dtype_t dtype, ftc_comm_t *comm,
+                                     ftc_request_t **req);
+FTC_API ftc_status_t ftc_ialltoallv(const void *sendbuf, const size_t *sendcounts,
+                                    const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                    const size_t *rdispls, ftc_dtype_t dtype, ftc_comm_t *comm,
+                                    ftc_request_t **req);
+FTC_API ftc_status_t ftc_igather(const void *sendbuf, void *recvbuf, size_t count,
+                                 ftc_dtype_t dtype, int root, ftc_comm_t *comm, ftc_request_t **req);
+FTC_API ftc_status_t ftc_iscatter(const void *sendbuf, void *recvbuf, size_t count,
+                                  ftc_dtype_t dtype, int root, ftc_comm_t *comm,
+                                  ftc_request_t **req);
 FTC_API ftc_status_t ftc_ibarrier(ftc_comm_t *comm, ftc_request_t **req);
 FTC_API ftc_status_t ftc_isend(const void *buf, size_t count, ftc_dtype_t dtype, int peer,
                                ftc_comm_t *comm, ftc_request_t **req);

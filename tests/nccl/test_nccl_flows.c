@@ -879,9 +879,106 @@ static void every_collective_runs_on_the_stream(void **s) {
   rm_tmpdir(f.dir);
 }
 
+/* --- uneven counts, gather and scatter ---------------------------------------- */
+
+/* allgatherv, alltoallv (zero counts among the uneven ones, gapped and
+ * reversed displacements), then gather and scatter from every root (in
+ * place on the root every other time), at n ranks: one NCCL group of
+ * sends and receives each. */
+static void vcolls_child(flow_t *f, int n, int rank) {
+  child_setup(f);
+  ftc__nccl_opts_t o = opts(TMO);
+  ftc__nccl_comm_t *c = NULL;
+  int slots[8];
+  uint64_t ids[8], joined[8];
+  for (int q = 0; q < n; q++) slots[q] = q, ids[q] = (uint64_t)q + 1, joined[q] = 1;
+  ftc__view_t *v = make_view(1, n, slots, ids, joined, rank);
+  ftc_status_t st = ftc__nccl_enter_epoch(f->lib, &c, v, &f->x, &o);
+  CHILD_CHECK(st == FTC_OK, 80, "init: %s", ftc_strerror(st));
+  enum { M = 64 };
+  int32_t a[8 * M], b[8 * M + 64];
+  size_t cnt[8], dsp[8], sc[8], rc[8], rd[8], at = 1;
+  /* allgatherv: rank q gives (3q + 1) % 4 elements (rank 1 none), blocks
+   * in reverse rank order with a gap of 2 */
+  for (int q = n - 1; q >= 0; q--) cnt[q] = (size_t)(3 * q + 1) % 4, dsp[q] = at, at += cnt[q] + 2;
+  for (size_t i = 0; i < cnt[rank]; i++) a[i] = rank * 100 + (int)i;
+  for (size_t i = 0; i < at; i++) b[i] = -1;
+  ftc__op_t agv = {FTC_REC_ALLGATHERV, a, b, 0, FTC_I32, FTC_SUM, -1};
+  agv.rcounts = cnt, agv.rdispls = dsp, agv.nranks = n;
+  st = run(c, agv, TMO, NULL);
+  CHILD_CHECK(st == FTC_OK, 97, "allgatherv: %s", ftc_strerror(st));
+  for (int q = 0; q < n; q++) {
+    for (size_t i = 0; i < cnt[q]; i++)
+      CHILD_CHECK(b[dsp[q] + i] == q * 100 + (int)i, 97, "allgatherv block %d [%zu] = %d", q, i,
+                  b[dsp[q] + i]);
+    CHILD_CHECK(b[dsp[q] + cnt[q]] == -1, 97, "allgatherv wrote past block %d", q);
+  }
+  /* alltoallv: r sends (r + 2q) % 3 elements to q, packed; received with gaps */
+  size_t so = 0;
+  for (int q = 0; q < n; q++) {
+    sc[q] = (size_t)(rank + 2 * q) % 3, rc[q] = (size_t)(q + 2 * rank) % 3;
+    for (size_t i = 0; i < sc[q]; i++) a[so + i] = rank * 1000 + q * 10 + (int)i;
+    so += sc[q];
+  }
+  at = 0;
+  for (int q = 0; q < n; q++) rd[q] = at, at += rc[q] + 1;
+  for (size_t i = 0; i < at; i++) b[i] = -1;
+  ftc__op_t atv = {FTC_REC_ALLTOALLV, a, b, so, FTC_I32, FTC_SUM, -1};
+  atv.scounts = sc, atv.rcounts = rc, atv.rdispls = rd, atv.nranks = n;
+  st = run(c, atv, TMO, NULL);
+  CHILD_CHECK(st == FTC_OK, 98, "alltoallv: %s", ftc_strerror(st));
+  for (int q = 0; q < n; q++)
+    for (size_t i = 0; i <= rc[q]; i++)
+      CHILD_CHECK(b[rd[q] + i] == (i < rc[q] ? q * 1000 + rank * 10 + (int)i : -1), 98,
+                  "alltoallv from %d [%zu] = %d", q, i, b[rd[q] + i]);
+  /* gather and scatter of 5 elements from every root */
+  for (int root = 0; root < n; root++) {
+    int in_place = rank == root && (root & 1);
+    for (int i = 0; i < 5; i++) a[i] = rank * 10 + i;
+    for (int i = 0; i < 5 * n; i++) b[i] = -1;
+    if (in_place) memcpy(b + 5 * root, a, 5 * sizeof *a);
+    ftc__op_t g = {FTC_REC_GATHER, in_place ? b + 5 * root : a, b, 5, FTC_I32, FTC_SUM, root};
+    st = run(c, g, TMO, NULL);
+    CHILD_CHECK(st == FTC_OK, 99, "gather to %d: %s", root, ftc_strerror(st));
+    for (int i = 0; i < 5 * n; i++)
+      CHILD_CHECK(b[i] == (rank == root ? (i / 5) * 10 + i % 5 : -1), 99, "gather to %d [%d] = %d",
+                  root, i, b[i]);
+    for (int i = 0; i < 5 * n; i++) a[i] = rank == root ? 7000 + i : -2;
+    for (int i = 0; i < 5; i++) b[i] = -1;
+    ftc__op_t sct = {FTC_REC_SCATTER, a, in_place ? a + 5 * root : b, 5, FTC_I32, FTC_SUM, root};
+    st = run(c, sct, TMO, NULL);
+    CHILD_CHECK(st == FTC_OK, 100, "scatter from %d: %s", root, ftc_strerror(st));
+    const int32_t *got = in_place ? a + 5 * root : b;
+    for (int i = 0; i < 5; i++)
+      CHILD_CHECK(got[i] == 7000 + 5 * rank + i, 100, "scatter from %d [%d] = %d", root, i, got[i]);
+  }
+  ftc__nccl_comm_free(c);
+  free_view(v);
+  _exit(0);
+}
+
+static void uneven_and_rooted_collectives_run_as_groups_at(int n) {
+  flow_t f;
+  char tag[32];
+  snprintf(tag, sizeof tag, "vcolls%d", n);
+  flow_init(&f, "2.32.3", tag);
+  pid_t p[8];
+  for (int r = 0; r < n; r++)
+    if ((p[r] = fork()) == 0) vcolls_child(&f, n, r);
+  for (int r = 0; r < n; r++) assert_int_equal(wait_child(p[r], 2 * TMO), 0);
+  rm_tmpdir(f.dir);
+}
+
+static void uneven_and_rooted_collectives_run_as_groups(void **s) {
+  (void)s;
+  static const int sizes[] = {1, 2, 3, 4, 8};
+  for (int i = 0; i < 5; i++) uneven_and_rooted_collectives_run_as_groups_at(sizes[i]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_collective_runs_on_the_stream),
+      cmocka_unit_test(uneven_and_rooted_collectives_run_as_groups),
       cmocka_unit_test(kill_shrink_grow_2_26),
       cmocka_unit_test(kill_shrink_grow_2_27),
       cmocka_unit_test(kill_shrink_grow_2_28),

@@ -108,20 +108,33 @@ static void add_finding(tr_report_t *rep, size_t *cap, int kind, int group, uint
   snprintf(f->what, sizeof(f->what), "%s", what);
 }
 
-/* Per interned op: 1 rooted (broadcast, reduce), 0 not, -1 not known yet. */
-static signed char rooted[256];
+/* Per interned op: 1 rooted (broadcast, reduce, gather, scatter), 0 not,
+ * -1 not known yet; and whether its count is the same on every rank (not
+ * alltoallv's: each rank records what it sends). */
+static signed char rooted[256], uneven[256];
 static int rooted_ready;
 
-static int is_rooted(int op) {
+static void op_kind(int op) {
   if (!rooted_ready) {
     memset(rooted, -1, sizeof(rooted));
     rooted_ready = 1;
   }
   if (rooted[op & 255] < 0) {
     const char *s = tr_str(op);
-    rooted[op & 255] = !strcmp(s, "broadcast") || !strcmp(s, "reduce");
+    rooted[op & 255] = !strcmp(s, "broadcast") || !strcmp(s, "reduce") || !strcmp(s, "gather") ||
+                       !strcmp(s, "scatter");
+    uneven[op & 255] = !strcmp(s, "alltoallv");
   }
+}
+
+static int is_rooted(int op) {
+  op_kind(op);
   return rooted[op & 255];
+}
+
+static int count_differs(const tr_entry_t *e, int op, uint64_t count) {
+  op_kind(e->op);
+  return e->count != count && !(e->op == op && uneven[e->op & 255]);
 }
 
 typedef struct sig {
@@ -131,7 +144,7 @@ typedef struct sig {
 } sig_t;
 
 static int same_sig(const tr_entry_t *e, const sig_t *s) {
-  return e->op == s->op && e->dtype == s->dtype && e->count == s->count &&
+  return e->op == s->op && e->dtype == s->dtype && !count_differs(e, s->op, s->count) &&
          (!is_rooted(e->op) || e->peer == s->peer);
 }
 
@@ -446,7 +459,7 @@ static void analyze_group(ctx_t *x, int gi) {
         off += snprintf(fields + off, sizeof(fields) - off, "%sop", off ? ", " : "");
       if (one->dtype != exp->dtype)
         off += snprintf(fields + off, sizeof(fields) - off, "%sdtype", off ? ", " : "");
-      if (one->count != exp->count)
+      if (count_differs(one, exp->op, exp->count))
         off += snprintf(fields + off, sizeof(fields) - off, "%scount", off ? ", " : "");
       if (is_rooted(one->op) && one->op == exp->op && one->peer != exp->peer)
         off += snprintf(fields + off, sizeof(fields) - off, "%sroot", off ? ", " : "");

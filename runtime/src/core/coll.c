@@ -155,6 +155,93 @@ static ftc_status_t prep_alltoall(check_t *c, const char *name, const void *send
   return FTC_OK;
 }
 
+/* counts[0 .. size-1] (and displs, when not NULL: a packed layout
+ * otherwise) of `what`, each block's end in bytes within the address
+ * space; *total: the sum of the counts. */
+static ftc_status_t check_vector(const check_t *c, const size_t *counts, const size_t *displs,
+                                 ftc_dtype_t dtype, const char *what, const char *dwhat,
+                                 size_t *total) {
+  size_t es = ftc_dtype_size(dtype), sum = 0, lim = SIZE_MAX / es;
+  if (!counts)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "%s: %s is NULL; pass one count per rank (%d)",
+                      c->name, what, c->size);
+  for (int q = 0; q < c->size; q++) {
+    size_t d = displs ? displs[q] : sum;
+    if (counts[q] > lim - sum || (displs && (d > lim || counts[q] > lim - d)))
+      return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                        "%s: %s[%d] = %zu at %s %zu overflows the address space", c->name, what,
+                        q, counts[q], dwhat, d);
+    sum += counts[q];
+  }
+  *total = sum;
+  return FTC_OK;
+}
+
+static ftc_status_t prep_allgatherv(check_t *c, const char *name, const void *sendbuf,
+                                    void *recvbuf, const size_t *recvcounts, const size_t *displs,
+                                    ftc_dtype_t dtype, ftc_comm_t *comm, ftc__op_t *o) {
+  ftc_status_t st;
+  size_t total;
+  if ((st = check_comm(c, name, comm)) != FTC_OK) return st;
+  if ((st = check_dtype(c, dtype)) != FTC_OK) return st;
+  if ((st = check_vector(c, recvcounts, displs, dtype, "recvcounts", "displs", &total)) != FTC_OK)
+    return st;
+  if ((st = check_buf(c, sendbuf, recvcounts[c->rank], "sendbuf")) != FTC_OK) return st;
+  if ((st = check_buf(c, recvbuf, total, "recvbuf")) != FTC_OK) return st;
+  *o = (ftc__op_t){FTC_REC_ALLGATHERV, sendbuf, recvbuf, total, dtype, FTC_SUM, -1};
+  o->rcounts = recvcounts, o->rdispls = displs, o->nranks = c->size;
+  return FTC_OK;
+}
+
+static ftc_status_t prep_alltoallv(check_t *c, const char *name, const void *sendbuf,
+                                   const size_t *sendcounts, const size_t *sdispls, void *recvbuf,
+                                   const size_t *recvcounts, const size_t *rdispls,
+                                   ftc_dtype_t dtype, ftc_comm_t *comm, ftc__op_t *o) {
+  ftc_status_t st;
+  size_t stotal, rtotal;
+  if ((st = check_comm(c, name, comm)) != FTC_OK) return st;
+  if ((st = check_dtype(c, dtype)) != FTC_OK) return st;
+  if ((st = check_vector(c, sendcounts, sdispls, dtype, "sendcounts", "sdispls", &stotal)) != FTC_OK)
+    return st;
+  if ((st = check_vector(c, recvcounts, rdispls, dtype, "recvcounts", "rdispls", &rtotal)) != FTC_OK)
+    return st;
+  if ((st = check_buf(c, sendbuf, stotal, "sendbuf")) != FTC_OK) return st;
+  if ((st = check_buf(c, recvbuf, rtotal, "recvbuf")) != FTC_OK) return st;
+  if (sendcounts[c->rank] != recvcounts[c->rank])
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                      "%s: sendcounts[%d] = %zu but recvcounts[%d] = %zu; what this rank sends "
+                      "itself is what it receives from itself",
+                      name, c->rank, sendcounts[c->rank], c->rank, recvcounts[c->rank]);
+  if (sendbuf && sendbuf == (const void *)recvbuf && stotal && rtotal)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                      "%s: sendbuf is recvbuf; alltoallv is not in place: pass separate buffers",
+                      name);
+  *o = (ftc__op_t){FTC_REC_ALLTOALLV, sendbuf, recvbuf, stotal, dtype, FTC_SUM, -1};
+  o->scounts = sendcounts, o->sdispls = sdispls, o->rcounts = recvcounts, o->rdispls = rdispls;
+  o->nranks = c->size;
+  return FTC_OK;
+}
+
+/* gather (coll FTC_REC_GATHER) or scatter: root's buffer holds size * count. */
+static ftc_status_t prep_rooted(check_t *c, const char *name, ftc_rec_op_t coll,
+                                const void *sendbuf, void *recvbuf, size_t count,
+                                ftc_dtype_t dtype, int root, ftc_comm_t *comm, ftc__op_t *o) {
+  ftc_status_t st;
+  int gather = coll == FTC_REC_GATHER;
+  if ((st = check_comm(c, name, comm)) != FTC_OK) return st;
+  if ((st = check_dtype(c, dtype)) != FTC_OK) return st;
+  if ((st = check_count(c, count, dtype, (size_t)c->size)) != FTC_OK) return st;
+  if ((st = check_rank(c, root, "root")) != FTC_OK) return st;
+  if (gather || c->rank == root)
+    if ((st = check_buf(c, sendbuf, count, gather ? "sendbuf" : "sendbuf (on the root)")) != FTC_OK)
+      return st;
+  if (!gather || c->rank == root)
+    if ((st = check_buf(c, recvbuf, count, gather ? "recvbuf (on the root)" : "recvbuf")) != FTC_OK)
+      return st;
+  *o = (ftc__op_t){coll, sendbuf, recvbuf, count, dtype, FTC_SUM, root};
+  return FTC_OK;
+}
+
 static ftc_status_t prep_p2p(check_t *c, const char *name, ftc_rec_op_t kind, const void *buf,
                              size_t count, ftc_dtype_t dtype, int peer, ftc_comm_t *comm,
                              ftc__op_t *o) {
@@ -227,6 +314,50 @@ ftc_status_t ftc_alltoall(const void *sendbuf, void *recvbuf, size_t count, ftc_
   check_t c;
   ftc__op_t o;
   if ((st = prep_alltoall(&c, "ftc_alltoall", sendbuf, recvbuf, count, dtype, comm, &o)) != FTC_OK) return st;
+  if ((st = check_timeout(&c, timeout_ms)) != FTC_OK) return st;
+  return ftc__submit_blocking(comm, &o, timeout_ms);
+}
+
+ftc_status_t ftc_allgatherv(const void *sendbuf, void *recvbuf, const size_t *recvcounts,
+                            const size_t *displs, ftc_dtype_t dtype, ftc_comm_t *comm,
+                            int timeout_ms) {
+  ftc_status_t st;
+  check_t c;
+  ftc__op_t o;
+  if ((st = prep_allgatherv(&c, "ftc_allgatherv", sendbuf, recvbuf, recvcounts, displs, dtype, comm, &o)) != FTC_OK) return st;
+  if ((st = check_timeout(&c, timeout_ms)) != FTC_OK) return st;
+  return ftc__submit_blocking(comm, &o, timeout_ms);
+}
+
+ftc_status_t ftc_alltoallv(const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
+                           void *recvbuf, const size_t *recvcounts, const size_t *rdispls,
+                           ftc_dtype_t dtype, ftc_comm_t *comm, int timeout_ms) {
+  ftc_status_t st;
+  check_t c;
+  ftc__op_t o;
+  if ((st = prep_alltoallv(&c, "ftc_alltoallv", sendbuf, sendcounts, sdispls, recvbuf, recvcounts,
+                           rdispls, dtype, comm, &o)) != FTC_OK)
+    return st;
+  if ((st = check_timeout(&c, timeout_ms)) != FTC_OK) return st;
+  return ftc__submit_blocking(comm, &o, timeout_ms);
+}
+
+ftc_status_t ftc_gather(const void *sendbuf, void *recvbuf, size_t count, ftc_dtype_t dtype,
+                        int root, ftc_comm_t *comm, int timeout_ms) {
+  ftc_status_t st;
+  check_t c;
+  ftc__op_t o;
+  if ((st = prep_rooted(&c, "ftc_gather", FTC_REC_GATHER, sendbuf, recvbuf, count, dtype, root, comm, &o)) != FTC_OK) return st;
+  if ((st = check_timeout(&c, timeout_ms)) != FTC_OK) return st;
+  return ftc__submit_blocking(comm, &o, timeout_ms);
+}
+
+ftc_status_t ftc_scatter(const void *sendbuf, void *recvbuf, size_t count, ftc_dtype_t dtype,
+                         int root, ftc_comm_t *comm, int timeout_ms) {
+  ftc_status_t st;
+  check_t c;
+  ftc__op_t o;
+  if ((st = prep_rooted(&c, "ftc_scatter", FTC_REC_SCATTER, sendbuf, recvbuf, count, dtype, root, comm, &o)) != FTC_OK) return st;
   if ((st = check_timeout(&c, timeout_ms)) != FTC_OK) return st;
   return ftc__submit_blocking(comm, &o, timeout_ms);
 }
@@ -318,6 +449,50 @@ ftc_status_t ftc_ialltoall(const void *sendbuf, void *recvbuf, size_t count, ftc
   ftc__op_t o;
   if ((st = check_req(&c, req)) != FTC_OK) return st;
   if ((st = prep_alltoall(&c, "ftc_ialltoall", sendbuf, recvbuf, count, dtype, comm, &o)) != FTC_OK) return st;
+  return ftc__submit_async(comm, &o, req);
+}
+
+ftc_status_t ftc_iallgatherv(const void *sendbuf, void *recvbuf, const size_t *recvcounts,
+                             const size_t *displs, ftc_dtype_t dtype, ftc_comm_t *comm,
+                             ftc_request_t **req) {
+  ftc_status_t st;
+  check_t c = {"ftc_iallgatherv", NULL, 0, 0};
+  ftc__op_t o;
+  if ((st = check_req(&c, req)) != FTC_OK) return st;
+  if ((st = prep_allgatherv(&c, "ftc_iallgatherv", sendbuf, recvbuf, recvcounts, displs, dtype, comm, &o)) != FTC_OK) return st;
+  return ftc__submit_async(comm, &o, req);
+}
+
+ftc_status_t ftc_ialltoallv(const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
+                            void *recvbuf, const size_t *recvcounts, const size_t *rdispls,
+                            ftc_dtype_t dtype, ftc_comm_t *comm, ftc_request_t **req) {
+  ftc_status_t st;
+  check_t c = {"ftc_ialltoallv", NULL, 0, 0};
+  ftc__op_t o;
+  if ((st = check_req(&c, req)) != FTC_OK) return st;
+  if ((st = prep_alltoallv(&c, "ftc_ialltoallv", sendbuf, sendcounts, sdispls, recvbuf, recvcounts,
+                           rdispls, dtype, comm, &o)) != FTC_OK)
+    return st;
+  return ftc__submit_async(comm, &o, req);
+}
+
+ftc_status_t ftc_igather(const void *sendbuf, void *recvbuf, size_t count, ftc_dtype_t dtype,
+                         int root, ftc_comm_t *comm, ftc_request_t **req) {
+  ftc_status_t st;
+  check_t c = {"ftc_igather", NULL, 0, 0};
+  ftc__op_t o;
+  if ((st = check_req(&c, req)) != FTC_OK) return st;
+  if ((st = prep_rooted(&c, "ftc_igather", FTC_REC_GATHER, sendbuf, recvbuf, count, dtype, root, comm, &o)) != FTC_OK) return st;
+  return ftc__submit_async(comm, &o, req);
+}
+
+ftc_status_t ftc_iscatter(const void *sendbuf, void *recvbuf, size_t count, ftc_dtype_t dtype,
+                          int root, ftc_comm_t *comm, ftc_request_t **req) {
+  ftc_status_t st;
+  check_t c = {"ftc_iscatter", NULL, 0, 0};
+  ftc__op_t o;
+  if ((st = check_req(&c, req)) != FTC_OK) return st;
+  if ((st = prep_rooted(&c, "ftc_iscatter", FTC_REC_SCATTER, sendbuf, recvbuf, count, dtype, root, comm, &o)) != FTC_OK) return st;
   return ftc__submit_async(comm, &o, req);
 }
 

@@ -40,8 +40,27 @@ void ftc__engine_wake(ftc_comm_t *comm) {
 
 /* ---- requests ---- */
 
+/* The request's own copies of op's count and displacement arrays (the
+ * caller may free its own once the call returns), in the same block. */
+static size_t vec_bytes(const ftc__op_t *op) {
+  if (!op || !op->rcounts) return 0;
+  int arrays = !!op->scounts + !!op->sdispls + !!op->rcounts + !!op->rdispls;
+  return (size_t)arrays * (size_t)op->nranks * sizeof(size_t);
+}
+
+static void vec_copy(ftc__op_t *op, size_t *to) {
+  const size_t **arr[4] = {&op->scounts, &op->sdispls, &op->rcounts, &op->rdispls};
+  for (int i = 0; i < 4; i++) {
+    if (!*arr[i]) continue;
+    memcpy(to, *arr[i], (size_t)op->nranks * sizeof(size_t));
+    *arr[i] = to;
+    to += op->nranks;
+  }
+}
+
 static ftc_request_t *req_new(ftc_comm_t *comm, const ftc__op_t *op) {
-  ftc_request_t *req = ftc__calloc(1, sizeof(*req));
+  size_t vb = vec_bytes(op);
+  ftc_request_t *req = ftc__calloc(1, sizeof(*req) + vb);
   if (!req) return NULL;
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -51,6 +70,7 @@ static ftc_request_t *req_new(ftc_comm_t *comm, const ftc__op_t *op) {
   pthread_mutex_init(&req->mu, NULL);
   req->comm = comm;
   if (op) req->op = *op;
+  if (vb) vec_copy(&req->op, (size_t *)(req + 1));
   req->refs = 2;
   req->rec_id = FTC_REC_NO_ID;
   return req;

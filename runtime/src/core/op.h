@@ -19,7 +19,23 @@ typedef struct ftc__op {
   ftc_op_t op;
   int peer;            /* root of broadcast/reduce, peer of send/recv, -1 otherwise */
   ftc_algo_t algo;     /* allreduce: the communicator's algorithm when it was issued */
+  /* allgatherv: rcounts, rdispls; alltoallv: all four; NULL otherwise (a
+   * NULL displacement array: packed, ftc__op_displ). nranks entries each,
+   * in elements: the caller's during a blocking call that runs at once,
+   * else the request's copies (engine.c). allgatherv's count is the sum of
+   * rcounts, alltoallv's the sum of scounts. */
+  const size_t *scounts, *sdispls, *rcounts, *rdispls;
+  int nranks;          /* the size the arrays were given for */
 } ftc__op_t;
+
+/* The displacement of rank q's block: displs[q], or the sum of counts[0 ..
+ * q-1] when displs is NULL. */
+static inline size_t ftc__op_displ(const size_t *counts, const size_t *displs, int q) {
+  if (displs) return displs[q];
+  size_t d = 0;
+  for (int i = 0; i < q; i++) d += counts[i];
+  return d;
+}
 
 /* Parse an algorithm name (case-insensitive) for `what` (the variable's
  * name, in the error); FTC_ERR_CONFIG listing the valid names otherwise. */

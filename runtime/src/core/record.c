@@ -13,6 +13,15 @@ uint64_t ftc__record_schedule(ftc_comm_t *comm, const ftc__op_t *op, uint64_t se
   int size = __atomic_load_n(&comm->size, __ATOMIC_ACQUIRE);
   if (op->coll == FTC_REC_ALLTOALL || op->coll == FTC_REC_REDUCE_SCATTER) bytes *= (uint64_t)size;
   if (op->coll == FTC_REC_RECV) bytes = 0;
+  if (op->coll == FTC_REC_ALLGATHERV) {
+    int rank = __atomic_load_n(&comm->rank, __ATOMIC_ACQUIRE);
+    bytes = rank >= 0 && rank < op->nranks ? (uint64_t)op->rcounts[rank] * es : 0;
+  }
+  if (op->coll == FTC_REC_SCATTER || op->coll == FTC_REC_GATHER) {
+    int root = op->peer == __atomic_load_n(&comm->rank, __ATOMIC_ACQUIRE);
+    if (op->coll == FTC_REC_SCATTER) bytes = root ? bytes * (uint64_t)(size - 1) : 0;
+    else if (root) bytes = 0;
+  }
   if (!now) now = ftc__now_ns();
   return ftc_rec_schedule_at(comm->rec, now, __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE), seq, op->coll,
                           op->coll == FTC_REC_BARRIER ? FTC_DTYPE_COUNT : (int)op->dtype,

@@ -671,7 +671,8 @@ static const size_t dsize[FTC_DTYPE_COUNT] = {[FTC_F32] = 4, [FTC_F64] = 8, [FTC
 static const char *coll_name(ftc_rec_op_t c) {
   static const char *n[FTC_REC_OP_COUNT] = {"allreduce", "broadcast", "reduce", "allgather",
                                            "reduce_scatter", "alltoall", "barrier", "send",
-                                           "recv"};
+                                           "recv", "allgatherv", "alltoallv", "gather",
+                                           "scatter"};
   return (unsigned)c < FTC_REC_OP_COUNT ? n[c] : "?";
 }
 
@@ -807,6 +808,54 @@ void ftc__nccl_work_discard(ftc__nccl_comm_t *c, ftc__nccl_work_t *w) {
   w->stage = NULL;
 }
 
+/* allgatherv, alltoallv, gather and scatter as one group of sends and
+ * receives (NCCL has no call of its own for them). Blocks of 0 elements
+ * are left out; so is the copy of a rank's block to itself when it is
+ * already in place. */
+static ncclResult_t enqueue_p2p_coll(ftc__nccl_comm_t *c, ncclComm_t nc, const ftc__op_t *op,
+                                     cudaStream_t s) {
+  const ftc__nccl_fns_t *n = &c->lib->n;
+  ncclDataType_t dt = dtypes[op->dtype];
+  size_t es = dsize[op->dtype];
+  const char *sb = op->sendbuf;
+  char *rb = op->recvbuf;
+  const int me = c->rank, root = op->peer;
+  if ((op->coll == FTC_REC_ALLGATHERV || op->coll == FTC_REC_ALLTOALLV) && op->nranks != c->size)
+    return ncclInvalidArgument;
+  ncclResult_t r = n->GroupStart(), r2;
+  if (r != ncclSuccess) return r;
+#define OK_(x) ((x) == ncclSuccess || (x) == ncclInProgress)
+  for (int j = 0; j < c->size && OK_(r); j++) {
+    const char *sp = NULL;
+    char *rp = NULL;
+    size_t sc = 0, rc = 0;
+    switch (op->coll) {
+    case FTC_REC_ALLGATHERV:
+      sc = op->rcounts[me], sp = sb;
+      rc = op->rcounts[j], rp = rb + ftc__op_displ(op->rcounts, op->rdispls, j) * es;
+      break;
+    case FTC_REC_ALLTOALLV:
+      sc = op->scounts[j], sp = sb + ftc__op_displ(op->scounts, op->sdispls, j) * es;
+      rc = op->rcounts[j], rp = rb + ftc__op_displ(op->rcounts, op->rdispls, j) * es;
+      break;
+    case FTC_REC_GATHER:
+      if (j == root) sc = op->count, sp = sb;
+      if (me == root) rc = op->count, rp = rb + (size_t)j * op->count * es;
+      break;
+    default: /* scatter */
+      if (me == root) sc = op->count, sp = sb + (size_t)j * op->count * es;
+      if (j == root) rc = op->count, rp = rb;
+      break;
+    }
+    if (j == me && sc == rc && sp == rp) continue; /* in place */
+    if (sc) r = n->Send(sp, sc, dt, j, nc, s);
+    if (rc && OK_(r)) r = n->Recv(rp, rc, dt, j, nc, s);
+  }
+#undef OK_
+  r2 = n->GroupEnd();
+  return r != ncclSuccess && r != ncclInProgress ? r : r2;
+}
+
 static ncclResult_t enqueue(ftc__nccl_comm_t *c, ncclComm_t nc, const ftc__op_t *op,
                             cudaStream_t s) {
   const ftc__nccl_fns_t *n = &c->lib->n;
@@ -838,6 +887,10 @@ static ncclResult_t enqueue(ftc__nccl_comm_t *c, ncclComm_t nc, const ftc__op_t 
     r2 = n->GroupEnd();
     return r != ncclSuccess && r != ncclInProgress ? r : r2;
   }
+  case FTC_REC_ALLGATHERV:
+  case FTC_REC_ALLTOALLV:
+  case FTC_REC_GATHER:
+  case FTC_REC_SCATTER: return enqueue_p2p_coll(c, nc, op, s);
   default: return ncclInvalidArgument;
   }
 }

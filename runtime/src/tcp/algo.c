@@ -16,6 +16,9 @@
  *   allgather       ring, received straight into the result (zero copy)
  *   reduce_scatter  ring, reduced through the staging chunk
  *   alltoall        pairwise exchange with every pair in flight at once
+ *   allgatherv      the allgather ring, a block of its own size per rank
+ *   alltoallv       the alltoall exchange, a block of its own size per pair
+ *   gather/scatter  every block straight from/to the root, all at once
  *   barrier         dissemination, one byte per round
  *   send/recv       one in-order byte stream per peer and direction
  * Every rank of a view runs the same sequence of runs, which is what keeps
@@ -431,6 +434,90 @@ static ftc_status_t alltoall(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red
   return ftc__xfer_run(tp, tp->streams, ns, red, deadline);
 }
 
+/* The ring of allgather with a block of its own size per rank: each
+ * block received in place and forwarded as it lands (a send that follows
+ * its receive stream by this rank's own block, as in allgather_ring). */
+static ftc_status_t allgatherv_ring(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red_t *red,
+                                    int64_t deadline) {
+  const int n = tp->size, r = tp->rank;
+  const size_t es = red->esize, *cnt = op->rcounts;
+  char *rb = op->recvbuf;
+#define OFF(b) (ftc__op_displ(cnt, op->rdispls, (b)) * es)
+  if (cnt[r] && (const char *)op->sendbuf != rb + OFF(r)) memmove(rb + OFF(r), op->sendbuf, cnt[r] * es);
+  if (n == 1) return FTC_OK;
+  ftc__seg_t *ss = tp->segs, *rs = tp->segs + (n - 1);
+  for (int k = 0; k < n - 1; k++) {
+    int b = mod(r - k, n), b2 = mod(r - k - 1, n);
+    ss[k] = (ftc__seg_t){.src = rb + OFF(b), .len = cnt[b] * es};
+    rs[k] = (ftc__seg_t){.dst = rb + OFF(b2), .len = cnt[b2] * es};
+  }
+#undef OFF
+  stream_at(tp, 0, mod(r - 1, n), 0, rs, n - 1);
+  ftc__stream_t *snd = stream_at(tp, 1, mod(r + 1, n), 1, ss, n - 1);
+  snd->dep = 0;
+  snd->lag = cnt[r] * es;
+  return ftc__xfer_run(tp, tp->streams, 2, red, deadline);
+}
+
+/* Pairwise exchange as alltoall, each pair's block of its own size (a
+ * block of 0 bytes is no stream). */
+static ftc_status_t alltoallv(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red_t *red,
+                              int64_t deadline) {
+  const int n = tp->size, r = tp->rank;
+  const size_t es = red->esize;
+  const char *sb = op->sendbuf;
+  char *rb = op->recvbuf;
+#define SOFF(q) (ftc__op_displ(op->scounts, op->sdispls, (q)) * es)
+#define ROFF(q) (ftc__op_displ(op->rcounts, op->rdispls, (q)) * es)
+  if (op->rcounts[r]) memmove(rb + ROFF(r), sb + SOFF(r), op->rcounts[r] * es);
+  int ns = 0;
+  for (int k = 1; k < n; k++) {
+    int to = mod(r + k, n), from = mod(r - k, n);
+    tp->segs[2 * k] = (ftc__seg_t){.src = op->scounts[to] ? sb + SOFF(to) : NULL, .len = op->scounts[to] * es};
+    tp->segs[2 * k + 1] = (ftc__seg_t){.dst = op->rcounts[from] ? rb + ROFF(from) : NULL, .len = op->rcounts[from] * es};
+    if (op->scounts[to]) stream_at(tp, ns++, to, 1, &tp->segs[2 * k], 1);
+    if (op->rcounts[from]) stream_at(tp, ns++, from, 0, &tp->segs[2 * k + 1], 1);
+  }
+#undef SOFF
+#undef ROFF
+  return ftc__xfer_run(tp, tp->streams, ns, red, deadline);
+}
+
+/* Every rank's block straight to the root, which receives them all at
+ * once, in place. */
+static ftc_status_t gather(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red_t *red,
+                           int64_t deadline) {
+  const int n = tp->size, r = tp->rank, root = op->peer;
+  const size_t blk = op->count * red->esize;
+  char *rb = op->recvbuf;
+  if (r != root) return sendrecv(tp, root, op->sendbuf, blk, -1, NULL, 0, red, deadline);
+  if ((const char *)op->sendbuf != rb + (size_t)root * blk) memmove(rb + (size_t)root * blk, op->sendbuf, blk);
+  int ns = 0;
+  for (int q = 0; q < n; q++) {
+    if (q == root) continue;
+    tp->segs[q] = (ftc__seg_t){.dst = rb + (size_t)q * blk, .len = blk};
+    stream_at(tp, ns++, q, 0, &tp->segs[q], 1);
+  }
+  return ftc__xfer_run(tp, tp->streams, ns, red, deadline);
+}
+
+/* The root sends every rank its block at once. */
+static ftc_status_t scatter(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red_t *red,
+                            int64_t deadline) {
+  const int n = tp->size, r = tp->rank, root = op->peer;
+  const size_t blk = op->count * red->esize;
+  const char *sb = op->sendbuf;
+  if (r != root) return sendrecv(tp, -1, NULL, 0, root, op->recvbuf, blk, red, deadline);
+  if ((char *)op->recvbuf != sb + (size_t)root * blk) memmove(op->recvbuf, sb + (size_t)root * blk, blk);
+  int ns = 0;
+  for (int q = 0; q < n; q++) {
+    if (q == root) continue;
+    tp->segs[q] = (ftc__seg_t){.src = sb + (size_t)q * blk, .len = blk};
+    stream_at(tp, ns++, q, 1, &tp->segs[q], 1);
+  }
+  return ftc__xfer_run(tp, tp->streams, ns, red, deadline);
+}
+
 static ftc_status_t barrier(ftc__tcp_t *tp, const ftc__red_t *red, int64_t deadline) {
   const int n = tp->size, r = tp->rank;
   static const char token = 'B';
@@ -455,6 +542,16 @@ ftc_status_t ftc__tcp_run(ftc__tcp_t *tp, const ftc__op_t *op, int64_t deadline_
    * direction. */
   tp->shared = bytes < tp->cfg.ring_threshold && op->coll != FTC_REC_SEND && op->coll != FTC_REC_RECV;
   if (op->coll == FTC_REC_BARRIER) return barrier(tp, &red, deadline_ns);
+  if (op->coll == FTC_REC_ALLGATHERV || op->coll == FTC_REC_ALLTOALLV) {
+    if (op->nranks != tp->size)
+      return ftc__error(FTC_ERR_REVOKED, "%s: counts for %d ranks in an epoch of %d",
+                        ftc_rec_op_name(op->coll), op->nranks, tp->size);
+    if (op->coll == FTC_REC_ALLGATHERV) return allgatherv_ring(tp, op, &red, deadline_ns);
+    /* Each side of a pair sizes its blocks itself (its count is this
+     * rank's sum alone): the socket of each direction, as send/recv. */
+    tp->shared = 0;
+    return alltoallv(tp, op, &red, deadline_ns);
+  }
   if (op->count == 0) return FTC_OK;
   if (tp->size == 1) {
     /* A world of one: every collective is a copy. */
@@ -464,6 +561,8 @@ ftc_status_t ftc__tcp_run(ftc__tcp_t *tp, const ftc__op_t *op, int64_t deadline_
       case FTC_REC_REDUCE_SCATTER:
       case FTC_REC_ALLTOALL:
       case FTC_REC_REDUCE:
+      case FTC_REC_GATHER:
+      case FTC_REC_SCATTER:
         if (op->recvbuf != op->sendbuf) memmove(op->recvbuf, op->sendbuf, bytes);
         return FTC_OK;
       default:
@@ -490,6 +589,8 @@ ftc_status_t ftc__tcp_run(ftc__tcp_t *tp, const ftc__op_t *op, int64_t deadline_
     case FTC_REC_ALLGATHER: return allgather_ring(tp, op, &red, deadline_ns);
     case FTC_REC_REDUCE_SCATTER: return reduce_scatter_ring(tp, op, &red, deadline_ns);
     case FTC_REC_ALLTOALL: return alltoall(tp, op, &red, deadline_ns);
+    case FTC_REC_GATHER: return gather(tp, op, &red, deadline_ns);
+    case FTC_REC_SCATTER: return scatter(tp, op, &red, deadline_ns);
     case FTC_REC_SEND: return sendrecv(tp, op->peer, op->sendbuf, bytes, -1, NULL, 0, &red, deadline_ns);
     case FTC_REC_RECV: return sendrecv(tp, -1, NULL, 0, op->peer, op->recvbuf, bytes, &red, deadline_ns);
     default: return ftc__error(FTC_ERR_INTERNAL, "unknown collective %d", (int)op->coll);
