@@ -33,7 +33,7 @@
  * a newer major version and accepts any minor version. */
 #define FTC_REC_FORMAT_NAME "ftcomm-flight-recorder"
 #define FTC_REC_FORMAT_MAJOR 1
-#define FTC_REC_FORMAT_MINOR 1
+#define FTC_REC_FORMAT_MINOR 2
 
 /* The longest headline ftcomm-trace prints (the first line of its text
  * report, with the coordinator's verdict), in bytes with the NUL: a reader
@@ -137,6 +137,30 @@ void ftc_rec_started(ftc_rec_t *rec, uint64_t id, int64_t t_ns);
 void ftc_rec_completed(ftc_rec_t *rec, uint64_t id, int64_t t_ns);
 void ftc_rec_failed(ftc_rec_t *rec, uint64_t id, int64_t t_ns);
 
+/*
+ * Names a binding knows its collectives by (PyTorch: the profiling name
+ * "nccl:all_reduce", the process group's name and description), written in
+ * dumps (docs/dump-format.md). ftc_rec_name_id interns a name for the whole
+ * process (append-only, never freed: a binding has a handful) and returns
+ * its id: 0 for NULL or "", -1 when it is longer than FTC_REC_NAME_MAX - 1
+ * bytes, holds a control character, '"' or '\\', or FTC_REC_NAMES - 1
+ * names are taken. Any thread; lock-free once a
+ * name is known. ftc_rec_name gives the name of an id ("" for 0 or an
+ * unknown id).
+ */
+#define FTC_REC_NAMES 1024
+#define FTC_REC_NAME_MAX 64
+int ftc_rec_name_id(const char *name);
+const char *ftc_rec_name(int id);
+/* The name id (ftc_rec_name_id) the entries scheduled from now on carry;
+ * the scheduling thread (as ftc_rec_schedule). NULL is a no-op. */
+void ftc_rec_set_coll_name(ftc_rec_t *rec, int id);
+/* The communicator's process-group name and description in dumps (copied,
+ * cut to FTC_REC_NAME_MAX - 1 bytes, control characters, '"' and '\\' made
+ * '?'; NULL leaves one as it was). Any
+ * thread. NULL rec is a no-op. */
+void ftc_rec_set_group(ftc_rec_t *rec, const char *name, const char *desc);
+
 /* Last sequence numbers seen in the current epoch (0 for none). */
 typedef struct ftc_rec_progress {
   uint64_t epoch;
@@ -164,6 +188,7 @@ typedef struct ftc_rec_entry {
   int64_t t_started;
   int64_t t_completed; /* completion or failure time */
   int64_t timeout_ns;
+  int name; /* the collective's name id (ftc_rec_set_coll_name), 0 none */
 } ftc_rec_entry_t;
 
 /* Copy up to max consistent entries, oldest first, into out; returns how

@@ -176,11 +176,13 @@ static int mkdir_p(const char *dir) {
 static void write_entry(const ftc_rec_entry_t *e, int first) {
   int64_t dur = e->t_started && e->t_completed ? e->t_completed - e->t_started : -1;
   w_printf("%s\n[%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",\"%s\",\"%s\",%" PRIu64 ",%" PRIu64
-           ",%d,%d,%d,\"%s\",%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 "]",
+           ",%d,%d,%d,\"%s\",%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 ",",
            first ? "" : ",", e->id, e->epoch, e->seq, ftc_rec_op_name(e->op),
            ftc__rec_dtype_name(e->dtype), e->count, e->bytes, e->peer, e->rank, e->size,
            ftc_rec_state_name(e->state), e->t_created, e->t_started, e->t_completed, dur,
            e->timeout_ns);
+  w_str(ftc_rec_name(e->name)); /* the last column: a 1.1 reader skips it */
+  w_put("]", 1);
 }
 
 /* Entries of each recorder that fit: the newest ones, in proportion. */
@@ -193,13 +195,14 @@ static uint64_t entry_budget(uint64_t max_bytes, size_t ncomms, uint64_t total) 
 static const char entry_fields[] =
     "\"entry_fields\":[\"id\",\"epoch\",\"seq\",\"op\",\"dtype\",\"count\",\"bytes\","
     "\"peer\",\"rank\",\"size\",\"state\",\"created_ns\",\"started_ns\",\"completed_ns\","
-    "\"duration_ns\",\"timeout_ns\"],\n\"communicators\":[";
+    "\"duration_ns\",\"timeout_ns\",\"name\"],\n\"communicators\":[";
 
 /* One recorder as a dump shows it: its header fields, and the entries
  * from the live ring (cap == NULL) or from a capture. */
 typedef struct comm_view {
   uint64_t comm_id;
   char name[64];
+  char pg_name[FTC_REC_NAME_MAX], pg_desc[FTC_REC_NAME_MAX];
   ftc_rec_progress_t p;
   uint64_t ranks;
   size_t cap;
@@ -222,6 +225,8 @@ static void comm_view_of(const struct ftc_rec *r, uint64_t budget, uint64_t tota
   ftc_rec_progress(r, &cv->p);
   cv->comm_id = r->comm_id;
   snprintf(cv->name, sizeof(cv->name), "%s", r->name);
+  memcpy(cv->pg_name, r->pg_name, sizeof(cv->pg_name));
+  memcpy(cv->pg_desc, r->pg_desc, sizeof(cv->pg_desc));
   cv->ranks = __atomic_load_n(&r->cur_ranks, __ATOMIC_RELAXED);
   cv->cap = r->cap;
   cv->held = cv->p.recorded < r->cap ? cv->p.recorded : r->cap;
@@ -390,6 +395,8 @@ static void write_header(const proc_info_t *pi, const char *reason, int64_t wall
 static void write_comm_head(const comm_view_t *cv, int first_comm) {
   w_printf("%s\n{\"id\":\"%016" PRIx64 "\",", first_comm ? "" : ",", cv->comm_id);
   w_key_str("name", cv->name);
+  w_key_str("pg_name", cv->pg_name);
+  w_key_str("pg_desc", cv->pg_desc);
   w_printf("\"epoch\":%" PRIu64 ",\"rank\":%d,\"size\":%d,\"capacity\":%zu,\"recorded\":%" PRIu64
            ",\"dropped\":%" PRIu64 ",\"last_enqueued_seq\":%" PRIu64
            ",\"last_started_seq\":%" PRIu64 ",\"last_completed_seq\":%" PRIu64

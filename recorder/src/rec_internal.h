@@ -20,7 +20,7 @@ typedef struct ftc__rec_slot {
   uint64_t seq;
   uint64_t count;
   uint64_t bytes;
-  uint64_t meta;   /* op | dtype << 8 | (uint32_t)peer << 32 */
+  uint64_t meta;   /* op | dtype << 8 | name id << 16 | (uint32_t)peer << 32 */
   uint64_t ranks;  /* (uint32_t)rank | (uint64_t)(uint32_t)size << 32 */
   uint64_t state;  /* id << 2 | ftc_rec_state_t */
   int64_t t_created;
@@ -40,9 +40,12 @@ struct ftc_rec {
   uint64_t cur_ranks;  /* packed like ftc__rec_slot_t.ranks */
   size_t cap;
   ftc__rec_slot_t *ring; /* NULL when disabled */
+  uint64_t cur_name;     /* name id << 16, for meta; the scheduling thread's */
   /* Fixed at creation. */
   uint64_t comm_id;
   char name[64];
+  /* Set by ftc_rec_set_group, under the registry lock. */
+  char pg_name[FTC_REC_NAME_MAX], pg_desc[FTC_REC_NAME_MAX];
   /* Registry links, under the registry lock. */
   struct ftc_rec *prev, *next;
 };

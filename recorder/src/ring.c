@@ -71,6 +71,58 @@ const char *ftc__rec_dtype_name(int dtype) {
   return "none";
 }
 
+/* The process's interned names: slots 1 .. nnames - 1 are written once
+ * (under names_lock) before nnames publishes them. */
+static char names[FTC_REC_NAMES][FTC_REC_NAME_MAX];
+static int nnames = 1;
+static pthread_mutex_t names_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int name_find(const char *name, int n) {
+  for (int i = 1; i < n; i++)
+    if (!strcmp(names[i], name)) return i;
+  return 0;
+}
+
+int ftc_rec_name_id(const char *name) {
+  if (!name || !*name) return 0;
+  if (strlen(name) >= FTC_REC_NAME_MAX) return -1;
+  for (const char *c = name; *c; c++) /* kept as they are in a dump's JSON string */
+    if ((unsigned char)*c < 0x20 || *c == '"' || *c == '\\') return -1;
+  int id = name_find(name, __atomic_load_n(&nnames, __ATOMIC_ACQUIRE));
+  if (id) return id;
+  pthread_mutex_lock(&names_lock);
+  int n = __atomic_load_n(&nnames, __ATOMIC_RELAXED);
+  id = name_find(name, n);
+  if (!id && n < FTC_REC_NAMES) {
+    memcpy(names[n], name, strlen(name) + 1);
+    __atomic_store_n(&nnames, n + 1, __ATOMIC_RELEASE);
+    id = n;
+  }
+  pthread_mutex_unlock(&names_lock);
+  return id ? id : -1;
+}
+
+const char *ftc_rec_name(int id) {
+  return id > 0 && id < __atomic_load_n(&nnames, __ATOMIC_ACQUIRE) ? names[id] : "";
+}
+
+void ftc_rec_set_coll_name(ftc_rec_t *rec, int id) {
+  if (rec) rec->cur_name = (uint64_t)(uint16_t)(id > 0 ? id : 0) << 16;
+}
+
+void ftc_rec_set_group(ftc_rec_t *rec, const char *name, const char *desc) {
+  if (!rec) return;
+  pthread_mutex_lock(&ftc__rec_registry_lock);
+  if (name) snprintf(rec->pg_name, sizeof(rec->pg_name), "%s", name);
+  if (desc) snprintf(rec->pg_desc, sizeof(rec->pg_desc), "%s", desc);
+  /* one byte each in a dump's JSON string (its room is counted per byte) */
+  for (char *c = rec->pg_name; *c; c++)
+    if ((unsigned char)*c < 0x20 || *c == '"' || *c == '\\') *c = '?';
+  for (char *c = rec->pg_desc; *c; c++)
+    if ((unsigned char)*c < 0x20 || *c == '"' || *c == '\\') *c = '?';
+  pthread_mutex_unlock(&ftc__rec_registry_lock);
+}
+
 static uint64_t pack_ranks(int rank, int size) {
   return (uint64_t)(uint32_t)rank | (uint64_t)(uint32_t)size << 32;
 }
@@ -177,7 +229,7 @@ uint64_t ftc_rec_schedule_at(ftc_rec_t *rec, int64_t now, uint64_t epoch, uint64
   STORE_REL(&s->seq, seq);
   STORE_REL(&s->count, count);
   STORE_REL(&s->bytes, bytes);
-  STORE_REL(&s->meta, (uint64_t)(uint8_t)op | (uint64_t)(uint8_t)dtype << 8 |
+  STORE_REL(&s->meta, (uint64_t)(uint8_t)op | (uint64_t)(uint8_t)dtype << 8 | rec->cur_name |
                       (uint64_t)(uint32_t)peer << 32);
   STORE_REL(&s->ranks, LOAD(&rec->cur_ranks));
   STORE_REL(&s->state, id << 2 | FTC_REC_SCHEDULED);
@@ -255,6 +307,7 @@ int ftc__rec_read(const struct ftc_rec *rec, uint64_t id, ftc_rec_entry_t *e) {
   uint64_t meta = LOAD_ACQ(&s->meta);
   e->op = (ftc_rec_op_t)(meta & 0xff);
   e->dtype = (int)(int8_t)((meta >> 8) & 0xff);
+  e->name = (int)((meta >> 16) & 0xffff);
   e->peer = (int)(int32_t)(uint32_t)(meta >> 32);
   uint64_t ranks = LOAD_ACQ(&s->ranks);
   e->rank = (int)(int32_t)(uint32_t)ranks;

@@ -460,6 +460,28 @@ FTC_API ftc_status_t ftc_comm_dump(ftc_comm_t *comm, const char *reason, char *p
                                    size_t path_len);
 
 /*
+ * Names for the flight recorder, for a binding that knows its collectives
+ * by its own names (docs/dump-format.md; PyTorch's profiling name
+ * "nccl:all_reduce", its process group's name "0" and description
+ * "default_pg"): ftcomm-trace shows them with the entries.
+ *
+ * ftc_comm_set_coll_name: the name recorded with every collective this
+ * communicator starts from now on, until the next call (NULL or "":
+ * none). Names are interned for the whole process (a binding has a
+ * handful): at most 63 bytes without control characters, '"' or '\', and
+ * at most 1023 distinct ones; FTC_ERR_INVALID_ARGUMENT otherwise, saying
+ * which. From the thread that issues the collectives; no allocation once a
+ * name is known.
+ *
+ * ftc_comm_set_group_name: the communicator's group name and description
+ * in dumps (copied, cut to 63 bytes; NULL leaves one as it was). Safe from
+ * any thread.
+ */
+FTC_API ftc_status_t ftc_comm_set_coll_name(ftc_comm_t *comm, const char *name);
+FTC_API ftc_status_t ftc_comm_set_group_name(ftc_comm_t *comm, const char *name,
+                                             const char *desc);
+
+/*
  * GPUs (docs/nccl.md). With the NCCL backend (FTCOMM_BACKEND=nccl, or auto
  * on a host where NCCL loads and sees a GPU) collective buffers are device
  * pointers, and collectives run on a CUDA (or HIP) stream: the

@@ -78,6 +78,14 @@ static void a_dump_is_valid_json_with_every_communicator(void **state) {
     ftc_rec_started(a, id, 0);
     if (s < 6) ftc_rec_completed(a, id, 0);
   }
+  /* A binding's names: the entry's, and the group's (a quote made '?') */
+  int bid = ftc_rec_name_id("nccl:broadcast");
+  assert_true(bid > 0);
+  assert_int_equal(ftc_rec_name_id("nccl:broadcast"), bid);
+  assert_int_equal(ftc_rec_name_id("bad\"name"), -1);
+  assert_int_equal(ftc_rec_name_id(""), 0);
+  ftc_rec_set_coll_name(b, bid);
+  ftc_rec_set_group(b, "1", "tensor \"parallel\"");
   ftc_rec_schedule(b, 2, 1, FTC_REC_BROADCAST, FTC_I64, 3, 24, 0, -1);
   char path[512];
   assert_int_equal(ftc_rec_dump(NULL, "api", path, sizeof(path)), FTC_OK);
@@ -88,7 +96,7 @@ static void a_dump_is_valid_json_with_every_communicator(void **state) {
   json_t *root = json_load_file(path, 0, &err);
   if (!root) fail_msg("%s: %s at line %d", path, err.text, err.line);
   assert_string_equal(json_string_value(json_object_get(root, "format")), "ftcomm-flight-recorder");
-  assert_string_equal(json_string_value(json_object_get(root, "version")), "1.1");
+  assert_string_equal(json_string_value(json_object_get(root, "version")), "1.2");
   /* Not about a failed epoch: no outcome. */
   assert_null(json_object_get(root, "failure"));
   assert_null(json_object_get(root, "verdict"));
@@ -98,7 +106,8 @@ static void a_dump_is_valid_json_with_every_communicator(void **state) {
   assert_int_equal(json_integer_value(json_object_get(root, "world_size")), 8);
   assert_true(json_is_false(json_object_get(root, "truncated")));
   json_t *fields = json_object_get(root, "entry_fields");
-  assert_int_equal(json_array_size(fields), 16);
+  assert_int_equal(json_array_size(fields), 17);
+  assert_string_equal(json_string_value(json_array_get(fields, 16)), "name");
   json_t *comms = json_object_get(root, "communicators");
   assert_int_equal(json_array_size(comms), 2);
   size_t i;
@@ -119,9 +128,17 @@ static void a_dump_is_valid_json_with_every_communicator(void **state) {
       assert_string_equal(json_string_value(json_array_get(last, 3)), "allreduce");
       assert_string_equal(json_string_value(json_array_get(last, 4)), "bf16");
       assert_string_equal(json_string_value(json_array_get(last, 10)), "started");
+      assert_string_equal(json_string_value(json_array_get(last, 16)), "");
+      assert_string_equal(json_string_value(json_object_get(c, "pg_name")), "");
     } else if (!strcmp(id, "0000000000000022")) {
       seen |= 2;
       assert_string_equal(json_string_value(json_object_get(c, "name")), "tp");
+      assert_string_equal(json_string_value(json_object_get(c, "pg_name")), "1");
+      assert_string_equal(json_string_value(json_object_get(c, "pg_desc")), "tensor ?parallel?");
+      json_t *ents = json_object_get(c, "entries");
+      json_t *bc = json_array_get(ents, json_array_size(ents) - 1);
+      assert_string_equal(json_string_value(json_array_get(bc, 3)), "broadcast");
+      assert_string_equal(json_string_value(json_array_get(bc, 16)), "nccl:broadcast");
     }
   }
   assert_int_equal(seen, 3);

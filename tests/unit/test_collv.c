@@ -7,7 +7,8 @@
  * gapped and reversed displacements, every root, in place and not, blocking
  * and asynchronous, element sizes 1, 2, 4 and 8. Bytes outside the blocks a
  * call may write must stay untouched, and send buffers unchanged. Bad
- * arguments are refused before anything is sent, naming what to fix.
+ * arguments are refused before anything is sent, naming what to fix. The
+ * names a binding gives (ftc_comm_set_coll_name, _group_name) are in dumps.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -273,6 +275,70 @@ static void bad_arguments_are_refused_naming_what_to_fix(void **state) {
   assert_int_equal(harness_run(2, bad_args_body, NULL, &small_opts), 0);
 }
 
+/* ---- names for the flight recorder ---- */
+
+static char g_dump_dir[128];
+
+/* How many times the file at path holds needle. */
+static int file_has(const char *path, const char *needle) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  static char buf[1 << 20];
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  int k = 0;
+  for (const char *p = buf; (p = strstr(p, needle)) != NULL; p++) k++;
+  return k;
+}
+
+static int names_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)arg, (void)n;
+  size_t one[2] = {1, 1};
+  int32_t mine = rank, all[2];
+  char longname[80];
+  memset(longname, 'x', 70), longname[70] = 0;
+  if (ftc_comm_set_group_name(comm, "0", "default_pg") != FTC_OK ||
+      ftc_comm_set_coll_name(comm, "nccl:all_gather") != FTC_OK)
+    return RANK_FAIL(rank, "setting names: %s", ftc_last_error());
+  if (ftc_allgatherv(&mine, all, one, NULL, FTC_I32, comm, FTC_TIMEOUT_DEFAULT) != FTC_OK)
+    return RANK_FAIL(rank, "allgatherv: %s", ftc_last_error());
+  if (ftc_comm_set_coll_name(comm, "a\"b") != FTC_ERR_INVALID_ARGUMENT ||
+      !strstr(ftc_last_error(), "without control characters") ||
+      ftc_comm_set_coll_name(comm, longname) != FTC_ERR_INVALID_ARGUMENT ||
+      ftc_comm_set_coll_name(NULL, "x") != FTC_ERR_INVALID_ARGUMENT)
+    return RANK_FAIL(rank, "a bad name was taken: %s", ftc_last_error());
+  /* the name stays until changed; NULL clears it */
+  if (ftc_barrier(comm, FTC_TIMEOUT_DEFAULT) != FTC_OK || ftc_comm_set_coll_name(comm, NULL) != FTC_OK ||
+      ftc_barrier(comm, FTC_TIMEOUT_DEFAULT) != FTC_OK)
+    return RANK_FAIL(rank, "barriers: %s", ftc_last_error());
+  char path[512];
+  if (ftc_comm_dump(comm, "names", path, sizeof(path)) != FTC_OK)
+    return RANK_FAIL(rank, "dump: %s", ftc_last_error());
+  static const char *const want[] = {
+      "\"timeout_ns\",\"name\"]", "\"pg_name\":\"0\",\"pg_desc\":\"default_pg\"",
+      "\"allgatherv\",\"i32\",2,4,", "\"nccl:all_gather\"]", "\"barrier\",\"none\"",
+      ",\"\"]]"};
+  for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+    if (!file_has(path, want[i])) return RANK_FAIL(rank, "%s lacks %s", path, want[i]);
+  /* the first barrier carries the name too; the second none */
+  if (file_has(path, "\"nccl:all_gather\"]") != 2 || file_has(path, "\"barrier\",\"none\"") != 2)
+    return RANK_FAIL(rank, "want the allgatherv and the first barrier named, the second not");
+  return 0;
+}
+
+static void names_given_by_a_binding_are_in_the_dump(void **state) {
+  (void)state;
+  snprintf(g_dump_dir, sizeof(g_dump_dir), "/tmp/ftc-collv-names-%d", (int)getpid());
+  setenv("FTCOMM_DUMP_DIR", g_dump_dir, 1);
+  int failed = harness_run(2, names_body, NULL, &small_opts);
+  unsetenv("FTCOMM_DUMP_DIR");
+  char cmd[256];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dump_dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dump_dir);
+  assert_int_equal(failed, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       AT_SIZES_TESTS(allgatherv_places_uneven_blocks_at_their_displacements_at_size),
@@ -280,6 +346,7 @@ int main(void) {
       AT_SIZES_TESTS(gather_collects_every_block_at_every_root_at_size),
       AT_SIZES_TESTS(scatter_hands_out_every_block_from_every_root_at_size),
       cmocka_unit_test(bad_arguments_are_refused_naming_what_to_fix),
+      cmocka_unit_test(names_given_by_a_binding_are_in_the_dump),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

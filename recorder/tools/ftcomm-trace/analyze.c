@@ -174,6 +174,8 @@ static int add_group(tr_report_t *rep, size_t *cap, const tr_comm_t *c, uint64_t
   memset(g, 0, sizeof(*g));
   g->comm_id = c->id;
   g->comm_name = c->name;
+  g->pg_name = c->pg_name && *c->pg_name ? c->pg_name : NULL;
+  g->pg_desc = c->pg_desc && *c->pg_desc ? c->pg_desc : NULL;
   g->epoch = epoch;
   g->size = -1;
   return (int)rep->ng++;

@@ -87,6 +87,8 @@ static void dump_free(tr_dump_t *d) {
   for (size_t i = 0; i < d->ncomms; i++) {
     ftc__free(d->comms[i].id);
     ftc__free(d->comms[i].name);
+    ftc__free(d->comms[i].pg_name);
+    ftc__free(d->comms[i].pg_desc);
     ftc__free(d->comms[i].e);
   }
   ftc__free(d->comms);

@@ -403,7 +403,8 @@ static const char *const top_keys[] = {
     "entry_fields", "communicators"};
 static const char *const comm_keys[] = {
     "id", "name", "epoch", "rank", "size", "capacity", "recorded", "dropped",
-    "last_enqueued_seq", "last_started_seq", "last_completed_seq", "entries"};
+    "last_enqueued_seq", "last_started_seq", "last_completed_seq", "entries", "pg_name",
+    "pg_desc"};
 
 static void once(parser_t *P, const char *k, const char *const *keys, size_t n, unsigned *seen,
                  const char *where) {
@@ -417,13 +418,13 @@ static void once(parser_t *P, const char *k, const char *const *keys, size_t n, 
 
 enum col {
   C_SKIP = 0, C_EPOCH, C_SEQ, C_OP, C_DTYPE, C_COUNT, C_PEER, C_RANK, C_SIZE, C_STATE,
-  C_CREATED, C_STARTED, C_COMPLETED, C_TIMEOUT
+  C_CREATED, C_STARTED, C_COMPLETED, C_TIMEOUT, C_NAME
 };
 static const struct { const char *name; enum col col; } known_cols[] = {
     {"epoch", C_EPOCH}, {"seq", C_SEQ}, {"op", C_OP}, {"dtype", C_DTYPE},
     {"count", C_COUNT}, {"peer", C_PEER}, {"rank", C_RANK}, {"size", C_SIZE},
     {"state", C_STATE}, {"created_ns", C_CREATED}, {"started_ns", C_STARTED},
-    {"completed_ns", C_COMPLETED}, {"timeout_ns", C_TIMEOUT},
+    {"completed_ns", C_COMPLETED}, {"timeout_ns", C_TIMEOUT}, {"name", C_NAME},
 };
 #define MAX_COLS 64
 
@@ -468,7 +469,7 @@ static int state_of(const char *s) {
 }
 
 static void entries(parser_t *P, const cols_t *cols, tr_comm_t *c) {
-  name_cache_t ops = {.n = 0}, dtypes = {.n = 0};
+  name_cache_t ops = {.n = 0}, dtypes = {.n = 0}, names = {.n = 0};
   int unknown_op = tr_intern("unknown", 7), no_dtype = tr_intern("none", 4);
   expect(P, '[');
   if (peek(P) == ']') { P->p++; return; }
@@ -516,6 +517,11 @@ static void entries(parser_t *P, const cols_t *cols, tr_comm_t *c) {
             break;
           }
           case C_STATE: e->state = (uint8_t)state_of(str(P, &n)); break;
+          case C_NAME: {
+            char *s = str(P, &n);
+            if (n) e->name = (uint32_t)intern_cached(s, n, &names, NULL) + 1;
+            break;
+          }
           default: skip(P, 1);
         }
       } while (more(P, ']'));
@@ -549,6 +555,8 @@ static void communicators(parser_t *P, const cols_t *cols, tr_dump_t *d) {
         once(P, k, comm_keys, sizeof(comm_keys) / sizeof(comm_keys[0]), &seen, "a communicator's ");
         if (!strcmp(k, "id")) c->id = dup_str(P);
         else if (!strcmp(k, "name")) c->name = dup_str(P);
+        else if (!strcmp(k, "pg_name")) c->pg_name = dup_str(P);
+        else if (!strcmp(k, "pg_desc")) c->pg_desc = dup_str(P);
         else if (!strcmp(k, "epoch")) c->epoch = (uint64_t)num(P, 0);
         else if (!strcmp(k, "rank")) c->rank = (int)in_a_job(P, "a communicator's \"rank\"", num(P, -1), 0);
         else if (!strcmp(k, "size")) c->size = (int)in_a_job(P, "a communicator's \"size\"", num(P, -1), 1);

@@ -42,13 +42,16 @@ static void member_at(const tr_set_t *set, const tr_member_t *m, uint64_t s, cha
       const tr_entry_t *e = &c->e[i];
       int64_t from = e->t_started ? e->t_started : e->t_created;
       double ms = e->t_completed && from ? (e->t_completed - from) / 1e6 : -1;
+      char nm[80] = ""; /* the binding's name for it, e.g. nccl:all_reduce */
+      if (e->name) snprintf(nm, sizeof(nm), " (%s)", tr_str((int)e->name - 1));
       if (ms >= 0)
-        snprintf(buf, len, "in seq %llu: %s %s x%llu peer %d, %s (%.3f ms)", (unsigned long long)s,
-                 tr_str(e->op), tr_str(e->dtype), (unsigned long long)e->count, e->peer,
+        snprintf(buf, len, "in seq %llu: %s%s %s x%llu peer %d, %s (%.3f ms)", (unsigned long long)s,
+                 tr_str(e->op), nm, tr_str(e->dtype), (unsigned long long)e->count, e->peer,
                  state_word(e->state), ms);
       else
-        snprintf(buf, len, "in seq %llu: %s %s x%llu peer %d, %s", (unsigned long long)s, tr_str(e->op),
-                 tr_str(e->dtype), (unsigned long long)e->count, e->peer, state_word(e->state));
+        snprintf(buf, len, "in seq %llu: %s%s %s x%llu peer %d, %s", (unsigned long long)s,
+                 tr_str(e->op), nm, tr_str(e->dtype), (unsigned long long)e->count, e->peer,
+                 state_word(e->state));
       return;
     }
     if (c->e[i].seq < s) last = &c->e[i];
@@ -119,6 +122,8 @@ void tr_print_text(FILE *out, const tr_set_t *set, const tr_report_t *rep, int v
     fprintf(out, "  %s [%s] epoch %llu%s: %zu of %d members, seq %llu..%llu", g->comm_name, g->comm_id,
             (unsigned long long)g->epoch, g->latest ? "" : " (earlier)", g->nm, g->size,
             (unsigned long long)g->lo, (unsigned long long)g->hi);
+    if (g->pg_name) fprintf(out, ", process group \"%s\"", g->pg_name);
+    if (g->pg_desc) fprintf(out, " (%s)", g->pg_desc);
     if (g->diverged) fprintf(out, ", first divergence at seq %llu", (unsigned long long)g->div_seq);
     else fprintf(out, ", aligned");
     if (g->note[0]) fprintf(out, " (%s)", g->note);

@@ -35,13 +35,14 @@ typedef struct tr_entry {
   uint8_t dtype; /* interned dtype name */
   uint8_t state;
   uint8_t p2p;
-  uint32_t pad;
+  uint32_t name; /* interned collective name (a binding's, "nccl:all_reduce") + 1; 0 none */
 } tr_entry_t;
 
 /* One process's view of one communicator. */
 typedef struct tr_comm {
   char *id;   /* matches the same communicator across ranks */
   char *name;
+  char *pg_name, *pg_desc; /* a binding's process group (format 1.2), NULL none */
   uint64_t epoch;
   int rank, size;
   uint64_t capacity, recorded, dropped;
@@ -160,6 +161,7 @@ typedef struct tr_member {
 
 typedef struct tr_group {
   const char *comm_id, *comm_name;
+  const char *pg_name, *pg_desc; /* NULL: none */
   uint64_t epoch;
   int latest;   /* the newest epoch of this communicator: decides the status */
   int size;

@@ -2,8 +2,11 @@
  * record.c - the communicator's seam to the flight recorder: every
  * collective is recorded when it is scheduled (by the calling thread), when
  * it starts, and when it completes or fails (by whichever thread ran it).
+ * The names a binding gives them (ftc_comm_set_coll_name, _group_name) go
+ * to the recorder too.
  */
 #include "core/comm.h"
+#include "ftc_error.h"
 #include "ftc_time.h"
 
 uint64_t ftc__record_schedule(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq,
@@ -38,4 +41,23 @@ void ftc__record_end(ftc_comm_t *comm, uint64_t id, ftc_status_t st) {
     ftc_rec_completed(comm->rec, id, 0);
   else
     ftc_rec_failed(comm->rec, id, 0);
+}
+
+ftc_status_t ftc_comm_set_coll_name(ftc_comm_t *comm, const char *name) {
+  if (!comm) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_set_coll_name: comm is NULL");
+  int id = ftc_rec_name_id(name);
+  if (id < 0)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                      "ftc_comm_set_coll_name: \"%.80s\" is not a name the recorder keeps: at most "
+                      "%d bytes without control characters, '\"' or '\\', and at most %d "
+                      "distinct names in a process",
+                      name, FTC_REC_NAME_MAX - 1, FTC_REC_NAMES - 1);
+  ftc_rec_set_coll_name(comm->rec, id);
+  return FTC_OK;
+}
+
+ftc_status_t ftc_comm_set_group_name(ftc_comm_t *comm, const char *name, const char *desc) {
+  if (!comm) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_set_group_name: comm is NULL");
+  ftc_rec_set_group(comm->rec, name, desc);
+  return FTC_OK;
 }
