@@ -11,6 +11,8 @@ RUNTIME_CPPFLAGS := -Iruntime/src
 RUNTIME_LIBS := -lwebsockets -ljansson -ldl -lm
 
 FTCOMM_SO := $(BUILD)/lib/libftcomm.so
+# The exported symbols: ftc_* only (the public API), versioned FTCOMM_0.
+FTCOMM_MAP := runtime/libftcomm.map
 FTCOMM_A := $(BUILD)/lib/libftcomm.a
 
 $(RUNTIME_OBJS): CPPFLAGS_ALL += $(RUNTIME_CPPFLAGS)
@@ -23,10 +25,11 @@ $(FTCOMM_A): $(RUNTIME_OBJS) $(RECORDER_OBJS) $(COMMON_OBJS)
 	$(say) AR $@
 	$(Q)rm -f $@ && $(AR) rcs $@ $^
 
-$(FTCOMM_SO): $(RUNTIME_OBJS) $(RECORDER_OBJS) $(COMMON_OBJS)
+$(FTCOMM_SO): $(RUNTIME_OBJS) $(RECORDER_OBJS) $(COMMON_OBJS) $(FTCOMM_MAP)
 	@mkdir -p $(dir $@)
 	$(say) LD $@
-	$(Q)$(CC) -shared -Wl,-soname,libftcomm.so.0 -Wl,--no-undefined -o $@ $^ $(LDFLAGS_ALL) $(RUNTIME_LIBS)
+	$(Q)$(CC) -shared -Wl,-soname,libftcomm.so.0 -Wl,--no-undefined -Wl,--version-script=$(FTCOMM_MAP) \
+	  -o $@ $(filter %.o,$^) $(LDFLAGS_ALL) $(RUNTIME_LIBS)
 
 # Tools: runtime/tools/NAME/*.c -> $(BUILD)/bin/NAME (static libftcomm, so
 # binaries run from the build tree without LD_LIBRARY_PATH).

@@ -27,7 +27,19 @@ cc -Wall -Werror $(pkg-config --cflags ftcomm) "$tmp/user.c" -o "$tmp/user-stati
   "$tmp/prefix/lib/libftcomm.a" $(pkg-config --libs-only-other --static ftcomm) \
   $(pkg-config --static --libs ftcomm | tr ' ' '\n' | grep -v -- '-lftcomm' | tr '\n' ' ')
 "$tmp/user-static"
-# Only the public API is exported from the shared library.
-bad=$(nm -D --defined-only "$tmp/prefix/lib/libftcomm.so" | awk '{print $3}' | grep -v '^ftc_' | grep -v '^_' || true)
-if [ -n "$bad" ]; then echo "libftcomm.so exports non-API symbols:" $bad >&2; exit 1; fi
-echo "install: shared and static builds link and run"
+# Only the public API is exported from the shared library (the version script
+# runtime/libftcomm.map): every defined dynamic symbol is an ftc_* function of
+# version FTCOMM_0, or the version node itself, and they are exactly the
+# functions ftcomm.h declares (none missing, none extra).
+nm -D --defined-only "$tmp/prefix/lib/libftcomm.so" | awk '{print $3}' >"$tmp/exported"
+bad=$(grep -v -e '^ftc_[a-z0-9][a-z0-9_]*@@FTCOMM_0$' -e '^FTCOMM_0$' "$tmp/exported" || true)
+if [ -n "$bad" ]; then echo "libftcomm.so exports symbols outside the public API (runtime/libftcomm.map):" $bad >&2; exit 1; fi
+grep -q '^FTCOMM_0$' "$tmp/exported" || { echo "libftcomm.so has no FTCOMM_0 version node (runtime/libftcomm.map not used?)" >&2; exit 1; }
+sed -n 's/@@FTCOMM_0$//p' "$tmp/exported" | sort -u >"$tmp/exported.api"
+grep -oE '\bftc_[a-z0-9_]+[[:space:]]*\(' "$tmp/prefix/include/ftcomm.h" | tr -d '( \t' | sort -u >"$tmp/declared.api"
+if ! diff_out=$(diff "$tmp/declared.api" "$tmp/exported.api"); then
+  echo "libftcomm.so's exports differ from ftcomm.h's functions (< declared only, > exported only):" >&2
+  echo "$diff_out" >&2
+  exit 1
+fi
+echo "install: shared and static builds link and run; libftcomm.so exports the $(wc -l <"$tmp/exported.api") functions of ftcomm.h, versioned FTCOMM_0, and nothing else"

@@ -11,7 +11,8 @@
  * thread services the context itself (the first connection, its hello, the
  * welcome, and with cfg->first_view the first view) while the service
  * thread, already started, waits at m->gate; no thread's first schedule
- * is on the way to the admission (docs/performance/recovery.md). Caller threads and
+ * is on the way to the admission (docs/performance/recovery.md, "The grow
+ * path"). Caller threads and
  * the service thread share the state under m->lock (session state, error,
  * member id, latest view, outgoing queue, pending dump request); callers
  * queue frames under it and wake the service thread with lws_cancel_service(),
@@ -199,24 +200,24 @@ static ftc_status_t queue_msg(ftc__member_t *m, json_t *msg, int close_after) {
  * exit the kernel releases a process's sockets from its highest descriptor
  * down (close_files() queues each release, and the queue runs last-in
  * first-out), one FIN at a time, each waking a peer that may take the CPU
- * from the dying process; the session, opened before the data plane, came
- * last: 1 ms after the first data-plane EOF at 8 ranks, 3 ms at 16
- * (docs/performance/recovery.md). A second descriptor of the socket, above
- * every data-plane one, makes its last reference the one released first.
+ * from the dying process; the session, opened before the data plane, would
+ * close last, milliseconds after the first data-plane EOF in a large job
+ * (docs/performance/recovery.md, "The shrink path"). A second descriptor of
+ * the socket, above every data-plane one, makes its last reference the one
+ * released first.
  *
  * It goes in the highest free slot of the descriptor table as it is (its
  * size is FDSize in /proc/self/status): a descriptor past the table's end
- * grows it, which in a threaded process waits for an RCU grace period
- * (about 12 ms here). The whole table above the data plane is searched,
- * top down, 256 slots per poll() (POLLNVAL marks a free one); it probed
- * only the top 16 slots before, so a process whose table top was taken
- * kept the session low. It is placed by the opening caller while the
- * coordinator answers its first hello (ftc__member_finish), by the service
- * thread after a reconnection's welcome, and moved up at a heartbeat when
- * the data plane outgrew it (the /proc read costs 10 to 50 us: not on a
- * joiner's admission nor on a recovery). It is
+ * grows it, which in a threaded process waits for an RCU grace period.
+ * The whole table above the data plane is searched, top down, 256 slots
+ * per poll() (POLLNVAL marks a free one), so a process whose table top is
+ * taken still gets the session above its data plane. It is placed by the
+ * opening caller while the coordinator answers its first hello
+ * (ftc__member_finish), by the service thread after a reconnection's
+ * welcome, and moved up at a heartbeat when the data plane outgrew it (the
+ * /proc read is kept off a joiner's admission and off a recovery). It is
  * closed with the connection (before lws closes its own), so a deliberate
- * close or a drop is seen as before. exit_fd and sock_fd are under m->lock.
+ * close or a drop is seen as without it. exit_fd and sock_fd are under m->lock.
  */
 #define EXIT_FD_BATCH 256 /* slots looked at per poll() */
 
@@ -1076,8 +1077,8 @@ ftc_status_t ftc__member_start(const ftc__member_cfg_t *cfg, ftc__member_t **out
   info.user = m;
   info.count_threads = 1;
   /* One connection and lws's own wake-up pipe. Without a limit lws sizes
-   * its tables by RLIMIT_NOFILE (160 KiB at 20000, zeroed): 0.1 to 0.2 ms of
-   * every ftc_comm_create, a joiner's included (docs/recovery.md). */
+   * its tables by RLIMIT_NOFILE and zeroes them, on every ftc_comm_create,
+   * a joiner's included (docs/performance/recovery.md, "The grow path"). */
   info.fd_limit_per_thread = 8;
   m->ctx = lws_create_context(&info);
   if (!m->ctx) {
@@ -1118,9 +1119,8 @@ out_free:
  * first_view, until the first view: a joiner's follows its welcome at
  * once), or the open deadline, then hands it to the service thread: the
  * coordinator's answer is read by the thread that waits for it, not by a
- * thread that must first be woken and scheduled (on a crowded host the
- * membership thread of a joiner first ran 0.4 ms after its welcome was
- * written; docs/performance/recovery.md). */
+ * thread that must first be woken and scheduled, which on a crowded host
+ * comes late (docs/performance/recovery.md, "The grow path"). */
 static void finish_in_caller(ftc__member_t *m) {
   /* The session's exit descriptor (hold_above) while the coordinator
    * answers, not between the welcome and the view. */

@@ -681,8 +681,8 @@ static void decode_failure(dec_t *d, ftc__msg_t *m) {
 /* ---- the view's fast path ----
  *
  * Every survivor decodes the coordinator's view while the job recovers;
- * through jansson that is a tree of some 20 allocations per member (25 us
- * for a view of 16 members, on CPUs the recovery needs). A view in the form
+ * through jansson that is a tree of some 20 allocations per member, on CPUs
+ * the recovery needs. A view in the form
  * the coordinator writes (jansson's compact output: no whitespace, "v" and
  * "type" first, strings of printable ASCII without escapes, the known
  * fields only, each once) is read here in one pass into one allocation:

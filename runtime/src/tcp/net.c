@@ -124,8 +124,9 @@ static ftc_status_t congestion_parse(const char *s, ftc__tcp_cfg_t *cfg) {
   return FTC_OK;
 }
 
-/* The cgroup's CPU quota, read once per process (the files cost about
- * 0.1 ms; and every communicator of the process then counts the same). */
+/* The cgroup's CPU quota, read once per process (reading the files costs
+ * more than a joiner's admission can spare; and every communicator of the
+ * process then counts the same). */
 long ftc__tcp_cpu_quota(void) {
   static long quota = -1;
   long q = __atomic_load_n(&quota, __ATOMIC_ACQUIRE);
@@ -1380,9 +1381,9 @@ static int keeps_connections(const ftc__tcp_t *tp, const ftc__tcp_t *prev, const
 
 /* Take prev's connections (every lane) to `member_id` into fd[]; 0 if prev
  * has none open to it. The pair's spares stay in prev, closed with it once
- * the new epoch has settled (closed now, each close's FIN woke the peer's
- * progress thread while it moved: the grow at 8 ranks took 3.4 ms instead
- * of 2.6), or before a move that follows a failure, if the new epoch fails
+ * the new epoch has settled (closed now, each close's FIN would wake the
+ * peer's progress thread while it moves, slowing the grow), or before a
+ * move that follows a failure, if the new epoch fails
  * first (ftc__tcp_close_spares), so that a peer that adopts them then reads
  * their end and connects anew. */
 static int take_live(ftc__tcp_t *prev, uint64_t member_id, int *fd, int *reno, int *from) {
@@ -1511,9 +1512,9 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
    * ADOPT is sent: a peer at prev's epoch takes the pair (its run fails
    * with that epoch, which the coordinator revokes), one at another epoch
    * reads it as not adopted and connects anew, where it finds this one
-   * (closing them instead woke every survivor still in its failed
-   * collective with an end to look into: 16 ranks, crash detection 3.2 to
-   * 4.8 ms, shrink 3.7 to 6.0). A planned move that skips an epoch closes
+   * (closing them instead would wake every survivor still in its failed
+   * collective with an end to look into, on the CPUs the recovery needs;
+   * docs/protocol.md, protocol 7). A planned move that skips an epoch closes
    * them: a peer still at prev's epoch would otherwise take the pair and
    * wait in that epoch, which nothing revokes; their end makes it connect
    * anew, where it finds the newer epoch. Broken in prev: should prev go on
@@ -1733,8 +1734,9 @@ static boot_t *boot_new(ftc__tcp_t *tp, const ftc__view_t *view, int spare, int 
     return NULL;
   }
   for (int i = 0; i < 2 * view->size; i++) b->conn[i].fd = -1;
-  /* Measured on 2 CPUs (docs/performance/tcp.md, "Congestion control within one
-   * host"): reno beat bbr from 1 MiB at 2 and 4 ranks; at 8, slower below 2 MiB. */
+  /* Reno while the host has a CPU per 2 of its ranks; more crowded, it is
+   * slower than the system's default for mid-size messages
+   * (docs/performance/tcp.md, "Congestion control within one host"). */
   b->reno_here = tp->cfg.congestion == FTC__TCP_CC_AUTO &&
                  ftc__tcp_host_ranks(view, view->my_rank) <= 2 * ftc__tcp_usable_cpus(&tp->cfg);
   return b;

@@ -24,18 +24,12 @@
 #include "membership/member.h"
 
 #define FTC__TCP_MAGIC 0x46544344u /* "FTCD" */
-#define FTC__TCP_PROTO 7 /* 2: the hello carries the wire settings (ftc__tcp_wire_t); 3: and
-                          * the sender's CPU count; 4: a joiner accepts, the running ranks
-                          * connect to it (it connected to those below it before); 5: a
-                          * planned move to the next epoch keeps the pairs' connections
-                          * (ftc__tcp_cfg_t.planned_move); 6: the running ranks connect to a
-                          * standby member on the coordinator's prospect, before its join,
-                          * and it sends their nonces while it waits (ftc__tcp_preacc_t;
-                          * FTC__PROTO_DATAPLANE_PROSPECT); 7: adopted spares are taken
-                          * lazily, each end's ADOPT sent by the first run that uses the
-                          * pair (a rank of 6 waits for it at the move). Also said in the membership
-                          * hello ("dataplane"): the coordinator refuses a rank whose
-                          * number differs from the running ranks' */
+/* The data-plane protocol version, in every handshake message and in the
+ * membership hello ("dataplane"): the coordinator refuses a rank whose number
+ * differs from the running ranks'. docs/protocol.md, "Data-plane protocol
+ * versions", lists what each version changed; bump it for any change two
+ * ranks must agree on. */
+#define FTC__TCP_PROTO 7
 #define FTC__TCP_NONCE_SIZE 16
 #define FTC__TCP_HELLO_SIZE 92
 #define FTC__TCP_HELLO 1      /* one socket carries the pair's data both ways */
@@ -125,18 +119,18 @@ typedef struct ftc__tcp ftc__tcp_t;
  * waits for ranks to get a turn on a core. Below 2 ranks per core flat
  * measured a tie at best (3 ranks on 2 cores), and rank 0's serial share
  * (n - 1 receives and sends) would cost more on a big host with a rank or
- * so per core (docs/performance/tcp.md). */
+ * so per core (docs/performance/tcp.md, "Small allreduces when ranks outnumber
+ * cores"). */
 int ftc__tcp_crowded(const ftc__view_t *view, long ncpu);
 
 /* How many ranks of the view share rank r's host (r included; hosts compared
  * as in ftc__tcp_same_host). FTCOMM_TCP_CONGESTION=auto sets reno on the
- * connections between ranks of one host while these ranks have a CPU each:
- * bbr, the default of some distributions, paces with timers and keeps the
- * data in flight near its estimate of the path, which costs a loopback
- * connection CPU and time where the receiver runs (2 ranks on 2 cores,
- * 2 MiB: 1.3x); with more ranks than CPUs reno measured slower (4 and 8
- * ranks on 2 cores, 1 MiB), so the system's stays there
- * (docs/performance/tcp.md). */
+ * connections between ranks of one host while it has a CPU per 2 of these
+ * ranks: bbr, the default of some distributions, paces with timers and keeps
+ * the data in flight near its estimate of the path, which costs a loopback
+ * connection CPU and time where the receiver runs; on a more crowded host
+ * reno is slower for mid-size messages, so the system's stays there
+ * (docs/performance/tcp.md, "Congestion control within one host"). */
 int ftc__tcp_host_ranks(const ftc__view_t *view, int r);
 
 /* Listen on bind_host (ephemeral port) with family (AF_UNSPEC, AF_INET,
@@ -330,8 +324,8 @@ typedef struct ftc__tcp_wire {
 } ftc__tcp_wire_t;
 
 /* The online CPUs this process counts: cfg->host_cpus, else the OS's
- * (cfg->os_cpus once read: sysconf reads a sysfs file each time, about 6 us,
- * and every handshake of an epoch asked, 30 times in a 16-rank move). */
+ * (cfg->os_cpus once read: sysconf reads a sysfs file each time, and every
+ * handshake of an epoch asks, 30 times in a 16-rank move). */
 long ftc__tcp_ncpu(const ftc__tcp_cfg_t *cfg);
 
 /* The CPUs this process may use as FTCOMM_TCP_CONGESTION=auto and
@@ -348,7 +342,7 @@ long ftc__tcp_usable_cpus(const ftc__tcp_cfg_t *cfg);
 #define FTC__TCP_QUOTA_UNREAD (-1L)
 
 /* This process's cgroup CPU quota (ftc__tcp_cgroup_cpus of its own cgroup),
- * read at the first call and kept: the files cost about 0.1 ms, so
+ * read at the first call and kept: reading the files is slow enough that
  * ftc_comm_create reads them while the coordinator answers its hello, not
  * before it connects (a joiner's admission). */
 long ftc__tcp_cpu_quota(void);

@@ -249,9 +249,9 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
     }
     if (now < spin_until) {
       /* Yield rather than pause: on a machine with more ranks than idle
-       * cores, the peer this rank waits for may need this core (8-byte
-       * allreduce, 2 ranks on one core: 16 us against 64 with pause; a
-       * tie on two cores; docs/performance/tcp.md). */
+       * cores, the peer this rank waits for may need this core; with a
+       * core per rank the yield costs nothing (docs/performance/tcp.md,
+       * "The spin's yield"). */
       sched_yield();
       continue;
     }

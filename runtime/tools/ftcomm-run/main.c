@@ -15,7 +15,8 @@
  * and a self-pipe fed by the signal handlers. A rank that exits is seen at
  * once (waitid with WNOWAIT) and reaped REAP_DELAY_MS later: reaping makes
  * the kernel tear down the process's /proc entries, CPU that the survivors
- * need for their recovery at that moment (docs/performance/recovery.md). The coordinator runs its own
+ * need for their recovery at that moment (docs/performance/recovery.md,
+ * "The shrink path"). The coordinator runs its own
  * thread; main only reads its stats. Ranks start with posix_spawnp in their
  * own process groups, so a terminal's Ctrl-C reaches ftcomm-run alone and is
  * forwarded once to each rank's whole group.

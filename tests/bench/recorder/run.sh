@@ -9,7 +9,8 @@
 #   - ftcomm-trace wall time and peak RSS on generated dumps of 1024 and
 #     4096 ranks x 2000 entries (in a temporary directory, removed after).
 # BUILD (default build/release) selects the build; the binaries are made
-# first. BENCH_RANKS overrides the analyzer sizes (e.g. "1024").
+# first. BENCH_RANKS overrides the analyzer sizes (e.g. "1024"). The table
+# opens with the stamp of tests/bench/stamp.sh (commit, host, date).
 set -u
 cd "$(dirname "$0")/../../.."
 build=${BUILD:-build/release}
@@ -24,6 +25,8 @@ trap 'rm -rf "$tmp"' EXIT
 row() { printf '| %s | %s | %s | %s |\n' "$1" "$2" "$3" "$4"; }
 verdict() { awk -v v="$1" -v t="$2" 'BEGIN { print (v + 0 <= t + 0) ? "ok" : "OVER" }'; }
 
+echo "Measured at $(tests/bench/stamp.sh)."
+echo
 echo "| measure | value | target | |"
 echo "|---|---|---|---|"
 "$bench" 2000000 >"$tmp/rec" || exit 1

@@ -1,11 +1,30 @@
 #!/usr/bin/env python3
-"""report.py DIR TRIALS HANG_MS SIZE... - the recovery benchmark's table
-(markdown) from the rank logs run.sh left in DIR: crash-N.log, create-N.log
-(the same with joiners that call ftc_comm_create when ready), hang-N.log,
-base-N.log, each made of "BENCH <event> key=value ... ts=<CLOCK_REALTIME ns>"
-lines. Medians and p95 (nearest rank) per measure and size."""
-import math, re, sys
-tmp, trials, hang_ms, sizes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), [int(x) for x in sys.argv[4:]]
+"""report.py DIR - the recovery benchmark's table (markdown) from the rank logs
+run.sh left in DIR: crash-N.log, create-N.log (the same with joiners that call
+ftc_comm_create when ready), hang-N.log, base-N.log, each made of
+"BENCH <event> key=value ... ts=<CLOCK_REALTIME ns>" lines, and meta.txt (the
+run's stamp, trials, hang timeout, sizes and kill point, as key=value lines).
+Medians and p95 (nearest rank) per measure and size, under the run's stamp
+(commit, host, date). run.sh prints it at the end of a run; with the logs kept
+(BENCH_RECOVERY_KEEP=1) it prints the same table again.
+    python3 tests/bench/recovery/report.py DIR"""
+import math, os, re, sys
+if len(sys.argv) != 2:
+    sys.exit('usage: report.py DIR (the directory of rank logs that tests/bench/recovery/run.sh kept)')
+tmp = sys.argv[1]
+meta = {}
+try:
+    for line in open(os.path.join(tmp, 'meta.txt')):
+        if '=' in line:
+            k, v = line.rstrip('\n').split('=', 1)
+            meta[k] = v
+except FileNotFoundError:
+    sys.exit('report.py: %s has no meta.txt: not a directory of tests/bench/recovery/run.sh' % tmp)
+try:
+    trials, hang_ms = int(meta['trials']), int(meta['hang_ms'])
+    sizes = [int(x) for x in meta['sizes'].split()]
+except (KeyError, ValueError):
+    sys.exit('report.py: %s/meta.txt needs trials, hang_ms and sizes' % tmp)
 pat = re.compile(r'BENCH (\w+)((?: \w+=\S+)*)')
 
 def events(path):
@@ -72,8 +91,9 @@ def stats(xs):
 def fmt(v):
     return '-' if v is None else ('%.1f' % v if v < 100 else '%.0f' % v)
 
-import os
-kill_at = os.environ.get('BENCH_RECOVERY_KILL_AT', 'step')
+kill_at = meta.get('kill_at', 'step')
+print('Measured at %s; %d trials per row.' % (meta.get('stamp', 'an unknown commit and host'), trials))
+print()
 print('The victim fails %s.' % ('at the end of its compute, as the others enter the next step'
                                 if kill_at == 'step' else
                                 'right after a collective; the others notice after their 1 ms of compute'))

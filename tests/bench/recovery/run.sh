@@ -29,6 +29,10 @@
 #          the job is launched again (coordinator, process start,
 #          bootstrap) until every rank finished its first collective. The
 #          time from the kill to that collective.
+# The table opens with the stamp of tests/bench/stamp.sh (commit, host, date).
+# BENCH_RECOVERY_KEEP=1 keeps the rank logs and prints their directory;
+# `python3 tests/bench/recovery/report.py DIR` prints the same stamped table
+# again from them (the report mode: DIR/meta.txt holds the stamp and knobs).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 BUILD=${BUILD:-build/release}
@@ -46,6 +50,13 @@ tmp=$(mktemp -d)
 if [ -n "${BENCH_RECOVERY_KEEP:-}" ]; then echo "recovery bench: logs in $tmp" >&2; else trap 'rm -rf "$tmp"' EXIT; fi
 [ -x "$PROG" ] && [ -x "$RUN" ] || { echo "recovery bench: build $PROG and $RUN first (make bench)" >&2; exit 1; }
 unset FTCOMM_FAULT
+{
+  echo "stamp=$(tests/bench/stamp.sh)"
+  echo "trials=$TRIALS"
+  echo "hang_ms=$HANG_MS"
+  echo "sizes=$SIZES"
+  echo "kill_at=$KILL_AT"
+} >"$tmp/meta.txt"
 export FTCOMM_HEARTBEAT_MS=100 FTCOMM_CONNECT_TIMEOUT_MS=30000 FTCOMM_RECOVER_TIMEOUT_MS=30000
 
 for n in $SIZES; do
@@ -76,7 +87,7 @@ for n in $SIZES; do
   done
 done
 
-BENCH_RECOVERY_KILL_AT=$KILL_AT python3 tests/bench/recovery/report.py "$tmp" "$TRIALS" "$HANG_MS" $SIZES >"$OUT/recovery.md"
+python3 tests/bench/recovery/report.py "$tmp" >"$OUT/recovery.md"
 cat "$OUT/recovery.md"
 for f in "$tmp"/crash-*.log "$tmp"/create-*.log "$tmp"/hang-*.log; do
   # (a stopped victim, resumed for its SIGKILL, finds itself excluded: expected)
