@@ -125,7 +125,8 @@ uint64_t ftc_rec_schedule(ftc_rec_t *rec, uint64_t epoch, uint64_t seq, ftc_rec_
 
 /* The same, with the creation time given (a monotonic ftc__now_ns() the
  * caller already read, e.g. for the collective's deadline): saves the one
- * clock read of ftc_rec_schedule(), which costs 20-45 ns on some VMs. */
+ * clock read of ftc_rec_schedule(), the largest part of a recording's cost
+ * (docs/benchmarks.md, "Flight recorder"). */
 uint64_t ftc_rec_schedule_at(ftc_rec_t *rec, int64_t t_created_ns, uint64_t epoch, uint64_t seq,
                              ftc_rec_op_t op, int dtype, uint64_t count, uint64_t bytes, int peer,
                              int64_t timeout_ns);
