@@ -7,6 +7,11 @@
  *   die        rank 1 exits after one allreduce without destroying its
  *              communicator; the others must see the failure (peer lost or
  *              revoked) within seconds and print "survivor saw <status>"
+ *   diev       the last rank dies during allgatherv, then alltoallv,
+ *              gather and scatter (6 ranks down to 2): each fails on the
+ *              survivors, they recover, and the collective is right at the
+ *              new size; rank 0 prints "a death during C: STATUS, recovered
+ *              to N ranks"
  *   stall      rank 1 stops itself (SIGSTOP: alive, silent) after one allreduce,
  *              having written its pid to $MP_COLL_PIDFILE; the others' next
  *              allreduce (2 s) must fail (timeout, or revoked or peer lost once
@@ -33,6 +38,7 @@
 #include <unistd.h>
 
 #include "core/op.h"
+#include "ftc_error.h"
 #include "ftc_time.h"
 #include "ftcomm.h"
 #include "refdata.h"
@@ -129,6 +135,83 @@ static int run_die(ftc_comm_t *comm) {
   printf("survivor saw %s after %lld ms: %s\n", ftc_strerror(st),
          (long long)((ftc__now_ns() - t0) / 1000000), ftc_last_error());
   fflush(stdout);
+  return 0;
+}
+
+/* One of the new collectives (k: 0 allgatherv, 1 alltoallv, 2 gather to
+ * rank 0, 3 scatter from rank 0) with uneven counts at the current size:
+ * its status, or FTC_ERR_INTERNAL with a message when the data is wrong. */
+static const char *const vnames[4] = {"allgatherv", "alltoallv", "gather", "scatter"};
+static ftc_status_t vcoll(ftc_comm_t *comm, int k) {
+  int n = size, me = rank;
+  size_t sc[64] = {0}, rc[64] = {0};
+  int32_t in[256] = {0}, out[256];
+  ftc_status_t st;
+  for (int i = 0; i < 256; i++) out[i] = -1;
+  if (k == 0) {
+    for (int q = 0; q < n; q++) rc[q] = (size_t)(q % 3); /* rank 0 gives none */
+    size_t at = 0;
+    for (int i = 0; i < (int)rc[me]; i++) in[i] = me * 10 + i;
+    st = ftc_allgatherv(in, out, rc, NULL, FTC_I32, comm, 5000);
+    for (int q = 0; st == FTC_OK && q < n; at += rc[q], q++)
+      for (size_t i = 0; i < rc[q]; i++)
+        if (out[at + i] != q * 10 + (int)i) st = ftc__error(FTC_ERR_INTERNAL, "allgatherv: wrong data");
+    return st;
+  }
+  if (k == 1) {
+    size_t so = 0, at = 0;
+    for (int q = 0; q < n; q++) {
+      sc[q] = (size_t)((me + q) % 3), rc[q] = (size_t)((q + me) % 3);
+      for (size_t i = 0; i < sc[q]; i++) in[so + i] = me * 100 + q;
+      so += sc[q];
+    }
+    st = ftc_alltoallv(in, sc, NULL, out, rc, NULL, FTC_I32, comm, 5000);
+    for (int q = 0; st == FTC_OK && q < n; at += rc[q], q++)
+      for (size_t i = 0; i < rc[q]; i++)
+        if (out[at + i] != q * 100 + me) st = ftc__error(FTC_ERR_INTERNAL, "alltoallv: wrong data");
+    return st;
+  }
+  if (k == 2) {
+    for (int i = 0; i < 3; i++) in[i] = me * 7 + i;
+    st = ftc_gather(in, out, 3, FTC_I32, 0, comm, 5000);
+    for (int i = 0; st == FTC_OK && me == 0 && i < 3 * n; i++)
+      if (out[i] != (i / 3) * 7 + i % 3) st = ftc__error(FTC_ERR_INTERNAL, "gather: wrong data");
+    return st;
+  }
+  for (int i = 0; i < 3 * n; i++) in[i] = 500 + i;
+  st = ftc_scatter(in, out, 3, FTC_I32, 0, comm, 5000);
+  for (int i = 0; st == FTC_OK && i < 3; i++)
+    if (out[i] != 500 + 3 * me + i) st = ftc__error(FTC_ERR_INTERNAL, "scatter: wrong data");
+  return st;
+}
+
+/* The last rank dies while the others run one of the new collectives,
+ * once for each (6 ranks down to 2, --min-size 2): the collective (or the
+ * barrier after it, for a rank that got its data before the death) fails
+ * with the usual status, ftc_comm_recover shrinks, and the same collective
+ * is right at the new size. */
+static int run_diev(ftc_comm_t *comm) {
+  for (int k = 0; k < 4; k++) {
+    CHECK(vcoll(comm, k) == FTC_OK, "%s at %d ranks", vnames[k], size);
+    CHECK(ftc_barrier(comm, 5000) == FTC_OK, "barrier before the death");
+    if (rank == size - 1) {
+      usleep(100 * 1000); /* the others are in the collective */
+      _exit(4);
+    }
+    int was = size;
+    ftc_status_t st = vcoll(comm, k);
+    CHECK(st != FTC_ERR_INTERNAL, "%s", ftc_last_error());
+    if (st == FTC_OK) st = ftc_barrier(comm, 5000);
+    CHECK(st == FTC_ERR_PEER_LOST || st == FTC_ERR_REVOKED || st == FTC_ERR_TIMEOUT,
+          "a death during %s gave %s", vnames[k], ftc_strerror(st));
+    ftc_epoch_info_t info;
+    CHECK(ftc_comm_recover(comm, FTC_TIMEOUT_DEFAULT, &info) == FTC_OK, "recover");
+    rank = info.rank, size = info.size;
+    CHECK(size == was - 1, "recovered to %d ranks from %d", size, was);
+    CHECK(vcoll(comm, k) == FTC_OK, "%s after the recovery", vnames[k]);
+    if (rank == 0) printf("a death during %s: %s, recovered to %d ranks\n", vnames[k], ftc_strerror(st), size);
+    fflush(stdout);
+  }
   return 0;
 }
 
@@ -260,6 +343,8 @@ int main(int argc, char **argv) {
     run_die(comm);
   else if (strcmp(mode, "stall") == 0)
     run_stall(comm);
+  else if (strcmp(mode, "diev") == 0)
+    run_diev(comm);
   else if (strcmp(mode, "latency") == 0)
     run_latency(comm);
   else if (strcmp(mode, "sweep") == 0)

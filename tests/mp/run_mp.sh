@@ -34,6 +34,14 @@ survivors=$(grep -c "survivor saw" "$T/out")
 check "a rank that dies makes every survivor fail instead of hanging" \
   $([ $rc = 3 ] && [ "$survivors" = 3 ]; echo $?) "rc=$rc (want 3, the dead rank's code), survivors reporting: $survivors of 3"
 
+# A rank killed during each of allgatherv, alltoallv, gather and scatter (6
+# ranks down to 2): the survivors fail, recover and run it right again.
+timeout -k 5 120 "$RUN" -q -n 6 --min-size 2 --grace 10 --timeout 100 -- "$PROG" diev >"$T/out" 2>"$T/err"
+rc=$?
+check "a rank that dies during allgatherv, alltoallv, gather or scatter fails it; the survivors recover" \
+  $([ $rc = 0 ] && for c in "allgatherv:5" "alltoallv:4" "gather:3" "scatter:2"; do
+      grep -q "a death during ${c%%:*}: .*, recovered to ${c##*:} ranks" "$T/out" || exit 1; done; echo $?) "rc=$rc"
+
 # ftc_comm_create_begin / _finish: every rank registers as standby, starts,
 # then joins; slot 1 cancels a begun communicator first. The first epoch
 # waits for every finish, and a cancelled standby leaves its slot free.
