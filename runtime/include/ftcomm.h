@@ -425,6 +425,53 @@ FTC_API ftc_status_t ftc_comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_i
  * From the application thread (the view changes only inside its calls). */
 FTC_API ftc_status_t ftc_comm_info(const ftc_comm_t *comm, ftc_epoch_info_t *info);
 
+/*
+ * Sub-communicators (docs/api.md, "Sub-communicators"), as MPI_Comm_split
+ * and torch.distributed.new_group. A child is a communicator of its own
+ * (its own connections, progress thread and flight-recorder ring) over some
+ * ranks of its parent, which it follows:
+ *   - A failure in the child (a lost, hung or revoked peer) fails the
+ *     parent's epoch too, naming the same peer, so the job recovers as for
+ *     a failure in the parent; a failure of the parent's epoch fails every
+ *     child with FTC_ERR_REVOKED.
+ *   - When the parent moves to a new epoch (ftc_comm_recover, or a grow at
+ *     ftc_comm_step), every child is revoked: its collectives return
+ *     FTC_ERR_REVOKED until ftc_comm_recover(child) re-derives it from the
+ *     parent's current epoch. That call is collective over the child's
+ *     surviving members only: the members of the child that are still in
+ *     the parent, in the same order (ranks renumbered contiguously); info
+ *     describes the change as for the parent (prev_rank, lost, ...), and
+ *     ftc_comm_lost(child, ...) names who is gone. A child never takes in
+ *     the parent's joiners: split again (every rank of the parent, the
+ *     joiners too) for a group that includes them. Recover the parent
+ *     first: on a child whose parent's epoch is failed it returns
+ *     FTC_ERR_REVOKED at once.
+ *   - Destroy the children before the parent. A child whose parent was
+ *     destroyed keeps working, but can no longer be recovered.
+ * Children run on the TCP backend (FTC_ERR_NOT_SUPPORTED on NCCL). The
+ * calls below are collective over the parent: every rank of the parent
+ * calls them, in the same order; they block up to timeout_ms for the
+ * exchange of addresses over the parent and the child's connections. On
+ * success *child owns the new communicator (ftc_comm_destroy), or is NULL
+ * on a rank that is in no child.
+ */
+#define FTC_SPLIT_NONE (-1) /* ftc_comm_split's color for a rank that joins no child */
+/* Ranks that pass the same color (>= 0) form one child, ordered by key, then
+ * by their rank in the parent. */
+FTC_API ftc_status_t ftc_comm_split(ftc_comm_t *parent, int color, int key, int timeout_ms,
+                                    ftc_comm_t **child);
+/* One child of the parent's ranks ranks[0 .. nranks-1] (distinct, in that
+ * order: ranks[i] is the child's rank i), as torch's new_group: every rank
+ * of the parent passes the same list (a rank whose list differs from
+ * another's gets FTC_ERR_INVALID_ARGUMENT, on every rank). */
+FTC_API ftc_status_t ftc_comm_split_ranks(ftc_comm_t *parent, const int *ranks, int nranks,
+                                          int timeout_ms, ftc_comm_t **child);
+/* The parent's current rank of the child's `rank`, -1 when that member is
+ * no longer in the parent's epoch. FTC_ERR_INVALID_ARGUMENT for a rank out
+ * of range or a communicator that is not a child (or whose parent was
+ * destroyed). From the application thread. */
+FTC_API ftc_status_t ftc_comm_parent_rank(const ftc_comm_t *child, int rank, int *parent_rank);
+
 /* Why the coordinator dropped a member (ftc_comm_lost). Only appended. */
 typedef enum ftc_drop_reason {
   FTC_DROP_LOST = 0,    /* dropped for another cause, or the coordinator did not say */

@@ -12,6 +12,11 @@
  *              survivors, they recover, and the collective is right at the
  *              new size; rank 0 prints "a death during C: STATUS, recovered
  *              to N ranks"
+ *   split      sub-communicators through a shrink (4 ranks, slot 3 dies in
+ *              a child's collective): the parent recovers, each child is
+ *              revoked until re-derived, a split after the shrink works;
+ *              rank 0 prints "sub-communicators followed the parent from 4
+ *              to 3 ranks"
  *   stall      rank 1 stops itself (SIGSTOP: alive, silent) after one allreduce,
  *              having written its pid to $MP_COLL_PIDFILE; the others' next
  *              allreduce (2 s) must fail (timeout, or revoked or peer lost once
@@ -215,6 +220,72 @@ static int run_diev(ftc_comm_t *comm) {
   return 0;
 }
 
+/* The slots of comm's ranks, gathered in its rank order. */
+static void slots_of(ftc_comm_t *c, int32_t *out) {
+  int32_t mine = atoi(getenv("FTCOMM_SLOT"));
+  CHECK(ftc_allgather(&mine, out, 1, FTC_I32, c, 5000) == FTC_OK, "allgather of slots");
+}
+
+/* Sub-communicators through a shrink (4 ranks, --min-size 2): children by
+ * parity and a list child of every rank in reverse; slot 3 dies while the
+ * odd child waits for it. The survivors recover the parent, the children
+ * are revoked until each is re-derived (the odd one to slot 1 alone,
+ * naming slot 3 as lost), and a split after the shrink works too. */
+static int run_split(ftc_comm_t *comm) {
+  ftc_comm_t *par = NULL, *rev = NULL, *again = NULL;
+  int list[4] = {3, 2, 1, 0};
+  int slot = atoi(getenv("FTCOMM_SLOT"));
+  CHECK(ftc_comm_split(comm, rank % 2, rank, 5000, &par) == FTC_OK, "split by parity");
+  CHECK(ftc_comm_split_ranks(comm, list, 4, 5000, &rev) == FTC_OK, "split by list");
+  CHECK(ftc_barrier(comm, 5000) == FTC_OK, "barrier");
+  if (slot == 3) {
+    usleep(100 * 1000);
+    _exit(5);
+  }
+  double x[64] = {0};
+  ftc_status_t st = ftc_allreduce(x, x, 64, FTC_F64, FTC_SUM, par, 5000);
+  /* the odd child sees the end itself (peer lost), or another child or the
+   * parent saw it first and revoked it; the even one may complete */
+  CHECK(st == FTC_ERR_PEER_LOST || st == FTC_ERR_REVOKED || (slot % 2 == 0 && st == FTC_OK),
+        "the %s child with a dead peer gave %s", slot % 2 ? "odd" : "even", ftc_strerror(st));
+  for (int i = 0; i < 100 && st != FTC_ERR_PEER_LOST && st != FTC_ERR_REVOKED; i++)
+    st = ftc_barrier(comm, 5000);
+  CHECK(st == FTC_ERR_PEER_LOST || st == FTC_ERR_REVOKED, "the parent after the death: %s", ftc_strerror(st));
+  ftc_epoch_info_t info;
+  CHECK(ftc_comm_recover(comm, FTC_TIMEOUT_DEFAULT, &info) == FTC_OK && info.size == 3, "recover the parent");
+  rank = info.rank, size = info.size;
+  CHECK(ftc_allreduce(x, x, 64, FTC_F64, FTC_SUM, rev, 5000) == FTC_ERR_REVOKED, "a child before it is re-derived");
+  CHECK(ftc_comm_recover(par, FTC_TIMEOUT_DEFAULT, &info) == FTC_OK, "re-derive the parity child");
+  int want = slot % 2 ? 1 : 2;
+  CHECK(info.changed == 1 && info.size == want && info.lost == (slot % 2), "parity child: size %d lost %d",
+        info.size, info.lost);
+  if (slot % 2) {
+    int pr = -1, sl = -1;
+    ftc_drop_reason_t why;
+    CHECK(ftc_comm_lost(par, 0, &pr, &sl, &why) == FTC_OK && pr == 1 && sl == 3 && why == FTC_DROP_CRASHED,
+          "lost: rank %d slot %d %s", pr, sl, ftc_drop_reason_name(why));
+  }
+  int32_t got[4];
+  slots_of(par, got);
+  for (int i = 0; i < want; i++) CHECK(got[i] == 2 * i + slot % 2, "parity child rank %d is slot %d", i, got[i]);
+  CHECK(ftc_comm_recover(rev, FTC_TIMEOUT_DEFAULT, &info) == FTC_OK && info.size == 3 && info.lost == 1,
+        "re-derive the list child");
+  slots_of(rev, got);
+  CHECK(got[0] == 2 && got[1] == 1 && got[2] == 0, "list child holds slots %d %d %d", got[0], got[1], got[2]);
+  int pr = -1;
+  CHECK(ftc_comm_parent_rank(rev, 0, &pr) == FTC_OK && pr == 2, "the list child's rank 0 is parent rank %d", pr);
+  CHECK(ftc_comm_split(comm, 0, -rank, 5000, &again) == FTC_OK, "split after the shrink");
+  slots_of(again, got);
+  CHECK(got[0] == 2 && got[2] == 0, "the new child holds slots %d %d %d", got[0], got[1], got[2]);
+  ftc_comm_destroy(again);
+  ftc_comm_destroy(rev);
+  ftc_comm_destroy(par);
+  CHECK(ftc_barrier(comm, 5000) == FTC_OK, "the parent at the end");
+  if (rank == 0) printf("sub-communicators followed the parent from 4 to 3 ranks\n");
+  fflush(stdout);
+  return 0;
+}
+
 static int run_stall(ftc_comm_t *comm) {
   float x = 1;
   const char *pidfile = getenv("MP_COLL_PIDFILE");
@@ -345,6 +416,8 @@ int main(int argc, char **argv) {
     run_stall(comm);
   else if (strcmp(mode, "diev") == 0)
     run_diev(comm);
+  else if (strcmp(mode, "split") == 0)
+    run_split(comm);
   else if (strcmp(mode, "latency") == 0)
     run_latency(comm);
   else if (strcmp(mode, "sweep") == 0)

@@ -42,6 +42,13 @@ check "a rank that dies during allgatherv, alltoallv, gather or scatter fails it
   $([ $rc = 0 ] && for c in "allgatherv:5" "alltoallv:4" "gather:3" "scatter:2"; do
       grep -q "a death during ${c%%:*}: .*, recovered to ${c##*:} ranks" "$T/out" || exit 1; done; echo $?) "rc=$rc"
 
+# Sub-communicators through a shrink: slot 3 dies in a child's collective,
+# the parent recovers, each child is re-derived, a split after it works.
+timeout -k 5 120 "$RUN" -q -n 4 --min-size 2 --grace 10 --timeout 100 -- "$PROG" split >"$T/out" 2>"$T/err"
+rc=$?
+check "sub-communicators follow their parent through a shrink and are re-derived from it" \
+  $([ $rc = 0 ] && grep -q "sub-communicators followed the parent from 4 to 3 ranks" "$T/out"; echo $?) "rc=$rc"
+
 # ftc_comm_create_begin / _finish: every rank registers as standby, starts,
 # then joins; slot 1 cancels a begun communicator first. The first epoch
 # waits for every finish, and a cancelled standby leaves its slot free.

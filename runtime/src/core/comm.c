@@ -62,6 +62,7 @@ static ftc_status_t copy_str(ftc_comm_t *c, int slot, const char **field) {
 
 static void comm_free(ftc_comm_t *c) {
   if (!c) return;
+  ftc__split_unlink(c);
   ftc__watchdog_stop(c);
   if (c->member) ftc__member_set_notify(c->member, -1);
   if (c->member) ftc__member_set_view_notify(c->member, -1);
@@ -80,6 +81,7 @@ static void comm_free(ftc_comm_t *c) {
   pthread_mutex_destroy(&c->wd_cap_mu);
   pthread_mutex_destroy(&c->wd_mu);
   ftc__free(c->p2p_seq);
+  ftc__free(c->split);
   for (size_t i = 0; i < sizeof(c->strs) / sizeof(c->strs[0]); i++) ftc__free(c->strs[i]);
   pthread_mutex_destroy(&c->lock);
   ftc__free(c);
@@ -304,6 +306,7 @@ ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view) {
   comm->settling = 0;
   __atomic_store_n(&comm->settled, 0, __ATOMIC_RELEASE);
   ftc_rec_set_epoch(comm->rec, view->epoch, view->my_rank, view->size);
+  if (comm->parent) return FTC_OK; /* the process's identity in dumps is its parent's */
   ftc_rec_process_info_t info = FTC_REC_PROCESS_INFO_INIT;
   info.rank = view->my_rank;
   info.world_size = view->size;
@@ -329,8 +332,9 @@ static ftc_status_t comm_bring_up(ftc_comm_t *c, const ftc__view_t *view) {
     return st;
   char prefix[64];
   snprintf(prefix, sizeof(prefix), "rank %d", view->my_rank);
-  ftc__log_set_prefix(prefix);
+  if (!c->parent) ftc__log_set_prefix(prefix);
   if ((st = ftc__comm_connect_view(c, view)) != FTC_OK) return st;
+  if (c->parent) goto out_start;
   ftc_rec_process_info_t info = FTC_REC_PROCESS_INFO_INIT;
   info.job = c->cfg.job;
   info.backend = c->be->name;
@@ -344,6 +348,7 @@ static ftc_status_t comm_bring_up(ftc_comm_t *c, const ftc__view_t *view) {
   info.world_size = view->size;
   info.epoch = (int64_t)view->epoch;
   ftc_rec_set_process_info(&info);
+out_start:
   if ((st = ftc__engine_start(c)) != FTC_OK) return st;
   return ftc__watchdog_start(c);
 }
@@ -368,6 +373,33 @@ ftc_status_t ftc__comm_create_from_view(const ftc_config_t *cfg, const ftc__view
   return FTC_OK;
 
 out_free:
+  comm_free(c);
+  return st;
+}
+
+ftc_status_t ftc__comm_create_child(ftc_comm_t *parent, const ftc__view_t *view, int listen_fd,
+                                    uint64_t comm_id, const char *name, ftc_comm_t **out) {
+  ftc_comm_t *c;
+  ftc_status_t st;
+  ftc_config_t cfg = parent->cfg;
+  cfg.backend = "tcp";
+  *out = NULL;
+  if ((st = comm_new(&cfg, &c)) != FTC_OK) {
+    close(listen_fd);
+    return st;
+  }
+  c->listen_fd = listen_fd;
+  c->parent = parent; /* linked to the parent's children by the caller (split.c) */
+  c->parent_epoch = view->epoch;
+  if ((st = ftc_rec_create(c->cfg.recorder_entries, comm_id, name, view->epoch, view->my_rank,
+                           view->size, &c->rec)) != FTC_OK)
+    goto out_free;
+  if ((st = comm_bring_up(c, view)) != FTC_OK) goto out_free;
+  *out = c;
+  return FTC_OK;
+
+out_free:
+  c->parent = NULL; /* (not linked yet) */
   comm_free(c);
   return st;
 }
@@ -629,6 +661,9 @@ void ftc__comm_fail_quiet(ftc_comm_t *comm, ftc_status_t why, const char *detail
     FTC_WARN(FTC_SUB_COLL, "epoch %llu failed: %s: %s", (unsigned long long)comm->epoch,
              ftc_strerror(why), detail ? detail : "");
     ftc__watchdog_kick(comm);
+    if (__builtin_expect(__atomic_load_n(&comm->children, __ATOMIC_RELAXED) ||
+                             __atomic_load_n(&comm->parent, __ATOMIC_RELAXED), 0))
+      ftc__split_failed(comm, why, detail);
   }
 }
 
@@ -653,6 +688,9 @@ int ftc__comm_fail_epoch(ftc_comm_t *comm, uint64_t epoch, ftc_status_t why, con
     FTC_WARN(FTC_SUB_COLL, "epoch %llu failed: %s: %s", (unsigned long long)epoch, ftc_strerror(why),
              detail ? detail : "");
     ftc__watchdog_kick(comm);
+    if (__builtin_expect(__atomic_load_n(&comm->children, __ATOMIC_RELAXED) ||
+                             __atomic_load_n(&comm->parent, __ATOMIC_RELAXED), 0))
+      ftc__split_failed(comm, why, detail);
   }
   return 1;
 }
@@ -661,6 +699,8 @@ ftc_status_t ftc__comm_gate(ftc_comm_t *comm) {
   if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
     return ftc__error(FTC_ERR_ABORTED, "the communicator was aborted; destroy it");
   int e = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
+  if (__builtin_expect(__atomic_load_n(&comm->parent, __ATOMIC_RELAXED) != NULL, 0) && !e)
+    return ftc__split_gate_locked(comm);
   if (e)
     return ftc__error(FTC_ERR_REVOKED,
                       "epoch %llu failed earlier (%s); recover the communicator before the next "

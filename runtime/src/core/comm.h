@@ -126,6 +126,17 @@ struct ftc_comm {
   uint64_t moves;             /* moves to a new epoch (application thread) */
   int joiner_pending;         /* started as a joiner and no step finished yet */
   int ready;                  /* a step boundary completed: told the coordinator (ftc__member_set_ready) */
+
+  /* Sub-communicators (split.c). The links between a parent and its
+   * children are under the process's split lock (split.c; lock order:
+   * split lock -> comm->lock). */
+  struct ftc_comm *parent;    /* a child's parent, NULL for none (or destroyed) */
+  struct ftc_comm *children;  /* a parent's children, linked by sibling */
+  struct ftc_comm *sibling;
+  uint64_t parent_epoch;      /* atomic: the parent's epoch this child's view was derived from */
+  struct ftc__split_member *split; /* a child's members at the split, in its rank order */
+  int nsplit;
+  uint64_t splits;            /* a parent's splits so far (every rank counts the same) */
 };
 
 /* Lifecycle (comm.c). */
@@ -174,6 +185,32 @@ int ftc__comm_top_peer_fd(const ftc__backend_ops_t *be, const void *bh, int size
  * of its own (out of memory, only the first sockets are looked at). bh's
  * sockets must stay open meanwhile (the caller holds comm->lock). */
 int ftc__comm_peer_closed(const ftc__backend_ops_t *be, const void *bh, int size, int rank);
+
+/* Sub-communicators (split.c). A child is made by ftc__comm_create_child
+ * (comm.c): a communicator of view with its own listener, recorder ring
+ * (comm_id, name) and threads, linked to parent before it connects (it
+ * leaves the process-wide log prefix and dump identity to the parent). */
+typedef struct ftc__split_member {
+  uint64_t member_id;  /* the parent's member id of the process */
+  char addr[128];      /* its child listener */
+} ftc__split_member_t;
+ftc_status_t ftc__comm_create_child(ftc_comm_t *parent, const ftc__view_t *view, int listen_fd,
+                                    uint64_t comm_id, const char *name, ftc_comm_t **out);
+/* A failure of comm's epoch, first seen (comm.c): fail its children with
+ * FTC_ERR_REVOKED, and a child's parent with the same status, blaming the
+ * same peer. Calls from inside it do nothing (no ping-pong). */
+void ftc__split_failed(ftc_comm_t *comm, ftc_status_t why, const char *detail);
+/* The gate's test on a child (comm->lock held): FTC_ERR_REVOKED when its
+ * parent moved past the epoch it was derived from. */
+ftc_status_t ftc__split_gate_locked(ftc_comm_t *comm);
+/* Unlink comm from its parent and its children from it (its destroy). */
+void ftc__split_unlink(ftc_comm_t *comm);
+/* The view a child re-derives from its parent's current epoch (recover.c):
+ * FTC_ERR_REVOKED while the parent's epoch is failed, FTC_OK with *view
+ * NULL when nothing changed. *view is the caller's (ftc__view_free). */
+ftc_status_t ftc__split_next_view(ftc_comm_t *comm, ftc__view_t **view);
+/* A child moved to its view of the parent's epoch (recover.c). */
+void ftc__split_moved(ftc_comm_t *comm, uint64_t epoch);
 
 /* A deep copy of a view (NULL when out of memory); free with ftc__view_free. */
 ftc__view_t *ftc__view_copy(const ftc__view_t *v);

@@ -232,6 +232,47 @@ static void moved(ftc_comm_t *comm, ftc__view_t *prev, int64_t t0, const char *w
            info->prev_size, info->lost, info->joined);
 }
 
+/* A sub-communicator's recovery: re-derived from its parent's current
+ * epoch (split.c), connected among its members that are still in it. */
+static ftc_status_t recover_child(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info) {
+  ftc__view_t *v = NULL;
+  ftc_status_t st = ftc__split_next_view(comm, &v);
+  if (st != FTC_OK) return st;
+  if (!v) {
+    if (info) {
+      describe(comm, NULL, 0, info);
+      info->joined = 0;
+      info->sync_root = -1;
+    }
+    return FTC_OK;
+  }
+  int64_t t0 = ftc__now_ns(), deadline = recover_deadline(timeout_ms);
+  ftc__view_t *prev = ftc__view_copy(comm->view);
+  if (!prev) {
+    ftc__view_free(v);
+    return ftc__error(FTC_ERR_NO_MEMORY, "copying the sub-communicator's view");
+  }
+  int saved = comm->connect_timeout_ms;
+  int64_t left_ms = (deadline - t0) / 1000000;
+  if (left_ms < saved) comm->connect_timeout_ms = (int)(left_ms < 1 ? 1 : left_ms);
+  pthread_mutex_lock(&comm->lock);
+  __atomic_store_n(&comm->recovering, 1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&comm->lock);
+  FTC_INFO(FTC_SUB_RECOVERY, "sub-communicator: from epoch %llu to the parent's %llu: rank %d of %d",
+           (unsigned long long)prev->epoch, (unsigned long long)v->epoch, v->my_rank, v->size);
+  st = ftc__comm_rebuild(comm, v);
+  __atomic_store_n(&comm->recovering, 0, __ATOMIC_RELEASE);
+  comm->connect_timeout_ms = saved;
+  if (st == FTC_OK) ftc__split_moved(comm, v->epoch);
+  ftc__view_free(v);
+  if (st != FTC_OK) {
+    ftc__view_free(prev);
+    return st;
+  }
+  moved(comm, prev, t0, "sub-communicator re-derived", info);
+  return FTC_OK;
+}
+
 ftc_status_t ftc_comm_recover(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info) {
   if (!comm) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_recover: comm is NULL");
   if (timeout_ms < FTC_TIMEOUT_INFINITE)
@@ -241,6 +282,7 @@ ftc_status_t ftc_comm_recover(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t
                       timeout_ms);
   if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
     return ftc__error(FTC_ERR_ABORTED, "the communicator was aborted; destroy it");
+  if (!comm->member && comm->split) return recover_child(comm, timeout_ms, info);
   if (!comm->member)
     return ftc__error(FTC_ERR_NOT_SUPPORTED,
                       "ftc_comm_recover: this communicator has no coordinator to agree with");
@@ -357,7 +399,10 @@ ftc_status_t ftc_comm_lost(const ftc_comm_t *comm, int index, int *prev_rank, in
     if (n++ != index) continue;
     if (prev_rank) *prev_rank = r;
     if (slot) *slot = prev->members[r].slot;
-    if (reason) *reason = drop_reason_of(comm->member, prev->members[r].member_id);
+    /* a sub-communicator's members were dropped by its parent's coordinator */
+    ftc_comm_t *p = __atomic_load_n(&comm->parent, __ATOMIC_ACQUIRE);
+    ftc__member_t *m = comm->member ? comm->member : p ? p->member : NULL;
+    if (reason) *reason = m ? drop_reason_of(m, prev->members[r].member_id) : FTC_DROP_LOST;
     return FTC_OK;
   }
   return ftc__error(FTC_ERR_INVALID_ARGUMENT,
