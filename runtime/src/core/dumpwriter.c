@@ -36,7 +36,7 @@
  * else it posts a semaphore, and the thread "ftc-dwdrain" waits for the
  * writer, then restores the default action and sends the signal again.
  *
- * Lock order: dw.mu -> the membership session's lock (the upload, which only
+ * Lock order: term_mu -> dw.mu -> the membership session's lock (the upload, which only
  * queues frames; the drain, which asks whether they went). The thread touches
  * a communicator only through job->owner (and dw.flush), and only under
  * dw.mu, which ftc__dw_release takes before it lets go.
@@ -413,7 +413,7 @@ static const int term_sigs[] = {SIGTERM, SIGINT};
 #define NTERM ((int)(sizeof(term_sigs) / sizeof(term_sigs[0])))
 static struct {
   sem_t sem;                 /* posted by the handler (async-signal-safe), and to stop */
-  volatile sig_atomic_t sig; /* the signal being handled, 0 none */
+  int sig;                   /* atomic (set by the handler): the signal being handled, 0 none */
   int quit;                  /* under dw.mu: the thread ends */
   int running;               /* atomic: the thread runs (read by the handler) */
   pthread_t thread;
@@ -431,7 +431,8 @@ static void term_default(int sig) {
 
 static void on_term(int sig) {
   int saved = errno;
-  if (__atomic_load_n(&dw_pending, __ATOMIC_ACQUIRE) == 0 || term.sig ||
+  if (__atomic_load_n(&dw_pending, __ATOMIC_ACQUIRE) == 0 ||
+      __atomic_load_n(&term.sig, __ATOMIC_ACQUIRE) ||
       !__atomic_load_n(&term.running, __ATOMIC_ACQUIRE)) {
     /* Nothing to write, a second signal, or no drain thread (a forked
      * child): the default action, now (the signal is raised again once
@@ -439,7 +440,7 @@ static void on_term(int sig) {
     term_default(sig);
     raise(sig);
   } else {
-    term.sig = sig;
+    __atomic_store_n(&term.sig, sig, __ATOMIC_RELEASE);
     sem_post(&term.sem);
   }
   errno = saved;
@@ -492,7 +493,7 @@ static void *term_main(void *arg) {
   for (;;) {
     while (sem_wait(&term.sem) != 0 && errno == EINTR) {
     }
-    int sig = term.sig;
+    int sig = __atomic_load_n(&term.sig, __ATOMIC_ACQUIRE);
     if (sig) {
       term_drain(sig);
       /* The signal again, with its default action: the process ends as it
@@ -508,11 +509,16 @@ static void *term_main(void *arg) {
   }
 }
 
+/* Serializes term_start and term_stop (a communicator made as the last
+ * one goes); taken before dw.mu. */
+static pthread_mutex_t term_mu = PTHREAD_MUTEX_INITIALIZER;
+
 /* The first communicator: the drain thread, and our handler for each
- * termination signal still at its default action. */
+ * termination signal still at its default action (term_mu held). */
 static void term_start(void) {
+  if (__atomic_load_n(&term.running, __ATOMIC_ACQUIRE)) return; /* the last one's stop is due */
   if (sem_init(&term.sem, 0, 0) != 0) return;
-  term.sig = 0;
+  __atomic_store_n(&term.sig, 0, __ATOMIC_RELEASE);
   term.quit = 0;
   int rc = pthread_create(&term.thread, NULL, term_main, NULL);
   if (rc != 0) {
@@ -536,9 +542,14 @@ static void term_start(void) {
 }
 
 /* The last communicator let go: the default actions back, the thread
- * stopped (one that is handling a signal ends the process instead). */
+ * stopped (one that is handling a signal ends the process instead); not
+ * when another communicator came meanwhile (term_mu held). */
 static void term_stop(void) {
   if (!__atomic_load_n(&term.running, __ATOMIC_ACQUIRE)) return;
+  pthread_mutex_lock(&dw.mu);
+  int users = dw.users;
+  pthread_mutex_unlock(&dw.mu);
+  if (users > 0) return;
   for (int i = 0; i < NTERM; i++) {
     if (!term.installed[i]) continue;
     struct sigaction cur;
@@ -563,10 +574,12 @@ static void term_stop(void) {
  * it, so its handler ends it at once. */
 static void dw_atfork_child(void) {
   pthread_mutex_init(&dw.mu, NULL);
+  pthread_mutex_init(&term_mu, NULL);
   pthread_cond_init(&dw.cv, NULL);
   dw.head = dw.busy = dw.late = NULL;
   dw.queued = dw.nlate = dw.nflush = 0;
   dw.started = dw.stop = 0;
+  dw.users = 0; /* the parent's communicators do not run here */
   __atomic_store_n(&dw_pending, 0, __ATOMIC_RELEASE);
   __atomic_store_n(&term.running, 0, __ATOMIC_RELEASE);
 }
@@ -576,10 +589,12 @@ static void dw_init(void) { pthread_atfork(NULL, NULL, dw_atfork_child); }
 
 void ftc__dw_retain(void) {
   pthread_once(&dw_once, dw_init);
+  pthread_mutex_lock(&term_mu);
   pthread_mutex_lock(&dw.mu);
-  int first = dw.users++ == 0;
+  int first = dw.users++ <= 0;
   pthread_mutex_unlock(&dw.mu);
   if (first) term_start();
+  pthread_mutex_unlock(&term_mu);
 }
 
 void ftc__dw_submit(ftc__dw_job_t *j) {
@@ -723,7 +738,11 @@ void ftc__dw_release(ftc_comm_t *owner) {
               j->path);
     job_free(j);
   }
-  if (last) term_stop();
+  if (last) {
+    pthread_mutex_lock(&term_mu);
+    term_stop();
+    pthread_mutex_unlock(&term_mu);
+  }
   if (!join) return;
   /* The last user: the queue holds no job of a live communicator. The one
    * being written (its communicator gave up on it) is finished first. */
