@@ -1,6 +1,7 @@
 # Makefile - builds, tests and installs ftcomm.
 #
-#   make                     build everything (warnings are errors)
+#   make                     build everything (warnings are errors; installs the
+#                            NCCL/CUDA headers first when they are missing)
 #   make DEBUG=1             -O0 -g3, assertions on
 #   make V=1                 show the commands
 #   make SANITIZE=address    (or undefined, thread) build under build/<sanitizer>

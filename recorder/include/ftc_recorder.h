@@ -253,6 +253,8 @@ ftc_rec_capture_t *ftc_rec_capture(void);
 ftc_status_t ftc_rec_capture_write(const ftc_rec_capture_t *capture, const char *dir,
                                    const char *reason, char *path, size_t path_len);
 void ftc_rec_capture_free(ftc_rec_capture_t *capture);
+/* When the capture was taken: CLOCK_MONOTONIC ns (its trigger_monotonic_ns). */
+int64_t ftc_rec_capture_time_ns(const ftc_rec_capture_t *capture);
 
 /*
  * What the dump of a failed epoch adds to a capture when it is written

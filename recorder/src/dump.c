@@ -684,6 +684,8 @@ ftc_rec_capture_t *ftc_rec_capture(void) {
   return c;
 }
 
+int64_t ftc_rec_capture_time_ns(const ftc_rec_capture_t *c) { return c ? c->mono : 0; }
+
 ftc_status_t ftc_rec_capture_write(const ftc_rec_capture_t *c, const char *dir, const char *reason,
                                    char *path, size_t path_len) {
   if (!c) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "flight recorder: no capture to write");

@@ -214,6 +214,39 @@ static void test_pod_of_a_slot_carries_identity_owner_and_environment(void **sta
   json_decref(j);
 }
 
+/* A deleted pod's ranks write the dumps they captured before they exit
+ * (at most FTCOMM_DUMP_DRAIN_MS): the grace period covers it, and a longer
+ * one from the template stays. */
+static void test_pod_grace_period_covers_the_dump_drain(void **state) {
+  (void)state;
+  static const struct {
+    const char *tmpl;
+    long long want;
+  } cases[] = {
+      {"{\"containers\":[{\"name\":\"a\",\"image\":\"i\"}]}", 30},
+      {"{\"terminationGracePeriodSeconds\":3,\"containers\":[{\"name\":\"a\",\"image\":\"i\"}]}", 15},
+      {"{\"terminationGracePeriodSeconds\":120,\"containers\":[{\"name\":\"a\",\"image\":\"i\"}]}", 120},
+      {"{\"containers\":[{\"name\":\"a\",\"image\":\"i\"},{\"name\":\"b\",\"image\":\"i\",\"env\":["
+       "{\"name\":\"FTCOMM_DUMP_DRAIN_MS\",\"value\":\"60500\"}]}]}", 66},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char doc[512];
+    snprintf(doc, sizeof doc, "{\"replicas\":2,\"template\":{\"spec\":%s}}", cases[i].tmpl);
+    json_t *j = job_from(doc);
+    ftck_job_spec_t s;
+    char err[128];
+    assert_int_equal(ftck_job_spec_parse(j, &s, err, sizeof err), 0);
+    ftck_pod_env_t env = {.coordinator = "c:1", .dump_dir = "/d"};
+    json_t *pod = ftck_build_pod(j, &s, 0, 0, 0, "", &env);
+    assert_non_null(pod);
+    json_t *g = ftck_jget(pod, "spec.terminationGracePeriodSeconds");
+    assert_true(json_is_integer(g));
+    assert_int_equal(json_integer_value(g), cases[i].want);
+    json_decref(pod);
+    json_decref(j);
+  }
+}
+
 static void test_replacement_joins_and_avoids_failed_nodes_in_every_term(void **state) {
   (void)state;
   json_t *j = job_from("{\"replicas\":2,\"template\":{\"spec\":{\"containers\":[{\"name\":\"a\",\"image\":\"i\"}],"
@@ -426,6 +459,7 @@ int main(void) {
       cmocka_unit_test(test_node_readiness_from_its_ready_condition),
       cmocka_unit_test(test_condition_transition_time_changes_only_with_status),
       cmocka_unit_test(test_status_merge_keeps_foreign_fields_adds_deltas_and_skips_no_ops),
+      cmocka_unit_test(test_pod_grace_period_covers_the_dump_drain),
       cmocka_unit_test(test_pod_building_survives_every_allocation_failure),
       cmocka_unit_test(test_status_merge_survives_every_allocation_failure),
   };

@@ -149,13 +149,16 @@ ok=$([ $rc = 0 ]; echo $?)
 for s in 0 1; do grep -qx "\[$s\] got USR1" "$T/out" && grep -qx "\[$s\] done" "$T/out" || ok=1; done
 check "SIGUSR1 reaches every rank and does not stop the run" $ok "rc=$rc"
 
-# 6. After the first failure, stragglers are killed after the grace period.
+# 6. After the first failure, stragglers get SIGTERM after the grace period
+# (a rank writes the dumps it captured first), and those that ignore it are
+# killed FTCOMM_DUMP_DRAIN_MS + 0.5 s later.
 t0=$(date +%s%N)
-timeout 60 "$RUN" -n 3 --grace 1 -- sh -c 'trap "" TERM; [ $FTCOMM_SLOT = 0 ] && exit 3; sleep 51.7' >"$T/out" 2>"$T/err"
+FTCOMM_DUMP_DRAIN_MS=1000 timeout 60 "$RUN" -n 3 --grace 1 -- sh -c 'trap "" TERM; [ $FTCOMM_SLOT = 0 ] && exit 3; sleep 51.7' >"$T/out" 2>"$T/err"
 rc=$?
 ms=$((($(date +%s%N) - t0) / 1000000))
 check "straggler run exits with the first failure's code" $([ $rc = 3 ]; echo $?) "rc=$rc"
-check "stragglers are killed after the grace period" $([ $ms -ge 900 ] && [ $ms -lt 10000 ]; echo $?) "took ${ms} ms"
+check "stragglers are killed after the grace period and the dump drain" $([ $ms -ge 2400 ] && [ $ms -lt 10000 ]; echo $?) "took ${ms} ms"
+check "stragglers get SIGTERM first" $(has "$T/err" "stopping 2 ranks still running after the grace period (SIGTERM; SIGKILL in 1.5 s") "no message"
 check "says how many stragglers it killed" $(has "$T/err" "killing 2 ranks still running") "no message"
 check "no straggler left behind" $(pgrep -f "sleep 51.7" >/dev/null; [ $? = 1 ]; echo $?) "a sleep 51.7 survived"
 

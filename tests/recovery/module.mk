@@ -11,6 +11,15 @@ $(RECOVERY_SUITE): tests/recovery/recovery.sh
 TEST_BINS += $(RECOVERY_SUITE) $(BUILD)/bin/ftcomm-run $(BUILD)/bin/ftcomm-trainer $(BUILD)/bin/ftcomm-trace
 TEST_SUITES += $(RECOVERY_SUITE)
 
+# A hang leaves its dumps however the job ends next (tests/recovery/job-ends.sh):
+# smaller, a replacement, below the minimum, ftcomm-run interrupted; about 45 s.
+JOB_ENDS_SUITE := $(BUILD)/tests/recovery/job-ends
+$(JOB_ENDS_SUITE): tests/recovery/job-ends.sh
+	@mkdir -p $(dir $@)
+	$(Q)printf '#!/bin/sh\nexec tests/recovery/job-ends.sh %s\n' '$(BUILD)' >$@ && chmod +x $@
+TEST_BINS += $(JOB_ENDS_SUITE)
+TEST_SUITES += $(JOB_ENDS_SUITE)
+
 # The recovery benchmark's rank program (tests/bench/recovery/run.sh, part of
 # `make bench`): built here with the recovery suite's other pieces.
 BENCH_RECOVERY := $(BUILD)/bench/recovery_bench

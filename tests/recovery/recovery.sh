@@ -360,7 +360,9 @@ case_superseded-connected() {
 }
 
 # A stopped rank (SIGSTOP): missed heartbeats exclude it, every live rank
-# dumps, and ftcomm-trace names it.
+# dumps, and ftcomm-trace names it, with the coordinator's word: from the
+# dumps' verdict when the next epoch came before they were written, else
+# from the folder's incident.json (rank 2 hung, its dump never came).
 case_stopped() {
   local inc head
   run stopped 60 -n 4 --min-size 2 --inject stop:2@5 -- "$BIN/ftcomm-trainer" "${TRAIN[@]}"
@@ -371,9 +373,10 @@ case_stopped() {
     else
       head=$("$BIN/ftcomm-trace" "$inc" | head -1)
       case $head in
-        *"coordinator agrees: rank 2 hung"*) verdict_names stopped 2 hung && lost_names stopped 2 hung &&
-          ok stopped "excluded; $(ls "$inc" | wc -l) dumps; trace: $head" ;;
-        *) bad stopped "ftcomm-trace does not name rank 2 (hung, the coordinator agreeing): $head" ;;
+        *"coordinator agrees: rank 2 hung"* | *"incident.json: rank 2's dump: hung ("*)
+          verdict_names stopped 2 hung && lost_names stopped 2 hung &&
+          ok stopped "excluded; $(ls "$inc" | grep -c "^rank-") dumps and incident.json; trace: $head" ;;
+        *) bad stopped "ftcomm-trace does not name rank 2 (hung, by the coordinator's word): $head" ;;
       esac
     fi
   fi

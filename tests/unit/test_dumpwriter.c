@@ -13,6 +13,8 @@
  */
 #include <dirent.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -495,6 +497,95 @@ static void a_dump_whose_verdict_never_came_stays_pending(void **state) {
   assert_non_null(strstr(slurp(path), PENDING));
 }
 
+/* ---- termination: SIGTERM waits for the writer (forked children) ---- */
+
+static int count_dumps(const char *dir) {
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  struct dirent *e;
+  int n = 0;
+  while ((e = readdir(d))) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+/* A child that holds the writer, submits njobs dumps (each write takes
+ * WRITE_MS), then gets SIGTERM once (twice with `again`, the second after
+ * 50 ms) and waits to be ended. Returns its wait status; *ms: how long
+ * after the first signal it ended. */
+static int child_terminated(fixture_t *fx, int njobs, int again, int64_t *ms) {
+  int64_t t0 = 0;
+  int pipefd[2];
+  assert_int_equal(pipe(pipefd), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    close(pipefd[0]);
+    ftc__dw_retain();
+    for (int i = 0; i < njobs; i++) submit(fx->a, i);
+    char c = 'x';
+    if (write(pipefd[1], &c, 1) != 1) _exit(3);
+    raise(SIGTERM);
+    if (again) {
+      usleep(50000);
+      raise(SIGTERM);
+    }
+    for (;;) pause(); /* the drain thread ends the process */
+  }
+  close(pipefd[1]);
+  char c;
+  assert_int_equal(read(pipefd[0], &c, 1), 1);
+  close(pipefd[0]);
+  t0 = ftc__now_ns();
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  *ms = (ftc__now_ns() - t0) / 1000000;
+  return status;
+}
+
+static void sigterm_ends_the_process_once_its_dumps_are_written(void **state) {
+  fixture_t *fx = *state;
+  set_drain_ms("60000");
+  int64_t ms;
+  int status = child_terminated(fx, 4, 0, &ms);
+  assert_true(WIFSIGNALED(status));
+  assert_int_equal(WTERMSIG(status), SIGTERM); /* ended by the signal, as without ftcomm */
+  assert_int_equal(count_dumps(fx->dir), 4);    /* every dump on disk first */
+  assert_true(ms >= 3 * WRITE_MS);              /* it waited for them */
+}
+
+static void sigterm_with_nothing_to_write_ends_the_process_at_once(void **state) {
+  fixture_t *fx = *state;
+  set_drain_ms("60000");
+  int64_t ms;
+  int status = child_terminated(fx, 0, 0, &ms);
+  assert_true(WIFSIGNALED(status));
+  assert_int_equal(WTERMSIG(status), SIGTERM);
+  assert_true(ms < 2000); /* (a bound on a busy host, not the expectation: at once) */
+}
+
+static void sigterm_waits_no_longer_than_the_drain_time(void **state) {
+  fixture_t *fx = *state;
+  set_drain_ms("250");
+  int64_t ms;
+  int status = child_terminated(fx, 12, 0, &ms); /* 1.2 s of writes */
+  assert_true(WIFSIGNALED(status));
+  assert_int_equal(WTERMSIG(status), SIGTERM);
+  assert_true(ms >= 200 && ms < 1100);
+  assert_true(count_dumps(fx->dir) < 12);
+}
+
+static void a_second_sigterm_ends_the_process_at_once(void **state) {
+  fixture_t *fx = *state;
+  set_drain_ms("60000");
+  int64_t ms;
+  int status = child_terminated(fx, 12, 1, &ms); /* 1.2 s of writes */
+  assert_true(WIFSIGNALED(status));
+  assert_int_equal(WTERMSIG(status), SIGTERM);
+  assert_true(ms < 1100);
+  assert_true(count_dumps(fx->dir) < 12);
+}
+
 int main(void) {
   /* Before the first job: the fault point is parsed once. */
   setenv("FTCOMM_FAULT", "dumpwrite:100", 1);
@@ -513,6 +604,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_late_verdict_never_drops_a_dump_not_yet_written, setup, teardown),
       cmocka_unit_test_setup_teardown(a_new_dump_drops_a_waiting_verdict_first, setup, teardown),
       cmocka_unit_test_setup_teardown(a_seventeenth_dump_kept_for_a_verdict_lets_the_oldest_go, setup, teardown),
+      cmocka_unit_test_setup_teardown(sigterm_ends_the_process_once_its_dumps_are_written, setup, teardown),
+      cmocka_unit_test_setup_teardown(sigterm_with_nothing_to_write_ends_the_process_at_once, setup, teardown),
+      cmocka_unit_test_setup_teardown(sigterm_waits_no_longer_than_the_drain_time, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_second_sigterm_ends_the_process_at_once, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -271,6 +271,26 @@ out_free_expr:
   return rc;
 }
 
+/* A deleted pod's ranks get SIGTERM, and libftcomm ends a rank only once
+ * the dumps it captured are written and uploaded, at most
+ * FTCOMM_DUMP_DRAIN_MS later (runtime/src/core/dumpwriter.c): the pod's
+ * grace period covers that, plus 5 s to exit, and is never lowered below
+ * the template's (or Kubernetes' default, 30 s). */
+static int set_termination_grace(json_t *podspec) {
+  int64_t drain_ms = 0;
+  size_t i;
+  json_t *c;
+  json_array_foreach(json_object_get(podspec, "containers"), i, c) {
+    int64_t d = container_param(c, FTC_P_DUMP_DRAIN_MS);
+    if (d > drain_ms) drain_ms = d;
+  }
+  json_t *t = json_object_get(podspec, "terminationGracePeriodSeconds");
+  long long grace = json_is_integer(t) ? (long long)json_integer_value(t) : 30;
+  long long need = (drain_ms + 999) / 1000 + 5;
+  if (grace < need) grace = need;
+  return json_object_set_new(podspec, "terminationGracePeriodSeconds", json_integer(grace));
+}
+
 json_t *ftck_build_pod(const json_t *job, const ftck_job_spec_t *spec, int slot, int incarnation, int joiner,
                        const char *avoid, const ftck_pod_env_t *env) {
   const char *job_name = ftck_jstr(job, "metadata.name");
@@ -302,6 +322,7 @@ json_t *ftck_build_pod(const json_t *job, const ftck_job_spec_t *spec, int slot,
     bad |= add_avoid_affinity(podspec, avoid);
   }
   bad |= json_object_set_new(podspec, "restartPolicy", json_string("Never"));
+  bad |= set_termination_grace(podspec);
   json_t *containers = json_object_get(podspec, "containers");
   size_t i;
   json_t *c;

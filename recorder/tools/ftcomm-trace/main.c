@@ -62,8 +62,12 @@ int main(int argc, char **argv) {
   }
   tr_set_t set;
   if (tr_load_dir(dir, &set) < 0) return TR_EXIT_UNUSABLE;
+  tr_incident_t *incident = tr_incident_load(dir, &set);
   if (set.nd == 0 && set.nbad == 0) {
     fprintf(stderr, "ftcomm-trace: no dumps in %s\n", dir);
+    /* The record still says who was asked and why nothing came. */
+    if (incident) tr_incident_print_text(stderr, incident);
+    tr_incident_free(incident);
     tr_set_free(&set);
     return TR_EXIT_UNUSABLE;
   }
@@ -72,6 +76,10 @@ int main(int argc, char **argv) {
       fprintf(stderr, "ftcomm-trace: %s: %s\n", set.bad[i].path, set.bad[i].why);
   tr_report_t rep;
   tr_analyze(&set, &rep);
+  if (incident) {
+    rep.incident = incident;
+    tr_incident_explain(incident, &rep);
+  }
   if (json) tr_print_json(stdout, &set, &rep);
   else tr_print_text(stdout, &set, &rep, verbose);
   int status = rep.exit_status;
@@ -80,6 +88,7 @@ int main(int argc, char **argv) {
     status = TR_EXIT_UNUSABLE;
   }
   tr_report_free(&rep);
+  tr_incident_free(incident);
   tr_set_free(&set);
   return status;
 }

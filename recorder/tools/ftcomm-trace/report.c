@@ -85,6 +85,7 @@ void tr_print_text(FILE *out, const tr_set_t *set, const tr_report_t *rep, int v
                                       " (the dumps alone name nobody)"};
     fprintf(out, "verdict: %s%s\n", rep->verdict.text, how[rep->verdict.agreement]);
   }
+  if (rep->incident) tr_incident_print_text(out, rep->incident);
   size_t nfail = 0;
   for (size_t i = 0; i < set->nd; i++) {
     const tr_dump_t *d = &set->d[i];
@@ -205,6 +206,7 @@ int tr_print_json(FILE *out, const tr_set_t *set, const tr_report_t *rep) {
                                          set->bad[i].rank_guess, "ignored", set->bad[i].skipped,
                                          "error", set->bad[i].why));
   json_object_set_new(root, "unreadable", bad);
+  if (rep->incident) json_object_set_new(root, "incident", tr_incident_json(rep->incident));
   json_t *fs = json_array();
   for (size_t i = 0; i < rep->nf; i++) {
     const tr_finding_t *f = &rep->f[i];

@@ -196,6 +196,8 @@ typedef struct tr_verdict_sum {
   char text[1024];     /* one line for people: the verdict and how it compares */
 } tr_verdict_sum_t;
 
+typedef struct tr_incident tr_incident_t;
+
 typedef struct tr_report {
   tr_group_t *g;
   size_t ng;
@@ -209,6 +211,7 @@ typedef struct tr_report {
   int exit_status;
   char headline[FTC_TRACE_HEADLINE_MAX];
   tr_verdict_sum_t verdict;
+  const tr_incident_t *incident; /* the folder's incident.json, NULL: none (not owned) */
 } tr_report_t;
 
 void tr_analyze(tr_set_t *set, tr_report_t *rep);
@@ -217,6 +220,17 @@ void tr_report_free(tr_report_t *rep);
 void tr_print_text(FILE *out, const tr_set_t *set, const tr_report_t *rep, int verbose);
 int tr_print_json(FILE *out, const tr_set_t *set, const tr_report_t *rep);
 int tr_write_html(const char *path, const tr_set_t *set, const tr_report_t *rep);
+
+/* The coordinator's incident record in dir (incident.c): NULL when there is
+ * none (or it is unreadable: said on stderr); its entry in set->bad (the
+ * loader took it for a file that is no dump) is removed. */
+tr_incident_t *tr_incident_load(const char *dir, tr_set_t *set);
+void tr_incident_free(tr_incident_t *inc);
+/* After tr_analyze: the headline says why each missing rank has no dump,
+ * and whom the coordinator dropped when no dump carries its verdict. */
+void tr_incident_explain(const tr_incident_t *inc, tr_report_t *rep);
+void tr_incident_print_text(FILE *out, const tr_incident_t *inc);
+void *tr_incident_json(const tr_incident_t *inc); /* a new json_t */
 
 /* "3", "0-4,6" ... into buf; long lists end with "... (N ranks)". */
 const char *tr_rank_list(const int *ranks, size_t n, char *buf, size_t len);

@@ -13,6 +13,7 @@
  * is a leaf: nothing else is locked or called into lws while it is held.
  */
 #include "coordinator/coordinator.h"
+#include "coordinator/incident.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,6 +38,7 @@
 /* A member's copies of one incident after its first (store_dump). */
 #define DUMP_MAX_COPIES 8
 #define MAX_QUEUED 4096 /* messages waiting for one session's writeable callback */
+#define MAX_INCIDENTS 8 /* records kept up to date (incident.json); older ones stay as written */
 
 /* M_STANDBY: said hello with "standby" (ftc_comm_create_begin): it holds its
  * slot and heartbeats, but is neither admitted nor counted for the first
@@ -130,6 +132,8 @@ struct ftc__coord {
   char *backend_blob;     /* that blob (first one published wins), relayed to its members */
   int64_t revoke_ns;     /* when the first such report came */
   uint64_t dumps_epoch;  /* the epoch whose hang already triggered dump requests */
+  ftc__incident_t *incidents[MAX_INCIDENTS]; /* the newest records, oldest first */
+  int nincidents;
   ftc__coord_stats_t counts; /* lost/left/refused tallies */
   int stats_dirty;
   uint64_t prospect_sig; /* the last prospect sent (a hash of its epoch and members), 0: none */
@@ -418,6 +422,7 @@ static void adopt_view(ftc__coord_t *co, const ftc__hello_t *h) {
  * view names it with the verdict (docs/protocol.md, view "dropped"). */
 struct drop_rec {
   uint64_t id;
+  int rank, slot;
   const char *reason; /* static */
   char detail[FTC__PROTO_MAX_DROP_DETAIL + 1];
 };
@@ -428,7 +433,20 @@ static int64_t evidence_ns(const ftc__coord_t *co);
 /* Why m is dropped, in a word: it left; its session is gone (crashed); it
  * is connected but silent past the evidence time (hung); else lost (the
  * host declared its slot lost, ...). Out of memory it is left out. */
+static const char *drop_word(const ftc__coord_t *co, const member_t *m, int left) {
+  return left                                                 ? "left"
+         : session_gone(m)                                    ? "crashed"
+         : ftc__now_ns() - m->last_seen_ns > evidence_ns(co) ? "hung"
+                                                              : "lost";
+}
+
+static void incidents_dropped(ftc__coord_t *co, const member_t *m, const char *word,
+                              const char *why);
+static void incidents_epoch(ftc__coord_t *co, uint64_t e);
+
 static void note_drop(ftc__coord_t *co, const member_t *m, int left, const char *why) {
+  const char *word = drop_word(co, m, left);
+  incidents_dropped(co, m, word, why);
   if (co->ndrops == co->drops_cap) {
     int ncap = co->drops_cap ? 2 * co->drops_cap : 16;
     struct drop_rec *nd = ftc__realloc(co->drops, (size_t)ncap * sizeof(*nd));
@@ -437,10 +455,9 @@ static void note_drop(ftc__coord_t *co, const member_t *m, int left, const char 
   }
   struct drop_rec *d = &co->drops[co->ndrops++];
   d->id = m->id;
-  d->reason = left                                                 ? "left"
-              : session_gone(m)                                    ? "crashed"
-              : ftc__now_ns() - m->last_seen_ns > evidence_ns(co) ? "hung"
-                                                                   : "lost";
+  d->rank = m->rank;
+  d->slot = m->slot;
+  d->reason = word;
   snprintf(d->detail, sizeof(d->detail), "%s", why ? why : "");
 }
 
@@ -581,6 +598,7 @@ static void maybe_form_epoch(ftc__coord_t *co) {
   }
   FTC_INFO(FTC_SUB_COORD, "job %s: epoch %llu formed with %d members (%d joined)", co->job,
            (unsigned long long)e, n, pending);
+  incidents_epoch(co, e);
   ftc__coord_event_t ev = {.kind = FTC__COORD_EV_EPOCH, .epoch = e, .size = n, .joined = pending};
   emit(co, &ev);
   for (int r = 0; r < n; r++) {
@@ -852,6 +870,67 @@ static int64_t evidence_ns(const ftc__coord_t *co) {
   return (2LL * co->heartbeat_ms + 100) * 1000000LL;
 }
 
+/* ---- incident records (incident.h) ---- */
+
+/* A record of incident `name` about the current epoch: every member asked
+ * (those with a session) or not, and those already dropped since the epoch
+ * was formed, with the coordinator's words. Written at once. */
+static void incident_open(ftc__coord_t *co, const char *name, const char *reason,
+                          const member_t *silent) {
+  if (!co->dump_dir) return; /* uploads are refused: no folder to describe */
+  ftc__incident_t *inc = ftc__incident_new(co->dump_dir, co->job, name, co->epoch, reason,
+                                           silent ? silent->rank : -1, silent ? silent->slot : -1);
+  if (!inc) {
+    FTC_ERROR(FTC_SUB_COORD, "job %s: out of memory recording incident %s", co->job, name);
+    return;
+  }
+  for (int r = 0; r < co->view_n; r++) {
+    const member_t *m = co->view[r];
+    if (m)
+      ftc__incident_add(inc, r, m->slot, m->id, m->host, m->sess != NULL,
+                        "its coordinator session was closed at the request");
+  }
+  for (int i = 0; i < co->ndrops; i++) {
+    const struct drop_rec *d = &co->drops[i];
+    ftc__incident_add(inc, d->rank, d->slot, d->id, "", 0, NULL);
+    ftc__incident_dropped(inc, d->id, d->reason, d->detail);
+  }
+  if (co->nincidents == MAX_INCIDENTS) {
+    ftc__incident_free(co->incidents[0]);
+    memmove(co->incidents, co->incidents + 1, (MAX_INCIDENTS - 1) * sizeof(co->incidents[0]));
+    co->nincidents--;
+  }
+  co->incidents[co->nincidents++] = inc;
+  ftc__incident_write(inc);
+}
+
+static ftc__incident_t *incident_named(ftc__coord_t *co, const char *name) {
+  for (int i = co->nincidents - 1; i >= 0; i--)
+    if (!strcmp(ftc__incident_name(co->incidents[i]), name)) return co->incidents[i];
+  return NULL;
+}
+
+/* m of the current epoch is dropped: the records about this epoch say so. */
+static void incidents_dropped(ftc__coord_t *co, const member_t *m, const char *word,
+                              const char *why) {
+  for (int i = 0; i < co->nincidents; i++) {
+    ftc__incident_t *inc = co->incidents[i];
+    if (ftc__incident_epoch(inc) != co->epoch) continue;
+    ftc__incident_dropped(inc, m->id, word, why);
+    ftc__incident_write(inc);
+  }
+}
+
+/* Epoch e was announced: the verdict of the records about earlier epochs. */
+static void incidents_epoch(ftc__coord_t *co, uint64_t e) {
+  for (int i = 0; i < co->nincidents; i++) {
+    ftc__incident_t *inc = co->incidents[i];
+    if (ftc__incident_epoch(inc) >= e) continue;
+    ftc__incident_next_epoch(inc, e);
+    ftc__incident_write(inc);
+  }
+}
+
 /* A hang (a timeout report, a member silent past the heartbeat timeout):
  * every rank of the epoch that still has a session writes a dump, once per
  * epoch. Queued before the next view, so ranks dump the epoch that hung. */
@@ -869,6 +948,7 @@ static void request_hang_dumps(ftc__coord_t *co, const member_t *silent, const c
       send_msg(co->view[r]->sess, ftc__proto_dump_request(incident, reason, co->epoch), 0);
       asked++;
     }
+  incident_open(co, incident, reason, silent);
   ftc__coord_event_t ev = {.kind = FTC__COORD_EV_HANG, .epoch = co->epoch, .size = asked,
                            .slot = silent ? silent->slot : -1, .rank = silent ? silent->rank : -1,
                            .member_id = silent ? silent->id : 0, .reason = reason,
@@ -1061,6 +1141,11 @@ static int store_dump(ftc__coord_t *co, member_t *m, dump_asm_t *d) {
   if (k > DUMP_MAX_COPIES) return 0;
   FTC_INFO(FTC_SUB_COORD, "job %s: stored the dump of rank %d (%zu bytes) as %s", co->job,
            d->rank, d->len, path);
+  ftc__incident_t *inc = incident_named(co, d->incident);
+  if (inc) {
+    ftc__incident_answered(inc, d->rank, m->id, strrchr(path, '/') + 1);
+    ftc__incident_write(inc);
+  }
   ftc__coord_event_t ev = {.kind = FTC__COORD_EV_DUMP, .epoch = co->epoch, .slot = m->slot,
                            .rank = d->rank, .member_id = m->id, .incident = d->incident};
   emit(co, &ev);
@@ -1316,6 +1401,7 @@ static void run_commands(ftc__coord_t *co) {
         if (co->view[r] && co->view[r]->sess)
           send_msg(co->view[r]->sess, ftc__proto_dump_request(c->incident, c->reason, co->epoch),
                    0);
+      if (!incident_named(co, c->incident)) incident_open(co, c->incident, c->reason, NULL);
     } else {
       member_t *m = find_slot(co, c->slot);
       if (m) {
@@ -1365,6 +1451,8 @@ static void tick(ftc__coord_t *co) {
     maybe_form_epoch(co);
   }
   if (co->formed) judge_suspects(co, now);
+  for (int i = 0; i < co->nincidents; i++)
+    if (ftc__incident_check(co->incidents[i], now)) ftc__incident_write(co->incidents[i]);
   send_prospect(co); /* (a standby dropped: the others' prospect changed) */
   if (co->stats_dirty) publish_stats(co);
 }
@@ -1711,6 +1799,12 @@ void ftc__coord_destroy(ftc__coord_t *co) {
 
 /* What coord_new and the sessions left: the members, epochs, commands. */
 static void coord_free(ftc__coord_t *co) {
+  /* What never answered is said so in the records, which stay as written. */
+  for (int i = 0; i < co->nincidents; i++) {
+    ftc__incident_close(co->incidents[i]);
+    ftc__incident_write(co->incidents[i]);
+    ftc__incident_free(co->incidents[i]);
+  }
   for (int i = 0; i < co->nmembers; i++) ftc__free(co->members[i]);
   ftc__free(co->members);
   ftc__free(co->view);

@@ -108,8 +108,9 @@ struct ftc_comm {
   struct ftc__wd_dump *wd_dumps; /* under wd_mu: captured, not yet written */
   struct ftc__wd_dump *wd_late;  /* watchdog thread only: failure dumps written before the
                                   * coordinator's verdict, which the dump writer keeps */
-  int64_t wd_hold_ns;         /* under wd_mu: since when their files wait (0: they don't) */
-  uint64_t wd_hold_epoch;     /* under wd_mu: ... for an epoch after this one */
+  int wd_peer;                /* under wd_mu: the failed peer the backend of epoch
+                               * wd_peer_epoch named just before the move (0: none) */
+  uint64_t wd_peer_epoch;
   pthread_mutex_t wd_cap_mu;  /* serializes the capture of failures and dump requests */
   uint64_t wd_handled;        /* under wd_cap_mu: the epoch whose failure dump was captured */
   uint64_t wd_reported;       /* under wd_cap_mu: the epoch whose failure was reported */

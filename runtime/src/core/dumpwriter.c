@@ -23,13 +23,30 @@
  * one rename (ftc_rec_capture_rewrite_outcome); one still waiting to be
  * written just takes the verdict, one being written takes it right after.
  *
- * Lock order: dw.mu -> the membership session's lock (the upload, which only
- * queues frames). The thread touches a communicator only through job->owner,
- * and only under dw.mu, which ftc__dw_release takes before it lets go.
+ * Every dump is handed here as soon as it is captured, and written at once,
+ * verdict or not: no write waits for the job's next epoch. The thread runs
+ * as SCHED_BATCH (when the process runs as SCHED_OTHER): a dump that comes
+ * during a recovery is written without preempting the threads that recover.
+ *
+ * A captured dump outlives a normal termination: while a communicator lives,
+ * SIGTERM and SIGINT (those the application left at their default) end the
+ * process only once the writer is idle and the uploads it queued are sent,
+ * at most FTCOMM_DUMP_DRAIN_MS after the signal. The handler ends the process
+ * at once when nothing is pending (as without ftcomm) or at a second signal;
+ * else it posts a semaphore, and the thread "ftc-dwdrain" waits for the
+ * writer, then restores the default action and sends the signal again.
+ *
+ * Lock order: term_mu -> dw.mu -> the membership session's lock (the upload, which only
+ * queues frames; the drain, which asks whether they went). The thread touches
+ * a communicator only through job->owner (and dw.flush), and only under
+ * dw.mu, which ftc__dw_release takes before it lets go.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
+#include <semaphore.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -44,6 +61,7 @@
 
 #define DW_MAX_QUEUED 16
 #define DW_MAX_LATE 16 /* written dumps kept for a verdict that may still come */
+#define DW_MAX_FLUSH 16 /* communicators whose uploads may still wait in their session */
 
 struct ftc__dw_job {
   struct ftc__dw_job *next;
@@ -77,7 +95,18 @@ static struct {
   int users;                  /* communicators that may submit */
   int started, stop;
   pthread_t thread;
+  ftc_comm_t *flush[DW_MAX_FLUSH]; /* uploaded since the drain last saw their sessions empty */
+  int nflush;
 } dw = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, NULL, NULL, 0, 0, 0, 0, 0, 0};
+
+/* What a termination signal waits for: jobs waiting or being written, and
+ * communicators whose uploads may not be sent yet. Written under dw.mu,
+ * read by the signal handler. */
+static int dw_pending;
+
+static void pending_update_locked(void) {
+  __atomic_store_n(&dw_pending, dw.queued + (dw.busy != NULL) + dw.nflush, __ATOMIC_RELEASE);
+}
 
 static void job_free(struct ftc__dw_job *j) {
   if (!j) return;
@@ -197,6 +226,28 @@ out_close:
   return buf;
 }
 
+/* owner queued an upload (dw.mu held): a termination waits until its
+ * session sent it. A full list keeps its oldest (the drain then waits for
+ * the writer alone for the newest ones: the bound is the drain time). */
+static void flush_add_locked(ftc_comm_t *owner) {
+  for (int i = 0; i < dw.nflush; i++)
+    if (dw.flush[i] == owner) return;
+  if (dw.nflush < DW_MAX_FLUSH) dw.flush[dw.nflush++] = owner;
+  pending_update_locked();
+}
+
+/* Let go of owner, or (NULL) of every owner whose session sent all it
+ * queued (dw.mu held). */
+static void flush_drop_locked(ftc_comm_t *owner) {
+  for (int i = 0; i < dw.nflush;) {
+    if (owner ? dw.flush[i] == owner : ftc__member_sent_all(dw.flush[i]->member))
+      dw.flush[i] = dw.flush[--dw.nflush];
+    else
+      i++;
+  }
+  pending_update_locked();
+}
+
 /* Write j (no lock held: this is where the disk may be slow), then upload it
  * if the coordinator asked for it and its communicator still waits. */
 static void job_run(struct ftc__dw_job *j) {
@@ -214,11 +265,13 @@ static void job_run(struct ftc__dw_job *j) {
   }
   ftc_status_t st = ftc_rec_capture_write_outcome(j->capture, j->dir, j->reason,
                                                   j->has_outcome ? &j->o : NULL, path, sizeof(j->path));
+  /* On disk this long after the capture (docs/recovery.md: the bound is 1 s). */
+  long long after_ms = (long long)((ftc__now_ns() - ftc_rec_capture_time_ns(j->capture)) / 1000000);
   if (st != FTC_OK) j->id = 0; /* nothing on disk to add a verdict to */
   if (!j->incident[0]) {
     if (st == FTC_OK)
-      FTC_INFO(FTC_SUB_RECOVERY, "epoch %llu failed (%s): dump written to %s",
-               (unsigned long long)j->epoch, ftc_strerror((ftc_status_t)j->status), path);
+      FTC_INFO(FTC_SUB_RECOVERY, "epoch %llu failed (%s): dump written to %s, %lld ms after its capture",
+               (unsigned long long)j->epoch, ftc_strerror((ftc_status_t)j->status), path, after_ms);
     else
       FTC_WARN(FTC_SUB_RECOVERY, "epoch %llu failed; cannot write a dump: %s",
                (unsigned long long)j->epoch, ftc_last_error());
@@ -238,6 +291,7 @@ static void job_run(struct ftc__dw_job *j) {
     gone = 1;
   else if (data && j->owner->member)
     up = ftc__member_upload_dump(j->owner->member, j->incident, j->rank, data, len);
+  if (up == FTC_OK) flush_add_locked(j->owner);
   pthread_mutex_unlock(&dw.mu);
   if (gone)
     FTC_WARN(FTC_SUB_RECOVERY, "wrote %s for incident %s but its communicator was destroyed "
@@ -246,7 +300,8 @@ static void job_run(struct ftc__dw_job *j) {
     FTC_WARN(FTC_SUB_RECOVERY, "wrote %s for incident %s but cannot upload it: %s", path,
              j->incident, data ? ftc_last_error() : "cannot read it back");
   else
-    FTC_INFO(FTC_SUB_RECOVERY, "dump for incident %s: %s (uploaded)", j->incident, path);
+    FTC_INFO(FTC_SUB_RECOVERY, "dump for incident %s: %s, %lld ms after its capture (uploaded)",
+             j->incident, path, after_ms);
   ftc__free(data);
 }
 
@@ -271,6 +326,7 @@ static struct ftc__dw_job *enqueue_locked(struct ftc__dw_job *j) {
   while (*end) end = &(*end)->next;
   *end = j;
   dw.queued++;
+  pending_update_locked();
   pthread_cond_broadcast(&dw.cv);
   return dropped;
 }
@@ -323,6 +379,11 @@ static struct ftc__dw_job *after_run_locked(struct ftc__dw_job *j) {
 static void *dw_main(void *arg) {
   (void)arg;
   pthread_setname_np(pthread_self(), "ftc-dumpwriter"); /* (by itself: see engine.c) */
+  /* A write due during a recovery does not preempt the threads that
+   * recover (the policy is this thread's alone on Linux). */
+  struct sched_param sp = {0};
+  if (sched_getscheduler(0) == SCHED_OTHER && sched_setscheduler(0, SCHED_BATCH, &sp) != 0)
+    FTC_DEBUG(FTC_SUB_RECOVERY, "dump writer to SCHED_BATCH: %s", strerror(errno));
   pthread_mutex_lock(&dw.mu);
   for (;;) {
     while (!dw.head && !dw.stop) pthread_cond_wait(&dw.cv, &dw.mu);
@@ -336,6 +397,7 @@ static void *dw_main(void *arg) {
     pthread_mutex_lock(&dw.mu);
     dw.busy = NULL;
     struct ftc__dw_job *gone = after_run_locked(j);
+    pending_update_locked();
     pthread_cond_broadcast(&dw.cv);
     pthread_mutex_unlock(&dw.mu);
     job_free(gone);
@@ -345,14 +407,181 @@ static void *dw_main(void *arg) {
   return NULL;
 }
 
+/* ---- termination: SIGTERM and SIGINT wait for the writer ---- */
+
+static const int term_sigs[] = {SIGTERM, SIGINT};
+#define NTERM ((int)(sizeof(term_sigs) / sizeof(term_sigs[0])))
+static struct {
+  sem_t sem;                 /* posted by the handler (async-signal-safe), and to stop */
+  int sig;                   /* atomic (set by the handler): the signal being handled, 0 none */
+  int quit;                  /* under dw.mu: the thread ends */
+  int running;               /* atomic: the thread runs (read by the handler) */
+  pthread_t thread;
+  int installed[NTERM];      /* our handler is installed for term_sigs[i] */
+  struct sigaction old[NTERM];
+} term;
+
+static void term_default(int sig) {
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof(dfl));
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(sig, &dfl, NULL);
+}
+
+static void on_term(int sig) {
+  int saved = errno;
+  if (__atomic_load_n(&dw_pending, __ATOMIC_ACQUIRE) == 0 ||
+      __atomic_load_n(&term.sig, __ATOMIC_ACQUIRE) ||
+      !__atomic_load_n(&term.running, __ATOMIC_ACQUIRE)) {
+    /* Nothing to write, a second signal, or no drain thread (a forked
+     * child): the default action, now (the signal is raised again once
+     * this handler returns). */
+    term_default(sig);
+    raise(sig);
+  } else {
+    __atomic_store_n(&term.sig, sig, __ATOMIC_RELEASE);
+    sem_post(&term.sem);
+  }
+  errno = saved;
+}
+
+/* Wait, up to FTCOMM_DUMP_DRAIN_MS, for the writer to be idle and the
+ * uploads it queued to be sent. */
+static void term_drain(int sig) {
+  int64_t drain_ms;
+  if (ftc__param_int(FTC_P_DUMP_DRAIN_MS, &drain_ms) != FTC_OK) drain_ms = 10000;
+  int64_t t0 = ftc__now_ns(), deadline = t0 + drain_ms * 1000000LL;
+  pthread_mutex_lock(&dw.mu);
+  flush_drop_locked(NULL);
+  int jobs = dw.queued + (dw.busy != NULL), uploads = dw.nflush;
+  if (jobs || uploads)
+    FTC_WARN(FTC_SUB_RECOVERY, "got %s: %d captured dump%s to write, %d upload%s to send before the "
+             "process ends (at most FTCOMM_DUMP_DRAIN_MS, %lld ms)", strsignal(sig), jobs,
+             jobs == 1 ? "" : "s", uploads, uploads == 1 ? "" : "s", (long long)drain_ms);
+  for (;;) {
+    flush_drop_locked(NULL);
+    if (!dw.head && !dw.busy && !dw.nflush) break;
+    int64_t now = ftc__now_ns();
+    if (now >= deadline) break;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t wait = deadline - now < 20000000 ? deadline - now : 20000000; /* uploads: polled */
+    ts.tv_nsec += (long)wait;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&dw.cv, &dw.mu, &ts);
+  }
+  int left = dw.queued + (dw.busy != NULL) + dw.nflush;
+  pthread_mutex_unlock(&dw.mu);
+  long long took = (long long)((ftc__now_ns() - t0) / 1000000);
+  if (left)
+    FTC_WARN(FTC_SUB_RECOVERY, "%s: %d dump%s or upload%s still pending after %lld ms "
+             "(FTCOMM_DUMP_DRAIN_MS); ending the process", strsignal(sig), left,
+             left == 1 ? "" : "s", left == 1 ? "" : "s", took);
+  else if (jobs || uploads)
+    FTC_WARN(FTC_SUB_RECOVERY, "%s: the dumps are written and sent (%lld ms); ending the process",
+             strsignal(sig), took);
+}
+
+static void *term_main(void *arg) {
+  (void)arg;
+  pthread_setname_np(pthread_self(), "ftc-dwdrain");
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, NULL);
+  for (;;) {
+    while (sem_wait(&term.sem) != 0 && errno == EINTR) {
+    }
+    int sig = __atomic_load_n(&term.sig, __ATOMIC_ACQUIRE);
+    if (sig) {
+      term_drain(sig);
+      /* The signal again, with its default action: the process ends as it
+       * would have without ftcomm, only later. */
+      term_default(sig);
+      kill(getpid(), sig);
+      return NULL;
+    }
+    pthread_mutex_lock(&dw.mu);
+    int quit = term.quit;
+    pthread_mutex_unlock(&dw.mu);
+    if (quit) return NULL;
+  }
+}
+
+/* Serializes term_start and term_stop (a communicator made as the last
+ * one goes); taken before dw.mu. */
+static pthread_mutex_t term_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* The first communicator: the drain thread, and our handler for each
+ * termination signal still at its default action (term_mu held). */
+static void term_start(void) {
+  if (__atomic_load_n(&term.running, __ATOMIC_ACQUIRE)) return; /* the last one's stop is due */
+  if (sem_init(&term.sem, 0, 0) != 0) return;
+  __atomic_store_n(&term.sig, 0, __ATOMIC_RELEASE);
+  term.quit = 0;
+  int rc = pthread_create(&term.thread, NULL, term_main, NULL);
+  if (rc != 0) {
+    FTC_WARN(FTC_SUB_RECOVERY, "cannot start the dump drain thread (%s): SIGTERM ends the process "
+             "without waiting for dumps being written", strerror(rc));
+    sem_destroy(&term.sem);
+    return;
+  }
+  __atomic_store_n(&term.running, 1, __ATOMIC_RELEASE);
+  for (int i = 0; i < NTERM; i++) {
+    struct sigaction cur, sa;
+    if (sigaction(term_sigs[i], NULL, &cur) != 0 || (cur.sa_flags & SA_SIGINFO) ||
+        cur.sa_handler != SIG_DFL)
+      continue; /* the application's own handler (or SIG_IGN) stays */
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_term;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(term_sigs[i], &sa, &term.old[i]) == 0) term.installed[i] = 1;
+  }
+}
+
+/* The last communicator let go: the default actions back, the thread
+ * stopped (one that is handling a signal ends the process instead); not
+ * when another communicator came meanwhile (term_mu held). */
+static void term_stop(void) {
+  if (!__atomic_load_n(&term.running, __ATOMIC_ACQUIRE)) return;
+  pthread_mutex_lock(&dw.mu);
+  int users = dw.users;
+  pthread_mutex_unlock(&dw.mu);
+  if (users > 0) return;
+  for (int i = 0; i < NTERM; i++) {
+    if (!term.installed[i]) continue;
+    struct sigaction cur;
+    /* Only ours: a handler the application installed since stays. */
+    if (sigaction(term_sigs[i], NULL, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO) &&
+        cur.sa_handler == on_term)
+      sigaction(term_sigs[i], &term.old[i], NULL);
+    term.installed[i] = 0;
+  }
+  pthread_mutex_lock(&dw.mu);
+  term.quit = 1;
+  pthread_mutex_unlock(&dw.mu);
+  sem_post(&term.sem);
+  pthread_join(term.thread, NULL);
+  __atomic_store_n(&term.running, 0, __ATOMIC_RELEASE);
+  sem_destroy(&term.sem);
+}
+
 /* A forked child has no writer thread: it starts its own at its first job.
- * The parent's waiting jobs stay the parent's (their memory is left). */
+ * The parent's waiting jobs stay the parent's (their memory is left). The
+ * child has no drain thread either: nothing of the parent's is pending in
+ * it, so its handler ends it at once. */
 static void dw_atfork_child(void) {
   pthread_mutex_init(&dw.mu, NULL);
+  pthread_mutex_init(&term_mu, NULL);
   pthread_cond_init(&dw.cv, NULL);
   dw.head = dw.busy = dw.late = NULL;
-  dw.queued = dw.nlate = 0;
+  dw.queued = dw.nlate = dw.nflush = 0;
   dw.started = dw.stop = 0;
+  dw.users = 0; /* the parent's communicators do not run here */
+  __atomic_store_n(&dw_pending, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&term.running, 0, __ATOMIC_RELEASE);
 }
 
 static pthread_once_t dw_once = PTHREAD_ONCE_INIT;
@@ -360,9 +589,12 @@ static void dw_init(void) { pthread_atfork(NULL, NULL, dw_atfork_child); }
 
 void ftc__dw_retain(void) {
   pthread_once(&dw_once, dw_init);
+  pthread_mutex_lock(&term_mu);
   pthread_mutex_lock(&dw.mu);
-  dw.users++;
+  int first = dw.users++ <= 0;
   pthread_mutex_unlock(&dw.mu);
+  if (first) term_start();
+  pthread_mutex_unlock(&term_mu);
 }
 
 void ftc__dw_submit(ftc__dw_job_t *j) {
@@ -484,7 +716,9 @@ void ftc__dw_release(ftc_comm_t *owner) {
   /* Kept for a verdict that did not come while owner lived: they stay as
    * written ("pending" says why). */
   struct ftc__dw_job *no_verdict = take_owned(&dw.late, owner, &dw.nlate);
-  int join = --dw.users <= 0 && dw.started;
+  flush_drop_locked(owner);
+  int last = --dw.users <= 0;
+  int join = last && dw.started;
   if (join) dw.stop = 1;
   pthread_cond_broadcast(&dw.cv);
   pthread_mutex_unlock(&dw.mu);
@@ -503,6 +737,11 @@ void ftc__dw_release(ftc_comm_t *owner) {
     FTC_DEBUG(FTC_SUB_RECOVERY, "%s keeps no verdict: none came before its communicator was destroyed",
               j->path);
     job_free(j);
+  }
+  if (last) {
+    pthread_mutex_lock(&term_mu);
+    term_stop();
+    pthread_mutex_unlock(&term_mu);
   }
   if (!join) return;
   /* The last user: the queue holds no job of a live communicator. The one

@@ -156,10 +156,9 @@ static ftc_status_t execute(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq,
   if (__builtin_expect(st == FTC_OK && !__atomic_load_n(&comm->settled, __ATOMIC_RELAXED), 0) &&
       ++comm->settling >= SETTLE_COLLECTIVES) {
     /* The epoch is in use (every rank completed its first collective
-     * before this one could): work held back during the move (writing the
-     * failed epoch's dumps, making spare connections, closing the previous
-     * epoch's sockets) may run now without slowing a rank that is still
-     * finishing it. */
+     * before this one could): work held back during the move (making spare
+     * connections, closing the previous epoch's sockets) may run now
+     * without slowing a rank that is still finishing it. */
     __atomic_store_n(&comm->settled, 1, __ATOMIC_RELEASE);
     ftc__watchdog_kick(comm);
     ftc__engine_wake(comm); /* the progress thread makes the spares, closes the old sockets */

@@ -12,8 +12,9 @@
  * The watchdog thread ("ftc-watchdog") sleeps on comm->wd_fd and reacts to:
  * a failed epoch (it writes the "timeout"/"error"/"revoked" dump and reports
  * the broken peer to the coordinator, once per epoch; the dump is captured
- * at the failure and written later with the coordinator's verdict on the
- * epoch as known by then: docs/dump-format.md), a dump request from
+ * at the failure and handed to the dump writer at once, with the
+ * coordinator's verdict on the epoch as known by then, and written again
+ * with the verdict when it comes later: docs/dump-format.md), a dump request from
  * the coordinator (it dumps and uploads, even while the application thread
  * is stuck in a collective), and a newer epoch that leaves out a member of
  * the current one (it revokes the current epoch, which releases a collective
@@ -457,40 +458,18 @@ static void wd_dump_free(struct ftc__wd_dump *d) {
   ftc__free(d);
 }
 
-/* Queue a captured dump. While the epoch is failed its files wait until
- * the next epoch's first collective completed (the recovery is done) or a
- * watchdog period passed: formatting and fsync would compete with the
- * recovery for the CPU. A dump the coordinator asked for waits likewise,
- * for its verdict (the next view follows the request). */
+/* Queue a captured dump for the watchdog to hand to the dump writer in
+ * its next pass, which the capture's kick starts at once: no file waits
+ * for the next epoch or the coordinator's verdict (a job that cannot go on
+ * leaves its dumps too; a verdict that comes later is added to the file:
+ * wd_late_verdicts). The writer's thread runs as SCHED_BATCH, so the write
+ * does not preempt the recovery (dumpwriter.c). */
 static void wd_queue(ftc_comm_t *comm, struct ftc__wd_dump *d) {
-  int failed = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE) != 0 || d->incident[0];
   pthread_mutex_lock(&comm->wd_mu);
   struct ftc__wd_dump **tail = &comm->wd_dumps;
   while (*tail) tail = &(*tail)->next;
   *tail = d;
-  if (failed && !comm->wd_hold_ns) {
-    comm->wd_hold_ns = ftc__now_ns();
-    comm->wd_hold_epoch = d->epoch;
-  }
   pthread_mutex_unlock(&comm->wd_mu);
-}
-
-/* Nanoseconds until held dumps may be written (0: now): once the next
- * epoch is in use, else after period_ns, or while the coordinator has
- * announced no epoch after the held one (no verdict yet) after verdict_ns
- * more: the time it may take to convict on evidence. */
-static int64_t wd_hold_left(ftc_comm_t *comm, int64_t period_ns, int64_t verdict_ns) {
-  pthread_mutex_lock(&comm->wd_mu);
-  int64_t since = comm->wd_hold_ns, left = 0;
-  if (since) {
-    int recovered = __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE) > comm->wd_hold_epoch &&
-                    __atomic_load_n(&comm->settled, __ATOMIC_ACQUIRE);
-    int verdict = !comm->member || ftc__member_latest_epoch(comm->member) > comm->wd_hold_epoch;
-    left = recovered ? 0 : since + period_ns + (verdict ? 0 : verdict_ns) - ftc__now_ns();
-    if (left <= 0) comm->wd_hold_ns = 0, left = 0;
-  }
-  pthread_mutex_unlock(&comm->wd_mu);
-  return left;
 }
 
 static struct ftc__wd_dump *wd_capture_new(const char *reason) {
@@ -666,19 +645,19 @@ static int wd_failure(ftc_comm_t *comm) {
 }
 
 /* Just before the move: the backend of the failed epoch may name its
- * failed peer by now (NCCL learns it from the coordinator's epoch). */
+ * failed peer by now (NCCL learns it from the coordinator's epoch). A dump
+ * still queued takes it; one already handed off takes it when it is
+ * written again with the verdict (wd_outcome reads comm->wd_peer). */
 static void wd_update_peer(ftc_comm_t *comm) {
   uint64_t epoch = __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
-  int peer = -2;
-  for (;;) {
-    pthread_mutex_lock(&comm->wd_mu);
-    struct ftc__wd_dump *d = comm->wd_dumps;
-    while (d && (d->incident[0] || d->epoch != epoch || d->peer >= 0)) d = d->next;
-    if (d && peer >= 0) d->peer = peer;
-    pthread_mutex_unlock(&comm->wd_mu);
-    if (!d || peer != -2) return;
-    if ((peer = wd_failed_peer_in(comm, epoch)) < 0) return; /* comm->lock is not under wd_mu */
-  }
+  int peer = wd_failed_peer_in(comm, epoch); /* comm->lock is not under wd_mu */
+  if (peer < 0) return;
+  pthread_mutex_lock(&comm->wd_mu);
+  comm->wd_peer = peer;
+  comm->wd_peer_epoch = epoch;
+  for (struct ftc__wd_dump *d = comm->wd_dumps; d; d = d->next)
+    if (!d->incident[0] && d->epoch == epoch && d->peer < 0) d->peer = peer;
+  pthread_mutex_unlock(&comm->wd_mu);
 }
 
 void ftc__watchdog_capture(ftc_comm_t *comm) {
@@ -688,11 +667,10 @@ void ftc__watchdog_capture(ftc_comm_t *comm) {
   new |= wd_failure(comm);
   wd_update_peer(comm);
   pthread_mutex_unlock(&comm->wd_cap_mu);
-  /* It writes them (and sends a report held back): only when this call
-   * captured or held something. The failure's own kick (comm.c) has most
+  /* It hands them to the writer (and sends a report held back): only when
+   * this call captured something. The failure's own kick (comm.c) has most
    * often had the watchdog capture it already, and a wake-up now, as every
-   * survivor moves, is CPU they need. The next epoch's second collective
-   * wakes it (engine.c: settled) to write what it holds. */
+   * survivor moves, is CPU they need. */
   if (new) ftc__watchdog_kick(comm);
 }
 
@@ -772,6 +750,11 @@ static void wd_outcome(ftc_comm_t *comm, struct ftc__wd_dump *d, ftc_rec_outcome
     /* Not moved yet (the application has not recovered): the epoch's
      * backend may name the peer by now (NCCL learns it from the coordinator). */
     if (d->peer < 0) d->peer = wd_failed_peer_in(comm, d->epoch);
+    if (d->peer < 0) {
+      pthread_mutex_lock(&comm->wd_mu);
+      if (comm->wd_peer_epoch == d->epoch) d->peer = comm->wd_peer;
+      pthread_mutex_unlock(&comm->wd_mu);
+    }
     o->peer = d->peer;
   }
   wd_verdict(comm, d, o, dropped, pending, len);
@@ -997,17 +980,14 @@ static int64_t wd_quiet(ftc_comm_t *comm) {
 static void *watchdog_main(void *arg) {
   ftc_comm_t *comm = arg;
   pthread_setname_np(pthread_self(), "ftc-watchdog"); /* (by itself: see engine.c) */
-  int64_t period, hb;
+  int64_t period;
   if (ftc__param_int(FTC_P_WATCHDOG_MS, &period) != FTC_OK) period = 1000;
-  if (ftc__param_int(FTC_P_HEARTBEAT_MS, &hb) != FTC_OK) hb = 1000;
-  /* Twice the coordinator's evidence time (docs/recovery.md, the evidence rule). */
-  int64_t verdict_ns = 2 * (2 * hb + 100) * 1000000LL;
   uint64_t checked = 0;
-  int64_t hold = 0, quiet = 0;
+  int64_t quiet = 0;
   int defer_ms = -1;
   for (;;) {
     struct pollfd p = {comm->wd_fd, POLLIN, 0};
-    int wait_ms = hold ? (int)((hold + 999999) / 1000000) : (int)period;
+    int wait_ms = (int)period;
     if (quiet && (quiet + 999999) / 1000000 < wait_ms) wait_ms = (int)((quiet + 999999) / 1000000);
     if (defer_ms >= 0 && defer_ms < wait_ms) wait_ms = defer_ms;
     if (poll(&p, 1, wait_ms) > 0) {
@@ -1026,7 +1006,7 @@ static void *watchdog_main(void *arg) {
     defer_ms = wd_deferred_report(comm);
     wd_view(comm, &checked);
     quiet = wd_quiet(comm);
-    if (!(hold = wd_hold_left(comm, period * 1000000LL, verdict_ns))) wd_write_dumps(comm);
+    wd_write_dumps(comm);
     wd_late_verdicts(comm);
   }
   /* A failure just before the communicator was destroyed (its kick may have

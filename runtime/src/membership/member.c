@@ -101,6 +101,7 @@ struct ftc__member {
   int join_wanted;      /* ftc__member_join came before the welcome */
   ftc__view_t *view;
   ftc__frameq_t outq;
+  int sending;          /* a frame taken from outq is being written (ftc__member_sent_all) */
   int leaving;
   char dump_incident[FTC__PROTO_MAX_NAME + 1];
   char dump_reason[256];
@@ -752,12 +753,16 @@ static int on_writeable(ftc__member_t *m, struct lws *wsi) {
   pthread_mutex_lock(&m->lock);
   ftc__frame_t *f = ftc__frameq_pop(&m->outq);
   int more = m->outq.head != NULL;
+  m->sending = f != NULL;
   pthread_mutex_unlock(&m->lock);
   if (!f) return 0;
   int close_after = f->close_after;
   int w = lws_write(wsi, f->buf + LWS_PRE, f->len, LWS_WRITE_TEXT);
   int short_write = w < (int)f->len;
   ftc__free(f);
+  pthread_mutex_lock(&m->lock);
+  m->sending = 0;
+  pthread_mutex_unlock(&m->lock);
   if (short_write) {
     pthread_mutex_lock(&m->lock);
     set_error_locked(m, FTC_ERR_COORDINATOR, "writing to the coordinator at %s failed", m->coord);
@@ -1416,6 +1421,14 @@ ftc_status_t ftc__member_upload_dump(ftc__member_t *m, const char *incident, int
   FTC_INFO(FTC_SUB_COORD, "slot %d: uploading a dump of %zu bytes in %zu fragments (%s)",
            m->slot, len, nfrag, incident);
   return FTC_OK;
+}
+
+int ftc__member_sent_all(ftc__member_t *m) {
+  if (!m) return 1;
+  pthread_mutex_lock(&m->lock);
+  int done = (m->outq.head == NULL && !m->sending) || m->state != S_OPEN;
+  pthread_mutex_unlock(&m->lock);
+  return done;
 }
 
 int ftc__member_left_cleanly(ftc__member_t *m, uint64_t member_id) {

@@ -141,6 +141,11 @@ ftc_status_t ftc__member_upload_dump(ftc__member_t *m, const char *incident, int
 
 /* 1 when a view received said member_id left the job cleanly (a leave;
  * the newest 256 are kept), 0 otherwise. */
+/* Whether every frame queued for the coordinator (an uploaded dump's
+ * fragments among them) has been handed to the socket, or the session is
+ * closed (nothing will go). */
+int ftc__member_sent_all(ftc__member_t *m);
+
 int ftc__member_left_cleanly(ftc__member_t *m, uint64_t member_id);
 
 /* Why the coordinator dropped member_id, as a view said ("dropped"): 1 with

@@ -3,8 +3,9 @@
  * 127.0.0.1 (an ephemeral port, a fresh random token), starts N ranks with
  * the FTCOMM_* environment, prefixes their output lines with the slot, shows
  * a status line on a terminal, forwards SIGINT/SIGTERM (and SIGUSR1/2, which
- * do not stop the run), kills stragglers
- * after the first failure (a grace period, then SIGKILL) and exits with the
+ * do not stop the run), stops stragglers after the first failure (a grace
+ * period, then SIGTERM, on which a rank first writes the dumps it captured,
+ * then SIGKILL once FTCOMM_DUMP_DRAIN_MS has passed) and exits with the
  * first failing rank's code, saying which rank it was and how it died.
  * With --replace a failed rank is restarted as a joiner after a delay; a
  * rank the coordinator excludes while its process lives (hung, stopped) is
@@ -111,7 +112,9 @@ typedef struct run {
   int stopping;            /* a failure, signal or timeout started the shutdown */
   int signals;             /* SIGINT/SIGTERM received */
   int timed_out;
-  int64_t kill_at_ns;      /* SIGKILL the survivors then; 0: not planned */
+  int64_t kill_at_ns;      /* SIGTERM (then SIGKILL) the survivors then; 0: not planned */
+  int termed;              /* SIGTERM was sent: kill_at_ns is the SIGKILL */
+  int64_t drain_ns;        /* how long a rank may take to write its dumps after SIGTERM */
   int64_t start_ns;
   int status_tty;
   int status_shown;
@@ -778,14 +781,28 @@ static void event_loop(run_t *r) {
       say(r, "timed out after %.3g s; stopping the ranks", r->o.timeout_s);
       signal_ranks(r, SIGTERM);
       begin_stop(r, r->o.grace_s < 2 ? r->o.grace_s : 2);
+      /* SIGKILL no sooner than a rank may take to write its dumps. */
+      r->termed = 1;
+      if (r->kill_at_ns < now + r->drain_ns) r->kill_at_ns = now + r->drain_ns;
     }
     if (r->kill_at_ns && now >= r->kill_at_ns && r->alive) {
       int stragglers = 0;
       for (int i = 0; i < r->o.nranks; i++) stragglers += r->ranks[i].pid != 0;
-      say(r, "killing %d rank%s still running after the grace period", stragglers,
-          stragglers == 1 ? "" : "s");
-      signal_ranks(r, SIGKILL);
-      r->kill_at_ns = INT64_MAX; /* once */
+      if (!r->termed) {
+        /* A rank ends on SIGTERM once the dumps it captured are on disk
+         * (libftcomm's dump writer; at once when it has none). */
+        say(r, "stopping %d rank%s still running after the grace period (SIGTERM; SIGKILL in "
+               "%.3g s if still running: time to write their dumps, FTCOMM_DUMP_DRAIN_MS)",
+            stragglers, stragglers == 1 ? "" : "s", (double)r->drain_ns / 1e9);
+        signal_ranks(r, SIGTERM);
+        r->termed = 1;
+        r->kill_at_ns = now + r->drain_ns;
+      } else {
+        say(r, "killing %d rank%s still running after the grace period", stragglers,
+            stragglers == 1 ? "" : "s");
+        signal_ranks(r, SIGKILL);
+        r->kill_at_ns = INT64_MAX; /* once */
+      }
     }
     int n = 0;
     pfd[n++] = (struct pollfd){sig_pipe[0], POLLIN, 0};
@@ -956,6 +973,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ftcomm-run: %s (--dump-dir)\n", ftc_last_error());
     return 1;
   }
+  /* The ranks read the same FTCOMM_DUMP_DRAIN_MS (our environment is theirs):
+   * after SIGTERM they get it, and half a second to exit. */
+  int64_t drain_ms;
+  if (ftc__param_int(FTC_P_DUMP_DRAIN_MS, &drain_ms) != FTC_OK) {
+    fprintf(stderr, "ftcomm-run: %s\n", ftc_last_error());
+    return 2;
+  }
+  r.drain_ns = (drain_ms + 500) * 1000000LL;
   /* The coordinator and the ranks' data plane are on loopback of the
    * family FTCOMM_SOCKET_FAMILY names (IPv4 unless it says ipv6). */
   int family;
