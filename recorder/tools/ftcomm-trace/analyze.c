@@ -280,9 +280,17 @@ static const char *who(char *buf, size_t len, const int *ranks, size_t n) {
   return buf;
 }
 
+/* A straggler arrives late by at least this share of the typical step
+ * (time between collectives plus time inside one) and at least this long,
+ * as a median over at least TR_STRAGGLER_MIN_SEQS aligned collectives
+ * (docs/ftcomm-trace.md, "Stragglers"). */
+#define TR_STRAGGLER_SHARE 0.20
+#define TR_STRAGGLER_MIN_NS 2000000
+#define TR_STRAGGLER_MIN_SEQS 5
+
 static void stragglers(ctx_t *x, int gi, uint64_t lo, uint64_t end) {
   tr_group_t *g = &x->rep->g[gi];
-  if (g->nm < 3 || end < lo + 5) return;
+  if (g->nm < 3 || end < lo + TR_STRAGGLER_MIN_SEQS) return;
   int64_t *gap = tr_xmalloc(g->nm * sizeof(int64_t)), *dur = tr_xmalloc(g->nm * sizeof(int64_t));
   for (size_t mi = 0; mi < g->nm; mi++) {
     const tr_member_t *m = &g->m[mi];
@@ -315,10 +323,21 @@ static void stragglers(ctx_t *x, int gi, uint64_t lo, uint64_t end) {
   int *late = tr_xmalloc(g->nm * sizeof(int));
   size_t nlate = 0;
   int64_t worst_gap = 0, worst_dur = 0;
+  /* A rank that arrives late shows it twice, on its own clock: more time
+   * between collectives than the others (gap) and less time inside them,
+   * since the others wait there for it (dur). Its lateness is the smaller
+   * of the two excesses; it is a straggler only when that is a real share
+   * of the step and a real time (TR_STRAGGLER_SHARE, TR_STRAGGLER_MIN_NS),
+   * not the jitter that puts some rank last at every collective. */
+  int64_t step_ns = (G > 0 ? G : 0) + (D > 0 ? D : 0);
+  int64_t bar = (int64_t)(TR_STRAGGLER_SHARE * (double)step_ns);
+  if (bar < TR_STRAGGLER_MIN_NS) bar = TR_STRAGGLER_MIN_NS;
   for (size_t mi = 0; mi < g->nm; mi++) {
-    int by_gap = G >= 0 && gap[mi] >= 0 && gap[mi] - G > (G > 1000000 ? G : 1000000);
-    int by_dur = D >= 0 && dur[mi] >= 0 && D - dur[mi] > (D / 2 > 1000000 ? D / 2 : 1000000);
-    if (by_gap || by_dur) {
+    int have_gap = G >= 0 && gap[mi] >= 0, have_dur = D >= 0 && dur[mi] >= 0;
+    if (!have_gap && !have_dur) continue;
+    int64_t by_gap = have_gap ? gap[mi] - G : INT64_MAX, by_dur = have_dur ? D - dur[mi] : INT64_MAX;
+    int64_t lateness = by_gap < by_dur ? by_gap : by_dur;
+    if (lateness >= bar) {
       late[nlate++] = g->m[mi].grank >= 0 ? g->m[mi].grank : g->m[mi].comm_rank;
       if (gap[mi] > worst_gap) worst_gap = gap[mi];
       if (!worst_dur || dur[mi] < worst_dur) worst_dur = dur[mi];
