@@ -126,6 +126,9 @@ void tr_set_free(tr_set_t *set);
 int tr_parse_ftcomm(char *buf, size_t len, tr_dump_t *d, char *why, size_t whylen);
 int tr_parse_pytorch(const char *buf, size_t len, int rank, tr_dump_t *d, char *why,
                      size_t whylen);
+/* A PyTorch dump written as a pickle (what PyTorch writes on a timeout). */
+int tr_parse_pytorch_pickle(const unsigned char *buf, size_t len, int rank, tr_dump_t *d,
+                            char *why, size_t whylen);
 
 /* Findings. */
 enum tr_kind {
