@@ -222,6 +222,8 @@ int tr_print_json(FILE *out, const tr_set_t *set, const tr_report_t *rep) {
     const tr_finding_t *f = &rep->f[i];
     json_t *o = json_pack("{s:s, s:s, s:b, s:o}", "kind", kind_names[f->kind], "what", f->what,
                           "primary", (int)i == rep->primary, "ranks", ranks_json(f->ranks, f->nranks));
+    /* never_entered: each of its ranks waits in another group's collective */
+    if (f->kind == TR_K_NEVER_ENTERED) json_object_set_new(o, "consequence", json_boolean(f->consequence));
     if (f->group >= 0) {
       const tr_group_t *g = &rep->g[f->group];
       json_object_set_new(o, "communicator", json_string(g->comm_id));

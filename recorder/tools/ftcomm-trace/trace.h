@@ -151,6 +151,8 @@ typedef struct tr_finding {
   int *ranks; /* global ranks (or comm ranks for members without a dump) */
   size_t nranks;
   char what[512];  /* one-line description */
+  int64_t t_first; /* never_entered: when the first rank entered it (ns, 0 unknown) */
+  int consequence; /* never_entered: each absent rank waits in another group's collective */
 } tr_finding_t;
 
 /* One communicator at one epoch, as seen by its members. */
