@@ -162,7 +162,13 @@ static int push_container(pk_t *P, json_t *c) {
   return push(P, c);
 }
 
-static json_t *top(pk_t *P) { return P->nstack ? P->stack[P->nstack - 1] : NULL; }
+/* Items on the stack above the innermost mark: as in Python's unpickler,
+ * where MARK starts a new stack, no opcode reaches below it. */
+static size_t avail(const pk_t *P) { return P->nstack - (P->nmarks ? P->marks[P->nmarks - 1] : 0); }
+
+static int underflow(pk_t *P) { return failf(P, "not enough items on the stack above the last MARK", NULL); }
+
+static json_t *top(pk_t *P) { return avail(P) ? P->stack[P->nstack - 1] : NULL; }
 
 /* The stack's first item above the innermost mark; pops the mark. */
 static int pop_mark(pk_t *P, size_t *from) {
@@ -220,7 +226,7 @@ static int push_long(pk_t *P, size_t n) {
 
 static int memo_put(pk_t *P, uint64_t idx) {
   json_t *v = top(P);
-  if (!v) return failf(P, "the stack is empty", NULL);
+  if (!v) return underflow(P);
   /* The writer numbers memo entries from 0, one per PUT; an index past the
    * file's length cannot come from it. */
   if (idx > (uint64_t)(P->end - P->base) + 1) return failf(P, "memo index past the file's length", NULL);
@@ -269,7 +275,7 @@ static int marked(pk_t *P) {
   size_t from = 0;
   if (pop_mark(P, &from) < 0) return -1;
   size_t n = P->nstack - from;
-  json_t **it = P->stack + from;
+  json_t **it = n ? P->stack + from : NULL; /* (no stack yet: NULL + 0 is undefined) */
   switch (P->op) {
     case '1': /* POP_MARK */
       drop_to(P, from);
@@ -291,7 +297,7 @@ static int marked(pk_t *P) {
       return push_container(P, o);
     }
     case 'e': case 0x90: { /* APPENDS, ADDITEMS */
-      if (from == 0) return failf(P, "no list below the MARK", NULL);
+      if (from <= (P->nmarks ? P->marks[P->nmarks - 1] : 0)) return failf(P, "no list below the MARK", NULL);
       json_t *a = P->stack[from - 1];
       if (!json_is_array(a)) return failf(P, "the item below the MARK is not a list", NULL);
       for (size_t i = 0; i < n; i++)
@@ -301,7 +307,7 @@ static int marked(pk_t *P) {
       return 0;
     }
     case 'u': { /* SETITEMS */
-      if (from == 0) return failf(P, "no dict below the MARK", NULL);
+      if (from <= (P->nmarks ? P->marks[P->nmarks - 1] : 0)) return failf(P, "no dict below the MARK", NULL);
       json_t *o = P->stack[from - 1];
       if (!json_is_object(o)) return failf(P, "the item below the MARK is not a dict", NULL);
       if (n % 2) return failf(P, "an odd number of items for a dict", NULL);
@@ -352,12 +358,11 @@ static int step(pk_t *P) {
       P->marks[P->nmarks++] = P->nstack;
       return 0;
     case '0': /* POP */
-      if (!P->nstack) return failf(P, "the stack is empty", NULL);
-      if (P->nmarks && P->marks[P->nmarks - 1] == P->nstack) return failf(P, "POP at a MARK", NULL);
+      if (!avail(P)) return underflow(P);
       json_decref(P->stack[--P->nstack]);
       return 0;
     case '2': /* DUP */
-      if (!P->nstack) return failf(P, "the stack is empty", NULL);
+      if (!avail(P)) return underflow(P);
       return push(P, json_incref(top(P)));
     case 'N': return push(P, json_null());
     case 0x88: return push(P, json_true());
@@ -436,8 +441,7 @@ static int step(pk_t *P) {
     case ']': case ')': case 0x8f: return push_container(P, json_array());
     case 0x85: case 0x86: case 0x87: { /* TUPLE1..3 */
       size_t n = (size_t)(P->op - 0x84);
-      if (P->nstack < n || (P->nmarks && P->marks[P->nmarks - 1] > P->nstack - n))
-        return failf(P, "not enough items on the stack", NULL);
+      if (avail(P) < n) return underflow(P);
       json_t *t = json_array();
       for (size_t i = P->nstack - n; t && i < P->nstack; i++)
         if (json_array_append(t, P->stack[i]) < 0) return json_decref(t), failf(P, "cannot append", NULL);
@@ -445,7 +449,7 @@ static int step(pk_t *P) {
       return push_container(P, t);
     }
     case 'a': { /* APPEND */
-      if (P->nstack < 2) return failf(P, "not enough items on the stack", NULL);
+      if (avail(P) < 2) return underflow(P);
       json_t *l = P->stack[P->nstack - 2], *v = P->stack[P->nstack - 1];
       if (!json_is_array(l)) return failf(P, "the item below is not a list", NULL);
       if (v == l || json_array_append(l, v) < 0) return failf(P, "cannot append (a list into itself?)", NULL);
@@ -453,7 +457,7 @@ static int step(pk_t *P) {
       return 0;
     }
     case 's': { /* SETITEM */
-      if (P->nstack < 3) return failf(P, "not enough items on the stack", NULL);
+      if (avail(P) < 3) return underflow(P);
       json_t *o = P->stack[P->nstack - 3];
       if (!json_is_object(o)) return failf(P, "the item below is not a dict", NULL);
       if (P->stack[P->nstack - 1] == o) return failf(P, "a dict set into itself", NULL);
