@@ -11,7 +11,9 @@
  *     --via-recorder   write the dumps with the recorder library itself
  *                      (healthy and never_entered only: its clock is real)
  *   SCENARIO: healthy never_entered stuck op dtype count root straggler
- *             missing corrupt epochs pytorch
+ *             missing corrupt epochs pytorch jitter
+ *   (jitter: healthy, but one rank arrives last at every collective by 1.5%
+ *   of a 276 ms step, as one always does: no straggler)
  *
  * Prints "KIND CULPRIT" on stdout: the finding kind ftcomm-trace must put
  * first (its --json "kind") and the rank it must name ("-" for none).
@@ -32,12 +34,13 @@ static unsigned seed = 1;
 static const char *scenario, *dir;
 
 enum { S_HEALTHY, S_NEVER, S_STUCK, S_OP, S_DTYPE, S_COUNT, S_ROOT, S_STRAGGLER, S_MISSING,
-       S_CORRUPT, S_EPOCHS, S_PYTORCH, S_N };
+       S_CORRUPT, S_EPOCHS, S_PYTORCH, S_JITTER, S_N };
 static const char *const names[S_N] = {"healthy", "never_entered", "stuck", "op", "dtype", "count",
-                                       "root", "straggler", "missing", "corrupt", "epochs", "pytorch"};
+                                       "root", "straggler", "missing", "corrupt", "epochs", "pytorch",
+                                       "jitter"};
 static const char *const kinds[S_N] = {"-", "never_entered", "stuck", "mismatch", "mismatch",
                                        "mismatch", "mismatch", "straggler", "missing_dump",
-                                       "broken_file", "never_entered", "never_entered"};
+                                       "broken_file", "never_entered", "never_entered", "-"};
 
 typedef struct call {
   const char *op, *dtype;
@@ -245,7 +248,8 @@ int main(int argc, char **argv) {
   }
 
   ent_t *e = calloc((size_t)entries + 8, sizeof(*e));
-  const int64_t gap = 1000000, work = 200000, late = 10000000;
+  const int64_t gap = sc == S_JITTER ? 275600000 : 1000000, work = sc == S_JITTER ? 1000000 : 200000,
+                late = sc == S_JITTER ? 279700000 : 10000000;
   for (int r = 0; r < ranks; r++) {
     int64_t t = 1000000000000LL * (r + 1) + (int64_t)(rand() % 1000);
     size_t n = 0;
@@ -268,10 +272,10 @@ int main(int argc, char **argv) {
         comm_size = ranks - 1;
       }
       x->c = program(x->seq);
-      int slow = sc == S_STRAGGLER && r == culprit;
+      int slow = (sc == S_STRAGGLER || sc == S_JITTER) && r == culprit;
       x->created = t + (slow ? late : gap);
       x->started = x->created + 1000;
-      int64_t wait = sc == S_STRAGGLER && !slow ? late - gap : 0;
+      int64_t wait = (sc == S_STRAGGLER || sc == S_JITTER) && !slow ? late - gap : 0;
       x->completed = x->started + work + wait;
       x->state = 2;
       t = x->completed;
@@ -308,7 +312,7 @@ int main(int argc, char **argv) {
       }
       n++;
     }
-    int64_t trig = t + (sc == S_HEALTHY || sc == S_STRAGGLER ? 1000000 : 700000000000LL);
+    int64_t trig = t + (sc == S_HEALTHY || sc == S_STRAGGLER || sc == S_JITTER ? 1000000 : 700000000000LL);
     if (sc == S_PYTORCH) write_pytorch(r, e, n);
     else write_ftcomm(r, world, (uint64_t)epoch_of_dump, comm_rank, comm_size, e, n, n, trig);
     if (sc == S_CORRUPT && r == culprit) {
@@ -319,7 +323,7 @@ int main(int argc, char **argv) {
     }
   }
   free(e);
-  if (sc == S_HEALTHY) printf("- -\n");
+  if (sc == S_HEALTHY || sc == S_JITTER) printf("- -\n");
   else printf("%s %d\n", kinds[sc], culprit);
   return 0;
 }

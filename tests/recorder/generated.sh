@@ -39,7 +39,7 @@ PY
 seed=1
 for ranks in 8 64 256 1024; do
   entries=$(( ranks >= 1024 ? 40 : 60 ))
-  for sc in healthy never_entered stuck op dtype count root straggler missing corrupt epochs; do
+  for sc in healthy never_entered stuck op dtype count root straggler jitter missing corrupt epochs; do
     check "$ranks" "$entries" "$sc" "$seed"
     seed=$((seed + 1))
   done

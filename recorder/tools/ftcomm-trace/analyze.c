@@ -106,6 +106,8 @@ static void add_finding(tr_report_t *rep, size_t *cap, int kind, int group, uint
   if (nranks) memcpy(f->ranks, ranks, nranks * sizeof(int));
   qsort(f->ranks, nranks, sizeof(int), cmp_int);
   snprintf(f->what, sizeof(f->what), "%s", what);
+  f->t_first = 0;
+  f->consequence = 0;
 }
 
 /* Per interned op: 1 rooted (broadcast, reduce, gather, scatter), 0 not,
@@ -157,7 +159,7 @@ static void describe_call(char *buf, size_t len, int op, int dtype, uint64_t cou
 
 /* Group construction --------------------------------------------------- */
 
-static int find_group(tr_report_t *rep, const char *id, uint64_t epoch) {
+static int find_group(const tr_report_t *rep, const char *id, uint64_t epoch) {
   for (size_t i = 0; i < rep->ng; i++)
     if (rep->g[i].epoch == epoch && !strcmp(rep->g[i].comm_id, id)) return (int)i;
   return -1;
@@ -280,9 +282,17 @@ static const char *who(char *buf, size_t len, const int *ranks, size_t n) {
   return buf;
 }
 
+/* A straggler arrives late by at least this share of the typical step
+ * (time between collectives plus time inside one) and at least this long,
+ * as a median over at least TR_STRAGGLER_MIN_SEQS aligned collectives
+ * (docs/ftcomm-trace.md, "Stragglers"). */
+#define TR_STRAGGLER_SHARE 0.20
+#define TR_STRAGGLER_MIN_NS 2000000
+#define TR_STRAGGLER_MIN_SEQS 5
+
 static void stragglers(ctx_t *x, int gi, uint64_t lo, uint64_t end) {
   tr_group_t *g = &x->rep->g[gi];
-  if (g->nm < 3 || end < lo + 5) return;
+  if (g->nm < 3 || end < lo + TR_STRAGGLER_MIN_SEQS) return;
   int64_t *gap = tr_xmalloc(g->nm * sizeof(int64_t)), *dur = tr_xmalloc(g->nm * sizeof(int64_t));
   for (size_t mi = 0; mi < g->nm; mi++) {
     const tr_member_t *m = &g->m[mi];
@@ -315,10 +325,21 @@ static void stragglers(ctx_t *x, int gi, uint64_t lo, uint64_t end) {
   int *late = tr_xmalloc(g->nm * sizeof(int));
   size_t nlate = 0;
   int64_t worst_gap = 0, worst_dur = 0;
+  /* A rank that arrives late shows it twice, on its own clock: more time
+   * between collectives than the others (gap) and less time inside them,
+   * since the others wait there for it (dur). Its lateness is the smaller
+   * of the two excesses; it is a straggler only when that is a real share
+   * of the step and a real time (TR_STRAGGLER_SHARE, TR_STRAGGLER_MIN_NS),
+   * not the jitter that puts some rank last at every collective. */
+  int64_t step_ns = (G > 0 ? G : 0) + (D > 0 ? D : 0);
+  int64_t bar = (int64_t)(TR_STRAGGLER_SHARE * (double)step_ns);
+  if (bar < TR_STRAGGLER_MIN_NS) bar = TR_STRAGGLER_MIN_NS;
   for (size_t mi = 0; mi < g->nm; mi++) {
-    int by_gap = G >= 0 && gap[mi] >= 0 && gap[mi] - G > (G > 1000000 ? G : 1000000);
-    int by_dur = D >= 0 && dur[mi] >= 0 && D - dur[mi] > (D / 2 > 1000000 ? D / 2 : 1000000);
-    if (by_gap || by_dur) {
+    int have_gap = G >= 0 && gap[mi] >= 0, have_dur = D >= 0 && dur[mi] >= 0;
+    if (!have_gap && !have_dur) continue;
+    int64_t by_gap = have_gap ? gap[mi] - G : INT64_MAX, by_dur = have_dur ? D - dur[mi] : INT64_MAX;
+    int64_t lateness = by_gap < by_dur ? by_gap : by_dur;
+    if (lateness >= bar) {
       late[nlate++] = g->m[mi].grank >= 0 ? g->m[mi].grank : g->m[mi].comm_rank;
       if (gap[mi] > worst_gap) worst_gap = gap[mi];
       if (!worst_dur || dur[mi] < worst_dur) worst_dur = dur[mi];
@@ -490,6 +511,10 @@ static void analyze_group(ctx_t *x, int gi) {
       snprintf(w, sizeof(w), "%s never entered %s (%s%s); %zu of %zu ranks entered it", who(r, sizeof(r), absent, na),
                where, na > 1 ? "e.g. " : "", last, npresent, n);
       add_finding(rep, &x->capf, TR_K_NEVER_ENTERED, gi, s, absent, na, w);
+      int64_t first = 0;
+      for (size_t i = 0; i < n; i++)
+        if (at[i] && at[i]->t_created && (!first || at[i]->t_created < first)) first = at[i]->t_created;
+      rep->f[rep->nf - 1].t_first = first;
     }
     if (nf) {
       snprintf(w, sizeof(w), "%s failed in %s", who(r, sizeof(r), failed, nf), where);
@@ -533,6 +558,58 @@ static void analyze_group(ctx_t *x, int gi) {
   ftc__free(failed);
   ftc__free(bad);
   ftc__free(at);
+}
+
+/* Across groups -------------------------------------------------------- */
+
+/* Where rank `dump` waits outside group gi: its newest collective in
+ * another group's newest epoch that has not completed. NULL when none. */
+static const tr_entry_t *waits_elsewhere(const tr_set_t *set, const tr_report_t *rep, int dump, int gi,
+                                         const char **gname) {
+  const tr_dump_t *d = &set->d[dump];
+  const tr_entry_t *best = NULL;
+  for (size_t ci = 0; ci < d->ncomms; ci++) {
+    const tr_comm_t *c = &d->comms[ci];
+    if (!strcmp(c->id, rep->g[gi].comm_id)) continue;
+    size_t k = c->n;
+    while (k > 0 && c->e[k - 1].p2p) k--;
+    if (!k) continue;
+    const tr_entry_t *e = &c->e[k - 1];
+    int og = find_group(rep, c->id, e->epoch);
+    if (og < 0 || !rep->g[og].latest || e->state == TR_COMPLETED || e->state == TR_FAILED) continue;
+    if (!best || e->t_created > best->t_created) best = e, *gname = c->name;
+  }
+  return best;
+}
+
+/* A rank that never entered one group's collective because it is blocked
+ * in another group's is no culprit there: mark such findings as
+ * consequences, and say where their ranks wait. */
+static void across_groups(tr_set_t *set, tr_report_t *rep) {
+  for (size_t i = 0; i < rep->nf; i++) {
+    tr_finding_t *f = &rep->f[i];
+    if (f->kind != TR_K_NEVER_ENTERED || f->group < 0) continue;
+    const tr_group_t *g = &rep->g[f->group];
+    size_t blocked = 0;
+    char where[200] = "";
+    for (size_t r = 0; r < f->nranks; r++) {
+      int dump = -1;
+      for (size_t mi = 0; mi < g->nm && dump < 0; mi++)
+        if (g->m[mi].grank == f->ranks[r]) dump = g->m[mi].dump;
+      const char *gname = NULL;
+      const tr_entry_t *e = dump >= 0 ? waits_elsewhere(set, rep, dump, f->group, &gname) : NULL;
+      if (!e) continue;
+      if (!blocked++)
+        snprintf(where, sizeof(where), "rank %d waits in %s seq %llu", f->ranks[r], gname,
+                 (unsigned long long)e->seq);
+    }
+    if (!blocked) continue;
+    f->consequence = blocked == f->nranks;
+    size_t off = strlen(f->what);
+    if (off < sizeof(f->what))
+      snprintf(f->what + off, sizeof(f->what) - off, " (%s%s)",
+               f->consequence ? "a consequence: " : "", where);
+  }
 }
 
 /* Whole set ---------------------------------------------------------------- */
@@ -601,6 +678,7 @@ static void analyze_dumps(tr_set_t *set, tr_report_t *rep) {
   build_groups(set, rep);
   for (size_t gi = 0; gi < rep->ng; gi++) analyze_group(&x, (int)gi);
   ftc__free(x.tmp);
+  across_groups(set, rep);
 
   /* The headline: the most telling finding of a newest epoch. A wrong
    * call or a rank that never came explains the rest; a missing or broken
@@ -608,9 +686,22 @@ static void analyze_dumps(tr_set_t *set, tr_report_t *rep) {
   static const int priority[] = {TR_K_MISMATCH, TR_K_NEVER_ENTERED, TR_K_MISSING_DUMP, TR_K_BROKEN_FILE,
                                  TR_K_FAILED, TR_K_STUCK, TR_K_ALL_STUCK, TR_K_STRAGGLER};
   for (size_t k = 0; k < sizeof(priority) / sizeof(priority[0]) && rep->primary < 0; k++)
-    for (size_t i = 0; i < rep->nf && rep->primary < 0; i++) {
+    for (size_t i = 0; i < rep->nf; i++) {
       const tr_finding_t *f = &rep->f[i];
-      if (f->kind == priority[k] && (f->group < 0 || rep->g[f->group].latest)) rep->primary = (int)i;
+      if (f->kind != priority[k] || (f->group >= 0 && !rep->g[f->group].latest)) continue;
+      if (rep->primary < 0) {
+        rep->primary = (int)i;
+        continue;
+      }
+      /* Ranks that never entered collectives of several groups: the root
+       * cause is where a culprit is not itself waiting elsewhere, and of
+       * those the collective the others entered first. */
+      const tr_finding_t *p = &rep->f[rep->primary];
+      if (f->kind == TR_K_NEVER_ENTERED &&
+          (p->consequence > f->consequence ||
+           (p->consequence == f->consequence && f->t_first &&
+            (!p->t_first || f->t_first < p->t_first))))
+        rep->primary = (int)i;
     }
   if (rep->primary < 0) {
     uint64_t last = 0;
@@ -642,6 +733,20 @@ static void analyze_dumps(tr_set_t *set, tr_report_t *rep) {
       ctxt = extra;
       break;
     }
+  }
+  /* Other groups that stalled behind it: named as its consequences. */
+  if (p->kind == TR_K_NEVER_ENTERED) {
+    size_t off = strlen(extra);
+    for (size_t i = 0; i < rep->nf && off < sizeof(extra); i++) {
+      const tr_finding_t *f = &rep->f[i];
+      if ((int)i == rep->primary || f->kind != TR_K_NEVER_ENTERED || f->group == p->group ||
+          !rep->g[f->group].latest)
+        continue;
+      int k = snprintf(extra + off, sizeof(extra) - off, "%s %s seq %llu", off ? "," : "; then stalled:",
+                       rep->g[f->group].comm_name, (unsigned long long)f->seq);
+      if (k > 0) off += (size_t)k;
+    }
+    ctxt = extra;
   }
   snprintf(rep->headline, sizeof(rep->headline), "%s: %s%s", label[p->kind], p->what, ctxt);
   rep->exit_status = TR_EXIT_FINDING;

@@ -1,8 +1,9 @@
 /*
  * load.c - finds and reads the dumps of a directory for ftcomm-trace.
  *
- * Every regular file that is not hidden is tried, on a few threads: the
- * fast ftcomm reader first, then the PyTorch Flight Recorder reader
+ * Every regular file that is not hidden is tried, on a few threads: a
+ * pickle (PyTorch's own dumps) goes to the pickle reader; otherwise the
+ * fast ftcomm reader first, then the PyTorch Flight Recorder JSON reader
  * (jansson). A file that is
  * broken (not JSON, truncated, a newer format) is kept in the list of bad
  * files with the reason, by name, and the others are still analyzed. When
@@ -196,11 +197,6 @@ static void json_why(const char *buf, size_t len, char *why, size_t whylen) {
     snprintf(why, whylen, "empty file");
     return;
   }
-  if ((unsigned char)buf[0] == 0x80) {
-    snprintf(why, whylen,
-             "a Python pickle, not JSON (write PyTorch dumps with _dump_nccl_trace_json)");
-    return;
-  }
   json_error_t err;
   json_t *j = json_loadb(buf, len, JSON_DECODE_ANY, &err);
   if (j) {
@@ -248,7 +244,10 @@ static int load_one(const char *dir, const char *name, tr_dump_t *d, char *why, 
   memset(d, 0, sizeof(*d));
   why[0] = '\0';
   if (read_file(path, buf, bufcap, &len, why, whylen) < 0) return F_BAD;
-  int rc = tr_parse_ftcomm(*buf, len, d, why, whylen);
+  int rc;
+  if (len && (unsigned char)(*buf)[0] == 0x80) /* PROTO: a pickle, as PyTorch writes on a timeout */
+    rc = tr_parse_pytorch_pickle((const unsigned char *)*buf, len, rank_from_name(name), d, why, whylen);
+  else rc = tr_parse_ftcomm(*buf, len, d, why, whylen);
   if (rc == 1) {
     /* Not ours. The fast reader may have unescaped strings in place: read
      * the file again for jansson. */

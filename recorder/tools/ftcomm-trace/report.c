@@ -73,11 +73,20 @@ void tr_print_text(FILE *out, const tr_set_t *set, const tr_report_t *rep, int v
     when(d0->trigger_wall_ns, t, sizeof(t));
     /* a dump without the backend's version (older TCP ones) says only its name */
     const char *bv = d0->backend_version ? d0->backend_version : "";
-    fprintf(out, "dumps: %d of %d ranks; job %s, backend %s%s%s, %s format %s, reason %s, at %s\n",
-            rep->ranks_present, rep->world_size, d0->job ? d0->job : "?",
-            d0->backend ? d0->backend : "?", bv[0] ? " " : "", bv,
-            d0->format == TR_FMT_PYTORCH ? "PyTorch Flight Recorder" : "ftcomm", d0->version,
-            d0->reason ? d0->reason : "?", t);
+    /* PyTorch dumps name no job and no dump time: say what they carry,
+     * the newest collective recorded, instead of a "?". */
+    int torch = d0->format == TR_FMT_PYTORCH;
+    char job[300] = "";
+    if (d0->job) snprintf(job, sizeof(job), "job %s, ", d0->job);
+    else if (!torch) snprintf(job, sizeof(job), "job ?, ");
+    fprintf(out, "dumps: %d of %d ranks; %sbackend %s%s%s, %s format %s, %s%s%s", rep->ranks_present,
+            rep->world_size, job, d0->backend ? d0->backend : "?", bv[0] ? " " : "", bv,
+            torch ? "PyTorch Flight Recorder" : "ftcomm", d0->version, torch ? "" : "reason ",
+            torch ? "" : d0->reason ? d0->reason : "?",
+            torch ? (d0->trigger_wall_ns ? "last collective recorded at " : "no collective recorded")
+                  : ", at ");
+    if (!torch || d0->trigger_wall_ns) fprintf(out, "%s", t);
+    fprintf(out, "\n");
   }
   if (rep->verdict.text[0]) {
     static const char *const how[] = {"", " (the dumps alone name the same ranks)",
@@ -120,8 +129,11 @@ void tr_print_text(FILE *out, const tr_set_t *set, const tr_report_t *rep, int v
   fprintf(out, "\ncommunicators:\n");
   for (size_t gi = 0; gi < rep->ng; gi++) {
     const tr_group_t *g = &rep->g[gi];
-    fprintf(out, "  %s [%s] epoch %llu%s: %zu of %d members, seq %llu..%llu", g->comm_name, g->comm_id,
-            (unsigned long long)g->epoch, g->latest ? "" : " (earlier)", g->nm, g->size,
+    char members[64];
+    if (g->size >= 0) snprintf(members, sizeof(members), "%zu of %d members", g->nm, g->size);
+    else snprintf(members, sizeof(members), "%zu members", g->nm);
+    fprintf(out, "  %s [%s] epoch %llu%s: %s, seq %llu..%llu", g->comm_name, g->comm_id,
+            (unsigned long long)g->epoch, g->latest ? "" : " (earlier)", members,
             (unsigned long long)g->lo, (unsigned long long)g->hi);
     if (g->pg_name) fprintf(out, ", process group \"%s\"", g->pg_name);
     if (g->pg_desc) fprintf(out, " (%s)", g->pg_desc);
@@ -212,6 +224,8 @@ int tr_print_json(FILE *out, const tr_set_t *set, const tr_report_t *rep) {
     const tr_finding_t *f = &rep->f[i];
     json_t *o = json_pack("{s:s, s:s, s:b, s:o}", "kind", kind_names[f->kind], "what", f->what,
                           "primary", (int)i == rep->primary, "ranks", ranks_json(f->ranks, f->nranks));
+    /* never_entered: each of its ranks waits in another group's collective */
+    if (f->kind == TR_K_NEVER_ENTERED) json_object_set_new(o, "consequence", json_boolean(f->consequence));
     if (f->group >= 0) {
       const tr_group_t *g = &rep->g[f->group];
       json_object_set_new(o, "communicator", json_string(g->comm_id));

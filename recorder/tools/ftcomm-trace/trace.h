@@ -126,6 +126,9 @@ void tr_set_free(tr_set_t *set);
 int tr_parse_ftcomm(char *buf, size_t len, tr_dump_t *d, char *why, size_t whylen);
 int tr_parse_pytorch(const char *buf, size_t len, int rank, tr_dump_t *d, char *why,
                      size_t whylen);
+/* A PyTorch dump written as a pickle (what PyTorch writes on a timeout). */
+int tr_parse_pytorch_pickle(const unsigned char *buf, size_t len, int rank, tr_dump_t *d,
+                            char *why, size_t whylen);
 
 /* Findings. */
 enum tr_kind {
@@ -148,6 +151,8 @@ typedef struct tr_finding {
   int *ranks; /* global ranks (or comm ranks for members without a dump) */
   size_t nranks;
   char what[512];  /* one-line description */
+  int64_t t_first; /* never_entered: when the first rank entered it (ns, 0 unknown) */
+  int consequence; /* never_entered: each absent rank waits in another group's collective */
 } tr_finding_t;
 
 /* One communicator at one epoch, as seen by its members. */

@@ -1,0 +1,611 @@
+/*
+ * pickle.c - reads the data-only subset of Python's pickle format
+ * (protocols 2 to 5) into a jansson value, for PyTorch Flight Recorder
+ * dumps: PyTorch writes them on a timeout as pickles, and a user whose job
+ * just hung has those, not JSON.
+ *
+ * A pickle is a program for a small stack machine. This reader runs only
+ * the opcodes that build plain values: dicts, lists, tuples and sets (as
+ * arrays), str, bytes (as strings), ints up to 64 bits, floats, bools,
+ * None, the memo (PUT/GET/MEMOIZE), MARK, FRAME. Every opcode that would
+ * import a name or call one (GLOBAL, STACK_GLOBAL, REDUCE, BUILD, INST,
+ * OBJ, NEWOBJ, NEWOBJ_EX, EXT1/2/4, PERSID, BINPERSID) is refused with its
+ * name and offset, as are out-of-band buffers and protocol 0's text
+ * opcodes: nothing in a pickle can run code here, and no Python is needed.
+ *
+ * The memo lets a container be shared, or put inside itself; jansson
+ * counts references, so after the run one walk over the result checks
+ * that no container contains itself and that nesting stays within
+ * TR_PICKLE_MAX_DEPTH (shared containers are walked once).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ftc_alloc.h"
+#include "pickle.h"
+#include "trace.h"
+
+/* Opcodes by byte, as Python's pickle.py names them. */
+static const char *op_name(unsigned char op) {
+  switch (op) {
+    case '(': return "MARK";
+    case '.': return "STOP";
+    case '0': return "POP";
+    case '1': return "POP_MARK";
+    case '2': return "DUP";
+    case 'F': return "FLOAT";
+    case 'I': return "INT";
+    case 'J': return "BININT";
+    case 'K': return "BININT1";
+    case 'L': return "LONG";
+    case 'M': return "BININT2";
+    case 'N': return "NONE";
+    case 'P': return "PERSID";
+    case 'Q': return "BINPERSID";
+    case 'R': return "REDUCE";
+    case 'S': return "STRING";
+    case 'T': return "BINSTRING";
+    case 'U': return "SHORT_BINSTRING";
+    case 'V': return "UNICODE";
+    case 'X': return "BINUNICODE";
+    case 'a': return "APPEND";
+    case 'b': return "BUILD";
+    case 'c': return "GLOBAL";
+    case 'd': return "DICT";
+    case '}': return "EMPTY_DICT";
+    case 'e': return "APPENDS";
+    case 'g': return "GET";
+    case 'h': return "BINGET";
+    case 'i': return "INST";
+    case 'j': return "LONG_BINGET";
+    case 'l': return "LIST";
+    case ']': return "EMPTY_LIST";
+    case 'o': return "OBJ";
+    case 'p': return "PUT";
+    case 'q': return "BINPUT";
+    case 'r': return "LONG_BINPUT";
+    case 's': return "SETITEM";
+    case 't': return "TUPLE";
+    case ')': return "EMPTY_TUPLE";
+    case 'u': return "SETITEMS";
+    case 'G': return "BINFLOAT";
+    case 'B': return "BINBYTES";
+    case 'C': return "SHORT_BINBYTES";
+    case 0x80: return "PROTO";
+    case 0x81: return "NEWOBJ";
+    case 0x82: return "EXT1";
+    case 0x83: return "EXT2";
+    case 0x84: return "EXT4";
+    case 0x85: return "TUPLE1";
+    case 0x86: return "TUPLE2";
+    case 0x87: return "TUPLE3";
+    case 0x88: return "NEWTRUE";
+    case 0x89: return "NEWFALSE";
+    case 0x8a: return "LONG1";
+    case 0x8b: return "LONG4";
+    case 0x8c: return "SHORT_BINUNICODE";
+    case 0x8d: return "BINUNICODE8";
+    case 0x8e: return "BINBYTES8";
+    case 0x8f: return "EMPTY_SET";
+    case 0x90: return "ADDITEMS";
+    case 0x91: return "FROZENSET";
+    case 0x92: return "NEWOBJ_EX";
+    case 0x93: return "STACK_GLOBAL";
+    case 0x94: return "MEMOIZE";
+    case 0x95: return "FRAME";
+    case 0x96: return "BYTEARRAY8";
+    case 0x97: return "NEXT_BUFFER";
+    case 0x98: return "READONLY_BUFFER";
+    default: return NULL;
+  }
+}
+
+typedef struct pk {
+  const unsigned char *p, *base, *end;
+  size_t op_at; /* offset of the opcode being run */
+  unsigned char op;
+  json_t **stack;
+  size_t nstack, capstack;
+  size_t *marks;
+  size_t nmarks, capmarks;
+  json_t **memo; /* sparse: NULL where nothing was put */
+  size_t capmemo, nmemo_put;
+  json_t **made; /* every container built, one reference each */
+  size_t nmade, capmade;
+  char *why;
+  size_t whylen;
+} pk_t;
+
+static int failf(pk_t *P, const char *fmt, const char *detail) {
+  char msg[256];
+  snprintf(msg, sizeof(msg), fmt, detail ? detail : "");
+  const char *name = op_name(P->op);
+  snprintf(P->why, P->whylen, "pickle opcode %s (0x%02x) at offset %zu: %s", name ? name : "unknown",
+           P->op, P->op_at, msg);
+  return -1;
+}
+
+static int need(pk_t *P, size_t n) {
+  if ((size_t)(P->end - P->p) < n) {
+    char m[96];
+    snprintf(m, sizeof(m), "%zu", n);
+    return failf(P, "the file ends inside its argument (%s more bytes needed): truncated", m);
+  }
+  return 0;
+}
+
+static uint64_t le(const unsigned char *p, int n) {
+  uint64_t v = 0;
+  for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+
+static int push(pk_t *P, json_t *v) {
+  if (!v) return failf(P, "out of memory", NULL);
+  if (P->nstack == P->capstack) {
+    P->capstack = P->capstack ? 2 * P->capstack : 64;
+    P->stack = tr_xrealloc(P->stack, P->capstack * sizeof(*P->stack));
+  }
+  P->stack[P->nstack++] = v;
+  return 0;
+}
+
+/* A new container, also kept in made (so cycles can be broken on the way out). */
+static int push_container(pk_t *P, json_t *c) {
+  if (!c) return failf(P, "out of memory", NULL);
+  if (P->nmade == P->capmade) {
+    P->capmade = P->capmade ? 2 * P->capmade : 64;
+    P->made = tr_xrealloc(P->made, P->capmade * sizeof(*P->made));
+  }
+  P->made[P->nmade++] = json_incref(c);
+  return push(P, c);
+}
+
+/* Items on the stack above the innermost mark: as in Python's unpickler,
+ * where MARK starts a new stack, no opcode reaches below it. */
+static size_t avail(const pk_t *P) { return P->nstack - (P->nmarks ? P->marks[P->nmarks - 1] : 0); }
+
+static int underflow(pk_t *P) { return failf(P, "not enough items on the stack above the last MARK", NULL); }
+
+static json_t *top(pk_t *P) { return avail(P) ? P->stack[P->nstack - 1] : NULL; }
+
+/* The stack's first item above the innermost mark; pops the mark. */
+static int pop_mark(pk_t *P, size_t *from) {
+  if (!P->nmarks) return failf(P, "no MARK before it", NULL);
+  *from = P->marks[--P->nmarks];
+  return 0;
+}
+
+static void drop_to(pk_t *P, size_t from) {
+  while (P->nstack > from) json_decref(P->stack[--P->nstack]);
+}
+
+/* A Python str: must be UTF-8, as pickle writes it. */
+static int push_str(pk_t *P, size_t n) {
+  if (need(P, n) < 0) return -1;
+  json_t *s = json_stringn((const char *)P->p, n);
+  if (!s) return failf(P, "the string is not valid UTF-8", NULL);
+  P->p += n;
+  return push(P, s);
+}
+
+/* bytes: as a string, its bytes read as Latin-1 unless they are UTF-8. */
+static int push_bytes(pk_t *P, size_t n) {
+  if (need(P, n) < 0) return -1;
+  json_t *s = json_stringn((const char *)P->p, n);
+  if (!s) {
+    char *u = tr_xmalloc(2 * n + 1);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+      unsigned char c = P->p[i];
+      if (c < 0x80) u[k++] = (char)c;
+      else u[k++] = (char)(0xc0 | c >> 6), u[k++] = (char)(0x80 | (c & 0x3f));
+    }
+    s = json_stringn(u, k);
+    ftc__free(u);
+  }
+  P->p += n;
+  return push(P, s);
+}
+
+/* Little-endian two's complement of n bytes (LONG1, LONG4), up to 64 bits. */
+static int push_long(pk_t *P, size_t n) {
+  if (need(P, n) < 0) return -1;
+  const unsigned char *b = P->p;
+  int neg = n && (b[n - 1] & 0x80);
+  /* Bytes past the eighth may only repeat the sign. */
+  for (size_t i = 8; i < n; i++)
+    if (b[i] != (neg ? 0xff : 0x00)) return failf(P, "the integer does not fit 64 bits", NULL);
+  if (n > 8 && ((b[7] & 0x80) != 0) != neg) return failf(P, "the integer does not fit 64 bits", NULL);
+  uint64_t v = le(b, n < 8 ? (int)n : 8);
+  if (neg && n < 8) v |= ~(uint64_t)0 << (8 * n);
+  P->p += n;
+  return push(P, json_integer((json_int_t)(int64_t)v));
+}
+
+static int memo_put(pk_t *P, uint64_t idx) {
+  json_t *v = top(P);
+  if (!v) return underflow(P);
+  /* The writer numbers memo entries from 0, one per PUT; an index past the
+   * file's length cannot come from it. */
+  if (idx > (uint64_t)(P->end - P->base) + 1) return failf(P, "memo index past the file's length", NULL);
+  if (idx >= P->capmemo) {
+    size_t cap = P->capmemo ? P->capmemo : 64;
+    while (cap <= idx) cap *= 2;
+    P->memo = tr_xrealloc(P->memo, cap * sizeof(*P->memo));
+    memset(P->memo + P->capmemo, 0, (cap - P->capmemo) * sizeof(*P->memo));
+    P->capmemo = cap;
+  }
+  json_decref(P->memo[idx]);
+  P->memo[idx] = json_incref(v);
+  P->nmemo_put++;
+  return 0;
+}
+
+static int memo_get(pk_t *P, uint64_t idx) {
+  if (idx >= P->capmemo || !P->memo[idx]) {
+    char m[32];
+    snprintf(m, sizeof(m), "%llu", (unsigned long long)idx);
+    return failf(P, "memo entry %s was never put", m);
+  }
+  return push(P, json_incref(P->memo[idx]));
+}
+
+/* A dict key: str, bytes, int, bool or None (as Python would print it). */
+static int set_item(pk_t *P, json_t *dict, json_t *k, json_t *v) {
+  char num[32];
+  const char *key;
+  if (json_is_string(k)) key = json_string_value(k);
+  else if (json_is_integer(k)) snprintf(num, sizeof(num), "%lld", (long long)json_integer_value(k)), key = num;
+  else if (json_is_true(k)) key = "True";
+  else if (json_is_false(k)) key = "False";
+  else if (json_is_null(k)) key = "None";
+  else return failf(P, "a dict key that is not a str, bytes, int, bool or None", NULL);
+  if (strlen(key) != (json_is_string(k) ? json_string_length(k) : strlen(key)))
+    return failf(P, "a dict key with a NUL character", NULL);
+  if (json_object_set(dict, key, v) < 0) return failf(P, "cannot set a dict item", NULL);
+  return 0;
+}
+
+static int is_container(const json_t *j) { return json_is_array(j) || json_is_object(j); }
+
+/* One opcode that takes items above the innermost mark. */
+static int marked(pk_t *P) {
+  size_t from = 0;
+  if (pop_mark(P, &from) < 0) return -1;
+  size_t n = P->nstack - from;
+  json_t **it = n ? P->stack + from : NULL; /* (no stack yet: NULL + 0 is undefined) */
+  switch (P->op) {
+    case '1': /* POP_MARK */
+      drop_to(P, from);
+      return 0;
+    case 't': case 'l': case 0x91: { /* TUPLE, LIST, FROZENSET */
+      json_t *a = json_array();
+      for (size_t i = 0; a && i < n; i++)
+        if (json_array_append(a, it[i]) < 0) return json_decref(a), failf(P, "cannot append", NULL);
+      drop_to(P, from);
+      return push_container(P, a);
+    }
+    case 'd': { /* DICT */
+      if (n % 2) return failf(P, "an odd number of items for a dict", NULL);
+      json_t *o = json_object();
+      if (!o) return failf(P, "out of memory", NULL);
+      for (size_t i = 0; i < n; i += 2)
+        if (set_item(P, o, it[i], it[i + 1]) < 0) return json_decref(o), -1;
+      drop_to(P, from);
+      return push_container(P, o);
+    }
+    case 'e': case 0x90: { /* APPENDS, ADDITEMS */
+      if (from <= (P->nmarks ? P->marks[P->nmarks - 1] : 0)) return failf(P, "no list below the MARK", NULL);
+      json_t *a = P->stack[from - 1];
+      if (!json_is_array(a)) return failf(P, "the item below the MARK is not a list", NULL);
+      for (size_t i = 0; i < n; i++)
+        if (it[i] == a || json_array_append(a, it[i]) < 0)
+          return failf(P, "cannot append (a list into itself?)", NULL);
+      drop_to(P, from);
+      return 0;
+    }
+    case 'u': { /* SETITEMS */
+      if (from <= (P->nmarks ? P->marks[P->nmarks - 1] : 0)) return failf(P, "no dict below the MARK", NULL);
+      json_t *o = P->stack[from - 1];
+      if (!json_is_object(o)) return failf(P, "the item below the MARK is not a dict", NULL);
+      if (n % 2) return failf(P, "an odd number of items for a dict", NULL);
+      for (size_t i = 0; i < n; i += 2) {
+        if (it[i + 1] == o) return failf(P, "a dict set into itself", NULL);
+        if (set_item(P, o, it[i], it[i + 1]) < 0) return -1;
+      }
+      drop_to(P, from);
+      return 0;
+    }
+  }
+  return failf(P, "internal: not a marked opcode", NULL);
+}
+
+/* Refused: what each kind of opcode would do. */
+static int refuse(pk_t *P) {
+  switch (P->op) {
+    case 'c': case 0x93: case 'R': case 'b': case 'i': case 'o': case 0x81: case 0x92:
+    case 0x82: case 0x83: case 0x84: case 'P': case 'Q':
+      return failf(P, "it imports or calls Python code, which a Flight Recorder dump never needs: refused", NULL);
+    case 0x97: case 0x98:
+      return failf(P, "out-of-band buffers are not part of a Flight Recorder dump: refused", NULL);
+    case 'F': case 'I': case 'L': case 'S': case 'V': case 'g': case 'p':
+      return failf(P, "a protocol 0 text opcode; this reader takes protocols 2 to 5 (PyTorch writes 2)", NULL);
+    default:
+      return failf(P, "not a pickle opcode: the file is damaged or not a pickle", NULL);
+  }
+}
+
+static int step(pk_t *P) {
+  P->op_at = (size_t)(P->p - P->base);
+  P->op = *P->p++;
+  const unsigned char *a = P->p;
+  switch (P->op) {
+    case 0x95: /* FRAME: a length, then the frame's opcodes inline */
+      if (need(P, 8) < 0) return -1;
+      if (le(a, 8) > (uint64_t)(P->end - P->p - 8)) return failf(P, "the frame is longer than the rest of the file: truncated", NULL);
+      P->p += 8;
+      return 0;
+    case 0x80:
+      return failf(P, "a second PROTO", NULL);
+    case '(':
+      if (P->nmarks >= TR_PICKLE_MAX_DEPTH) return failf(P, "more than %s open MARKs", TR_PICKLE_MAX_DEPTH_STR);
+      if (P->nmarks == P->capmarks) {
+        P->capmarks = P->capmarks ? 2 * P->capmarks : 16;
+        P->marks = tr_xrealloc(P->marks, P->capmarks * sizeof(*P->marks));
+      }
+      P->marks[P->nmarks++] = P->nstack;
+      return 0;
+    case '0': /* POP */
+      if (!avail(P)) return underflow(P);
+      json_decref(P->stack[--P->nstack]);
+      return 0;
+    case '2': /* DUP */
+      if (!avail(P)) return underflow(P);
+      return push(P, json_incref(top(P)));
+    case 'N': return push(P, json_null());
+    case 0x88: return push(P, json_true());
+    case 0x89: return push(P, json_false());
+    case 'J':
+      if (need(P, 4) < 0) return -1;
+      P->p += 4;
+      return push(P, json_integer((int32_t)(uint32_t)le(a, 4)));
+    case 'K':
+      if (need(P, 1) < 0) return -1;
+      P->p += 1;
+      return push(P, json_integer(a[0]));
+    case 'M':
+      if (need(P, 2) < 0) return -1;
+      P->p += 2;
+      return push(P, json_integer((json_int_t)le(a, 2)));
+    case 0x8a:
+      if (need(P, 1) < 0) return -1;
+      P->p += 1;
+      return push_long(P, a[0]);
+    case 0x8b: {
+      if (need(P, 4) < 0) return -1;
+      int32_t n = (int32_t)(uint32_t)le(a, 4);
+      if (n < 0) return failf(P, "a negative length", NULL);
+      P->p += 4;
+      return push_long(P, (size_t)n);
+    }
+    case 'G': {
+      if (need(P, 8) < 0) return -1;
+      uint64_t bits = 0;
+      for (int i = 0; i < 8; i++) bits = bits << 8 | a[i];
+      double d;
+      memcpy(&d, &bits, sizeof(d));
+      P->p += 8;
+      json_t *r = json_real(d); /* NULL for NaN and infinities: JSON has none */
+      return push(P, r ? r : json_null());
+    }
+    case 'X':
+      if (need(P, 4) < 0) return -1;
+      P->p += 4;
+      return push_str(P, (size_t)le(a, 4));
+    case 0x8c:
+      if (need(P, 1) < 0) return -1;
+      P->p += 1;
+      return push_str(P, a[0]);
+    case 0x8d: {
+      if (need(P, 8) < 0) return -1;
+      uint64_t n = le(a, 8);
+      P->p += 8;
+      if (n > (uint64_t)(P->end - P->p)) return need(P, SIZE_MAX);
+      return push_str(P, (size_t)n);
+    }
+    case 'C': case 'U':
+      if (need(P, 1) < 0) return -1;
+      P->p += 1;
+      return push_bytes(P, a[0]);
+    case 'B':
+      if (need(P, 4) < 0) return -1;
+      P->p += 4;
+      return push_bytes(P, (size_t)le(a, 4));
+    case 'T': {
+      if (need(P, 4) < 0) return -1;
+      int32_t n = (int32_t)(uint32_t)le(a, 4);
+      if (n < 0) return failf(P, "a negative length", NULL);
+      P->p += 4;
+      return push_bytes(P, (size_t)n);
+    }
+    case 0x8e: case 0x96: {
+      if (need(P, 8) < 0) return -1;
+      uint64_t n = le(a, 8);
+      P->p += 8;
+      if (n > (uint64_t)(P->end - P->p)) return need(P, SIZE_MAX);
+      return push_bytes(P, (size_t)n);
+    }
+    case '}': return push_container(P, json_object());
+    case ']': case ')': case 0x8f: return push_container(P, json_array());
+    case 0x85: case 0x86: case 0x87: { /* TUPLE1..3 */
+      size_t n = (size_t)(P->op - 0x84);
+      if (avail(P) < n) return underflow(P);
+      json_t *t = json_array();
+      for (size_t i = P->nstack - n; t && i < P->nstack; i++)
+        if (json_array_append(t, P->stack[i]) < 0) return json_decref(t), failf(P, "cannot append", NULL);
+      drop_to(P, P->nstack - n);
+      return push_container(P, t);
+    }
+    case 'a': { /* APPEND */
+      if (avail(P) < 2) return underflow(P);
+      json_t *l = P->stack[P->nstack - 2], *v = P->stack[P->nstack - 1];
+      if (!json_is_array(l)) return failf(P, "the item below is not a list", NULL);
+      if (v == l || json_array_append(l, v) < 0) return failf(P, "cannot append (a list into itself?)", NULL);
+      drop_to(P, P->nstack - 1);
+      return 0;
+    }
+    case 's': { /* SETITEM */
+      if (avail(P) < 3) return underflow(P);
+      json_t *o = P->stack[P->nstack - 3];
+      if (!json_is_object(o)) return failf(P, "the item below is not a dict", NULL);
+      if (P->stack[P->nstack - 1] == o) return failf(P, "a dict set into itself", NULL);
+      if (set_item(P, o, P->stack[P->nstack - 2], P->stack[P->nstack - 1]) < 0) return -1;
+      drop_to(P, P->nstack - 2);
+      return 0;
+    }
+    case '1': case 't': case 'l': case 'd': case 'e': case 0x90: case 'u': case 0x91:
+      return marked(P);
+    case 'q':
+      if (need(P, 1) < 0) return -1;
+      P->p += 1;
+      return memo_put(P, a[0]);
+    case 'r':
+      if (need(P, 4) < 0) return -1;
+      P->p += 4;
+      return memo_put(P, le(a, 4));
+    case 0x94:
+      return memo_put(P, P->nmemo_put);
+    case 'h':
+      if (need(P, 1) < 0) return -1;
+      P->p += 1;
+      return memo_get(P, a[0]);
+    case 'j':
+      if (need(P, 4) < 0) return -1;
+      P->p += 4;
+      return memo_get(P, le(a, 4));
+    default:
+      return refuse(P);
+  }
+}
+
+/* Heights of the containers met by the walk: an open-addressing table
+ * keyed by pointer, so a shared container is walked once. */
+typedef struct seen {
+  const json_t **key;
+  int *height; /* -1 while on the current path, else levels at and below it */
+  size_t cap;
+} seen_t;
+
+static size_t slot(const seen_t *S, const json_t *j) {
+  uint64_t h = (uint64_t)(uintptr_t)j * 0x9e3779b97f4a7c15ull;
+  size_t i = (size_t)(h >> 17) & (S->cap - 1);
+  while (S->key[i] && S->key[i] != j) i = (i + 1) & (S->cap - 1);
+  return i;
+}
+
+static int seen_has(const seen_t *S, const json_t *j) { return S->key[slot(S, j)] != NULL; }
+
+/* The levels of containers at and below j (0 for a scalar), or -1 with
+ * *why when j contains itself or nests deeper than `left`. */
+static int walk(seen_t *S, const json_t *j, int left, const char **why) {
+  if (!is_container(j)) return 0;
+  size_t i = slot(S, j);
+  if (S->key[i] && S->height[i] < 0) {
+    *why = "a container contains itself";
+    return -1;
+  }
+  int h = S->key[i] ? S->height[i] : 0;
+  if (!S->key[i]) {
+    if (left <= 0) goto too_deep;
+    S->key[i] = j;
+    S->height[i] = -1;
+    size_t k;
+    json_t *v;
+    const char *name;
+    int below = 0, r = 0;
+    if (json_is_array(j)) {
+      json_array_foreach((json_t *)j, k, v) if ((r = walk(S, v, left - 1, why)) < 0) return -1;
+      else if (r > below) below = r;
+    } else {
+      json_object_foreach((json_t *)j, name, v) if ((r = walk(S, v, left - 1, why)) < 0) return -1;
+      else if (r > below) below = r;
+    }
+    h = below + 1;
+    S->height[slot(S, j)] = h;
+  }
+  if (h > left) goto too_deep;
+  return h;
+too_deep:
+  *why = "containers nest deeper than " TR_PICKLE_MAX_DEPTH_STR " levels";
+  return -1;
+}
+
+json_t *tr_pickle_load(const unsigned char *buf, size_t len, char *why, size_t whylen) {
+  pk_t P = {.p = buf, .base = buf, .end = buf + len, .why = why, .whylen = whylen};
+  json_t *result = NULL;
+  seen_t S = {0};
+  if (len > TR_PICKLE_MAX_BYTES) {
+    snprintf(why, whylen, "a pickle of %zu bytes, more than this reader takes (%llu)", len,
+             (unsigned long long)TR_PICKLE_MAX_BYTES);
+    return NULL;
+  }
+  if (len < 2 || buf[0] != 0x80) {
+    snprintf(why, whylen, "not a pickle of protocol 2 or newer (no PROTO opcode at offset 0)");
+    return NULL;
+  }
+  if (buf[1] < 2 || buf[1] > 5) {
+    snprintf(why, whylen, "pickle protocol %u: this reader takes protocols 2 to 5", buf[1]);
+    return NULL;
+  }
+  P.p += 2;
+  for (;;) {
+    if (P.p >= P.end) {
+      snprintf(why, whylen, "the pickle ends at offset %zu without STOP: truncated", len);
+      goto out;
+    }
+    if (*P.p == '.') {
+      P.op_at = (size_t)(P.p - P.base);
+      P.op = '.';
+      if (P.nstack != 1 || P.nmarks) {
+        failf(&P, P.nstack ? "%s" : "the stack is empty",
+              P.nstack ? "values left over besides the result" : NULL);
+        goto out;
+      }
+      break;
+    }
+    if (step(&P) < 0) goto out;
+  }
+  /* Shared containers make a graph, not a tree: check it is one jansson can hold. */
+  S.cap = 64;
+  while (S.cap < 2 * P.nmade) S.cap *= 2;
+  S.key = tr_xcalloc(S.cap, sizeof(*S.key));
+  S.height = tr_xcalloc(S.cap, sizeof(*S.height));
+  const char *bad = NULL;
+  if (walk(&S, P.stack[0], TR_PICKLE_MAX_DEPTH, &bad) < 0) {
+    snprintf(why, whylen, "pickle: %s", bad);
+    goto out;
+  }
+  result = json_incref(P.stack[0]);
+out:
+  drop_to(&P, 0);
+  for (size_t i = 0; i < P.capmemo; i++) json_decref(P.memo[i]);
+  /* Empty every container that is not part of the result before letting
+   * go: one put into itself through the memo would keep itself alive, and
+   * a deep chain of them would be freed by deep recursion. made holds one
+   * reference to each, so clearing frees none. */
+  for (size_t i = 0; i < P.nmade; i++) {
+    if (result && seen_has(&S, P.made[i])) continue;
+    if (json_is_array(P.made[i])) json_array_clear(P.made[i]);
+    else json_object_clear(P.made[i]);
+  }
+  for (size_t i = 0; i < P.nmade; i++) json_decref(P.made[i]);
+  ftc__free(S.key);
+  ftc__free(S.height);
+  ftc__free(P.stack);
+  ftc__free(P.marks);
+  ftc__free(P.memo);
+  ftc__free(P.made);
+  return result;
+}
