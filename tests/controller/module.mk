@@ -22,5 +22,5 @@ endef
 $(foreach t,$(CTL_TEST_PROGS) kube_live,$(eval $(call ctl_test,$(t))))
 
 TEST_BINS += $(CTL_TEST_BINS) $(CTL_LIVE) $(CONTROLLER_BIN) $(TRACE_BIN) $(BUILD)/bin/ftcomm-trainer
-TEST_SUITES += $(CTL_TEST_BINS) tests/controller/crd.sh tests/controller/controller.sh \
+TEST_SUITES += $(CTL_TEST_BINS) tests/controller/crd.sh tests/controller/controller.sh tests/controller/conditions.sh tests/controller/rbac.sh \
                tests/controller/steady.sh tests/controller/lifecycle.sh

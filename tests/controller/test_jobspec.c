@@ -160,6 +160,27 @@ static void test_unusable_specs_say_what_to_fix(void **state) {
   json_decref(j);
 }
 
+static void test_template_app_labels_are_kept_and_the_controllers_own_are_forced(void **state) {
+  (void)state;
+  json_t *j = job_from("{\"template\":{\"metadata\":{\"labels\":{\"app.kubernetes.io/name\":\"llm-trainer\","
+                       "\"app.kubernetes.io/component\":\"rank\",\"app.kubernetes.io/managed-by\":\"someone\","
+                       "\"ftcomm.dev/slot\":\"7\"}},\"spec\":{\"containers\":[{\"name\":\"a\",\"image\":\"i\"}]}}}");
+  ftck_job_spec_t s;
+  char err[128];
+  assert_int_equal(ftck_job_spec_parse(j, &s, err, sizeof err), 0);
+  ftck_pod_env_t env = {.coordinator = "c:1", .dump_dir = "/d"};
+  json_t *pod = ftck_build_pod(j, &s, 1, 0, 0, "", &env);
+  assert_non_null(pod);
+  json_t *labels = ftck_jget(pod, "metadata.labels");
+  assert_string_equal(json_string_value(json_object_get(labels, "app.kubernetes.io/name")), "llm-trainer");
+  assert_string_equal(json_string_value(json_object_get(labels, "app.kubernetes.io/component")), "rank");
+  assert_string_equal(json_string_value(json_object_get(labels, "app.kubernetes.io/instance")), "llm"); /* absent: default */
+  assert_string_equal(json_string_value(json_object_get(labels, "app.kubernetes.io/managed-by")), "ftcomm-controller");
+  assert_string_equal(json_string_value(json_object_get(labels, "ftcomm.dev/slot")), "1");
+  json_decref(pod);
+  json_decref(j);
+}
+
 static void test_pod_of_a_slot_carries_identity_owner_and_environment(void **state) {
   (void)state;
   json_t *j = job_from("{\"replicas\":4,\"minReplicas\":3,\"backend\":\"tcp\",\"timeouts\":{\"collectiveTimeoutSeconds\":30},"
@@ -454,6 +475,7 @@ int main(void) {
       cmocka_unit_test(test_an_invalid_env_value_leaves_the_last_error_alone),
       cmocka_unit_test(test_unusable_specs_say_what_to_fix),
       cmocka_unit_test(test_pod_of_a_slot_carries_identity_owner_and_environment),
+      cmocka_unit_test(test_template_app_labels_are_kept_and_the_controllers_own_are_forced),
       cmocka_unit_test(test_replacement_joins_and_avoids_failed_nodes_in_every_term),
       cmocka_unit_test(test_pod_bookkeeping),
       cmocka_unit_test(test_node_readiness_from_its_ready_condition),

@@ -68,7 +68,8 @@ check "StorageClass that allows expansion" kc apply -f "$work/sc.yaml"
 check_fails "helm install refuses bad values (schema) before creating anything" "/controller/replicas': minimum: got -3, want 0" \
   hm install ftcomm "$chart" -n $ns --set controller.replicas=-3
 check_out "... and nothing was created" '^No resources found' kc -n $ns get deploy,svc,pvc,sa
-check_out "helm install shows the NOTES (what to do next)" 'kubectl get tj.*ftcomm-trace' \
+check_out "helm install shows the NOTES (what to do next; the unlabelled namespace and how to enforce restricted)" \
+  'kubectl get tj.*ftcomm-trace.*NOTE: namespace "'$ns'" enforces no Pod Security level.*kubectl label namespace '$ns' pod-security.kubernetes.io/enforce=restricted' \
   hm install ftcomm "$chart" -n $ns --set dumps.persistence.storageClassName=expandable --set serviceMonitor.enabled=true
 check_out "release deployed" 'deployed' hm -n $ns status ftcomm
 check "Deployment, Service, ServiceAccount, claim, Role, RoleBinding, ServiceMonitor exist" \
@@ -110,6 +111,7 @@ KC
       --coordinator-bind=*) a=--coordinator-bind=127.0.0.1:0 ;;
       --dump-volume=*) a=--dump-volume=$work/dumps ;;
     esac
+    a=${a//\$(POD_NAMESPACE)/$ns}  # what the kubelet does with $(VAR) of the container's env
     args+=("$a")
   done < <(kc -n $ns get deploy/ftcomm-controller -o json | jq -r '.spec.template.spec.containers[0].args[]')
   # Its pod (never run here: no kubelet) gets the leader label while it leads.

@@ -10,7 +10,11 @@ include images/module.mk
 
 TEST_SUITES += tests/install/static.sh tests/install/chart.sh tests/install/manifests.sh tests/install/images.sh
 
-.PHONY: docs-crd deploy-manifests
+.PHONY: crd docs-crd deploy-manifests
+# The CRD from crds/trainingjobs.in.yaml and the test API server's pod schema; then the
+# chart's and deploy/'s copies and docs/crd-reference.md (tests/controller/crd.sh checks it).
+crd:
+	@scripts/gen-crd.sh
 # docs/crd-reference.md is generated from the CRD (tests/install/static.sh checks it).
 docs-crd:
 	@scripts/gen-crd-doc.py crds/ftcomm.dev_trainingjobs.yaml > docs/crd-reference.md

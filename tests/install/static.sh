@@ -21,7 +21,7 @@ app_version() {  # the chart installs the release it is built from
 check "Chart.yaml appVersion is ftcomm.h's FTC_VERSION" app_version
 
 # The CRD: one source (crds/), copied into the chart (Helm installs crds/ of a chart
-# before its templates) and into deploy/ (kubectl apply -k).
+# before its templates) and into deploy/crd/ (kubectl apply -k).
 crd_same() {
   cmp -s crds/ftcomm.dev_trainingjobs.yaml "$1" && return 0
   echo "$1 differs from crds/ftcomm.dev_trainingjobs.yaml; resync with: scripts/gen-deploy.sh (copies crds/ into the chart and deploy/)"
@@ -33,12 +33,15 @@ check "charts/ftcomm/crds/ holds the same CRD as crds/" crd_same charts/ftcomm/c
 deploy_fresh() {
   local gen=$work/deploy rc=0 f
   FTC_HELM=$FTC_HELM scripts/gen-deploy.sh "$gen" >/dev/null
-  for f in "$gen"/*; do
-    if ! cmp -s "$f" "deploy/$(basename "$f")"; then
-      echo "deploy/$(basename "$f") is stale (or missing): run scripts/gen-deploy.sh and commit deploy/"
-      diff -u "deploy/$(basename "$f")" "$f" 2>&1 | head -30 || true
+  for f in $(cd "$gen" && find . -type f | sort); do
+    if ! cmp -s "$gen/$f" "deploy/$f"; then
+      echo "deploy/${f#./} is stale (or missing): run scripts/gen-deploy.sh and commit deploy/"
+      diff -u "deploy/$f" "$gen/$f" 2>&1 | head -30 || true
       rc=1
     fi
+  done
+  for f in $(find deploy -type f | sort); do
+    [ -e "$gen/${f#deploy/}" ] || { echo "$f is not made by scripts/gen-deploy.sh: remove it"; rc=1; }
   done
   return $rc
 }

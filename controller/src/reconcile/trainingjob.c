@@ -33,11 +33,12 @@ struct ftck_reconciler {
   ftck_informer_t *jobs, *pods, *nodes, *secrets;
   pthread_t threads[MAX_WORKERS];
   int nthreads;
-  pthread_mutex_t mu; /* secrets_ok, vanished (a leaf) */
+  pthread_mutex_t mu; /* secrets_ok, vanished, fresh, refusals (a leaf) */
   json_t *vanished;    /* "ns/job/pod" -> wall ns a pass first found the slot's pod gone */
   json_t *fresh;       /* "ns/job" -> {inc, since}: restarted (restartAll) at incarnation inc */
   json_t *secrets_ok;  /* job uid -> {token, made: monotonic ns we created its Secret, 0 once the cache showed it} */
   json_t *secrets_gone; /* "ns/secret" -> true: its watch said deleted, and it was not made again yet */
+  json_t *refusals;    /* "ns/job" -> the refusal its last FailedCreate Event told (one Event per cause) */
   ftck_coords_t *coords; /* the embedded coordinators; NULL: none */
   ftck_reconciler_stats_t stats; /* atomics */
 };
@@ -134,10 +135,11 @@ ftc_status_t ftck_reconciler_create(ftck_client_t *c, const ftck_reconciler_opts
   r->secrets_gone = json_object();
   r->vanished = json_object();
   r->fresh = json_object();
+  r->refusals = json_object();
   r->coords = o->coords;
   r->workers = o->workers > 0 ? (o->workers < MAX_WORKERS ? o->workers : MAX_WORKERS) : 2;
   if ((o->watch_namespace && *o->watch_namespace && !r->ns) || !r->coordinator || !r->dump_dir || !r->identity ||
-      !r->secrets_ok || !r->secrets_gone || !r->vanished || !r->fresh) {
+      !r->secrets_ok || !r->secrets_gone || !r->vanished || !r->fresh || !r->refusals) {
     st = ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
     goto out_destroy;
   }
@@ -356,7 +358,7 @@ static ftc_status_t ensure_secret(ftck_reconciler_t *r, const json_t *job, char 
 /* Create the pod of (slot, inc). FTC_OK also when it exists already (409):
  * *is_new (may be NULL) says which, so only real creations are counted. */
 static ftc_status_t create_pod(ftck_reconciler_t *r, const json_t *job, const ftck_job_spec_t *spec, int slot,
-                               int inc, int joiner, const char *avoid, json_t **created, int *is_new) {
+                               int inc, int joiner, const char *avoid, json_t **created, int *is_new, long *http) {
   if (is_new) *is_new = 0;
   const char *ns = ftck_jstr(job, "metadata.namespace");
   json_t *pod = ftck_build_pod(job, spec, slot, inc, joiner, avoid, &r->env);
@@ -364,6 +366,7 @@ static ftc_status_t create_pod(ftck_reconciler_t *r, const json_t *job, const ft
   char *path = ftck_path("", "v1", ns, "pods", NULL);
   long code = 0;
   ftc_status_t st = path ? ftck_create(r->c, path, pod, &code, NULL) : ftc__error(FTC_ERR_NO_MEMORY, "no memory");
+  if (http) *http = code;
   ftc__free(path);
   if (st == FTC_OK) {
     if (is_new) *is_new = 1;
@@ -418,7 +421,7 @@ static const char *member_state(const json_t *pod) {
 typedef struct slot_view {
   json_t *cur;      /* newest incarnation's pod (borrowed from pods or created) */
   int inc;          /* its incarnation; -1 none */
-  int state_override; /* 1: Replacing, 2: Failed (budget) */
+  int state_override; /* 1: Replacing, 2: Failed (budget), 3: FailedCreate (the API server refused its pod) */
 } slot_view_t;
 
 static void report_event(ftck_reconciler_t *r, const json_t *job, const char *type, const char *reason,
@@ -503,7 +506,48 @@ typedef struct pass {
   int exhausted, replacing, ever_lost;
   int64_t now, requeue;  /* wall ns; smallest delay after which to look again, -1 none */
   int going;             /* 0 not asked; 1 the server says the job is being deleted; 2 it is not */
+  int refused;           /* slots whose pod the API server refused to create in this pass */
+  char refusal[1024];    /* the first refusal: "slot S: pod P: <the API server's message>" */
 } pass_t;
+
+/* How soon to try again a pod the API server refused: half the time the
+ * job has been unable to create pods (from its PodsCreated condition), 2 s
+ * at first, at most 30 s, so a cause fixed later (a quota raised, a
+ * namespace's Pod Security level lowered) is noticed without a flood of
+ * requests meanwhile. */
+#define REFUSAL_RETRY_MIN_MS 2000
+#define REFUSAL_RETRY_MAX_MS 30000
+
+/* A create that failed with a 4xx answer (admission, quota, an invalid pod,
+ * RBAC; not 409, not 429) is the job's problem to report, not a transient
+ * error of this pass: remember it for status and an Event, look again
+ * later, and return 1 so the caller goes on with the other slots. 0: some
+ * other failure, which fails the pass. */
+static int create_refused(pass_t *p, int s, int inc, long code) {
+  if (code < 400 || code >= 500 || code == 409 || code == 429) return 0;
+  /* ftc_last_error(): "POST <path> -> <code> <Reason>: <message>" */
+  const char *e = ftc_last_error();
+  const char *arrow = e ? strstr(e, " -> ") : NULL;
+  const char *msg = arrow ? strstr(arrow, ": ") : NULL;
+  msg = msg ? msg + 2 : e ? e : "refused";
+  char pname[300];
+  if (ftck_pod_name(p->name, s, inc, pname, sizeof pname) != 0) snprintf(pname, sizeof pname, "?");
+  FTC_WARN(FTC_SUB_CTRL, "%s: slot %d: the API server refused pod %s (%ld): %s", p->key, s, pname, code, msg);
+  if (p->refused++ == 0) snprintf(p->refusal, sizeof p->refusal, "slot %d: pod %s: %s", s, pname, msg);
+  json_t *c = NULL;
+  size_t i;
+  json_array_foreach(ftck_jget(p->job, "status.conditions"), i, c) {
+    if (!strcmp(ftck_jstr(c, "type") ? ftck_jstr(c, "type") : "", "PodsCreated")) break;
+  }
+  int64_t since = c && !strcmp(ftck_jstr(c, "status") ? ftck_jstr(c, "status") : "", "False")
+                      ? ftck_parse_time(ftck_jstr(c, "lastTransitionTime"))
+                      : -1;
+  int64_t wait_ms = since > 0 ? (p->now - since) / 2000000 : 0;
+  if (wait_ms < REFUSAL_RETRY_MIN_MS) wait_ms = REFUSAL_RETRY_MIN_MS;
+  if (wait_ms > REFUSAL_RETRY_MAX_MS) wait_ms = REFUSAL_RETRY_MAX_MS;
+  if (p->requeue < 0 || wait_ms < p->requeue) p->requeue = wait_ms;
+  return 1;
+}
 
 /* This job's pods by slot, from the cache; from the server itself when the
  * cache and status disagree, so a lagging cache never makes a pod look lost.
@@ -546,7 +590,12 @@ static ftc_status_t find_loss(pass_t *p, int s, json_t **lost, int *lost_inc, in
     if (prev_inc < 0 || (prev_state && !strcmp(prev_state, "Suspended"))) {
       json_t *np = NULL;
       int joiner = prev_inc < 0 && ftck_jint(p->job, "status.worldSize", 0) > 0;
-      ftc_status_t st = create_pod(p->r, p->job, &p->spec, s, prev_inc + 1, joiner, "", &np, NULL);
+      long code = 0;
+      ftc_status_t st = create_pod(p->r, p->job, &p->spec, s, prev_inc + 1, joiner, "", &np, NULL, &code);
+      if (st != FTC_OK && create_refused(p, s, prev_inc + 1, code)) {
+        sv->state_override = 3;
+        return FTC_OK;
+      }
       if (st != FTC_OK) return st;
       json_array_append_new(p->created, np);
       sv->cur = np;
@@ -642,7 +691,12 @@ static ftc_status_t replace_member(pass_t *p, int s, json_t *lost, int lost_inc,
   }
   json_t *np = NULL;
   int is_new = 0;
-  ftc_status_t st = create_pod(p->r, p->job, &p->spec, s, lost_inc + 1, 1, avoid, &np, &is_new);
+  long code = 0;
+  ftc_status_t st = create_pod(p->r, p->job, &p->spec, s, lost_inc + 1, 1, avoid, &np, &is_new, &code);
+  if (st != FTC_OK && create_refused(p, s, lost_inc + 1, code)) {
+    sv->state_override = 3;
+    return FTC_OK;
+  }
   if (st != FTC_OK) return st;
   json_array_append_new(p->created, np);
   sv->cur = np;
@@ -684,7 +738,12 @@ static ftc_status_t restart_all(pass_t *p, const json_t *cause, int skip_backoff
   for (int s = 0; s < p->spec.replicas; s++) {
     json_t *np = NULL;
     int is_new = 0;
-    ftc_status_t st = create_pod(p->r, p->job, &p->spec, s, target, 0, "", &np, &is_new);
+    long code = 0;
+    ftc_status_t st = create_pod(p->r, p->job, &p->spec, s, target, 0, "", &np, &is_new, &code);
+    if (st != FTC_OK && create_refused(p, s, target, code)) {
+      p->slots[s].state_override = 3;
+      continue;
+    }
     if (st != FTC_OK) return st;
     json_array_append_new(p->created, np);
     p->slots[s].cur = np;
@@ -856,7 +915,7 @@ static void compute_status(pass_t *p, json_t *computed, json_t *conds) {
     }
     json_t *pod = p->slots[s].cur;
     int ov = p->slots[s].state_override;
-    const char *state = ov == 1 ? "Replacing" : ov == 2 ? "Failed" : member_state(pod);
+    const char *state = ov == 1 ? "Replacing" : ov == 2 ? "Failed" : ov == 3 ? "FailedCreate" : member_state(pod);
     if (!strcmp(state, "Running")) alive++;
     if (!strcmp(state, "Succeeded")) succeeded++;
     const char *pname = ftck_jstr(pod, "metadata.name");
@@ -879,9 +938,11 @@ static void compute_status(pass_t *p, json_t *computed, json_t *conds) {
                       : succeeded == spec->replicas                  ? "Succeeded"
                       : alive == spec->replicas                      ? "Running"
                       : p->ever_lost && alive >= spec->min_replicas  ? "Degraded"
+                      : p->refused                                   ? "Blocked"
                                                                      : "Pending";
   char msg[256];
   snprintf(msg, sizeof msg, "%d of %d members running (minimum %d)", alive, spec->replicas, spec->min_replicas);
+  int ended = !strcmp(phase, "Succeeded") || !strcmp(phase, "Failed");
   json_object_set_new(computed, "phase", json_string(phase));
   json_object_set_new(computed, "alive", json_integer(alive));
   json_object_set_new(computed, "worldSize", json_integer(view ? view->size : alive));
@@ -890,10 +951,55 @@ static void compute_status(pass_t *p, json_t *computed, json_t *conds) {
   json_object_set_new(computed, "replacementsDelta", json_integer(p->used_now));
   json_object_set_new(computed, "members", mlist);
   int all = alive == spec->replicas;
-  add_condition(conds, "Ready", all, all ? "AllMembersRunning" : p->replacing ? "MemberReplacing" : "MembersNotRunning",
-                msg);
+  if (ended)
+    add_condition(conds, "Ready", 0, !strcmp(phase, "Succeeded") ? "JobSucceeded" : "JobFailed",
+                  !strcmp(phase, "Succeeded") ? "the job succeeded: no member runs any more"
+                                              : "the job failed: see condition Failed");
+  else
+    add_condition(conds, "Ready", all,
+                  all ? "AllMembersRunning" : p->refused ? "FailedCreate" : p->replacing ? "MemberReplacing"
+                                                                                           : "MembersNotRunning",
+                  msg);
   add_condition(conds, "Degraded", !strcmp(phase, "Degraded"),
                 p->replacing ? "MemberReplacing" : p->ever_lost ? "MemberLost" : "NoLoss", msg);
+  /* Running: training goes on (every member, or at least minReplicas while
+   * lost ones are replaced); Succeeded: every member completed. Both follow
+   * the names of Kubeflow's and JobSet's conditions, for kubectl wait. */
+  int training = !strcmp(phase, "Running") || !strcmp(phase, "Degraded");
+  add_condition(conds, "Running", training, training ? "Training" : ended ? "JobEnded" : "NotTraining", msg);
+  char smsg[128];
+  snprintf(smsg, sizeof smsg, "%d of %d members succeeded", succeeded, spec->replicas);
+  add_condition(conds, "Succeeded", !strcmp(phase, "Succeeded"),
+                !strcmp(phase, "Succeeded") ? "AllMembersSucceeded" : "NotAllSucceeded", smsg);
+  /* PodsCreated: False while the API server refuses a pod (admission, quota,
+   * an invalid template), with its words; one Warning Event FailedCreate per
+   * distinct refusal (a message that differs from the condition's). */
+  if (p->refused) {
+    char rmsg[1200];
+    if (p->refused > 1)
+      snprintf(rmsg, sizeof rmsg, "%s (%d slots refused; retried)", p->refusal, p->refused);
+    else
+      snprintf(rmsg, sizeof rmsg, "%s (retried)", p->refusal);
+    /* Told in memory, not read back from status: the next pass may come
+     * before the job's cache shows the status this one writes. */
+    pthread_mutex_lock(&p->r->mu);
+    const char *told = json_string_value(json_object_get(p->r->refusals, p->key));
+    int news = !told || strcmp(told, rmsg) != 0;
+    if (news) json_object_set_new(p->r->refusals, p->key, json_string(rmsg));
+    pthread_mutex_unlock(&p->r->mu);
+    if (news) {
+      char note[1000]; /* an Event's note holds 1 kB */
+      memcpy(note, rmsg, sizeof note - 1);
+      note[sizeof note - 1] = '\0';
+      report_event(p->r, p->job, "Warning", "FailedCreate", "Create", note);
+    }
+    add_condition(conds, "PodsCreated", 0, "FailedCreate", rmsg);
+  } else {
+    pthread_mutex_lock(&p->r->mu);
+    json_object_del(p->r->refusals, p->key);
+    pthread_mutex_unlock(&p->r->mu);
+    add_condition(conds, "PodsCreated", 1, "PodsCreated", "the API server accepted every pod the job needs");
+  }
   if (p->exhausted) {
     snprintf(msg, sizeof msg,
              "all %d replacements of spec.failurePolicy.maxReplacements are used; raise it to replace more pods",
@@ -923,6 +1029,7 @@ static void forget_job(ftck_reconciler_t *r, const char *key, const char *ns, co
   pthread_mutex_lock(&r->mu);
   if (has_secret) json_object_del(r->secrets_gone, skey);
   json_object_del(r->fresh, key); /* a restart in progress: a job re-created under the name starts clean */
+  json_object_del(r->refusals, key);
   json_object_foreach_safe(r->vanished, tmp, k, v) {
     if (!strncmp(k, key, n) && k[n] == '/') json_object_del(r->vanished, k);
   }
@@ -936,7 +1043,7 @@ static void forget_job(ftck_reconciler_t *r, const char *key, const char *ns, co
 static size_t remembered(ftck_reconciler_t *r) {
   pthread_mutex_lock(&r->mu);
   size_t n = json_object_size(r->vanished) + json_object_size(r->secrets_ok) + json_object_size(r->secrets_gone) +
-             json_object_size(r->fresh);
+             json_object_size(r->fresh) + json_object_size(r->refusals);
   pthread_mutex_unlock(&r->mu);
   return n;
 }
@@ -1163,6 +1270,7 @@ void ftck_reconciler_destroy(ftck_reconciler_t *r) {
   json_decref(r->secrets_gone);
   json_decref(r->vanished);
   json_decref(r->fresh);
+  json_decref(r->refusals);
   pthread_mutex_destroy(&r->mu);
   ftc__free(r->ns);
   ftc__free(r->coordinator);

@@ -38,7 +38,7 @@ typedef struct ftck_reconciler_stats {
   uint64_t reconciles_ok, reconciles_error;
   uint64_t pods_created, pods_deleted, replacements;
   uint64_t remembered; /* records kept per job beside the caches: token, missing pods, deleted Secrets,
-                        * a restart of every pod in progress */
+                        * a restart of every pod in progress, the last pod refusal told in an Event */
 } ftck_reconciler_stats_t;
 
 typedef struct ftck_reconciler ftck_reconciler_t;
