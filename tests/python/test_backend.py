@@ -49,6 +49,11 @@ def test_bad_input_gives_a_clear_python_error():
     assert len(passes(out, "errors")) == 2, out[-4000:]
 
 
+def test_mismatched_shapes_across_ranks_are_named_under_torch_debug():
+    out = job(2, "mismatch", env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+    assert len(passes(out, "mismatch")) == 2, out[-4000:]
+
+
 def test_a_lost_peer_raises_peer_lost_error_naming_rank_slot_and_collective():
     out = job(2, "peer_lost", env={"FTCOMM_TIMEOUT_MS": "10000"}, args=["--grace", "30"])
     assert re.search(r"^\[0\] PASS peer_lost rank 0", out, re.M), out[-4000:]

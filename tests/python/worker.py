@@ -302,7 +302,27 @@ def scenario_errors(job):
     t = torch.ones(4)
     dist.all_reduce(t)
     job.same(t, torch.full((4,), float(n)), "all_reduce after refused calls")
+    # A closed (aborted) group: every collective raises AbortedError, at once.
+    dist.barrier()
+    ftcomm.torch.backend_of().abort()
+    e = expect(ftcomm.FtcommError, lambda: dist.all_reduce(torch.ones(4)), ["all_reduce", f"rank {r}"],
+               "a collective on an aborted group")
+    assert isinstance(e, ftcomm.AbortedError), f"{type(e).__name__}: {e}"
     job.done("errors")
+
+
+def scenario_mismatch(job):
+    """Ranks passing different shapes: torch's debug wrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL)
+    compares them over its gloo side group before ftcomm runs anything."""
+    r = job.rank
+    try:
+        dist.all_reduce(torch.ones(10 + 1000 * r))
+        raise AssertionError("an all_reduce of different shapes went through")
+    except RuntimeError as e:
+        assert "mismatch" in str(e) and "TensorShape" in str(e), str(e)[:500]
+        job.checks += 1
+    print(f"PASS mismatch rank {r} of {job.size}: {job.checks} checks", flush=True)
+    os._exit(0)
 
 
 def scenario_peer_lost(job):

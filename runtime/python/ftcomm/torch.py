@@ -61,8 +61,9 @@ def _create_backend(opts, backend_options):
 
 
 def _store_host():
-    host = os.environ.get("FTCOMM_ADVERTISE_HOST") or socket.gethostname()
-    return host
+    # Where the other ranks reach rank 0's store: where they reach its data plane.
+    host = os.environ.get("FTCOMM_ADVERTISE_HOST") or os.environ.get("POD_IP") or socket.gethostname()
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
 
 
 def _ftcomm_rendezvous(url, timeout=timedelta(minutes=30), **kwargs):

@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <sstream>
 
@@ -71,6 +73,13 @@ std::shared_ptr<Comm> create_comm() {
   c->slot = cfg.slot;
   c->timeout_ms = cfg.timeout_ms;
   c->job = cfg.job ? cfg.job : "";
+  /* CPU tensors need the TCP backend; "auto" would pick NCCL on a GPU host.
+   * CUDA tensors are staged through host memory (docs/pytorch.md). */
+  const char *be = getenv("FTCOMM_BACKEND");
+  if (!be || !*be || strcmp(be, "auto") == 0) cfg.backend = "tcp";
+  TORCH_CHECK_VALUE(strcmp(cfg.backend, "tcp") == 0, "ftcomm: FTCOMM_BACKEND=", cfg.backend,
+                    ": the torch backend runs on ftcomm's tcp backend (CUDA tensors are staged through host"
+                    " memory); unset FTCOMM_BACKEND or set it to tcp or auto");
   st = ftc_comm_create(&cfg, &c->comm);
   if (st != FTC_OK) throw_status(st, *c, "joining the job (ftc_comm_create)");
   return c;
