@@ -51,3 +51,6 @@ $(BUILD)/bin/%: $(BUILD)/obj/runtime/examples/%.o $(FTCOMM_A)
 
 ALL_TARGETS += $(FTCOMM_SO) $(FTCOMM_A) $(addprefix $(BUILD)/bin/,$(RUNTIME_TOOLS)) $(RUNTIME_EXAMPLES)
 INSTALL_BINS += $(addprefix $(BUILD)/bin/,$(RUNTIME_TOOLS))
+
+# The PyTorch package (its own module.mk: it builds with the torch environment).
+include runtime/python/module.mk

@@ -8,6 +8,10 @@
 #     libyaml, cmocka), test and benchmark peers (Open MPI, Gloo), tools.
 #   PyPI wheels nvidia-nccl-cu13 and nvidia-cuda-runtime into $DEPS_PREFIX
 #     (default .deps/) for nccl.h and the CUDA headers; nothing system-wide.
+#   (all) A Python virtual environment with torch for the PyTorch binding's
+#     tests (runtime/python), cached like the control plane's binaries:
+#     ${FTC_TORCH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ftcomm/torch-2.15.0}.
+#     The first install pulls about 5.4 GB of wheels; later runs only check it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEPS_PREFIX=${DEPS_PREFIX:-$PWD/.deps}
@@ -28,6 +32,7 @@ if [ "$mode" = all ]; then
     libopenmpi-dev openmpi-bin libgloo-dev
     chromium
     python3-matplotlib
+    python3-venv python3-dev
   )
 fi
 
@@ -57,4 +62,41 @@ if [ ! -f "$NCCL_H" ] || ! ls "$DEPS_PREFIX"/py/nvidia/*/include/cuda_runtime_ap
   mkdir -p "$DEPS_PREFIX/py"
   python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps --upgrade \
     --target "$DEPS_PREFIX/py" nvidia-nccl-cu13 nvidia-cuda-runtime nvidia-cuda-crt nvidia-cuda-cccl
+fi
+
+# torch for the binding's tests: a virtual environment of its own (torch pins its
+# CUDA wheels; nothing else on the machine should see them). The check reads the
+# installed distributions' metadata only, so a present environment costs ~0.1 s.
+[ "$mode" = all ] || exit 0
+TORCH_VENV=${FTC_TORCH_VENV:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/ftcomm/torch-2.15.0}
+TORCH_REQS=(torch==2.15.0 ninja pytest torchft==0.2.0)
+venv_ok() {
+  [ -x "$TORCH_VENV/bin/python" ] && "$TORCH_VENV/bin/python" - "${TORCH_REQS[@]}" <<'PY' 2>/dev/null
+import sys
+from importlib.metadata import version, PackageNotFoundError
+for req in sys.argv[1:]:
+    name, _, want = req.partition("==")
+    try:
+        have = version(name)
+    except PackageNotFoundError:
+        sys.exit(1)
+    if want and have.split("+")[0] != want:
+        sys.exit(1)
+PY
+}
+if ! venv_ok; then
+  mkdir -p "$(dirname "$TORCH_VENV")"
+  # One install at a time per environment (make test and make bench may both ask).
+  exec 8>"$TORCH_VENV.lock"
+  flock -w 3600 8 || { echo "deps: timed out waiting for another install of $TORCH_VENV" >&2; exit 1; }
+  if ! venv_ok; then
+    echo "deps: installing ${TORCH_REQS[*]} into $TORCH_VENV (about 5.4 GB, once)"
+    [ -x "$TORCH_VENV/bin/python" ] || python3 -m venv "$TORCH_VENV" ||
+      { echo "deps: python3 -m venv $TORCH_VENV failed (is python3-venv installed?)" >&2; exit 1; }
+    "$TORCH_VENV/bin/python" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+      "${TORCH_REQS[@]}" ||
+      { echo "deps: pip install ${TORCH_REQS[*]} into $TORCH_VENV failed" >&2; exit 1; }
+    venv_ok || { echo "deps: $TORCH_VENV still lacks one of ${TORCH_REQS[*]} after pip install" >&2; exit 1; }
+  fi
+  exec 8>&-
 fi

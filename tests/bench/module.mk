@@ -56,6 +56,6 @@ bench-bins: $(BENCH_BINS)
 
 bench:
 	@scripts/deps.sh
-	@$(MAKE) --no-print-directory all bench-bins
+	@$(MAKE) --no-print-directory all bench-bins python
 	@BUILD=$(BUILD) tests/bench/run.sh
 	@BUILD=$(BUILD) tests/bench/recovery/run.sh

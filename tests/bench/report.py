@@ -23,7 +23,8 @@ FIELDS = ["system", "collective", "ranks", "size", "count", "type", "op", "root"
 ORDER = ["ftcomm-tcp", "openmpi-tcp", "openmpi-shm", "gloo-ring", "gloo-bcube", "gloo-hd"]
 NAMES = {"ftcomm-tcp": "ftcomm TCP", "openmpi-tcp": "Open MPI TCP",
          "openmpi-shm": "Open MPI shm", "gloo-ring": "Gloo ring",
-         "gloo-bcube": "Gloo bcube", "gloo-hd": "Gloo hd"}
+         "gloo-bcube": "Gloo bcube", "gloo-hd": "Gloo hd",
+         "torch-ftcomm": "torch ftcomm", "torch-gloo": "torch gloo"}
 MIB = 1 << 20
 
 
@@ -110,6 +111,64 @@ def read_status(out):
     return st
 
 
+def torch_section(md, rows, by, ranks, small):
+    """torch.distributed with the ftcomm backend against gloo's (same job), and
+    the binding's cost over libftcomm called from C (ftcomm-tcp, same run)."""
+    if not any(r["system"] == "torch-ftcomm" for r in rows):
+        return
+    md.append("## Through torch.distributed (tests/bench/torch)")
+    md.append("")
+    md.append("`dist.all_reduce` of f32 with the `ftcomm` backend and with `gloo`, both in one job "
+              "(best pass per size); binding = torch-ftcomm's time over ftcomm-bench's (libftcomm "
+              "from C) at the same size.")
+    md.append("")
+
+    def row(s, n, size):
+        return by.get((s, n, size))
+
+    for n in ranks:
+        sizes = sorted({r["size"] for r in rows if r["ranks"] == n and r["system"] == "torch-ftcomm"})
+        if not sizes:
+            continue
+        md.append("### %d ranks" % n)
+        md.append("")
+        md.append("| size | ftcomm busbw | gloo busbw | ftcomm/gloo | ftcomm us | gloo us | C us | binding |")
+        md.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for size in sizes:
+            f, g, c = row("torch-ftcomm", n, size), row("torch-gloo", n, size), row("ftcomm-tcp", n, size)
+            bind = "-"
+            if f and c:
+                extra = f["time_us"] - c["time_us"]
+                bind = "%+.1f us" % extra if size < MIB else "%+.1f%%" % (100.0 * extra / c["time_us"])
+            md.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                human(size), fmt(f["busbw_GBps"] if f else None), fmt(g["busbw_GBps"] if g else None),
+                fmt(ratio(f["busbw_GBps"] if f else None, g["busbw_GBps"] if g else None), 2),
+                fmt(f["time_us"] if f else None, 1), fmt(g["time_us"] if g else None, 1),
+                fmt(c["time_us"] if c else None, 1), bind))
+        md.append("")
+    ddp = {}
+    for r in rows:
+        if r["collective"] == "ddp_step":
+            k = (r["system"], r["ranks"])
+            if k not in ddp or r["time_us"] < ddp[k]["time_us"]:
+                ddp[k] = r
+    if ddp:
+        md.append("DDP step time (a 3-layer MLP of %s of f32 gradients, batch 32; best pass; ms):"
+                  % human(next(iter(ddp.values()))["size"]))
+        md.append("")
+        md.append("| ranks | ftcomm | gloo | ftcomm/gloo |")
+        md.append("|---:|---:|---:|---:|")
+        for n in ranks:
+            f, g = ddp.get(("ddp-ftcomm", n)), ddp.get(("ddp-gloo", n))
+            md.append("| %d | %s | %s | %s |" % (n, fmt(f["time_us"] / 1e3 if f else None, 2),
+                                               fmt(g["time_us"] / 1e3 if g else None, 2),
+                                               fmt(ratio(f["time_us"] if f else None, g["time_us"] if g else None), 2)))
+        md.append("")
+    md.append("Targets: busbw >= 1.3x gloo from 1 MiB, 8-byte latency <= 1/5 of gloo's, binding <= 5% "
+              "from 1 MiB and <= 10 us at 8 B, DDP step <= gloo's.")
+    md.append("")
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "build/bench"
     rows = read_rows(out)
@@ -125,6 +184,7 @@ def main():
 
     systems = [s for s in ORDER if any(r["system"] == s for r in rows)]
     systems += sorted({r["system"] for r in rows} - set(systems))
+    systems = [s for s in systems if any(r["system"] == s and r["collective"] == "allreduce" for r in rows)]
     glo = [s for s in systems if s.startswith("gloo-")]
     by = {}
     for r in rows:
@@ -272,6 +332,8 @@ def main():
     targets(by, "## Targets (best pass per size, as in the tables)")
     if npasses > 1:
         targets(med, "## Targets on the median pass per size (how much the verdicts depend on noise)")
+
+    torch_section(md, rows, by, ranks, small)
 
     wrong = [r for r in rows if r["wrong"]]
     if wrong:

@@ -2,7 +2,9 @@
 # run.sh - the `make bench` driver: allreduce f32 sum over a size sweep at
 # several rank counts for ftcomm (TCP, under ftcomm-run), Open MPI (TCP, and
 # shared memory through vader) and Gloo (ring and bcube over TCP), all in this
-# one run on this host, plus the loopback-TCP and memcpy ceilings; then
+# one run on this host, plus the loopback-TCP and memcpy ceilings, and
+# allreduce and a DDP step through torch.distributed with the ftcomm backend
+# and with gloo (system "torch", tests/bench/torch/torch_bench.py); then
 # tests/bench/report.py turns the rows into build/bench/bench.md, bench.csv
 # and busbw.png, and the markdown is printed. Every run is bounded by a
 # timeout; a system that fails or is not built is reported, not hidden.
@@ -35,7 +37,8 @@ main() {
   WARMUP=${BENCH_WARMUP:-5}
   ITER_BYTES=${BENCH_ITER_BYTES:-512M}
   REPEAT=${BENCH_REPEAT:-2}
-  SYSTEMS=${BENCH_SYSTEMS:-ftcomm-tcp openmpi-tcp openmpi-shm gloo-ring gloo-bcube}
+  SYSTEMS=${BENCH_SYSTEMS:-ftcomm-tcp openmpi-tcp openmpi-shm gloo-ring gloo-bcube torch}
+  TORCH_PY=${FTC_TORCH_VENV:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/ftcomm/torch-2.15.0}/bin/python
   RUN_TIMEOUT=${BENCH_RUN_TIMEOUT:-600}
   BB=$BUILD/bench
   NICE=${BENCH_NICE:-0}
@@ -80,6 +83,11 @@ main() {
       openmpi-shm)
         [ -x "$BB/mpi_bench" ] || return 0
         echo "${mpirun_base[*]} -np $n --mca pml ob1 --mca btl vader,self $BB/mpi_bench ${sweep[*]} -l $sys" ;;
+      torch)  # torch.distributed, ftcomm's backend and gloo's in one job (tests/bench/torch)
+        [ -x "$TORCH_PY" ] && [ -f "$BUILD/python/ftcomm/.built" ] || return 0
+        echo "env PYTHONPATH=$BUILD/python OMP_NUM_THREADS=1 $BUILD/bin/ftcomm-run -q -n $n --timeout $RUN_TIMEOUT" \
+          "-- $TORCH_PY tests/bench/torch/torch_bench.py -b $MIN -e $MAX -f $FACTOR -n $ITERS -w $WARMUP" \
+          "-I $ITER_BYTES --ddp-steps 20" ;;
       gloo-ring | gloo-bcube)
         [ -x "$BB/gloo_bench" ] || return 0
         echo "$BB/gloo_bench -N $n -A ${sys#gloo-} ${sweep[*]} -l $sys" ;;

@@ -1,0 +1,31 @@
+"""ftcomm: fault-tolerant collectives for PyTorch.
+
+``import ftcomm.torch`` registers the ``"ftcomm"`` backend of
+``torch.distributed`` (docs/pytorch.md)::
+
+    import ftcomm.torch
+    import torch.distributed as dist
+    dist.init_process_group("ftcomm")   # rank and size from the FTCOMM_* environment
+"""
+from ftcomm.errors import (
+    AbortedError,
+    BelowMinSizeError,
+    CollectiveTimeout,
+    ConfigError,
+    CoordinatorError,
+    FtcommError,
+    PeerLostError,
+    RevokedError,
+)
+
+__version__ = "0.1.0"
+__all__ = [
+    "AbortedError",
+    "BelowMinSizeError",
+    "CollectiveTimeout",
+    "ConfigError",
+    "CoordinatorError",
+    "FtcommError",
+    "PeerLostError",
+    "RevokedError",
+]

@@ -1,0 +1,905 @@
+/*
+ * backend.cpp - the c10d ops on libftcomm calls, the Work objects and the
+ * completion thread (backend.h says how they fit together).
+ */
+#include "backend.h"
+
+#include <ATen/core/ivalue.h>
+#include <c10/util/thread_name.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+
+namespace ftcomm {
+
+/* ---- the communicator ---- */
+
+Comm::~Comm() {
+  if (comm) ftc_comm_destroy(comm);
+}
+
+int Comm::rank() const {
+  int r = -1;
+  ftc_comm_rank(comm, &r);
+  return r;
+}
+
+int Comm::size() const {
+  int s = 0;
+  ftc_comm_size(comm, &s);
+  return s;
+}
+
+uint64_t Comm::epoch() const {
+  uint64_t e = 0;
+  ftc_comm_epoch(comm, &e);
+  return e;
+}
+
+std::exception_ptr error_of(ftc_status_t st, const Comm &c, const std::string &what) {
+  std::ostringstream m;
+  const char *detail = ftc_last_error();
+  m << "ftcomm: " << what << " failed on rank " << (c.comm ? c.rank() : -1) << " (slot " << c.slot;
+  if (!c.job.empty()) m << " of job '" << c.job << "'";
+  if (c.comm) m << ", epoch " << c.epoch();
+  m << "): " << ftc_strerror(st);
+  if (detail && *detail) m << ": " << detail;
+  switch (st) {
+    case FTC_ERR_PEER_LOST:
+    case FTC_ERR_TIMEOUT:
+    case FTC_ERR_REVOKED:
+      m << " (the process group's epoch has failed: every later collective fails until the job recovers"
+           " or restarts this process; docs/pytorch.md, Failures)";
+      break;
+    default:
+      break;
+  }
+  return std::make_exception_ptr(FtcError(st, m.str(), c.comm ? c.rank() : -1, c.slot, what));
+}
+
+void throw_status(ftc_status_t st, const Comm &c, const std::string &what) {
+  std::rethrow_exception(error_of(st, c, what));
+}
+
+std::shared_ptr<Comm> create_comm() {
+  auto c = std::make_shared<Comm>();
+  ftc_config_t cfg = FTC_CONFIG_INITIALIZER;
+  ftc_status_t st = ftc_config_resolve(&cfg);
+  if (st != FTC_OK) throw_status(st, *c, "reading the FTCOMM_* environment");
+  c->slot = cfg.slot;
+  c->timeout_ms = cfg.timeout_ms;
+  c->job = cfg.job ? cfg.job : "";
+  /* CPU tensors need the TCP backend; "auto" would pick NCCL on a GPU host.
+   * CUDA tensors are staged through host memory (docs/pytorch.md). */
+  const char *be = getenv("FTCOMM_BACKEND");
+  if (!be || !*be || strcmp(be, "auto") == 0) cfg.backend = "tcp";
+  TORCH_CHECK_VALUE(strcmp(cfg.backend, "tcp") == 0, "ftcomm: FTCOMM_BACKEND=", cfg.backend,
+                    ": the torch backend runs on ftcomm's tcp backend (CUDA tensors are staged through host"
+                    " memory); unset FTCOMM_BACKEND or set it to tcp or auto");
+  st = ftc_comm_create(&cfg, &c->comm);
+  if (st != FTC_OK) throw_status(st, *c, "joining the job (ftc_comm_create)");
+  return c;
+}
+
+/* ---- arguments ---- */
+
+namespace {
+
+const char *dtype_name(at::ScalarType t) { return c10::toString(t); }
+
+/* The libftcomm dtype of a reduction over t, or a TypeError. */
+ftc_dtype_t reduce_dtype(const at::Tensor &t, c10d::ReduceOp::RedOpType op, const char *what) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return FTC_F32;
+    case at::kDouble: return FTC_F64;
+    case at::kHalf: return FTC_F16;
+    case at::kBFloat16: return FTC_BF16;
+    case at::kInt: return FTC_I32;
+    case at::kLong: return FTC_I64;
+    case at::kByte: return FTC_U8;
+    case at::kBool:
+      if (op == c10d::ReduceOp::MIN || op == c10d::ReduceOp::MAX) return FTC_U8;
+      break;
+    default:
+      break;
+  }
+  TORCH_CHECK_TYPE(false, "ftcomm: ", what, " cannot reduce a tensor of dtype ", dtype_name(t.scalar_type()),
+                   ": supported are float32, float64, float16, bfloat16, int32, int64 and uint8 (bool with MIN"
+                   " or MAX); cast the tensor, or move it as bytes with a non-reducing collective");
+}
+
+ftc_op_t reduce_op(const c10d::ReduceOp &op, const char *what) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return FTC_SUM;
+    case c10d::ReduceOp::AVG: return FTC_AVG;
+    case c10d::ReduceOp::PRODUCT: return FTC_PROD;
+    case c10d::ReduceOp::MIN: return FTC_MIN;
+    case c10d::ReduceOp::MAX: return FTC_MAX;
+    default:
+      break;
+  }
+  TORCH_CHECK_VALUE(false, "ftcomm: ", what, " with ReduceOp ", static_cast<int>(op.op_),
+                    " (BAND, BOR, BXOR or PREMUL_SUM) is not supported: use SUM, AVG, PRODUCT, MIN or MAX");
+}
+
+void check_tensor(const at::Tensor &t, const char *what) {
+  TORCH_CHECK_VALUE(t.defined(), "ftcomm: ", what, ": an undefined tensor");
+  TORCH_CHECK_VALUE(t.layout() == at::kStrided, "ftcomm: ", what, ": only dense (strided) tensors are supported, not ",
+                    t.layout());
+  TORCH_CHECK_VALUE(t.device().is_cpu() || t.device().is_cuda(), "ftcomm: ", what,
+                    ": only CPU and CUDA tensors are supported, not ", t.device());
+}
+
+void check_one(const std::vector<at::Tensor> &ts, const char *what) {
+  TORCH_CHECK_VALUE(ts.size() == 1, "ftcomm: ", what, " takes one tensor per call, got ", ts.size());
+  check_tensor(ts[0], what);
+}
+
+void check_same(const at::Tensor &a, const at::Tensor &b, const char *what) {
+  TORCH_CHECK_TYPE(a.scalar_type() == b.scalar_type(), "ftcomm: ", what, ": input dtype ",
+                   dtype_name(b.scalar_type()), " differs from output dtype ", dtype_name(a.scalar_type()));
+}
+
+int to_int_ms(std::chrono::milliseconds ms) {
+  return ms.count() > INT_MAX ? INT_MAX : ms.count() < 0 ? 0 : static_cast<int>(ms.count());
+}
+
+}  // namespace
+
+/* ---- Work ---- */
+
+Work::Work(int rank, c10d::OpType type, const char *title, std::string collective, std::vector<at::Tensor> outputs,
+           std::chrono::milliseconds timeout, const std::optional<std::vector<at::Tensor>> &inputs)
+    : c10d::Work(rank, type, title, inputs),
+      collective_(std::move(collective)),
+      outputs_(std::move(outputs)),
+      timeout_(timeout) {
+  deadline_ = std::chrono::steady_clock::now() + timeout;
+  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+}
+
+Work::~Work() {
+  /* A request still running is detached: its buffers (keep_) die with us, so
+   * only a completed work frees them; the completion thread holds every
+   * running one. */
+  for (auto *r : reqs_) ftc_request_free(r);
+}
+
+bool Work::isCompleted() {
+  std::lock_guard<std::mutex> l(mutex_);
+  return completed_;
+}
+
+bool Work::isSuccess() const {
+  std::lock_guard<std::mutex> l(mutex_);
+  return completed_ && !exception_;
+}
+
+std::exception_ptr Work::exception() const {
+  std::lock_guard<std::mutex> l(mutex_);
+  return exception_;
+}
+
+bool Work::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> l(mutex_);
+  if (timeout == kNoTimeout) {
+    cv_.wait(l, [&] { return completed_; });
+  } else if (!cv_.wait_for(l, timeout, [&] { return completed_; })) {
+    std::ostringstream m;
+    m << "ftcomm: " << collective_ << " (seq " << seq_ << ") on rank " << rank_ << " (slot " << slot_
+      << ") did not complete within the wait's " << timeout.count()
+      << " ms; it goes on until it completes or the process group's timeout fails it";
+    throw FtcError(FTC_ERR_TIMEOUT, m.str(), rank_, slot_, collective_);
+  }
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+std::vector<at::Tensor> Work::result() { return outputs_; }
+
+c10::intrusive_ptr<c10::ivalue::Future> Work::getFuture() { return future_; }
+
+void Work::abort() {
+  if (comm_) ftc_comm_abort(comm_->comm);
+}
+
+void Work::complete(std::exception_ptr err) {
+  if (!err && post_) {
+    try {
+      post_();
+    } catch (...) {
+      err = std::current_exception();
+    }
+  }
+  post_ = nullptr;
+  finish(err);
+  if (err)
+    future_->setError(err);
+  else
+    future_->markCompleted(c10::IValue(outputs_));
+}
+
+/* ---- launching an op ---- */
+
+/* Builds one op: stages tensors into contiguous (CPU) buffers, starts its
+ * requests under the communicator's lock, and either waits for them here
+ * (asyncOp false) or hands the Work to the completion thread. */
+class Launch {
+ public:
+  Launch(Backend &be, c10d::OpType type, const char *title, const char *name, bool async,
+         std::chrono::milliseconds op_timeout, std::vector<at::Tensor> outputs,
+         const std::optional<std::vector<at::Tensor>> &inputs)
+      : be_(be), comm_(*be.comm()), async_(async), lock_(be.comm()->mu) {
+    auto t = be.timeout_of(op_timeout);
+    work_ = c10::make_intrusive<Work>(be.getRank(), type, title, name, std::move(outputs), t, inputs);
+    work_->comm_ = be.comm();
+    work_->slot_ = comm_.slot;
+    work_->seq_ = be.next_seq();
+    name_ = name;
+    timeout_ms_ = to_int_ms(t);
+    /* Waits bound by the library's own timeout when the group's is not shorter
+     * (the library counts from when the op starts, not when it was queued). */
+    wait_ms_ = (comm_.timeout_ms > 0 && t.count() >= comm_.timeout_ms) ? FTC_TIMEOUT_INFINITE : timeout_ms_;
+  }
+
+  /* A contiguous CPU tensor with t's data, kept alive until the op ends. */
+  at::Tensor in(const at::Tensor &t) {
+    at::Tensor c = t.is_cuda() ? t.to(at::kCPU).contiguous() : t.contiguous();
+    work_->keep_.push_back(c);
+    return c;
+  }
+
+  /* A contiguous CPU buffer to receive into t; copied into t after success
+   * unless it is t itself. With preload, it starts with t's data (in place). */
+  at::Tensor out(const at::Tensor &t, bool preload) {
+    if (!t.is_cuda() && t.is_contiguous()) return t;
+    at::Tensor c = preload ? (t.is_cuda() ? t.to(at::kCPU).contiguous() : t.contiguous().clone())
+                           : at::empty(t.sizes(), t.options().device(at::kCPU));
+    work_->keep_.push_back(c);
+    copies_.emplace_back(t, c);
+    return c;
+  }
+
+  /* A scratch buffer of n elements like t, on the CPU. */
+  at::Tensor scratch(const at::Tensor &like, int64_t n) {
+    at::Tensor c = at::empty({n}, like.options().device(at::kCPU));
+    work_->keep_.push_back(c);
+    return c;
+  }
+
+  void then(std::function<void()> f) { posts_.push_back(std::move(f)); }
+
+  /* Start one request; on failure the op ends here with the error. */
+  void start(const std::function<ftc_status_t(ftc_request_t **)> &fn) {
+    ftc_request_t *req = nullptr;
+    ftc_status_t st = fn(&req);
+    if (st != FTC_OK) fail(st);
+    work_->reqs_.push_back(req);
+  }
+
+  /* A blocking call for a synchronous op of one call (the library runs it on
+   * this thread when nothing is queued: no handoff); else start(). */
+  void run(const std::function<ftc_status_t(int)> &blocking, const std::function<ftc_status_t(ftc_request_t **)> &fn) {
+    if (!async_ && work_->reqs_.empty() && !ran_blocking_) {
+      ran_blocking_ = true;
+      ftc_status_t st = blocking(timeout_ms_);
+      if (st != FTC_OK) fail(st);
+      return;
+    }
+    start(fn);
+  }
+
+  c10::intrusive_ptr<c10d::Work> finish() {
+    auto copies = std::move(copies_);
+    auto posts = std::move(posts_);
+    work_->post_ = [copies, posts]() {
+      for (auto &p : posts) p();
+      for (auto &c : copies) const_cast<at::Tensor &>(c.first).copy_(c.second);
+    };
+    if (async_) {
+      lock_.unlock();
+      be_.enqueue(work_);
+      return work_;
+    }
+    std::exception_ptr err;
+    for (auto *r : work_->reqs_) {
+      ftc_status_t st = ftc_wait(r, wait_ms_);
+      if (st != FTC_OK && !err) err = error_of(st, comm_, name_);
+    }
+    lock_.unlock();
+    work_->complete(err);
+    if (err) std::rethrow_exception(err);
+    return work_;
+  }
+
+  int wait_ms() const { return wait_ms_; }
+  const std::string &name() const { return name_; }
+  ftc_comm_t *comm() const { return comm_.comm; }
+  int rank() const { return be_.getRank(); }
+  int size() const { return be_.getSize(); }
+
+ private:
+  [[noreturn]] void fail(ftc_status_t st) {
+    auto err = error_of(st, comm_, name_);
+    if (!work_->reqs_.empty()) {
+      /* Requests already started point into this op's buffers: let the
+       * completion thread wait them out before the buffers go. */
+      work_->post_ = nullptr;
+      lock_.unlock();
+      be_.enqueue(work_);
+    }
+    std::rethrow_exception(err);
+  }
+
+  Backend &be_;
+  Comm &comm_;
+  bool async_;
+  bool ran_blocking_ = false;
+  std::unique_lock<std::mutex> lock_;
+  c10::intrusive_ptr<Work> work_;
+  std::string name_;
+  int timeout_ms_ = 0, wait_ms_ = 0;
+  std::vector<std::pair<at::Tensor, at::Tensor>> copies_;
+  std::vector<std::function<void()>> posts_;
+};
+
+/* ---- the backend ---- */
+
+Backend::Backend(std::shared_ptr<Comm> comm, int rank, int size, const c10::intrusive_ptr<c10d::Backend::Options> &opts)
+    : c10d::Backend(rank, size), comm_(std::move(comm)), options_(opts) {
+  done_thread_ = std::thread([this] { completion_loop(); });
+  init();
+}
+
+Backend::~Backend() { shutdown(); }
+
+void Backend::shutdown() {
+  {
+    std::lock_guard<std::mutex> l(qmu_);
+    if (stopping_ && !done_thread_.joinable()) return;
+    stopping_ = true;
+  }
+  qcv_.notify_all();
+  if (done_thread_.joinable()) done_thread_.join();
+}
+
+void Backend::abort() {
+  if (comm_ && comm_->comm) ftc_comm_abort(comm_->comm);
+}
+
+c10d::ErrorType Backend::getError() {
+  ftc_status_t st = FTC_OK;
+  if (comm_ && comm_->comm) ftc_comm_get_async_error(comm_->comm, &st);
+  if (st == FTC_OK) st = static_cast<ftc_status_t>(last_error_.load());
+  switch (st) {
+    case FTC_OK: return c10d::ErrorType::SUCCESS;
+    case FTC_ERR_TIMEOUT: return c10d::ErrorType::TIMEOUT;
+    case FTC_ERR_PEER_LOST:
+    case FTC_ERR_REVOKED: return c10d::ErrorType::REMOTE_ERROR;
+    default: return c10d::ErrorType::COMM_ERROR;
+  }
+}
+
+std::chrono::milliseconds Backend::timeout_of(std::chrono::milliseconds op) const {
+  auto t = op == c10d::kUnsetTimeout ? options_->timeout : op;
+  if (comm_->timeout_ms > 0 && t.count() > comm_->timeout_ms) t = std::chrono::milliseconds(comm_->timeout_ms);
+  return t;
+}
+
+void Backend::enqueue(c10::intrusive_ptr<Work> work) {
+  {
+    std::lock_guard<std::mutex> l(qmu_);
+    queue_.push_back(std::move(work));
+  }
+  qcv_.notify_one();
+}
+
+void Backend::completion_loop() {
+  c10::setThreadName("ftc-torch-done");
+  for (;;) {
+    c10::intrusive_ptr<Work> w;
+    {
+      std::unique_lock<std::mutex> l(qmu_);
+      qcv_.wait(l, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return; /* stopping, and every started op is done */
+      w = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    std::exception_ptr err;
+    bool tracked = static_cast<bool>(w->post_);
+    for (auto *r : w->reqs_) {
+      int ms = FTC_TIMEOUT_INFINITE;
+      if (comm_->timeout_ms <= 0 || w->timeout_.count() < comm_->timeout_ms) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(w->deadline_ -
+                                                                          std::chrono::steady_clock::now());
+        ms = to_int_ms(left);
+      }
+      ftc_status_t st = ftc_wait(r, ms);
+      if (st != FTC_OK && !err) {
+        last_error_.store(st);
+        err = error_of(st, *comm_, w->collective_);
+      }
+    }
+    if (tracked) w->complete(err);
+  }
+}
+
+/* ---- collectives ---- */
+
+c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor> &tensors, const c10d::AllreduceOptions &opts) {
+  check_one(tensors, "all_reduce");
+  at::Tensor &t = tensors[0];
+  ftc_dtype_t dt = reduce_dtype(t, opts.reduceOp.op_, "all_reduce");
+  ftc_op_t op = reduce_op(opts.reduceOp, "all_reduce");
+  Launch L(*this, c10d::OpType::ALLREDUCE, "ftcomm:all_reduce", "all_reduce", opts.asyncOp, opts.timeout, tensors,
+           tensors);
+  at::Tensor b = L.out(t, true);
+  void *p = b.data_ptr();
+  size_t n = b.numel();
+  ftc_comm_t *c = L.comm();
+  L.run([&](int ms) { return ftc_allreduce(p, p, n, dt, op, c, ms); },
+        [&](ftc_request_t **r) { return ftc_iallreduce(p, p, n, dt, op, c, r); });
+  return L.finish();
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::allreduce_coalesced(std::vector<at::Tensor> &tensors,
+                                                            const c10d::AllreduceCoalescedOptions &opts) {
+  TORCH_CHECK_VALUE(!tensors.empty(), "ftcomm: all_reduce_coalesced of no tensors");
+  for (auto &t : tensors) {
+    check_tensor(t, "all_reduce_coalesced");
+    check_same(tensors[0], t, "all_reduce_coalesced");
+  }
+  ftc_dtype_t dt = reduce_dtype(tensors[0], opts.reduceOp.op_, "all_reduce_coalesced");
+  ftc_op_t op = reduce_op(opts.reduceOp, "all_reduce_coalesced");
+  Launch L(*this, c10d::OpType::ALLREDUCE_COALESCED, "ftcomm:all_reduce_coalesced", "all_reduce_coalesced",
+           opts.asyncOp, opts.timeout, tensors, tensors);
+  /* One allreduce of the tensors packed end to end. */
+  std::vector<at::Tensor> flat;
+  for (auto &t : tensors) flat.push_back(t.reshape({-1}).to(at::kCPU));
+  at::Tensor packed = at::cat(flat);
+  L.in(packed);
+  void *p = packed.data_ptr();
+  size_t n = packed.numel();
+  ftc_comm_t *c = L.comm();
+  L.run([&](int ms) { return ftc_allreduce(p, p, n, dt, op, c, ms); },
+        [&](ftc_request_t **r) { return ftc_iallreduce(p, p, n, dt, op, c, r); });
+  std::vector<at::Tensor> outs = tensors;
+  L.then([outs, packed]() {
+    int64_t off = 0;
+    for (auto &t : outs) {
+      const_cast<at::Tensor &>(t).copy_(packed.narrow(0, off, t.numel()).view(t.sizes()));
+      off += t.numel();
+    }
+  });
+  return L.finish();
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor> &tensors, const c10d::BroadcastOptions &opts) {
+  check_one(tensors, "broadcast");
+  TORCH_CHECK_VALUE(opts.rootRank >= 0 && opts.rootRank < getSize(), "ftcomm: broadcast root ", opts.rootRank,
+                    " is not a rank of this group of ", getSize());
+  Launch L(*this, c10d::OpType::BROADCAST, "ftcomm:broadcast", "broadcast", opts.asyncOp, opts.timeout, tensors,
+           tensors);
+  at::Tensor b = L.out(tensors[0], getRank() == opts.rootRank);
+  void *p = b.data_ptr();
+  size_t n = b.nbytes();
+  int root = static_cast<int>(opts.rootRank);
+  ftc_comm_t *c = L.comm();
+  L.run([&](int ms) { return ftc_broadcast(p, n, FTC_U8, root, c, ms); },
+        [&](ftc_request_t **r) { return ftc_ibroadcast(p, n, FTC_U8, root, c, r); });
+  return L.finish();
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor> &tensors, const c10d::ReduceOptions &opts) {
+  check_one(tensors, "reduce");
+  TORCH_CHECK_VALUE(opts.rootRank >= 0 && opts.rootRank < getSize(), "ftcomm: reduce root ", opts.rootRank,
+                    " is not a rank of this group of ", getSize());
+  ftc_dtype_t dt = reduce_dtype(tensors[0], opts.reduceOp.op_, "reduce");
+  ftc_op_t op = reduce_op(opts.reduceOp, "reduce");
+  Launch L(*this, c10d::OpType::REDUCE, "ftcomm:reduce", "reduce", opts.asyncOp, opts.timeout, tensors, tensors);
+  int root = static_cast<int>(opts.rootRank);
+  bool is_root = getRank() == root;
+  at::Tensor b = is_root ? L.out(tensors[0], true) : L.in(tensors[0]);
+  void *p = b.data_ptr();
+  void *rp = is_root ? p : nullptr;
+  size_t n = b.numel();
+  ftc_comm_t *c = L.comm();
+  L.run([&](int ms) { return ftc_reduce(p, rp, n, dt, op, root, c, ms); },
+        [&](ftc_request_t **r) { return ftc_ireduce(p, rp, n, dt, op, root, c, r); });
+  return L.finish();
+}
+
+namespace {
+
+/* Each rank sends sends[j] to rank j and receives recvs[j] from it (byte
+ * buffers, contiguous CPU; the own entry is copied locally). Built from
+ * queued send/recv, which progress together. */
+void exchange(Launch &L, const std::vector<at::Tensor> &sends, const std::vector<at::Tensor> &recvs) {
+  int me = L.rank();
+  ftc_comm_t *c = L.comm();
+  for (int j = 0; j < L.size(); j++) {
+    if (j == me || !recvs[j].defined() || recvs[j].nbytes() == 0) continue;
+    void *p = recvs[j].data_ptr();
+    size_t n = recvs[j].nbytes();
+    L.start([&](ftc_request_t **r) { return ftc_irecv(p, n, FTC_U8, j, c, r); });
+  }
+  for (int j = 0; j < L.size(); j++) {
+    if (j == me || !sends[j].defined() || sends[j].nbytes() == 0) continue;
+    const void *p = sends[j].data_ptr();
+    size_t n = sends[j].nbytes();
+    L.start([&](ftc_request_t **r) { return ftc_isend(p, n, FTC_U8, j, c, r); });
+  }
+  if (sends[me].defined() && recvs[me].defined() && recvs[me].nbytes())
+    recvs[me].view(at::kByte).copy_(sends[me].view(at::kByte).reshape(recvs[me].view(at::kByte).sizes()));
+}
+
+at::Tensor bytes_of(const at::Tensor &t) { return t.reshape({-1}).view(at::kByte); }
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                                                  std::vector<at::Tensor> &inputs, const c10d::AllgatherOptions &opts) {
+  check_one(inputs, "all_gather");
+  TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(), "ftcomm: all_gather needs ",
+                    getSize(), " output tensors (one per rank), got ", outputs.empty() ? 0 : outputs[0].size());
+  const at::Tensor &in = inputs[0];
+  auto &outs = outputs[0];
+  bool even = true;
+  for (auto &o : outs) {
+    check_tensor(o, "all_gather");
+    check_same(o, in, "all_gather");
+    if (o.numel() != in.numel()) even = false;
+  }
+  TORCH_CHECK_VALUE(outs[getRank()].numel() == in.numel(), "ftcomm: all_gather: this rank's output tensor has ",
+                    outs[getRank()].numel(), " elements, its input ", in.numel());
+  Launch L(*this, c10d::OpType::ALLGATHER, "ftcomm:all_gather", "all_gather", opts.asyncOp, opts.timeout, outs, inputs);
+  if (even) {
+    at::Tensor src = L.in(in);
+    at::Tensor all = L.scratch(in, in.numel() * getSize());
+    const void *sp = src.data_ptr();
+    void *rp = all.data_ptr();
+    size_t n = src.nbytes();
+    ftc_comm_t *c = L.comm();
+    L.run([&](int ms) { return ftc_allgather(sp, rp, n, FTC_U8, c, ms); },
+          [&](ftc_request_t **r) { return ftc_iallgather(sp, rp, n, FTC_U8, c, r); });
+    std::vector<at::Tensor> os = outs;
+    L.then([os, all]() {
+      int64_t off = 0;
+      for (auto &o : os) {
+        const_cast<at::Tensor &>(o).copy_(all.narrow(0, off, o.numel()).view(o.sizes()));
+        off += o.numel();
+      }
+    });
+  } else {
+    at::Tensor src = bytes_of(L.in(in));
+    std::vector<at::Tensor> sends(getSize(), src), recvs;
+    for (auto &o : outs) recvs.push_back(bytes_of(L.out(o, false)));
+    exchange(L, sends, recvs);
+  }
+  return L.finish();
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::all_gather_single(at::Tensor &output, at::Tensor &input,
+                                                          const c10d::AllgatherOptions &opts) {
+  check_tensor(output, "all_gather_into_tensor");
+  check_tensor(input, "all_gather_into_tensor");
+  check_same(output, input, "all_gather_into_tensor");
+  TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize(), "ftcomm: all_gather_into_tensor: the output has ",
+                    output.numel(), " elements; it needs the input's ", input.numel(), " times the group size ",
+                    getSize());
+  std::vector<at::Tensor> outs{output}, ins{input};
+  Launch L(*this, c10d::OpType::_ALLGATHER_BASE, "ftcomm:all_gather_into_tensor", "all_gather_into_tensor",
+           opts.asyncOp, opts.timeout, outs, ins);
+  at::Tensor o = L.out(output, false);
+  at::Tensor i = L.in(input);
+  const void *sp = i.data_ptr();
+  void *rp = o.data_ptr();
+  size_t n = i.nbytes();
+  ftc_comm_t *c = L.comm();
+  L.run([&](int ms) { return ftc_allgather(sp, rp, n, FTC_U8, c, ms); },
+        [&](ftc_request_t **r) { return ftc_iallgather(sp, rp, n, FTC_U8, c, r); });
+  return L.finish();
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(std::vector<std::vector<at::Tensor>> &outputs,
+                                                            std::vector<at::Tensor> &inputs,
+                                                            const c10d::AllgatherOptions &opts) {
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "ftcomm: all_gather_coalesced: ", outputs.size(),
+                    " output lists for ", inputs.size(), " inputs");
+  c10::intrusive_ptr<c10d::Work> last;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (size_t k = 0; k < inputs.size(); k++) {
+    std::vector<std::vector<at::Tensor>> o{outputs[k]};
+    std::vector<at::Tensor> i{inputs[k]};
+    works.push_back(allgather(o, i, opts));
+  }
+  /* Works complete in order: the last one's completion is the whole op's.
+   * An earlier failure fails the epoch, hence the last one too. */
+  return works.empty() ? barrier(c10d::BarrierOptions()) : works.back();
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::all_gather_single_coalesced(std::vector<at::Tensor> &outputs,
+                                                                    std::vector<at::Tensor> &inputs,
+                                                                    const c10d::AllgatherOptions &opts) {
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size() && !inputs.empty(), "ftcomm: all_gather_into_tensor_coalesced: ",
+                    outputs.size(), " outputs for ", inputs.size(), " inputs");
+  c10::intrusive_ptr<c10d::Work> last;
+  for (size_t k = 0; k < inputs.size(); k++) last = all_gather_single(outputs[k], inputs[k], opts);
+  return last;
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tensor>> &outputs,
+                                               std::vector<at::Tensor> &inputs, const c10d::GatherOptions &opts) {
+  check_one(inputs, "gather");
+  int root = static_cast<int>(opts.rootRank);
+  TORCH_CHECK_VALUE(root >= 0 && root < getSize(), "ftcomm: gather root ", root, " is not a rank of this group of ",
+                    getSize());
+  bool is_root = getRank() == root;
+  if (is_root) {
+    TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
+                      "ftcomm: gather needs ", getSize(), " output tensors on the root");
+  } else {
+    TORCH_CHECK_VALUE(outputs.empty() || outputs[0].empty(), "ftcomm: gather takes output tensors only on the root");
+  }
+  std::vector<at::Tensor> outs = is_root ? outputs[0] : std::vector<at::Tensor>{};
+  Launch L(*this, c10d::OpType::GATHER, "ftcomm:gather", "gather", opts.asyncOp, opts.timeout, outs, inputs);
+  at::Tensor src = bytes_of(L.in(inputs[0]));
+  std::vector<at::Tensor> sends(getSize()), recvs(getSize());
+  if (is_root) {
+    for (int j = 0; j < getSize(); j++) {
+      check_same(outs[j], inputs[0], "gather");
+      recvs[j] = bytes_of(L.out(outs[j], false));
+    }
+    sends[root] = src;
+  } else {
+    sends[root] = src;
+  }
+  exchange(L, sends, recvs);
+  return L.finish();
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor> &outputs,
+                                                std::vector<std::vector<at::Tensor>> &inputs,
+                                                const c10d::ScatterOptions &opts) {
+  check_one(outputs, "scatter");
+  int root = static_cast<int>(opts.rootRank);
+  TORCH_CHECK_VALUE(root >= 0 && root < getSize(), "ftcomm: scatter root ", root, " is not a rank of this group of ",
+                    getSize());
+  bool is_root = getRank() == root;
+  if (is_root) {
+    TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
+                      "ftcomm: scatter needs ", getSize(), " input tensors on the root");
+  }
+  std::vector<at::Tensor> ins = is_root ? inputs[0] : std::vector<at::Tensor>{};
+  Launch L(*this, c10d::OpType::SCATTER, "ftcomm:scatter", "scatter", opts.asyncOp, opts.timeout, outputs, ins);
+  std::vector<at::Tensor> sends(getSize()), recvs(getSize());
+  recvs[root] = bytes_of(L.out(outputs[0], false));
+  if (is_root)
+    for (int j = 0; j < getSize(); j++) {
+      check_same(outputs[0], ins[j], "scatter");
+      sends[j] = bytes_of(L.in(ins[j]));
+    }
+  if (is_root) {
+    std::vector<at::Tensor> r(getSize());
+    r[root] = recvs[root];
+    exchange(L, sends, r);
+  } else {
+    exchange(L, sends, recvs);
+  }
+  return L.finish();
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor> &outputs,
+                                                       std::vector<std::vector<at::Tensor>> &inputs,
+                                                       const c10d::ReduceScatterOptions &opts) {
+  check_one(outputs, "reduce_scatter");
+  TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(), "ftcomm: reduce_scatter needs ",
+                    getSize(), " input tensors (one per rank)");
+  at::Tensor &out = outputs[0];
+  auto &ins = inputs[0];
+  bool even = true;
+  for (auto &i : ins) {
+    check_tensor(i, "reduce_scatter");
+    check_same(out, i, "reduce_scatter");
+    if (i.numel() != out.numel()) even = false;
+  }
+  TORCH_CHECK_VALUE(ins[getRank()].numel() == out.numel(), "ftcomm: reduce_scatter: the output has ", out.numel(),
+                    " elements, this rank's input block ", ins[getRank()].numel());
+  ftc_dtype_t dt = reduce_dtype(out, opts.reduceOp.op_, "reduce_scatter");
+  ftc_op_t op = reduce_op(opts.reduceOp, "reduce_scatter");
+  Launch L(*this, c10d::OpType::REDUCE_SCATTER, "ftcomm:reduce_scatter", "reduce_scatter", opts.asyncOp, opts.timeout,
+           outputs, ins);
+  ftc_comm_t *c = L.comm();
+  if (even) {
+    std::vector<at::Tensor> flat;
+    for (auto &i : ins) flat.push_back(i.reshape({-1}).to(at::kCPU));
+    at::Tensor packed = at::cat(flat);
+    L.in(packed);
+    at::Tensor o = L.out(out, false);
+    const void *sp = packed.data_ptr();
+    void *rp = o.data_ptr();
+    size_t n = o.numel();
+    L.run([&](int ms) { return ftc_reduce_scatter(sp, rp, n, dt, op, c, ms); },
+          [&](ftc_request_t **r) { return ftc_ireduce_scatter(sp, rp, n, dt, op, c, r); });
+  } else {
+    /* Unequal blocks: one reduce per block, to its rank. */
+    for (int j = 0; j < getSize(); j++) {
+      at::Tensor src = L.in(ins[j]);
+      if (j == getRank()) {
+        at::Tensor o = L.out(out, false);
+        const void *sp = src.data_ptr();
+        void *rp = o.data_ptr();
+        size_t n = o.numel();
+        L.start([&](ftc_request_t **r) { return ftc_ireduce(sp, rp, n, dt, op, j, c, r); });
+      } else {
+        const void *sp = src.data_ptr();
+        size_t n = src.numel();
+        L.start([&](ftc_request_t **r) { return ftc_ireduce(sp, nullptr, n, dt, op, j, c, r); });
+      }
+    }
+  }
+  return L.finish();
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_single(at::Tensor &output, at::Tensor &input,
+                                                              const c10d::ReduceScatterOptions &opts) {
+  check_tensor(output, "reduce_scatter_tensor");
+  check_tensor(input, "reduce_scatter_tensor");
+  check_same(output, input, "reduce_scatter_tensor");
+  TORCH_CHECK_VALUE(input.numel() == output.numel() * getSize(), "ftcomm: reduce_scatter_tensor: the input has ",
+                    input.numel(), " elements; it needs the output's ", output.numel(), " times the group size ",
+                    getSize());
+  ftc_dtype_t dt = reduce_dtype(output, opts.reduceOp.op_, "reduce_scatter_tensor");
+  ftc_op_t op = reduce_op(opts.reduceOp, "reduce_scatter_tensor");
+  std::vector<at::Tensor> outs{output}, ins{input};
+  Launch L(*this, c10d::OpType::_REDUCE_SCATTER_BASE, "ftcomm:reduce_scatter_tensor", "reduce_scatter_tensor",
+           opts.asyncOp, opts.timeout, outs, ins);
+  at::Tensor i = L.in(input);
+  at::Tensor o = L.out(output, false);
+  const void *sp = i.data_ptr();
+  void *rp = o.data_ptr();
+  size_t n = o.numel();
+  ftc_comm_t *c = L.comm();
+  L.run([&](int ms) { return ftc_reduce_scatter(sp, rp, n, dt, op, c, ms); },
+        [&](ftc_request_t **r) { return ftc_ireduce_scatter(sp, rp, n, dt, op, c, r); });
+  return L.finish();
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_single_coalesced(std::vector<at::Tensor> &outputs,
+                                                                        std::vector<at::Tensor> &inputs,
+                                                                        const c10d::ReduceScatterOptions &opts) {
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size() && !inputs.empty(),
+                    "ftcomm: reduce_scatter_tensor_coalesced: ", outputs.size(), " outputs for ", inputs.size(),
+                    " inputs");
+  c10::intrusive_ptr<c10d::Work> last;
+  for (size_t k = 0; k < inputs.size(); k++) last = reduce_scatter_single(outputs[k], inputs[k], opts);
+  return last;
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::all_to_all_single(at::Tensor &output, at::Tensor &input,
+                                                          std::vector<int64_t> &outputSplits,
+                                                          std::vector<int64_t> &inputSplits,
+                                                          const c10d::AllToAllOptions &opts) {
+  check_tensor(output, "all_to_all_single");
+  check_tensor(input, "all_to_all_single");
+  check_same(output, input, "all_to_all_single");
+  int size = getSize();
+  auto splits = [&](std::vector<int64_t> &s, const at::Tensor &t, const char *which) {
+    std::vector<int64_t> rows;
+    int64_t dim0 = t.dim() ? t.size(0) : 1;
+    if (s.empty()) {
+      TORCH_CHECK_VALUE(dim0 % size == 0, "ftcomm: all_to_all_single: the ", which, " has ", dim0,
+                        " rows, not a multiple of the group size ", size, "; pass split sizes");
+      rows.assign(size, dim0 / size);
+    } else {
+      TORCH_CHECK_VALUE(static_cast<int>(s.size()) == size, "ftcomm: all_to_all_single: ", s.size(), " ", which,
+                        " split sizes for a group of ", size);
+      int64_t sum = 0;
+      for (auto v : s) {
+        TORCH_CHECK_VALUE(v >= 0, "ftcomm: all_to_all_single: a negative ", which, " split size ", v);
+        sum += v;
+      }
+      TORCH_CHECK_VALUE(sum == dim0, "ftcomm: all_to_all_single: the ", which, " split sizes add up to ", sum,
+                        " rows, the ", which, " has ", dim0);
+      rows = s;
+    }
+    return rows;
+  };
+  std::vector<int64_t> orows = splits(outputSplits, output, "output"), irows = splits(inputSplits, input, "input");
+  int64_t orow = output.dim() && output.size(0) ? output.numel() / output.size(0) : output.numel();
+  int64_t irow = input.dim() && input.size(0) ? input.numel() / input.size(0) : input.numel();
+  std::vector<at::Tensor> outs{output}, ins{input};
+  Launch L(*this, c10d::OpType::ALLTOALL_BASE, "ftcomm:all_to_all_single", "all_to_all_single", opts.asyncOp,
+           opts.timeout, outs, ins);
+  at::Tensor i = L.in(input).reshape({-1});
+  at::Tensor o = L.out(output, false).reshape({-1});
+  ftc_comm_t *c = L.comm();
+  bool even = std::all_of(irows.begin(), irows.end(), [&](int64_t v) { return v == irows[0]; }) &&
+              std::all_of(orows.begin(), orows.end(), [&](int64_t v) { return v * orow == irows[0] * irow; });
+  if (even) {
+    const void *sp = i.data_ptr();
+    void *rp = o.data_ptr();
+    size_t n = static_cast<size_t>(irows[0] * irow) * i.element_size();
+    L.run([&](int ms) { return ftc_alltoall(sp, rp, n, FTC_U8, c, ms); },
+          [&](ftc_request_t **r) { return ftc_ialltoall(sp, rp, n, FTC_U8, c, r); });
+  } else {
+    std::vector<at::Tensor> sends, recvs;
+    int64_t ioff = 0, ooff = 0;
+    for (int j = 0; j < size; j++) {
+      sends.push_back(i.narrow(0, ioff, irows[j] * irow).view(at::kByte));
+      recvs.push_back(o.narrow(0, ooff, orows[j] * orow).view(at::kByte));
+      ioff += irows[j] * irow;
+      ooff += orows[j] * orow;
+    }
+    TORCH_CHECK_VALUE(sends[getRank()].numel() == recvs[getRank()].numel(), "ftcomm: all_to_all_single: this rank sends ",
+                      irows[getRank()], " rows to itself but expects ", orows[getRank()]);
+    exchange(L, sends, recvs);
+  }
+  return L.finish();
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::alltoall(std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+                                                 const c10d::AllToAllOptions &opts) {
+  int size = getSize();
+  TORCH_CHECK_VALUE(static_cast<int>(outputs.size()) == size && static_cast<int>(inputs.size()) == size,
+                    "ftcomm: all_to_all needs ", size, " input and output tensors, got ", inputs.size(), " and ",
+                    outputs.size());
+  for (int j = 0; j < size; j++) {
+    check_tensor(outputs[j], "all_to_all");
+    check_tensor(inputs[j], "all_to_all");
+    check_same(outputs[j], inputs[j], "all_to_all");
+  }
+  TORCH_CHECK_VALUE(outputs[getRank()].numel() == inputs[getRank()].numel(), "ftcomm: all_to_all: this rank sends ",
+                    inputs[getRank()].numel(), " elements to itself but expects ", outputs[getRank()].numel());
+  Launch L(*this, c10d::OpType::ALLTOALL, "ftcomm:all_to_all", "all_to_all", opts.asyncOp, opts.timeout, outputs,
+           inputs);
+  std::vector<at::Tensor> sends, recvs;
+  for (int j = 0; j < size; j++) {
+    sends.push_back(bytes_of(L.in(inputs[j])));
+    recvs.push_back(bytes_of(L.out(outputs[j], false)));
+  }
+  exchange(L, sends, recvs);
+  return L.finish();
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::send(std::vector<at::Tensor> &tensors, int dst, int tag) {
+  check_one(tensors, "send");
+  (void)tag; /* one in-order channel per peer and direction (docs/pytorch.md) */
+  TORCH_CHECK_VALUE(dst >= 0 && dst < getSize() && dst != getRank(), "ftcomm: send to rank ", dst,
+                    ": the peer must be another rank of this group of ", getSize());
+  Launch L(*this, c10d::OpType::SEND, "ftcomm:send", "send", true, c10d::kUnsetTimeout, {}, tensors);
+  at::Tensor b = L.in(tensors[0]);
+  const void *p = b.data_ptr();
+  size_t n = b.nbytes();
+  ftc_comm_t *c = L.comm();
+  L.start([&](ftc_request_t **r) { return ftc_isend(p, n, FTC_U8, dst, c, r); });
+  return L.finish();
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::recv(std::vector<at::Tensor> &tensors, int src, int tag) {
+  check_one(tensors, "recv");
+  (void)tag;
+  TORCH_CHECK_VALUE(src >= 0 && src < getSize() && src != getRank(), "ftcomm: recv from rank ", src,
+                    ": the peer must be another rank of this group of ", getSize(),
+                    " (receiving from any source is not supported)");
+  Launch L(*this, c10d::OpType::RECV, "ftcomm:recv", "recv", true, c10d::kUnsetTimeout, tensors, std::nullopt);
+  at::Tensor b = L.out(tensors[0], false);
+  void *p = b.data_ptr();
+  size_t n = b.nbytes();
+  ftc_comm_t *c = L.comm();
+  L.start([&](ftc_request_t **r) { return ftc_irecv(p, n, FTC_U8, src, c, r); });
+  return L.finish();
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions &opts) {
+  Launch L(*this, c10d::OpType::BARRIER, "ftcomm:barrier", "barrier", opts.asyncOp, opts.timeout, {}, std::nullopt);
+  ftc_comm_t *c = L.comm();
+  L.run([&](int ms) { return ftc_barrier(c, ms); }, [&](ftc_request_t **r) { return ftc_ibarrier(c, r); });
+  return L.finish();
+}
+
+}  // namespace ftcomm

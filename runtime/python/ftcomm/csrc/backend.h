@@ -1,0 +1,192 @@
+/*
+ * backend.h - ftcomm as a c10d::Backend: torch.distributed's collectives on
+ * a libftcomm communicator.
+ *
+ * The backend is thin: a c10d op becomes one or more libftcomm calls on
+ * contiguous buffers, and its Work completes when their requests do. What
+ * libftcomm has no single call for is built from calls it has, never
+ * reimplemented: uneven all-to-all, allgather of unequal tensors, gather and
+ * scatter from queued send/recv pairs (which progress together, so they
+ * cannot deadlock); coalesced ops from one call on a packed buffer.
+ *
+ * Threads. libftcomm lets one application thread use a communicator at a
+ * time: every call that starts an operation holds Comm::mu. Requests are
+ * waited for by the backend's completion thread ("ftc-torch-done"), in the
+ * order they were started (the order libftcomm completes them), which then
+ * finishes each Work and its Future; a synchronous op (asyncOp false) waits
+ * on the calling thread instead and never reaches that thread.
+ */
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ftcomm.h"
+
+namespace ftcomm {
+
+/* A libftcomm communicator shared by the process groups built on it (the
+ * default group and groups with the same members). Destroyed with the last. */
+struct Comm {
+  ftc_comm_t *comm = nullptr;
+  int slot = -1;
+  int timeout_ms = 0; /* FTCOMM_TIMEOUT_MS as resolved: the library's own bound */
+  std::string job;
+  std::mutex mu;      /* held by every call that starts an operation */
+  Comm() = default;
+  Comm(const Comm &) = delete;
+  Comm &operator=(const Comm &) = delete;
+  ~Comm();
+  int rank() const;
+  int size() const;
+  uint64_t epoch() const;
+};
+
+/* Create the process's communicator from the FTCOMM_* environment (blocks
+ * until the first epoch is connected). Throws FtcError on failure. */
+std::shared_ptr<Comm> create_comm();
+
+/* The error a failed ftcomm call raises: c10::DistBackendError, so torch
+ * treats it as a backend error; crosses into Python as ftcomm.PeerLostError,
+ * ftcomm.CollectiveTimeout, ... (module.cpp). */
+class FtcError : public c10::DistBackendError {
+ public:
+  FtcError(ftc_status_t status, std::string msg, int rank, int slot, std::string collective)
+      : c10::DistBackendError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, msg),
+        status(status), rank(rank), slot(slot), collective(std::move(collective)), text(std::move(msg)) {}
+  ftc_status_t status;
+  int rank, slot;
+  std::string collective;
+  std::string text; /* the message without c10's backtrace */
+};
+
+class Backend;
+
+/* One c10d op: the requests it started, in order, and what to do once they
+ * all succeeded (copy results out of staging buffers). */
+class Work : public c10d::Work {
+ public:
+  Work(int rank, c10d::OpType type, const char *title, std::string collective,
+       std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
+       const std::optional<std::vector<at::Tensor>> &inputs);
+  ~Work() override;
+
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  std::vector<at::Tensor> result() override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  uint64_t getSequencenumber() const override { return seq_; }
+  std::chrono::milliseconds getTimeout() const override { return timeout_; }
+  void abort() override;
+
+ private:
+  friend class Backend;
+  friend class Launch;
+  void complete(std::exception_ptr err);
+
+  std::string collective_;
+  std::vector<at::Tensor> outputs_;
+  std::vector<ftc_request_t *> reqs_;
+  std::vector<at::Tensor> keep_; /* staging buffers the requests point into */
+  std::function<void()> post_;   /* after success: copy staged results out */
+  std::chrono::steady_clock::time_point deadline_;
+  std::chrono::milliseconds timeout_;
+  uint64_t seq_ = 0;
+  std::shared_ptr<Comm> comm_;
+  int slot_ = -1;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class Backend : public c10d::Backend {
+ public:
+  Backend(std::shared_ptr<Comm> comm, int rank, int size, const c10::intrusive_ptr<c10d::Backend::Options> &opts);
+  ~Backend() override;
+
+  const std::string getBackendName() const override { return "ftcomm"; }
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override { return options_; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
+                                           const c10d::BroadcastOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor> &tensors,
+                                           const c10d::AllreduceOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor> &tensors,
+                                                     const c10d::AllreduceCoalescedOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor> &tensors,
+                                        const c10d::ReduceOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                                           std::vector<at::Tensor> &inputs,
+                                           const c10d::AllgatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> all_gather_single(at::Tensor &output, at::Tensor &input,
+                                                   const c10d::AllgatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>> &outputs,
+                                                     std::vector<at::Tensor> &inputs,
+                                                     const c10d::AllgatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> all_gather_single_coalesced(std::vector<at::Tensor> &outputs,
+                                                             std::vector<at::Tensor> &inputs,
+                                                             const c10d::AllgatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
+                                        std::vector<at::Tensor> &inputs,
+                                        const c10d::GatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor> &outputs,
+                                         std::vector<std::vector<at::Tensor>> &inputs,
+                                         const c10d::ScatterOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor> &outputs,
+                                                std::vector<std::vector<at::Tensor>> &inputs,
+                                                const c10d::ReduceScatterOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single(at::Tensor &output, at::Tensor &input,
+                                                       const c10d::ReduceScatterOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single_coalesced(std::vector<at::Tensor> &outputs,
+                                                                 std::vector<at::Tensor> &inputs,
+                                                                 const c10d::ReduceScatterOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> all_to_all_single(at::Tensor &output, at::Tensor &input,
+                                                   std::vector<int64_t> &outputSplits,
+                                                   std::vector<int64_t> &inputSplits,
+                                                   const c10d::AllToAllOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+                                          const c10d::AllToAllOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts) override;
+
+  uint64_t getSequenceNumberForGroup() override { return seq_; }
+  void setTimeout(std::chrono::milliseconds timeout) override { options_->timeout = timeout; }
+  c10d::ErrorType getError() override;
+  void abort() override;
+  void shutdown() override;
+
+  const std::shared_ptr<Comm> &comm() const { return comm_; }
+  /* Queue a started op for the completion thread. */
+  void enqueue(c10::intrusive_ptr<Work> work);
+  std::chrono::milliseconds timeout_of(std::chrono::milliseconds op_timeout) const;
+  uint64_t next_seq() { return ++seq_; }
+
+ private:
+  void completion_loop();
+
+  std::shared_ptr<Comm> comm_;
+  c10::intrusive_ptr<c10d::Backend::Options> options_;
+  uint64_t seq_ = 0;
+  std::mutex qmu_;
+  std::condition_variable qcv_;
+  std::deque<c10::intrusive_ptr<Work>> queue_;
+  bool stopping_ = false;
+  std::thread done_thread_;
+  std::atomic<int> last_error_{FTC_OK};
+};
+
+/* Raise the FtcError for a failed call on comm (message from ftc_last_error()). */
+[[noreturn]] void throw_status(ftc_status_t st, const Comm &comm, const std::string &what);
+std::exception_ptr error_of(ftc_status_t st, const Comm &comm, const std::string &what);
+
+}  // namespace ftcomm

@@ -1,0 +1,165 @@
+/*
+ * module.cpp - the extension module ftcomm._C: creates communicators and
+ * backends for ftcomm/torch.py, and turns a failed libftcomm call into the
+ * Python exception of its status (ftcomm.PeerLostError, ...).
+ *
+ * The process's first communicator (the job's, from the FTCOMM_* environment)
+ * is made by the rendezvous, before torch creates the default group's
+ * backend; it is held here until that backend takes it. Groups with the
+ * default group's members share its communicator.
+ */
+#include <torch/extension.h>
+
+#include <mutex>
+
+#include "backend.h"
+
+namespace py = pybind11;
+
+namespace ftcomm {
+namespace {
+
+std::mutex g_mu;
+std::shared_ptr<Comm> g_pending;  /* made by the rendezvous, not yet in a backend */
+std::weak_ptr<Comm> g_world;      /* the job's communicator */
+std::vector<c10::weak_intrusive_ptr<Backend>> g_backends;
+
+std::shared_ptr<Comm> world_comm(bool create) {
+  std::lock_guard<std::mutex> l(g_mu);
+  if (g_pending) return g_pending;
+  if (auto w = g_world.lock()) return w;
+  if (!create) return nullptr;
+  std::shared_ptr<Comm> c;
+  {
+    py::gil_scoped_release nogil;
+    c = create_comm();
+  }
+  g_pending = c;
+  g_world = c;
+  return c;
+}
+
+py::tuple create_world() {
+  auto c = world_comm(true);
+  return py::make_tuple(c->rank(), c->size());
+}
+
+/* Broadcast a short string over the job's communicator (the rendezvous
+ * sends the store's address this way). */
+std::string world_broadcast(const std::string &s, int root) {
+  auto c = world_comm(false);
+  TORCH_CHECK(c, "ftcomm: no communicator yet: call after the rendezvous");
+  uint64_t len = s.size();
+  std::string out;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> l(c->mu);
+    ftc_status_t st = ftc_broadcast(&len, 1, FTC_I64, root, c->comm, FTC_TIMEOUT_DEFAULT);
+    if (st != FTC_OK) throw_status(st, *c, "broadcast of the rendezvous");
+    out = s;
+    out.resize(len);
+    if (len) st = ftc_broadcast(&out[0], len, FTC_U8, root, c->comm, FTC_TIMEOUT_DEFAULT);
+    if (st != FTC_OK) throw_status(st, *c, "broadcast of the rendezvous");
+  }
+  return out;
+}
+
+c10::intrusive_ptr<c10d::Backend> new_backend(int group_rank, int group_size, std::vector<int64_t> global_ranks,
+                                              double timeout_s, const std::string &group_name) {
+  auto c = world_comm(true);
+  int rank = c->rank(), size = c->size();
+  bool whole = global_ranks.empty();
+  if (!whole && static_cast<int>(global_ranks.size()) == size) {
+    whole = true;
+    for (int i = 0; i < size; i++)
+      if (global_ranks[i] != i) whole = false;
+  }
+  TORCH_CHECK_VALUE(whole, "ftcomm: a group of ", global_ranks.size(), " of the job's ", size,
+                    " ranks needs a sub-communicator, which this build of ftcomm cannot make yet; groups of all"
+                    " ranks in rank order work (and gloo for a sub-group: new_group(ranks, backend=\"gloo\"))");
+  TORCH_CHECK_VALUE(group_rank == rank && group_size == size, "ftcomm: torch.distributed says this process is rank ",
+                    group_rank, " of ", group_size, " but the ftcomm job (slot ", c->slot, ") made it rank ", rank,
+                    " of ", size,
+                    ": launch through ftcomm-run or a TrainingJob and leave RANK, WORLD_SIZE and MASTER_ADDR unset"
+                    " (docs/pytorch.md)");
+  auto opts = c10::make_intrusive<c10d::Backend::Options>("ftcomm");
+  opts->timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
+  opts->group_name = group_name;
+  for (auto r : global_ranks) opts->global_ranks_in_group.push_back(r);
+  auto be = c10::make_intrusive<Backend>(c, rank, size, opts);
+  std::lock_guard<std::mutex> l(g_mu);
+  if (g_pending == c) g_pending.reset();
+  g_backends.emplace_back(be);
+  return be;
+}
+
+/* At exit: leave the job cleanly (the coordinator then sees "left", not a
+ * crash) for every backend the program did not destroy. */
+void shutdown_all() {
+  std::vector<c10::intrusive_ptr<Backend>> live;
+  {
+    std::lock_guard<std::mutex> l(g_mu);
+    for (auto &w : g_backends)
+      if (auto b = w.lock()) live.push_back(b);
+    g_backends.clear();
+    g_pending.reset();
+  }
+  py::gil_scoped_release nogil;
+  for (auto &b : live) b->shutdown();
+}
+
+/* The Python exception class for a status, from ftcomm.errors. */
+py::object error_class(ftc_status_t st) {
+  auto errors = py::module_::import("ftcomm.errors");
+  return errors.attr("error_class")(static_cast<int>(st));
+}
+
+}  // namespace
+}  // namespace ftcomm
+
+PYBIND11_MODULE(_C, m) {
+  using namespace ftcomm;
+  m.doc() = "ftcomm's c10d backend (see ftcomm.torch)";
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const FtcError &e) {
+      py::object cls = error_class(e.status);
+      py::object exc = cls(e.text);
+      exc.attr("status") = ftc_strerror(e.status);
+      exc.attr("code") = static_cast<int>(e.status);
+      exc.attr("rank") = e.rank;
+      exc.attr("slot") = e.slot;
+      exc.attr("collective") = e.collective;
+      PyErr_SetObject(cls.ptr(), exc.ptr());
+    }
+  });
+
+  py::class_<Backend, c10d::Backend, c10::intrusive_ptr<Backend>>(m, "FtcommBackend")
+      .def_property_readonly("slot", [](const Backend &b) { return b.comm()->slot; })
+      .def_property_readonly("epoch", [](const Backend &b) { return b.comm()->epoch(); })
+      .def_property_readonly("transport", [](const Backend &b) {
+        char buf[256] = "";
+        ftc_comm_backend(b.comm()->comm, buf, sizeof(buf));
+        return std::string(buf);
+      })
+      .def("dump", [](const Backend &b, const std::string &reason) {
+        char path[4096] = "";
+        ftc_status_t st = ftc_comm_dump(b.comm()->comm, reason.c_str(), path, sizeof(path));
+        if (st != FTC_OK) throw_status(st, *b.comm(), "dump");
+        return std::string(path);
+      });
+
+  m.def("create_world", &create_world,
+        "Join the job from the FTCOMM_* environment; returns (rank, world_size).");
+  m.def("world_broadcast", &world_broadcast, py::arg("data"), py::arg("root"));
+  m.def("new_backend", &new_backend, py::arg("group_rank"), py::arg("group_size"), py::arg("global_ranks"),
+        py::arg("timeout_s"), py::arg("group_name"));
+  m.def("shutdown_all", &shutdown_all);
+  m.def("status_names", []() {
+    py::dict d;
+    for (int s = 0; s < FTC_STATUS_COUNT; s++) d[py::int_(s)] = ftc_strerror(static_cast<ftc_status_t>(s));
+    return d;
+  });
+}

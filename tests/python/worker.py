@@ -1,0 +1,431 @@
+"""One rank of a test job (started by ftcomm-run from test_backend.py).
+
+    worker.py SCENARIO
+
+The default group is ftcomm's (init_process_group("ftcomm"), rendezvous from
+the FTCOMM_* environment); a gloo group of the same ranks in the same
+process gives the reference results. Every rank prints one line
+"PASS <scenario> rank <r> ..." when all its checks held; a failed check
+raises, so the rank exits non-zero and ftcomm-run with it.
+"""
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import ftcomm
+import ftcomm.torch
+
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INTS = [torch.int32, torch.int64, torch.uint8]
+DTYPES = FLOATS + INTS
+OPS = {
+    "sum": dist.ReduceOp.SUM,
+    "avg": dist.ReduceOp.AVG,
+    "product": dist.ReduceOp.PRODUCT,
+    "min": dist.ReduceOp.MIN,
+    "max": dist.ReduceOp.MAX,
+}
+
+
+class Job:
+    def __init__(self):
+        dist.init_process_group("ftcomm")
+        self.rank = dist.get_rank()
+        self.size = dist.get_world_size()
+        self.gloo = dist.new_group(backend="gloo")
+        self.checks = 0
+        self.vs_gloo = 0
+
+    def data(self, dtype, n, salt=0, op="sum", rank=None):
+        """Small integers: exact in every dtype and any reduction order."""
+        r = self.rank if rank is None else rank
+        i = torch.arange(n, dtype=torch.int64)
+        if op == "product":
+            v = 1 + (i + r + salt) % 2
+        else:
+            v = (i * 3 + r * 5 + salt) % 7
+        return v.to(dtype)
+
+    def same(self, got, want, what, exact=True):
+        self.checks += 1
+        if exact:
+            ok = got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
+        else:
+            ok = got.shape == want.shape and torch.allclose(got.double(), want.double(), rtol=1e-2, atol=1e-2)
+        if not ok:
+            raise AssertionError(f"rank {self.rank}: {what}: ftcomm gave {got.tolist()}, expected {want.tolist()}")
+
+    def gloo_or(self, fn, reference):
+        """gloo's result, or the local reference where gloo cannot do it."""
+        try:
+            out = fn()
+            self.vs_gloo += 1
+            return out
+        except (RuntimeError, ValueError, TypeError):
+            return reference()
+
+    def done(self, scenario, extra=""):
+        print(f"PASS {scenario} rank {self.rank} of {self.size}: {self.checks} checks, "
+              f"{self.vs_gloo} against gloo{extra}", flush=True)
+        dist.destroy_process_group()
+
+
+def expected_reduce(job, dtype, n, op, salt=0):
+    xs = [job.data(dtype, n, salt, op, r).to(torch.int64) for r in range(job.size)]
+    s = torch.stack(xs)
+    if op in ("sum", "avg"):
+        v = s.sum(0)
+    elif op == "product":
+        v = s.prod(0)
+    elif op == "min":
+        v = s.min(0).values
+    else:
+        v = s.max(0).values
+    if op == "avg":
+        if dtype.is_floating_point:
+            return (v.double() / job.size).to(dtype)
+        v = torch.div(v, job.size, rounding_mode="trunc")
+    if dtype == torch.uint8:
+        v = v % 256
+    return v.to(dtype)
+
+
+def scenario_ops(job):
+    r, n = job.rank, job.size
+    count = 37  # not a multiple of anything
+
+    # all_reduce: every op x dtype, against gloo (AVG: gloo has none, its SUM / size).
+    for dtype in DTYPES:
+        for name, op in OPS.items():
+            t = job.data(dtype, count, op=name)
+            dist.all_reduce(t, op=op)
+            def via_gloo():
+                u = job.data(dtype, count, op=name)
+                dist.all_reduce(u, op=dist.ReduceOp.SUM if name == "avg" else op, group=job.gloo)
+                if name == "avg":
+                    u = (u.double() / n).to(dtype) if dtype.is_floating_point else torch.div(u, n, rounding_mode="trunc")
+                return u
+            want = job.gloo_or(via_gloo, lambda: expected_reduce(job, dtype, count, name))
+            job.same(t, want, f"all_reduce {name} {dtype}", exact=not (name == "avg" and dtype.is_floating_point))
+
+    # Non-contiguous: a transposed matrix and a strided slice, reduced in place.
+    base = job.data(torch.float32, 6 * 5).view(6, 5)
+    t = base.t()
+    assert not t.is_contiguous()
+    dist.all_reduce(t)
+    u = job.data(torch.float32, 6 * 5).view(6, 5).t()
+    dist.all_reduce(u, group=job.gloo)
+    job.vs_gloo += 1
+    job.same(t, u, "all_reduce of a transposed tensor")
+    job.same(base, u.t(), "all_reduce of a transposed tensor, seen through its base")
+    big = job.data(torch.int64, 40)
+    sl = big[::3]
+    dist.all_reduce(sl, op=dist.ReduceOp.MAX)
+    job.same(sl, expected_reduce(job, torch.int64, 40, "max")[::3], "all_reduce MAX of a strided slice")
+    job.same(big[1::3], job.data(torch.int64, 40)[1::3], "elements between the slice's stay untouched")
+
+    # all_reduce_coalesced through the process group object.
+    pg = dist.distributed_c10d._get_default_group()
+    ts = [job.data(torch.float32, k + 1, salt=k) for k in range(4)]
+    pg.allreduce_coalesced(ts, dist.AllreduceCoalescedOptions()).wait()
+    for k in range(4):
+        job.same(ts[k], expected_reduce(job, torch.float32, k + 1, "sum", salt=k), f"allreduce_coalesced tensor {k}")
+
+    # broadcast from every root, every dtype (and dtypes moved as bytes).
+    for dtype in DTYPES + [torch.bool, torch.int8, torch.complex64]:
+        for root in range(n):
+            t = job.data(torch.int64, count, salt=root).to(dtype) if r == root else torch.zeros(count, dtype=dtype)
+            dist.broadcast(t, src=root)
+            job.same(t, job.data(torch.int64, count, salt=root, rank=root).to(dtype), f"broadcast {dtype} from {root}")
+
+    # reduce to the last rank.
+    root = n - 1
+    for dtype in DTYPES:
+        for name in ("sum", "max"):
+            t = job.data(dtype, count, op=name)
+            dist.reduce(t, dst=root, op=OPS[name])
+            if r == root:
+                job.same(t, expected_reduce(job, dtype, count, name), f"reduce {name} {dtype}")
+
+    # all_gather: equal tensors (against gloo), unequal ones, into one tensor.
+    for dtype in DTYPES:
+        mine = job.data(dtype, count)
+        outs = [torch.empty(count, dtype=dtype) for _ in range(n)]
+        dist.all_gather(outs, mine)
+        def via_gloo():
+            g = [torch.empty(count, dtype=dtype) for _ in range(n)]
+            dist.all_gather(g, job.data(dtype, count), group=job.gloo)
+            return torch.cat(g)
+        job.same(torch.cat(outs), job.gloo_or(via_gloo, lambda: torch.cat([job.data(dtype, count, rank=k) for k in range(n)])),
+                 f"all_gather {dtype}")
+        flat = torch.empty(count * n, dtype=dtype)
+        dist.all_gather_into_tensor(flat, mine)
+        job.same(flat, torch.cat([job.data(dtype, count, rank=k) for k in range(n)]), f"all_gather_into_tensor {dtype}")
+    outs = [torch.empty(k + 1, dtype=torch.float32) for k in range(n)]
+    dist.all_gather(outs, job.data(torch.float32, r + 1))
+    for k in range(n):
+        job.same(outs[k], job.data(torch.float32, k + 1, rank=k), f"all_gather of unequal tensors, block {k}")
+    # coalesced, through the process group object
+    ins = [job.data(torch.int32, 3, salt=k) for k in range(3)]
+    outs = [torch.empty(3 * n, dtype=torch.int32) for _ in range(3)]
+    pg.allgather_into_tensor_coalesced(outs, ins).wait()
+    for k in range(3):
+        job.same(outs[k], torch.cat([job.data(torch.int32, 3, salt=k, rank=q) for q in range(n)]), f"allgather_into_tensor_coalesced {k}")
+
+    # reduce_scatter: one tensor, lists of equal and unequal blocks, coalesced.
+    for dtype in DTYPES:
+        for name in ("sum", "min", "max", "avg"):
+            src = job.data(dtype, count * n, op=name)
+            out = torch.empty(count, dtype=dtype)
+            dist.reduce_scatter_tensor(out, src, op=OPS[name])
+            want = expected_reduce(job, dtype, count * n, name)[r * count:(r + 1) * count]
+            job.same(out, want, f"reduce_scatter_tensor {name} {dtype}", exact=not (name == "avg" and dtype.is_floating_point))
+    src = job.data(torch.float64, count * n)
+    out = torch.empty(count, dtype=torch.float64)
+    dist.reduce_scatter(out, list(src.chunk(n)))
+    def via_gloo():
+        g = torch.empty(count, dtype=torch.float64)
+        dist.reduce_scatter(g, list(job.data(torch.float64, count * n).chunk(n)), group=job.gloo)
+        return g
+    job.same(out, job.gloo_or(via_gloo, lambda: expected_reduce(job, torch.float64, count * n, "sum")[r * count:(r + 1) * count]),
+             "reduce_scatter of equal blocks")
+    sizes = [k + 2 for k in range(n)]
+    src = job.data(torch.int64, sum(sizes))
+    out = torch.empty(sizes[r], dtype=torch.int64)
+    dist.reduce_scatter(out, list(src.split(sizes)))
+    off = sum(sizes[:r])
+    job.same(out, expected_reduce(job, torch.int64, sum(sizes), "sum")[off:off + sizes[r]], "reduce_scatter of unequal blocks")
+    ins = [job.data(torch.float32, 2 * n, salt=k) for k in range(2)]
+    outs = [torch.empty(2, dtype=torch.float32) for _ in range(2)]
+    pg.reduce_scatter_tensor_coalesced(outs, ins, dist.ReduceScatterOptions()).wait()
+    for k in range(2):
+        job.same(outs[k], expected_reduce(job, torch.float32, 2 * n, "sum", salt=k)[2 * r:2 * r + 2], f"reduce_scatter_tensor_coalesced {k}")
+
+    # all_to_all_single: even (against gloo), uneven splits, 2-D rows.
+    for dtype in DTYPES:
+        src = job.data(dtype, 3 * n)
+        out = torch.empty(3 * n, dtype=dtype)
+        dist.all_to_all_single(out, src)
+        def via_gloo():
+            g = torch.empty(3 * n, dtype=dtype)
+            dist.all_to_all_single(g, job.data(dtype, 3 * n), group=job.gloo)
+            return g
+        want = torch.cat([job.data(dtype, 3 * n, rank=k)[3 * r:3 * r + 3] for k in range(n)])
+        job.same(out, job.gloo_or(via_gloo, lambda: want), f"all_to_all_single {dtype}")
+    # rank k sends (k + j) % 3 + 1 rows of 4 to rank j
+    rows = lambda k, j: (k + j) % 3 + 1
+    insplit = [rows(r, j) for j in range(n)]
+    outsplit = [rows(k, r) for k in range(n)]
+    src = (torch.arange(sum(insplit) * 4, dtype=torch.float32) + 1000 * r).view(-1, 4)
+    out = torch.empty(sum(outsplit), 4)
+    dist.all_to_all_single(out, src, outsplit, insplit)
+    def via_gloo():
+        g = torch.empty(sum(outsplit), 4)
+        dist.all_to_all_single(g, src, outsplit, insplit, group=job.gloo)
+        return g
+    def ref():
+        parts = []
+        for k in range(n):
+            ks = [rows(k, j) for j in range(n)]
+            ksrc = (torch.arange(sum(ks) * 4, dtype=torch.float32) + 1000 * k).view(-1, 4)
+            parts.append(ksrc[sum(ks[:r]):sum(ks[:r]) + ks[r]])
+        return torch.cat(parts)
+    job.same(out, job.gloo_or(via_gloo, ref), "all_to_all_single with uneven splits")
+    job.same(out, ref(), "all_to_all_single with uneven splits (reference)")
+    ins = [job.data(torch.int64, j + 1, salt=10 * r + j) for j in range(n)]
+    outs = [torch.empty(r + 1, dtype=torch.int64) for _ in range(n)]
+    dist.all_to_all(outs, ins)
+    for k in range(n):
+        job.same(outs[k], job.data(torch.int64, r + 1, salt=10 * k + r, rank=k), f"all_to_all block from {k}")
+
+    # gather and scatter to/from the last rank.
+    mine = job.data(torch.float16, 5)
+    outs = [torch.empty(5, dtype=torch.float16) for _ in range(n)] if r == root else None
+    dist.gather(mine, outs, dst=root)
+    if r == root:
+        for k in range(n):
+            job.same(outs[k], job.data(torch.float16, 5, rank=k), f"gather from {k}")
+    out = torch.empty(6, dtype=torch.int32)
+    dist.scatter(out, [job.data(torch.int32, 6, salt=j) for j in range(n)] if r == root else None, src=root)
+    job.same(out, job.data(torch.int32, 6, salt=r, rank=root), "scatter")
+
+    # send/recv around a ring (async both ways, so no order is needed).
+    if n > 1:
+        nxt, prv = (r + 1) % n, (r - 1) % n
+        got = torch.empty(9, dtype=torch.bfloat16)
+        ws = [dist.isend(job.data(torch.bfloat16, 9, salt=1), nxt), dist.irecv(got, prv)]
+        for w in ws:
+            w.wait()
+        job.same(got, job.data(torch.bfloat16, 9, salt=1, rank=prv), "send/recv around the ring")
+
+    # Async overlap: several works in flight, waited in reverse, one through its future.
+    ts = [job.data(torch.float32, 1 << k, salt=k) for k in range(0, 18, 3)]
+    ws = [dist.all_reduce(t, async_op=True) for t in ts]
+    fut = dist.all_reduce(extra := job.data(torch.int64, 11), op=dist.ReduceOp.MAX, async_op=True).get_future()
+    for w in reversed(ws):
+        w.wait()
+        assert w.is_completed() and w.exception() is None
+    for k, t in zip(range(0, 18, 3), ts):
+        job.same(t, expected_reduce(job, torch.float32, 1 << k, "sum", salt=k), f"overlapped all_reduce of {1 << k}")
+    job.same(fut.wait()[0], expected_reduce(job, torch.int64, 11, "max"), "all_reduce through its future")
+    job.same(extra, expected_reduce(job, torch.int64, 11, "max"), "the future's tensor is the input")
+
+    dist.barrier()
+    job.checks += 1
+    job.done("ops")
+
+
+def scenario_errors(job):
+    r, n = job.rank, job.size
+    def expect(exc, fn, words, what):
+        try:
+            fn()
+        except exc as e:
+            for w in words:
+                if w not in str(e):
+                    raise AssertionError(f"{what}: the error does not say '{w}': {e}")
+            job.checks += 1
+            return e
+        raise AssertionError(f"{what}: no {exc.__name__}")
+    expect(TypeError, lambda: dist.all_reduce(torch.ones(3, dtype=torch.int8)), ["int8", "supported"],
+           "an unsupported dtype")
+    expect(ValueError, lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.BAND),
+           ["BAND", "SUM"], "an unsupported op")
+    expect(ValueError, lambda: dist.all_gather_into_tensor(torch.empty(5), torch.ones(3)), ["elements"],
+           "an output of the wrong size")
+    expect(ValueError, lambda: dist.all_to_all_single(torch.empty(4), torch.ones(4), [1] * (n + 1), [1] * (n + 1)),
+           ["split sizes"], "split sizes of the wrong length")
+    # Still healthy after refused calls: nothing was sent.
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    job.same(t, torch.full((4,), float(n)), "all_reduce after refused calls")
+    # A closed (aborted) group: every collective raises AbortedError, at once.
+    dist.barrier()
+    ftcomm.torch.backend_of().abort()
+    e = expect(ftcomm.FtcommError, lambda: dist.all_reduce(torch.ones(4)), ["all_reduce", f"rank {r}"],
+               "a collective on an aborted group")
+    assert isinstance(e, ftcomm.AbortedError), f"{type(e).__name__}: {e}"
+    job.done("errors")
+
+
+def scenario_mismatch(job):
+    """Ranks passing different shapes: torch's debug wrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL)
+    compares them over its gloo side group before ftcomm runs anything."""
+    r = job.rank
+    try:
+        dist.all_reduce(torch.ones(10 + 1000 * r))
+        raise AssertionError("an all_reduce of different shapes went through")
+    except RuntimeError as e:
+        assert "mismatch" in str(e) and "TensorShape" in str(e), str(e)[:500]
+        job.checks += 1
+    print(f"PASS mismatch rank {r} of {job.size}: {job.checks} checks", flush=True)
+    os._exit(0)
+
+
+def scenario_peer_lost(job):
+    """Slot 1 dies; rank 0's next collective raises PeerLostError naming it all."""
+    r = job.rank
+    t = torch.ones(8)
+    dist.all_reduce(t)
+    dist.barrier()
+    if r == 1:
+        os._exit(0)
+    time.sleep(0.5)
+    be = ftcomm.torch.backend_of()
+    try:
+        for _ in range(100):
+            dist.all_reduce(torch.ones(1 << 16))
+        raise AssertionError("all_reduce went on after its peer died")
+    except ftcomm.FtcommError as e:
+        assert isinstance(e, dist.DistBackendError), type(e).__mro__
+        assert isinstance(e, (ftcomm.PeerLostError, ftcomm.RevokedError)), f"{type(e).__name__}: {e}"
+        assert e.rank == 0 and e.slot == 0 and e.collective == "all_reduce", (e.rank, e.slot, e.collective)
+        for w in ("rank 0", "slot 0", "all_reduce"):
+            assert w in str(e), f"the message does not say '{w}': {e}"
+        print(f"rank 0 got {type(e).__name__}: {e}", flush=True)
+        job.checks += 1
+    err = be.get_error()
+    assert err != type(err).SUCCESS, err
+    job.checks += 1
+    try:
+        dist.all_reduce(torch.ones(2))
+        raise AssertionError("a collective after the failure succeeded")
+    except ftcomm.FtcommError as e:
+        job.checks += 1
+        print(f"rank 0 then got {type(e).__name__}", flush=True)
+    print(f"PASS peer_lost rank 0 of {job.size}: {job.checks} checks", flush=True)
+    os._exit(0)
+
+
+def scenario_ddp(job):
+    """The same model trained with DDP over ftcomm and over gloo: same losses."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def train(group):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+        ddp = DDP(model, process_group=group, bucket_cap_mb=0.001)  # several buckets
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(100 + job.rank)
+        losses = []
+        for _ in range(6):
+            x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(ddp(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses, [p.detach().clone() for p in model.parameters()]
+
+    lf, pf = train(None)
+    lg, pg_ = train(job.gloo)
+    job.vs_gloo += 1
+    job.same(torch.tensor(lf), torch.tensor(lg), "DDP losses", exact=job.size <= 2)
+    for a, b in zip(pf, pg_):
+        job.same(a, b, "DDP parameters", exact=job.size <= 2)
+    # The parameters agree across ranks.
+    w = pf[0].clone()
+    dist.broadcast(w, src=0)
+    job.same(pf[0], w, "DDP parameters equal on every rank")
+    job.done("ddp", f"; losses {[round(v, 6) for v in lf]}")
+
+
+def scenario_fsdp(job):
+    """FSDP2 fully_shard on CPU over ftcomm and over gloo: same losses."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    def train(group):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+        mesh = DeviceMesh.from_group(group if group is not None else dist.group.WORLD, "cpu")
+        for layer in model:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(100 + job.rank)
+        losses = []
+        for _ in range(5):
+            x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses
+
+    lg = train(job.gloo)
+    lf = train(None)
+    job.vs_gloo += 1
+    job.same(torch.tensor(lf), torch.tensor(lg), "FSDP2 losses", exact=False)
+    job.done("fsdp", f"; losses {[round(v, 6) for v in lf]}")
+
+
+if __name__ == "__main__":
+    scenario = sys.argv[1]
+    fn = globals()[f"scenario_{scenario}"]
+    fn(Job())
