@@ -110,6 +110,22 @@ on_exit() {
 }
 trap on_exit EXIT
 
+# crd_ready [CRD]: the CRD is Established and kubectl's discovery serves it. `kubectl wait`
+# alone is not enough: it fails at once ("accessor error") while the new CRD has no
+# conditions yet, and a large CRD (the embedded pod template schema) takes a moment.
+crd_ready() {
+  local crd=${1:-trainingjobs.ftcomm.dev} i
+  for ((i = 0; i < 150; i++)); do
+    if [ "$(kc get crd "$crd" -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}' 2>/dev/null)" = True ] &&
+       kc api-resources --api-group="${crd#*.}" -o name 2>/dev/null | grep -qx "$crd"; then
+      return 0
+    fi
+    sleep 0.2
+  done
+  echo "# CRD $crd not established and served within 30 s" >&2
+  return 1
+}
+
 agent_suite() {  # agent_suite NS [start_cluster options]
   ctl=$build/bin/ftcomm-controller trainer=$build/bin/ftcomm-trainer trace=$build/bin/ftcomm-trace
   [ -x "$ctl" ] && [ -x "$trainer" ] && [ -x "$trace" ] || { echo "FAIL - build first: make test-bins"; exit 1; }
@@ -120,7 +136,7 @@ agent_suite() {  # agent_suite NS [start_cluster options]
   mkdir -p "$vol" "$state"
   coord_port=$(free_port)
   check "CRD applies" kc apply -f "$root/crds/ftcomm.dev_trainingjobs.yaml"
-  kc wait --for=condition=Established crd/trainingjobs.ftcomm.dev --timeout=20s >/dev/null
+  crd_ready
   kc create namespace "$ns" >/dev/null
 }
 

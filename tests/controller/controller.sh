@@ -21,7 +21,7 @@ live=$build/tests/controller/kube_live
 [ -x "$ctl" ] && [ -x "$live" ] || { echo "FAIL - build first: make test-bins"; exit 1; }
 
 check "CRD, namespace and RBAC apply" kc apply -f "$root/crds/ftcomm.dev_trainingjobs.yaml" -f "$root/deploy/namespace.yaml" -f "$root/deploy/rbac.yaml"
-kc wait --for=condition=Established crd/trainingjobs.ftcomm.dev --timeout=20s >/dev/null
+crd_ready
 
 # --- RBAC: least privilege -----------------------------------------------------
 # grep -c exits 1 when it counts nothing (and 2, with another message, if the file is missing).

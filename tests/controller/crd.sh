@@ -11,7 +11,7 @@
 start_cluster
 
 check "CRD applies" kc apply -f "$root/crds/ftcomm.dev_trainingjobs.yaml"
-check "CRD is Established" kc wait --for=condition=Established crd/trainingjobs.ftcomm.dev --timeout=20s
+check "CRD is Established" crd_ready
 kc create namespace t >/dev/null
 
 job() {  # job NAME SPEC-YAML (indented 2): a TrainingJob manifest on stdout

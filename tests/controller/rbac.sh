@@ -15,7 +15,7 @@ ctl=$build/bin/ftcomm-controller
 allowed=$root/tests/controller/rbac-allowed.txt
 
 check "CRD, namespace and deploy/'s RBAC apply" kc apply -f "$root/crds/ftcomm.dev_trainingjobs.yaml" -f "$root/deploy/namespace.yaml" -f "$root/deploy/rbac.yaml"
-kc wait --for=condition=Established crd/trainingjobs.ftcomm.dev --timeout=20s >/dev/null
+crd_ready
 for n in team other; do kc create namespace $n >/dev/null; done
 
 rights() {  # rights SA NAMESPACE: the resource rules the SA has there, one "resource [verbs]" a line, sorted

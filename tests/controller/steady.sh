@@ -21,7 +21,7 @@ ctl=$build/bin/ftcomm-controller
 idle=${FTC_STEADY_IDLE:-31}
 
 check "CRD, namespace and RBAC apply" kc apply -f "$root/crds/ftcomm.dev_trainingjobs.yaml" -f "$root/deploy/namespace.yaml" -f "$root/deploy/rbac.yaml"
-kc wait --for=condition=Established crd/trainingjobs.ftcomm.dev --timeout=20s >/dev/null
+crd_ready
 token=$(kc -n ftcomm-system create token ftcomm-controller --duration=1h)
 write_sa_kubeconfig "$work/sa.kubeconfig" "$token"
 
