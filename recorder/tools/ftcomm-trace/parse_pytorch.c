@@ -200,6 +200,7 @@ static int from_tree(json_t *root, int rank, tr_dump_t *d, char *why, size_t why
     const char *pname = json_string_value(json_object_get(e, "profiling_name"));
     const char *op = map_op(pname ? pname : "unknown");
     t->op = (uint8_t)tr_intern(op, strlen(op));
+    if (pname && *pname) t->name = (uint32_t)tr_intern(pname, strlen(pname)) + 1; /* shown beside op */
     t->p2p = json_is_true(json_object_get(e, "is_p2p")) || !strcmp(op, "send") || !strcmp(op, "recv");
     t->seq = (uint64_t)int_of(json_object_get(e, t->p2p ? "p2p_seq_id" : "collective_seq_id"), 0);
     const char *dt = json_string_value(json_array_get(json_object_get(e, "input_dtypes"), 0));
