@@ -451,7 +451,8 @@ FTC_API ftc_status_t ftc_comm_info(const ftc_comm_t *comm, ftc_epoch_info_t *inf
  * Children run on the TCP backend (FTC_ERR_NOT_SUPPORTED on NCCL). The
  * calls below are collective over the parent: every rank of the parent
  * calls them, in the same order; they block up to timeout_ms for the
- * exchange of addresses over the parent and the child's connections. On
+ * exchange of addresses (an allgather over the parent), then up to the
+ * connect timeout (FTCOMM_CONNECT_TIMEOUT_MS) for the child's connections. On
  * success *child owns the new communicator (ftc_comm_destroy), or is NULL
  * on a rank that is in no child.
  */

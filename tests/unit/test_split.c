@@ -224,6 +224,92 @@ static void a_hang_seen_by_a_child_alone_fails_the_parent(void **s) {
   assert_int_equal(harness_run(4, hang_body, NULL, &opts), 0);
 }
 
+/* The parent's view moved to epoch e with the members keep[0 .. k-1] (its
+ * ranks there), as a recovery or a grow does it (no coordinator here). */
+static int parent_moves(ftc_comm_t *comm, int rank, uint64_t e, const int *keep, int k) {
+  ftc__view_t v = *comm->view;
+  ftc__view_member_t members[8];
+  v.my_rank = -1;
+  for (int i = 0; i < k; i++) {
+    members[i] = comm->view->members[keep[i]];
+    members[i].rank = i;
+    if (keep[i] == comm->view->my_rank) v.my_rank = i;
+  }
+  v.members = members, v.size = k, v.epoch = e;
+  if (ftc__comm_rebuild(comm, &v) != FTC_OK) return RANK_FAIL(rank, "the parent's move: %s", ftc_last_error());
+  return 0;
+}
+
+/* 3 ranks; children even = {0, 2} and high = {1, 2}. The parent moves to
+ * epoch 2 with every member (a grow's planned move): the children are
+ * revoked until re-derived, which loses nobody. Then rank 1 leaves and the
+ * parent moves to epoch 3 without it: even keeps both members, high is
+ * re-derived to rank 2 alone and names rank 1 as lost. */
+static int follow_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)arg, (void)n;
+  ftc_comm_t *even = NULL, *high = NULL;
+  ftc_epoch_info_t info;
+  int32_t x = 1;
+  if (ftc_comm_split(comm, rank % 2 ? FTC_SPLIT_NONE : 0, rank, FTC_TIMEOUT_DEFAULT, &even) != FTC_OK ||
+      ftc_comm_split(comm, rank >= 1 ? 0 : FTC_SPLIT_NONE, rank, FTC_TIMEOUT_DEFAULT, &high) != FTC_OK)
+    return RANK_FAIL(rank, "split: %s", ftc_last_error());
+  if (ftc_barrier(comm, FTC_TIMEOUT_DEFAULT) != FTC_OK) return RANK_FAIL(rank, "barrier");
+  /* a healthy child whose parent has not moved: nothing to do */
+  if (even && (ftc_comm_recover(even, 1000, &info) != FTC_OK || info.changed))
+    return RANK_FAIL(rank, "recovering a healthy child: %s", ftc_last_error());
+  int all[3] = {0, 1, 2};
+  if (parent_moves(comm, rank, 2, all, 3)) return 1;
+  ftc_comm_t *kids[2] = {even, high};
+  for (int i = 0; i < 2; i++) {
+    if (!kids[i]) continue;
+    ftc_status_t st = ftc_allreduce(&x, &x, 1, FTC_I32, FTC_SUM, kids[i], 5000);
+    if (st != FTC_ERR_REVOKED || !strstr(ftc_last_error(), "call ftc_comm_recover on it"))
+      return RANK_FAIL(rank, "a child after the parent's move gave %s: %s", ftc_strerror(st), ftc_last_error());
+    if (ftc_comm_recover(kids[i], 5000, &info) != FTC_OK)
+      return RANK_FAIL(rank, "re-deriving a child: %s", ftc_last_error());
+    if (info.epoch != 2 || !info.changed || info.lost || info.size != 2)
+      return RANK_FAIL(rank, "re-derived: epoch %llu changed %d lost %d size %d",
+                       (unsigned long long)info.epoch, info.changed, info.lost, info.size);
+    x = 1;
+    if (ftc_allreduce(&x, &x, 1, FTC_I32, FTC_SUM, kids[i], 5000) != FTC_OK || x != 2)
+      return RANK_FAIL(rank, "a re-derived child's allreduce: %s", ftc_last_error());
+  }
+  if (ftc_barrier(comm, FTC_TIMEOUT_DEFAULT) != FTC_OK) return RANK_FAIL(rank, "barrier in epoch 2");
+  if (rank == 1) {
+    ftc_comm_destroy(high);
+    return 0; /* leaves (the harness destroys its parent) */
+  }
+  int two[2] = {0, 2};
+  if (parent_moves(comm, rank, 3, two, 2)) return 1;
+  if (ftc_comm_recover(even, 5000, &info) != FTC_OK || info.size != 2 || info.lost)
+    return RANK_FAIL(rank, "even after rank 1 left: %s", ftc_last_error());
+  if (rank == 2) {
+    int pr = -1, slot = -1;
+    ftc_drop_reason_t why;
+    if (ftc_comm_recover(high, 5000, &info) != FTC_OK || info.size != 1 || info.lost != 1 ||
+        info.prev_rank != 1 || info.rank != 0)
+      return RANK_FAIL(rank, "high after rank 1 left: size %d lost %d: %s", info.size, info.lost, ftc_last_error());
+    if (ftc_comm_lost(high, 0, &pr, &slot, &why) != FTC_OK || pr != 0 || slot != 1 || why != FTC_DROP_LOST)
+      return RANK_FAIL(rank, "high's lost member: rank %d slot %d", pr, slot);
+    if (ftc_comm_parent_rank(high, 0, &pr) != FTC_OK || pr != 1)
+      return RANK_FAIL(rank, "high's rank 0 is parent rank %d", pr);
+    x = 5;
+    if (ftc_allreduce(&x, &x, 1, FTC_I32, FTC_SUM, high, 5000) != FTC_OK || x != 5)
+      return RANK_FAIL(rank, "high alone: %s", ftc_last_error());
+  }
+  x = 1;
+  if (ftc_allreduce(&x, &x, 1, FTC_I32, FTC_SUM, even, 5000) != FTC_OK || x != 2)
+    return RANK_FAIL(rank, "even in epoch 3: %s", ftc_last_error());
+  ftc_comm_destroy(high);
+  ftc_comm_destroy(even);
+  return 0;
+}
+
+static void children_follow_their_parents_moves_and_are_re_derived(void **s) {
+  (void)s;
+  assert_int_equal(harness_run(3, follow_body, NULL, &opts), 0);
+}
+
 /* The parent destroyed first: its child keeps working, and says it cannot
  * be recovered. */
 static int orphan_body(ftc_comm_t *comm, int rank, int n, void *arg) {
@@ -257,6 +343,7 @@ int main(void) {
       cmocka_unit_test(bad_splits_are_refused_naming_what_to_fix),
       cmocka_unit_test(a_death_in_a_child_fails_the_parent_and_revokes_the_other_children),
       cmocka_unit_test(a_hang_seen_by_a_child_alone_fails_the_parent),
+      cmocka_unit_test(children_follow_their_parents_moves_and_are_re_derived),
       cmocka_unit_test(a_child_outlives_its_parent),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
