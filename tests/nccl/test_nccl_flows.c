@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "ftc_error.h"
 #include "ftc_recorder.h"
 #include "nccl_test_util.h"
 
@@ -975,10 +976,102 @@ static void uneven_and_rooted_collectives_run_as_groups(void **s) {
   for (int i = 0; i < 5; i++) uneven_and_rooted_collectives_run_as_groups_at(sizes[i]);
 }
 
+/* Where rank q's alltoallv block for rank `to` starts in its packed send
+ * buffer (vop: q sends (q + j) % 3 elements to j). */
+static size_t so_of(int q, int to, int n) {
+  size_t at = 0;
+  for (int j = 0; j < to && j < n; j++) at += (size_t)((q + j) % 3);
+  return at;
+}
+
+/* One of allgatherv, alltoallv, gather (to 0) and scatter (from 0), k = 0
+ * .. 3, at the epoch's size with uneven counts (zeros among them): its
+ * status, FTC_ERR_INTERNAL when the data is wrong. */
+static ftc_status_t vop(ftc__nccl_comm_t *c, int k) {
+  int n = ftc__nccl_comm_size(c), me = ftc__nccl_comm_rank(c);
+  int32_t in[64], out[64];
+  size_t sc[8] = {0}, rc[8] = {0};
+  for (int i = 0; i < 64; i++) in[i] = me * 100 + i, out[i] = -1;
+  ftc__op_t op = {FTC_REC_ALLGATHERV, in, out, 0, FTC_I32, FTC_SUM, -1};
+  op.nranks = n;
+  if (k == 0) {
+    for (int q = 0; q < n; q++) rc[q] = (size_t)((q + 1) % 3);
+    op.rcounts = rc;
+  } else if (k == 1) {
+    for (int q = 0; q < n; q++) sc[q] = (size_t)((me + q) % 3), rc[q] = (size_t)((q + me) % 3);
+    op.coll = FTC_REC_ALLTOALLV, op.scounts = sc, op.rcounts = rc;
+  } else {
+    op.coll = k == 2 ? FTC_REC_GATHER : FTC_REC_SCATTER, op.count = 2, op.peer = 0;
+  }
+  ftc_status_t st = run(c, op, TMO, NULL);
+  if (st != FTC_OK) return st;
+  size_t at = 0;
+  for (int q = 0; q < n; q++) {
+    size_t want_n = k == 0 ? rc[q] : k == 1 ? rc[q] : (k == 2 && me == 0) || (k == 3 && q == 0) ? 2 : 0;
+    for (size_t i = 0; i < want_n; i++) {
+      int32_t want = k == 0 ? q * 100 + (int)i
+                     : k == 1 ? q * 100 + (int)(so_of(q, me, n) + i)
+                     : k == 2 ? q * 100 + (int)i
+                              : (int)(2 * me + i);
+      size_t where = k == 3 ? i : at + i;
+      if (out[where] != want) return ftc__error(FTC_ERR_INTERNAL, "op %d: [%zu] = %d, want %d", k, where, out[where], want);
+    }
+    at += want_n;
+  }
+  return FTC_OK;
+}
+
+/* 3 ranks; slot 1 dies after a healthy round of collective k: the
+ * survivors' next one fails with peer lost, and after the shrink (revoke,
+ * epoch 2 of 2 ranks) it runs right. */
+static void vkill_child(flow_t *f, int slot, int k) {
+  child_setup(f);
+  ftc__nccl_opts_t o = opts(TMO);
+  ftc__nccl_comm_t *c = NULL;
+  ftc__view_t *v1 = make_view(1, 3, slots3, ids3, joined3, slot);
+  ftc_status_t st = ftc__nccl_enter_epoch(f->lib, &c, v1, &f->x, &o);
+  CHILD_CHECK(st == FTC_OK, 40, "epoch 1: %s", ftc_strerror(st));
+  st = vop(c, k);
+  CHILD_CHECK(st == FTC_OK, 41, "op %d in epoch 1: %s", k, ftc_strerror(st));
+  if (slot == 1) raise(SIGKILL);
+  st = vop(c, k);
+  /* a gather's sender or a scatter's receiver off the root may finish its
+   * part; the root waits for the dead rank */
+  if (st == FTC_OK) st = vop(c, 0);
+  CHILD_CHECK(st == FTC_ERR_PEER_LOST, 42, "op %d with a dead peer gave %s, want peer lost", k, ftc_strerror(st));
+  CHILD_CHECK(ftc__nccl_comm_revoke(c, FTC_ERR_PEER_LOST) == FTC_OK, 43, "revoke");
+  int s2[] = {0, 2};
+  uint64_t i2[] = {101, 103}, j2[] = {1, 1};
+  ftc__view_t *v2 = make_view(2, 2, s2, i2, j2, slot == 0 ? 0 : 1);
+  st = ftc__nccl_enter_epoch(f->lib, &c, v2, &f->x, &o);
+  CHILD_CHECK(st == FTC_OK, 44, "epoch 2: %s", ftc_strerror(st));
+  st = vop(c, k);
+  CHILD_CHECK(st == FTC_OK, 45, "op %d in epoch 2: %s: %s", k, ftc_strerror(st), ftc_last_error());
+  ftc__nccl_comm_free(c);
+  free_view(v1), free_view(v2);
+  _exit(0);
+}
+
+static void a_dead_peer_fails_each_uneven_or_rooted_collective_and_the_shrink_runs_it(void **s) {
+  (void)s;
+  for (int k = 0; k < 4; k++) {
+    flow_t f;
+    flow_init(&f, "2.32.3", "vkill");
+    pid_t p[3];
+    for (int r = 0; r < 3; r++)
+      if ((p[r] = fork()) == 0) vkill_child(&f, r, k);
+    assert_int_equal(wait_child(p[0], 4 * TMO), 0);
+    assert_int_equal(wait_child(p[1], 4 * TMO), 128 + SIGKILL);
+    assert_int_equal(wait_child(p[2], 4 * TMO), 0);
+    rm_tmpdir(f.dir);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_collective_runs_on_the_stream),
       cmocka_unit_test(uneven_and_rooted_collectives_run_as_groups),
+      cmocka_unit_test(a_dead_peer_fails_each_uneven_or_rooted_collective_and_the_shrink_runs_it),
       cmocka_unit_test(kill_shrink_grow_2_26),
       cmocka_unit_test(kill_shrink_grow_2_27),
       cmocka_unit_test(kill_shrink_grow_2_28),
