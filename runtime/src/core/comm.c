@@ -62,8 +62,10 @@ static ftc_status_t copy_str(ftc_comm_t *c, int slot, const char **field) {
 
 static void comm_free(ftc_comm_t *c) {
   if (!c) return;
-  ftc__split_unlink(c);
+  /* A child's watchdog stops while it is still one: it writes no failure
+   * dump of its own (recover.c, wd_failure). */
   ftc__watchdog_stop(c);
+  ftc__split_unlink(c);
   if (c->member) ftc__member_set_notify(c->member, -1);
   if (c->member) ftc__member_set_view_notify(c->member, -1);
   ftc__engine_stop(c);
@@ -383,6 +385,7 @@ ftc_status_t ftc__comm_create_child(ftc_comm_t *parent, const ftc__view_t *view,
   ftc_status_t st;
   ftc_config_t cfg = parent->cfg;
   cfg.backend = "tcp";
+  cfg.joiner = 0; /* a child's members all hold the state it was split with */
   *out = NULL;
   if ((st = comm_new(&cfg, &c)) != FTC_OK) {
     close(listen_fd);

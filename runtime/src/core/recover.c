@@ -628,6 +628,9 @@ static int wd_failure(ftc_comm_t *comm) {
   int e = wd_failed_epoch(comm, &epoch);
   if (!e || e == FTC_ERR_ABORTED || comm->wd_handled == epoch) return 0;
   comm->wd_handled = epoch;
+  /* A sub-communicator's failure fails its parent's epoch too (split.c),
+   * whose dump holds every recorder of the process, this one's included. */
+  if (__atomic_load_n(&comm->parent, __ATOMIC_ACQUIRE)) return 0;
   wd_report_locked(comm, e, epoch);
   struct ftc__wd_dump *d =
       wd_capture_new(e == FTC_ERR_TIMEOUT ? "timeout" : e == FTC_ERR_REVOKED ? "revoked" : "error");
