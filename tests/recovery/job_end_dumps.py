@@ -16,6 +16,8 @@ the job ended (tests/recovery/job-ends.sh):
 - ftcomm-trace on the incident folder names CULPRIT in its headline and why
   its dump is missing.
 
+--no-incident: no incident folder is expected; ftcomm-trace on the
+survivors' failure dumps must name CULPRIT with the coordinator's verdict.
 --job: only dumps of that job count (a dump directory shared by jobs);
 --incident-dir: the incident folders are there (the controller's volume),
 not in DIR; --partial: a survivor may be missing from the incident folder
@@ -144,7 +146,18 @@ if want_incident:
         culprit_why += "; ranks %s: %s (their own copies in DIR)" % (
             ",".join(str(r) for r in missing), "; ".join(states[r]["detail"] for r in missing))
 else:
-    culprit_why = "-"
+    # No dump was asked for: the survivors' own failure dumps name the culprit
+    # (their verdicts, rewritten once the next epoch came).
+    where = tempfile.mkdtemp()
+    for r in survivors:
+        shutil.copy(fails[r][0], where)
+    p = subprocess.run([trace, where], capture_output=True, text=True)
+    shutil.rmtree(where)
+    head = p.stdout.splitlines()[0] if p.stdout else p.stderr.strip()
+    if ("rank %d " % culprit) not in head or ("coordinator agrees" not in head and "VERDICT" not in head):
+        fail("ftcomm-trace on the survivors' failure dumps does not name rank %d with the coordinator's verdict: %s"
+             % (culprit, head))
+    culprit_why = "- (no dump asked for)"
 
 print("| %s | %s in DIR | %s | %d ms | %s | %s |" % (
     case, ",".join(str(r) for r in sorted(fails)),
