@@ -76,8 +76,8 @@ static void test_a_record_says_who_answered_who_was_lost_and_why(void **state) {
   ftc__incident_answered(inc, 0, 100, "rank-0.json");
   ftc__incident_answered(inc, 1, 101, "rank-1.json");
   ftc__incident_answered(inc, 1, 101, "rank-1-101.json"); /* a second copy: the first counts */
-  ftc__incident_dropped(inc, 102, "hung", "was silent for 1594 ms (heartbeat timeout)");
-  ftc__incident_dropped(inc, 101, "crashed", "its process is exiting"); /* after it answered */
+  ftc__incident_dropped(inc, 102, "hung", "was silent for 1594 ms (heartbeat timeout)", 1);
+  ftc__incident_dropped(inc, 101, "crashed", "its process is exiting", 1); /* after it answered */
   assert_int_equal(ftc__incident_write(inc), 0);
   j = read_record(dir, "hang-e3-1");
   assert_string_equal(str_of(rank_entry(j, 0), "state"), "answered");
@@ -130,12 +130,19 @@ static void test_an_asked_rank_without_an_answer_is_marked_then_a_late_answer_co
   assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "silent"), "rank")), 0);
   json_decref(j);
   ftc__incident_answered(inc, 1, 8, "rank-1.json");
+  ftc__incident_add(inc, 2, 2, 9, "", 1, NULL);
+  /* Dropped in a later epoch while its dump was awaited: it will not come. */
+  assert_int_equal(ftc__incident_dropped(inc, 9, "lost", "pod p-2-0 is being deleted", 0), 1);
+  assert_int_equal(ftc__incident_dropped(inc, 8, "crashed", "gone", 0), 0); /* answered: stays */
   ftc__incident_close(inc);
   assert_int_equal(ftc__incident_write(inc), 0);
   j = read_record(dir, "hang-e1-2");
   assert_string_equal(str_of(rank_entry(j, 1), "state"), "answered");
   assert_string_equal(str_of(rank_entry(j, 0), "state"), "no_answer");
   assert_non_null(strstr(str_of(rank_entry(j, 0), "detail"), "no dump within 10000 ms of the request"));
+  assert_string_equal(str_of(rank_entry(j, 2), "state"), "lost");
+  assert_string_equal(str_of(rank_entry(j, 2), "detail"), "pod p-2-0 is being deleted");
+  assert_int_equal(json_array_size(json_object_get(json_object_get(j, "verdict"), "dropped")), 0);
   json_decref(j);
   ftc__incident_free(inc);
   rm_rf(dir);

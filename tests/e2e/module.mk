@@ -4,5 +4,7 @@
 #   trainingjob.sh  kubectl apply a TrainingJob of ftcomm-trainer ranks; a killed
 #                   worker, a hung worker (dumps, analysis, incident, Event),
 #                   replacements that rejoin, the job Succeeds with equal parameters
+#   hang-ends.sh    a hang leaves its dumps however the job ends next: restartAll, a
+#                   pod deleted, the job deleted, the controller restarted (~3 min)
 TEST_BINS += $(CONTROLLER_BIN) $(BUILD)/bin/ftcomm-trainer $(TRACE_BIN)
-TEST_SUITES += tests/e2e/trainingjob.sh
+TEST_SUITES += tests/e2e/trainingjob.sh tests/e2e/hang-ends.sh

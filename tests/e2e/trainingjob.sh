@@ -32,11 +32,16 @@ spec:
   failurePolicy: {maxReplacements: 4, backoffSeconds: 1, onHang: replace}
   template:
     spec:
+      # The node agent stops a deleted pod as a kubelet does: SIGTERM, SIGKILL at the end
+      # of this grace period (a stopped rank waits it out); 8 s covers the ranks' 3 s dump
+      # drain (the controller's floor: FTCOMM_DUMP_DRAIN_MS + 5 s).
+      terminationGracePeriodSeconds: 8
       containers:
         - name: trainer
           image: local/ftcomm-trainer
           command: ["$trainer"]
           args: ["--steps", "5000", "--step-ms", "15", "--log-every", "500"]
+          env: [{name: FTCOMM_DUMP_DRAIN_MS, value: "3000"}]
 YAML
 check "the TrainingJob applies" kc apply -f "$work/job.yaml"
 

@@ -10,8 +10,11 @@
  * reads a file: NUL-terminated, the fast reader first, then jansson if it
  * is not ours.
  *
- * Checks: a refused dump says why; every usable dump is analyzed and
- * printed as text, JSON and HTML without a fault, in bounded time.
+ * A part may also be a coordinator's incident record (incident.json,
+ * incident.c): the last one read explains the set's missing dumps.
+ *
+ * Checks: a refused dump or record says why; every usable dump is analyzed
+ * and printed as text, JSON and HTML without a fault, in bounded time.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,10 +74,19 @@ static int load(const uint8_t *p, size_t n, int idx, tr_dump_t *d) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   tr_set_t set = {.d = tr_xcalloc(MAX_DUMPS, sizeof(tr_dump_t))};
+  tr_incident_t *inc = NULL;
   const uint8_t *p = data, *end = data + size;
   for (int i = 0; i < MAX_DUMPS && p <= end; i++) {
     const uint8_t *q = memmem(p, (size_t)(end - p), sep, sizeof(sep) - 1);
     size_t n = q ? (size_t)(q - p) : (size_t)(end - p);
+    char why[256] = "";
+    tr_incident_t *x = tr_incident_parse((const char *)p, n, why, sizeof(why));
+    if (x) {
+      tr_incident_free(inc);
+      inc = x;
+    } else {
+      FUZZ_CHECK(why[0] != '\0');
+    }
     if (load(p, n, i, &set.d[set.nd])) set.nd++;
     if (!q) break;
     p = q + sizeof(sep) - 1;
@@ -84,11 +96,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tr_analyze(&set, &rep);
     FUZZ_CHECK(rep.exit_status == TR_EXIT_HEALTHY || rep.exit_status == TR_EXIT_FINDING ||
                rep.exit_status == TR_EXIT_UNUSABLE);
+    if (inc) {
+      rep.incident = inc;
+      tr_incident_explain(inc, &rep);
+    }
     tr_print_text(devnull, &set, &rep, 1);
     tr_print_json(devnull, &set, &rep);
     FUZZ_CHECK(tr_write_html("/dev/null", &set, &rep) == 0);
     tr_report_free(&rep);
   }
+  if (inc) tr_incident_print_text(devnull, inc);
+  tr_incident_free(inc);
   tr_set_free(&set);
   return 0;
 }

@@ -28,8 +28,10 @@ bad = glob.glob(os.path.join(cases, "corrupt-file", "rank-4-*.json")) + \
       glob.glob(os.path.join(cases, "verdict-malformed", "rank-[23]-*.json")) + \
       glob.glob(os.path.join(cases, "ranks-past-a-job", "rank-[234]-*.json"))
 for f in sorted(glob.glob(os.path.join(cases, "*", "*.json"))):
-    # torch-*: PyTorch's own dumps, another format
-    if f not in bad and "/no-dumps/" not in f and "/torch-" not in f:
+    # torch-*: PyTorch's own dumps, another format; incident.json: the coordinator's
+    # incident record, not a dump
+    if f not in bad and "/no-dumps/" not in f and "/torch-" not in f and \
+            os.path.basename(f) != "incident.json":
         good.append(f)
 for f in good:
     errs = list(v.iter_errors(json.load(open(f))))

@@ -58,6 +58,10 @@ bad() {
 verify() {
   local name=$1 out
   shift
+  # Under SANITIZE=..., a report from any process fails the case.
+  if grep -q 'Sanitizer' "$tmp/$name.out"; then
+    bad "$name" "a sanitizer report" 80; return
+  fi
   if out=$(python3 tests/recovery/job_end_dumps.py "$name" "$tmp/$name" "$tmp/$name.out" 2 0,1,3 "$@" 2>&1); then
     echo "ok   $name"
     echo "$out" | sed 's/^/     /'

@@ -69,28 +69,11 @@ static tr_inc_rank_t *parse_list(json_t *a, size_t *n, int dropped) {
   return v;
 }
 
-tr_incident_t *tr_incident_load(const char *dir, tr_set_t *set) {
-  char path[4096];
-  snprintf(path, sizeof(path), "%s/incident.json", dir);
-  /* It is no dump: the loader listed it as a file it ignored. */
-  for (size_t i = 0; i < set->nbad; i++) {
-    if (strcmp(set->bad[i].file, "incident.json")) continue;
-    ftc__free(set->bad[i].path);
-    set->bad[i] = set->bad[--set->nbad];
-    break;
-  }
-  if (access(path, F_OK) != 0) return NULL; /* a folder of dumps without a record */
-  json_error_t err;
-  json_t *j = json_load_file(path, 0, &err);
-  if (!j) {
-    fprintf(stderr, "ftcomm-trace: %s: %s (the incident record is left aside)\n", path, err.text);
-    return NULL;
-  }
+/* The record in j (not consumed); NULL with why filled when it is none. */
+static tr_incident_t *from_json(json_t *j, char *why, size_t whylen) {
   if (!json_is_object(j) || !json_is_string(json_object_get(j, "format")) ||
       strcmp(json_string_value(json_object_get(j, "format")), "ftcomm-incident")) {
-    fprintf(stderr, "ftcomm-trace: %s: not an ftcomm incident record (\"format\" is not "
-            "\"ftcomm-incident\"); left aside\n", path);
-    json_decref(j);
+    snprintf(why, whylen, "not an ftcomm incident record (\"format\" is not \"ftcomm-incident\")");
     return NULL;
   }
   tr_incident_t *inc = tr_xcalloc(1, sizeof(*inc));
@@ -103,6 +86,38 @@ tr_incident_t *tr_incident_load(const char *dir, tr_set_t *set) {
   json_t *v = json_object_get(j, "verdict");
   inc->next_epoch = int_or(json_object_get(v, "next_epoch"), -1);
   inc->dropped = parse_list(json_object_get(v, "dropped"), &inc->ndropped, 1);
+  return inc;
+}
+
+tr_incident_t *tr_incident_parse(const char *buf, size_t len, char *why, size_t whylen) {
+  json_error_t err;
+  json_t *j = json_loadb(buf, len, 0, &err);
+  if (!j) {
+    snprintf(why, whylen, "%s", err.text);
+    return NULL;
+  }
+  tr_incident_t *inc = from_json(j, why, whylen);
+  json_decref(j);
+  return inc;
+}
+
+tr_incident_t *tr_incident_load(const char *dir, tr_set_t *set) {
+  char path[4096], why[256];
+  snprintf(path, sizeof(path), "%s/incident.json", dir);
+  /* It is no dump: the loader listed it as a file it could not use. */
+  for (size_t i = 0; i < set->nbad; i++) {
+    if (strcmp(set->bad[i].file, "incident.json")) continue;
+    ftc__free(set->bad[i].path);
+    set->bad[i] = set->bad[--set->nbad];
+    break;
+  }
+  if (access(path, F_OK) != 0) return NULL; /* a folder of dumps without a record */
+  json_error_t err;
+  json_t *j = json_load_file(path, 0, &err);
+  tr_incident_t *inc = j ? from_json(j, why, sizeof(why)) : NULL;
+  if (!inc)
+    fprintf(stderr, "ftcomm-trace: %s: %s; the incident record is left aside\n", path,
+            j ? why : err.text);
   json_decref(j);
   return inc;
 }

@@ -230,6 +230,8 @@ int tr_write_html(const char *path, const tr_set_t *set, const tr_report_t *rep)
  * none (or it is unreadable: said on stderr); its entry in set->bad (the
  * loader took it for a file that is no dump) is removed. */
 tr_incident_t *tr_incident_load(const char *dir, tr_set_t *set);
+/* The same from a buffer (len bytes): NULL with why filled when it is none. */
+tr_incident_t *tr_incident_parse(const char *buf, size_t len, char *why, size_t whylen);
 void tr_incident_free(tr_incident_t *inc);
 /* After tr_analyze: the headline says why each missing rank has no dump,
  * and whom the coordinator dropped when no dump carries its verdict. */

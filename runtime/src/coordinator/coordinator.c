@@ -893,7 +893,7 @@ static void incident_open(ftc__coord_t *co, const char *name, const char *reason
   for (int i = 0; i < co->ndrops; i++) {
     const struct drop_rec *d = &co->drops[i];
     ftc__incident_add(inc, d->rank, d->slot, d->id, "", 0, NULL);
-    ftc__incident_dropped(inc, d->id, d->reason, d->detail);
+    ftc__incident_dropped(inc, d->id, d->reason, d->detail, 1);
   }
   if (co->nincidents == MAX_INCIDENTS) {
     ftc__incident_free(co->incidents[0]);
@@ -910,14 +910,15 @@ static ftc__incident_t *incident_named(ftc__coord_t *co, const char *name) {
   return NULL;
 }
 
-/* m of the current epoch is dropped: the records about this epoch say so. */
+/* m of the current epoch is dropped: the records about this epoch list it
+ * in their verdict; those about an earlier one that still wait for its dump
+ * say it will not come. */
 static void incidents_dropped(ftc__coord_t *co, const member_t *m, const char *word,
                               const char *why) {
   for (int i = 0; i < co->nincidents; i++) {
     ftc__incident_t *inc = co->incidents[i];
-    if (ftc__incident_epoch(inc) != co->epoch) continue;
-    ftc__incident_dropped(inc, m->id, word, why);
-    ftc__incident_write(inc);
+    if (ftc__incident_dropped(inc, m->id, word, why, ftc__incident_epoch(inc) == co->epoch))
+      ftc__incident_write(inc);
   }
 }
 

@@ -132,19 +132,22 @@ void ftc__incident_answered(ftc__incident_t *inc, int rank, uint64_t member_id, 
   x->answered_ms = (ftc__now_ns() - inc->t_mono) / 1000000;
 }
 
-void ftc__incident_dropped(ftc__incident_t *inc, uint64_t member_id, const char *word,
-                           const char *detail) {
+int ftc__incident_dropped(ftc__incident_t *inc, uint64_t member_id, const char *word,
+                          const char *detail, int in_epoch) {
   inc_rank_t *x = by_member(inc, member_id);
-  if (!x) return;
-  if (x->state == R_ASKED || x->state == R_NO_ANSWER || x->state == R_NOT_ASKED) {
+  if (!x) return 0;
+  int changed = 0;
+  if (x->state == R_ASKED || x->state == R_NO_ANSWER || (in_epoch && x->state == R_NOT_ASKED)) {
+    changed = 1;
     x->state = R_LOST;
     snprintf(x->why, sizeof(x->why), "%s", word);
     snprintf(x->detail, sizeof(x->detail), "%s", detail ? detail : "");
   }
+  if (!in_epoch) return changed;
   if (inc->nd == inc->capd) {
     int ncap = inc->capd ? 2 * inc->capd : 8;
     inc_drop_t *nd = ftc__realloc(inc->d, (size_t)ncap * sizeof(*nd));
-    if (!nd) return;
+    if (!nd) return changed;
     inc->d = nd, inc->capd = ncap;
   }
   inc_drop_t *d = &inc->d[inc->nd++];
@@ -153,6 +156,7 @@ void ftc__incident_dropped(ftc__incident_t *inc, uint64_t member_id, const char 
   d->member_id = member_id;
   snprintf(d->reason, sizeof(d->reason), "%s", word);
   snprintf(d->detail, sizeof(d->detail), "%s", detail ? detail : "");
+  return 1;
 }
 
 void ftc__incident_next_epoch(ftc__incident_t *inc, uint64_t next) {

@@ -35,10 +35,12 @@ void ftc__incident_add(ftc__incident_t *inc, int rank, int slot, uint64_t member
                        const char *host, int asked, const char *why_not);
 /* Its dump of rank `rank` is stored as `file` (a name in the folder). */
 void ftc__incident_answered(ftc__incident_t *inc, int rank, uint64_t member_id, const char *file);
-/* The coordinator dropped member_id from the epoch: `word` (crashed, hung,
- * lost, left) and its own words. */
-void ftc__incident_dropped(ftc__incident_t *inc, uint64_t member_id, const char *word,
-                           const char *detail);
+/* The coordinator dropped member_id: `word` (crashed, hung, lost, left) and
+ * its own words. in_epoch: from the incident's epoch (the verdict lists it);
+ * else from a later one (only a rank still asked is marked: its dump will
+ * not come now). Returns whether the record changed. */
+int ftc__incident_dropped(ftc__incident_t *inc, uint64_t member_id, const char *word,
+                           const char *detail, int in_epoch);
 /* The coordinator announced `next` after the incident's epoch. */
 void ftc__incident_next_epoch(ftc__incident_t *inc, uint64_t next);
 /* Asked ranks without an answer after FTC__INCIDENT_ANSWER_MS are marked;
