@@ -21,6 +21,8 @@
 
 #include <jansson.h>
 
+#include "ftc_alloc.h"
+
 #include "pickle.h"
 #include "trace.h"
 #include "tree.h"
@@ -268,15 +270,28 @@ static int from_tree(tv_t *root, int rank, tr_dump_t *d, char *why, size_t whyle
 
 int tr_parse_pytorch(const char *buf, size_t len, int rank, tr_dump_t *d, char *why,
                      size_t whylen) {
-  json_error_t err;
-  json_t *root = json_loadb(buf, len, 0, &err);
-  if (!root) {
-    snprintf(why, whylen, "not valid JSON: %s (line %d, column %d)", err.text, err.line, err.column);
-    return -1;
-  }
+  /* The fast reader unescapes in place: it reads a copy, so that jansson
+   * can still say where the original is wrong when it is. */
   tv_arena_t a = {0};
-  int rc = from_tree(tv_from_json(&a, root), rank, d, why, whylen);
-  json_decref(root);
+  char *copy = tr_xmalloc(len + 1);
+  memcpy(copy, buf, len);
+  copy[len] = '\0';
+  tv_t *root = tv_parse_json(&a, copy, len);
+  json_t *j = NULL;
+  if (!root) {
+    json_error_t err;
+    j = json_loadb(buf, len, 0, &err);
+    if (!j) {
+      snprintf(why, whylen, "not valid JSON: %s (line %d, column %d)", err.text, err.line, err.column);
+      ftc__free(copy);
+      tv_arena_free(&a);
+      return -1;
+    }
+    root = tv_from_json(&a, j); /* valid, but past the fast reader's limits */
+  }
+  int rc = from_tree(root, rank, d, why, whylen);
+  json_decref(j);
+  ftc__free(copy);
   tv_arena_free(&a);
   return rc;
 }

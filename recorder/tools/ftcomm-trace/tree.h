@@ -67,6 +67,12 @@ double tv_number(const tv_t *t);
  * are walked once (a tree is checked once: the marks stay). */
 int tv_check(tv_t *t, int max_depth);
 
+/* The JSON text in buf[0..len) (buf[len] must be NUL) as a tree: strings
+ * are unescaped in place and point into buf, which must outlive the tree. NULL when it is not
+ * valid JSON (or nests past 64, or has an integer past 64 bits, or a
+ * string that is not UTF-8): ask jansson why. */
+tv_t *tv_parse_json(tv_arena_t *a, char *buf, size_t len);
+
 /* A copy of a jansson value (depth bounded by jansson's parser). */
 tv_t *tv_from_json(tv_arena_t *a, const json_t *j);
 
