@@ -194,6 +194,7 @@ static tv_t *value(jp_t *J, int depth) {
           t->cap = cap;
         }
         t->u.kv[t->n++] = (tv_kv_t){k->u.s, k->n, v};
+        if (v->type == TV_LIST || v->type == TV_DICT) t->kids = 1;
       } else if (tv_append(J->a, t, value(J, depth + 1)) < 0) {
         bad(J);
       }

@@ -119,11 +119,11 @@ static tr_comm_t *comm_for(tr_dump_t *d, size_t *cap, const char *name, const ch
   memset(c, 0, sizeof(*c));
   c->id = tr_xstrndup(name, strlen(name));
   const tv_t *cfg = tv_get(pg_config, name);
-  if (!desc) desc = tv_str(tv_get(cfg, "desc"));
+  if (!desc) desc = tv_str(TV_GET(cfg, "desc"));
   c->name = group_label(name, desc);
   c->rank = c->size = -1;
   c->last_enqueued = c->last_started = c->last_completed = -1;
-  const char *ranks = tv_str(tv_get(cfg, "ranks"));
+  const char *ranks = tv_str(TV_GET(cfg, "ranks"));
   if (ranks && d->rank >= 0) c->rank = index_in(ranks, d->rank, &c->size);
   return c;
 }
@@ -145,8 +145,8 @@ static int max_rank_in(const char *ranks) {
 /* Reads a dump's tree (root: a borrowed reference; 1 when it is no Flight
  * Recorder dump). */
 static int from_tree(tv_t *root, int rank, tr_dump_t *d, char *why, size_t whylen) {
-  tv_t *version = tv_get(root, "version"), *cfg0 = tv_get(root, "pg_config"),
-       *ent0 = tv_get(root, "entries");
+  tv_t *version = TV_GET(root, "version"), *cfg0 = TV_GET(root, "pg_config"),
+       *ent0 = TV_GET(root, "entries");
   if (!tv_str(version) || (!(cfg0 && cfg0->type == TV_DICT) && !(ent0 && ent0->type == TV_LIST))) {
     return 1;
   }
@@ -160,10 +160,10 @@ static int from_tree(tv_t *root, int rank, tr_dump_t *d, char *why, size_t whyle
   }
   d->rank = rank;
   d->epoch = 0;
-  const char *lib = tv_str(tv_get(root, "comm_lib_version"));
-  tv_t *pg_config = tv_get(root, "pg_config");
-  tv_t *pg_status = tv_get(root, "pg_status");
-  tv_t *entries = tv_get(root, "entries");
+  const char *lib = tv_str(TV_GET(root, "comm_lib_version"));
+  tv_t *pg_config = TV_GET(root, "pg_config");
+  tv_t *pg_status = TV_GET(root, "pg_status");
+  tv_t *entries = TV_GET(root, "entries");
   /* The backend: the prefix of the profiling names ("gloo:all_reduce"). */
   const char *pn0 = tv_str(tv_get(tv_at(entries, 0), "profiling_name"));
   const char *colon = pn0 ? strchr(pn0, ':') : NULL;
@@ -176,7 +176,7 @@ static int from_tree(tv_t *root, int rank, tr_dump_t *d, char *why, size_t whyle
    * largest rank pg_config names, a lower bound the analysis raises to the
    * largest rank that dumped. */
   tv_t *def = tv_get(pg_config, "0");
-  const char *wranks = tv_str(tv_get(def, "ranks"));
+  const char *wranks = tv_str(TV_GET(def, "ranks"));
   d->world_size = -1;
   if (wranks) {
     index_in(wranks, -1, &d->world_size);
@@ -185,7 +185,7 @@ static int from_tree(tv_t *root, int rank, tr_dump_t *d, char *why, size_t whyle
     tv_t *gv;
     size_t gi;
     DICT_FOREACH(pg_config, gname, gv, gi) {
-      int m = max_rank_in(tv_str(tv_get(gv, "ranks")));
+      int m = max_rank_in(tv_str(TV_GET(gv, "ranks")));
       if (m + 1 > d->world_size) d->world_size = m + 1;
     }
     if (d->world_size == 0) d->world_size = -1;
@@ -198,7 +198,7 @@ static int from_tree(tv_t *root, int rank, tr_dump_t *d, char *why, size_t whyle
   size_t gi;
   DICT_FOREACH(pg_config, gname, gv, gi) if (*gname) comm_for(d, &cap, gname, NULL, pg_config);
   LIST_FOREACH(entries, i, e) {
-    tv_t *pg = tv_get(e, "process_group");
+    tv_t *pg = TV_GET(e, "process_group");
     const char *name = tv_str(tv_at(pg, 0));
     if (!name) {
       snprintf(why, whylen, "entry %zu has no process_group", i);
@@ -211,35 +211,35 @@ static int from_tree(tv_t *root, int rank, tr_dump_t *d, char *why, size_t whyle
     }
     tr_entry_t *t = &c->e[c->n++];
     memset(t, 0, sizeof(*t));
-    const char *pname = tv_str(tv_get(e, "profiling_name"));
+    const char *pname = tv_str(TV_GET(e, "profiling_name"));
     const char *op = map_op(pname ? pname : "unknown");
     t->op = (uint8_t)tr_intern(op, strlen(op));
     t->p2p = tv_is_true(tv_get(e, "is_p2p")) || !strcmp(op, "send") || !strcmp(op, "recv");
     t->seq = (uint64_t)int_of(tv_get(e, t->p2p ? "p2p_seq_id" : "collective_seq_id"), 0);
-    const char *dt = tv_str(tv_at(tv_get(e, "input_dtypes"), 0));
+    const char *dt = tv_str(tv_at(TV_GET(e, "input_dtypes"), 0));
     t->dtype = (uint8_t)tr_intern(dt ? dt : "none", strlen(dt ? dt : "none"));
-    t->count = elements(tv_get(e, "input_sizes"));
+    t->count = elements(TV_GET(e, "input_sizes"));
     t->peer = -1;
     t->rank = c->rank;
     t->size = c->size;
-    t->t_created = int_of(tv_get(e, "time_created_ns"), 0);
+    t->t_created = int_of(TV_GET(e, "time_created_ns"), 0);
     if (t->t_created > d->trigger_wall_ns) d->trigger_wall_ns = t->t_created;
-    t->t_started = int_of(tv_get(e, "time_discovered_started_ns"), 0);
-    t->t_completed = int_of(tv_get(e, "time_discovered_completed_ns"), 0);
+    t->t_started = int_of(TV_GET(e, "time_discovered_started_ns"), 0);
+    t->t_completed = int_of(TV_GET(e, "time_discovered_completed_ns"), 0);
     /* With timing on, duration_ms measures the kernel: prefer it. */
-    tv_t *dur = tv_get(e, "duration_ms");
+    tv_t *dur = TV_GET(e, "duration_ms");
     int64_t dur_ns = tv_is_number(dur) ? int_of_real(tv_number(dur) * 1e6, -1) : -1;
     if (dur_ns >= 0 && t->t_started && dur_ns <= INT64_MAX - t->t_started) t->t_completed = t->t_started + dur_ns;
-    tv_t *tmo = tv_get(e, "timeout_ms");
+    tv_t *tmo = TV_GET(e, "timeout_ms");
     t->timeout_ns = tv_is_number(tmo) ? int_of_real(tv_number(tmo) * 1e6, -1) : -1;
-    const char *state = tv_str(tv_get(e, "state"));
+    const char *state = tv_str(TV_GET(e, "state"));
     t->state = !state ? TR_SCHEDULED
                : !strcmp(state, "completed") ? TR_COMPLETED
                : !strcmp(state, "started") ? TR_STARTED
                : TR_SCHEDULED;
     /* A retired entry has completed: the recorder retires an entry when
      * its work ends; gloo never moves "state" past "scheduled". */
-    if (tv_is_true(tv_get(e, "retired"))) t->state = TR_COMPLETED;
+    if (tv_is_true(TV_GET(e, "retired"))) t->state = TR_COMPLETED;
   }
   /* pg_status is keyed by the rank-local pg_id: find each id's group name
    * through the entries. */
@@ -249,17 +249,17 @@ static int from_tree(tv_t *root, int rank, tr_dump_t *d, char *why, size_t whyle
   DICT_FOREACH(pg_status, pgid, sv, si) {
     const char *name = NULL;
     LIST_FOREACH(entries, i, e) {
-      if (int_of(tv_get(e, "pg_id"), -1) == strtoll(pgid, NULL, 10)) {
-        name = tv_str(tv_at(tv_get(e, "process_group"), 0));
+      if (int_of(TV_GET(e, "pg_id"), -1) == strtoll(pgid, NULL, 10)) {
+        name = tv_str(tv_at(TV_GET(e, "process_group"), 0));
         break;
       }
     }
     if (!name && !strcmp(pgid, "0")) name = "0";
     if (!name) continue;
     tr_comm_t *c = comm_for(d, &cap, name, NULL, pg_config);
-    c->last_enqueued = int_of(tv_get(sv, "last_enqueued_collective"), -1);
-    c->last_started = int_of(tv_get(sv, "last_started_collective"), -1);
-    c->last_completed = int_of(tv_get(sv, "last_completed_collective"), -1);
+    c->last_enqueued = int_of(TV_GET(sv, "last_enqueued_collective"), -1);
+    c->last_started = int_of(TV_GET(sv, "last_started_collective"), -1);
+    c->last_completed = int_of(TV_GET(sv, "last_completed_collective"), -1);
     for (size_t k = 0; k < c->n; k++)
       if (!c->e[k].p2p && c->last_completed >= 0 && c->e[k].seq <= (uint64_t)c->last_completed &&
           c->e[k].state != TR_FAILED)

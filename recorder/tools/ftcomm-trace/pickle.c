@@ -14,10 +14,12 @@
  * opcodes: nothing in a pickle can run code here, and no Python is needed.
  *
  * Nesting is capped at TR_PICKLE_MAX_DEPTH as values are put in
- * containers: a container's height is final once it is inside another,
- * unless the memo or DUP handed it out again. Then it can be shared or put
- * inside itself, and one walk over the result checks the whole (shared
- * containers are walked once); a Flight Recorder dump shares only strings. Values live in the arena: sharing costs nothing, and
+ * containers. When every container is complete before it goes into
+ * another (as pickle writers write them, whatever the memo shares), the
+ * heights found then are final and no container can be inside itself.
+ * Only a container that grows after it went into one (through the memo or
+ * DUP) calls for a walk over the result, which finds containers inside
+ * themselves and checks the depth again (shared ones are walked once). Values live in the arena: sharing costs nothing, and
  * whatever the program built goes with the arena at once.
  */
 #include <stdint.h>
@@ -114,7 +116,7 @@ typedef struct pk {
   size_t nmarks, capmarks;
   tv_t **memo; /* sparse: NULL where nothing was put */
   size_t capmemo, nmemo_put;
-  int shared; /* a container came out of the memo or DUP: heights may be stale */
+  int late; /* a container grew after it went into another: heights may be stale */
   char *why;
   size_t whylen;
 } pk_t;
@@ -213,9 +215,12 @@ static tv_t *new_container(pk_t *P, int type) {
   return t;
 }
 
-/* child goes into parent: the parent's height, within the cap. */
-static int nest(pk_t *P, tv_t *parent, const tv_t *child) {
-  if (is_container(child) && child->height + 1 > parent->height) {
+/* child went into parent: the parent's height, within the cap. */
+static int nest(pk_t *P, tv_t *parent, tv_t *child) {
+  if (!is_container(child)) return 0;
+  child->inside = 1; /* first: a container put into itself is then late */
+  if (parent->inside) P->late = 1;
+  if (child->height + 1 > parent->height) {
     parent->height = child->height + 1;
     if (parent->height > TR_PICKLE_MAX_DEPTH)
       return failf(P, "containers nest deeper than %s levels", TR_PICKLE_MAX_DEPTH_STR);
@@ -268,7 +273,6 @@ static int memo_get(pk_t *P, uint64_t idx) {
     snprintf(m, sizeof(m), "%llu", (unsigned long long)idx);
     return failf(P, "memo entry %s was never put", m);
   }
-  if (is_container(P->memo[idx])) P->shared = 1;
   return push(P, P->memo[idx]);
 }
 
@@ -383,7 +387,6 @@ static int step(pk_t *P) {
       return 0;
     case '2': /* DUP */
       if (!avail(P)) return underflow(P);
-      if (is_container(top(P))) P->shared = 1;
       return push(P, top(P));
     case 'N': return push(P, tv_new(P->a, TV_NULL));
     case 0x88: return push(P, tv_new(P->a, TV_TRUE));
@@ -551,7 +554,7 @@ tv_t *tr_pickle_load(tv_arena_t *arena, const unsigned char *buf, size_t len, ch
     if (step(&P) < 0) goto out;
   }
   /* Shared containers make a graph, not a tree: check it is a finite one. */
-  int rc = P.shared ? tv_check(P.stack[0], TR_PICKLE_MAX_DEPTH) : 0;
+  int rc = P.late ? tv_check(P.stack[0], TR_PICKLE_MAX_DEPTH) : 0;
   if (rc == -1) snprintf(why, whylen, "pickle: a container contains itself");
   else if (rc < 0) snprintf(why, whylen, "pickle: containers nest deeper than " TR_PICKLE_MAX_DEPTH_STR " levels");
   else result = P.stack[0];

@@ -3,6 +3,7 @@
  * to a megabyte, lists and dicts that grow by doubling inside the arena, and
  * the check that a tree built from a pickle's memo is a finite tree.
  */
+#include <pthread.h>
 #include <string.h>
 
 #include "ftc_alloc.h"
@@ -13,8 +14,41 @@
 
 typedef struct block {
   struct block *next;
+  size_t size;
   max_align_t data[];
 } block_t;
+
+/* Each thread's spare TV_BLOCK blocks: a loader thread reads one file
+ * after another, and a fresh megabyte per block from malloc is a fresh
+ * mapping to fault in. */
+#define TV_SPARE_MAX 32
+typedef struct spare {
+  block_t *list;
+  unsigned n;
+} spare_t;
+static pthread_key_t spare_key;
+static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
+
+static void spare_drop(void *p) {
+  spare_t *s = p;
+  for (block_t *b = s->list, *next; b; b = next) {
+    next = b->next;
+    ftc__free(b);
+  }
+  ftc__free(s);
+}
+
+static void spare_init(void) { pthread_key_create(&spare_key, spare_drop); }
+
+static spare_t *spares(void) {
+  pthread_once(&spare_once, spare_init);
+  spare_t *s = pthread_getspecific(spare_key);
+  if (!s) {
+    s = tr_xcalloc(1, sizeof(*s));
+    pthread_setspecific(spare_key, s);
+  }
+  return s;
+}
 
 void *tv_alloc(tv_arena_t *a, size_t n) {
   n = (n + 15) & ~(size_t)15;
@@ -23,7 +57,17 @@ void *tv_alloc(tv_arena_t *a, size_t n) {
     size_t want = a->blocks < 8 ? (size_t)4096 << a->blocks : TV_BLOCK;
     a->blocks++;
     size_t sz = n > TV_BLOCK / 4 ? n : want > n ? want : TV_BLOCK;
-    block_t *b = tr_xmalloc(sizeof(block_t) + sz);
+    spare_t *sp = n <= TV_BLOCK / 4 ? spares() : NULL;
+    block_t *b;
+    if (sp && sp->list) {
+      b = sp->list;
+      sp->list = b->next;
+      sp->n--;
+      sz = TV_BLOCK;
+    } else {
+      b = tr_xmalloc(sizeof(block_t) + sz);
+      b->size = sz;
+    }
     b->next = a->chunks;
     a->chunks = b;
     if (n > TV_BLOCK / 4) return b->data; /* a big one: its own block, the current one goes on */
@@ -36,9 +80,16 @@ void *tv_alloc(tv_arena_t *a, size_t n) {
 }
 
 void tv_arena_free(tv_arena_t *a) {
+  spare_t *sp = a->chunks ? spares() : NULL;
   for (block_t *b = a->chunks, *next; b; b = next) {
     next = b->next;
-    ftc__free(b);
+    if (b->size == TV_BLOCK && sp->n < TV_SPARE_MAX) {
+      b->next = sp->list;
+      sp->list = b;
+      sp->n++;
+    } else {
+      ftc__free(b);
+    }
   }
   memset(a, 0, sizeof(*a));
 }
@@ -75,6 +126,7 @@ int tv_append(tv_arena_t *a, tv_t *l, tv_t *v) {
   if (l->type != TV_LIST || l->n == UINT32_MAX) return -1;
   l->u.items = grow(a, l, l->u.items, sizeof(*l->u.items));
   l->u.items[l->n++] = v;
+  if (v->type == TV_LIST || v->type == TV_DICT) l->kids = 1;
   return 0;
 }
 
@@ -85,17 +137,18 @@ int tv_set(tv_arena_t *a, tv_t *d, const char *key, size_t klen, tv_t *v) {
   k[klen] = '\0';
   d->u.kv = grow(a, d, d->u.kv, sizeof(*d->u.kv));
   d->u.kv[d->n++] = (tv_kv_t){k, klen, v};
+  if (v->type == TV_LIST || v->type == TV_DICT) d->kids = 1;
   return 0;
 }
 
-tv_t *tv_get(const tv_t *d, const char *key) {
+tv_t *tv_getn(const tv_t *d, const char *key, size_t n) {
   if (!d || d->type != TV_DICT) return NULL;
-  size_t n = strlen(key);
   for (uint32_t i = d->n; i-- > 0;)
-    if (d->u.kv[i].kn == n && d->u.kv[i].k[0] == key[0] && !memcmp(d->u.kv[i].k, key, n))
-      return d->u.kv[i].v;
+    if (d->u.kv[i].kn == n && !memcmp(d->u.kv[i].k, key, n)) return d->u.kv[i].v;
   return NULL;
 }
+
+tv_t *tv_get(const tv_t *d, const char *key) { return tv_getn(d, key, strlen(key)); }
 
 tv_t *tv_at(const tv_t *l, size_t i) { return l && l->type == TV_LIST && i < l->n ? l->u.items[i] : NULL; }
 size_t tv_len(const tv_t *t) { return t && (t->type == TV_LIST || t->type == TV_DICT) ? t->n : 0; }
@@ -112,6 +165,10 @@ enum { W_NONE = 0, W_PATH, W_DONE };
 static int walk(tv_t *t, int left) {
   if (t->type != TV_LIST && t->type != TV_DICT) return 0;
   if (t->walk == W_PATH) return -1;
+  if (t->walk == W_NONE && !t->kids) { /* no container below: nothing to follow */
+    t->height = 1;
+    t->walk = W_DONE;
+  }
   if (t->walk == W_NONE) {
     if (left <= 0) return -2;
     t->walk = W_PATH;

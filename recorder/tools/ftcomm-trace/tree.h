@@ -25,6 +25,8 @@ typedef struct tv_kv {
 struct tv {
   uint8_t type;
   uint8_t walk;   /* tv_check's marks */
+  uint8_t kids;   /* a list or dict with a list or dict in it */
+  uint8_t inside; /* the pickle reader put it in a container */
   int32_t height; /* levels of containers at and below this one, once checked */
   uint32_t n, cap; /* string length; items of a list or dict */
   union {
@@ -43,6 +45,8 @@ typedef struct tv_arena {
 } tv_arena_t;
 
 void *tv_alloc(tv_arena_t *a, size_t n);
+/* Frees the arena; its megabyte blocks are kept for the thread's next
+ * arena (up to 32 of them, freed when the thread ends). */
 void tv_arena_free(tv_arena_t *a);
 
 tv_t *tv_new(tv_arena_t *a, int type);
@@ -55,6 +59,9 @@ int tv_set(tv_arena_t *a, tv_t *d, const char *key, size_t klen, tv_t *v);
 
 /* Lookups: NULL when t is not of the right type or has no such item. */
 tv_t *tv_get(const tv_t *dict, const char *key);
+tv_t *tv_getn(const tv_t *dict, const char *key, size_t klen);
+/* A literal key: no strlen at run time. */
+#define TV_GET(dict, lit) tv_getn(dict, lit, sizeof(lit) - 1)
 tv_t *tv_at(const tv_t *list, size_t i);
 size_t tv_len(const tv_t *t); /* items of a list or dict, else 0 */
 const char *tv_str(const tv_t *t);
