@@ -11,7 +11,7 @@
 # A target names the sources it links: the runtime (libftcomm's, as an
 # archive), ftcomm-trace's readers, or the controller's.
 fuzz_comma := ,
-FUZZ_TARGETS_ALL := proto hello env trace pickle jobspec fault log coord
+FUZZ_TARGETS_ALL := proto hello env trace pickle jsontree jobspec fault log coord
 FUZZ_SAN_DIR := build/fuzz-san
 FUZZ_CLANG_DIR := build/fuzz
 FUZZ_CLANG ?= clang-14
@@ -43,7 +43,7 @@ $(1)/bin/fuzz_proto $(1)/bin/fuzz_hello $(1)/bin/fuzz_env $(1)/bin/fuzz_fault $(
 	$$(say) LD $$@
 	$$(Q)$(2) -o $$@ $$^ $$(LDFLAGS_ALL) $(4) $$(FUZZ_LIBS)
 
-$(1)/bin/fuzz_trace $(1)/bin/fuzz_pickle: $(1)/bin/fuzz_%: $(1)/obj/tests/fuzz/fuzz_%.o $(5) $$(FUZZ_TRACE_SRCS:%.c=$(1)/obj/%.o)
+$(1)/bin/fuzz_trace $(1)/bin/fuzz_pickle $(1)/bin/fuzz_jsontree: $(1)/bin/fuzz_%: $(1)/obj/tests/fuzz/fuzz_%.o $(5) $$(FUZZ_TRACE_SRCS:%.c=$(1)/obj/%.o)
 	@mkdir -p $$(dir $$@)
 	$$(say) LD $$@
 	$$(Q)$(2) -o $$@ $$^ $$(LDFLAGS_ALL) $(4) $$(FUZZ_LIBS)

@@ -21,8 +21,19 @@
 
 #include <jansson.h>
 
+#include "ftc_alloc.h"
+
 #include "pickle.h"
 #include "trace.h"
+#include "tree.h"
+
+/* The items of a list, the keys and values of a dict (none when it is not one). */
+#define LIST_FOREACH(L, I, V) \
+  for ((I) = 0; (L) && (L)->type == TV_LIST && (I) < (L)->n && ((V) = (L)->u.items[I]) != NULL; (I)++)
+#define DICT_FOREACH(D, K, V, I)                                                    \
+  for ((I) = 0; (D) && (D)->type == TV_DICT && (I) < (D)->n &&                      \
+                ((K) = (D)->u.kv[I].k) != NULL && ((V) = (D)->u.kv[I].v) != NULL;   \
+       (I)++)
 
 static const struct { const char *torch, *ours; } op_map[] = {
     {"all_reduce", "allreduce"},         {"allreduce", "allreduce"},
@@ -50,21 +61,22 @@ static int64_t int_of_real(double d, int64_t dflt) {
   return d >= -9223372036854775808.0 && d < 9223372036854775808.0 ? (int64_t)d : dflt;
 }
 
-static int64_t int_of(json_t *j, int64_t dflt) {
-  if (json_is_integer(j)) return json_integer_value(j);
-  if (json_is_real(j)) return int_of_real(json_real_value(j), dflt);
-  if (json_is_string(j)) return strtoll(json_string_value(j), NULL, 10);
+static int64_t int_of(const tv_t *j, int64_t dflt) {
+  if (!j) return dflt;
+  if (j->type == TV_INT) return j->u.i;
+  if (j->type == TV_REAL) return int_of_real(j->u.d, dflt);
+  if (j->type == TV_STR) return strtoll(j->u.s, NULL, 10);
   return dflt;
 }
 
 /* Elements in a list of shapes. */
-static uint64_t elements(json_t *sizes) {
+static uint64_t elements(const tv_t *sizes) {
   uint64_t total = 0;
   size_t i, k;
-  json_t *shape, *dim;
-  json_array_foreach(sizes, i, shape) {
+  tv_t *shape, *dim;
+  LIST_FOREACH(sizes, i, shape) {
     uint64_t n = 1;
-    json_array_foreach(shape, k, dim) n *= (uint64_t)int_of(dim, 1);
+    LIST_FOREACH(shape, k, dim) n *= (uint64_t)int_of(dim, 1);
     total += n;
   }
   return total;
@@ -96,7 +108,7 @@ static char *group_label(const char *name, const char *desc) {
 }
 
 static tr_comm_t *comm_for(tr_dump_t *d, size_t *cap, const char *name, const char *desc,
-                           json_t *pg_config) {
+                           const tv_t *pg_config) {
   for (size_t i = 0; i < d->ncomms; i++)
     if (!strcmp(d->comms[i].id, name)) return &d->comms[i];
   if (d->ncomms == *cap) {
@@ -106,12 +118,12 @@ static tr_comm_t *comm_for(tr_dump_t *d, size_t *cap, const char *name, const ch
   tr_comm_t *c = &d->comms[d->ncomms++];
   memset(c, 0, sizeof(*c));
   c->id = tr_xstrndup(name, strlen(name));
-  json_t *cfg = json_object_get(pg_config, name);
-  if (!desc) desc = json_string_value(json_object_get(cfg, "desc"));
+  const tv_t *cfg = tv_get(pg_config, name);
+  if (!desc) desc = tv_str(TV_GET(cfg, "desc"));
   c->name = group_label(name, desc);
   c->rank = c->size = -1;
   c->last_enqueued = c->last_started = c->last_completed = -1;
-  const char *ranks = json_string_value(json_object_get(cfg, "ranks"));
+  const char *ranks = tv_str(TV_GET(cfg, "ranks"));
   if (ranks && d->rank >= 0) c->rank = index_in(ranks, d->rank, &c->size);
   return c;
 }
@@ -132,13 +144,13 @@ static int max_rank_in(const char *ranks) {
 
 /* Reads a dump's tree (root: a borrowed reference; 1 when it is no Flight
  * Recorder dump). */
-static int from_tree(json_t *root, int rank, tr_dump_t *d, char *why, size_t whylen) {
-  json_t *version = json_object_get(root, "version");
-  if (!json_is_string(version) || (!json_is_object(json_object_get(root, "pg_config")) &&
-                                   !json_is_array(json_object_get(root, "entries")))) {
+static int from_tree(tv_t *root, int rank, tr_dump_t *d, char *why, size_t whylen) {
+  tv_t *version = TV_GET(root, "version"), *cfg0 = TV_GET(root, "pg_config"),
+       *ent0 = TV_GET(root, "entries");
+  if (!tv_str(version) || (!(cfg0 && cfg0->type == TV_DICT) && !(ent0 && ent0->type == TV_LIST))) {
     return 1;
   }
-  snprintf(d->version, sizeof(d->version), "%s", json_string_value(version));
+  snprintf(d->version, sizeof(d->version), "%s", tv_str(version));
   d->format = TR_FMT_PYTORCH;
   if (atoi(d->version) != 2) {
     snprintf(why, whylen,
@@ -148,12 +160,12 @@ static int from_tree(json_t *root, int rank, tr_dump_t *d, char *why, size_t why
   }
   d->rank = rank;
   d->epoch = 0;
-  const char *lib = json_string_value(json_object_get(root, "comm_lib_version"));
-  json_t *pg_config = json_object_get(root, "pg_config");
-  json_t *pg_status = json_object_get(root, "pg_status");
-  json_t *entries = json_object_get(root, "entries");
+  const char *lib = tv_str(TV_GET(root, "comm_lib_version"));
+  tv_t *pg_config = TV_GET(root, "pg_config");
+  tv_t *pg_status = TV_GET(root, "pg_status");
+  tv_t *entries = TV_GET(root, "entries");
   /* The backend: the prefix of the profiling names ("gloo:all_reduce"). */
-  const char *pn0 = json_string_value(json_object_get(json_array_get(entries, 0), "profiling_name"));
+  const char *pn0 = tv_str(tv_get(tv_at(entries, 0), "profiling_name"));
   const char *colon = pn0 ? strchr(pn0, ':') : NULL;
   if (colon && colon > pn0) d->backend = tr_xstrndup(pn0, (size_t)(colon - pn0));
   else if (lib && *lib) d->backend = tr_xstrndup("nccl", 4); /* only NCCL's recorder sets it */
@@ -163,89 +175,92 @@ static int from_tree(json_t *root, int rank, tr_dump_t *d, char *why, size_t why
   /* World size: the default group's ranks; without it (gloo dumps), the
    * largest rank pg_config names, a lower bound the analysis raises to the
    * largest rank that dumped. */
-  json_t *def = json_object_get(pg_config, "0");
-  const char *wranks = json_string_value(json_object_get(def, "ranks"));
+  tv_t *def = tv_get(pg_config, "0");
+  const char *wranks = tv_str(TV_GET(def, "ranks"));
   d->world_size = -1;
   if (wranks) {
     index_in(wranks, -1, &d->world_size);
   } else {
     const char *gname;
-    json_t *gv;
-    json_object_foreach(pg_config, gname, gv) {
-      int m = max_rank_in(json_string_value(json_object_get(gv, "ranks")));
+    tv_t *gv;
+    size_t gi;
+    DICT_FOREACH(pg_config, gname, gv, gi) {
+      int m = max_rank_in(tv_str(TV_GET(gv, "ranks")));
       if (m + 1 > d->world_size) d->world_size = m + 1;
     }
     if (d->world_size == 0) d->world_size = -1;
   }
-  json_t *e;
+  tv_t *e;
   /* Every group this rank is in, even without entries ("" is no group:
    * gloo dumps' placeholder). */
   const char *gname;
-  json_t *gv;
-  json_object_foreach(pg_config, gname, gv) if (*gname) comm_for(d, &cap, gname, NULL, pg_config);
-  json_array_foreach(entries, i, e) {
-    json_t *pg = json_object_get(e, "process_group");
-    const char *name = json_string_value(json_array_get(pg, 0));
+  tv_t *gv;
+  size_t gi;
+  DICT_FOREACH(pg_config, gname, gv, gi) if (*gname) comm_for(d, &cap, gname, NULL, pg_config);
+  LIST_FOREACH(entries, i, e) {
+    tv_t *pg = TV_GET(e, "process_group");
+    const char *name = tv_str(tv_at(pg, 0));
     if (!name) {
       snprintf(why, whylen, "entry %zu has no process_group", i);
       return -1;
     }
-    tr_comm_t *c = comm_for(d, &cap, name, json_string_value(json_array_get(pg, 1)), pg_config);
+    tr_comm_t *c = comm_for(d, &cap, name, tv_str(tv_at(pg, 1)), pg_config);
     if (c->n == c->cap_e) {
       c->cap_e = c->cap_e ? 2 * c->cap_e : 64;
       c->e = tr_xrealloc(c->e, c->cap_e * sizeof(*c->e));
     }
     tr_entry_t *t = &c->e[c->n++];
     memset(t, 0, sizeof(*t));
-    const char *pname = json_string_value(json_object_get(e, "profiling_name"));
+    const char *pname = tv_str(TV_GET(e, "profiling_name"));
     const char *op = map_op(pname ? pname : "unknown");
     t->op = (uint8_t)tr_intern(op, strlen(op));
     if (pname && *pname) t->name = (uint32_t)tr_intern(pname, strlen(pname)) + 1; /* shown beside op */
-    t->p2p = json_is_true(json_object_get(e, "is_p2p")) || !strcmp(op, "send") || !strcmp(op, "recv");
-    t->seq = (uint64_t)int_of(json_object_get(e, t->p2p ? "p2p_seq_id" : "collective_seq_id"), 0);
-    const char *dt = json_string_value(json_array_get(json_object_get(e, "input_dtypes"), 0));
+    t->p2p = tv_is_true(tv_get(e, "is_p2p")) || !strcmp(op, "send") || !strcmp(op, "recv");
+    t->seq = (uint64_t)int_of(tv_get(e, t->p2p ? "p2p_seq_id" : "collective_seq_id"), 0);
+    const char *dt = tv_str(tv_at(TV_GET(e, "input_dtypes"), 0));
     t->dtype = (uint8_t)tr_intern(dt ? dt : "none", strlen(dt ? dt : "none"));
-    t->count = elements(json_object_get(e, "input_sizes"));
+    t->count = elements(TV_GET(e, "input_sizes"));
     t->peer = -1;
     t->rank = c->rank;
     t->size = c->size;
-    t->t_created = int_of(json_object_get(e, "time_created_ns"), 0);
+    t->t_created = int_of(TV_GET(e, "time_created_ns"), 0);
     if (t->t_created > d->trigger_wall_ns) d->trigger_wall_ns = t->t_created;
-    t->t_started = int_of(json_object_get(e, "time_discovered_started_ns"), 0);
-    t->t_completed = int_of(json_object_get(e, "time_discovered_completed_ns"), 0);
+    t->t_started = int_of(TV_GET(e, "time_discovered_started_ns"), 0);
+    t->t_completed = int_of(TV_GET(e, "time_discovered_completed_ns"), 0);
     /* With timing on, duration_ms measures the kernel: prefer it. */
-    json_t *dur = json_object_get(e, "duration_ms");
-    int64_t dur_ns = json_is_number(dur) ? int_of_real(json_number_value(dur) * 1e6, -1) : -1;
+    tv_t *dur = TV_GET(e, "duration_ms");
+    int64_t dur_ns = tv_is_number(dur) ? int_of_real(tv_number(dur) * 1e6, -1) : -1;
     if (dur_ns >= 0 && t->t_started && dur_ns <= INT64_MAX - t->t_started) t->t_completed = t->t_started + dur_ns;
-    json_t *tmo = json_object_get(e, "timeout_ms");
-    t->timeout_ns = json_is_number(tmo) ? int_of_real(json_number_value(tmo) * 1e6, -1) : -1;
-    const char *state = json_string_value(json_object_get(e, "state"));
+    tv_t *tmo = TV_GET(e, "timeout_ms");
+    t->timeout_ns = tv_is_number(tmo) ? int_of_real(tv_number(tmo) * 1e6, -1) : -1;
+    const char *state = tv_str(TV_GET(e, "state"));
     t->state = !state ? TR_SCHEDULED
                : !strcmp(state, "completed") ? TR_COMPLETED
                : !strcmp(state, "started") ? TR_STARTED
                : TR_SCHEDULED;
     /* A retired entry has completed: the recorder retires an entry when
      * its work ends; gloo never moves "state" past "scheduled". */
-    if (json_is_true(json_object_get(e, "retired"))) t->state = TR_COMPLETED;
+    if (tv_is_true(TV_GET(e, "retired"))) t->state = TR_COMPLETED;
   }
   /* pg_status is keyed by the rank-local pg_id: find each id's group name
    * through the entries. */
   const char *pgid;
-  json_t *sv;
-  json_object_foreach(pg_status, pgid, sv) {
+  tv_t *sv;
+  size_t si;
+  DICT_FOREACH(pg_status, pgid, sv, si) {
     const char *name = NULL;
-    json_array_foreach(entries, i, e) {
-      if (int_of(json_object_get(e, "pg_id"), -1) == strtoll(pgid, NULL, 10)) {
-        name = json_string_value(json_array_get(json_object_get(e, "process_group"), 0));
+    LIST_FOREACH(entries, i, e) {
+      if (int_of(TV_GET(e, "pg_id"), -1) == strtoll(pgid, NULL, 10)) {
+        name = tv_str(tv_at(TV_GET(e, "process_group"), 0));
         break;
       }
     }
     if (!name && !strcmp(pgid, "0")) name = "0";
     if (!name) continue;
     tr_comm_t *c = comm_for(d, &cap, name, NULL, pg_config);
-    c->last_enqueued = int_of(json_object_get(sv, "last_enqueued_collective"), -1);
-    c->last_started = int_of(json_object_get(sv, "last_started_collective"), -1);
-    c->last_completed = int_of(json_object_get(sv, "last_completed_collective"), -1);
+    c->last_enqueued = int_of(TV_GET(sv, "last_enqueued_collective"), -1);
+    c->last_started = int_of(TV_GET(sv, "last_started_collective"), -1);
+    c->last_completed = int_of(TV_GET(sv, "last_completed_collective"), -1);
     for (size_t k = 0; k < c->n; k++)
       if (!c->e[k].p2p && c->last_completed >= 0 && c->e[k].seq <= (uint64_t)c->last_completed &&
           c->e[k].state != TR_FAILED)
@@ -256,23 +271,38 @@ static int from_tree(json_t *root, int rank, tr_dump_t *d, char *why, size_t why
 
 int tr_parse_pytorch(const char *buf, size_t len, int rank, tr_dump_t *d, char *why,
                      size_t whylen) {
-  json_error_t err;
-  json_t *root = json_loadb(buf, len, 0, &err);
+  /* The fast reader unescapes in place: it reads a copy, so that jansson
+   * can still say where the original is wrong when it is. */
+  tv_arena_t a = {0};
+  char *copy = tr_xmalloc(len + 1);
+  memcpy(copy, buf, len);
+  copy[len] = '\0';
+  tv_t *root = tv_parse_json(&a, copy, len);
+  json_t *j = NULL;
   if (!root) {
-    snprintf(why, whylen, "not valid JSON: %s (line %d, column %d)", err.text, err.line, err.column);
-    return -1;
+    json_error_t err;
+    j = json_loadb(buf, len, 0, &err);
+    if (!j) {
+      snprintf(why, whylen, "not valid JSON: %s (line %d, column %d)", err.text, err.line, err.column);
+      ftc__free(copy);
+      tv_arena_free(&a);
+      return -1;
+    }
+    root = tv_from_json(&a, j); /* valid, but past the fast reader's limits */
   }
   int rc = from_tree(root, rank, d, why, whylen);
-  json_decref(root);
+  json_decref(j);
+  ftc__free(copy);
+  tv_arena_free(&a);
   return rc;
 }
 
 int tr_parse_pytorch_pickle(const unsigned char *buf, size_t len, int rank, tr_dump_t *d,
                             char *why, size_t whylen) {
-  json_t *root = tr_pickle_load(buf, len, why, whylen);
-  if (!root) return -1;
-  int rc = from_tree(root, rank, d, why, whylen);
-  json_decref(root);
+  tv_arena_t a = {0};
+  tv_t *root = tr_pickle_load(&a, buf, len, why, whylen);
+  int rc = root ? from_tree(root, rank, d, why, whylen) : -1;
+  tv_arena_free(&a);
   if (rc == 1) {
     snprintf(why, whylen, "a Python pickle, but not of a PyTorch Flight Recorder dump (no version "
              "with pg_config or entries)");

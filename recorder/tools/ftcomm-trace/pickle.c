@@ -1,6 +1,6 @@
 /*
  * pickle.c - reads the data-only subset of Python's pickle format
- * (protocols 2 to 5) into a jansson value, for PyTorch Flight Recorder
+ * (protocols 2 to 5) into an arena value tree (tree.h), for PyTorch Flight Recorder
  * dumps: PyTorch writes them on a timeout as pickles, and a user whose job
  * just hung has those, not JSON.
  *
@@ -13,10 +13,14 @@
  * name and offset, as are out-of-band buffers and protocol 0's text
  * opcodes: nothing in a pickle can run code here, and no Python is needed.
  *
- * The memo lets a container be shared, or put inside itself; jansson
- * counts references, so after the run one walk over the result checks
- * that no container contains itself and that nesting stays within
- * TR_PICKLE_MAX_DEPTH (shared containers are walked once).
+ * Nesting is capped at TR_PICKLE_MAX_DEPTH as values are put in
+ * containers. When every container is complete before it goes into
+ * another (as pickle writers write them, whatever the memo shares), the
+ * heights found then are final and no container can be inside itself.
+ * Only a container that grows after it went into one (through the memo or
+ * DUP) calls for a walk over the result, which finds containers inside
+ * themselves and checks the depth again (shared ones are walked once). Values live in the arena: sharing costs nothing, and
+ * whatever the program built goes with the arena at once.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -105,14 +109,14 @@ typedef struct pk {
   const unsigned char *p, *base, *end;
   size_t op_at; /* offset of the opcode being run */
   unsigned char op;
-  json_t **stack;
+  tv_arena_t *a;
+  tv_t **stack;
   size_t nstack, capstack;
   size_t *marks;
   size_t nmarks, capmarks;
-  json_t **memo; /* sparse: NULL where nothing was put */
+  tv_t **memo; /* sparse: NULL where nothing was put */
   size_t capmemo, nmemo_put;
-  json_t **made; /* every container built, one reference each */
-  size_t nmade, capmade;
+  int late; /* a container grew after it went into another: heights may be stale */
   char *why;
   size_t whylen;
 } pk_t;
@@ -141,8 +145,8 @@ static uint64_t le(const unsigned char *p, int n) {
   return v;
 }
 
-static int push(pk_t *P, json_t *v) {
-  if (!v) return failf(P, "out of memory", NULL);
+static int push(pk_t *P, tv_t *v) {
+  if (!v) return failf(P, "a string of 4 GiB or more", NULL);
   if (P->nstack == P->capstack) {
     P->capstack = P->capstack ? 2 * P->capstack : 64;
     P->stack = tr_xrealloc(P->stack, P->capstack * sizeof(*P->stack));
@@ -151,24 +155,13 @@ static int push(pk_t *P, json_t *v) {
   return 0;
 }
 
-/* A new container, also kept in made (so cycles can be broken on the way out). */
-static int push_container(pk_t *P, json_t *c) {
-  if (!c) return failf(P, "out of memory", NULL);
-  if (P->nmade == P->capmade) {
-    P->capmade = P->capmade ? 2 * P->capmade : 64;
-    P->made = tr_xrealloc(P->made, P->capmade * sizeof(*P->made));
-  }
-  P->made[P->nmade++] = json_incref(c);
-  return push(P, c);
-}
-
 /* Items on the stack above the innermost mark: as in Python's unpickler,
  * where MARK starts a new stack, no opcode reaches below it. */
 static size_t avail(const pk_t *P) { return P->nstack - (P->nmarks ? P->marks[P->nmarks - 1] : 0); }
 
 static int underflow(pk_t *P) { return failf(P, "not enough items on the stack above the last MARK", NULL); }
 
-static json_t *top(pk_t *P) { return avail(P) ? P->stack[P->nstack - 1] : NULL; }
+static tv_t *top(pk_t *P) { return avail(P) ? P->stack[P->nstack - 1] : NULL; }
 
 /* The stack's first item above the innermost mark; pops the mark. */
 static int pop_mark(pk_t *P, size_t *from) {
@@ -178,14 +171,14 @@ static int pop_mark(pk_t *P, size_t *from) {
 }
 
 static void drop_to(pk_t *P, size_t from) {
-  while (P->nstack > from) json_decref(P->stack[--P->nstack]);
+  if (P->nstack > from) P->nstack = from;
 }
 
 /* A Python str: must be UTF-8, as pickle writes it. */
 static int push_str(pk_t *P, size_t n) {
   if (need(P, n) < 0) return -1;
-  json_t *s = json_stringn((const char *)P->p, n);
-  if (!s) return failf(P, "the string is not valid UTF-8", NULL);
+  if (!tv_utf8((const char *)P->p, n)) return failf(P, "the string is not valid UTF-8", NULL);
+  tv_t *s = tv_strn(P->a, (const char *)P->p, n);
   P->p += n;
   return push(P, s);
 }
@@ -193,20 +186,52 @@ static int push_str(pk_t *P, size_t n) {
 /* bytes: as a string, its bytes read as Latin-1 unless they are UTF-8. */
 static int push_bytes(pk_t *P, size_t n) {
   if (need(P, n) < 0) return -1;
-  json_t *s = json_stringn((const char *)P->p, n);
-  if (!s) {
-    char *u = tr_xmalloc(2 * n + 1);
+  tv_t *s;
+  if (tv_utf8((const char *)P->p, n)) {
+    s = tv_strn(P->a, (const char *)P->p, n);
+  } else {
+    if (n > UINT32_MAX / 2) return failf(P, "bytes of 2 GiB or more", NULL);
+    char *u = tv_alloc(P->a, 2 * n + 1);
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
       unsigned char c = P->p[i];
       if (c < 0x80) u[k++] = (char)c;
       else u[k++] = (char)(0xc0 | c >> 6), u[k++] = (char)(0x80 | (c & 0x3f));
     }
-    s = json_stringn(u, k);
-    ftc__free(u);
+    u[k] = '\0';
+    s = tv_new(P->a, TV_STR);
+    s->u.s = u;
+    s->n = (uint32_t)k;
   }
   P->p += n;
   return push(P, s);
+}
+
+static int is_container(const tv_t *t) { return t->type == TV_LIST || t->type == TV_DICT; }
+
+static tv_t *new_container(pk_t *P, int type) {
+  tv_t *t = tv_new(P->a, type);
+  t->height = 1;
+  return t;
+}
+
+/* child went into parent: the parent's height, within the cap. */
+static int nest(pk_t *P, tv_t *parent, tv_t *child) {
+  if (!is_container(child)) return 0;
+  child->inside = 1; /* first: a container put into itself is then late */
+  if (parent->inside) P->late = 1;
+  if (child->height + 1 > parent->height) {
+    parent->height = child->height + 1;
+    if (parent->height > TR_PICKLE_MAX_DEPTH)
+      return failf(P, "containers nest deeper than %s levels", TR_PICKLE_MAX_DEPTH_STR);
+  }
+  return 0;
+}
+
+static int push_int(pk_t *P, int64_t v) {
+  tv_t *t = tv_new(P->a, TV_INT);
+  t->u.i = v;
+  return push(P, t);
 }
 
 /* Little-endian two's complement of n bytes (LONG1, LONG4), up to 64 bits. */
@@ -221,11 +246,11 @@ static int push_long(pk_t *P, size_t n) {
   uint64_t v = le(b, n < 8 ? (int)n : 8);
   if (neg && n < 8) v |= ~(uint64_t)0 << (8 * n);
   P->p += n;
-  return push(P, json_integer((json_int_t)(int64_t)v));
+  return push_int(P, (int64_t)v);
 }
 
 static int memo_put(pk_t *P, uint64_t idx) {
-  json_t *v = top(P);
+  tv_t *v = top(P);
   if (!v) return underflow(P);
   /* The writer numbers memo entries from 0, one per PUT; an index past the
    * file's length cannot come from it. */
@@ -237,8 +262,7 @@ static int memo_put(pk_t *P, uint64_t idx) {
     memset(P->memo + P->capmemo, 0, (cap - P->capmemo) * sizeof(*P->memo));
     P->capmemo = cap;
   }
-  json_decref(P->memo[idx]);
-  P->memo[idx] = json_incref(v);
+  P->memo[idx] = v;
   P->nmemo_put++;
   return 0;
 }
@@ -249,72 +273,72 @@ static int memo_get(pk_t *P, uint64_t idx) {
     snprintf(m, sizeof(m), "%llu", (unsigned long long)idx);
     return failf(P, "memo entry %s was never put", m);
   }
-  return push(P, json_incref(P->memo[idx]));
+  return push(P, P->memo[idx]);
 }
 
 /* A dict key: str, bytes, int, bool or None (as Python would print it). */
-static int set_item(pk_t *P, json_t *dict, json_t *k, json_t *v) {
+static int set_item(pk_t *P, tv_t *dict, tv_t *k, tv_t *v) {
   char num[32];
   const char *key;
-  if (json_is_string(k)) key = json_string_value(k);
-  else if (json_is_integer(k)) snprintf(num, sizeof(num), "%lld", (long long)json_integer_value(k)), key = num;
-  else if (json_is_true(k)) key = "True";
-  else if (json_is_false(k)) key = "False";
-  else if (json_is_null(k)) key = "None";
-  else return failf(P, "a dict key that is not a str, bytes, int, bool or None", NULL);
-  if (strlen(key) != (json_is_string(k) ? json_string_length(k) : strlen(key)))
-    return failf(P, "a dict key with a NUL character", NULL);
-  if (json_object_set(dict, key, v) < 0) return failf(P, "cannot set a dict item", NULL);
-  return 0;
+  size_t klen;
+  switch (k->type) {
+    case TV_STR: key = k->u.s; klen = k->n; break;
+    case TV_INT: klen = (size_t)snprintf(num, sizeof(num), "%lld", (long long)k->u.i), key = num; break;
+    case TV_TRUE: key = "True", klen = 4; break;
+    case TV_FALSE: key = "False", klen = 5; break;
+    case TV_NULL: key = "None", klen = 4; break;
+    default: return failf(P, "a dict key that is not a str, bytes, int, bool or None", NULL);
+  }
+  if (strlen(key) != klen) return failf(P, "a dict key with a NUL character", NULL);
+  if (tv_set(P->a, dict, key, klen, v) < 0) return failf(P, "a dict of 2^32 items", NULL);
+  return nest(P, dict, v);
 }
-
-static int is_container(const json_t *j) { return json_is_array(j) || json_is_object(j); }
 
 /* One opcode that takes items above the innermost mark. */
 static int marked(pk_t *P) {
   size_t from = 0;
   if (pop_mark(P, &from) < 0) return -1;
   size_t n = P->nstack - from;
-  json_t **it = n ? P->stack + from : NULL; /* (no stack yet: NULL + 0 is undefined) */
+  tv_t **it = n ? P->stack + from : NULL; /* (no stack yet: NULL + 0 is undefined) */
   switch (P->op) {
     case '1': /* POP_MARK */
       drop_to(P, from);
       return 0;
     case 't': case 'l': case 0x91: { /* TUPLE, LIST, FROZENSET */
-      json_t *a = json_array();
-      for (size_t i = 0; a && i < n; i++)
-        if (json_array_append(a, it[i]) < 0) return json_decref(a), failf(P, "cannot append", NULL);
+      tv_t *a = new_container(P, TV_LIST);
+      for (size_t i = 0; i < n; i++) {
+        if (tv_append(P->a, a, it[i]) < 0) return failf(P, "a list of 2^32 items", NULL);
+        if (nest(P, a, it[i]) < 0) return -1;
+      }
       drop_to(P, from);
-      return push_container(P, a);
+      return push(P, a);
     }
     case 'd': { /* DICT */
       if (n % 2) return failf(P, "an odd number of items for a dict", NULL);
-      json_t *o = json_object();
-      if (!o) return failf(P, "out of memory", NULL);
+      tv_t *o = new_container(P, TV_DICT);
       for (size_t i = 0; i < n; i += 2)
-        if (set_item(P, o, it[i], it[i + 1]) < 0) return json_decref(o), -1;
+        if (set_item(P, o, it[i], it[i + 1]) < 0) return -1;
       drop_to(P, from);
-      return push_container(P, o);
+      return push(P, o);
     }
     case 'e': case 0x90: { /* APPENDS, ADDITEMS */
       if (from <= (P->nmarks ? P->marks[P->nmarks - 1] : 0)) return failf(P, "no list below the MARK", NULL);
-      json_t *a = P->stack[from - 1];
-      if (!json_is_array(a)) return failf(P, "the item below the MARK is not a list", NULL);
-      for (size_t i = 0; i < n; i++)
-        if (it[i] == a || json_array_append(a, it[i]) < 0)
-          return failf(P, "cannot append (a list into itself?)", NULL);
+      tv_t *a = P->stack[from - 1];
+      if (a->type != TV_LIST) return failf(P, "the item below the MARK is not a list", NULL);
+      for (size_t i = 0; i < n; i++) {
+        if (tv_append(P->a, a, it[i]) < 0) return failf(P, "a list of 2^32 items", NULL);
+        if (nest(P, a, it[i]) < 0) return -1;
+      }
       drop_to(P, from);
       return 0;
     }
     case 'u': { /* SETITEMS */
       if (from <= (P->nmarks ? P->marks[P->nmarks - 1] : 0)) return failf(P, "no dict below the MARK", NULL);
-      json_t *o = P->stack[from - 1];
-      if (!json_is_object(o)) return failf(P, "the item below the MARK is not a dict", NULL);
+      tv_t *o = P->stack[from - 1];
+      if (o->type != TV_DICT) return failf(P, "the item below the MARK is not a dict", NULL);
       if (n % 2) return failf(P, "an odd number of items for a dict", NULL);
-      for (size_t i = 0; i < n; i += 2) {
-        if (it[i + 1] == o) return failf(P, "a dict set into itself", NULL);
+      for (size_t i = 0; i < n; i += 2)
         if (set_item(P, o, it[i], it[i + 1]) < 0) return -1;
-      }
       drop_to(P, from);
       return 0;
     }
@@ -359,26 +383,26 @@ static int step(pk_t *P) {
       return 0;
     case '0': /* POP */
       if (!avail(P)) return underflow(P);
-      json_decref(P->stack[--P->nstack]);
+      P->nstack--;
       return 0;
     case '2': /* DUP */
       if (!avail(P)) return underflow(P);
-      return push(P, json_incref(top(P)));
-    case 'N': return push(P, json_null());
-    case 0x88: return push(P, json_true());
-    case 0x89: return push(P, json_false());
+      return push(P, top(P));
+    case 'N': return push(P, tv_new(P->a, TV_NULL));
+    case 0x88: return push(P, tv_new(P->a, TV_TRUE));
+    case 0x89: return push(P, tv_new(P->a, TV_FALSE));
     case 'J':
       if (need(P, 4) < 0) return -1;
       P->p += 4;
-      return push(P, json_integer((int32_t)(uint32_t)le(a, 4)));
+      return push_int(P, (int32_t)(uint32_t)le(a, 4));
     case 'K':
       if (need(P, 1) < 0) return -1;
       P->p += 1;
-      return push(P, json_integer(a[0]));
+      return push_int(P, a[0]);
     case 'M':
       if (need(P, 2) < 0) return -1;
       P->p += 2;
-      return push(P, json_integer((json_int_t)le(a, 2)));
+      return push_int(P, (int64_t)le(a, 2));
     case 0x8a:
       if (need(P, 1) < 0) return -1;
       P->p += 1;
@@ -397,8 +421,10 @@ static int step(pk_t *P) {
       double d;
       memcpy(&d, &bits, sizeof(d));
       P->p += 8;
-      json_t *r = json_real(d); /* NULL for NaN and infinities: JSON has none */
-      return push(P, r ? r : json_null());
+      /* NaN and infinities as null: JSON has none, and the reports are JSON */
+      tv_t *r = tv_new(P->a, d == d && d - d == 0 ? TV_REAL : TV_NULL);
+      r->u.d = d;
+      return push(P, r);
     }
     case 'X':
       if (need(P, 4) < 0) return -1;
@@ -437,30 +463,32 @@ static int step(pk_t *P) {
       if (n > (uint64_t)(P->end - P->p)) return need(P, SIZE_MAX);
       return push_bytes(P, (size_t)n);
     }
-    case '}': return push_container(P, json_object());
-    case ']': case ')': case 0x8f: return push_container(P, json_array());
+    case '}': return push(P, new_container(P, TV_DICT));
+    case ']': case ')': case 0x8f: return push(P, new_container(P, TV_LIST));
     case 0x85: case 0x86: case 0x87: { /* TUPLE1..3 */
       size_t n = (size_t)(P->op - 0x84);
       if (avail(P) < n) return underflow(P);
-      json_t *t = json_array();
-      for (size_t i = P->nstack - n; t && i < P->nstack; i++)
-        if (json_array_append(t, P->stack[i]) < 0) return json_decref(t), failf(P, "cannot append", NULL);
+      tv_t *t = new_container(P, TV_LIST);
+      for (size_t i = P->nstack - n; i < P->nstack; i++) {
+        tv_append(P->a, t, P->stack[i]);
+        if (nest(P, t, P->stack[i]) < 0) return -1;
+      }
       drop_to(P, P->nstack - n);
-      return push_container(P, t);
+      return push(P, t);
     }
     case 'a': { /* APPEND */
       if (avail(P) < 2) return underflow(P);
-      json_t *l = P->stack[P->nstack - 2], *v = P->stack[P->nstack - 1];
-      if (!json_is_array(l)) return failf(P, "the item below is not a list", NULL);
-      if (v == l || json_array_append(l, v) < 0) return failf(P, "cannot append (a list into itself?)", NULL);
+      tv_t *l = P->stack[P->nstack - 2], *v = P->stack[P->nstack - 1];
+      if (l->type != TV_LIST) return failf(P, "the item below is not a list", NULL);
+      if (tv_append(P->a, l, v) < 0) return failf(P, "a list of 2^32 items", NULL);
+      if (nest(P, l, v) < 0) return -1;
       drop_to(P, P->nstack - 1);
       return 0;
     }
     case 's': { /* SETITEM */
       if (avail(P) < 3) return underflow(P);
-      json_t *o = P->stack[P->nstack - 3];
-      if (!json_is_object(o)) return failf(P, "the item below is not a dict", NULL);
-      if (P->stack[P->nstack - 1] == o) return failf(P, "a dict set into itself", NULL);
+      tv_t *o = P->stack[P->nstack - 3];
+      if (o->type != TV_DICT) return failf(P, "the item below is not a dict", NULL);
       if (set_item(P, o, P->stack[P->nstack - 2], P->stack[P->nstack - 1]) < 0) return -1;
       drop_to(P, P->nstack - 2);
       return 0;
@@ -490,62 +518,10 @@ static int step(pk_t *P) {
   }
 }
 
-/* Heights of the containers met by the walk: an open-addressing table
- * keyed by pointer, so a shared container is walked once. */
-typedef struct seen {
-  const json_t **key;
-  int *height; /* -1 while on the current path, else levels at and below it */
-  size_t cap;
-} seen_t;
-
-static size_t slot(const seen_t *S, const json_t *j) {
-  uint64_t h = (uint64_t)(uintptr_t)j * 0x9e3779b97f4a7c15ull;
-  size_t i = (size_t)(h >> 17) & (S->cap - 1);
-  while (S->key[i] && S->key[i] != j) i = (i + 1) & (S->cap - 1);
-  return i;
-}
-
-static int seen_has(const seen_t *S, const json_t *j) { return S->key[slot(S, j)] != NULL; }
-
-/* The levels of containers at and below j (0 for a scalar), or -1 with
- * *why when j contains itself or nests deeper than `left`. */
-static int walk(seen_t *S, const json_t *j, int left, const char **why) {
-  if (!is_container(j)) return 0;
-  size_t i = slot(S, j);
-  if (S->key[i] && S->height[i] < 0) {
-    *why = "a container contains itself";
-    return -1;
-  }
-  int h = S->key[i] ? S->height[i] : 0;
-  if (!S->key[i]) {
-    if (left <= 0) goto too_deep;
-    S->key[i] = j;
-    S->height[i] = -1;
-    size_t k;
-    json_t *v;
-    const char *name;
-    int below = 0, r = 0;
-    if (json_is_array(j)) {
-      json_array_foreach((json_t *)j, k, v) if ((r = walk(S, v, left - 1, why)) < 0) return -1;
-      else if (r > below) below = r;
-    } else {
-      json_object_foreach((json_t *)j, name, v) if ((r = walk(S, v, left - 1, why)) < 0) return -1;
-      else if (r > below) below = r;
-    }
-    h = below + 1;
-    S->height[slot(S, j)] = h;
-  }
-  if (h > left) goto too_deep;
-  return h;
-too_deep:
-  *why = "containers nest deeper than " TR_PICKLE_MAX_DEPTH_STR " levels";
-  return -1;
-}
-
-json_t *tr_pickle_load(const unsigned char *buf, size_t len, char *why, size_t whylen) {
-  pk_t P = {.p = buf, .base = buf, .end = buf + len, .why = why, .whylen = whylen};
-  json_t *result = NULL;
-  seen_t S = {0};
+tv_t *tr_pickle_load(tv_arena_t *arena, const unsigned char *buf, size_t len, char *why,
+                     size_t whylen) {
+  pk_t P = {.p = buf, .base = buf, .end = buf + len, .a = arena, .why = why, .whylen = whylen};
+  tv_t *result = NULL;
   if (len > TR_PICKLE_MAX_BYTES) {
     snprintf(why, whylen, "a pickle of %zu bytes, more than this reader takes (%llu)", len,
              (unsigned long long)TR_PICKLE_MAX_BYTES);
@@ -577,35 +553,14 @@ json_t *tr_pickle_load(const unsigned char *buf, size_t len, char *why, size_t w
     }
     if (step(&P) < 0) goto out;
   }
-  /* Shared containers make a graph, not a tree: check it is one jansson can hold. */
-  S.cap = 64;
-  while (S.cap < 2 * P.nmade) S.cap *= 2;
-  S.key = tr_xcalloc(S.cap, sizeof(*S.key));
-  S.height = tr_xcalloc(S.cap, sizeof(*S.height));
-  const char *bad = NULL;
-  if (walk(&S, P.stack[0], TR_PICKLE_MAX_DEPTH, &bad) < 0) {
-    snprintf(why, whylen, "pickle: %s", bad);
-    goto out;
-  }
-  result = json_incref(P.stack[0]);
+  /* Shared containers make a graph, not a tree: check it is a finite one. */
+  int rc = P.late ? tv_check(P.stack[0], TR_PICKLE_MAX_DEPTH) : 0;
+  if (rc == -1) snprintf(why, whylen, "pickle: a container contains itself");
+  else if (rc < 0) snprintf(why, whylen, "pickle: containers nest deeper than " TR_PICKLE_MAX_DEPTH_STR " levels");
+  else result = P.stack[0];
 out:
-  drop_to(&P, 0);
-  for (size_t i = 0; i < P.capmemo; i++) json_decref(P.memo[i]);
-  /* Empty every container that is not part of the result before letting
-   * go: one put into itself through the memo would keep itself alive, and
-   * a deep chain of them would be freed by deep recursion. made holds one
-   * reference to each, so clearing frees none. */
-  for (size_t i = 0; i < P.nmade; i++) {
-    if (result && seen_has(&S, P.made[i])) continue;
-    if (json_is_array(P.made[i])) json_array_clear(P.made[i]);
-    else json_object_clear(P.made[i]);
-  }
-  for (size_t i = 0; i < P.nmade; i++) json_decref(P.made[i]);
-  ftc__free(S.key);
-  ftc__free(S.height);
   ftc__free(P.stack);
   ftc__free(P.marks);
   ftc__free(P.memo);
-  ftc__free(P.made);
   return result;
 }
