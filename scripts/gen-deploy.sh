@@ -10,7 +10,7 @@
 # Renders charts/ftcomm with release name "ftcomm" in namespace "ftcomm-system"
 # (object names ftcomm-controller, ftcomm-dumps), splits it by template, and adds
 # the namespace and kustomization.yaml; copies the CRD into crd/ with its own. Uses $FTC_HELM, else the
-# helm built by tests/cluster/build.sh. tests/install/deploy.sh fails when deploy/
+# helm built by tests/cluster/build.sh. tests/install/static.sh fails when deploy/
 # differs from what this prints.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -138,5 +138,8 @@ check_out "Failed True ReplacementBudgetExhausted; Succeeded False; Ready False 
   '^True ReplacementBudgetExhausted .* False NotAllSucceeded .* False JobFailed ' \
   conds3 ml doomed
 
+kill -TERM "$ctrl_pid"; wait "$ctrl_pid"; rc=$?; ctrl_pid=
+check "SIGTERM: the controller exits 0" test "$rc" -eq 0
+# It has exited: a sanitizer's report (leaks included) is in the log by now.
 if grep -q 'Sanitizer' "$ctrl_log"; then bad "sanitizer report in the controller's log"; grep -A20 'Sanitizer' "$ctrl_log" | head -40; else ok "no sanitizer report from the controller"; fi
 finish

@@ -320,6 +320,10 @@ if stop_controller; then ok "SIGTERM at the end: exit 0"; else bad "SIGTERM at t
 check "with no controller running: a frozen cache that still shows a failed pod gives one replacement, counted once" \
   timeout 60 "$live" frozen ml llm llm-1-1
 check "... the replacement llm-1-2 exists" has_pod llm-1-2
+sed -e 's/name: classic,/name: reuse,/' -e 's/replicas: 2/replicas: 1/' "$work/classic.yaml" >"$work/reuse.yaml"
+check "a 1-replica job reuse applies" kc apply -f "$work/reuse.yaml"
+check "a job deleted and made again under its name keeps its new pod, though a frozen cache still shows the earlier one" \
+  timeout 60 "$live" reused ml reuse
 
 # What deleted jobs, an earlier job named llm, and others left in the dump volume.
 vol=$work/dumps

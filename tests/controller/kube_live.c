@@ -13,6 +13,11 @@
  *   kube_live frozen NS JOB POD (no controller running) fail POD, freeze the
  *                               pod cache while it still shows POD failed,
  *                               reconcile twice: one replacement, counted once
+ *   kube_live reused NS JOB     (no controller running; JOB has 1 replica) make
+ *                               its pod, freeze the pod cache, delete JOB and make
+ *                               it again with a pod of the same name: a reconcile
+ *                               over the cache that shows the earlier pod leaves
+ *                               the new one alone (delete with a uid precondition)
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -298,7 +303,7 @@ static ftc_status_t reconcile_job(ftck_reconciler_t *r, const char *name, int ti
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: kube_live basic NS | list-rv NS | expired NS RV | stale NS JOB | frozen NS JOB POD\n");
+    fprintf(stderr, "usage: kube_live basic NS | list-rv NS | expired NS RV | stale NS JOB | frozen NS JOB POD | reused NS JOB\n");
     return 2;
   }
   ftck_json_use_ftc_alloc();
@@ -367,6 +372,81 @@ int main(int argc, char **argv) {
     json_decref(before);
     json_decref(after);
     ftc__free(pp);
+    ftck_reconciler_destroy(r);
+  } else if (!strcmp(argv[1], "reused") && argc > 3) {
+    ftc_status_t st;
+    ftck_reconciler_t *r = synced_reconciler(3, &st);
+    json_t *before = NULL, *after = NULL, *job = NULL, *fresh = NULL, *pod = NULL;
+    ftck_reconciler_stats_t rs = {0};
+    char pname[300], pkey[600], jkey[300];
+    snprintf(pname, sizeof pname, "%s-0-0", argv[3]);
+    snprintf(pkey, sizeof pkey, "%s/%s", ns, pname);
+    snprintf(jkey, sizeof jkey, "%s/%s", ns, argv[3]);
+    char *jp = ftck_path(FTCK_GROUP, FTCK_VERSION, ns, FTCK_PLURAL, argv[3]);
+    char *jc = ftck_path(FTCK_GROUP, FTCK_VERSION, ns, FTCK_PLURAL, NULL);
+    char *pp = ftck_path("", "v1", ns, "pods", pname), *pc = ftck_path("", "v1", ns, "pods", NULL);
+    long code = 0;
+    if (st == FTC_OK) st = reconcile_job(r, argv[3], 1, &before, &after, &rs);
+    json_t *cached = NULL;
+    for (int i = 0; i < 250 && st == FTC_OK && !cached; i++)
+      if (!(cached = ftck_informer_get(ftck_reconciler_informer(r, 1), pkey))) usleep(20000);
+    ftck_informer_stop(ftck_reconciler_informer(r, 1)); /* the pod cache shows the first job's pod for good */
+    CHECK(st == FTC_OK && cached, "the first job's pod %s is made and cached", pname);
+    const char *old_uid = ftck_jstr(after, "metadata.uid");
+    /* The job is deleted (no garbage collector here: its pod too) and made again under its name. */
+    if (st == FTC_OK) st = ftck_delete(c, jp, &code);
+    if (st == FTC_OK) st = ftck_delete(c, pp, &code);
+    for (int i = 0; i < 250 && st == FTC_OK; i++) {
+      json_t *gone = NULL;
+      if (ftck_get(c, pp, &code, &gone) != FTC_OK && code == 404) break;
+      json_decref(gone);
+      usleep(20000);
+    }
+    job = st == FTC_OK ? json_pack("{s:s, s:s, s:{s:s, s:s}, s:O}", "apiVersion", FTCK_API_VERSION, "kind", FTCK_KIND,
+                                   "metadata", "name", argv[3], "namespace", ns, "spec", ftck_jget(after, "spec"))
+                       : NULL;
+    if (job) st = ftck_create(c, jc, job, &code, &fresh);
+    const char *new_uid = ftck_jstr(fresh, "metadata.uid");
+    CHECK(st == FTC_OK && new_uid && old_uid && strcmp(new_uid, old_uid) != 0, "%s made again under its name (another uid)",
+          argv[3]);
+    ftck_job_spec_t spec;
+    char err[256];
+    ftck_pod_env_t env = {.coordinator = "coord.test:7470", .dump_dir = "/dumps"};
+    json_t *np = st == FTC_OK && ftck_job_spec_parse(fresh, &spec, err, sizeof err) == 0
+                     ? ftck_build_pod(fresh, &spec, 0, 0, 0, "", &env)
+                     : NULL;
+    if (np) st = ftck_create(c, pc, np, &code, NULL);
+    json_decref(np);
+    CHECK(np && st == FTC_OK, "the new job's pod %s is made (as a controller would)", pname);
+    int seen = 0; /* the job cache shows the new job before the reconcile */
+    for (int i = 0; i < 250 && st == FTC_OK && !seen; i++) {
+      json_t *cj = ftck_informer_get(ftck_reconciler_informer(r, 0), jkey);
+      seen = cj && new_uid && !strcmp(ftck_jstr(cj, "metadata.uid") ? ftck_jstr(cj, "metadata.uid") : "", new_uid);
+      json_decref(cj);
+      if (!seen) usleep(20000);
+    }
+    json_decref(before);
+    json_decref(after);
+    before = after = NULL;
+    ftck_reconciler_stats_t rs0 = rs;
+    if (st == FTC_OK && seen) st = reconcile_job(r, argv[3], 1, &before, &after, &rs);
+    if (st == FTC_OK) ftck_get(c, pp, &code, &pod);
+    const char *owner = ftck_jstr(json_array_get(ftck_jget(pod, "metadata.ownerReferences"), 0), "uid");
+    CHECK(st == FTC_OK && pod && !ftck_jstr(pod, "metadata.deletionTimestamp") && owner && new_uid &&
+              !strcmp(owner, new_uid) && rs.pods_deleted == rs0.pods_deleted,
+          "a reconcile over the cache that still shows the first job's %s leaves the new job's pod alone "
+          "(it %s, deleted %llu)", pname, !pod ? "is gone" : ftck_jstr(pod, "metadata.deletionTimestamp") ? "is being deleted" : "stays",
+          (unsigned long long)(rs.pods_deleted - rs0.pods_deleted));
+    json_decref(cached);
+    json_decref(before);
+    json_decref(after);
+    json_decref(job);
+    json_decref(fresh);
+    json_decref(pod);
+    ftc__free(jp);
+    ftc__free(jc);
+    ftc__free(pp);
+    ftc__free(pc);
     ftck_reconciler_destroy(r);
   } else if (!strcmp(argv[1], "stale") && argc > 3) {
     ftc_status_t st;

@@ -48,16 +48,18 @@ metrics() { curl -sf --max-time 10 "http://127.0.0.1:$port/metrics"; }
 metric() { metrics | awk -v m="$1" '$1 == m { print $2 }'; }
 # Requests other than watches (a watch is counted when it ends), as "VERB CODE N"
 # lines, and their sum; those for the Lease ("VERB N"); and the sum of the others.
-requests() { metrics | awk -F'[{}" ]+' '/^ftcomm_controller_api_requests_total/ && $3 != "WATCH" { print $3, $5, $NF }' | sort; }
-lease_requests() { metrics | awk -F'[{}" ]+' '/^ftcomm_controller_lease_requests_total/ { print $3, $NF }' | sort; }
-lease_req() { lease_requests | awk -v v="$1" '$1 == v { print $2 }'; }
-nonwatch() { { requests; lease_requests | awk '{ print $1, "lease", -$2 }'; } | awk '{ n += $3 } END { print n + 0 }'; }
+# Each reads the metrics given (one snapshot, so that a Lease renewal landing between
+# two scrapes cannot make the counts disagree), else scrapes them.
+requests() { awk -F'[{}" ]+' '/^ftcomm_controller_api_requests_total/ && $3 != "WATCH" { print $3, $5, $NF }' <<<"${1:-$(metrics)}" | sort; }
+lease_requests() { awk -F'[{}" ]+' '/^ftcomm_controller_lease_requests_total/ { print $3, $NF }' <<<"${1:-$(metrics)}" | sort; }
+lease_req() { lease_requests "${2:-}" | awk -v v="$1" '$1 == v { print $2 }'; }
+nonwatch() { local m; m=$(metrics); { requests "$m"; lease_requests "$m" | awk '{ print $1, "lease", -$2 }'; } | awk '{ n += $3 } END { print n + 0 }'; }
 # idle_window SECONDS: nothing but the Lease's PUTs (one per 2 s retry period) goes out.
 idle_window() {
-  local before after lget0 lput0 lget1 lput1 d lo hi
-  before=$(requests); lget0=$(lease_req GET); lput0=$(lease_req PUT)
+  local before after lget0 lput0 lget1 lput1 d lo hi snap
+  snap=$(metrics); before=$(requests "$snap"); lget0=$(lease_req GET "$snap"); lput0=$(lease_req PUT "$snap")
   sleep "$1"
-  after=$(requests); lget1=$(lease_req GET); lput1=$(lease_req PUT)
+  snap=$(metrics); after=$(requests "$snap"); lget1=$(lease_req GET "$snap"); lput1=$(lease_req PUT "$snap")
   d=$((lput1 - lput0)) lo=$(($1 / 2 - 1)) hi=$(($1 / 2 + 1))
   # The only line that may change is PUT 200, by exactly the Lease's PUTs.
   local want

@@ -30,7 +30,7 @@ check "kubectl apply -k deploy/" kc apply -k deploy/
 check "the objects are there" kc -n $ns get deploy/ftcomm-controller svc/ftcomm-controller sa/ftcomm-controller pvc/ftcomm-dumps \
   role/ftcomm-controller-leader-election rolebinding/ftcomm-controller-leader-election
 check "... and the cluster-wide ones" kc get crd/trainingjobs.ftcomm.dev clusterrole/ftcomm-controller clusterrolebinding/ftcomm-controller
-check "the CRD is established" kc wait --for=condition=Established --timeout=30s crd/trainingjobs.ftcomm.dev
+check "the CRD is established and served" crd_ready
 check_out "a second apply changes nothing" '^([^ ]+ unchanged[[:space:]]*)+$' kc apply -k deploy/
 check "kubectl diff -k deploy/ finds no difference" kc diff -k deploy/
 check "kubectl diff -k deploy/crd/ finds no difference" kc diff -k deploy/crd/

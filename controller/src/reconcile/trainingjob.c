@@ -387,16 +387,28 @@ static ftc_status_t create_pod(ftck_reconciler_t *r, const json_t *job, const ft
   return st;
 }
 
-static ftc_status_t delete_pod(ftck_reconciler_t *r, const char *ns, const char *name) {
+/* Delete the pod `name` only if it is still the object with `uid` (a
+ * precondition, when uid is known): names are reused (a job deleted and
+ * made again under its name makes pods of the same names), so a cache that
+ * still shows an earlier pod must not get the new one deleted. A pod gone
+ * (404) or already another object (409) is no failure. */
+static ftc_status_t delete_pod(ftck_reconciler_t *r, const char *ns, const char *name, const char *uid) {
   char *path = ftck_path("", "v1", ns, "pods", name);
+  json_t *opts = uid ? json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "DeleteOptions", "preconditions",
+                                 "uid", uid)
+                     : NULL;
   long code = 0;
-  ftc_status_t st = path ? ftck_delete(r->c, path, &code) : ftc__error(FTC_ERR_NO_MEMORY, "no memory");
+  ftc_status_t st = path && (opts || !uid) ? ftck_request(r->c, "DELETE", path, NULL, opts, &code, NULL)
+                                           : ftc__error(FTC_ERR_NO_MEMORY, "no memory");
   ftc__free(path);
+  json_decref(opts);
   if (st == FTC_OK) {
     __atomic_add_fetch(&r->stats.pods_deleted, 1, __ATOMIC_RELAXED);
     FTC_INFO(FTC_SUB_CTRL, "%s: deleted pod %s", ns, name);
+  } else if (code == 409) {
+    FTC_DEBUG(FTC_SUB_CTRL, "%s: pod %s is another object now (uid precondition); not deleted", ns, name);
   }
-  return st == FTC_OK || code == 404 ? FTC_OK : st;
+  return st == FTC_OK || code == 404 || code == 409 ? FTC_OK : st;
 }
 
 /* ---- status ---- */
@@ -460,7 +472,7 @@ static ftc_status_t group_pods(ftck_reconciler_t *r, const json_t *job, const ft
     int s = ftck_pod_slot(pod), inc = ftck_pod_incarnation(pod);
     if ((owner_uid && uid && strcmp(owner_uid, uid) != 0) || s < 0 || s >= spec->replicas || spec->suspend) {
       if (!going) {
-        ftc_status_t st = delete_pod(r, ns, pname);
+        ftc_status_t st = delete_pod(r, ns, pname, ftck_jstr(pod, "metadata.uid"));
         if (st != FTC_OK) return st;
       }
       continue;
@@ -886,7 +898,7 @@ static ftc_status_t handle_hangs(pass_t *p) {
       if (!restart_cause) restart_cause = pod ? pod : p->slots[0].cur;
     } else if (p->spec.on_hang == FTCK_ON_HANG_REPLACE && pod && !ftck_pod_is_lost(pod)) {
       declare_lost(p, s, pod, 0);
-      st = delete_pod(p->r, p->ns, pname);
+      st = delete_pod(p->r, p->ns, pname, ftck_jstr(pod, "metadata.uid"));
     }
   }
   if (st == FTC_OK && restart_cause) st = restart_all(p, restart_cause, 1);
@@ -1155,7 +1167,8 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
     int s = ftck_pod_slot(pod);
     if (s < 0 || s >= p.spec.replicas || p.spec.suspend) continue;
     if (ftck_pod_incarnation(pod) < p.slots[s].inc && !ftck_jstr(pod, "metadata.deletionTimestamp"))
-      FTC_CHECK_GOTO(delete_pod(r, ns, ftck_jstr(pod, "metadata.name")), st, out_free_pass);
+      FTC_CHECK_GOTO(delete_pod(r, ns, ftck_jstr(pod, "metadata.name"), ftck_jstr(pod, "metadata.uid")), st,
+                     out_free_pass);
   }
   compute_status(&p, computed, conds);
   /* A job that ended (or is suspended) needs no coordinator. */
