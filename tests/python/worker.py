@@ -248,6 +248,10 @@ def scenario_ops(job):
     if r == root:
         for k in range(n):
             job.same(outs[k], job.data(torch.float16, 5, rank=k), f"gather from {k}")
+    flat = torch.empty(5 * n, dtype=torch.float16) if r == root else None
+    dist.gather_into_tensor(mine, flat, dst=root)
+    if r == root:
+        job.same(flat, torch.cat([job.data(torch.float16, 5, rank=k) for k in range(n)]), "gather_into_tensor")
     out = torch.empty(6, dtype=torch.int32)
     dist.scatter(out, [job.data(torch.int32, 6, salt=j) for j in range(n)] if r == root else None, src=root)
     job.same(out, job.data(torch.int32, 6, salt=r, rank=root), "scatter")
@@ -302,6 +306,13 @@ def scenario_errors(job):
     t = torch.ones(4)
     dist.all_reduce(t)
     job.same(t, torch.full((4,), float(n)), "all_reduce after refused calls")
+    # PyTorch's own flight recorder lists the backend's collectives under its name.
+    if os.environ.get("TORCH_FR_BUFFER_SIZE"):
+        import json
+        fr = json.loads(torch._C._distributed_c10d._dump_fr_trace_json(True, False, backend="ftcomm"))
+        names = [(e.get("profiling_name"), e.get("process_group", [None, None])[1]) for e in fr.get("entries", [])]
+        assert ("ftcomm:all_reduce", "default_pg") in names, names
+        job.checks += 1
     # A closed (aborted) group: every collective raises AbortedError, at once.
     dist.barrier()
     ftcomm.torch.backend_of().abort()

@@ -662,6 +662,35 @@ c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tenso
   return L.finish();
 }
 
+c10::intrusive_ptr<c10d::Work> Backend::gather_single(at::Tensor &output, at::Tensor &input,
+                                                      const c10d::GatherOptions &opts) {
+  check_tensor(input, "gather_into_tensor");
+  int root = static_cast<int>(opts.rootRank);
+  TORCH_CHECK_VALUE(root >= 0 && root < getSize(), "ftcomm: gather_into_tensor root ", root,
+                    " is not a rank of this group of ", getSize());
+  bool is_root = getRank() == root;
+  if (is_root) {
+    check_tensor(output, "gather_into_tensor");
+    check_same(output, input, "gather_into_tensor");
+    TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize(), "ftcomm: gather_into_tensor: the output has ",
+                      output.numel(), " elements; it needs the input's ", input.numel(), " times the group size ",
+                      getSize());
+  }
+  std::vector<at::Tensor> outs = is_root ? std::vector<at::Tensor>{output} : std::vector<at::Tensor>{};
+  std::vector<at::Tensor> ins{input};
+  Launch L(*this, c10d::OpType::GATHER, "ftcomm:gather_into_tensor", "gather_into_tensor", opts.asyncOp,
+           opts.timeout, outs, ins);
+  std::vector<at::Tensor> sends(getSize()), recvs(getSize());
+  sends[root] = bytes_of(L.in(input));
+  if (is_root) {
+    at::Tensor all = bytes_of(L.out(output, false));
+    int64_t n = sends[root].numel();
+    for (int j = 0; j < getSize(); j++) recvs[j] = all.narrow(0, j * n, n);
+  }
+  exchange(L, sends, recvs);
+  return L.finish();
+}
+
 c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor> &outputs,
                                                 std::vector<std::vector<at::Tensor>> &inputs,
                                                 const c10d::ScatterOptions &opts) {

@@ -138,6 +138,8 @@ class Backend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
                                         std::vector<at::Tensor> &inputs,
                                         const c10d::GatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> gather_single(at::Tensor &output, at::Tensor &input,
+                                               const c10d::GatherOptions &opts) override;
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor> &outputs,
                                          std::vector<std::vector<at::Tensor>> &inputs,
                                          const c10d::ScatterOptions &opts) override;
