@@ -44,8 +44,14 @@ def test_every_op_and_dtype_matches_gloo(n):
     assert len(counts) == n and all(int(c) >= 130 and int(g) >= 50 for c, g in counts), counts
 
 
+@pytest.mark.parametrize("n", [3, 4])
+def test_sub_groups_are_child_communicators_that_match_gloo(n, tmp_path):
+    out = job(n, "groups", args=["--dump-dir", str(tmp_path)])
+    assert len(passes(out, "groups")) == n, out[-4000:]
+
+
 def test_bad_input_gives_a_clear_python_error():
-    out = job(2, "errors")
+    out = job(2, "errors", env={"TORCH_FR_BUFFER_SIZE": "64"})
     assert len(passes(out, "errors")) == 2, out[-4000:]
 
 

@@ -248,6 +248,10 @@ def scenario_ops(job):
     if r == root:
         for k in range(n):
             job.same(outs[k], job.data(torch.float16, 5, rank=k), f"gather from {k}")
+    flat = torch.empty(5 * n, dtype=torch.float16) if r == root else None
+    dist.gather_into_tensor(mine, flat, dst=root)
+    if r == root:
+        job.same(flat, torch.cat([job.data(torch.float16, 5, rank=k) for k in range(n)]), "gather_into_tensor")
     out = torch.empty(6, dtype=torch.int32)
     dist.scatter(out, [job.data(torch.int32, 6, salt=j) for j in range(n)] if r == root else None, src=root)
     job.same(out, job.data(torch.int32, 6, salt=r, rank=root), "scatter")
@@ -278,6 +282,48 @@ def scenario_ops(job):
     job.done("ops")
 
 
+def scenario_groups(job):
+    """new_group of ftcomm (child communicators of the job's) next to gloo's of the same ranks."""
+    r, n = job.rank, job.size
+    lists = [list(range(0, n, 2)), list(range(1, n, 2)), list(range(n)), [n - 1]]
+    for ranks in lists:
+        g = dist.new_group(ranks)
+        gg = dist.new_group(ranks, backend="gloo")
+        if r not in ranks:
+            continue
+        for dtype in (torch.float32, torch.int64, torch.bfloat16):
+            t = job.data(dtype, 21)
+            dist.all_reduce(t, group=g)
+            u = job.data(dtype, 21)
+            dist.all_reduce(u, group=gg)
+            job.vs_gloo += 1
+            job.same(t, u, f"all_reduce {dtype} in group {ranks}")
+        flat = torch.empty(5 * len(ranks), dtype=torch.int32)
+        dist.all_gather_into_tensor(flat, job.data(torch.int32, 5), group=g)
+        job.same(flat, torch.cat([job.data(torch.int32, 5, rank=q) for q in ranks]), f"all_gather_into_tensor in group {ranks}")
+        t = job.data(torch.float64, 7) if r == ranks[-1] else torch.zeros(7, dtype=torch.float64)
+        dist.broadcast(t, group_src=len(ranks) - 1, group=g)
+        job.same(t, job.data(torch.float64, 7, rank=ranks[-1]), f"broadcast in group {ranks}")
+        w = dist.all_reduce(t2 := torch.ones(3), group=g, async_op=True)
+        w.wait()
+        job.same(t2, torch.full((3,), float(len(ranks))), f"async all_reduce in group {ranks}")
+    # The default group still works after the splits.
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    job.same(t, torch.full((2,), float(n)), "all_reduce in the default group after the groups")
+    # ftcomm's own dump names the collectives and groups as torch does.
+    import json
+    with open(ftcomm.torch.backend_of().dump("test")) as f:
+        comms = json.load(f)["communicators"]
+    world = [c for c in comms if c["pg_desc"] == "default_pg"]
+    assert len(world) == 1 and world[0]["pg_name"] == "0", [(c["name"], c["pg_name"], c["pg_desc"]) for c in comms]
+    names = {e[-1] for c in comms for e in c["entries"]}
+    assert {"ftcomm:all_reduce", "ftcomm:broadcast", "ftcomm:new_group"} <= names, names
+    assert len(comms) >= 2, "no child communicator in the dump"
+    job.checks += 1
+    job.done("groups")
+
+
 def scenario_errors(job):
     r, n = job.rank, job.size
     def expect(exc, fn, words, what):
@@ -302,6 +348,13 @@ def scenario_errors(job):
     t = torch.ones(4)
     dist.all_reduce(t)
     job.same(t, torch.full((4,), float(n)), "all_reduce after refused calls")
+    # PyTorch's own flight recorder lists the backend's collectives under its name.
+    if os.environ.get("TORCH_FR_BUFFER_SIZE"):
+        import json
+        fr = json.loads(torch._C._distributed_c10d._dump_fr_trace_json(True, False, backend="ftcomm"))
+        names = [(e.get("profiling_name"), e.get("process_group", [None, None])[1]) for e in fr.get("entries", [])]
+        assert ("ftcomm:all_reduce", "default_pg") in names, names
+        job.checks += 1
     # A closed (aborted) group: every collective raises AbortedError, at once.
     dist.barrier()
     ftcomm.torch.backend_of().abort()

@@ -102,6 +102,28 @@ def _env_or_ftcomm(url, **kwargs):
     return _env_handler(url, **kwargs)
 
 
+_c10d = dist.distributed_c10d
+_new_group_helper = _c10d._new_process_group_helper
+
+
+def _uses_ftcomm(backend):
+    return "ftcomm" in str(backend).lower()
+
+
+def _new_process_group_helper(group_size, group_rank, global_ranks_in_group, backend, *args, **kwargs):
+    # A group of ftcomm is a child communicator of the default group's, made
+    # by a call in which every rank of the default group takes part. torch
+    # calls the backend's creator only on the group's members: the others
+    # take their part here (with the group's timeout), right after torch has
+    # decided they are not members, at the same point of the program.
+    result = _new_group_helper(group_size, group_rank, global_ranks_in_group, backend, *args, **kwargs)
+    if (global_ranks_in_group and _uses_ftcomm(backend) and result[0] is _c10d.GroupMember.NON_GROUP_MEMBER
+            and _c10d.is_initialized() and dist.get_rank() not in global_ranks_in_group):
+        timeout = kwargs.get("timeout") or (args[3] if len(args) > 3 else None) or _c10d.default_pg_timeout
+        _C.split_nonmember([int(r) for r in global_ranks_in_group], timeout.total_seconds())
+    return result
+
+
 def backend_of(group=None):
     """The FtcommBackend of a process group (the default group if None)."""
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
@@ -115,4 +137,5 @@ if "ftcomm" not in _rdzv._rendezvous_handlers:
     _rdzv.register_rendezvous_handler("ftcomm", _ftcomm_rendezvous)
     _rdzv._rendezvous_handlers["env"] = _env_or_ftcomm
     dist.Backend.register_backend(BACKEND, _create_backend, extended_api=True, devices=["cpu", "cuda"])
+    _c10d._new_process_group_helper = _new_process_group_helper
     atexit.register(_C.shutdown_all)

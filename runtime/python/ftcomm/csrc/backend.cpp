@@ -85,6 +85,24 @@ std::shared_ptr<Comm> create_comm() {
   return c;
 }
 
+std::shared_ptr<Comm> split_comm(Comm &parent, const std::vector<int> &ranks, int timeout_ms) {
+  auto c = std::make_shared<Comm>();
+  c->slot = parent.slot;
+  c->timeout_ms = parent.timeout_ms;
+  c->job = parent.job;
+  ftc_status_t st;
+  {
+    static const char kName[] = "ftcomm:new_group"; /* the split's own collectives, in dumps */
+    std::lock_guard<std::mutex> l(parent.mu);
+    parent.coll_name = kName;
+    ftc_comm_set_coll_name(parent.comm, kName);
+    st = ftc_comm_split_ranks(parent.comm, ranks.data(), static_cast<int>(ranks.size()), timeout_ms, &c->comm);
+  }
+  if (st != FTC_OK) throw_status(st, parent, "new_group (ftc_comm_split_ranks)");
+  if (!c->comm) return nullptr;
+  return c;
+}
+
 /* ---- arguments ---- */
 
 namespace {
@@ -235,6 +253,7 @@ class Launch {
          const std::optional<std::vector<at::Tensor>> &inputs)
       : be_(be), comm_(*be.comm()), async_(async), lock_(be.comm()->mu) {
     auto t = be.timeout_of(op_timeout);
+    be.name_for_recorder(title);
     work_ = c10::make_intrusive<Work>(be.getRank(), type, title, name, std::move(outputs), t, inputs);
     work_->comm_ = be.comm();
     work_->slot_ = comm_.slot;
@@ -365,6 +384,18 @@ void Backend::shutdown() {
   }
   qcv_.notify_all();
   if (done_thread_.joinable()) done_thread_.join();
+}
+
+void Backend::name_for_recorder(const char *title) {
+  /* Names are only labels in dumps: a refused one costs the label, not the op. */
+  if (!comm_->group_named) {
+    comm_->group_named = true;
+    ftc_comm_set_group_name(comm_->comm, getGroupUid().c_str(), getGroupDesc().c_str());
+  }
+  if (comm_->coll_name != title) {
+    comm_->coll_name = title;
+    ftc_comm_set_coll_name(comm_->comm, title);
+  }
 }
 
 void Backend::abort() {
@@ -515,28 +546,6 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor> &tensors,
 
 namespace {
 
-/* Each rank sends sends[j] to rank j and receives recvs[j] from it (byte
- * buffers, contiguous CPU; the own entry is copied locally). Built from
- * queued send/recv, which progress together. */
-void exchange(Launch &L, const std::vector<at::Tensor> &sends, const std::vector<at::Tensor> &recvs) {
-  int me = L.rank();
-  ftc_comm_t *c = L.comm();
-  for (int j = 0; j < L.size(); j++) {
-    if (j == me || !recvs[j].defined() || recvs[j].nbytes() == 0) continue;
-    void *p = recvs[j].data_ptr();
-    size_t n = recvs[j].nbytes();
-    L.start([&](ftc_request_t **r) { return ftc_irecv(p, n, FTC_U8, j, c, r); });
-  }
-  for (int j = 0; j < L.size(); j++) {
-    if (j == me || !sends[j].defined() || sends[j].nbytes() == 0) continue;
-    const void *p = sends[j].data_ptr();
-    size_t n = sends[j].nbytes();
-    L.start([&](ftc_request_t **r) { return ftc_isend(p, n, FTC_U8, j, c, r); });
-  }
-  if (sends[me].defined() && recvs[me].defined() && recvs[me].nbytes())
-    recvs[me].view(at::kByte).copy_(sends[me].view(at::kByte).reshape(recvs[me].view(at::kByte).sizes()));
-}
-
 at::Tensor bytes_of(const at::Tensor &t) { return t.reshape({-1}).view(at::kByte); }
 
 }  // namespace
@@ -575,10 +584,29 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<std::vector<at::Te
       }
     });
   } else {
+    /* Unequal tensors: ftc_allgatherv of their bytes into one buffer. */
     at::Tensor src = bytes_of(L.in(in));
-    std::vector<at::Tensor> sends(getSize(), src), recvs;
-    for (auto &o : outs) recvs.push_back(bytes_of(L.out(o, false)));
-    exchange(L, sends, recvs);
+    std::vector<size_t> counts;
+    int64_t total = 0;
+    for (auto &o : outs) {
+      counts.push_back(o.nbytes());
+      total += o.nbytes();
+    }
+    at::Tensor all = L.scratch(src, total);
+    const void *sp = src.data_ptr();
+    void *rp = all.data_ptr();
+    const size_t *cp = counts.data();
+    ftc_comm_t *c = L.comm();
+    L.run([&](int ms) { return ftc_allgatherv(sp, rp, cp, nullptr, FTC_U8, c, ms); },
+          [&](ftc_request_t **r) { return ftc_iallgatherv(sp, rp, cp, nullptr, FTC_U8, c, r); });
+    std::vector<at::Tensor> os = outs;
+    L.then([os, all]() {
+      int64_t off = 0;
+      for (auto &o : os) {
+        const_cast<at::Tensor &>(o).copy_(all.narrow(0, off, o.nbytes()).view(o.scalar_type()).view(o.sizes()));
+        off += o.nbytes();
+      }
+    });
   }
   return L.finish();
 }
@@ -639,26 +667,65 @@ c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tenso
   TORCH_CHECK_VALUE(root >= 0 && root < getSize(), "ftcomm: gather root ", root, " is not a rank of this group of ",
                     getSize());
   bool is_root = getRank() == root;
+  const at::Tensor &in = inputs[0];
   if (is_root) {
     TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
                       "ftcomm: gather needs ", getSize(), " output tensors on the root");
+    for (auto &o : outputs[0]) {
+      check_tensor(o, "gather");
+      check_same(o, in, "gather");
+      TORCH_CHECK_VALUE(o.numel() == in.numel(), "ftcomm: gather: an output tensor of ", o.numel(),
+                        " elements for inputs of ", in.numel(), " (every rank sends as many)");
+    }
   } else {
     TORCH_CHECK_VALUE(outputs.empty() || outputs[0].empty(), "ftcomm: gather takes output tensors only on the root");
   }
   std::vector<at::Tensor> outs = is_root ? outputs[0] : std::vector<at::Tensor>{};
   Launch L(*this, c10d::OpType::GATHER, "ftcomm:gather", "gather", opts.asyncOp, opts.timeout, outs, inputs);
-  at::Tensor src = bytes_of(L.in(inputs[0]));
-  std::vector<at::Tensor> sends(getSize()), recvs(getSize());
+  at::Tensor src = bytes_of(L.in(in));
+  at::Tensor all = is_root ? L.scratch(src, src.numel() * getSize()) : at::Tensor();
+  const void *sp = src.data_ptr();
+  void *rp = is_root ? all.data_ptr() : nullptr;
+  size_t n = src.numel();
+  ftc_comm_t *c = L.comm();
+  L.run([&](int ms) { return ftc_gather(sp, rp, n, FTC_U8, root, c, ms); },
+        [&](ftc_request_t **r) { return ftc_igather(sp, rp, n, FTC_U8, root, c, r); });
   if (is_root) {
-    for (int j = 0; j < getSize(); j++) {
-      check_same(outs[j], inputs[0], "gather");
-      recvs[j] = bytes_of(L.out(outs[j], false));
-    }
-    sends[root] = src;
-  } else {
-    sends[root] = src;
+    L.then([outs, all, n]() {
+      for (size_t j = 0; j < outs.size(); j++)
+        const_cast<at::Tensor &>(outs[j]).copy_(
+            all.narrow(0, j * n, n).view(outs[j].scalar_type()).view(outs[j].sizes()));
+    });
   }
-  exchange(L, sends, recvs);
+  return L.finish();
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::gather_single(at::Tensor &output, at::Tensor &input,
+                                                      const c10d::GatherOptions &opts) {
+  check_tensor(input, "gather_into_tensor");
+  int root = static_cast<int>(opts.rootRank);
+  TORCH_CHECK_VALUE(root >= 0 && root < getSize(), "ftcomm: gather_into_tensor root ", root,
+                    " is not a rank of this group of ", getSize());
+  bool is_root = getRank() == root;
+  if (is_root) {
+    check_tensor(output, "gather_into_tensor");
+    check_same(output, input, "gather_into_tensor");
+    TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize(), "ftcomm: gather_into_tensor: the output has ",
+                      output.numel(), " elements; it needs the input's ", input.numel(), " times the group size ",
+                      getSize());
+  }
+  std::vector<at::Tensor> outs = is_root ? std::vector<at::Tensor>{output} : std::vector<at::Tensor>{};
+  std::vector<at::Tensor> ins{input};
+  Launch L(*this, c10d::OpType::GATHER, "ftcomm:gather_into_tensor", "gather_into_tensor", opts.asyncOp,
+           opts.timeout, outs, ins);
+  at::Tensor src = L.in(input);
+  at::Tensor o = is_root ? L.out(output, false) : at::Tensor();
+  const void *sp = src.data_ptr();
+  void *rp = is_root ? o.data_ptr() : nullptr;
+  size_t n = src.nbytes();
+  ftc_comm_t *c = L.comm();
+  L.run([&](int ms) { return ftc_gather(sp, rp, n, FTC_U8, root, c, ms); },
+        [&](ftc_request_t **r) { return ftc_igather(sp, rp, n, FTC_U8, root, c, r); });
   return L.finish();
 }
 
@@ -670,26 +737,33 @@ c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor> &outputs
   TORCH_CHECK_VALUE(root >= 0 && root < getSize(), "ftcomm: scatter root ", root, " is not a rank of this group of ",
                     getSize());
   bool is_root = getRank() == root;
+  at::Tensor &out = outputs[0];
   if (is_root) {
     TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
                       "ftcomm: scatter needs ", getSize(), " input tensors on the root");
+    for (auto &i : inputs[0]) {
+      check_tensor(i, "scatter");
+      check_same(out, i, "scatter");
+      TORCH_CHECK_VALUE(i.numel() == out.numel(), "ftcomm: scatter: an input tensor of ", i.numel(),
+                        " elements for outputs of ", out.numel(), " (every rank receives as many)");
+    }
   }
   std::vector<at::Tensor> ins = is_root ? inputs[0] : std::vector<at::Tensor>{};
   Launch L(*this, c10d::OpType::SCATTER, "ftcomm:scatter", "scatter", opts.asyncOp, opts.timeout, outputs, ins);
-  std::vector<at::Tensor> sends(getSize()), recvs(getSize());
-  recvs[root] = bytes_of(L.out(outputs[0], false));
-  if (is_root)
-    for (int j = 0; j < getSize(); j++) {
-      check_same(outputs[0], ins[j], "scatter");
-      sends[j] = bytes_of(L.in(ins[j]));
-    }
+  at::Tensor packed;
   if (is_root) {
-    std::vector<at::Tensor> r(getSize());
-    r[root] = recvs[root];
-    exchange(L, sends, r);
-  } else {
-    exchange(L, sends, recvs);
+    std::vector<at::Tensor> flat;
+    for (auto &i : ins) flat.push_back(i.reshape({-1}).to(at::kCPU).view(at::kByte));
+    packed = at::cat(flat);
+    L.in(packed);
   }
+  at::Tensor o = L.out(out, false);
+  const void *sp = is_root ? packed.data_ptr() : nullptr;
+  void *rp = o.data_ptr();
+  size_t n = o.nbytes();
+  ftc_comm_t *c = L.comm();
+  L.run([&](int ms) { return ftc_scatter(sp, rp, n, FTC_U8, root, c, ms); },
+        [&](ftc_request_t **r) { return ftc_iscatter(sp, rp, n, FTC_U8, root, c, r); });
   return L.finish();
 }
 
@@ -827,17 +901,25 @@ c10::intrusive_ptr<c10d::Work> Backend::all_to_all_single(at::Tensor &output, at
     L.run([&](int ms) { return ftc_alltoall(sp, rp, n, FTC_U8, c, ms); },
           [&](ftc_request_t **r) { return ftc_ialltoall(sp, rp, n, FTC_U8, c, r); });
   } else {
-    std::vector<at::Tensor> sends, recvs;
-    int64_t ioff = 0, ooff = 0;
-    for (int j = 0; j < size; j++) {
-      sends.push_back(i.narrow(0, ioff, irows[j] * irow).view(at::kByte));
-      recvs.push_back(o.narrow(0, ooff, orows[j] * orow).view(at::kByte));
-      ioff += irows[j] * irow;
-      ooff += orows[j] * orow;
-    }
-    TORCH_CHECK_VALUE(sends[getRank()].numel() == recvs[getRank()].numel(), "ftcomm: all_to_all_single: this rank sends ",
+    /* Uneven splits: ftc_alltoallv, in bytes. */
+    TORCH_CHECK_VALUE(irows[getRank()] * irow == orows[getRank()] * orow, "ftcomm: all_to_all_single: this rank sends ",
                       irows[getRank()], " rows to itself but expects ", orows[getRank()]);
-    exchange(L, sends, recvs);
+    std::vector<size_t> sc, sd, rc, rd;
+    size_t ioff = 0, ooff = 0, es = i.element_size();
+    for (int j = 0; j < size; j++) {
+      sc.push_back(irows[j] * irow * es);
+      sd.push_back(ioff);
+      rc.push_back(orows[j] * orow * es);
+      rd.push_back(ooff);
+      ioff += sc.back();
+      ooff += rc.back();
+    }
+    const void *sp = i.data_ptr();
+    void *rp = o.data_ptr();
+    L.run([&](int ms) { return ftc_alltoallv(sp, sc.data(), sd.data(), rp, rc.data(), rd.data(), FTC_U8, c, ms); },
+          [&](ftc_request_t **r) {
+            return ftc_ialltoallv(sp, sc.data(), sd.data(), rp, rc.data(), rd.data(), FTC_U8, c, r);
+          });
   }
   return L.finish();
 }
@@ -857,12 +939,32 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall(std::vector<at::Tensor> &output
                     inputs[getRank()].numel(), " elements to itself but expects ", outputs[getRank()].numel());
   Launch L(*this, c10d::OpType::ALLTOALL, "ftcomm:all_to_all", "all_to_all", opts.asyncOp, opts.timeout, outputs,
            inputs);
-  std::vector<at::Tensor> sends, recvs;
+  /* The tensors packed end to end, one ftc_alltoallv of their bytes. */
+  std::vector<at::Tensor> flat;
+  std::vector<size_t> sc, rc;
+  int64_t rtotal = 0;
   for (int j = 0; j < size; j++) {
-    sends.push_back(bytes_of(L.in(inputs[j])));
-    recvs.push_back(bytes_of(L.out(outputs[j], false)));
+    flat.push_back(inputs[j].reshape({-1}).to(at::kCPU).view(at::kByte));
+    sc.push_back(inputs[j].nbytes());
+    rc.push_back(outputs[j].nbytes());
+    rtotal += outputs[j].nbytes();
   }
-  exchange(L, sends, recvs);
+  at::Tensor packed = at::cat(flat);
+  L.in(packed);
+  at::Tensor all = L.scratch(packed, rtotal);
+  const void *sp = packed.data_ptr();
+  void *rp = all.data_ptr();
+  ftc_comm_t *c = L.comm();
+  L.run([&](int ms) { return ftc_alltoallv(sp, sc.data(), nullptr, rp, rc.data(), nullptr, FTC_U8, c, ms); },
+        [&](ftc_request_t **r) { return ftc_ialltoallv(sp, sc.data(), nullptr, rp, rc.data(), nullptr, FTC_U8, c, r); });
+  std::vector<at::Tensor> os = outputs;
+  L.then([os, all]() {
+    int64_t off = 0;
+    for (auto &o : os) {
+      const_cast<at::Tensor &>(o).copy_(all.narrow(0, off, o.nbytes()).view(o.scalar_type()).view(o.sizes()));
+      off += o.nbytes();
+    }
+  });
   return L.finish();
 }
 

@@ -42,6 +42,8 @@ struct Comm {
   int timeout_ms = 0; /* FTCOMM_TIMEOUT_MS as resolved: the library's own bound */
   std::string job;
   std::mutex mu;      /* held by every call that starts an operation */
+  const char *coll_name = nullptr; /* the recorder's collective name now set (under mu) */
+  bool group_named = false;        /* the recorder has the group's name (under mu) */
   Comm() = default;
   Comm(const Comm &) = delete;
   Comm &operator=(const Comm &) = delete;
@@ -54,6 +56,10 @@ struct Comm {
 /* Create the process's communicator from the FTCOMM_* environment (blocks
  * until the first epoch is connected). Throws FtcError on failure. */
 std::shared_ptr<Comm> create_comm();
+
+/* ftc_comm_split_ranks over parent: collective over every rank of the
+ * parent. Returns the child, or nullptr on a rank that is not in ranks. */
+std::shared_ptr<Comm> split_comm(Comm &parent, const std::vector<int> &ranks, int timeout_ms);
 
 /* The error a failed ftcomm call raises: c10::DistBackendError, so torch
  * treats it as a backend error; crosses into Python as ftcomm.PeerLostError,
@@ -138,6 +144,8 @@ class Backend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
                                         std::vector<at::Tensor> &inputs,
                                         const c10d::GatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> gather_single(at::Tensor &output, at::Tensor &input,
+                                               const c10d::GatherOptions &opts) override;
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor> &outputs,
                                          std::vector<std::vector<at::Tensor>> &inputs,
                                          const c10d::ScatterOptions &opts) override;
@@ -170,6 +178,9 @@ class Backend : public c10d::Backend {
   void enqueue(c10::intrusive_ptr<Work> work);
   std::chrono::milliseconds timeout_of(std::chrono::milliseconds op_timeout) const;
   uint64_t next_seq() { return ++seq_; }
+  /* Tell the flight recorder the torch-level names of the next collective
+   * (its profiling name) and of the group; with the communicator's lock held. */
+  void name_for_recorder(const char *title);
 
  private:
   void completion_loop();

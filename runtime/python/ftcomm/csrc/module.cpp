@@ -53,7 +53,10 @@ std::string world_broadcast(const std::string &s, int root) {
   std::string out;
   {
     py::gil_scoped_release nogil;
+    static const char kName[] = "ftcomm:rendezvous";
     std::lock_guard<std::mutex> l(c->mu);
+    c->coll_name = kName;
+    ftc_comm_set_coll_name(c->comm, kName);
     ftc_status_t st = ftc_broadcast(&len, 1, FTC_I64, root, c->comm, FTC_TIMEOUT_DEFAULT);
     if (st != FTC_OK) throw_status(st, *c, "broadcast of the rendezvous");
     out = s;
@@ -64,19 +67,28 @@ std::string world_broadcast(const std::string &s, int root) {
   return out;
 }
 
+int split_timeout_ms(const Comm &world, double timeout_s) {
+  double ms = timeout_s * 1000.0;
+  if (world.timeout_ms > 0 && ms > world.timeout_ms) ms = world.timeout_ms;
+  return ms < 1 ? 1 : static_cast<int>(ms);
+}
+
 c10::intrusive_ptr<c10d::Backend> new_backend(int group_rank, int group_size, std::vector<int64_t> global_ranks,
                                               double timeout_s, const std::string &group_name) {
-  auto c = world_comm(true);
-  int rank = c->rank(), size = c->size();
-  bool whole = global_ranks.empty();
-  if (!whole && static_cast<int>(global_ranks.size()) == size) {
-    whole = true;
-    for (int i = 0; i < size; i++)
-      if (global_ranks[i] != i) whole = false;
+  auto world = world_comm(true);
+  std::shared_ptr<Comm> c = world;
+  if (!global_ranks.empty()) {
+    /* A group of the default group's ranks: a child communicator that follows
+     * the job's epochs (every rank of the default group takes part, the
+     * others through split_nonmember, called by ftcomm/torch.py). */
+    std::vector<int> ranks(global_ranks.begin(), global_ranks.end());
+    {
+      py::gil_scoped_release nogil;
+      c = split_comm(*world, ranks, split_timeout_ms(*world, timeout_s));
+    }
+    TORCH_CHECK(c, "ftcomm: new_group: this process (rank ", world->rank(), ") is not in the group's ranks");
   }
-  TORCH_CHECK_VALUE(whole, "ftcomm: a group of ", global_ranks.size(), " of the job's ", size,
-                    " ranks needs a sub-communicator, which this build of ftcomm cannot make yet; groups of all"
-                    " ranks in rank order work (and gloo for a sub-group: new_group(ranks, backend=\"gloo\"))");
+  int rank = c->rank(), size = c->size();
   TORCH_CHECK_VALUE(group_rank == rank && group_size == size, "ftcomm: torch.distributed says this process is rank ",
                     group_rank, " of ", group_size, " but the ftcomm job (slot ", c->slot, ") made it rank ", rank,
                     " of ", size,
@@ -91,6 +103,20 @@ c10::intrusive_ptr<c10d::Backend> new_backend(int group_rank, int group_size, st
   if (g_pending == c) g_pending.reset();
   g_backends.emplace_back(be);
   return be;
+}
+
+/* A rank of the default group outside a new group's ranks: its part in the
+ * split (collective over the default group). */
+void split_nonmember(std::vector<int64_t> global_ranks, double timeout_s) {
+  auto world = world_comm(false);
+  TORCH_CHECK(world, "ftcomm: new_group before init_process_group");
+  std::vector<int> ranks(global_ranks.begin(), global_ranks.end());
+  std::shared_ptr<Comm> c;
+  {
+    py::gil_scoped_release nogil;
+    c = split_comm(*world, ranks, split_timeout_ms(*world, timeout_s));
+  }
+  TORCH_CHECK(!c, "ftcomm: new_group: this process is in the group's ranks but torch did not make it a member");
 }
 
 /* At exit: leave the job cleanly (the coordinator then sees "left", not a
@@ -156,6 +182,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("world_broadcast", &world_broadcast, py::arg("data"), py::arg("root"));
   m.def("new_backend", &new_backend, py::arg("group_rank"), py::arg("group_size"), py::arg("global_ranks"),
         py::arg("timeout_s"), py::arg("group_name"));
+  m.def("split_nonmember", &split_nonmember, py::arg("global_ranks"), py::arg("timeout_s"));
   m.def("shutdown_all", &shutdown_all);
   m.def("status_names", []() {
     py::dict d;
