@@ -637,7 +637,8 @@ static ftc_status_t barrier(ftc__tcp_t *tp, const ftc__red_t *red, int64_t deadl
  * the algorithm moves no byte between them (a broadcast's root receives
  * nothing): ranks whose calls differ cannot all complete it. */
 static ftc_status_t ring_check(ftc__tcp_t *tp, const ftc__red_t *red, int64_t deadline) {
-  const int prev = mod(tp->rank - 1, tp->size);
+  const int prev = mod(tp->rank - 1, tp->size), next = mod(tp->rank + 1, tp->size);
+  if (tp->desc_recv[prev] == tp->coll_seq && tp->desc_sent[next] == tp->coll_seq) return FTC_OK;
   int ns = 0;
   if (tp->desc_recv[prev] != tp->coll_seq) stream_at(tp, ns++, prev, 0, NULL, 0);
   return ftc__xfer_run(tp, tp->streams, ns, red, deadline);
@@ -659,6 +660,7 @@ ftc_status_t ftc__tcp_run(ftc__tcp_t *tp, const ftc__op_t *op, int64_t deadline_
   if (tp->size == 1) return run_coll(tp, op, &red, deadline_ns);
   tp->coll_seq++;
   tp->desc_op = op;
+  ftc__desc_of(tp, op, tp->coll_seq, 0, 1, tp->desc_cur); /* the same to every peer but alltoallv's */
   ftc_status_t st = run_coll(tp, op, &red, deadline_ns);
   if (st == FTC_OK) st = ring_check(tp, &red, deadline_ns);
   tp->desc_op = NULL;

@@ -15,6 +15,17 @@
 
 #include "tcp/tcp.h"
 
+/* The descriptor that leads a collective's bytes on each connection it
+ * uses, and every send/recv message (docs/protocol.md, "Descriptors"): the
+ * receiver compares it with its own call's before it takes a byte of data
+ * from that peer. Little-endian:
+ *   0 u8 kind (ftc_rec_op_t)  1 u8 dtype  2 u8 reduce op (0xff: none)
+ *   3 u8 FTC__DESC_TAG        4 i32 root or peer (-1: none)
+ *   8 u64 sequence            16 u64 count  24 u64 extra (allgatherv: a hash
+ *   of the counts; alltoallv: the elements of this pair's block) */
+#define FTC__DESC_SIZE 32
+#define FTC__DESC_TAG 0xD5
+
 typedef struct ftc__tcp_peer {
   int fd;             /* receives from the peer (-1 for self) */
   int sfd;            /* sends to the peer: its own socket, or fd itself */
@@ -83,6 +94,7 @@ struct ftc__tcp {
    * (desc_sent/desc_recv[peer] == coll_seq once it has). */
   const ftc__op_t *desc_op; /* NULL outside a collective (send/recv set their own) */
   uint64_t coll_seq;        /* collectives run in this epoch, this one included */
+  uint8_t desc_cur[FTC__DESC_SIZE]; /* desc_op's descriptor (alltoallv: the pair's differs) */
   uint64_t *desc_sent, *desc_recv; /* size entries each */
   uint64_t *msg_sent, *msg_recv;   /* send/recv messages per peer, each way */
   unsigned char *msg_done;         /* stream_cap entries: a send/recv run's finished streams */
@@ -114,16 +126,6 @@ typedef struct ftc__seg {
   unsigned char finish; /* reducing recv: apply the AVG division */
 } ftc__seg_t;
 
-/* The descriptor that leads a collective's bytes on each connection it
- * uses, and every send/recv message (docs/protocol.md, "Descriptors"): the
- * receiver compares it with its own call's before it takes a byte of data
- * from that peer. Little-endian:
- *   0 u8 kind (ftc_rec_op_t)  1 u8 dtype  2 u8 reduce op (0xff: none)
- *   3 u8 FTC__DESC_TAG        4 i32 root or peer (-1: none)
- *   8 u64 sequence            16 u64 count  24 u64 extra (allgatherv: a hash
- *   of the counts; alltoallv: the elements of this pair's block) */
-#define FTC__DESC_SIZE 32
-#define FTC__DESC_TAG 0xD5
 
 typedef struct ftc__stream {
   int peer;
