@@ -61,6 +61,20 @@ static ftc__stream_t *stream_at(ftc__tcp_t *tp, int i, int peer, int send, ftc__
   return s;
 }
 
+/* The algorithm an allreduce of op runs on tp. */
+static ftc_algo_t allreduce_algo(const ftc__tcp_t *tp, const ftc__op_t *op) {
+  const size_t bytes = op->count * ftc_dtype_size(op->dtype);
+  ftc_algo_t a = op->algo;
+  const ftc_algo_t small = tp->crowded ? FTC_ALGO_FLAT : FTC_ALGO_DOUBLING;
+  if (a == FTC_ALGO_AUTO)
+    a = op->count < (size_t)tp->size || bytes < tp->cfg.ring_threshold ? small
+        : bytes < tp->cfg.halving_max                                  ? FTC_ALGO_HALVING
+                                                                       : FTC_ALGO_RING;
+  else if (op->count < (size_t)tp->size && (a == FTC_ALGO_RING || a == FTC_ALGO_HALVING))
+    a = small; /* their blocks would be empty */
+  return a;
+}
+
 /* ---- descriptors ---- */
 
 static void put32(uint8_t *p, uint32_t v) {
@@ -102,6 +116,7 @@ void ftc__desc_of(const ftc__tcp_t *tp, const ftc__op_t *op, uint64_t seq, int p
     count = 0;
     extra = send ? op->scounts[peer] : op->rcounts[peer];
   }
+  if (c == FTC_REC_ALLREDUCE && tp) extra = (uint64_t)allreduce_algo(tp, op); /* set per call */
   out[0] = (uint8_t)c;
   out[1] = (uint8_t)op->dtype;
   out[2] = reduces(c) ? (uint8_t)op->op : 0xff;
@@ -133,6 +148,9 @@ static void desc_text(const uint8_t d[FTC__DESC_SIZE], int sender, char *buf, si
     snprintf(buf, len, "called allgatherv #%llu x%llu %s (counts hash %016llx)", seq, count, dt, extra);
   else if (c == FTC_REC_BARRIER)
     snprintf(buf, len, "called barrier #%llu", seq);
+  else if (c == FTC_REC_ALLREDUCE)
+    snprintf(buf, len, "called allreduce #%llu%s x%llu %s (%s)", seq, opb, count, dt,
+             ftc_algo_name((ftc_algo_t)extra));
   else
     snprintf(buf, len, "called %s #%llu%s%s x%llu %s", ftc_rec_op_name(c), seq, rootb, opb, count, dt);
 }
@@ -706,14 +724,7 @@ static ftc_status_t run_coll(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red
   }
   switch (op->coll) {
     case FTC_REC_ALLREDUCE: {
-      ftc_algo_t a = op->algo;
-      const ftc_algo_t small = tp->crowded ? FTC_ALGO_FLAT : FTC_ALGO_DOUBLING;
-      if (a == FTC_ALGO_AUTO)
-        a = op->count < (size_t)tp->size || bytes < tp->cfg.ring_threshold ? small
-            : bytes < tp->cfg.halving_max                                  ? FTC_ALGO_HALVING
-                                                                           : FTC_ALGO_RING;
-      else if (op->count < (size_t)tp->size && (a == FTC_ALGO_RING || a == FTC_ALGO_HALVING))
-        a = small; /* their blocks would be empty */
+      ftc_algo_t a = allreduce_algo(tp, op);
       if (a == FTC_ALGO_DOUBLING) return allreduce_rd(tp, op, &red, deadline_ns);
       if (a == FTC_ALGO_FLAT) return allreduce_flat(tp, op, &red, deadline_ns);
       if (a == FTC_ALGO_HALVING) return allreduce_rhd(tp, op, &red, deadline_ns);
