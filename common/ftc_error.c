@@ -27,6 +27,7 @@ static const char *const status_strings[FTC_STATUS_COUNT] = {
     [FTC_ERR_CONFIG] = "invalid configuration",
     [FTC_ERR_COORDINATOR] = "coordinator unreachable or session closed",
     [FTC_ERR_INTERNAL] = "internal error",
+    [FTC_ERR_MISMATCH] = "ranks passed different arguments to one collective or send/recv pair",
 };
 
 const char *ftc_strerror(ftc_status_t status) {

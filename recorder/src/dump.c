@@ -252,7 +252,7 @@ static const char *const status_names[FTC_STATUS_COUNT] = {
     "ok",          "invalid_argument", "no_memory", "system",         "timeout",
     "peer_lost",   "revoked",          "auth",      "protocol",       "below_min_size",
     "not_supported", "backend",        "library_not_found", "in_progress", "aborted",
-    "config",      "coordinator",      "internal",
+    "config",      "coordinator",      "internal",  "mismatch",
 };
 
 const char *ftc_rec_status_name(int status) {

@@ -63,6 +63,9 @@ typedef enum ftc_status {
   FTC_ERR_CONFIG = 15,          /* bad configuration or FTCOMM_* environment variable */
   FTC_ERR_COORDINATOR = 16,     /* the coordinator could not be reached or closed the session */
   FTC_ERR_INTERNAL = 17,        /* a bug in ftcomm; please report it */
+  FTC_ERR_MISMATCH = 18,        /* ranks called one collective (or a send and its receive) with
+                                 * different arguments; ftc_last_error() names both; the epoch
+                                 * is failed: recover before the next collective */
   FTC_STATUS_COUNT
 } ftc_status_t;
 
@@ -284,8 +287,11 @@ FTC_API ftc_status_t ftc_recv(void *buf, size_t count, ftc_dtype_t dtype, int pe
  * Asynchronous collectives: same arguments, no timeout; on success *req owns
  * a request to complete with ftc_wait()/ftc_test() and free with
  * ftc_request_free(). The communicator's timeout still applies: a collective
- * that runs past it fails with FTC_ERR_TIMEOUT. Requests complete in the
- * order they were started.
+ * that runs past it fails with FTC_ERR_TIMEOUT. Requests run in the order
+ * they were started; consecutive ftc_isend/ftc_irecv run together, each
+ * peer's and direction's in posting order (the n-th receive from a peer
+ * gets its n-th send to this rank, of the same count and dtype, else
+ * FTC_ERR_MISMATCH), and each completes when its own bytes have moved.
  */
 FTC_API ftc_status_t ftc_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
                                     ftc_dtype_t dtype, ftc_op_t op, ftc_comm_t *comm,

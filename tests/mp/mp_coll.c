@@ -31,6 +31,13 @@
  *              bad arguments to the three calls are refused, naming what
  *              to pass; then an allreduce checks the job; prints
  *              "early join: rank R of N, waited W ms in finish"
+ *   mismatch   the last rank broadcasts from root 1, the others from root 0:
+ *              the ranks that compared the differing call fail it with
+ *              FTC_ERR_MISMATCH, others with FTC_ERR_PEER_LOST where the
+ *              failing ranks' shut came first, or complete it (their
+ *              neighbours agreed) and fail their next call; each recovers with every
+ *              member (nobody crashed) and an allreduce then gives the right
+ *              sum; prints "mismatch: <status>, recovered to rank R of N: <error>"
  *   latency    prints the mean 8-byte allreduce latency (rank 0)
  *   sweep [MAX] prints "bytes us" rows of f32 sum allreduce from 8 B to MAX
  *              bytes (default 4 MiB; rank 0), for measuring the cutover
@@ -315,6 +322,33 @@ static int run_stall(ftc_comm_t *comm) {
   return 0;
 }
 
+static void run_mismatch(ftc_comm_t *comm) {
+  float b[64] = {0};
+  int root = rank == size - 1 ? 1 : 0;
+  if (rank == root) b[0] = 42;
+  ftc_status_t st = ftc_broadcast(b, 64, FTC_F32, root, comm, 10000);
+  char why[512];
+  snprintf(why, sizeof(why), "%s", ftc_last_error());
+  if (st == FTC_OK) { /* its neighbours' calls equal its own: its next call fails */
+    CHECK(size > 2 && rank != size - 1 && b[0] == 42, "broadcast with another root got OK (%g)", b[0]);
+    int64_t v = 1;
+    st = ftc_allreduce(&v, &v, 1, FTC_I64, FTC_SUM, comm, 10000);
+    snprintf(why, sizeof(why), "%s", ftc_last_error());
+  }
+  CHECK(st == FTC_ERR_MISMATCH || st == FTC_ERR_PEER_LOST || st == FTC_ERR_REVOKED,
+        "broadcast with another root got %s: %s", ftc_strerror(st), why);
+  ftc_epoch_info_t info;
+  ftc_status_t rs = ftc_comm_recover(comm, 30000, &info);
+  CHECK(rs == FTC_OK, "recover: %s: %s", ftc_strerror(rs), ftc_last_error());
+  CHECK(info.size == size, "recovered to %d ranks of %d: a mismatch must drop nobody", info.size, size);
+  int64_t v = info.rank + 1;
+  rs = ftc_allreduce(&v, &v, 1, FTC_I64, FTC_SUM, comm, 10000);
+  CHECK(rs == FTC_OK && v == (int64_t)size * (size + 1) / 2, "allreduce after recovery: %s, sum %lld",
+        ftc_strerror(rs), (long long)v);
+  printf("mismatch: %s, recovered to rank %d of %d: %s\n", ftc_strerror(st), info.rank, info.size, why);
+  fflush(stdout);
+}
+
 static void run_latency(ftc_comm_t *comm) {
   double x = 1;
   for (int i = 0; i < 200; i++) ftc_allreduce(&x, &x, 1, FTC_F64, FTC_SUM, comm, 5000);
@@ -418,6 +452,8 @@ int main(int argc, char **argv) {
     run_diev(comm);
   else if (strcmp(mode, "split") == 0)
     run_split(comm);
+  else if (strcmp(mode, "mismatch") == 0)
+    run_mismatch(comm);
   else if (strcmp(mode, "latency") == 0)
     run_latency(comm);
   else if (strcmp(mode, "sweep") == 0)

@@ -49,6 +49,22 @@ rc=$?
 check "sub-communicators follow their parent through a shrink and are re-derived from it" \
   $([ $rc = 0 ] && grep -q "sub-communicators followed the parent from 4 to 3 ranks" "$T/out"; echo $?) "rc=$rc"
 
+# Ranks that call one collective differently (another broadcast root on the
+# last rank): the ranks that compared the calls fail with the mismatch, and
+# every rank recovers to an epoch of all of them (nobody is blamed), whose
+# dumps say mismatch and whose ftcomm-trace names the differing root.
+for n in 2 3; do
+  rm -rf "$T/dumps"; mkdir -p "$T/dumps"
+  FTCOMM_DUMP_DIR="$T/dumps" timeout -k 5 120 "$RUN" -q -n "$n" --timeout 60 -- "$PROG" mismatch >"$T/out" 2>"$T/err"
+  rc=$?
+  "$BUILD/bin/ftcomm-trace" "$T/dumps" >"$T/trace" 2>&1
+  check "a broadcast with another root on one rank fails as a mismatch and all $n ranks recover" \
+    $([ $rc = 0 ] && [ "$(grep -c "recovered to rank [0-9] of $n" "$T/out")" = "$n" ] &&
+      grep -q "mismatch: ranks passed different arguments.*where this rank" "$T/out" &&
+      grep -lq '"status":"mismatch"' "$T/dumps"/*.json &&
+      grep -qi "root" "$T/trace"; echo $?) "rc=$rc; trace: $(head -c 600 "$T/trace")"
+done
+
 # ftc_comm_create_begin / _finish: every rank registers as standby, starts,
 # then joins; slot 1 cancels a begun communicator first. The first epoch
 # waits for every finish, and a cancelled standby leaves its slot free.

@@ -60,6 +60,11 @@ def test_mismatched_shapes_across_ranks_are_named_under_torch_debug():
     assert len(passes(out, "mismatch")) == 2, out[-4000:]
 
 
+def test_mismatched_shapes_raise_mismatch_error_naming_both_calls():
+    out = job(2, "mismatch_wire")
+    assert len(passes(out, "mismatch_wire")) == 2, out[-4000:]
+
+
 def test_a_lost_peer_raises_peer_lost_error_naming_rank_slot_and_collective():
     out = job(2, "peer_lost", env={"FTCOMM_TIMEOUT_MS": "10000"}, args=["--grace", "30"])
     assert re.search(r"^\[0\] PASS peer_lost rank 0", out, re.M), out[-4000:]

@@ -378,6 +378,29 @@ def scenario_mismatch(job):
     os._exit(0)
 
 
+def scenario_mismatch_wire(job):
+    """Ranks passing different shapes without torch's debug wrapper: libftcomm's
+    descriptors catch it on the wire (MismatchError naming both calls), nobody gets
+    another's bytes as data, and the group's next collective fails too."""
+    r = job.rank
+
+    def fails(fn, what):
+        try:
+            fn()
+        except ftcomm.FtcommError as e:
+            job.checks += 1
+            return e
+        raise AssertionError(f"{what} went through")
+    e = fails(lambda: dist.all_reduce(torch.ones(10 + 1000 * r)), "an all_reduce of different shapes")
+    assert isinstance(e, ftcomm.MismatchError), f"{type(e).__name__}: {e}"
+    assert e.code == 18 and f"rank {r}" in str(e) and "where this rank" in str(e), str(e)[:500]
+    assert "x10 f32" in str(e) and "x1010 f32" in str(e), str(e)[:500]
+    e = fails(lambda: dist.all_reduce(torch.ones(4)), "the next all_reduce")
+    assert isinstance(e, ftcomm.RevokedError), f"{type(e).__name__}: {e}"
+    print(f"PASS mismatch_wire rank {r} of {job.size}: {job.checks} checks", flush=True)
+    os._exit(0)
+
+
 def scenario_peer_lost(job):
     """Slot 1 dies; rank 0's next collective raises PeerLostError naming it all."""
     r = job.rank

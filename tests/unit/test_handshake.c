@@ -118,7 +118,7 @@ static void another_protocol_version_is_told_from_the_first_bytes(void **state) 
   uint8_t msg[FTC__TCP_HELLO_SIZE];
   ftc__tcp_hello_encode(msg, &h, "secret", nonce);
   assert_int_equal(ftc__tcp_hello_version(msg), FTC__TCP_PROTO);
-  assert_int_equal(FTC__TCP_PROTO, 7);
+  assert_int_equal(FTC__TCP_PROTO, 8);
   const uint8_t v2[FTC__TCP_PREFIX_SIZE] = {'D', 'C', 'T', 'F', 2, 0, 3, 0}; /* an 88-byte hello's start */
   assert_int_equal(ftc__tcp_hello_version(v2), 2);
   memcpy(msg, v2, sizeof(v2));

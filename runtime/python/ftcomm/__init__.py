@@ -14,6 +14,7 @@ from ftcomm.errors import (
     ConfigError,
     CoordinatorError,
     FtcommError,
+    MismatchError,
     PeerLostError,
     RevokedError,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "ConfigError",
     "CoordinatorError",
     "FtcommError",
+    "MismatchError",
     "PeerLostError",
     "RevokedError",
 ]

@@ -49,6 +49,11 @@ class ConfigError(FtcommError):
     """A bad FTCOMM_* variable or configuration (FTC_ERR_CONFIG)."""
 
 
+class MismatchError(FtcommError):
+    """Ranks called one collective (or a send and its receive) with different
+    arguments (FTC_ERR_MISMATCH); the message names both calls."""
+
+
 # libftcomm's status codes (runtime/include/ftcomm.h); only ever appended.
 _BY_CODE = {
     4: CollectiveTimeout,
@@ -58,6 +63,7 @@ _BY_CODE = {
     14: AbortedError,
     15: ConfigError,
     16: CoordinatorError,
+    18: MismatchError,
 }
 
 

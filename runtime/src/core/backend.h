@@ -27,9 +27,13 @@
 
 typedef struct ftc_comm ftc_comm_t;
 
-/* Asked by run_p2p for operations queued while it runs: append them to
- * ops[n..cap-1], return the new count. */
-typedef int (*ftc__backend_more_fn)(void *ctx, const ftc__op_t **ops, int n, int cap);
+/* Called by run_p2p before each round: complete and drop the operations
+ * whose done[i] is set (done NULL: all n), append those queued meanwhile up to cap, return the
+ * new count (see tcp.h, ftc__tcp_run_p2p). */
+typedef int (*ftc__backend_more_fn)(void *ctx, const ftc__op_t **ops, int n, int cap,
+                                    const unsigned char *done);
+/* Send/recv operations in flight at once in an epoch of n ranks. */
+#define FTC__P2P_CAP(n) (2 * (n) + 64)
 
 typedef struct ftc__backend_ops {
   const char *name; /* "tcp", "nccl": logs and dumps */

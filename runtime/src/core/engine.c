@@ -177,10 +177,12 @@ typedef struct p2p_batch {
   int n;
 } p2p_batch_t;
 
-static int p2p_take_more(void *arg, const ftc__op_t **ops, int n, int cap);
+static int p2p_take_more(void *arg, const ftc__op_t **ops, int n, int cap,
+                         const unsigned char *done);
 
-/* Run the batch's send/recv requests together (see be->run_p2p),
- * taking in those queued while it runs. */
+/* Run the batch's send/recv requests together (see be->run_p2p), taking
+ * in those queued while it runs; each completes as its bytes have moved
+ * (p2p_take_more), the ones left in the batch when the run ends with it. */
 static ftc_status_t execute_p2p(ftc_comm_t *comm, p2p_batch_t *b, const ftc__op_t **ops, int cap,
                                 int64_t deadline) {
   for (int i = 0; i < b->n; i++) {
@@ -189,10 +191,12 @@ static ftc_status_t execute_p2p(ftc_comm_t *comm, p2p_batch_t *b, const ftc__op_
   }
   ftc_status_t st = comm->be->run_p2p(comm->bh, ops, b->n, cap, deadline, p2p_take_more, b,
                                       comm->wake_fd);
-  if (st != FTC_OK) {
+  if (st != FTC_OK && b->n > 0) {
     char detail[384];
-    snprintf(detail, sizeof(detail), "%d send/recv operation(s) from #%llu on rank %d: %s", b->n,
-             (unsigned long long)b->reqs[0]->seq, comm->rank, ftc_last_error());
+    const ftc__op_t *o = &b->reqs[0]->op;
+    snprintf(detail, sizeof(detail), "%d send/recv operation(s) from %s #%llu (%zu x %s, peer %d) on rank %d: %s",
+             b->n, ftc_rec_op_name(o->coll), (unsigned long long)b->reqs[0]->seq, o->count,
+             ftc_dtype_name(o->dtype), o->peer, comm->rank, ftc_last_error());
     ftc__comm_fail_quiet(comm, st, detail, quiet_rank_of(comm, st));
     ftc__error(st, "%s", detail);
   }
@@ -436,8 +440,8 @@ static int scratch_init(progress_scratch_t *ps, int n) {
   scratch_free(ps);
   ps->n = n;
   ps->ignore = ftc__calloc((size_t)n, 1);
-  ps->batch = ftc__calloc(2 * (size_t)n, sizeof(*ps->batch));
-  ps->ops = ftc__calloc(2 * (size_t)n, sizeof(*ps->ops));
+  ps->batch = ftc__calloc((size_t)FTC__P2P_CAP(n), sizeof(*ps->batch));
+  ps->ops = ftc__calloc((size_t)FTC__P2P_CAP(n), sizeof(*ps->ops));
   return ps->ignore && ps->batch && ps->ops && ftc__peer_watch_init(&ps->watch, n) == 0 &&
          scratch_room(ps, SPARE_ROOM(n));
 }
@@ -638,13 +642,11 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
   }
 }
 
-/* Take the send/recv requests queued behind the batch, one per peer and
- * direction at most, up to cap (lock held). */
+/* Take the send/recv requests queued behind the batch, in order, up to
+ * cap (lock held): the backend keeps each peer's and direction's in order. */
 static void gather_p2p_locked(ftc_comm_t *comm, p2p_batch_t *b, int cap) {
   while (b->n < cap && comm->head && is_p2p(comm->head)) {
     ftc_request_t *nx = comm->head;
-    for (int k = 0; k < b->n; k++)
-      if (b->reqs[k]->op.peer == nx->op.peer && b->reqs[k]->op.coll == nx->op.coll) return;
     comm->head = nx->next;
     if (!comm->head) comm->tail = NULL;
     __atomic_store_n(&nx->state, REQ_RUNNING, __ATOMIC_RELEASE);
@@ -652,13 +654,25 @@ static void gather_p2p_locked(ftc_comm_t *comm, p2p_batch_t *b, int cap) {
   }
 }
 
-static int p2p_take_more(void *arg, const ftc__op_t **ops, int n, int cap) {
+static int p2p_take_more(void *arg, const ftc__op_t **ops, int n, int cap,
+                         const unsigned char *done) {
   p2p_batch_t *b = arg;
   ftc_comm_t *comm = b->comm;
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    if (!done || done[i]) {
+      ftc__record_end(comm, b->reqs[i]->rec_id, FTC_OK);
+      req_complete(b->reqs[i], FTC_OK, "");
+      continue;
+    }
+    b->reqs[k] = b->reqs[i];
+    ops[k++] = ops[i];
+  }
+  b->n = k;
   pthread_mutex_lock(&comm->lock);
   gather_p2p_locked(comm, b, cap);
   pthread_mutex_unlock(&comm->lock);
-  for (int i = n; i < b->n; i++) {
+  for (int i = k; i < b->n; i++) {
     ops[i] = &b->reqs[i]->op;
     ftc__record_start(comm, b->reqs[i]->rec_id, 0);
   }
@@ -835,29 +849,31 @@ static void *progress_main(void *arg) {
       if (nfly == 0) comm->busy = 0;
       continue;
     }
-    p2p_batch_t b = {comm, ps.batch, 1};
-    if (have_scratch && is_p2p(req)) {
+    p2p_batch_t b = {comm, ps.batch, 0};
+    const int p2p = have_scratch && is_p2p(req);
+    if (p2p) {
       ps.batch[0] = req;
-      gather_p2p_locked(comm, &b, 2 * ps.n);
+      b.n = 1;
+      gather_p2p_locked(comm, &b, FTC__P2P_CAP(ps.n));
     }
     pthread_mutex_unlock(&comm->lock);
     if (req->rebuild_view) {
       st = do_rebuild(comm, req->rebuild_view);
       have_scratch = scratch_init(&ps, comm->size);
-    } else if (have_scratch && is_p2p(req)) {
+    } else if (p2p) {
       int64_t deadline = INT64_MAX;
       for (int i = 0; i < b.n; i++) {
         int64_t d = request_deadline(comm, ps.batch[i]);
         if (d < deadline) deadline = d;
       }
-      st = execute_p2p(comm, &b, ps.ops, 2 * ps.n, deadline);
+      st = execute_p2p(comm, &b, ps.ops, FTC__P2P_CAP(ps.n), deadline);
     } else {
       st = execute(comm, &req->op, req->seq, req->rec_id, request_deadline(comm, req), 0);
     }
     pthread_mutex_lock(&comm->lock);
     comm->busy = 0;
-    req_complete(req, st, ftc_last_error());
-    for (int i = 1; i < b.n; i++) req_complete(ps.batch[i], st, ftc_last_error());
+    if (!p2p) req_complete(req, st, ftc_last_error());
+    for (int i = 0; i < b.n; i++) req_complete(ps.batch[i], st, ftc_last_error());
   }
   pthread_mutex_unlock(&comm->lock);
   /* Destroyed with collectives in flight: they end aborted. */

@@ -289,12 +289,11 @@ static ftc_status_t nccl_run_p2p(void *hv, const ftc__op_t **ops, int n, int cap
                                  int wake_fd) {
   (void)wake_fd;
   nbh_t *h = hv;
-  int done = 0;
   /* One NCCL group for what is queued; then whatever was queued meanwhile. */
-  while (done < n) {
+  while (n > 0) {
     ftc__nccl_work_t w;
-    ftc_status_t st = ftc__nccl_comm_launch_p2p(h->s->c, (const ftc__op_t *const *)ops + done,
-                                                n - done, h->s->stream, &w);
+    ftc_status_t st = ftc__nccl_comm_launch_p2p(h->s->c, (const ftc__op_t *const *)ops, n,
+                                                h->s->stream, &w);
     if (st != FTC_OK) return blame(h, st);
     st = ftc__nccl_comm_wait(h->s->c, &w, deadline_ns);
     if (st != FTC_OK) {
@@ -302,8 +301,8 @@ static ftc_status_t nccl_run_p2p(void *hv, const ftc__op_t **ops, int n, int cap
       return blame(h, st);
     }
     ftc__nccl_work_release(h->s->c, &w);
-    done = n;
-    if (more && n < cap) n = more(ctx, ops, n, cap);
+    if (!more) break;
+    n = more(ctx, ops, n, cap, NULL); /* all of them done */
   }
   return FTC_OK;
 }

@@ -22,8 +22,16 @@
  *   barrier         dissemination, one byte per round
  *   send/recv       one in-order byte stream per peer and direction
  * Every rank of a view runs the same sequence of runs, which is what keeps
- * the byte streams between two ranks aligned without any framing.
+ * the byte streams between two ranks aligned; a descriptor of the call
+ * (ftc__stream_t.desc) leads the collective's bytes on each connection it
+ * uses, and the ring of descriptors (each rank's to the next rank) makes
+ * every pair of neighbours compare their calls, so ranks that called one
+ * collective with different arguments fail it with FTC_ERR_MISMATCH instead
+ * of reading each other's bytes as data. Every send/recv message carries
+ * one too (its sequence per pair and direction, dtype and count).
  */
+#include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/reduce.h"
@@ -49,7 +57,119 @@ static ftc__stream_t *stream_at(ftc__tcp_t *tp, int i, int peer, int send, ftc__
   s->segs = segs;
   s->nseg = nseg;
   s->dep = -1;
+  s->after = -1;
   return s;
+}
+
+/* The algorithm an allreduce of op runs on tp. */
+static ftc_algo_t allreduce_algo(const ftc__tcp_t *tp, const ftc__op_t *op) {
+  const size_t bytes = op->count * ftc_dtype_size(op->dtype);
+  ftc_algo_t a = op->algo;
+  const ftc_algo_t small = tp->crowded ? FTC_ALGO_FLAT : FTC_ALGO_DOUBLING;
+  if (a == FTC_ALGO_AUTO)
+    a = op->count < (size_t)tp->size || bytes < tp->cfg.ring_threshold ? small
+        : bytes < tp->cfg.halving_max                                  ? FTC_ALGO_HALVING
+                                                                       : FTC_ALGO_RING;
+  else if (op->count < (size_t)tp->size && (a == FTC_ALGO_RING || a == FTC_ALGO_HALVING))
+    a = small; /* their blocks would be empty */
+  return a;
+}
+
+/* ---- descriptors ---- */
+
+static void put32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get32(const uint8_t *p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+  return v;
+}
+static uint64_t get64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+static int reduces(ftc_rec_op_t c) {
+  return c == FTC_REC_ALLREDUCE || c == FTC_REC_REDUCE || c == FTC_REC_REDUCE_SCATTER;
+}
+static int rooted(ftc_rec_op_t c) {
+  return c == FTC_REC_BROADCAST || c == FTC_REC_REDUCE || c == FTC_REC_GATHER ||
+         c == FTC_REC_SCATTER;
+}
+
+void ftc__desc_of(const ftc__tcp_t *tp, const ftc__op_t *op, uint64_t seq, int peer, int send,
+                  uint8_t out[FTC__DESC_SIZE]) {
+  (void)tp;
+  ftc_rec_op_t c = op->coll == FTC_REC_RECV ? FTC_REC_SEND : op->coll;
+  uint64_t count = op->count, extra = 0;
+  if (c == FTC_REC_BARRIER) count = 0;
+  if (c == FTC_REC_ALLGATHERV) { /* every rank passes the same counts */
+    extra = 1469598103934665603ull;
+    for (int q = 0; q < op->nranks; q++) extra = (extra ^ op->rcounts[q]) * 1099511628211ull;
+  }
+  if (c == FTC_REC_ALLTOALLV) { /* each passes its own: this pair's block must agree */
+    count = 0;
+    extra = send ? op->scounts[peer] : op->rcounts[peer];
+  }
+  if (c == FTC_REC_ALLREDUCE && tp) extra = (uint64_t)allreduce_algo(tp, op); /* set per call */
+  out[0] = (uint8_t)c;
+  out[1] = (uint8_t)op->dtype;
+  out[2] = reduces(c) ? (uint8_t)op->op : 0xff;
+  out[3] = FTC__DESC_TAG;
+  put32(out + 4, (uint32_t)(rooted(c) ? op->peer : -1));
+  put64(out + 8, seq);
+  put64(out + 16, count);
+  put64(out + 24, extra);
+}
+
+/* One side's call, as the mismatch error names it. */
+static void desc_text(const uint8_t d[FTC__DESC_SIZE], int sender, char *buf, size_t len) {
+  ftc_rec_op_t c = (ftc_rec_op_t)d[0];
+  int root = (int32_t)get32(d + 4);
+  unsigned long long seq = (unsigned long long)get64(d + 8), count = (unsigned long long)get64(d + 16),
+                     extra = (unsigned long long)get64(d + 24);
+  const char *dt = ftc_dtype_name((ftc_dtype_t)d[1]);
+  if (c == FTC_REC_SEND) {
+    snprintf(buf, len, "%s message #%llu of %llu x %s", sender ? "sent" : "receives", seq, count, dt);
+    return;
+  }
+  char rootb[24] = "", opb[24] = "";
+  if (rooted(c)) snprintf(rootb, sizeof(rootb), " root %d", root);
+  if (reduces(c)) snprintf(opb, sizeof(opb), " %s", ftc_op_name((ftc_op_t)d[2]));
+  if (c == FTC_REC_ALLTOALLV)
+    snprintf(buf, len, "called alltoallv #%llu with a block of %llu x %s %s", seq, extra, dt,
+             sender ? "for this rank" : "from it");
+  else if (c == FTC_REC_ALLGATHERV)
+    snprintf(buf, len, "called allgatherv #%llu x%llu %s (counts hash %016llx)", seq, count, dt, extra);
+  else if (c == FTC_REC_BARRIER)
+    snprintf(buf, len, "called barrier #%llu", seq);
+  else if (c == FTC_REC_ALLREDUCE)
+    snprintf(buf, len, "called allreduce #%llu%s x%llu %s (%s)", seq, opb, count, dt,
+             ftc_algo_name((ftc_algo_t)extra));
+  else
+    snprintf(buf, len, "called %s #%llu%s%s x%llu %s", ftc_rec_op_name(c), seq, rootb, opb, count, dt);
+}
+
+ftc_status_t ftc__desc_mismatch(const ftc__tcp_t *tp, int peer, const uint8_t got[FTC__DESC_SIZE],
+                                const uint8_t want[FTC__DESC_SIZE]) {
+  char mine[128], theirs[128];
+  desc_text(want, 0, mine, sizeof(mine));
+  if (got[3] != FTC__DESC_TAG || got[0] >= FTC_REC_OP_COUNT || got[1] >= FTC_DTYPE_COUNT)
+    return ftc__error(FTC_ERR_MISMATCH,
+                      "rank %d sent bytes that are not a descriptor where this rank (%d) %s: their "
+                      "earlier call moved more bytes than this rank's did",
+                      peer, tp->rank, mine);
+  desc_text(got, 1, theirs, sizeof(theirs));
+  if (want[0] == FTC_REC_SEND && got[0] == FTC_REC_SEND)
+    return ftc__error(FTC_ERR_MISMATCH, "rank %d %s where this rank (%d) %s from it", peer, theirs,
+                      tp->rank, mine);
+  return ftc__error(FTC_ERR_MISMATCH, "rank %d %s where this rank (%d) %s", peer, theirs, tp->rank,
+                    mine);
 }
 
 /* One send to `to` and one receive from `from`, plain bytes, together. */
@@ -529,18 +649,51 @@ static ftc_status_t barrier(ftc__tcp_t *tp, const ftc__red_t *red, int64_t deadl
   return FTC_OK;
 }
 
+/* The end of the ring of descriptors: the previous rank's, if no run of
+ * the collective received from it (the first run sent this rank's to the
+ * next, xfer.c). So two neighbours always compare their calls, also where
+ * the algorithm moves no byte between them (a broadcast's root receives
+ * nothing): ranks whose calls differ cannot all complete it. */
+static ftc_status_t ring_check(ftc__tcp_t *tp, const ftc__red_t *red, int64_t deadline) {
+  const int prev = mod(tp->rank - 1, tp->size), next = mod(tp->rank + 1, tp->size);
+  if (tp->desc_recv[prev] == tp->coll_seq && tp->desc_sent[next] == tp->coll_seq) return FTC_OK;
+  int ns = 0;
+  if (tp->desc_recv[prev] != tp->coll_seq) stream_at(tp, ns++, prev, 0, NULL, 0);
+  return ftc__xfer_run(tp, tp->streams, ns, red, deadline);
+}
+
+static ftc_status_t run_coll(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red_t *red,
+                             int64_t deadline_ns);
+
 ftc_status_t ftc__tcp_run(ftc__tcp_t *tp, const ftc__op_t *op, int64_t deadline_ns) {
   ftc__red_t red = {op->dtype, op->op, ftc_dtype_size(op->dtype), tp->size};
-  const size_t bytes = op->count * red.esize;
   if (tp->cfg.interrupt) {
     int iv = __atomic_load_n(tp->cfg.interrupt, __ATOMIC_ACQUIRE);
     if (iv) return ftc__error((ftc_status_t)iv, "the communicator was stopped: %s", ftc_strerror((ftc_status_t)iv));
   }
+  if (op->coll == FTC_REC_SEND || op->coll == FTC_REC_RECV) {
+    const ftc__op_t *one[1] = {op};
+    return ftc__tcp_run_p2p(tp, one, 1, 1, deadline_ns, NULL, NULL, -1);
+  }
+  if (tp->size == 1) return run_coll(tp, op, &red, deadline_ns);
+  tp->coll_seq++;
+  tp->desc_op = op;
+  ftc__desc_of(tp, op, tp->coll_seq, 0, 1, tp->desc_cur); /* the same to every peer but alltoallv's */
+  ftc_status_t st = run_coll(tp, op, &red, deadline_ns);
+  if (st == FTC_OK) st = ring_check(tp, &red, deadline_ns);
+  tp->desc_op = NULL;
+  return st;
+}
+
+static ftc_status_t run_coll(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red_t *redp,
+                             int64_t deadline_ns) {
+  ftc__red_t red = *redp;
+  const size_t bytes = op->count * red.esize;
   /* Small collectives (every rank decides the same from the same count)
    * move both ways on each pair's shared socket; large ones, and sends and
    * receives (whose sizes each side chooses), on the socket of each
    * direction. */
-  tp->shared = bytes < tp->cfg.ring_threshold && op->coll != FTC_REC_SEND && op->coll != FTC_REC_RECV;
+  tp->shared = bytes < tp->cfg.ring_threshold;
   if (op->coll == FTC_REC_BARRIER) return barrier(tp, &red, deadline_ns);
   if (op->coll == FTC_REC_ALLGATHERV || op->coll == FTC_REC_ALLTOALLV) {
     if (op->nranks != tp->size)
@@ -571,14 +724,7 @@ ftc_status_t ftc__tcp_run(ftc__tcp_t *tp, const ftc__op_t *op, int64_t deadline_
   }
   switch (op->coll) {
     case FTC_REC_ALLREDUCE: {
-      ftc_algo_t a = op->algo;
-      const ftc_algo_t small = tp->crowded ? FTC_ALGO_FLAT : FTC_ALGO_DOUBLING;
-      if (a == FTC_ALGO_AUTO)
-        a = op->count < (size_t)tp->size || bytes < tp->cfg.ring_threshold ? small
-            : bytes < tp->cfg.halving_max                                  ? FTC_ALGO_HALVING
-                                                                           : FTC_ALGO_RING;
-      else if (op->count < (size_t)tp->size && (a == FTC_ALGO_RING || a == FTC_ALGO_HALVING))
-        a = small; /* their blocks would be empty */
+      ftc_algo_t a = allreduce_algo(tp, op);
       if (a == FTC_ALGO_DOUBLING) return allreduce_rd(tp, op, &red, deadline_ns);
       if (a == FTC_ALGO_FLAT) return allreduce_flat(tp, op, &red, deadline_ns);
       if (a == FTC_ALGO_HALVING) return allreduce_rhd(tp, op, &red, deadline_ns);
@@ -591,11 +737,17 @@ ftc_status_t ftc__tcp_run(ftc__tcp_t *tp, const ftc__op_t *op, int64_t deadline_
     case FTC_REC_ALLTOALL: return alltoall(tp, op, &red, deadline_ns);
     case FTC_REC_GATHER: return gather(tp, op, &red, deadline_ns);
     case FTC_REC_SCATTER: return scatter(tp, op, &red, deadline_ns);
-    case FTC_REC_SEND: return sendrecv(tp, op->peer, op->sendbuf, bytes, -1, NULL, 0, &red, deadline_ns);
-    case FTC_REC_RECV: return sendrecv(tp, -1, NULL, 0, op->peer, op->recvbuf, bytes, &red, deadline_ns);
     default: return ftc__error(FTC_ERR_INTERNAL, "unknown collective %d", (int)op->coll);
   }
 }
+
+/* ---- send/recv ----
+ * Each message is a stream of its own, led by its descriptor; the messages
+ * of one peer and direction move one after the other in the order they
+ * were posted (stream.after), those of different peers and directions at
+ * once, so any order of posted sends and receives completes once the
+ * matching ones are posted. A message that is done is handed back to the
+ * core (more()) and its stream dropped while the others go on. */
 
 typedef struct p2p_run {
   ftc__tcp_t *tp;
@@ -603,22 +755,57 @@ typedef struct p2p_run {
   int cap;
   ftc__tcp_more_fn more;
   void *ctx;
+  unsigned char *done;
 } p2p_run_t;
 
 static void p2p_stream(ftc__tcp_t *tp, int i, const ftc__op_t *op) {
   size_t bytes = op->count * ftc_dtype_size(op->dtype);
-  if (op->coll == FTC_REC_SEND)
+  int send = op->coll == FTC_REC_SEND;
+  if (send)
     tp->segs[i] = (ftc__seg_t){.src = op->sendbuf, .len = bytes};
   else
     tp->segs[i] = (ftc__seg_t){.dst = op->recvbuf, .len = bytes};
-  stream_at(tp, i, op->peer, op->coll == FTC_REC_SEND, &tp->segs[i], 1);
+  ftc__stream_t *s = stream_at(tp, i, op->peer, send, &tp->segs[i], 1);
+  uint64_t *seq = send ? &tp->msg_sent[op->peer] : &tp->msg_recv[op->peer];
+  s->hlen = FTC__DESC_SIZE;
+  ftc__desc_of(tp, op, ++*seq, op->peer, send, s->desc);
+  ftc__xfer_stream_init(s);
+}
+
+/* Each stream waits for the one before it of its peer and direction. */
+static void p2p_link(ftc__stream_t *st, int from, int n) {
+  for (int i = from; i < n; i++) {
+    st[i].after = -1;
+    for (int k = i - 1; k >= 0; k--)
+      if (st[k].peer == st[i].peer && st[k].send == st[i].send) {
+        st[i].after = k;
+        break;
+      }
+  }
 }
 
 static int p2p_more(void *arg, ftc__stream_t *st, int n) {
   p2p_run_t *r = arg;
-  (void)st;
-  int n2 = r->more(r->ctx, r->ops, n, r->cap);
-  for (int i = n; i < n2; i++) p2p_stream(r->tp, i, r->ops[i]);
+  ftc__tcp_t *tp = r->tp;
+  int ndone = 0;
+  for (int i = 0; i < n; i++) ndone += r->done[i] = (unsigned char)ftc__stream_done(&st[i]);
+  int n2 = r->more(r->ctx, r->ops, n, r->cap, r->done);
+  if (ndone) { /* drop the finished streams, as more() dropped their operations */
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+      if (r->done[i]) continue;
+      if (k != i) {
+        st[k] = st[i];
+        tp->segs[k] = tp->segs[i];
+        st[k].segs = &tp->segs[k];
+      }
+      k++;
+    }
+    p2p_link(st, 0, k);
+  }
+  int k = n - ndone;
+  for (int i = k; i < n2; i++) p2p_stream(tp, i, r->ops[i]);
+  p2p_link(st, k, n2);
   return n2;
 }
 
@@ -629,8 +816,10 @@ ftc_status_t ftc__tcp_run_p2p(ftc__tcp_t *tp, const ftc__op_t **ops, int n, int 
   if (cap > tp->seg_cap) cap = tp->seg_cap;
   if (n > cap) return ftc__error(FTC_ERR_INTERNAL, "%d point-to-point operations in one run", n);
   for (int i = 0; i < n; i++) p2p_stream(tp, i, ops[i]);
+  p2p_link(tp->streams, 0, n);
   tp->shared = 0; /* each side's sizes may differ: the socket of each direction */
-  p2p_run_t r = {tp, ops, cap, more, ctx};
+  tp->desc_op = NULL;
+  p2p_run_t r = {tp, ops, cap, more, ctx, tp->msg_done};
   ftc__xfer_more_t m = {p2p_more, &r, wake_fd};
   return ftc__xfer_run_more(tp, tp->streams, n, &red, deadline_ns, more ? &m : NULL);
 }

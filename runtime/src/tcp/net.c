@@ -1899,10 +1899,20 @@ static ftc__tcp_t *tp_new(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view) {
   tp->pidx = ftc__calloc(2 * (size_t)view->size, sizeof(*tp->pidx));
   tp->stage_cap = tp->cfg.chunk_bytes;
   tp->stage = ftc__malloc(tp->stage_cap);
-  tp->seg_cap = 4 * view->size + 8;
+  /* Streams: a collective's (at most 2 per peer, and the descriptor
+   * ring's), or the send/recv messages in flight at once (the core's
+   * FTC__P2P_CAP: 2 * size + 64). */
+  tp->seg_cap = 4 * view->size + 72;
   tp->segs = ftc__calloc((size_t)tp->seg_cap, sizeof(*tp->segs));
-  tp->stream_cap = 2 * view->size + 8;
+  tp->stream_cap = 2 * view->size + 72;
   tp->streams = ftc__calloc((size_t)tp->stream_cap, sizeof(*tp->streams));
+  tp->msg_done = ftc__calloc((size_t)tp->stream_cap, 1);
+  tp->desc_sent = ftc__calloc(4 * (size_t)view->size, sizeof(*tp->desc_sent));
+  if (tp->desc_sent) {
+    tp->desc_recv = tp->desc_sent + view->size;
+    tp->msg_sent = tp->desc_sent + 2 * view->size;
+    tp->msg_recv = tp->desc_sent + 3 * view->size;
+  }
   tp->view = *view;
   tp->view.backend_blob = NULL;
   tp->view.members = ftc__calloc((size_t)view->size, sizeof(*tp->view.members));
@@ -1916,7 +1926,7 @@ static ftc__tcp_t *tp_new(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view) {
     tp->peers[r].member_id = view->members[r].member_id;
   }
   if (!tp->peers || !tp->pfd || !tp->pidx || !tp->stage || !tp->segs || !tp->streams ||
-      !tp->view.members) {
+      !tp->desc_sent || !tp->msg_done || !tp->view.members) {
     ftc__tcp_destroy(tp);
     return NULL;
   }
@@ -2322,6 +2332,8 @@ void ftc__tcp_destroy(ftc__tcp_t *tp) {
   ftc__free(tp->scratch);
   ftc__free(tp->segs);
   ftc__free(tp->streams);
+  ftc__free(tp->desc_sent);
+  ftc__free(tp->msg_done);
   ftc__free(tp);
 }
 

@@ -29,7 +29,7 @@
  * differs from the running ranks'. docs/protocol.md, "Data-plane protocol
  * versions", lists what each version changed; bump it for any change two
  * ranks must agree on. */
-#define FTC__TCP_PROTO 7
+#define FTC__TCP_PROTO 8
 #define FTC__TCP_NONCE_SIZE 16
 #define FTC__TCP_HELLO_SIZE 92
 #define FTC__TCP_HELLO 1      /* one socket carries the pair's data both ways */
@@ -246,13 +246,19 @@ void ftc__tcp_shutdown(ftc__tcp_t *tp);
 /* Run one collective; deadline is monotonic ns (INT64_MAX: none). */
 ftc_status_t ftc__tcp_run(ftc__tcp_t *tp, const ftc__op_t *op, int64_t deadline_ns);
 
-/* Run several send/recv operations together, each on its own stream (at
- * most one per peer and direction, at most 2 * size operations), so that
- * exchanges queued back to back cannot block each other. While it runs,
- * more(ctx, ops, n, cap) is asked for operations queued meanwhile: it
- * appends them to ops[n..cap-1] and returns the new count; wake_fd wakes the
- * run when one is queued. */
-typedef int (*ftc__tcp_more_fn)(void *ctx, const ftc__op_t **ops, int n, int cap);
+/* Run send/recv operations together, each message on a stream of its own:
+ * those of one peer and direction in order (MPI's non-overtaking rule, per
+ * pair), all others at once, so that any order of posted sends and receives
+ * completes once the matching ones are posted. Each message is led by a
+ * descriptor (its sequence in its pair's direction, dtype, count): a
+ * receive whose sender's message differs fails with FTC_ERR_MISMATCH. At
+ * most cap messages are in flight. While it runs, more(ctx, ops, n, cap,
+ * done) is called before each round: ops[i] with done[i] set (every one
+ * when done is NULL) have moved all their bytes: it completes them and drops them from ops (the others
+ * keep their order), appends operations queued meanwhile up to cap, and
+ * returns the new count; wake_fd wakes the run when one is queued. */
+typedef int (*ftc__tcp_more_fn)(void *ctx, const ftc__op_t **ops, int n, int cap,
+                                const unsigned char *done);
 ftc_status_t ftc__tcp_run_p2p(ftc__tcp_t *tp, const ftc__op_t **ops, int n, int cap,
                               int64_t deadline_ns, ftc__tcp_more_fn more, void *ctx, int wake_fd);
 

@@ -15,6 +15,18 @@
 
 #include "tcp/tcp.h"
 
+/* The descriptor that leads a collective's bytes on each connection it
+ * uses, and every send/recv message (docs/protocol.md, "Descriptors"): the
+ * receiver compares it with its own call's before it takes a byte of data
+ * from that peer. Little-endian:
+ *   0 u8 kind (ftc_rec_op_t)  1 u8 dtype  2 u8 reduce op (0xff: none)
+ *   3 u8 FTC__DESC_TAG        4 i32 root or peer (-1: none)
+ *   8 u64 sequence            16 u64 count  24 u64 extra (allreduce: the
+ *   algorithm it runs; allgatherv: a hash of the counts; alltoallv: the
+ *   elements of this pair's block) */
+#define FTC__DESC_SIZE 32
+#define FTC__DESC_TAG 0xD5
+
 typedef struct ftc__tcp_peer {
   int fd;             /* receives from the peer (-1 for self) */
   int sfd;            /* sends to the peer: its own socket, or fd itself */
@@ -78,6 +90,15 @@ struct ftc__tcp {
                            * (ftc__tcp_early_start), NULL when none; its bootstrap state
                            * is early->spare_boot */
   int shared;             /* this run uses each pair's shared socket both ways */
+  /* Descriptors (ftc__stream_t.desc) of the collective being run: each run
+   * leads the first stream of the collective to or from a peer with one
+   * (desc_sent/desc_recv[peer] == coll_seq once it has). */
+  const ftc__op_t *desc_op; /* NULL outside a collective (send/recv set their own) */
+  uint64_t coll_seq;        /* collectives run in this epoch, this one included */
+  uint8_t desc_cur[FTC__DESC_SIZE]; /* desc_op's descriptor (alltoallv: the pair's differs) */
+  uint64_t *desc_sent, *desc_recv; /* size entries each */
+  uint64_t *msg_sent, *msg_recv;   /* send/recv messages per peer, each way */
+  unsigned char *msg_done;         /* stream_cap entries: a send/recv run's finished streams */
   int crowded;            /* ftc__tcp_crowded() of the view: auto picks flat for small
                            * allreduces */
 };
@@ -106,6 +127,7 @@ typedef struct ftc__seg {
   unsigned char finish; /* reducing recv: apply the AVG division */
 } ftc__seg_t;
 
+
 typedef struct ftc__stream {
   int peer;
   int send;   /* 1 send, 0 receive */
@@ -113,10 +135,21 @@ typedef struct ftc__stream {
   int nseg;
   int dep;    /* send: index of the receive stream it follows, -1 for none */
   size_t lag; /* send: bytes it may run ahead of that stream */
+  int after;  /* index of a stream of the same peer and direction whose bytes go first
+               * (queued send/recv messages), -1 for none */
+  unsigned char hlen; /* descriptor bytes to move before the segments: 0 or FTC__DESC_SIZE */
+  unsigned char hoff;
+  uint8_t desc[FTC__DESC_SIZE]; /* send: this rank's descriptor; recv: the one it expects */
+  uint8_t din[FTC__DESC_SIZE];  /* recv: the one that came */
   /* engine state */
   int cur;
   size_t off, done, total, fill;
 } ftc__stream_t;
+
+/* All of a stream's bytes moved (its descriptor included). */
+static inline int ftc__stream_done(const ftc__stream_t *s) {
+  return s->done == s->total && s->hoff == s->hlen;
+}
 
 /* Reduction parameters for the reducing segments of a run. */
 typedef struct ftc__red {
@@ -129,8 +162,23 @@ typedef struct ftc__red {
 ftc_status_t ftc__xfer_run(ftc__tcp_t *tp, ftc__stream_t *st, int n, const ftc__red_t *red,
                            int64_t deadline_ns);
 
-/* A run that may grow while it runs: before each round fn() may append
- * streams after st[n - 1] and returns the new count; wake_fd (or -1) is
+/* Reset a stream's engine state (its descriptor, hlen and desc, is kept). */
+void ftc__xfer_stream_init(ftc__stream_t *s);
+
+/* The descriptor of op (collective #seq of the epoch, or send/recv message
+ * #seq of the pair's direction) on the stream to (send) or from `peer`. */
+void ftc__desc_of(const ftc__tcp_t *tp, const ftc__op_t *op, uint64_t seq, int peer, int send,
+                  uint8_t out[FTC__DESC_SIZE]);
+
+/* The descriptor `what` differs from the expected one: FTC_ERR_MISMATCH
+ * naming both ("rank 1 called broadcast #3 root 1 x1024 f32 where this rank
+ * (0) called broadcast #3 root 0 x1024 f32"). */
+ftc_status_t ftc__desc_mismatch(const ftc__tcp_t *tp, int peer, const uint8_t got[FTC__DESC_SIZE],
+                                const uint8_t want[FTC__DESC_SIZE]);
+
+/* A run that may change while it runs: before each round fn() may drop
+ * streams that are done and append new ones (initialised with
+ * ftc__xfer_stream_init), and returns the new count; wake_fd (or -1) is
  * polled too, so a new stream wakes a sleeping run. */
 typedef struct ftc__xfer_more {
   int (*fn)(void *ctx, ftc__stream_t *st, int n);

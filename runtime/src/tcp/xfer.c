@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sched.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "core/reduce.h"
@@ -37,12 +38,61 @@ static inline void skip_empty(ftc__stream_t *s) {
   }
 }
 
+/* Descriptor and data up to this size move through a copy on the stack. */
+#define BOUNCE (FTC__DESC_SIZE + 1024)
+
+/* The descriptor ahead of a stream's data, with as much of the data as
+ * may go (one system call for both, as for the data alone). Returns as
+ * pump_send. */
+static int send_desc(ftc__stream_t *s, size_t allowed, int fd, int *err) {
+  struct iovec iov[2] = {{s->desc + s->hoff, (size_t)(s->hlen - s->hoff)}, {NULL, 0}};
+  int niov = 1;
+  skip_empty(s);
+  if (s->done < allowed && s->cur < s->nseg) {
+    const ftc__seg_t *g = &s->segs[s->cur];
+    size_t want = g->len - s->off;
+    if (want > allowed - s->done) want = allowed - s->done;
+    iov[1] = (struct iovec){(void *)(g->src + s->off), want};
+    niov = 2;
+  }
+  ssize_t n;
+  if (iov[0].iov_len + iov[1].iov_len <= BOUNCE) {
+    /* Small: one contiguous send (sendmsg's iovec import costs more than
+     * the copy, measured on the 8-byte allreduce). */
+    char b[BOUNCE];
+    memcpy(b, iov[0].iov_base, iov[0].iov_len);
+    if (niov == 2) memcpy(b + iov[0].iov_len, iov[1].iov_base, iov[1].iov_len);
+    do n = send(fd, b, iov[0].iov_len + iov[1].iov_len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+  } else {
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+    do n = sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+  }
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    *err = errno;
+    return -1;
+  }
+  size_t h = (size_t)n < iov[0].iov_len ? (size_t)n : iov[0].iov_len;
+  s->hoff = (unsigned char)(s->hoff + h);
+  s->off += (size_t)n - h;
+  s->done += (size_t)n - h;
+  return 1;
+}
+
 /* Returns 1 if bytes moved, 0 if the socket would block, -1 on a broken
  * connection (errno-like code in *err, 0 for an orderly close). */
 static int pump_send(ftc__tcp_t *tp, ftc__stream_t *s, const ftc__stream_t *all, int *err) {
   int moved = 0;
   int fd = ftc__tcp_stream_fd(tp, s->peer, 1);
   size_t allowed = stream_allowed(s, all);
+  if (s->hoff < s->hlen) {
+    int r = send_desc(s, allowed, fd, err);
+    if (r <= 0) return r;
+    if (s->hoff < s->hlen) return 1;
+    moved = 1;
+  }
   while (s->done < allowed) {
     skip_empty(s);
     const ftc__seg_t *g = &s->segs[s->cur];
@@ -63,9 +113,58 @@ static int pump_send(ftc__tcp_t *tp, ftc__stream_t *s, const ftc__stream_t *all,
   return moved;
 }
 
+/* Receive the descriptor ahead of a stream's data (with the first plain
+ * segment's bytes, in one system call) and check it against the expected
+ * one. Returns as pump_recv, and -2 when it differs. */
+static int recv_desc(ftc__stream_t *s, int fd, int *err) {
+  struct iovec iov[2] = {{s->din + s->hoff, (size_t)(s->hlen - s->hoff)}, {NULL, 0}};
+  int niov = 1;
+  skip_empty(s);
+  if (s->done < s->total && !s->segs[s->cur].reduce) {
+    const ftc__seg_t *g = &s->segs[s->cur];
+    iov[1] = (struct iovec){g->dst + s->off, g->len - s->off};
+    niov = 2;
+  }
+  ssize_t n;
+  if (iov[0].iov_len + iov[1].iov_len <= BOUNCE) {
+    char b[BOUNCE]; /* small: one contiguous receive, as send_desc */
+    do n = recv(fd, b, iov[0].iov_len + iov[1].iov_len, MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n > 0) {
+      size_t h = (size_t)n < iov[0].iov_len ? (size_t)n : iov[0].iov_len;
+      memcpy(iov[0].iov_base, b, h);
+      if ((size_t)n > h) memcpy(iov[1].iov_base, b + h, (size_t)n - h);
+    }
+  } else {
+    do n = readv(fd, iov, niov);
+    while (n < 0 && errno == EINTR);
+  }
+  if (n == 0) {
+    *err = 0;
+    return -1;
+  }
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    *err = errno;
+    return -1;
+  }
+  size_t h = (size_t)n < iov[0].iov_len ? (size_t)n : iov[0].iov_len;
+  s->hoff = (unsigned char)(s->hoff + h);
+  s->off += (size_t)n - h;
+  s->done += (size_t)n - h;
+  if (s->hoff == s->hlen && memcmp(s->din, s->desc, FTC__DESC_SIZE) != 0) return -2;
+  return 1;
+}
+
 static int pump_recv(ftc__tcp_t *tp, ftc__stream_t *s, const ftc__red_t *red, int *err) {
   int moved = 0;
   int fd = ftc__tcp_stream_fd(tp, s->peer, 0);
+  if (s->hoff < s->hlen) {
+    int r = recv_desc(s, fd, err);
+    if (r <= 0) return r;
+    if (s->hoff < s->hlen) return 1;
+    moved = 1;
+  }
   while (s->done < s->total) {
     skip_empty(s);
     const ftc__seg_t *g = &s->segs[s->cur];
@@ -155,9 +254,50 @@ static ftc_status_t settle_pair(ftc__tcp_t *tp, int peer, int64_t deadline_ns, i
   return st;
 }
 
-static void stream_init(ftc__stream_t *s) {
-  s->cur = 0, s->off = 0, s->done = 0, s->fill = 0, s->total = 0;
+void ftc__xfer_stream_init(ftc__stream_t *s) {
+  s->cur = 0, s->off = 0, s->done = 0, s->fill = 0, s->total = 0, s->hoff = 0;
   for (int k = 0; k < s->nseg; k++) s->total += s->segs[k].len;
+}
+
+/* The running collective's descriptor on the stream to (send) or from peer. */
+static inline void coll_desc(const ftc__tcp_t *tp, int peer, int send, uint8_t *out) {
+  if (tp->desc_op->coll == FTC_REC_ALLTOALLV)
+    ftc__desc_of(tp, tp->desc_op, tp->coll_seq, peer, send, out);
+  else
+    memcpy(out, tp->desc_cur, FTC__DESC_SIZE);
+}
+
+/* A stream of the descriptor alone, to or from `peer`. */
+static void desc_only(ftc__tcp_t *tp, ftc__stream_t *s, int peer, int send) {
+  memset(s, 0, sizeof(*s));
+  s->peer = peer, s->send = send, s->dep = -1, s->after = -1;
+  (send ? tp->desc_sent : tp->desc_recv)[peer] = tp->coll_seq;
+  s->hlen = FTC__DESC_SIZE;
+  coll_desc(tp, peer, send, s->desc);
+}
+
+/* Lead the first stream of the collective to or from each peer with the
+ * descriptor. The ring of descriptors: a run that moves nothing between
+ * this rank and the next (or the previous) rank of the ring while neither
+ * has sent the other its descriptor yet carries it alone, so the first run
+ * of every collective compares this rank's call with both neighbours'
+ * (algo.c), whatever the algorithm moves, and a rank whose call differs is
+ * seen at once, not after the ranks waiting for it have timed out. */
+static int attach_descs(ftc__tcp_t *tp, ftc__stream_t *st, int n) {
+  const uint64_t seq = tp->coll_seq;
+  const int next = (tp->rank + 1) % tp->size, prev = (tp->rank + tp->size - 1) % tp->size;
+  for (int i = 0; i < n; i++) {
+    ftc__stream_t *s = &st[i];
+    uint64_t *mark = s->send ? &tp->desc_sent[s->peer] : &tp->desc_recv[s->peer];
+    if (*mark == seq) continue;
+    *mark = seq;
+    s->hlen = FTC__DESC_SIZE;
+    coll_desc(tp, s->peer, s->send, s->desc);
+  }
+  if (st != tp->streams) return n;
+  if (tp->desc_sent[next] != seq && n < tp->stream_cap) desc_only(tp, &st[n++], next, 1);
+  if (tp->desc_recv[prev] != seq && n < tp->stream_cap) desc_only(tp, &st[n++], prev, 0);
+  return n;
 }
 
 ftc_status_t ftc__xfer_run(ftc__tcp_t *tp, ftc__stream_t *st, int n, const ftc__red_t *red,
@@ -168,10 +308,12 @@ ftc_status_t ftc__xfer_run(ftc__tcp_t *tp, ftc__stream_t *st, int n, const ftc__
 ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const ftc__red_t *red,
                                 int64_t deadline_ns, const ftc__xfer_more_t *more) {
   int pending = 0;
+  if (tp->desc_op && tp->size > 1) n = attach_descs(tp, st, n);
   for (int i = 0; i < n; i++) {
-    stream_init(&st[i]);
-    if (st[i].total) pending++;
-    if (st[i].total && __atomic_load_n(&tp->peers[st[i].peer].left, __ATOMIC_ACQUIRE)) {
+    ftc__xfer_stream_init(&st[i]);
+    int bytes = st[i].total || st[i].hlen;
+    if (bytes) pending++;
+    if (bytes && __atomic_load_n(&tp->peers[st[i].peer].left, __ATOMIC_ACQUIRE)) {
       __atomic_store_n(&tp->failed_peer, st[i].peer, __ATOMIC_RELEASE);
       return ftc__error(FTC_ERR_PEER_LOST, "rank %d left the communicator (it was destroyed)",
                         st[i].peer);
@@ -186,15 +328,15 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
   int64_t spin_until = ftc__now_ns() + spin_ns;
   for (;;) {
     int moved = 0, err = 0;
-    if (more) {
-      int n2 = more->fn(more->ctx, st, n);
-      for (int i = n; i < n2; i++) stream_init(&st[i]);
-      n = n2;
-    }
+    if (more) n = more->fn(more->ctx, st, n);
     pending = 0;
     for (int i = 0; i < n; i++) {
       ftc__stream_t *s = &st[i];
-      if (s->done == s->total) continue;
+      if (ftc__stream_done(s)) continue;
+      if (s->after >= 0 && !ftc__stream_done(&st[s->after])) { /* a message ahead of it */
+        pending++;
+        continue;
+      }
       /* No byte moves on a pair before its peer's ADOPT is read. */
       if (__builtin_expect(tp->unconfirmed || tp->broken, 0) &&
           (tp->peers[s->peer].unconfirmed || tp->peers[s->peer].broken)) {
@@ -206,9 +348,19 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
         }
       }
       int r = s->send ? pump_send(tp, s, st, &err) : pump_recv(tp, s, red, &err);
+      if (__builtin_expect(r == -2, 0)) {
+        /* The descriptors this run still owes its peers go first (best
+         * effort), so that they learn the mismatch too rather than only
+         * this rank's end. */
+        for (int k = 0; k < n; k++)
+          if (st[k].send && st[k].hoff < st[k].hlen && !tp->peers[st[k].peer].unconfirmed &&
+              (st[k].after < 0 || ftc__stream_done(&st[st[k].after])))
+            send_desc(&st[k], st[k].done, ftc__tcp_stream_fd(tp, st[k].peer, 1), &err);
+        return ftc__desc_mismatch(tp, s->peer, s->din, s->desc);
+      }
       if (r < 0) return broken(tp, s, err);
       moved |= r;
-      if (s->done < s->total) pending++;
+      if (!ftc__stream_done(s)) pending++;
     }
     if (!pending) return FTC_OK;
     for (int r = 0; settle_due && r < tp->size; r++) {
@@ -237,7 +389,7 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
     int64_t now = ftc__now_ns();
     if (now >= deadline_ns) {
       for (int i = 0; i < n; i++)
-        if (st[i].done < st[i].total) {
+        if (!ftc__stream_done(&st[i])) {
           __atomic_store_n(&tp->failed_peer, st[i].peer, __ATOMIC_RELEASE);
           return ftc__error(FTC_ERR_TIMEOUT, "timed out waiting for rank %d (%s %zu of %zu bytes)",
                             st[i].peer, st[i].send ? "sent" : "received", st[i].done, st[i].total);
@@ -259,10 +411,12 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
     for (int i = 0; i < n; i++) tp->pidx[2 * st[i].peer + st[i].send] = -1;
     for (int i = 0; i < n; i++) {
       ftc__stream_t *s = &st[i];
-      if (s->done == s->total || tp->peers[s->peer].unconfirmed) continue;
+      if (ftc__stream_done(s) || tp->peers[s->peer].unconfirmed) continue;
+      if (s->after >= 0 && !ftc__stream_done(&st[s->after])) continue;
       short ev;
       if (s->send) {
-        if (stream_allowed(s, st) == s->done) continue; /* waiting on its receive stream */
+        if (stream_allowed(s, st) == s->done && s->hoff == s->hlen)
+          continue; /* waiting on its receive stream */
         ev = POLLOUT;
       } else {
         ev = POLLIN;
@@ -330,7 +484,8 @@ ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const 
      * as end of file) means the peer is gone. */
     for (int i = 0; i < n; i++) {
       ftc__stream_t *s = &st[i];
-      if (!s->send || s->done == s->total) continue;
+      if (!s->send || ftc__stream_done(s)) continue;
+      if (s->after >= 0 && !ftc__stream_done(&st[s->after])) continue;
       int k = tp->pidx[2 * s->peer + 1];
       if (k >= 0 && (tp->pfd[k].revents & (POLLERR | POLLHUP)) && !(tp->pfd[k].revents & POLLOUT)) {
         int soerr = 0;

@@ -52,6 +52,7 @@ std::exception_ptr error_of(ftc_status_t st, const Comm &c, const std::string &w
     case FTC_ERR_PEER_LOST:
     case FTC_ERR_TIMEOUT:
     case FTC_ERR_REVOKED:
+    case FTC_ERR_MISMATCH:
       m << " (the process group's epoch has failed: every later collective fails until the job recovers"
            " or restarts this process; docs/pytorch.md, Failures)";
       break;
