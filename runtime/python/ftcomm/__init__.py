@@ -26,6 +26,16 @@ __all__ = [
     "ConfigError",
     "CoordinatorError",
     "FtcommError",
+    "Manager",
     "PeerLostError",
     "RevokedError",
 ]
+
+
+def __getattr__(name):
+    # ftcomm.Manager imports torch: only when it is asked for.
+    if name == "Manager":
+        from ftcomm.manager import Manager
+
+        return Manager
+    raise AttributeError(f"module 'ftcomm' has no attribute {name!r}")
