@@ -8,18 +8,16 @@
 # asks for. PyTorch's own analyzer (torch.distributed.flight_recorder.fr_trace)
 # runs on the same pickles, and its last line is shown beside ours.
 #
-# Needs the torch 2.15.0 environment (FTC_TORCH_PYTHON, default
-# ~/.cache/ftcomm/torch-2.15.0/bin/python); without it the suite says so and
-# passes: the committed cases, made the same way, still run in run-cases.sh.
+# Needs the torch 2.15.0 environment that make deps installs (FTC_TORCH_VENV,
+# default ~/.cache/ftcomm/torch-2.15.0), as the binding's suite does.
 set -u
 cd "$(dirname "$0")/../.."
 trace=${FTC_REC_TRACE:-build/release/bin/ftcomm-trace}
-py=${FTC_TORCH_PYTHON:-$HOME/.cache/ftcomm/torch-2.15.0/bin/python}
+venv=${FTC_TORCH_VENV:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/ftcomm/torch-2.15.0}
+py=$venv/bin/python
 [ -x "$trace" ] || { echo "missing $trace (run make)"; exit 1; }
-if ! "$py" -c 'import torch.distributed' 2>/dev/null; then
-  echo "skipped: no torch environment at $py (set FTC_TORCH_PYTHON)"
-  exit 0
-fi
+"$py" -c 'import torch.distributed' 2>/dev/null ||
+  { echo "tests/recorder/torch-live.sh: no torch environment at $venv: run make deps"; exit 1; }
 echo "torch $("$py" -c 'import torch; print(torch.__version__)')"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

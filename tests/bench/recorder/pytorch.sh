@@ -3,7 +3,7 @@
 # JSON, pytorch-dumps.py: 2000 entries per rank, one rank's dump missing),
 # beside PyTorch's own analyzer (python -m torch.distributed.flight_recorder.
 # fr_trace, on the pickles) when the torch environment is there
-# (FTC_TORCH_PYTHON, default ~/.cache/ftcomm/torch-2.15.0/bin/python).
+# (make deps; FTC_TORCH_VENV, default ~/.cache/ftcomm/torch-2.15.0).
 # Prints a markdown table: wall time, CPU time and peak RSS of each, and
 # whether each names the missing rank. BENCH_RANKS (default "128 1024")
 # picks the sizes; FR_TRACE_MAX_RANKS (default 128) the largest set
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/../../.."
 build=${BUILD:-build/release}
 make --no-print-directory -s "$build/bin/ftcomm-trace" >&2 || exit 1
 trace=$build/bin/ftcomm-trace
-py=${FTC_TORCH_PYTHON:-$HOME/.cache/ftcomm/torch-2.15.0/bin/python}
+py=${FTC_TORCH_VENV:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/ftcomm/torch-2.15.0}/bin/python
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # "wall cpu rss_mb" of a command; its output in $tmp/out

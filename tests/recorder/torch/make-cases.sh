@@ -4,10 +4,10 @@
 # real 4-rank torch jobs (make-fr-dumps.py). Each case's expected.txt is
 # kept: it says what ftcomm-trace must find whatever the run's timings.
 #   tests/recorder/torch/make-cases.sh [PYTHON]   (default: the torch 2.15.0
-#                                                 environment in ~/.cache/ftcomm)
+#                                                 environment of make deps)
 set -eu
 cd "$(dirname "$0")/../../.."
-py=${1:-${FTC_TORCH_PYTHON:-$HOME/.cache/ftcomm/torch-2.15.0/bin/python}}
+py=${1:-${FTC_TORCH_VENV:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/ftcomm/torch-2.15.0}/bin/python}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for sc in healthy skip subgroup killed; do

@@ -19,10 +19,11 @@ Scenarios (the culprit each one plants):
              allreduce of step 7 and wait there
   killed     rank 3 is killed (SIGKILL) after step 5: its dump is missing
 
-Every rank signals when it reached its last point (done, or about to block);
-once all have, the parent waits a moment, then asks each rank to dump: a
-thread in each rank writes the dumps and, once every rank has, ends the
-process, whether its main thread is blocked in a collective or not.
+Every rank signals when it reached its last point (done, or its blocking
+collective enqueued, so recorded); once all have, the parent waits a
+moment, then asks each rank to dump: a thread in each rank writes the dumps
+and, once every rank has, ends the process, whether its main thread is
+blocked in a collective or not.
 """
 import os
 import signal
@@ -72,6 +73,16 @@ def rank_main(scenario, out, sync):
     if scenario == "subgroup":
         groups = {r: g for ranks in ([0, 1], [2, 3]) for g in [dist.new_group(ranks)] for r in ranks}
     x = torch.ones(1024)
+    def run(fn, blocks):
+        """One collective; when it is the one this rank blocks in, it is
+        enqueued (and so recorded) before the rank says it got there."""
+        if blocks:
+            work = fn(async_op=True)
+            reached()
+            work.wait()
+        else:
+            fn()
+
     try:
         for step in range(1, STEPS + 1):
             time.sleep(0.005)  # a training step's compute
@@ -80,16 +91,13 @@ def rank_main(scenario, out, sync):
                 time.sleep(3600)  # the parent kills it here
             if scenario == "skip" and rank == 2 and step == 6:
                 break  # never enters the default group's allreduce
-            if (scenario in ("skip", "killed") and step == 6) or \
-               (scenario == "subgroup" and step == 7 and rank in (2, 3)):
-                reached()
-            dist.all_reduce(x)
+            blocks = (scenario in ("skip", "killed") and step == 6) or \
+                     (scenario == "subgroup" and step == 7 and rank in (2, 3))
+            run(lambda **kw: dist.all_reduce(x, **kw), blocks)
             if scenario == "subgroup":
                 if step == 6 and rank == 1:
                     break  # stops: never enters its group's allreduce
-                if step == 6 and rank == 0:
-                    reached()
-                dist.all_reduce(x, group=groups[rank])
+                run(lambda **kw: dist.all_reduce(x, group=groups[rank], **kw), step == 6 and rank == 0)
             else:
                 out_t = torch.empty(WORLD * 256)
                 dist.all_gather_into_tensor(out_t, x[:256])
