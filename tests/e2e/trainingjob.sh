@@ -115,6 +115,9 @@ check "... llm-1-1 rejoins" eventually 60 grep -q "joined at epoch" "$state/logs
 # --- the end: Succeeded, every rank agrees -------------------------------------------------
 succeeded() { [ "$(tj '{.status.phase}')" = Succeeded ]; }
 check "the job finishes: Succeeded" eventually 240 succeeded
+check "kubectl wait --for=condition=Succeeded returns" kc wait --for=condition=Succeeded tj/llm -n $ns --timeout=10s
+check_out "... and Ready says the job succeeded (not a count of running members)" '^False JobSucceeded$' \
+  tj '{.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].reason}'
 echo "# pods: $(pods_now)"
 hashes=$(cat "$state"/logs/llm-0-0.log "$state"/logs/llm-1-1.log "$state"/logs/llm-2-1.log "$state"/logs/llm-3-0.log |
   sed -n 's/^final: .*params_hash \([0-9a-f]*\).*/\1/p')
