@@ -579,8 +579,13 @@ static ftc_status_t allgatherv_ring(ftc__tcp_t *tp, const ftc__op_t *op, const f
   return ftc__xfer_run(tp, tp->streams, 2, red, deadline);
 }
 
-/* Pairwise exchange as alltoall, each pair's block of its own size (a
- * block of 0 bytes is no stream). */
+/* Pairwise exchange as alltoall, each pair's block of its own size. A
+ * block of 0 bytes is still a stream, of the pair's descriptor alone: each
+ * side sizes its blocks itself, so a receiver that expects nothing from a
+ * peer must still read that peer's descriptor, or a peer that sent it a
+ * block would complete into its socket (neither rank failing, the bytes
+ * left for the next collective to trip on) and one that expects a block
+ * nobody sends would wait for its timeout instead of failing at once. */
 static ftc_status_t alltoallv(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red_t *red,
                               int64_t deadline) {
   const int n = tp->size, r = tp->rank;
@@ -595,8 +600,8 @@ static ftc_status_t alltoallv(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__re
     int to = mod(r + k, n), from = mod(r - k, n);
     tp->segs[2 * k] = (ftc__seg_t){.src = op->scounts[to] ? sb + SOFF(to) : NULL, .len = op->scounts[to] * es};
     tp->segs[2 * k + 1] = (ftc__seg_t){.dst = op->rcounts[from] ? rb + ROFF(from) : NULL, .len = op->rcounts[from] * es};
-    if (op->scounts[to]) stream_at(tp, ns++, to, 1, &tp->segs[2 * k], 1);
-    if (op->rcounts[from]) stream_at(tp, ns++, from, 0, &tp->segs[2 * k + 1], 1);
+    stream_at(tp, ns++, to, 1, &tp->segs[2 * k], op->scounts[to] ? 1 : 0);
+    stream_at(tp, ns++, from, 0, &tp->segs[2 * k + 1], op->rcounts[from] ? 1 : 0);
   }
 #undef SOFF
 #undef ROFF
