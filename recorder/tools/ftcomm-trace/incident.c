@@ -35,8 +35,23 @@ struct tr_incident {
   size_t ndropped;
 };
 
+/* Cut a UTF-8 sequence that a truncation left incomplete at the end of s:
+ * the fields below are copied into fixed buffers, and a string cut inside
+ * a character is no JSON string (--json would lose the whole record, and
+ * the headline that names its ranks). */
+static void utf8_trim(char *s) {
+  size_t n = strlen(s), k = n;
+  while (k > 0 && n - k < 4 && ((unsigned char)s[k - 1] & 0xC0) == 0x80) k--;
+  if (k == 0) return;
+  unsigned char lead = (unsigned char)s[k - 1];
+  size_t want = lead < 0x80 ? 1 : (lead & 0xE0) == 0xC0 ? 2 : (lead & 0xF0) == 0xE0 ? 3
+              : (lead & 0xF8) == 0xF0 ? 4 : 0;
+  if (want && n - (k - 1) < want) s[k - 1] = '\0';
+}
+
 static void copy_str(char *dst, size_t len, json_t *v) {
   snprintf(dst, len, "%s", json_is_string(v) ? json_string_value(v) : "");
+  utf8_trim(dst);
 }
 
 static long long int_or(json_t *v, long long def) {
@@ -167,7 +182,10 @@ void tr_incident_explain(const tr_incident_t *inc, tr_report_t *rep) {
   }
   /* The dumps carry no decided verdict (they were written before it): the
    * record's drops are the coordinator's word. */
-  if (rep->verdict.agreement != TR_AGREE_NONE || off >= hl) return;
+  if (rep->verdict.agreement != TR_AGREE_NONE || off >= hl) {
+    utf8_trim(h);
+    return;
+  }
   for (size_t i = 0; i < inc->ndropped && off < hl; i++) {
     const tr_inc_rank_t *d = &inc->dropped[i];
     if (!strcmp(d->why, "left")) continue;
@@ -179,6 +197,7 @@ void tr_incident_explain(const tr_incident_t *inc, tr_report_t *rep) {
     off += (size_t)snprintf(h + off, hl - off, "; the coordinator dropped rank %d: %s (%s)", d->rank,
                             d->why, d->detail);
   }
+  utf8_trim(h); /* the headline may have been cut at its end */
 }
 
 void tr_incident_print_text(FILE *out, const tr_incident_t *inc) {
