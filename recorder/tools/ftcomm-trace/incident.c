@@ -6,6 +6,7 @@
  * request unanswered") instead of only "no dump", and a folder whose dumps
  * carry no verdict yet still gets the coordinator's.
  */
+#include <limits.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -61,10 +62,12 @@ static long long int_or(json_t *v, long long def) {
 /* One entry of "ranks" or "verdict.dropped". -1: not an object with a rank. */
 static int parse_rank(json_t *o, tr_inc_rank_t *x, int dropped) {
   if (!json_is_object(o) || !json_is_integer(json_object_get(o, "rank"))) return -1;
+  /* Range-checked before the cast: 4294967298 is no rank 2. */
+  long long rank = int_or(json_object_get(o, "rank"), -1), slot = int_or(json_object_get(o, "slot"), -1);
+  if (rank < 0 || rank >= TR_MAX_RANKS) return -1;
   memset(x, 0, sizeof(*x));
-  x->rank = (int)int_or(json_object_get(o, "rank"), -1);
-  x->slot = (int)int_or(json_object_get(o, "slot"), -1);
-  if (x->rank < 0 || x->rank >= TR_MAX_RANKS) return -1;
+  x->rank = (int)rank;
+  x->slot = slot >= 0 && slot <= INT_MAX ? (int)slot : -1;
   x->asked = json_is_true(json_object_get(o, "asked"));
   copy_str(x->state, sizeof(x->state), json_object_get(o, "state"));
   copy_str(x->why, sizeof(x->why), json_object_get(o, dropped ? "reason" : "why"));
@@ -96,7 +99,8 @@ static tr_incident_t *from_json(json_t *j, char *why, size_t whylen) {
   copy_str(inc->reason, sizeof(inc->reason), json_object_get(j, "reason"));
   inc->epoch = int_or(json_object_get(j, "epoch"), -1);
   json_t *silent = json_object_get(j, "silent");
-  inc->silent_rank = json_is_object(silent) ? (int)int_or(json_object_get(silent, "rank"), -1) : -1;
+  long long sr = json_is_object(silent) ? int_or(json_object_get(silent, "rank"), -1) : -1;
+  inc->silent_rank = sr >= 0 && sr < TR_MAX_RANKS ? (int)sr : -1;
   inc->r = parse_list(json_object_get(j, "ranks"), &inc->nr, 0);
   json_t *v = json_object_get(j, "verdict");
   inc->next_epoch = int_or(json_object_get(v, "next_epoch"), -1);
