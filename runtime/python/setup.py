@@ -27,7 +27,7 @@ setup(
     ext_modules=[
         CppExtension(
             "ftcomm._C",
-            sources=["ftcomm/csrc/backend.cpp", "ftcomm/csrc/module.cpp"],
+            sources=["ftcomm/csrc/backend.cpp", "ftcomm/csrc/module.cpp", "ftcomm/csrc/recovery.cpp"],
             include_dirs=[os.path.join(root, "runtime", "include")],
             extra_objects=[libftcomm],
             libraries=["websockets", "jansson", "dl", "m"],

@@ -174,6 +174,13 @@ class Backend : public c10d::Backend {
   void shutdown() override;
 
   const std::shared_ptr<Comm> &comm() const { return comm_; }
+  /* After a step boundary or recovery: report the epoch's rank and size, and
+   * forget the failed epoch's error (recovery.cpp). */
+  void follow_epoch(int rank, int size) {
+    rank_ = rank;
+    size_ = size;
+    last_error_.store(FTC_OK);
+  }
   /* Queue a started op for the completion thread. */
   void enqueue(c10::intrusive_ptr<Work> work);
   std::chrono::milliseconds timeout_of(std::chrono::milliseconds op_timeout) const;

@@ -141,6 +141,11 @@ py::object error_class(ftc_status_t st) {
 }
 
 }  // namespace
+
+/* ftcomm._C.comm_step, comm_recover, ...: the step boundary and recovery
+ * for the training-loop helper (recovery.cpp). */
+void register_recovery(py::module_ &m);
+
 }  // namespace ftcomm
 
 PYBIND11_MODULE(_C, m) {
@@ -184,6 +189,7 @@ PYBIND11_MODULE(_C, m) {
         py::arg("timeout_s"), py::arg("group_name"));
   m.def("split_nonmember", &split_nonmember, py::arg("global_ranks"), py::arg("timeout_s"));
   m.def("shutdown_all", &shutdown_all);
+  register_recovery(m);
   m.def("status_names", []() {
     py::dict d;
     for (int s = 0; s < FTC_STATUS_COUNT; s++) d[py::int_(s)] = ftc_strerror(static_cast<ftc_status_t>(s));
