@@ -77,6 +77,14 @@ def _ftcomm_rendezvous(url, timeout=timedelta(minutes=30), **kwargs):
                 f"ftcomm: init_process_group({key}={query[key][0]}) but the ftcomm job made this "
                 f"process {key} {have}: leave {key} out, the job decides it"
             )
+    epoch, joiner = _C.world_epoch()
+    if joiner and epoch > 1:
+        # A replacement admitted to a running job: the ranks that started it
+        # are training, not in a rendezvous, so it cannot get rank 0's store
+        # address; it keeps a store of its own (torch needs one to make the
+        # group). Its state comes from ftcomm.Manager over the backend.
+        yield (dist.HashStore(), rank, size)
+        raise RuntimeError("ftcomm: the rendezvous happens once per process")
     if rank == 0:
         store = dist.TCPStore(_store_host(), 0, size, True, timeout=timeout, wait_for_workers=False)
         addr = f"{_store_host()}\n{store.port}"

@@ -44,6 +44,18 @@ py::tuple create_world() {
   return py::make_tuple(c->rank(), c->size());
 }
 
+/* The epoch the job's communicator is in, and whether this process was
+ * admitted as a joiner: a replacement admitted to a running job (epoch > 1)
+ * must not take part in the rendezvous of the ranks that started it. */
+py::tuple world_epoch() {
+  auto c = world_comm(false);
+  TORCH_CHECK(c, "ftcomm: no communicator yet: call after the rendezvous");
+  ftc_epoch_info_t info{};
+  ftc_status_t st = ftc_comm_info(c->comm, &info);
+  if (st != FTC_OK) throw_status(st, *c, "ftc_comm_info");
+  return py::make_tuple(info.epoch, static_cast<bool>(info.joiner));
+}
+
 /* Broadcast a short string over the job's communicator (the rendezvous
  * sends the store's address this way). */
 std::string world_broadcast(const std::string &s, int root) {
@@ -185,6 +197,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("create_world", &create_world,
         "Join the job from the FTCOMM_* environment; returns (rank, world_size).");
   m.def("world_broadcast", &world_broadcast, py::arg("data"), py::arg("root"));
+  m.def("world_epoch", &world_epoch, "(epoch, joiner) of the job's communicator.");
   m.def("new_backend", &new_backend, py::arg("group_rank"), py::arg("group_size"), py::arg("global_ranks"),
         py::arg("timeout_s"), py::arg("group_name"));
   m.def("split_nonmember", &split_nonmember, py::arg("global_ranks"), py::arg("timeout_s"));
