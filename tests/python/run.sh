@@ -12,5 +12,9 @@ venv=${FTC_TORCH_VENV:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/ftcomm/torch-2.15
 export FTC_BUILD=$build PYTHONPATH=$PWD/$build/python${PYTHONPATH:+:$PYTHONPATH}
 # The ranks share 2 cores with everything else: one intra-op thread each.
 export OMP_NUM_THREADS=1
+# FTC_PY_TESTS: what pytest runs (the fault-tolerant training's fault tests are
+# a suite of their own: run_python_faults, tests/python/module.mk).
+tests=${FTC_PY_TESTS:-tests/python --ignore=tests/python/test_fault_training.py}
+# shellcheck disable=SC2086
 exec tests/bounded.sh "${FTC_PY_SUITE_LIMIT:-600}" \
-  "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python "$@"
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider $tests "$@"

@@ -27,7 +27,17 @@ __all__ = [
     "ConfigError",
     "CoordinatorError",
     "FtcommError",
+    "Manager",
     "MismatchError",
     "PeerLostError",
     "RevokedError",
 ]
+
+
+def __getattr__(name):
+    # ftcomm.Manager imports torch: only when it is asked for.
+    if name == "Manager":
+        from ftcomm.manager import Manager
+
+        return Manager
+    raise AttributeError(f"module 'ftcomm' has no attribute {name!r}")
