@@ -59,3 +59,11 @@ bench:
 	@$(MAKE) --no-print-directory all bench-bins python
 	@BUILD=$(BUILD) tests/bench/run.sh
 	@BUILD=$(BUILD) tests/bench/recovery/run.sh
+
+# PyTorch training through a kill -9: ftcomm.Manager against torchft 0.2.0 and
+# torchrun --max-restarts, in one run (tests/bench/torch_recovery, docs/pytorch.md).
+.PHONY: bench-torch-recovery
+bench-torch-recovery:
+	@scripts/deps.sh
+	@$(MAKE) --no-print-directory all python
+	@OMP_NUM_THREADS=1 $(TORCH_PY) tests/bench/torch_recovery/run.py --build $(BUILD) $(BENCH_TORCH_RECOVERY_ARGS)
