@@ -5,8 +5,9 @@
  * each receive holding the matching send's bytes (per pair, first posted
  * first matched: MPI's non-overtaking rule), small and far larger than the
  * socket buffers; receives posted before any send; a send waited for before
- * the rank posts its receives; a ring of 3 ranks each posting to both
- * neighbours in shuffled orders. A receive whose sender sent another count
+ * the rank posts its receives; a ring of 3 ranks each posting 2 sends and
+ * 2 receives to and from both neighbours in shuffled orders (200 rounds of
+ * 12-byte messages, 6 of 4 MiB). A receive whose sender sent another count
  * or dtype fails with FTC_ERR_MISMATCH naming both instead of reading the
  * bytes as data.
  */
@@ -184,15 +185,21 @@ static void a_send_completes_while_an_earlier_receive_waits(void **state) {
 }
 
 /* A ring of 3: each rank posts 2 sends to and 2 receives from each
- * neighbour in an order of its own, per round; 4 MiB messages. */
-static int ring_body(ftc_comm_t *comm, int rank, int n, void *arg) {
-  (void)arg;
-  const size_t count = 1u << 20;
+ * neighbour in an order of its own (shuffled per rank and round); arg: the
+ * message size and the rounds. */
+typedef struct ring_arg {
+  size_t count; /* i32 elements per message */
+  int rounds;
+} ring_arg_t;
+
+static int ring_body(ftc_comm_t *comm, int rank, int n, void *argp) {
+  const ring_arg_t *a = argp;
+  const size_t count = a->count;
   int peers[2] = {(rank + 1) % n, (rank + n - 1) % n};
   uint32_t *sb[4], *rb[4];
   for (int i = 0; i < 4; i++) sb[i] = malloc(count * 4), rb[i] = malloc(count * 4);
   int bad = 0;
-  for (int round = 0; round < 6 && !bad; round++) {
+  for (int round = 0; round < a->rounds && !bad; round++) {
     ftc_request_t *req[8];
     int order[8] = {0, 1, 2, 3, 4, 5, 6, 7}; /* op o: peer o / 4, send if o % 4 < 2, message o % 2 */
     unsigned seed = (unsigned)(rank * 31 + round * 7 + 1);
@@ -238,7 +245,9 @@ static int ring_body(ftc_comm_t *comm, int rank, int n, void *arg) {
 
 static void a_ring_of_three_in_shuffled_orders_completes(void **state) {
   (void)state;
-  assert_int_equal(harness_run(3, ring_body, NULL, &opts), 0);
+  ring_arg_t small = {3, 200}, big = {1u << 20, 6}; /* 12 B x 200 rounds; 4 MiB x 6 */
+  assert_int_equal(harness_run(3, ring_body, &small, &opts), 0);
+  assert_int_equal(harness_run(3, ring_body, &big, &opts), 0);
 }
 
 /* A receive of another count than its send: both ends learn it, no byte is

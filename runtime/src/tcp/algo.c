@@ -684,8 +684,18 @@ ftc_status_t ftc__tcp_run(ftc__tcp_t *tp, const ftc__op_t *op, int64_t deadline_
   tp->coll_seq++;
   tp->desc_op = op;
   ftc__desc_of(tp, op, tp->coll_seq, 0, 1, tp->desc_cur); /* the same to every peer but alltoallv's */
+  /* The ring of descriptors where the algorithm's own exchanges may leave
+   * ranks uncompared: a root decides who talks to whom (two ranks that
+   * both take themselves for the root only send), an alltoallv's pairs
+   * compare only their own blocks, a count of 0 runs nothing. The others' exchanges
+   * (doubling, halving, rings, flat's star, alltoall, the barrier's first
+   * round) compare every rank with a partner both ways in a graph that
+   * joins them all, and the ring's extra messages would cost the small
+   * allreduce (a crowded host's flat one: every rank would wait for its
+   * neighbours to enter). */
+  tp->desc_ring = rooted(op->coll) || op->coll == FTC_REC_ALLTOALLV || op->count == 0;
   ftc_status_t st = run_coll(tp, op, &red, deadline_ns);
-  if (st == FTC_OK) st = ring_check(tp, &red, deadline_ns);
+  if (st == FTC_OK && tp->desc_ring) st = ring_check(tp, &red, deadline_ns);
   tp->desc_op = NULL;
   return st;
 }

@@ -95,6 +95,8 @@ struct ftc__tcp {
    * (desc_sent/desc_recv[peer] == coll_seq once it has). */
   const ftc__op_t *desc_op; /* NULL outside a collective (send/recv set their own) */
   uint64_t coll_seq;        /* collectives run in this epoch, this one included */
+  int desc_ring;            /* the collective also compares each rank with both ring
+                             * neighbours (algo.c, ftc__tcp_run) */
   uint8_t desc_cur[FTC__DESC_SIZE]; /* desc_op's descriptor (alltoallv: the pair's differs) */
   uint64_t *desc_sent, *desc_recv; /* size entries each */
   uint64_t *msg_sent, *msg_recv;   /* send/recv messages per peer, each way */

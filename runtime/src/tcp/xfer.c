@@ -277,12 +277,12 @@ static void desc_only(ftc__tcp_t *tp, ftc__stream_t *s, int peer, int send) {
 }
 
 /* Lead the first stream of the collective to or from each peer with the
- * descriptor. The ring of descriptors: a run that moves nothing between
- * this rank and the next (or the previous) rank of the ring while neither
- * has sent the other its descriptor yet carries it alone, so the first run
- * of every collective compares this rank's call with both neighbours'
- * (algo.c), whatever the algorithm moves, and a rank whose call differs is
- * seen at once, not after the ranks waiting for it have timed out. */
+ * descriptor. The ring of descriptors (tp->desc_ring, algo.c): a first run
+ * that moves nothing between this rank and the next (or the previous) rank
+ * of the ring carries the descriptor alone, so that run compares this
+ * rank's call with both neighbours', whatever the algorithm moves, and a
+ * rank whose call differs is seen at once, not after the ranks waiting for
+ * it have timed out. */
 static int attach_descs(ftc__tcp_t *tp, ftc__stream_t *st, int n) {
   const uint64_t seq = tp->coll_seq;
   const int next = (tp->rank + 1) % tp->size, prev = (tp->rank + tp->size - 1) % tp->size;
@@ -294,7 +294,7 @@ static int attach_descs(ftc__tcp_t *tp, ftc__stream_t *st, int n) {
     s->hlen = FTC__DESC_SIZE;
     coll_desc(tp, s->peer, s->send, s->desc);
   }
-  if (st != tp->streams) return n;
+  if (st != tp->streams || !tp->desc_ring) return n;
   if (tp->desc_sent[next] != seq && n < tp->stream_cap) desc_only(tp, &st[n++], next, 1);
   if (tp->desc_recv[prev] != seq && n < tp->stream_cap) desc_only(tp, &st[n++], prev, 0);
   return n;
