@@ -436,6 +436,42 @@ def scenario_peer_lost(job):
     os._exit(0)
 
 
+def scenario_shrink(job):
+    """The last rank dies; the others see the failure, shrink_group() the default group to
+    the survivors (ftcomm's recovery) and go on at the smaller size."""
+    r, n = job.rank, job.size
+    dist.barrier()
+    if r == n - 1:
+        os._exit(0)
+    try:
+        for _ in range(200):
+            dist.all_reduce(torch.ones(1 << 14))
+        raise AssertionError("all_reduce went on after its peer died")
+    except ftcomm.FtcommError as e:
+        print(f"rank {r} got {type(e).__name__}", flush=True)
+    try:
+        dist.shrink_group([1 - r])  # the other survivor: alive, so not out
+        raise AssertionError("shrink_group excluding a live rank went through")
+    except ftcomm.FtcommError as e:
+        assert "coordinator decides" in str(e), str(e)
+        job.checks += 1
+    # That recovery already moved the communicator to the survivors' epoch; shrinking by
+    # the lost rank now agrees with it.
+    lost = ftcomm.torch.backend_of().recover()
+    assert lost == [n - 1], lost
+    pg = dist.shrink_group(lost)
+    assert dist.get_world_size() == n - 1 and dist.get_rank() == r, (dist.get_world_size(), dist.get_rank())
+    t = torch.full((5,), float(r + 1))
+    dist.all_reduce(t)
+    job.same(t, torch.full((5,), float(sum(range(1, n)))), "all_reduce after shrink_group")
+    g = torch.empty(2 * (n - 1))
+    dist.all_gather_into_tensor(g, torch.full((2,), float(r)), group=pg)
+    job.same(g, torch.arange(n - 1, dtype=torch.float32).repeat_interleave(2), "all_gather after shrink_group")
+    print(f"PASS shrink rank {r} of {n}: {job.checks} checks", flush=True)
+    dist.destroy_process_group()
+    os._exit(0)
+
+
 def scenario_ddp(job):
     """The same model trained with DDP over ftcomm and over gloo: same losses."""
     from torch.nn.parallel import DistributedDataParallel as DDP
