@@ -355,9 +355,22 @@ def scenario_errors(job):
         names = [(e.get("profiling_name"), e.get("process_group", [None, None])[1]) for e in fr.get("entries", [])]
         assert ("ftcomm:all_reduce", "default_pg") in names, names
         job.checks += 1
-    # A closed (aborted) group: every collective raises AbortedError, at once.
+    # abort() from another thread ends a collective that cannot complete (rank 0
+    # starts one the others never join); then the group is closed: every collective
+    # raises AbortedError, at once.
     dist.barrier()
-    ftcomm.torch.backend_of().abort()
+    be = ftcomm.torch.backend_of()
+    if r == 0:
+        import threading
+        w = dist.all_reduce(torch.ones(4), async_op=True)
+        threading.Timer(0.3, be.abort).start()
+        t0 = time.monotonic()
+        e = expect(ftcomm.FtcommError, w.wait, ["all_reduce", "rank 0"], "a collective aborted from another thread")
+        assert isinstance(e, ftcomm.AbortedError), f"{type(e).__name__}: {e}"
+        assert time.monotonic() - t0 < 10, time.monotonic() - t0
+    else:
+        time.sleep(1.0)
+        be.abort()
     e = expect(ftcomm.FtcommError, lambda: dist.all_reduce(torch.ones(4)), ["all_reduce", f"rank {r}"],
                "a collective on an aborted group")
     assert isinstance(e, ftcomm.AbortedError), f"{type(e).__name__}: {e}"
