@@ -16,5 +16,5 @@ export OMP_NUM_THREADS=1
 # a suite of their own: run_python_faults, tests/python/module.mk).
 tests=${FTC_PY_TESTS:-tests/python --ignore=tests/python/test_fault_training.py}
 # shellcheck disable=SC2086
-exec tests/bounded.sh "${FTC_PY_SUITE_LIMIT:-600}" \
+exec tests/bounded.sh "${FTC_PY_SUITE_LIMIT:-840}" \
   "$venv/bin/python" -m pytest -q -p no:cacheprovider $tests "$@"

@@ -72,6 +72,11 @@ def test_a_lost_peer_raises_peer_lost_error_naming_rank_slot_and_collective():
     assert m and "slot 0" in m.group(2), out[-4000:]
 
 
+def test_shrink_group_after_a_loss_goes_on_with_the_survivors():
+    out = job(3, "shrink", env={"FTCOMM_TIMEOUT_MS": "10000"}, args=["--min-size", "2", "--grace", "30"])
+    assert len(passes(out, "shrink")) == 2, out[-4000:]
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_ddp_trains_like_gloo(n):
     out = job(n, "ddp")

@@ -355,9 +355,22 @@ def scenario_errors(job):
         names = [(e.get("profiling_name"), e.get("process_group", [None, None])[1]) for e in fr.get("entries", [])]
         assert ("ftcomm:all_reduce", "default_pg") in names, names
         job.checks += 1
-    # A closed (aborted) group: every collective raises AbortedError, at once.
+    # abort() from another thread ends a collective that cannot complete (rank 0
+    # starts one the others never join); then the group is closed: every collective
+    # raises AbortedError, at once.
     dist.barrier()
-    ftcomm.torch.backend_of().abort()
+    be = ftcomm.torch.backend_of()
+    if r == 0:
+        import threading
+        w = dist.all_reduce(torch.ones(4), async_op=True)
+        threading.Timer(0.3, be.abort).start()
+        t0 = time.monotonic()
+        e = expect(ftcomm.FtcommError, w.wait, ["all_reduce", "rank 0"], "a collective aborted from another thread")
+        assert isinstance(e, ftcomm.AbortedError), f"{type(e).__name__}: {e}"
+        assert time.monotonic() - t0 < 10, time.monotonic() - t0
+    else:
+        time.sleep(1.0)
+        be.abort()
     e = expect(ftcomm.FtcommError, lambda: dist.all_reduce(torch.ones(4)), ["all_reduce", f"rank {r}"],
                "a collective on an aborted group")
     assert isinstance(e, ftcomm.AbortedError), f"{type(e).__name__}: {e}"
@@ -433,6 +446,42 @@ def scenario_peer_lost(job):
         job.checks += 1
         print(f"rank 0 then got {type(e).__name__}", flush=True)
     print(f"PASS peer_lost rank 0 of {job.size}: {job.checks} checks", flush=True)
+    os._exit(0)
+
+
+def scenario_shrink(job):
+    """The last rank dies; the others see the failure, shrink_group() the default group to
+    the survivors (ftcomm's recovery) and go on at the smaller size."""
+    r, n = job.rank, job.size
+    dist.barrier()
+    if r == n - 1:
+        os._exit(0)
+    try:
+        for _ in range(200):
+            dist.all_reduce(torch.ones(1 << 14))
+        raise AssertionError("all_reduce went on after its peer died")
+    except ftcomm.FtcommError as e:
+        print(f"rank {r} got {type(e).__name__}", flush=True)
+    try:
+        dist.shrink_group([1 - r])  # the other survivor: alive, so not out
+        raise AssertionError("shrink_group excluding a live rank went through")
+    except ftcomm.FtcommError as e:
+        assert "coordinator decides" in str(e), str(e)
+        job.checks += 1
+    # That recovery already moved the communicator to the survivors' epoch; shrinking by
+    # the lost rank now agrees with it.
+    lost = ftcomm.torch.backend_of().recover()
+    assert lost == [n - 1], lost
+    pg = dist.shrink_group(lost)
+    assert dist.get_world_size() == n - 1 and dist.get_rank() == r, (dist.get_world_size(), dist.get_rank())
+    t = torch.full((5,), float(r + 1))
+    dist.all_reduce(t)
+    job.same(t, torch.full((5,), float(sum(range(1, n)))), "all_reduce after shrink_group")
+    g = torch.empty(2 * (n - 1))
+    dist.all_gather_into_tensor(g, torch.full((2,), float(r)), group=pg)
+    job.same(g, torch.arange(n - 1, dtype=torch.float32).repeat_interleave(2), "all_gather after shrink_group")
+    print(f"PASS shrink rank {r} of {n}: {job.checks} checks", flush=True)
+    dist.destroy_process_group()
     os._exit(0)
 
 

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <set>
 #include <sstream>
 
 namespace ftcomm {
@@ -371,6 +372,7 @@ class Launch {
 
 Backend::Backend(std::shared_ptr<Comm> comm, int rank, int size, const c10::intrusive_ptr<c10d::Backend::Options> &opts)
     : c10d::Backend(rank, size), comm_(std::move(comm)), options_(opts) {
+  epoch_ = comm_->epoch();
   done_thread_ = std::thread([this] { completion_loop(); });
   init();
 }
@@ -397,6 +399,71 @@ void Backend::name_for_recorder(const char *title) {
     comm_->coll_name = title;
     ftc_comm_set_coll_name(comm_->comm, title);
   }
+}
+
+void Backend::setGroupUid(const std::string &uid) {
+  c10d::Backend::setGroupUid(uid);
+  std::lock_guard<std::mutex> l(comm_->mu);
+  comm_->group_named = false; /* named again before the next op */
+}
+
+std::vector<std::pair<int, int>> Backend::recover(ftc_epoch_info_t *info, const char *what) {
+  ftc_status_t st;
+  std::vector<std::pair<int, int>> out;
+  {
+    std::lock_guard<std::mutex> l(comm_->mu);
+    st = ftc_comm_recover(comm_->comm, FTC_TIMEOUT_DEFAULT, info);
+    if (st == FTC_OK && info->changed) {
+      comm_->moved_from = epoch_;
+      comm_->moved_lost.clear();
+      comm_->moved_joined = info->joined;
+      for (int i = 0; i < info->lost; i++) {
+        int prev = -1, slot = -1;
+        if (ftc_comm_lost(comm_->comm, i, &prev, &slot, nullptr) == FTC_OK) comm_->moved_lost.emplace_back(prev, slot);
+      }
+    }
+    /* Unchanged now, but moved since this group was made (an earlier call
+     * recovered): that move is the one this group sees. */
+    if (st == FTC_OK && (info->changed || (info->epoch != epoch_ && comm_->moved_from == epoch_))) {
+      info->joined = comm_->moved_joined;
+      out = comm_->moved_lost;
+    }
+  }
+  if (st != FTC_OK) throw_status(st, *comm_, what);
+  return out;
+}
+
+c10::intrusive_ptr<c10d::Backend> Backend::shrink(const std::vector<int64_t> &ranks_to_exclude, int shrink_flags,
+                                                  const c10::intrusive_ptr<c10d::Backend::Options> &opts_override) {
+  /* The coordinator, not the caller, decides who is out: recover to the
+   * epoch it announces (the survivors of a failure) and check it excludes
+   * exactly the ranks torch was told to. */
+  ftc_epoch_info_t info{};
+  std::vector<std::pair<int, int>> moved = recover(&info, "shrink (ftc_comm_recover)");
+  std::set<int64_t> lost;
+  std::ostringstream lost_s;
+  for (size_t i = 0; i < moved.size(); i++) {
+    lost.insert(moved[i].first);
+    lost_s << (i ? ", " : "") << moved[i].first << " (slot " << moved[i].second << ")";
+  }
+  std::set<int64_t> want(ranks_to_exclude.begin(), ranks_to_exclude.end());
+  if (lost != want || info.joined) {
+    std::ostringstream m;
+    m << "ftcomm: shrink_group excluding ranks [";
+    size_t k = 0;
+    for (auto r : want) m << (k++ ? ", " : "") << r;
+    m << "] but the job's new epoch " << info.epoch << " lost [" << lost_s.str() << "]";
+    if (info.joined) m << " and admitted " << info.joined << " joiner(s)";
+    m << ": ftcomm's coordinator decides membership; exclude the ranks it lost, which"
+         " ftcomm.torch.backend_of(group).recover() returns";
+    throw FtcError(FTC_ERR_INVALID_ARGUMENT, m.str(), info.rank, comm_->slot, "shrink");
+  }
+  auto opts = opts_override ? opts_override : options_->clone();
+  {
+    std::lock_guard<std::mutex> l(comm_->mu);
+    comm_->group_named = false;
+  }
+  return c10::make_intrusive<Backend>(comm_, info.rank, info.size, opts);
 }
 
 void Backend::abort() {

@@ -44,6 +44,12 @@ struct Comm {
   std::mutex mu;      /* held by every call that starts an operation */
   const char *coll_name = nullptr; /* the recorder's collective name now set (under mu) */
   bool group_named = false;        /* the recorder has the group's name (under mu) */
+  /* The last move to a new epoch by a recovery: from which epoch, who was lost
+   * (their ranks there) and how many joined; a shrink asked after it (by a
+   * group made before it) is checked against it. Under mu. */
+  uint64_t moved_from = 0;
+  std::vector<std::pair<int, int>> moved_lost; /* (rank, slot) */
+  int moved_joined = 0;
   Comm() = default;
   Comm(const Comm &) = delete;
   Comm &operator=(const Comm &) = delete;
@@ -167,6 +173,15 @@ class Backend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts) override;
 
+  /* shrink: ftcomm's recovery (docs/pytorch.md, "shrink_group"). */
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t> &ranks_to_exclude, int shrink_flags,
+                                           const c10::intrusive_ptr<c10d::Backend::Options> &opts_override) override;
+  void setGroupUid(const std::string &uid) override;
+  /* ftc_comm_recover: wait for the coordinator's next epoch of this group's
+   * survivors; the (rank, slot) of those it lost since this group was made. */
+  std::vector<std::pair<int, int>> recover(ftc_epoch_info_t *info, const char *what);
+
   uint64_t getSequenceNumberForGroup() override { return seq_; }
   void setTimeout(std::chrono::milliseconds timeout) override { options_->timeout = timeout; }
   c10d::ErrorType getError() override;
@@ -201,6 +216,7 @@ class Backend : public c10d::Backend {
   bool stopping_ = false;
   std::thread done_thread_;
   std::atomic<int> last_error_{FTC_OK};
+  uint64_t epoch_ = 0; /* the communicator's epoch when this group was made */
 };
 
 /* Raise the FtcError for a failed call on comm (message from ftc_last_error()). */

@@ -187,6 +187,21 @@ PYBIND11_MODULE(_C, m) {
         ftc_comm_backend(b.comm()->comm, buf, sizeof(buf));
         return std::string(buf);
       })
+      .def(
+          "recover",
+          [](Backend &b) {
+            ftc_epoch_info_t info{};
+            std::vector<std::pair<int, int>> lost;
+            {
+              py::gil_scoped_release nogil;
+              lost = b.recover(&info, "recover (ftc_comm_recover)");
+            }
+            py::list ranks;
+            for (auto &l : lost) ranks.append(l.first);
+            return ranks;
+          },
+          "Wait for the job's next epoch of the survivors (ftc_comm_recover); the ranks of this group it "
+          "lost, for dist.shrink_group.")
       .def("dump", [](const Backend &b, const std::string &reason) {
         char path[4096] = "";
         ftc_status_t st = ftc_comm_dump(b.comm()->comm, reason.c_str(), path, sizeof(path));
