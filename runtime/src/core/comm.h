@@ -320,8 +320,8 @@ int ftc__peer_watch_fill(ftc__peer_watch_t *w, const ftc__backend_ops_t *be, con
                          const unsigned char *ignore, int nignore, struct pollfd *pfd);
 
 /* Flight-recorder seam (record.c): the four points of a collective's life. */
-/* `now` is a ftc__now_ns() the caller already read (the clock costs 40-70 ns
- * on some VMs, more than recording itself), or 0 to read it here. */
+/* `now` is a ftc__now_ns() the caller already read (on some VMs the clock read
+ * costs more than recording itself: docs/benchmarks.md), or 0 to read it here. */
 uint64_t ftc__record_schedule(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq, int64_t timeout_ns,
                               int64_t now);
 void ftc__record_start(ftc_comm_t *comm, uint64_t id, int64_t now);
