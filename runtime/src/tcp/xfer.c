@@ -41,6 +41,15 @@ static inline void skip_empty(ftc__stream_t *s) {
 /* Descriptor and data up to this size move through a copy on the stack. */
 #define BOUNCE (FTC__DESC_SIZE + 1024)
 
+/* n bytes moved by one call that carried the descriptor's hlen - hoff
+ * remaining bytes (head) ahead of the data: the descriptor's part first. */
+static void desc_moved(ftc__stream_t *s, size_t n, size_t head) {
+  size_t h = n < head ? n : head;
+  s->hoff = (unsigned char)(s->hoff + h);
+  s->off += n - h;
+  s->done += n - h;
+}
+
 /* The descriptor ahead of a stream's data, with as much of the data as
  * may go (one system call for both, as for the data alone). Returns as
  * pump_send. */
@@ -74,10 +83,7 @@ static int send_desc(ftc__stream_t *s, size_t allowed, int fd, int *err) {
     *err = errno;
     return -1;
   }
-  size_t h = (size_t)n < iov[0].iov_len ? (size_t)n : iov[0].iov_len;
-  s->hoff = (unsigned char)(s->hoff + h);
-  s->off += (size_t)n - h;
-  s->done += (size_t)n - h;
+  desc_moved(s, (size_t)n, iov[0].iov_len);
   return 1;
 }
 
@@ -148,10 +154,7 @@ static int recv_desc(ftc__stream_t *s, int fd, int *err) {
     *err = errno;
     return -1;
   }
-  size_t h = (size_t)n < iov[0].iov_len ? (size_t)n : iov[0].iov_len;
-  s->hoff = (unsigned char)(s->hoff + h);
-  s->off += (size_t)n - h;
-  s->done += (size_t)n - h;
+  desc_moved(s, (size_t)n, iov[0].iov_len);
   if (s->hoff == s->hlen && memcmp(s->din, s->desc, FTC__DESC_SIZE) != 0) return -2;
   return 1;
 }
