@@ -25,7 +25,8 @@ $(BUILD)/tests/recorder/ftcomm-trace-gen: $(BUILD)/obj/tests/recorder/ftcomm-tra
 TEST_BINS += $(REC_TEST_BINS) $(BUILD)/bin/ftcomm-trace $(BUILD)/tests/recorder/ftcomm-trace-gen
 TEST_SUITES += $(REC_TEST_BINS) tests/recorder/run-cases.sh tests/recorder/generated.sh \
                tests/recorder/html-chromium.sh tests/recorder/schema.sh \
-               tests/recorder/mutations.sh tests/recorder/torch-live.sh
+               tests/recorder/mutations.sh tests/recorder/torch-live.sh \
+               tests/recorder/export.sh
 
 # Recorder benchmarks (tests/bench/recorder/run.sh builds and runs them).
 REC_BENCH_BINS := $(BUILD)/bench/recorder/bench_record

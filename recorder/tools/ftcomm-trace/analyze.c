@@ -151,7 +151,7 @@ static int same_sig(const tr_entry_t *e, const sig_t *s) {
 }
 
 static void describe_call(char *buf, size_t len, int op, int dtype, uint64_t count, int peer) {
-  if (is_rooted(op))
+  if (is_rooted(op) && peer >= 0) /* PyTorch records no root: -1 */
     snprintf(buf, len, "%s %s x%llu root %d", tr_str(op), tr_str(dtype), (unsigned long long)count, peer);
   else
     snprintf(buf, len, "%s %s x%llu", tr_str(op), tr_str(dtype), (unsigned long long)count);

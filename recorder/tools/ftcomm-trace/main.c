@@ -14,6 +14,7 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: ftcomm-trace [--json] [--html FILE] [--verbose] DIR\n"
+          "       ftcomm-trace --export pytorch-json|pytorch-pickle OUT DIR\n"
           "\n"
           "Analyze the flight-recorder dumps in DIR (one per rank; ftcomm dumps and\n"
           "PyTorch Flight Recorder JSON dumps are recognized per file) and report the\n"
@@ -25,6 +26,12 @@ static void usage(FILE *f) {
           "  --json         print the report as JSON instead of text\n"
           "  --html FILE    also write a self-contained HTML page with a timeline\n"
           "  -v, --verbose  list every rank at the divergence, not the first 16\n"
+          "  --export FORMAT OUT\n"
+          "                 instead of a report, write the dumps in PyTorch Flight\n"
+          "                 Recorder's layout (2.10) into the directory OUT, one\n"
+          "                 rank_<N> per rank: pytorch-json (as _dump_fr_trace_json\n"
+          "                 writes) or pytorch-pickle (as PyTorch's timeout dumps, the\n"
+          "                 form its fr_trace analyzer reads)\n"
           "  -h, --help     show this help\n"
           "\n"
           "Exit status: 0 healthy, 1 a finding, 2 unusable input (no readable dump,\n"
@@ -38,8 +45,28 @@ int main(int argc, char **argv) {
       {"verbose", no_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
-  int json = 0, verbose = 0, c;
-  const char *html = NULL;
+  int json = 0, verbose = 0, c, export_pickle = -1;
+  const char *html = NULL, *export_dir = NULL;
+  /* --export takes two values (FORMAT OUT): taken out before getopt. */
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--export")) continue;
+    if (i + 2 >= argc) {
+      fprintf(stderr, "ftcomm-trace: --export needs a format and a directory (--export "
+                      "pytorch-json OUT DIR)\n");
+      return TR_EXIT_UNUSABLE;
+    }
+    if (!strcmp(argv[i + 1], "pytorch-json")) export_pickle = 0;
+    else if (!strcmp(argv[i + 1], "pytorch-pickle")) export_pickle = 1;
+    else {
+      fprintf(stderr, "ftcomm-trace: --export %s: the formats are pytorch-json and "
+                      "pytorch-pickle\n", argv[i + 1]);
+      return TR_EXIT_UNUSABLE;
+    }
+    export_dir = argv[i + 2];
+    memmove(&argv[i], &argv[i + 3], (size_t)(argc - i - 3 + 1) * sizeof(*argv));
+    argc -= 3;
+    break;
+  }
   while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
     switch (c) {
       case 'j': json = 1; break;
@@ -76,6 +103,13 @@ int main(int argc, char **argv) {
       fprintf(stderr, "ftcomm-trace: %s: %s\n", set.bad[i].path, set.bad[i].why);
   tr_report_t rep;
   tr_analyze(&set, &rep);
+  if (export_dir) {
+    int rc = tr_export_pytorch(export_dir, export_pickle, &set, &rep);
+    tr_report_free(&rep);
+    tr_incident_free(incident);
+    tr_set_free(&set);
+    return rc < 0 ? TR_EXIT_UNUSABLE : 0;
+  }
   if (incident) {
     rep.incident = incident;
     tr_incident_explain(incident, &rep);

@@ -41,8 +41,11 @@ static const struct { const char *torch, *ours; } op_map[] = {
     {"all_gather_into_tensor", "allgather"}, {"allgather", "allgather"},
     {"reduce_scatter", "reduce_scatter"}, {"_reduce_scatter_base", "reduce_scatter"},
     {"reduce_scatter_tensor", "reduce_scatter"}, {"broadcast", "broadcast"},
-    {"reduce", "reduce"},                {"all_to_all", "alltoall"},
-    {"alltoall", "alltoall"},            {"alltoall_base", "alltoall"},
+    /* c10d's all-to-alls take per-rank split sizes: counts may differ by
+     * rank, as in alltoallv (PyTorch's analyzer does not compare them either). */
+    {"reduce", "reduce"},                {"all_to_all", "alltoallv"},
+    {"all_to_all_single", "alltoallv"},  {"alltoall", "alltoallv"},
+    {"alltoall_base", "alltoallv"},
     {"barrier", "barrier"},              {"send", "send"},
     {"recv", "recv"},
 };

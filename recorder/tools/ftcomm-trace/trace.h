@@ -239,6 +239,11 @@ void tr_incident_explain(const tr_incident_t *inc, tr_report_t *rep);
 void tr_incident_print_text(FILE *out, const tr_incident_t *inc);
 void *tr_incident_json(const tr_incident_t *inc); /* a new json_t */
 
+/* Writes the set in PyTorch Flight Recorder's layout (format 2.10) into
+ * outdir, one rank_<N> file per rank, as JSON or as a pickle (export.c).
+ * 0, or -1 with a message on stderr. */
+int tr_export_pytorch(const char *outdir, int pickle, const tr_set_t *set, const tr_report_t *rep);
+
 /* "3", "0-4,6" ... into buf; long lists end with "... (N ranks)". */
 const char *tr_rank_list(const int *ranks, size_t n, char *buf, size_t len);
 
