@@ -481,69 +481,6 @@ static void a_rank_that_uploads_again_keeps_its_first_copies_and_counts_once(voi
   ftc__member_close(m0);
 }
 
-/* An incident waits for the dumps as long as the job's ranks may hold one
- * for the coordinator's verdict (plus the upload), when that is longer
- * than --dump-wait: a dump that comes after --dump-wait but within the
- * hold is analyzed with the others. */
-static void an_incident_waits_out_the_jobs_dump_hold(void **state) {
-  fixture_t *fx = *state;
-  char trace[PATH_MAX + 32];
-  bin_path("ftcomm-trace", trace, sizeof trace);
-  ftck_coords_destroy(fx->cs); /* the fixture's, with --dump-wait 300 ms instead */
-  ftck_coords_opts_t o = {.bind = "127.0.0.1:0", .dump_volume = fx->dir, .dump_retention = 2,
-                          .analyzer = trace, .dump_wait_ms = 300, .notify = on_news, .ud = fx};
-  assert_int_equal(ftck_coords_create(&o, &fx->cs), FTC_OK);
-  assert_int_equal(ftck_coords_listen(fx->cs), FTC_OK);
-  snprintf(fx->addr, sizeof fx->addr, "127.0.0.1:%d", ftck_coords_port(fx->cs));
-  ftck_coord_params_t p = {.job = "h", .token = "token-h", .uid = "uid-h", .world_size = 2, .min_size = 1,
-                           .hang_timeout_ms = 60000, .dump_hold_ms = 1000};
-  assert_int_equal(ftck_coords_ensure(fx->cs, "ns/h", &p, NULL), FTC_OK);
-  ftc__member_t *m0 = joined(fx, "h", "token-h", 0, 2), *m1 = joined(fx, "h", "token-h", 1, 2);
-  ftc__view_t *v = NULL;
-  assert_int_equal(ftc__member_wait_view(m0, 0, WAIT_MS, &v), FTC_OK);
-  int culprit = 1;
-  int64_t asked = ftc__now_ns();
-  assert_int_equal(ftc__member_report_failure(m0, v->epoch, &culprit, 1, FTC_ERR_TIMEOUT), FTC_OK);
-  char name0[128], name1[128];
-  assert_true(take_request(m0, name0, sizeof name0));
-  assert_true(take_request(m1, name1, sizeof name1));
-  size_t l0, l2;
-  char *d0 = slurp("tests/recorder/cases/missing-dump/rank-0-*.json", &l0);
-  char *d2 = slurp("tests/recorder/cases/missing-dump/rank-2-*.json", &l2);
-  assert_int_equal(ftc__member_upload_dump(m0, name0, 0, d0, l0), FTC_OK);
-  /* Past --dump-wait, within the hold (1000 ms) and the upload (2000 ms). */
-  int64_t at = asked + 800 * 1000000LL;
-  while (ftc__now_ns() < at) usleep(20000);
-  ftck_incident_t *inc = NULL;
-  size_t n = 9;
-  int64_t wait_ms = 0;
-  assert_int_equal(ftck_coords_take_incidents(fx->cs, "ns/h", &inc, &n, &wait_ms), FTC_OK);
-  assert_int_equal(n, 0);
-  assert_true(wait_ms > 1000 && wait_ms <= 3000 - 800 + 1);
-  /* The late dump comes: the incident is analyzed with both. */
-  assert_int_equal(ftc__member_upload_dump(m1, name1, 2, d2, l2), FTC_OK);
-  int64_t until = ftc__now_ns() + (int64_t)WAIT_MS * 1000000;
-  do {
-    usleep(20000);
-    assert_int_equal(ftck_coords_take_incidents(fx->cs, "ns/h", &inc, &n, &wait_ms), FTC_OK);
-  } while (n == 0 && ftc__now_ns() < until);
-  assert_int_equal(n, 1);
-  assert_int_equal(inc[0].dumps, 2);
-  assert_true(ftc__now_ns() - asked < 3000 * 1000000LL); /* as soon as every dump is in */
-  ftc__free(inc);
-
-  /* Another hold is taken as it is: the coordinator is kept. */
-  int created = 1;
-  p.dump_hold_ms = 0;
-  assert_int_equal(ftck_coords_ensure(fx->cs, "ns/h", &p, &created), FTC_OK);
-  assert_int_equal(created, 0);
-  free(d0);
-  free(d2);
-  ftc__view_free(v);
-  ftc__member_close(m1);
-  ftc__member_close(m0);
-}
-
 /* The build directory's bin/, from this binary's path ($(BUILD)/tests/controller/). */
 static void bin_path(const char *name, char *out, size_t n) {
   char self[PATH_MAX];
@@ -750,7 +687,6 @@ int main(void) {
       cmocka_unit_test_setup_teardown(a_rank_of_a_job_without_coordinator_is_turned_away, setup, teardown),
       cmocka_unit_test_setup_teardown(a_job_that_is_removed_stops_its_coordinator, setup, teardown),
       cmocka_unit_test_setup_teardown(a_timeout_report_becomes_an_analyzed_incident, setup, teardown),
-      cmocka_unit_test_setup_teardown(an_incident_waits_out_the_jobs_dump_hold, setup, teardown),
       cmocka_unit_test_setup_teardown(a_rank_that_uploads_again_keeps_its_first_copies_and_counts_once, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(the_analysis_goes_next_to_the_dumps, setup, teardown),

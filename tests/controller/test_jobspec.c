@@ -65,47 +65,13 @@ static void test_defaults_follow_the_crd(void **state) {
   json_decref(j);
 }
 
-/* How long a rank may hold a dump the coordinator asked for, from the
- * template's env (the runtime's defaults: 1000 ms watchdog, 1000 ms
- * heartbeat, so 1000 + 2 * 2100), the most over the containers. */
-static void test_the_dump_hold_follows_the_containers_env(void **state) {
-  (void)state;
-  struct { const char *containers; int hold_ms; } cases[] = {
-      {"{\"name\":\"a\",\"image\":\"i\"}", 5200},
-      {"{\"name\":\"a\",\"image\":\"i\",\"env\":[{\"name\":\"FTCOMM_WATCHDOG_MS\",\"value\":\"60000\"}]}", 64200},
-      /* the most of two containers; the last entry of a name counts */
-      {"{\"name\":\"a\",\"image\":\"i\",\"env\":[{\"name\":\"FTCOMM_WATCHDOG_MS\",\"value\":\"20000\"}]},"
-       "{\"name\":\"b\",\"image\":\"i\",\"env\":[{\"name\":\"FTCOMM_WATCHDOG_MS\",\"value\":\"60000\"},"
-       "{\"name\":\"FTCOMM_HEARTBEAT_MS\",\"value\":\"500\"},{\"name\":\"FTCOMM_WATCHDOG_MS\",\"value\":\"30000\"}]}",
-       30000 + 2 * 1100}, /* b: 30000 and 500 beat a: 20000 and 1000 */
-      /* invalid: the runtime takes its default */
-      {"{\"name\":\"a\",\"image\":\"i\",\"env\":[{\"name\":\"FTCOMM_WATCHDOG_MS\",\"value\":\"1m\"}]}", 5200},
-      {"{\"name\":\"a\",\"image\":\"i\",\"env\":[{\"name\":\"FTCOMM_WATCHDOG_MS\",\"value\":\"90000\"}]}", 5200},
-      /* from a ConfigMap, unread here: the top of its range (60000) */
-      {"{\"name\":\"a\",\"image\":\"i\",\"env\":[{\"name\":\"FTCOMM_WATCHDOG_MS\",\"valueFrom\":{\"configMapKeyRef\":"
-       "{\"name\":\"cm\",\"key\":\"w\"}}},{\"name\":\"FTCOMM_HEARTBEAT_MS\",\"value\":\"100\"}]}",
-       60000 + 2 * 300},
-  };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    char spec[2048];
-    snprintf(spec, sizeof spec, "{\"template\":{\"spec\":{\"containers\":[%s]}}}", cases[i].containers);
-    json_t *j = job_from(spec);
-    ftck_job_spec_t s;
-    char err[128];
-    assert_int_equal(ftck_job_spec_parse(j, &s, err, sizeof err), 0);
-    if (s.dump_hold_ms != cases[i].hold_ms) fail_msg("case %zu: hold %d ms, expected %d", i, s.dump_hold_ms, cases[i].hold_ms);
-    json_decref(j);
-  }
-}
-
 /* The controller takes an invalid FTCOMM_* value in the env as the runtime's
  * default and goes on: the parse leaves the thread's ftc_last_error() as it
  * was, so a later failure's caller does not read this one's message. */
 static void test_an_invalid_env_value_leaves_the_last_error_alone(void **state) {
   (void)state;
   const char *spec = "{\"template\":{\"spec\":{\"containers\":[{\"name\":\"a\",\"image\":\"i\",\"env\":["
-                     "{\"name\":\"FTCOMM_WATCHDOG_MS\",\"value\":\"1m\"},"
-                     "{\"name\":\"FTCOMM_HEARTBEAT_MS\",\"value\":\"0\"}]}]}}}";
+                     "{\"name\":\"FTCOMM_DUMP_DRAIN_MS\",\"value\":\"1m\"}]}]}}}";
   const char *before[] = {"an earlier failure", ""};
   for (size_t i = 0; i < sizeof before / sizeof before[0]; i++) {
     if (*before[i])
@@ -116,8 +82,13 @@ static void test_an_invalid_env_value_leaves_the_last_error_alone(void **state) 
     ftck_job_spec_t s;
     char err[128];
     assert_int_equal(ftck_job_spec_parse(j, &s, err, sizeof err), 0);
-    assert_int_equal(s.dump_hold_ms, 5200); /* both invalid: the defaults */
+    ftck_pod_env_t env = {.coordinator = "c:1", .dump_dir = "/d"};
+    json_t *pod = ftck_build_pod(j, &s, 0, 0, 0, "", &env);
+    assert_non_null(pod);
+    /* invalid: the runtime's default drain (10 s) + 5 s is under Kubernetes' 30 s */
+    assert_int_equal(json_integer_value(ftck_jget(pod, "spec.terminationGracePeriodSeconds")), 30);
     assert_string_equal(ftc_last_error(), before[i]);
+    json_decref(pod);
     json_decref(j);
   }
 }
@@ -471,7 +442,6 @@ int main(void) {
   ftck_json_use_ftc_alloc();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults_follow_the_crd),
-      cmocka_unit_test(test_the_dump_hold_follows_the_containers_env),
       cmocka_unit_test(test_an_invalid_env_value_leaves_the_last_error_alone),
       cmocka_unit_test(test_unusable_specs_say_what_to_fix),
       cmocka_unit_test(test_pod_of_a_slot_carries_identity_owner_and_environment),

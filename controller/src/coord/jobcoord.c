@@ -76,7 +76,6 @@ typedef struct jc {
   ftck_coords_t *cs;
   char *key, *job, *token, *uid;
   int world_size, min_size, hang_ms;
-  int dump_hold_ms; /* under cs->mu */
   ftc__coord_t *co;
   int port;
   char dump_dir[PATH_MAX];
@@ -142,20 +141,11 @@ static void on_event(void *arg, const ftc__coord_event_t *ev) {
       p->epoch = ev->epoch;
       p->start_ns = ftc__now_ns();
       pthread_mutex_lock(&cs->mu);
-      /* Ranks hold a dump for the coordinator's verdict (up to the job's
-       * hold) before they upload it: the wait covers that. */
-      int64_t hold = j->dump_hold_ms > 0 ? (int64_t)j->dump_hold_ms + FTCK_DUMP_UPLOAD_MS : 0;
-      int64_t wait_ms = hold > cs->dump_wait_ms ? hold : cs->dump_wait_ms;
-      if (wait_ms > FTCK_DUMP_WAIT_MAX_MS) wait_ms = FTCK_DUMP_WAIT_MAX_MS;
-      p->wait_ns = wait_ms * 1000000;
-      if (wait_ms > cs->dump_wait_ms)
-        FTC_WARN(FTC_SUB_CTRL, "%s: %s; collecting the dumps of %d ranks into %s for up to %lld ms (its ranks may "
-                 "hold a dump %d ms for the verdict: FTCOMM_WATCHDOG_MS + 2 * (2 * FTCOMM_HEARTBEAT_MS + 100); "
-                 "--dump-wait is %d ms)", j->key, p->inc.reason, p->asked, p->inc.dump_path, (long long)wait_ms,
-                 j->dump_hold_ms, cs->dump_wait_ms);
-      else
-        FTC_WARN(FTC_SUB_CTRL, "%s: %s; collecting the dumps of %d ranks into %s", j->key, p->inc.reason, p->asked,
-                 p->inc.dump_path);
+      /* A rank writes and uploads a requested dump at once (within about
+       * 1 s: core/dumpwriter.c); --dump-wait covers a slow disk or link. */
+      p->wait_ns = (int64_t)cs->dump_wait_ms * 1000000;
+      FTC_WARN(FTC_SUB_CTRL, "%s: %s; collecting the dumps of %d ranks into %s", j->key, p->inc.reason, p->asked,
+               p->inc.dump_path);
       /* Which slot had which rank in the epoch that hung, kept with the
        * incident: by the time its dumps are in (they may wait seconds for the
        * coordinator's verdict) the job can be at a later epoch, renumbered
@@ -339,7 +329,6 @@ ftc_status_t ftck_coords_ensure(ftck_coords_t *cs, const char *key, const ftck_c
   int same = old && old->world_size == p->world_size && old->min_size == p->min_size &&
              old->hang_ms == p->hang_timeout_ms && !strcmp(old->token, p->token) && !strcmp(old->job, p->job) &&
              !strcmp(old->uid, p->uid ? p->uid : "");
-  if (same) old->dump_hold_ms = p->dump_hold_ms;
   pthread_mutex_unlock(&cs->mu);
   if (same) return FTC_OK;
   ftc_status_t st = FTC_OK;
@@ -354,7 +343,6 @@ ftc_status_t ftck_coords_ensure(ftck_coords_t *cs, const char *key, const ftck_c
   j->world_size = p->world_size;
   j->min_size = p->min_size;
   j->hang_ms = p->hang_timeout_ms;
-  j->dump_hold_ms = p->dump_hold_ms;
   if (!j->key || !j->job || !j->token || !j->uid || !j->lost) {
     st = ftc__error(FTC_ERR_NO_MEMORY, "coordinators: no memory");
     goto out_free_job;

@@ -55,19 +55,11 @@ typedef struct ftck_coord_params {
   int world_size, min_size;
   int hang_timeout_ms;      /* a member silent this long is hung (coordinator heartbeat timeout) */
   uint64_t first_epoch;     /* status.epoch: a new coordinator numbers its epochs above it */
-  int dump_hold_ms;         /* the longest its ranks hold a requested dump (ftck_job_spec_t):
-                             * an incident waits for the dumps that long plus
-                             * FTCK_DUMP_UPLOAD_MS, if that is more than dump_wait_ms */
 } ftck_coord_params_t;
-
-/* After a rank's hold: time for it to write and upload its dump. */
-#define FTCK_DUMP_UPLOAD_MS 2000
-/* The most an incident waits for its dumps (--dump-wait's top). */
-#define FTCK_DUMP_WAIT_MAX_MS 3600000
 
 /* The coordinator of job key ("ns/name") runs with these parameters: made
  * when missing, remade (ranks reconnect, it adopts their epoch) when they
- * changed (dump_hold_ms aside: taken as it is, for the next incident).
+ * changed.
  * *created (may be NULL) says whether one was made. */
 ftc_status_t ftck_coords_ensure(ftck_coords_t *cs, const char *key, const ftck_coord_params_t *p, int *created);
 /* Stop and forget the coordinator of key (job finished, suspended or gone). */

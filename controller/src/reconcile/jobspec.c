@@ -103,22 +103,6 @@ static int64_t container_param(const json_t *c, ftc_param_id_t id) {
   return v;
 }
 
-/* The longest a rank may hold a dump the coordinator asked for before it
- * writes and uploads it (core/recover.c, wd_hold_left): a watchdog period,
- * plus twice the coordinator's evidence time while no later epoch is
- * announced, as the rank reckons it from its own heartbeat interval. */
-static int dump_hold_ms(const json_t *containers) {
-  int64_t most = 0;
-  size_t i;
-  json_t *c;
-  json_array_foreach(containers, i, c) {
-    int64_t w = container_param(c, FTC_P_WATCHDOG_MS), hb = container_param(c, FTC_P_HEARTBEAT_MS);
-    int64_t hold = w + 2 * (2 * hb + 100);
-    if (hold > most) most = hold;
-  }
-  return most > INT32_MAX ? INT32_MAX : (int)most;
-}
-
 int ftck_job_spec_parse(const json_t *job, ftck_job_spec_t *s, char *err, size_t err_len) {
   memset(s, 0, sizeof *s);
   const json_t *spec = ftck_jget(job, "spec");
@@ -164,7 +148,6 @@ int ftck_job_spec_parse(const json_t *job, ftck_job_spec_t *s, char *err, size_t
     snprintf(err, err_len, "%s", why);
     return -1;
   }
-  s->dump_hold_ms = dump_hold_ms(ftck_jget(spec, "template.spec.containers"));
   return 0;
 }
 

@@ -44,20 +44,13 @@ typedef struct ftck_job_spec {
   int recorder_enabled;
   int recorder_entries;
   int suspend;
-  int dump_hold_ms;              /* the longest a rank holds a dump the coordinator asked for
-                                  * (docs/dump-format.md): FTCOMM_WATCHDOG_MS + 2 * (2 *
-                                  * FTCOMM_HEARTBEAT_MS + 100) as spec.template's containers
-                                  * set them, the most over the containers */
 } ftck_job_spec_t;
 
 /* Defaults match the CRD's: replicas 1, minReplicas = replicas, backend
  * auto, collectiveTimeoutSeconds 600, hangTimeoutSeconds 300,
  * maxReplacements 10, backoffSeconds 10, avoidFailedNodes true, onHang
  * replace, mode replace, recorder enabled with 2000 entries. Every field is
- * checked as the CRD's schema checks it (type, bounds, enum). dump_hold_ms
- * reads each container's env: a value as the runtime reads it (its default
- * when absent or invalid), the top of the variable's range when it comes
- * from valueFrom (not read here); envFrom is not looked at. 0 on success;
+ * checked as the CRD's schema checks it (type, bounds, enum). 0 on success;
  * -1 when the spec is unusable (why in err). */
 int ftck_job_spec_parse(const json_t *job, ftck_job_spec_t *spec, char *err, size_t err_len);
 

@@ -840,8 +840,7 @@ static ftc_status_t ensure_coordinator(pass_t *p, const char *token, const json_
                             .world_size = p->spec.replicas,
                             .min_size = p->spec.min_replicas,
                             .hang_timeout_ms = hang_ms > 3600000 ? 3600000 : hang_ms < 50 ? 50 : (int)hang_ms,
-                            .first_epoch = (uint64_t)ftck_jint(p->job, "status.epoch", 0),
-                            .dump_hold_ms = p->spec.dump_hold_ms};
+                            .first_epoch = (uint64_t)ftck_jint(p->job, "status.epoch", 0)};
   return ftck_coords_ensure(p->r->coords, p->key, &cp, NULL);
 }
 

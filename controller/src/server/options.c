@@ -52,7 +52,7 @@ static const flag_t flags[] = {
     {"dump-volume", S(dump_volume), "folder of incidents: <namespace>/<job>/<incident>/rank-<r>.json and analysis (default /var/lib/ftcomm/dumps)"},
     {"dump-retention", I(dump_retention, 1, 100000), "incidents kept per job, the newest (default 10)"},
     {"dump-ttl-after-deletion", D(dump_ttl_after_deletion_s), "how long the dump folder of a deleted TrainingJob stays, e.g. 7d, 36h, 90m; 0 keeps it forever (default 7d)"},
-    {"dump-wait", I(dump_wait_s, 1, 3600), "seconds an incident waits for every rank's dump before it is analyzed (default 10; longer for a job whose ranks hold their dumps longer)"},
+    {"dump-wait", I(dump_wait_s, 1, 3600), "seconds an incident waits for every rank's dump before it is analyzed (default 10; a rank writes and uploads its dump within about 1 s of the request)"},
     {"token-check", I(token_check_s, 1, 86400), "deprecated, ignored: token Secrets are watched (a deleted one is made again at once)"},
     {"analyzer", S(analyzer), "the ftcomm-trace binary (default: next to this one, else $PATH)"},
     {"leader-label", B(leader_label), "label this pod ftcomm.dev/leader=true while it leads, for the Service (default true; needs $POD_NAME)"},
