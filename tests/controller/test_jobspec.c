@@ -131,7 +131,7 @@ static void test_unusable_specs_say_what_to_fix(void **state) {
   json_decref(j);
 }
 
-static void test_template_app_labels_are_kept_and_the_controllers_own_are_forced(void **state) {
+static void test_template_app_labels_are_kept_and_the_controllers_ftcomm_dev_labels_are_forced(void **state) {
   (void)state;
   json_t *j = job_from("{\"template\":{\"metadata\":{\"labels\":{\"app.kubernetes.io/name\":\"llm-trainer\","
                        "\"app.kubernetes.io/component\":\"rank\",\"app.kubernetes.io/managed-by\":\"someone\","
@@ -146,7 +146,8 @@ static void test_template_app_labels_are_kept_and_the_controllers_own_are_forced
   assert_string_equal(json_string_value(json_object_get(labels, "app.kubernetes.io/name")), "llm-trainer");
   assert_string_equal(json_string_value(json_object_get(labels, "app.kubernetes.io/component")), "rank");
   assert_string_equal(json_string_value(json_object_get(labels, "app.kubernetes.io/instance")), "llm"); /* absent: default */
-  assert_string_equal(json_string_value(json_object_get(labels, "app.kubernetes.io/managed-by")), "ftcomm-controller");
+  /* the template's: the controller's own are under ftcomm.dev/ */
+  assert_string_equal(json_string_value(json_object_get(labels, "app.kubernetes.io/managed-by")), "someone");
   assert_string_equal(json_string_value(json_object_get(labels, "ftcomm.dev/slot")), "1");
   json_decref(pod);
   json_decref(j);
@@ -445,7 +446,7 @@ int main(void) {
       cmocka_unit_test(test_an_invalid_env_value_leaves_the_last_error_alone),
       cmocka_unit_test(test_unusable_specs_say_what_to_fix),
       cmocka_unit_test(test_pod_of_a_slot_carries_identity_owner_and_environment),
-      cmocka_unit_test(test_template_app_labels_are_kept_and_the_controllers_own_are_forced),
+      cmocka_unit_test(test_template_app_labels_are_kept_and_the_controllers_ftcomm_dev_labels_are_forced),
       cmocka_unit_test(test_replacement_joins_and_avoids_failed_nodes_in_every_term),
       cmocka_unit_test(test_pod_bookkeeping),
       cmocka_unit_test(test_node_readiness_from_its_ready_condition),

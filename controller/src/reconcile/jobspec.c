@@ -294,15 +294,16 @@ json_t *ftck_build_pod(const json_t *job, const ftck_job_spec_t *spec, int slot,
   if (!podspec || !labels || !annotations || !owner) goto out_free;
   int bad = 0;
   /* app.kubernetes.io/name, instance and component describe the user's application:
-   * the template's own win; these are only defaults. managed-by and the ftcomm.dev/
-   * labels are the controller's (its pod informer selects by managed-by). */
+   * the template's own win; these are only defaults. The ftcomm.dev/ labels are the
+   * controller's (its pod informer selects by them). */
   if (!json_object_get(labels, "app.kubernetes.io/name"))
     bad |= json_object_set_new(labels, "app.kubernetes.io/name", json_string("ftcomm"));
   if (!json_object_get(labels, "app.kubernetes.io/instance"))
     bad |= json_object_set_new(labels, "app.kubernetes.io/instance", json_string(job_name));
   if (!json_object_get(labels, "app.kubernetes.io/component"))
     bad |= json_object_set_new(labels, "app.kubernetes.io/component", json_string("worker"));
-  bad |= json_object_set_new(labels, "app.kubernetes.io/managed-by", json_string(FTCK_MANAGER));
+  if (!json_object_get(labels, "app.kubernetes.io/managed-by"))
+    bad |= json_object_set_new(labels, "app.kubernetes.io/managed-by", json_string(FTCK_MANAGER));
   bad |= json_object_set_new(labels, FTCK_LABEL_JOB, json_string(job_name));
   bad |= json_object_set_new(labels, FTCK_LABEL_SLOT, json_string(sbuf));
   bad |= json_object_set_new(labels, FTCK_LABEL_INCARNATION, json_string(ibuf));

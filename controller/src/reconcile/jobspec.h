@@ -22,8 +22,9 @@
 #define FTCK_LABEL_SLOT "ftcomm.dev/slot"
 #define FTCK_LABEL_INCARNATION "ftcomm.dev/incarnation"
 #define FTCK_ANNOT_AVOID "ftcomm.dev/avoid-nodes"
-/* Selects every pod the controller manages. */
-#define FTCK_POD_SELECTOR "app.kubernetes.io/managed-by=ftcomm-controller"
+/* Selects every pod the controller manages: by its own labels, which a
+ * template cannot set (app.kubernetes.io/managed-by is only a default). */
+#define FTCK_POD_SELECTOR "ftcomm.dev/job,ftcomm.dev/slot"
 /* The token Secrets this controller made (one per job). */
 #define FTCK_SECRET_SELECTOR "app.kubernetes.io/managed-by=ftcomm-controller,ftcomm.dev/job"
 
