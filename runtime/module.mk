@@ -30,6 +30,7 @@ $(FTCOMM_SO): $(RUNTIME_OBJS) $(RECORDER_OBJS) $(COMMON_OBJS) $(FTCOMM_MAP)
 	$(say) LD $@
 	$(Q)$(CC) -shared -Wl,-soname,libftcomm.so.0 -Wl,--no-undefined -Wl,--version-script=$(FTCOMM_MAP) \
 	  -o $@ $(filter %.o,$^) $(LDFLAGS_ALL) $(RUNTIME_LIBS)
+	$(Q)ln -sf libftcomm.so $(dir $@)libftcomm.so.0 # the soname: what a program linked here loads
 
 # Tools: runtime/tools/NAME/*.c -> $(BUILD)/bin/NAME (static libftcomm, so
 # binaries run from the build tree without LD_LIBRARY_PATH).

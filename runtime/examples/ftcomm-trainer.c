@@ -223,31 +223,18 @@ static void print_lost(ftc_comm_t *comm, const ftc_epoch_info_t *info) {
   }
 }
 
+/* Every rank takes the newest model (and its step) from the lowest rank
+ * holding it: after a recovery, survivors may be a step apart; a joiner
+ * holds none (step -1). */
 static ftc_status_t sync_state(ftc_comm_t *comm, double *state, size_t n, int *step) {
-  int rank;
-  ftc_comm_rank(comm, &rank);
   int64_t v = *step;
-  ftc_status_t st = ftc_allreduce(&v, &v, 1, FTC_I64, FTC_MAX, comm, FTC_TIMEOUT_DEFAULT);
-  if (st != FTC_OK) return st;
-  int64_t root = *step == v ? rank : INT64_MAX;
-  if ((st = ftc_allreduce(&root, &root, 1, FTC_I64, FTC_MIN, comm, FTC_TIMEOUT_DEFAULT)) != FTC_OK)
-    return st;
-  if (v < 0) {
-    fprintf(stderr, "ftcomm-trainer: no surviving rank holds the model\n");
-    return FTC_ERR_BELOW_MIN_SIZE;
-  }
-  /* Into a copy: a broadcast that fails half way must not leave this rank
-   * with a mix of its state and the root's under its old step number. */
-  double *in = rank == root ? state : malloc(sizeof(double) * n);
-  if (!in) return FTC_ERR_NO_MEMORY;
-  if ((st = ftc_broadcast(in, n, FTC_F64, (int)root, comm, FTC_TIMEOUT_DEFAULT)) == FTC_OK &&
-      in != state)
-    memcpy(state, in, sizeof(double) * n);
-  if (in != state) free(in);
+  int root = -1, rank = -1;
+  ftc_comm_rank(comm, &rank);
+  ftc_status_t st = ftc_comm_sync_state(comm, state, sizeof(double) * n, &v, FTC_TIMEOUT_DEFAULT, &root);
   if (st != FTC_OK) return st;
   if (*step != v)
-    fprintf(stderr, "ftcomm-trainer: rank %d: took the model at step %lld from rank %lld\n", rank,
-            (long long)v, (long long)root);
+    fprintf(stderr, "ftcomm-trainer: rank %d: took the model at step %lld from rank %d\n", rank,
+            (long long)v, root);
   *step = (int)v;
   return FTC_OK;
 }

@@ -427,6 +427,19 @@ FTC_API ftc_status_t ftc_comm_recover(ftc_comm_t *comm, int timeout_ms, ftc_epoc
  * ftc_comm_recover). timeout_ms as for collectives. */
 FTC_API ftc_status_t ftc_comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info);
 
+/* The state hand-off after a recovery or a grow, which every loop writes
+ * the same way: every rank passes its application state (`bytes` bytes, the
+ * same size on every rank) and the step it holds (*step, -1 for none: a
+ * joiner); the lowest rank holding the highest step sends its state and
+ * step to every rank (one 8-byte allreduce and one broadcast). On FTC_OK,
+ * state and *step are that rank's everywhere and *root (may be NULL) names
+ * it. FTC_ERR_BELOW_MIN_SIZE when no rank holds a state (every step < 0). A
+ * failed collective returns its error (recover, then call it again) and
+ * leaves state and *step as they were: a broadcast that fails half way never
+ * leaves a mix of two states. *step must be below 2^42. */
+FTC_API ftc_status_t ftc_comm_sync_state(ftc_comm_t *comm, void *state, size_t bytes,
+                                         int64_t *step, int timeout_ms, int *root);
+
 /* The current epoch, described as ftc_comm_recover() would (changed = 0).
  * From the application thread (the view changes only inside its calls). */
 FTC_API ftc_status_t ftc_comm_info(const ftc_comm_t *comm, ftc_epoch_info_t *info);

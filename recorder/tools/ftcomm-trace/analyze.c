@@ -276,6 +276,16 @@ static const tr_entry_t *ent(const ctx_t *x, const tr_member_t *m, size_t i) {
   return &x->set->d[m->dump].comms[m->comm].e[i];
 }
 
+/* A member whose own failure in this epoch is "revoked" learned of the
+ * failure from the coordinator before it reached the next collective: it
+ * did not enter it because the epoch was already over, not because it
+ * stalled (the others' failure names who broke the epoch). */
+static int revoked_first(const ctx_t *x, const tr_member_t *m, const tr_group_t *g) {
+  const tr_dump_t *d = &x->set->d[m->dump];
+  return d->failure.present && d->failure.epoch == (int64_t)g->epoch && d->failure.status &&
+         !strcmp(d->failure.status, "revoked");
+}
+
 static const char *who(char *buf, size_t len, const int *ranks, size_t n) {
   char list[400];
   snprintf(buf, len, "%s %s", n == 1 ? "rank" : "ranks", tr_rank_list(ranks, n, list, sizeof(list)));
@@ -493,6 +503,7 @@ static void analyze_group(ctx_t *x, int gi) {
     }
     for (size_t i = 0; i < n; i++) {
       const tr_member_t *m = &g->m[i];
+      if (!at[i] && cur[i] >= m->b && revoked_first(x, m, g)) continue;
       if (!at[i] && cur[i] >= m->b) absent[na++] = m->grank;
       else if (at[i] && same_sig(at[i], exp) && at[i]->state == TR_FAILED) failed[nf++] = m->grank;
       else if (at[i] && same_sig(at[i], exp) && at[i]->state != TR_COMPLETED) stuck[ns++] = m->grank;
