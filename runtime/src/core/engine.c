@@ -116,8 +116,8 @@ static void enqueue_locked(ftc_comm_t *comm, ftc_request_t *req) {
 /* ---- running one collective ---- */
 
 static uint64_t next_seq_locked(ftc_comm_t *comm, const ftc__op_t *op) {
-  if (op->coll == FTC_REC_SEND) return ++comm->p2p_seq[2 * op->peer];
-  if (op->coll == FTC_REC_RECV) return ++comm->p2p_seq[2 * op->peer + 1];
+  if (op->coll == FTC__COLL_SEND) return ++comm->p2p_seq[2 * op->peer];
+  if (op->coll == FTC__COLL_RECV) return ++comm->p2p_seq[2 * op->peer + 1];
   return ++comm->seq;
 }
 
@@ -135,9 +135,9 @@ static int quiet_rank_of(ftc_comm_t *comm, ftc_status_t st) {
 /* Collective op #seq failed with st: fail the epoch, saying which one. */
 static void fail_op(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq, ftc_status_t st) {
   char detail[384];
-  int red = op->coll == FTC_REC_ALLREDUCE || op->coll == FTC_REC_REDUCE ||
-            op->coll == FTC_REC_REDUCE_SCATTER;
-  snprintf(detail, sizeof(detail), "%s #%llu (%zu x %s%s%s) on rank %d: %s", ftc_rec_op_name(op->coll),
+  int red = op->coll == FTC__COLL_ALLREDUCE || op->coll == FTC__COLL_REDUCE ||
+            op->coll == FTC__COLL_REDUCE_SCATTER;
+  snprintf(detail, sizeof(detail), "%s #%llu (%zu x %s%s%s) on rank %d: %s", ftc__coll_name(op->coll),
            (unsigned long long)seq, op->count, ftc_dtype_name(op->dtype), red ? " " : "",
            red ? ftc_op_name(op->op) : "", comm->rank, ftc_last_error());
   ftc__comm_fail_quiet(comm, st, detail, quiet_rank_of(comm, st));
@@ -167,7 +167,7 @@ static ftc_status_t execute(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq,
 }
 
 static int is_p2p(const ftc_request_t *r) {
-  return !r->rebuild_view && (r->op.coll == FTC_REC_SEND || r->op.coll == FTC_REC_RECV);
+  return !r->rebuild_view && (r->op.coll == FTC__COLL_SEND || r->op.coll == FTC__COLL_RECV);
 }
 
 /* The progress thread's state for one batch of send/recv requests. */
@@ -195,7 +195,7 @@ static ftc_status_t execute_p2p(ftc_comm_t *comm, p2p_batch_t *b, const ftc__op_
     char detail[384];
     const ftc__op_t *o = &b->reqs[0]->op;
     snprintf(detail, sizeof(detail), "%d send/recv operation(s) from %s #%llu (%zu x %s, peer %d) on rank %d: %s",
-             b->n, ftc_rec_op_name(o->coll), (unsigned long long)b->reqs[0]->seq, o->count,
+             b->n, ftc__coll_name(o->coll), (unsigned long long)b->reqs[0]->seq, o->count,
              ftc_dtype_name(o->dtype), o->peer, comm->rank, ftc_last_error());
     ftc__comm_fail_quiet(comm, st, detail, quiet_rank_of(comm, st));
     ftc__error(st, "%s", detail);
@@ -232,7 +232,7 @@ static ftc_status_t wait_req(ftc_request_t *req, int64_t deadline, int spin_us) 
   if (done) return st == FTC_OK ? FTC_OK : ftc__error(st, "%s", err);
   char detail[256];
   snprintf(detail, sizeof(detail), "%s #%llu did not complete before the wait's timeout",
-           ftc_rec_op_name(req->op.coll), (unsigned long long)req->seq);
+           ftc__coll_name(req->op.coll), (unsigned long long)req->seq);
   ftc__comm_fail(req->comm, FTC_ERR_TIMEOUT, detail);
   return ftc__error(FTC_ERR_TIMEOUT, "%s; the epoch is failed, recover before the next collective", detail);
 }
