@@ -1008,7 +1008,9 @@ static int spare_body(ftc_comm_t *comm, int rank, int n, void *arg) {
     if (ftc__comm_rebuild(comm, &v) != FTC_OK)
       return RANK_FAIL(rank, "rebuild for epoch %llu: %s", (unsigned long long)epoch, ftc_last_error());
     int adopted = ftc__tcp_adopted(comm->bh);
-    if (adopted != (epoch == 2 ? (n - 1) * comm->tcfg.sockets : 0))
+    ftc__tcp_cfg_t tcfg; /* the backend's tunables, from the same FTCOMM_* */
+    if (ftc__tcp_cfg_from_env(&tcfg) != FTC_OK) return RANK_FAIL(rank, "%s", ftc_last_error());
+    if (adopted != (epoch == 2 ? (n - 1) * tcfg.sockets : 0))
       return RANK_FAIL(rank, "epoch %llu adopted %d spare connections", (unsigned long long)epoch, adopted);
     x = rank + 1;
     if (ftc_allreduce(&x, &x, 1, FTC_I32, FTC_SUM, comm, 5000) != FTC_OK || x != n * (n + 1) / 2)

@@ -463,10 +463,8 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
   /* The previous epoch's sockets: every peer has moved once this epoch
    * settled, so the goodbyes after a planned move wake nobody still moving,
    * and the closes after a failure take no CPU from a recovery. */
-  if (comm->retired && __atomic_load_n(&comm->settled, __ATOMIC_ACQUIRE)) {
-    comm->be->close(comm->retired, comm->retired_planned);
-    comm->retired = NULL;
-  }
+  if (comm->be->settled && __atomic_load_n(&comm->settled, __ATOMIC_ACQUIRE))
+    comm->be->settled(comm->bs);
   int n = 0, base, sp = 0, ep = 0, early = 0,
       spares = comm->spares && comm->be->spare_poll && comm->bh;
   pfd[n++] = (struct pollfd){comm->wake_fd, POLLIN, 0};
@@ -570,7 +568,7 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
     if (spares)
       comm->be->spare_events(comm->bh, comm->listen_fd, pfd + 1, sp);
     else if (pfd[1].revents & POLLIN)
-      ftc__tcp_refuse_pending(comm->listen_fd);
+      comm->be->refuse(comm->listen_fd);
   }
   if (ep && !__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE))
     comm->be->early_events(comm->bh, -1, pfd + 1 + sp, ep);
@@ -586,16 +584,12 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
     int goodbyes = 0, data = 0, ended = 0, quiet = 0;
     for (int k = 0; k < np; k++) {
       if (ranks[k] != rank) continue;
-      unsigned char buf[2];
-      ssize_t got = recv(fds[k], buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
-      if (got == 1 && buf[0] == FTC__TCP_GOODBYE)
-        goodbyes++;
-      else if (got > 0)
-        data++;
-      else if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-        quiet++;
-      else
-        ended++;
+      switch (comm->be->peer_peek(fds[k])) {
+        case FTC__PEER_GOODBYE: goodbyes++; break;
+        case FTC__PEER_DATA: data++; break;
+        case FTC__PEER_QUIET: quiet++; break;
+        default: ended++; break;
+      }
     }
     /* A peer that is ahead may have sent data for collectives this rank
      * has not started, then left: the collective that needs more than
