@@ -111,7 +111,7 @@ static ftc_status_t check_allreduce(ftc__nccl_comm_t *c, float *dev, size_t n, f
   float *host = malloc(n * sizeof *host);
   for (size_t i = 0; i < n; i++) host[i] = mine;
   rt.Memcpy(dev, host, n * sizeof *host, cudaMemcpyHostToDevice);
-  ftc__op_t op = {FTC_REC_ALLREDUCE, dev, dev, n, FTC_F32, FTC_SUM, -1};
+  ftc__op_t op = {FTC__COLL_ALLREDUCE, dev, dev, n, FTC_F32, FTC_SUM, -1};
   ftc__nccl_work_t w;
   ftc_status_t st = ftc__nccl_comm_launch(c, &op, NULL, &w);
   if (st == FTC_OK) st = ftc__nccl_comm_wait(c, &w, ftc__deadline_ns(timeout_ms));
@@ -144,7 +144,7 @@ static void bench(ftc__nccl_comm_t *c, ncclComm_t raw, cudaStream_t s, float *de
     for (int pass = 0; pass < 2; pass++) { /* pass 0 warms up */
       double t0 = now_s();
       for (int i = 0; i < iters; i++) {
-        ftc__op_t op = {FTC_REC_ALLREDUCE, dev, dev, count, FTC_F32, FTC_SUM, -1};
+        ftc__op_t op = {FTC__COLL_ALLREDUCE, dev, dev, count, FTC_F32, FTC_SUM, -1};
         ftc__nccl_work_t w;
         if (ftc__nccl_comm_launch(c, &op, NULL, &w) != FTC_OK ||
             ftc__nccl_comm_wait(c, &w, ftc__deadline_ns(60000)) != FTC_OK)

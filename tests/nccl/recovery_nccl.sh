@@ -53,7 +53,7 @@ if [ -e /dev/nvidiactl ] || [ -e /proc/driver/nvidia ] || [ -e /dev/dxg ] || [ -
 else
   probe "auto, no GPU device node here: TCP without loading NCCL" expect-tcp FTCOMM_BACKEND=auto \
     LD_LIBRARY_PATH="$tmp/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FTCOMM_LOG_LEVEL=info
-  why="FTCOMM_BACKEND=auto: TCP without loading NCCL: none of /dev/nvidiactl, /proc/driver/nvidia, /dev/dxg, /dev/kfd here"
+  why="FTCOMM_BACKEND=auto: no nccl: none of /dev/nvidiactl, /proc/driver/nvidia, /dev/dxg, /dev/kfd here"
   grep -qF "$why" "$tmp/probe.out" && ok "auto, no GPU device node here: the info line says why" ||
     bad "auto, no GPU device node here: no line \"$why\"" "$tmp/probe.out"
 fi

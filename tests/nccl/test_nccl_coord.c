@@ -106,7 +106,7 @@ static ftc__nccl_lib_t *open_lib(ctx_t *x) {
 static ftc_status_t allreduce(ftc__nccl_comm_t *c, float mine, float want) {
   float buf[256];
   for (int i = 0; i < 256; i++) buf[i] = mine;
-  ftc__op_t op = {FTC_REC_ALLREDUCE, buf, buf, 256, FTC_F32, FTC_SUM, -1};
+  ftc__op_t op = {FTC__COLL_ALLREDUCE, buf, buf, 256, FTC_F32, FTC_SUM, -1};
   ftc__nccl_work_t w;
   ftc_status_t st = ftc__nccl_comm_launch(c, &op, NULL, &w);
   if (st == FTC_OK) st = ftc__nccl_comm_wait(c, &w, ftc__deadline_ns(TMO));
@@ -119,7 +119,7 @@ static ftc_status_t allreduce(ftc__nccl_comm_t *c, float mine, float want) {
 
 static int order_ok(ftc__nccl_comm_t *c) {
   int32_t mine = ftc__nccl_comm_rank(c), all[8] = {0};
-  ftc__op_t op = {FTC_REC_ALLGATHER, &mine, all, 1, FTC_I32, FTC_SUM, -1};
+  ftc__op_t op = {FTC__COLL_ALLGATHER, &mine, all, 1, FTC_I32, FTC_SUM, -1};
   ftc__nccl_work_t w;
   if (ftc__nccl_comm_launch(c, &op, NULL, &w) != FTC_OK ||
       ftc__nccl_comm_wait(c, &w, ftc__deadline_ns(TMO)) != FTC_OK)

@@ -88,7 +88,7 @@ static ftc_status_t allreduce_check(ftc__nccl_comm_t *c, float mine, float want,
   enum { N = 4096 };
   float *buf = malloc(N * sizeof *buf);
   for (int i = 0; i < N; i++) buf[i] = mine;
-  ftc__op_t op = {FTC_REC_ALLREDUCE, buf, buf, N, FTC_F32, FTC_SUM, -1};
+  ftc__op_t op = {FTC__COLL_ALLREDUCE, buf, buf, N, FTC_F32, FTC_SUM, -1};
   ftc_status_t st = run(c, op, TMO, NULL);
   *bad = 0;
   if (st == FTC_OK)
@@ -106,7 +106,7 @@ static ftc_status_t allreduce_check(ftc__nccl_comm_t *c, float mine, float want,
 static int order_ok(ftc__nccl_comm_t *c) {
   int n = ftc__nccl_comm_size(c);
   int32_t mine = ftc__nccl_comm_rank(c), *all = calloc((size_t)n, sizeof *all);
-  ftc__op_t op = {FTC_REC_ALLGATHER, &mine, all, 1, FTC_I32, FTC_SUM, -1};
+  ftc__op_t op = {FTC__COLL_ALLGATHER, &mine, all, 1, FTC_I32, FTC_SUM, -1};
   ftc_status_t st = run(c, op, TMO, NULL);
   int ok = st == FTC_OK;
   for (int i = 0; ok && i < n; i++) ok = all[i] == i;
@@ -168,7 +168,7 @@ static void survivor(flow_t *f, int slot) {
               ftc_strerror(st));
   CHILD_CHECK(ftc__now_ns() - t0 < (int64_t)TMO * 1000000, 13, "peer loss took too long");
   CHILD_CHECK(ftc__nccl_comm_error(c) == FTC_ERR_PEER_LOST, 14, "epoch not marked failed");
-  ftc__op_t op = {FTC_REC_BARRIER, NULL, NULL, 0, FTC_U8, FTC_SUM, -1};
+  ftc__op_t op = {FTC__COLL_BARRIER, NULL, NULL, 0, FTC_U8, FTC_SUM, -1};
   ftc__nccl_work_t w;
   CHILD_CHECK(ftc__nccl_comm_launch(c, &op, NULL, &w) == FTC_ERR_REVOKED, 15,
               "a collective on a failed epoch must say revoked");
@@ -380,7 +380,7 @@ static void hang_rank(flow_t *f, int rank, int hang) {
   CHILD_CHECK(st == FTC_OK && !bad, 41, "first allreduce: %s", ftc_strerror(st));
 
   float x[16] = {0};
-  ftc__op_t op = {FTC_REC_ALLREDUCE, x, x, 16, FTC_F32, FTC_SUM, -1};
+  ftc__op_t op = {FTC__COLL_ALLREDUCE, x, x, 16, FTC_F32, FTC_SUM, -1};
   ftc__nccl_work_t w;
   ftc_rec_t *rec = NULL;
   CHILD_CHECK(ftc_rec_create(16, 9, "world", 1, rank, 2, &rec) == FTC_OK, 54, "recorder");
@@ -485,7 +485,7 @@ static void interrupt_child(flow_t *f) {
   ftc_status_t st = ftc__nccl_enter_epoch(f->lib, &c, v, &f->x, &o);
   CHILD_CHECK(st == FTC_OK, 110, "init: %s", ftc_strerror(st));
   float x[4] = {0};
-  ftc__op_t op = {FTC_REC_ALLREDUCE, x, x, 4, FTC_F32, FTC_SUM, -1};
+  ftc__op_t op = {FTC__COLL_ALLREDUCE, x, x, 4, FTC_F32, FTC_SUM, -1};
   ftc__nccl_work_t w;
   CHILD_CHECK(ftc__nccl_comm_launch(c, &op, NULL, &w) == FTC_OK, 111, "launch");
   pthread_t t;
@@ -752,7 +752,7 @@ static void revoke_child(flow_t *f) {
   CHILD_CHECK(st == FTC_OK, 120, "init: %s", ftc_strerror(st));
   setenv("NCCL_DOUBLE_ASYNC_READ_MS", "150", 1);
   float x[4] = {1, 1, 1, 1};
-  ftc__op_t op = {FTC_REC_ALLREDUCE, x, x, 4, FTC_F32, FTC_SUM, -1};
+  ftc__op_t op = {FTC__COLL_ALLREDUCE, x, x, 4, FTC_F32, FTC_SUM, -1};
   ftc__nccl_work_t w;
   CHILD_CHECK(ftc__nccl_comm_launch(c, &op, NULL, &w) == FTC_OK, 121, "launch");
   g_revoke_comm = c;
@@ -797,7 +797,7 @@ static void colls_child(flow_t *f, int rank) {
   uint64_t id = ftc_rec_schedule(rec, 1, 1, FTC_REC_ALLREDUCE, FTC_I32, N, N * 4, -1, -1);
   for (int i = 0; i < N; i++) a[i] = rank * 10 + i;
   ftc__nccl_work_t w;
-  ftc__op_t ar = {FTC_REC_ALLREDUCE, a, b, N, FTC_I32, FTC_MAX, -1};
+  ftc__op_t ar = {FTC__COLL_ALLREDUCE, a, b, N, FTC_I32, FTC_MAX, -1};
   st = ftc__nccl_comm_launch_rec(c, &ar, NULL, rec, id, &w);
   if (st == FTC_OK) st = ftc__nccl_comm_wait(c, &w, ftc__deadline_ns(TMO));
   CHILD_CHECK(st == FTC_OK && b[7] == 27, 81, "allreduce max: %s %d", ftc_strerror(st), b[7]);
@@ -814,38 +814,38 @@ static void colls_child(flow_t *f, int rank) {
   ftc__nccl_work_release(c, &w);
   /* broadcast from 1 */
   for (int i = 0; i < N; i++) a[i] = rank == 1 ? 500 + i : -1;
-  st = run(c, (ftc__op_t){FTC_REC_BROADCAST, a, a, N, FTC_I32, FTC_SUM, 1}, TMO, NULL);
+  st = run(c, (ftc__op_t){FTC__COLL_BROADCAST, a, a, N, FTC_I32, FTC_SUM, 1}, TMO, NULL);
   CHILD_CHECK(st == FTC_OK && a[3] == 503, 84, "broadcast");
   /* reduce sum to 2 */
   for (int i = 0; i < N; i++) a[i] = rank + 1, b[i] = -1;
-  st = run(c, (ftc__op_t){FTC_REC_REDUCE, a, b, N, FTC_I32, FTC_SUM, 2}, TMO, NULL);
+  st = run(c, (ftc__op_t){FTC__COLL_REDUCE, a, b, N, FTC_I32, FTC_SUM, 2}, TMO, NULL);
   CHILD_CHECK(st == FTC_OK && (rank != 2 || b[9] == 6), 85, "reduce");
   /* allgather */
   for (int i = 0; i < N; i++) a[i] = rank * 1000 + i;
-  st = run(c, (ftc__op_t){FTC_REC_ALLGATHER, a, b, N, FTC_I32, FTC_SUM, -1}, TMO, NULL);
+  st = run(c, (ftc__op_t){FTC__COLL_ALLGATHER, a, b, N, FTC_I32, FTC_SUM, -1}, TMO, NULL);
   CHILD_CHECK(st == FTC_OK && b[N + 5] == 1005 && b[2 * N] == 2000, 86, "allgather");
   /* reduce-scatter sum */
   for (int i = 0; i < 3 * N; i++) a[i] = i;
-  st = run(c, (ftc__op_t){FTC_REC_REDUCE_SCATTER, a, b, N, FTC_I32, FTC_SUM, -1}, TMO, NULL);
+  st = run(c, (ftc__op_t){FTC__COLL_REDUCE_SCATTER, a, b, N, FTC_I32, FTC_SUM, -1}, TMO, NULL);
   CHILD_CHECK(st == FTC_OK && b[1] == 3 * (rank * N + 1), 87, "reduce_scatter");
   /* all-to-all: block j of rank r holds r*100+j */
   for (int j = 0; j < 3; j++)
     for (int i = 0; i < N; i++) a[j * N + i] = rank * 100 + j;
-  st = run(c, (ftc__op_t){FTC_REC_ALLTOALL, a, b, N, FTC_I32, FTC_SUM, -1}, TMO, NULL);
+  st = run(c, (ftc__op_t){FTC__COLL_ALLTOALL, a, b, N, FTC_I32, FTC_SUM, -1}, TMO, NULL);
   CHILD_CHECK(st == FTC_OK && b[0] == rank && b[2 * N] == 200 + rank, 88, "alltoall");
   /* send/recv: 0 -> 2 */
   if (rank == 0) {
     for (int i = 0; i < N; i++) a[i] = 77;
-    st = run(c, (ftc__op_t){FTC_REC_SEND, a, NULL, N, FTC_I32, FTC_SUM, 2}, TMO, NULL);
+    st = run(c, (ftc__op_t){FTC__COLL_SEND, a, NULL, N, FTC_I32, FTC_SUM, 2}, TMO, NULL);
     CHILD_CHECK(st == FTC_OK, 89, "send");
   } else if (rank == 2) {
-    st = run(c, (ftc__op_t){FTC_REC_RECV, NULL, b, N, FTC_I32, FTC_SUM, 0}, TMO, NULL);
+    st = run(c, (ftc__op_t){FTC__COLL_RECV, NULL, b, N, FTC_I32, FTC_SUM, 0}, TMO, NULL);
     CHILD_CHECK(st == FTC_OK && b[N - 1] == 77, 90, "recv");
   }
   /* a ring exchange as one group: send to the next, receive from the previous */
   for (int i = 0; i < N; i++) a[i] = rank * 7 + 1, b[i] = -1;
-  ftc__op_t snd = {FTC_REC_SEND, a, NULL, N, FTC_I32, FTC_SUM, (rank + 1) % 3};
-  ftc__op_t rcv = {FTC_REC_RECV, NULL, b, N, FTC_I32, FTC_SUM, (rank + 2) % 3};
+  ftc__op_t snd = {FTC__COLL_SEND, a, NULL, N, FTC_I32, FTC_SUM, (rank + 1) % 3};
+  ftc__op_t rcv = {FTC__COLL_RECV, NULL, b, N, FTC_I32, FTC_SUM, (rank + 2) % 3};
   const ftc__op_t *grp[2] = {&snd, &rcv};
   st = ftc__nccl_comm_launch_p2p(c, grp, 2, NULL, &w);
   if (st == FTC_OK) st = ftc__nccl_comm_wait(c, &w, ftc__deadline_ns(TMO));
@@ -855,11 +855,11 @@ static void colls_child(flow_t *f, int rank) {
   const ftc__op_t *bad[2] = {&ar, &rcv};
   CHILD_CHECK(ftc__nccl_comm_launch_p2p(c, bad, 2, NULL, &w) == FTC_ERR_INVALID_ARGUMENT, 96,
               "a group with a collective is refused");
-  st = run(c, (ftc__op_t){FTC_REC_BARRIER, NULL, NULL, 0, FTC_U8, FTC_SUM, -1}, TMO, NULL);
+  st = run(c, (ftc__op_t){FTC__COLL_BARRIER, NULL, NULL, 0, FTC_U8, FTC_SUM, -1}, TMO, NULL);
   CHILD_CHECK(st == FTC_OK, 91, "barrier");
   /* avg of f64 */
   double d[4] = {rank * 3.0, 1, 2, 3}, e[4];
-  st = run(c, (ftc__op_t){FTC_REC_ALLREDUCE, d, e, 4, FTC_F64, FTC_AVG, -1}, TMO, NULL);
+  st = run(c, (ftc__op_t){FTC__COLL_ALLREDUCE, d, e, 4, FTC_F64, FTC_AVG, -1}, TMO, NULL);
   CHILD_CHECK(st == FTC_OK && e[0] == 3.0 && e[3] == 3.0, 92, "avg f64");
   ftc__nccl_comm_free(c);
   free_view(v);
@@ -904,7 +904,7 @@ static void vcolls_child(flow_t *f, int n, int rank) {
   for (int q = n - 1; q >= 0; q--) cnt[q] = (size_t)(3 * q + 1) % 4, dsp[q] = at, at += cnt[q] + 2;
   for (size_t i = 0; i < cnt[rank]; i++) a[i] = rank * 100 + (int)i;
   for (size_t i = 0; i < at; i++) b[i] = -1;
-  ftc__op_t agv = {FTC_REC_ALLGATHERV, a, b, 0, FTC_I32, FTC_SUM, -1};
+  ftc__op_t agv = {FTC__COLL_ALLGATHERV, a, b, 0, FTC_I32, FTC_SUM, -1};
   agv.rcounts = cnt, agv.rdispls = dsp, agv.nranks = n;
   st = run(c, agv, TMO, NULL);
   CHILD_CHECK(st == FTC_OK, 97, "allgatherv: %s", ftc_strerror(st));
@@ -924,7 +924,7 @@ static void vcolls_child(flow_t *f, int n, int rank) {
   at = 0;
   for (int q = 0; q < n; q++) rd[q] = at, at += rc[q] + 1;
   for (size_t i = 0; i < at; i++) b[i] = -1;
-  ftc__op_t atv = {FTC_REC_ALLTOALLV, a, b, so, FTC_I32, FTC_SUM, -1};
+  ftc__op_t atv = {FTC__COLL_ALLTOALLV, a, b, so, FTC_I32, FTC_SUM, -1};
   atv.scounts = sc, atv.rcounts = rc, atv.rdispls = rd, atv.nranks = n;
   st = run(c, atv, TMO, NULL);
   CHILD_CHECK(st == FTC_OK, 98, "alltoallv: %s", ftc_strerror(st));
@@ -938,7 +938,7 @@ static void vcolls_child(flow_t *f, int n, int rank) {
     for (int i = 0; i < 5; i++) a[i] = rank * 10 + i;
     for (int i = 0; i < 5 * n; i++) b[i] = -1;
     if (in_place) memcpy(b + 5 * root, a, 5 * sizeof *a);
-    ftc__op_t g = {FTC_REC_GATHER, in_place ? b + 5 * root : a, b, 5, FTC_I32, FTC_SUM, root};
+    ftc__op_t g = {FTC__COLL_GATHER, in_place ? b + 5 * root : a, b, 5, FTC_I32, FTC_SUM, root};
     st = run(c, g, TMO, NULL);
     CHILD_CHECK(st == FTC_OK, 99, "gather to %d: %s", root, ftc_strerror(st));
     for (int i = 0; i < 5 * n; i++)
@@ -946,7 +946,7 @@ static void vcolls_child(flow_t *f, int n, int rank) {
                   root, i, b[i]);
     for (int i = 0; i < 5 * n; i++) a[i] = rank == root ? 7000 + i : -2;
     for (int i = 0; i < 5; i++) b[i] = -1;
-    ftc__op_t sct = {FTC_REC_SCATTER, a, in_place ? a + 5 * root : b, 5, FTC_I32, FTC_SUM, root};
+    ftc__op_t sct = {FTC__COLL_SCATTER, a, in_place ? a + 5 * root : b, 5, FTC_I32, FTC_SUM, root};
     st = run(c, sct, TMO, NULL);
     CHILD_CHECK(st == FTC_OK, 100, "scatter from %d: %s", root, ftc_strerror(st));
     const int32_t *got = in_place ? a + 5 * root : b;
@@ -992,16 +992,16 @@ static ftc_status_t vop(ftc__nccl_comm_t *c, int k) {
   int32_t in[64], out[64];
   size_t sc[8] = {0}, rc[8] = {0};
   for (int i = 0; i < 64; i++) in[i] = me * 100 + i, out[i] = -1;
-  ftc__op_t op = {FTC_REC_ALLGATHERV, in, out, 0, FTC_I32, FTC_SUM, -1};
+  ftc__op_t op = {FTC__COLL_ALLGATHERV, in, out, 0, FTC_I32, FTC_SUM, -1};
   op.nranks = n;
   if (k == 0) {
     for (int q = 0; q < n; q++) rc[q] = (size_t)((q + 1) % 3);
     op.rcounts = rc;
   } else if (k == 1) {
     for (int q = 0; q < n; q++) sc[q] = (size_t)((me + q) % 3), rc[q] = (size_t)((q + me) % 3);
-    op.coll = FTC_REC_ALLTOALLV, op.scounts = sc, op.rcounts = rc;
+    op.coll = FTC__COLL_ALLTOALLV, op.scounts = sc, op.rcounts = rc;
   } else {
-    op.coll = k == 2 ? FTC_REC_GATHER : FTC_REC_SCATTER, op.count = 2, op.peer = 0;
+    op.coll = k == 2 ? FTC__COLL_GATHER : FTC__COLL_SCATTER, op.count = 2, op.peer = 0;
   }
   ftc_status_t st = run(c, op, TMO, NULL);
   if (st != FTC_OK) return st;

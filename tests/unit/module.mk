@@ -17,3 +17,6 @@ $(foreach t,$(UNIT_TEST_PROGS),$(eval $(call unit_test,$(t))))
 
 TEST_BINS += $(UNIT_TEST_BINS)
 TEST_SUITES += $(UNIT_TEST_BINS)
+
+# The fake backend (built against core/backend.h alone) and its suite.
+$(BUILD)/tests/unit/test_backend_seam: $(BUILD)/obj/tests/unit/fake_backend.o

@@ -71,7 +71,7 @@ typedef struct rank {
 static ftc_status_t run_sum(rank_t *k) {
   int64_t in[4];
   for (int i = 0; i < 4; i++) in[i] = k->r + 1 + i;
-  ftc__op_t op = {.coll = FTC_REC_ALLREDUCE, .sendbuf = in, .recvbuf = k->sum, .count = 4,
+  ftc__op_t op = {.coll = FTC__COLL_ALLREDUCE, .sendbuf = in, .recvbuf = k->sum, .count = 4,
                   .dtype = FTC_I64, .op = FTC_SUM, .peer = -1, .algo = FTC_ALGO_AUTO};
   return ftc__tcp_run(k->tp, &op, ftc__deadline_ns(10000));
 }

@@ -354,7 +354,7 @@ static void callers_waiting_beyond_the_handshake_slots_are_all_answered(void **s
 /* A peer's send/recv message on the wire: the descriptor (message #seq of
  * one i32), then the value. */
 static void send_message(int fd, uint64_t seq, const int32_t *v) {
-  ftc__op_t op = {.coll = FTC_REC_SEND, .count = 1, .dtype = FTC_I32, .peer = -1};
+  ftc__op_t op = {.coll = FTC__COLL_SEND, .count = 1, .dtype = FTC_I32, .peer = -1};
   uint8_t m[FTC__DESC_SIZE + sizeof(int32_t)];
   ftc__desc_of(NULL, &op, seq, 0, 1, m);
   memcpy(m + FTC__DESC_SIZE, v, sizeof(*v));
@@ -363,7 +363,7 @@ static void send_message(int fd, uint64_t seq, const int32_t *v) {
 
 /* Read message #seq of one i32 (its descriptor checked), return the value. */
 static int32_t read_message(int fd, uint64_t seq) {
-  ftc__op_t op = {.coll = FTC_REC_SEND, .count = 1, .dtype = FTC_I32, .peer = -1};
+  ftc__op_t op = {.coll = FTC__COLL_SEND, .count = 1, .dtype = FTC_I32, .peer = -1};
   uint8_t want[FTC__DESC_SIZE], m[FTC__DESC_SIZE + sizeof(int32_t)];
   ftc__desc_of(NULL, &op, seq, 0, 1, want);
   assert_int_equal(harness_read_full(fd, m, sizeof(m)), 0);
@@ -1008,7 +1008,9 @@ static int spare_body(ftc_comm_t *comm, int rank, int n, void *arg) {
     if (ftc__comm_rebuild(comm, &v) != FTC_OK)
       return RANK_FAIL(rank, "rebuild for epoch %llu: %s", (unsigned long long)epoch, ftc_last_error());
     int adopted = ftc__tcp_adopted(comm->bh);
-    if (adopted != (epoch == 2 ? (n - 1) * comm->tcfg.sockets : 0))
+    ftc__tcp_cfg_t tcfg; /* the backend's tunables, from the same FTCOMM_* */
+    if (ftc__tcp_cfg_from_env(&tcfg) != FTC_OK) return RANK_FAIL(rank, "%s", ftc_last_error());
+    if (adopted != (epoch == 2 ? (n - 1) * tcfg.sockets : 0))
       return RANK_FAIL(rank, "epoch %llu adopted %d spare connections", (unsigned long long)epoch, adopted);
     x = rank + 1;
     if (ftc_allreduce(&x, &x, 1, FTC_I32, FTC_SUM, comm, 5000) != FTC_OK || x != n * (n + 1) / 2)

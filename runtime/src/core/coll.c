@@ -84,7 +84,7 @@ static ftc_status_t prep_allreduce(check_t *c, const char *name, const void *sen
   if ((st = check_count(c, count, dtype, 1)) != FTC_OK) return st;
   if ((st = check_buf(c, sendbuf, count, "sendbuf")) != FTC_OK) return st;
   if ((st = check_buf(c, recvbuf, count, "recvbuf")) != FTC_OK) return st;
-  *o = (ftc__op_t){FTC_REC_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, -1,
+  *o = (ftc__op_t){FTC__COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, -1,
                    (ftc_algo_t)__atomic_load_n(&comm->allreduce_algo, __ATOMIC_RELAXED)};
   return FTC_OK;
 }
@@ -97,7 +97,7 @@ static ftc_status_t prep_broadcast(check_t *c, const char *name, void *buf, size
   if ((st = check_count(c, count, dtype, 1)) != FTC_OK) return st;
   if ((st = check_buf(c, buf, count, "buf")) != FTC_OK) return st;
   if ((st = check_rank(c, root, "root")) != FTC_OK) return st;
-  *o = (ftc__op_t){FTC_REC_BROADCAST, buf, buf, count, dtype, FTC_SUM, root};
+  *o = (ftc__op_t){FTC__COLL_BROADCAST, buf, buf, count, dtype, FTC_SUM, root};
   return FTC_OK;
 }
 
@@ -113,7 +113,7 @@ static ftc_status_t prep_reduce(check_t *c, const char *name, const void *sendbu
   if ((st = check_buf(c, sendbuf, count, "sendbuf")) != FTC_OK) return st;
   if (c->rank == root && (st = check_buf(c, recvbuf, count, "recvbuf (on the root)")) != FTC_OK)
     return st;
-  *o = (ftc__op_t){FTC_REC_REDUCE, sendbuf, recvbuf, count, dtype, op, root};
+  *o = (ftc__op_t){FTC__COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root};
   return FTC_OK;
 }
 
@@ -125,7 +125,7 @@ static ftc_status_t prep_allgather(check_t *c, const char *name, const void *sen
   if ((st = check_count(c, count, dtype, (size_t)c->size)) != FTC_OK) return st;
   if ((st = check_buf(c, sendbuf, count, "sendbuf")) != FTC_OK) return st;
   if ((st = check_buf(c, recvbuf, count, "recvbuf")) != FTC_OK) return st;
-  *o = (ftc__op_t){FTC_REC_ALLGATHER, sendbuf, recvbuf, count, dtype, FTC_SUM, -1};
+  *o = (ftc__op_t){FTC__COLL_ALLGATHER, sendbuf, recvbuf, count, dtype, FTC_SUM, -1};
   return FTC_OK;
 }
 
@@ -139,7 +139,7 @@ static ftc_status_t prep_reduce_scatter(check_t *c, const char *name, const void
   if ((st = check_count(c, count, dtype, (size_t)c->size)) != FTC_OK) return st;
   if ((st = check_buf(c, sendbuf, count, "sendbuf")) != FTC_OK) return st;
   if ((st = check_buf(c, recvbuf, count, "recvbuf")) != FTC_OK) return st;
-  *o = (ftc__op_t){FTC_REC_REDUCE_SCATTER, sendbuf, recvbuf, count, dtype, op, -1};
+  *o = (ftc__op_t){FTC__COLL_REDUCE_SCATTER, sendbuf, recvbuf, count, dtype, op, -1};
   return FTC_OK;
 }
 
@@ -151,7 +151,7 @@ static ftc_status_t prep_alltoall(check_t *c, const char *name, const void *send
   if ((st = check_count(c, count, dtype, (size_t)c->size)) != FTC_OK) return st;
   if ((st = check_buf(c, sendbuf, count, "sendbuf")) != FTC_OK) return st;
   if ((st = check_buf(c, recvbuf, count, "recvbuf")) != FTC_OK) return st;
-  *o = (ftc__op_t){FTC_REC_ALLTOALL, sendbuf, recvbuf, count, dtype, FTC_SUM, -1};
+  *o = (ftc__op_t){FTC__COLL_ALLTOALL, sendbuf, recvbuf, count, dtype, FTC_SUM, -1};
   return FTC_OK;
 }
 
@@ -188,7 +188,7 @@ static ftc_status_t prep_allgatherv(check_t *c, const char *name, const void *se
     return st;
   if ((st = check_buf(c, sendbuf, recvcounts[c->rank], "sendbuf")) != FTC_OK) return st;
   if ((st = check_buf(c, recvbuf, total, "recvbuf")) != FTC_OK) return st;
-  *o = (ftc__op_t){FTC_REC_ALLGATHERV, sendbuf, recvbuf, total, dtype, FTC_SUM, -1};
+  *o = (ftc__op_t){FTC__COLL_ALLGATHERV, sendbuf, recvbuf, total, dtype, FTC_SUM, -1};
   o->rcounts = recvcounts, o->rdispls = displs, o->nranks = c->size;
   return FTC_OK;
 }
@@ -216,18 +216,18 @@ static ftc_status_t prep_alltoallv(check_t *c, const char *name, const void *sen
     return ftc__error(FTC_ERR_INVALID_ARGUMENT,
                       "%s: sendbuf is recvbuf; alltoallv is not in place: pass separate buffers",
                       name);
-  *o = (ftc__op_t){FTC_REC_ALLTOALLV, sendbuf, recvbuf, stotal, dtype, FTC_SUM, -1};
+  *o = (ftc__op_t){FTC__COLL_ALLTOALLV, sendbuf, recvbuf, stotal, dtype, FTC_SUM, -1};
   o->scounts = sendcounts, o->sdispls = sdispls, o->rcounts = recvcounts, o->rdispls = rdispls;
   o->nranks = c->size;
   return FTC_OK;
 }
 
-/* gather (coll FTC_REC_GATHER) or scatter: root's buffer holds size * count. */
-static ftc_status_t prep_rooted(check_t *c, const char *name, ftc_rec_op_t coll,
+/* gather (coll FTC__COLL_GATHER) or scatter: root's buffer holds size * count. */
+static ftc_status_t prep_rooted(check_t *c, const char *name, ftc__coll_t coll,
                                 const void *sendbuf, void *recvbuf, size_t count,
                                 ftc_dtype_t dtype, int root, ftc_comm_t *comm, ftc__op_t *o) {
   ftc_status_t st;
-  int gather = coll == FTC_REC_GATHER;
+  int gather = coll == FTC__COLL_GATHER;
   if ((st = check_comm(c, name, comm)) != FTC_OK) return st;
   if ((st = check_dtype(c, dtype)) != FTC_OK) return st;
   if ((st = check_count(c, count, dtype, (size_t)c->size)) != FTC_OK) return st;
@@ -242,7 +242,7 @@ static ftc_status_t prep_rooted(check_t *c, const char *name, ftc_rec_op_t coll,
   return FTC_OK;
 }
 
-static ftc_status_t prep_p2p(check_t *c, const char *name, ftc_rec_op_t kind, const void *buf,
+static ftc_status_t prep_p2p(check_t *c, const char *name, ftc__coll_t kind, const void *buf,
                              size_t count, ftc_dtype_t dtype, int peer, ftc_comm_t *comm,
                              ftc__op_t *o) {
   ftc_status_t st;
@@ -347,7 +347,7 @@ ftc_status_t ftc_gather(const void *sendbuf, void *recvbuf, size_t count, ftc_dt
   ftc_status_t st;
   check_t c;
   ftc__op_t o;
-  if ((st = prep_rooted(&c, "ftc_gather", FTC_REC_GATHER, sendbuf, recvbuf, count, dtype, root, comm, &o)) != FTC_OK) return st;
+  if ((st = prep_rooted(&c, "ftc_gather", FTC__COLL_GATHER, sendbuf, recvbuf, count, dtype, root, comm, &o)) != FTC_OK) return st;
   if ((st = check_timeout(&c, timeout_ms)) != FTC_OK) return st;
   return ftc__submit_blocking(comm, &o, timeout_ms);
 }
@@ -357,7 +357,7 @@ ftc_status_t ftc_scatter(const void *sendbuf, void *recvbuf, size_t count, ftc_d
   ftc_status_t st;
   check_t c;
   ftc__op_t o;
-  if ((st = prep_rooted(&c, "ftc_scatter", FTC_REC_SCATTER, sendbuf, recvbuf, count, dtype, root, comm, &o)) != FTC_OK) return st;
+  if ((st = prep_rooted(&c, "ftc_scatter", FTC__COLL_SCATTER, sendbuf, recvbuf, count, dtype, root, comm, &o)) != FTC_OK) return st;
   if ((st = check_timeout(&c, timeout_ms)) != FTC_OK) return st;
   return ftc__submit_blocking(comm, &o, timeout_ms);
 }
@@ -367,7 +367,7 @@ ftc_status_t ftc_barrier(ftc_comm_t *comm, int timeout_ms) {
   check_t c;
   if ((st = check_comm(&c, "ftc_barrier", comm)) != FTC_OK) return st;
   if ((st = check_timeout(&c, timeout_ms)) != FTC_OK) return st;
-  ftc__op_t o = {FTC_REC_BARRIER, NULL, NULL, 0, FTC_U8, FTC_SUM, -1};
+  ftc__op_t o = {FTC__COLL_BARRIER, NULL, NULL, 0, FTC_U8, FTC_SUM, -1};
   return ftc__submit_blocking(comm, &o, timeout_ms);
 }
 
@@ -376,7 +376,7 @@ ftc_status_t ftc_send(const void *buf, size_t count, ftc_dtype_t dtype, int peer
   ftc_status_t st;
   check_t c;
   ftc__op_t o;
-  if ((st = prep_p2p(&c, "ftc_send", FTC_REC_SEND, buf, count, dtype, peer, comm, &o)) != FTC_OK) return st;
+  if ((st = prep_p2p(&c, "ftc_send", FTC__COLL_SEND, buf, count, dtype, peer, comm, &o)) != FTC_OK) return st;
   if ((st = check_timeout(&c, timeout_ms)) != FTC_OK) return st;
   return ftc__submit_blocking(comm, &o, timeout_ms);
 }
@@ -386,7 +386,7 @@ ftc_status_t ftc_recv(void *buf, size_t count, ftc_dtype_t dtype, int peer, ftc_
   ftc_status_t st;
   check_t c;
   ftc__op_t o;
-  if ((st = prep_p2p(&c, "ftc_recv", FTC_REC_RECV, buf, count, dtype, peer, comm, &o)) != FTC_OK) return st;
+  if ((st = prep_p2p(&c, "ftc_recv", FTC__COLL_RECV, buf, count, dtype, peer, comm, &o)) != FTC_OK) return st;
   if ((st = check_timeout(&c, timeout_ms)) != FTC_OK) return st;
   return ftc__submit_blocking(comm, &o, timeout_ms);
 }
@@ -482,7 +482,7 @@ ftc_status_t ftc_igather(const void *sendbuf, void *recvbuf, size_t count, ftc_d
   check_t c = {"ftc_igather", NULL, 0, 0};
   ftc__op_t o;
   if ((st = check_req(&c, req)) != FTC_OK) return st;
-  if ((st = prep_rooted(&c, "ftc_igather", FTC_REC_GATHER, sendbuf, recvbuf, count, dtype, root, comm, &o)) != FTC_OK) return st;
+  if ((st = prep_rooted(&c, "ftc_igather", FTC__COLL_GATHER, sendbuf, recvbuf, count, dtype, root, comm, &o)) != FTC_OK) return st;
   return ftc__submit_async(comm, &o, req);
 }
 
@@ -492,7 +492,7 @@ ftc_status_t ftc_iscatter(const void *sendbuf, void *recvbuf, size_t count, ftc_
   check_t c = {"ftc_iscatter", NULL, 0, 0};
   ftc__op_t o;
   if ((st = check_req(&c, req)) != FTC_OK) return st;
-  if ((st = prep_rooted(&c, "ftc_iscatter", FTC_REC_SCATTER, sendbuf, recvbuf, count, dtype, root, comm, &o)) != FTC_OK) return st;
+  if ((st = prep_rooted(&c, "ftc_iscatter", FTC__COLL_SCATTER, sendbuf, recvbuf, count, dtype, root, comm, &o)) != FTC_OK) return st;
   return ftc__submit_async(comm, &o, req);
 }
 
@@ -501,7 +501,7 @@ ftc_status_t ftc_ibarrier(ftc_comm_t *comm, ftc_request_t **req) {
   check_t c = {"ftc_ibarrier", NULL, 0, 0};
   if ((st = check_req(&c, req)) != FTC_OK) return st;
   if ((st = check_comm(&c, "ftc_ibarrier", comm)) != FTC_OK) return st;
-  ftc__op_t o = {FTC_REC_BARRIER, NULL, NULL, 0, FTC_U8, FTC_SUM, -1};
+  ftc__op_t o = {FTC__COLL_BARRIER, NULL, NULL, 0, FTC_U8, FTC_SUM, -1};
   return ftc__submit_async(comm, &o, req);
 }
 
@@ -511,7 +511,7 @@ ftc_status_t ftc_isend(const void *buf, size_t count, ftc_dtype_t dtype, int pee
   check_t c = {"ftc_isend", NULL, 0, 0};
   ftc__op_t o;
   if ((st = check_req(&c, req)) != FTC_OK) return st;
-  if ((st = prep_p2p(&c, "ftc_isend", FTC_REC_SEND, buf, count, dtype, peer, comm, &o)) != FTC_OK) return st;
+  if ((st = prep_p2p(&c, "ftc_isend", FTC__COLL_SEND, buf, count, dtype, peer, comm, &o)) != FTC_OK) return st;
   return ftc__submit_async(comm, &o, req);
 }
 
@@ -521,6 +521,6 @@ ftc_status_t ftc_irecv(void *buf, size_t count, ftc_dtype_t dtype, int peer, ftc
   check_t c = {"ftc_irecv", NULL, 0, 0};
   ftc__op_t o;
   if ((st = check_req(&c, req)) != FTC_OK) return st;
-  if ((st = prep_p2p(&c, "ftc_irecv", FTC_REC_RECV, buf, count, dtype, peer, comm, &o)) != FTC_OK) return st;
+  if ((st = prep_p2p(&c, "ftc_irecv", FTC__COLL_RECV, buf, count, dtype, peer, comm, &o)) != FTC_OK) return st;
   return ftc__submit_async(comm, &o, req);
 }

@@ -1,8 +1,9 @@
 /*
  * comm.c - the communicator's lifecycle: configuration, the data-plane
- * listener, joining the job through the membership client, bringing the TCP
- * transport up for a view, the failed/aborted state machine, the query
- * calls, destroy. ftc__comm_create_from_view() is the same bring-up without
+ * listener, joining the job through the membership client, bringing the
+ * backend's data plane up for a view, the failed/aborted state machine, the query
+ * calls, destroy. The data plane is a backend found by name in the registry
+ * (core/backend.h). ftc__comm_create_from_view() is the same bring-up without
  * a coordinator, for tests that exchange addresses themselves.
  *
  * States: healthy (error 0) -> failed (error = the first failure; new
@@ -20,7 +21,6 @@
 #include <unistd.h>
 
 #include "core/comm.h"
-#include "nccl/nccl_core.h"
 #include "ftc_alloc.h"
 #include "ftc_error.h"
 #include "ftc_param.h"
@@ -69,9 +69,8 @@ static void comm_free(ftc_comm_t *c) {
   if (c->member) ftc__member_set_notify(c->member, -1);
   if (c->member) ftc__member_set_view_notify(c->member, -1);
   ftc__engine_stop(c);
-  ftc__tcp_preaccept_free(c->preacc);
-  if (c->retired) c->be->close(c->retired, c->retired_planned);
   if (c->bh) c->be->close(c->bh, !__atomic_load_n(&c->error, __ATOMIC_ACQUIRE));
+  if (c->be && c->be->destroy && c->bs) c->be->destroy(c->bs);
   ftc_rec_destroy(c->rec);
   if (c->member) ftc__member_close(c->member);
   if (c->listen_fd >= 0) close(c->listen_fd);
@@ -89,6 +88,33 @@ static void comm_free(ftc_comm_t *c) {
   ftc__free(c);
 }
 
+/* The host's fail(): a backend that learns of a failure itself. */
+static void host_fail(void *ctx, ftc_status_t why, const char *detail) {
+  ftc__comm_fail(ctx, why, detail);
+}
+
+/* Under FTCOMM_BACKEND=auto a communicator starts on the registry's last
+ * backend, the one that runs everywhere (it has no probe), and takes an
+ * earlier one when its probe says so (comm_probe_auto). */
+static const ftc__backend_ops_t *auto_start(void) {
+  const ftc__backend_ops_t *last = NULL;
+  for (int i = 0; ftc__backends[i]; i++) last = ftc__backends[i];
+  return last;
+}
+
+/* Make be the communicator's backend: its state, and where the allreduce
+ * algorithm starts. */
+static ftc_status_t comm_use_backend(ftc_comm_t *c, const ftc__backend_ops_t *be) {
+  void *bs = NULL;
+  ftc_status_t st;
+  if (be->open && (st = be->open(&c->host, &bs)) != FTC_OK) return st;
+  if (c->be && c->be->destroy && c->bs) c->be->destroy(c->bs);
+  c->be = be;
+  c->bs = bs;
+  c->allreduce_algo = be->allreduce_algo ? be->allreduce_algo(bs) : FTC_ALGO_AUTO;
+  return FTC_OK;
+}
+
 /* Resolve the configuration and allocate a communicator with no view yet. */
 static ftc_status_t comm_new(const ftc_config_t *cfg_in, ftc_comm_t **out) {
   ftc_config_t cfg = FTC_CONFIG_INITIALIZER;
@@ -103,13 +129,14 @@ static ftc_status_t comm_new(const ftc_config_t *cfg_in, ftc_comm_t **out) {
     cfg = *cfg_in;
   }
   if ((st = ftc_config_resolve(&cfg)) != FTC_OK) return st;
-  /* The data plane: NCCL when asked (why it cannot load is the answer), or
-   * under auto when it loads and its runtime sees a GPU (comm_probe_auto,
-   * before the first connect); else TCP. */
-  const ftc__backend_ops_t *be = &ftc__backend_tcp;
-  if (strcasecmp(cfg.backend, "nccl") == 0) {
-    if ((st = ftc__nccl_backend_probe(0)) != FTC_OK) return st;
-    be = &ftc__backend_nccl;
+  /* The data plane: the backend FTCOMM_BACKEND names (why it cannot run
+   * here is the answer), or under auto the first that probes fine
+   * (comm_probe_auto, before the first connect). */
+  const ftc__backend_ops_t *be = auto_start();
+  if (strcasecmp(cfg.backend, "auto") != 0) {
+    if (!(be = ftc__backend_find(cfg.backend)))
+      return ftc__error(FTC_ERR_CONFIG, "FTCOMM_BACKEND=\"%s\": no such backend", cfg.backend);
+    if (be->probe && (st = be->probe(0)) != FTC_OK) return st;
   }
   ftc_comm_t *c = ftc__calloc(1, sizeof(*c));
   if (!c) return ftc__error(FTC_ERR_NO_MEMORY, "allocating a communicator");
@@ -135,18 +162,18 @@ static ftc_status_t comm_new(const ftc_config_t *cfg_in, ftc_comm_t **out) {
   int64_t spares;
   if ((st = ftc__param_int(FTC_P_SPARE_CONNECTIONS, &spares)) != FTC_OK) goto out_free;
   c->spares = (int)spares;
-  if ((st = ftc__tcp_cfg_from_env(&c->tcfg)) != FTC_OK) goto out_free;
-  c->allreduce_algo = c->tcfg.allreduce_algo; /* FTCOMM_ALLREDUCE_ALGO */
-  c->tcfg.token = c->cfg.token;
-  c->tcfg.connect_timeout_ms = c->cfg.connect_timeout_ms;
-  c->tcfg.interrupt = &c->interrupt;
-  c->be = be;
+  c->host = (ftc__backend_host_t){.interrupt = &c->interrupt,
+                                  .intr_fd = &c->intr_fd,
+                                  .token = c->cfg.token,
+                                  .connect_timeout_ms = c->cfg.connect_timeout_ms,
+                                  .fail = host_fail,
+                                  .ctx = c};
+  if ((st = comm_use_backend(c, be)) != FTC_OK) goto out_free;
   c->connect_timeout_ms = c->cfg.connect_timeout_ms;
   c->joiner_pending = cfg.joiner == 1;
   c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   c->wd_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   c->intr_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  c->tcfg.intr_fd = &c->intr_fd;
   if (c->wake_fd < 0 || c->wd_fd < 0 || c->intr_fd < 0) {
     st = ftc__error(FTC_ERR_SYSTEM, "eventfd: %s", strerror(errno));
     goto out_free;
@@ -159,42 +186,32 @@ out_free:
   return st;
 }
 
-/* Whether this host may have a GPU: NVIDIA's control device (a container
- * gets it with the GPUs) or its loaded driver (/proc/driver/nvidia: on a
- * host where no process has used the GPU yet the device nodes may not
- * exist, libcuda makes them through nvidia-modprobe), WSL's GPU
- * paravirtualisation device, or ROCm's kernel fusion driver. */
-static const char *const gpu_nodes[] = {"/dev/nvidiactl", "/proc/driver/nvidia", "/dev/dxg",
-                                        "/dev/kfd"};
-
-static int gpu_device_node(void) {
-  for (size_t i = 0; i < sizeof(gpu_nodes) / sizeof(gpu_nodes[0]); i++)
-    if (access(gpu_nodes[i], F_OK) == 0) return 1;
-  return 0;
-}
-
-/* FTCOMM_BACKEND=auto: NCCL if it loads and its runtime sees a GPU, else
- * TCP. ftc_comm_create runs it while the coordinator answers its hello (a
- * joiner's path: the probe's dlopen calls over the library path cost about
- * 0.2 ms on this host without NCCL, more with CUDA); once per process, the
- * library's answer is kept (nccl/backend.c). */
+/* FTCOMM_BACKEND=auto: the registry's first backend that probes fine
+ * (a device backend where it loads and sees a GPU), else the one it
+ * started on. ftc_comm_create runs it while the coordinator answers its
+ * hello (a joiner's path: a probe's dlopen calls take a walk over the
+ * library path each). A backend without a listener of its own closes the
+ * one the hello advertised: a peer that dials it is refused at once. */
 static void comm_probe_auto(ftc_comm_t *c) {
   if (strcasecmp(c->cfg.backend, "auto") != 0) return;
-  /* Without a GPU device node no runtime sees a GPU, so auto means TCP
-   * without trying to load NCCL: four failing dlopen calls (about 0.15 ms,
-   * each a walk over the library path) less in every ftc_comm_create, a
-   * joiner's included. A library named in FTCOMM_NCCL_LIBRARY or
-   * FTCOMM_CUDA_RUNTIME_LIBRARY is always tried (it may be a stand-in). */
-  const char *nl = ftc__param_str(FTC_P_NCCL_LIBRARY);
-  const char *rl = ftc__param_str(FTC_P_CUDA_RUNTIME_LIBRARY);
-  if (!(nl && *nl) && !(rl && *rl) && !gpu_device_node()) {
-    FTC_INFO(FTC_SUB_INIT, "FTCOMM_BACKEND=auto: TCP without loading NCCL: none of %s, %s, %s, "
-             "%s here (FTCOMM_BACKEND=nccl or FTCOMM_NCCL_LIBRARY loads it anyway)", gpu_nodes[0],
-             gpu_nodes[1], gpu_nodes[2], gpu_nodes[3]);
-    return;
+  for (int i = 0; ftc__backends[i]; i++) {
+    const ftc__backend_ops_t *b = ftc__backends[i];
+    if (b == c->be) break;
+    if (b->probe && b->probe(1) != FTC_OK) {
+      FTC_INFO(FTC_SUB_INIT, "FTCOMM_BACKEND=auto: no %s: %s", b->name, ftc_last_error());
+      continue;
+    }
+    if (comm_use_backend(c, b) != FTC_OK) {
+      FTC_INFO(FTC_SUB_INIT, "FTCOMM_BACKEND=auto: no %s: %s", b->name, ftc_last_error());
+      continue;
+    }
+    if (!b->listen && c->listen_fd >= 0) {
+      close(c->listen_fd);
+      c->listen_fd = -1;
+    }
+    break;
   }
-  if (ftc__nccl_backend_probe(1) == FTC_OK) c->be = &ftc__backend_nccl;
-  ftc__error_clear(); /* a host without NCCL is no error under auto */
+  ftc__error_clear(); /* a host without the device backends is no error under auto */
 }
 
 static uint64_t comm_id_hash(const char *job) {
@@ -253,7 +270,11 @@ ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view) {
     st = ftc__error(FTC_ERR_NO_MEMORY, "copying the view of epoch %llu", (unsigned long long)view->epoch);
     goto out_free;
   }
-  if ((st = comm->be->connect(comm, view, &bh)) != FTC_OK) goto out_free;
+  comm->host.connect_timeout_ms = comm->connect_timeout_ms;
+  if ((st = comm->be->connect(comm->bs, &comm->host, view, comm->listen_fd, comm->bh,
+                              (ftc_status_t)__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE),
+                              &bh)) != FTC_OK)
+    goto out_free;
   pthread_mutex_lock(&comm->lock);
   void *old = comm->bh;
   ftc__view_t *old_view = comm->view;
@@ -277,25 +298,15 @@ ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view) {
   pthread_mutex_unlock(&comm->lock);
   view_copy_free(old_view);
   /* A planned move (a joiner was admitted): peers still between
-   * collectives of the old epoch must not take the close for a crash. On
-   * TCP the old sockets are closed (with a goodbye) only once the new epoch
-   * is in use, when every peer has moved too: closed now, each goodbye
-   * would wake a peer that is still moving (engine.c, idle_wait). A failed
-   * epoch's sockets are shut already (be->interrupt at the failure: its
-   * peers have seen them end); closing them is CPU that every survivor
-   * would spend while the others still move (a close each, 2 per peer), so
-   * on TCP they are closed then too. A quiet failure's are not shut at all
+   * collectives of the old epoch must not take the close for a crash; a
+   * backend that retires the old epoch closes it once the new one settled
+   * (engine.c, idle_wait). A quiet failure's sockets are not shut at all
    * when the coordinator's view covers it: the peers left them as this
    * rank does. */
-  if (comm->retired) comm->be->close(comm->retired, comm->retired_planned);
-  comm->retired = NULL;
-  if (old && comm->be == &ftc__backend_tcp) {
-    if (!planned && shut_old) comm->be->interrupt(old); /* (a no-op if shut at the failure) */
-    comm->retired = old;
-    comm->retired_planned = planned;
-  } else if (old) {
+  if (old && comm->be->retire)
+    comm->be->retire(comm->bs, old, planned, !planned && shut_old);
+  else if (old)
     comm->be->close(old, planned);
-  }
   if (comm->member) {
     /* The coordinator session closes first if this process dies
      * (membership/member.c, hold_for_exit). */
@@ -332,6 +343,7 @@ static ftc_status_t comm_bring_up(ftc_comm_t *c, const ftc__view_t *view) {
       (st = ftc_rec_create(c->cfg.recorder_entries, comm_id_hash(c->cfg.job), "world", view->epoch,
                            view->my_rank, view->size, &c->rec)) != FTC_OK)
     return st;
+  c->host.rec = c->rec;
   char prefix[64];
   snprintf(prefix, sizeof(prefix), "rank %d", view->my_rank);
   if (!c->parent) ftc__log_set_prefix(prefix);
@@ -370,6 +382,10 @@ ftc_status_t ftc__comm_create_from_view(const ftc_config_t *cfg, const ftc__view
   }
   c->listen_fd = listen_fd;
   comm_probe_auto(c);
+  if (!c->be->listen && c->listen_fd >= 0) { /* (the test's listener: this backend has none) */
+    close(c->listen_fd);
+    c->listen_fd = -1;
+  }
   if ((st = comm_bring_up(c, view)) != FTC_OK) goto out_free;
   *out = c;
   return FTC_OK;
@@ -384,7 +400,7 @@ ftc_status_t ftc__comm_create_child(ftc_comm_t *parent, const ftc__view_t *view,
   ftc_comm_t *c;
   ftc_status_t st;
   ftc_config_t cfg = parent->cfg;
-  cfg.backend = "tcp";
+  cfg.backend = parent->be->name; /* (split.c: one with listeners of its own) */
   cfg.joiner = 0; /* a child's members all hold the state it was split with */
   *out = NULL;
   if ((st = comm_new(&cfg, &c)) != FTC_OK) {
@@ -414,11 +430,7 @@ out_free:
  * way), numbered by the view at the bring-up (ftc_rec_set_epoch); a failure
  * here is the bring-up's to report, which tries again. */
 static void comm_prepare(ftc_comm_t *c) {
-  /* The TCP data plane counts the cgroup's CPU quota at its first connect
-   * (its hellos, the crowded decision); read here, while the coordinator
-   * answers, it costs the connect nothing (about 0.1 ms of a joiner's
-   * admission before; docs/performance/recovery.md). */
-  if (c->be == &ftc__backend_tcp) (void)ftc__tcp_cpu_quota();
+  if (c->be->prepare) c->be->prepare(c->bs);
   if (!c->rec)
     (void)ftc_rec_create(c->cfg.recorder_entries, comm_id_hash(c->cfg.job), "world", 0,
                          c->cfg.slot, c->cfg.world_size, &c->rec);
@@ -440,9 +452,9 @@ static ftc_status_t comm_begin(const ftc_config_t *cfg, int standby, ftc_comm_t 
                     "controller, or set cfg.coordinator to host:port");
     goto out_free;
   }
-  if ((st = ftc__tcp_listen(c->cfg.bind_host, c->cfg.advertise_host, c->tcfg.family,
-                            c->tcfg.ifname, c->tcfg.socket_buffer,
-                            &c->listen_fd, c->data_addr, sizeof(c->data_addr))) != FTC_OK)
+  if (c->be->listen &&
+      (st = c->be->listen(c->bs, c->cfg.bind_host, c->cfg.advertise_host, &c->listen_fd,
+                          c->data_addr, sizeof(c->data_addr))) != FTC_OK)
     goto out_free;
   gethostname(hostname, sizeof(hostname) - 1);
   ftc__member_cfg_t mcfg = {
@@ -454,12 +466,12 @@ static ftc_status_t comm_begin(const ftc_config_t *cfg, int standby, ftc_comm_t 
       .min_size = c->cfg.min_size,
       .joiner = c->cfg.joiner,
       .data_addr = c->data_addr,
-      /* The TCP data plane's protocol (who connects to a joiner), so the
+      /* The data plane's protocol (TCP: who connects to a joiner), so the
        * coordinator refuses a rank whose rule differs from the running
-       * ranks' before any of them waits for the other to connect. NCCL has
-       * no connections of ours; under auto the probe below may still pick
-       * TCP, so the rank says it. */
-      .dataplane = c->be == &ftc__backend_tcp ? FTC__TCP_PROTO : 0,
+       * ranks' before any of them waits for the other to connect. Under
+       * auto the probe below may still pick another backend; the rank says
+       * the one it starts on. */
+      .dataplane = c->be->dataplane,
       .pod = getenv("POD_NAME"),
       .node = getenv("NODE_NAME"),
       .host = hostname,
@@ -471,15 +483,12 @@ static ftc_status_t comm_begin(const ftc_config_t *cfg, int standby, ftc_comm_t 
    * hello sent); the backend probe runs meanwhile, then comm_finish reads
    * the welcome and the first view. */
   if ((st = ftc__member_start(&mcfg, &c->member)) != FTC_OK) goto out_free;
+  c->host.member = c->member;
   comm_probe_auto(c);
   comm_prepare(c);
-  /* A standby on TCP accepts the running ranks' early connections while it
-   * waits (they connect on the coordinator's prospect) and sends their
-   * nonces; without it (no thread) they are answered after the join. */
-  if (standby && c->be == &ftc__backend_tcp &&
-      ftc__tcp_preaccept_start(c->listen_fd, c->tcfg.socket_buffer, &c->preacc) != FTC_OK)
-    FTC_DEBUG(FTC_SUB_INIT, "no standby acceptor (%s): early connections wait for the join",
-              ftc_last_error());
+  /* A standby accepts the running ranks' early connections while it waits
+   * (they connect on the coordinator's prospect). */
+  if (standby && c->be->standby && c->listen_fd >= 0) c->be->standby(c->bs, c->listen_fd, 1);
   *out = c;
   return FTC_OK;
 
@@ -577,13 +586,11 @@ ftc_status_t ftc_comm_create_finish(ftc_comm_pending_t *pending, ftc_comm_t **ou
   ftc__free(pending);
   int64_t t0 = ftc__now_ns();
   ftc__member_join(c->member);
-  /* While the coordinator answers: the acceptor stops, and the first
-   * bootstrap takes its sockets (tcp/backend.c) and answers the handshakes
-   * waiting on them. */
-  ftc__tcp_preaccept_stop(c->preacc);
+  /* While the coordinator answers: the standby acceptor stops, and the
+   * first connect takes what it accepted and answers the handshakes
+   * waiting there. */
+  if (c->be->standby && c->listen_fd >= 0) c->be->standby(c->bs, c->listen_fd, 0);
   if ((st = comm_finish(c, t0)) != FTC_OK) return st; /* (c freed, the acceptor with it) */
-  ftc__tcp_preaccept_free(c->preacc); /* (what the bootstrap left: callers that went away) */
-  c->preacc = NULL;
   *out = c;
   return FTC_OK;
 }
@@ -616,7 +623,7 @@ void ftc_comm_create_cancel(ftc_comm_pending_t *pending) {
  * member, or the move to a view that keeps it (comm_connect_view). */
 static void comm_stop_locked(ftc_comm_t *comm, int quiet_rank) {
   if (!comm->bh) return;
-  int can_quiet = quiet_rank >= 0 && comm->member && comm->be == &ftc__backend_tcp &&
+  int can_quiet = quiet_rank >= 0 && comm->member && comm->be->quiet_stop &&
                   comm->view && quiet_rank < comm->view->size;
   if (can_quiet) {
     if (!comm->quiet) {
@@ -768,7 +775,7 @@ ftc_status_t ftc_comm_set_allreduce_algo(ftc_comm_t *comm, ftc_algo_t algo) {
     return ftc__error(FTC_ERR_INVALID_ARGUMENT,
                       "ftc_comm_set_allreduce_algo: unknown algorithm %d; use %s", (int)algo, names);
   }
-  if (comm->be != &ftc__backend_tcp)
+  if (!comm->be->allreduce_algo)
     return ftc__error(FTC_ERR_NOT_SUPPORTED,
                       "ftc_comm_set_allreduce_algo: the %s backend chooses its own algorithms "
                       "(NCCL: NCCL_ALGO)",
@@ -781,5 +788,28 @@ ftc_status_t ftc_comm_get_async_error(const ftc_comm_t *comm, ftc_status_t *erro
   if (!comm || !error)
     return ftc__error(FTC_ERR_INVALID_ARGUMENT, "comm and error must not be NULL");
   *error = (ftc_status_t)__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
+  return FTC_OK;
+}
+
+ftc_status_t ftc_comm_set_stream(ftc_comm_t *comm, void *stream) {
+  if (!comm) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_set_stream: NULL communicator");
+  if (!comm->be->set_stream)
+    return ftc__error(FTC_ERR_NOT_SUPPORTED, "ftc_comm_set_stream: the %s backend has no streams",
+                      comm->be->name);
+  pthread_mutex_lock(&comm->lock);
+  void *h = comm->bh;
+  if (h) comm->be->set_stream(h, stream);
+  pthread_mutex_unlock(&comm->lock);
+  if (!h) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_set_stream: no epoch yet");
+  return FTC_OK;
+}
+
+ftc_status_t ftc_comm_backend(const ftc_comm_t *comm, char *buf, size_t len) {
+  if (!comm || !buf || !len)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_backend: NULL argument");
+  if (comm->be->describe)
+    comm->be->describe(buf, len);
+  else
+    snprintf(buf, len, "%s", comm->be->name);
   return FTC_OK;
 }

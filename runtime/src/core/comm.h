@@ -9,8 +9,8 @@
  * comm->lock nor req->mu is held while a collective runs. comm->busy says
  * one thread (the progress thread, or the application thread on the direct
  * path) owns the data plane; only that thread runs operations on comm->bh,
- * the backend's handle for the epoch (comm->be, core/backend.h: TCP today,
- * NCCL next). Abort and failure only interrupt it (be->interrupt, under
+ * the backend's handle for the epoch (comm->be, core/backend.h). Abort and
+ * failure only interrupt it (be->interrupt, under
  * comm->lock); the watchdog reads be->failed_peer/peer_left under it.
  */
 #ifndef FTC_CORE_COMM_H
@@ -24,7 +24,6 @@
 #include "ftc_recorder.h"
 #include "ftcomm.h"
 #include "membership/member.h"
-#include "tcp/tcp.h"
 
 struct ftc_request {
   ftc_comm_t *comm;
@@ -55,16 +54,14 @@ struct ftc_comm {
   ftc__view_t *view;      /* our deep copy of the current view */
   uint64_t epoch;         /* atomics, for the query calls */
   int rank, size;
-  ftc__tcp_cfg_t tcfg;     /* the TCP backend's tunables */
   const ftc__backend_ops_t *be; /* the data-plane backend (core/backend.h) */
+  void *bs;                /* its state for this communicator (be->open), or NULL */
   void *bh;                /* its handle for the current epoch, NULL before the first */
-  void *retired;           /* progress thread: the previous epoch's TCP handle, closed
-                            * once this epoch settled (engine.c, comm.c) */
-  int retired_planned;     /* it was left by a planned move (closed with goodbyes) */
+  ftc__backend_host_t host; /* what the backend sees of this communicator */
   int connect_timeout_ms;  /* for be->connect: the configured one, less during a recovery */
   ftc_rec_t *rec;
   int interrupt;          /* atomic status; nonzero stops a running collective */
-  int intr_fd;            /* eventfd a TCP run also polls: a quiet failure's wake-up (tcfg.intr_fd) */
+  int intr_fd;            /* eventfd a run also polls: a quiet failure's wake-up (be->quiet_stop) */
   int quiet;              /* under lock: the epoch failed quietly (its sockets are not shut;
                            * comm.c, comm_stop_locked): its peers see quiet_member's end for
                            * themselves, or the coordinator's view drops it; 1 until a view
@@ -75,8 +72,6 @@ struct ftc_comm {
   int settling;           /* collectives completed in the epoch before that (data-plane owner) */
   int spares;             /* FTCOMM_SPARE_CONNECTIONS: make spare connections for the next epoch */
   uint64_t prospect_seq;  /* progress thread: the coordinator's prospect it last took */
-  struct ftc__tcp_preacc *preacc; /* ftc_comm_create_begin on TCP: the standby acceptor,
-                                   * until ftc_comm_create_finish's bring-up took its sockets */
   uint64_t early_epoch;   /* progress thread: the announced epoch whose new members it
                            * connects early (be->early_start), 0 none */
   int error;              /* atomic: the error that broke the epoch (async error) */

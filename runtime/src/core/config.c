@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/backend.h"
 #include "core/op.h"
 #include "ftc_error.h"
 #include "ftc_param.h"
@@ -73,10 +74,12 @@ ftc_status_t ftc_config_resolve(ftc_config_t *cfg) {
   if ((st = resolve_int(&cfg->timeout_ms, FTC_P_TIMEOUT_MS)) != FTC_OK) return st;
   if ((st = resolve_int(&cfg->connect_timeout_ms, FTC_P_CONNECT_TIMEOUT_MS)) != FTC_OK) return st;
   if ((st = resolve_int(&cfg->recorder_entries, FTC_P_RECORDER_ENTRIES)) != FTC_OK) return st;
-  if (cfg->backend && strcasecmp(cfg->backend, "tcp") != 0 && strcasecmp(cfg->backend, "nccl") != 0 &&
-      strcasecmp(cfg->backend, "auto") != 0)
-    return ftc__error(FTC_ERR_CONFIG, "FTCOMM_BACKEND=\"%s\" is not one of tcp, nccl, auto",
-                      cfg->backend);
+  if (cfg->backend && strcasecmp(cfg->backend, "auto") != 0 && !ftc__backend_find(cfg->backend)) {
+    char names[128];
+    ftc__backend_names(names, sizeof(names));
+    return ftc__error(FTC_ERR_CONFIG, "FTCOMM_BACKEND=\"%s\" is not one of %s, auto", cfg->backend,
+                      names);
+  }
   ftc_algo_t algo;
   if ((st = ftc__algo_parse("FTCOMM_ALLREDUCE_ALGO", ftc__param_str(FTC_P_ALLREDUCE_ALGO), &algo)) != FTC_OK)
     return st;

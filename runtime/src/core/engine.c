@@ -116,8 +116,8 @@ static void enqueue_locked(ftc_comm_t *comm, ftc_request_t *req) {
 /* ---- running one collective ---- */
 
 static uint64_t next_seq_locked(ftc_comm_t *comm, const ftc__op_t *op) {
-  if (op->coll == FTC_REC_SEND) return ++comm->p2p_seq[2 * op->peer];
-  if (op->coll == FTC_REC_RECV) return ++comm->p2p_seq[2 * op->peer + 1];
+  if (op->coll == FTC__COLL_SEND) return ++comm->p2p_seq[2 * op->peer];
+  if (op->coll == FTC__COLL_RECV) return ++comm->p2p_seq[2 * op->peer + 1];
   return ++comm->seq;
 }
 
@@ -135,9 +135,9 @@ static int quiet_rank_of(ftc_comm_t *comm, ftc_status_t st) {
 /* Collective op #seq failed with st: fail the epoch, saying which one. */
 static void fail_op(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq, ftc_status_t st) {
   char detail[384];
-  int red = op->coll == FTC_REC_ALLREDUCE || op->coll == FTC_REC_REDUCE ||
-            op->coll == FTC_REC_REDUCE_SCATTER;
-  snprintf(detail, sizeof(detail), "%s #%llu (%zu x %s%s%s) on rank %d: %s", ftc_rec_op_name(op->coll),
+  int red = op->coll == FTC__COLL_ALLREDUCE || op->coll == FTC__COLL_REDUCE ||
+            op->coll == FTC__COLL_REDUCE_SCATTER;
+  snprintf(detail, sizeof(detail), "%s #%llu (%zu x %s%s%s) on rank %d: %s", ftc__coll_name(op->coll),
            (unsigned long long)seq, op->count, ftc_dtype_name(op->dtype), red ? " " : "",
            red ? ftc_op_name(op->op) : "", comm->rank, ftc_last_error());
   ftc__comm_fail_quiet(comm, st, detail, quiet_rank_of(comm, st));
@@ -167,7 +167,7 @@ static ftc_status_t execute(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq,
 }
 
 static int is_p2p(const ftc_request_t *r) {
-  return !r->rebuild_view && (r->op.coll == FTC_REC_SEND || r->op.coll == FTC_REC_RECV);
+  return !r->rebuild_view && (r->op.coll == FTC__COLL_SEND || r->op.coll == FTC__COLL_RECV);
 }
 
 /* The progress thread's state for one batch of send/recv requests. */
@@ -195,7 +195,7 @@ static ftc_status_t execute_p2p(ftc_comm_t *comm, p2p_batch_t *b, const ftc__op_
     char detail[384];
     const ftc__op_t *o = &b->reqs[0]->op;
     snprintf(detail, sizeof(detail), "%d send/recv operation(s) from %s #%llu (%zu x %s, peer %d) on rank %d: %s",
-             b->n, ftc_rec_op_name(o->coll), (unsigned long long)b->reqs[0]->seq, o->count,
+             b->n, ftc__coll_name(o->coll), (unsigned long long)b->reqs[0]->seq, o->count,
              ftc_dtype_name(o->dtype), o->peer, comm->rank, ftc_last_error());
     ftc__comm_fail_quiet(comm, st, detail, quiet_rank_of(comm, st));
     ftc__error(st, "%s", detail);
@@ -232,7 +232,7 @@ static ftc_status_t wait_req(ftc_request_t *req, int64_t deadline, int spin_us) 
   if (done) return st == FTC_OK ? FTC_OK : ftc__error(st, "%s", err);
   char detail[256];
   snprintf(detail, sizeof(detail), "%s #%llu did not complete before the wait's timeout",
-           ftc_rec_op_name(req->op.coll), (unsigned long long)req->seq);
+           ftc__coll_name(req->op.coll), (unsigned long long)req->seq);
   ftc__comm_fail(req->comm, FTC_ERR_TIMEOUT, detail);
   return ftc__error(FTC_ERR_TIMEOUT, "%s; the epoch is failed, recover before the next collective", detail);
 }
@@ -463,10 +463,8 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
   /* The previous epoch's sockets: every peer has moved once this epoch
    * settled, so the goodbyes after a planned move wake nobody still moving,
    * and the closes after a failure take no CPU from a recovery. */
-  if (comm->retired && __atomic_load_n(&comm->settled, __ATOMIC_ACQUIRE)) {
-    comm->be->close(comm->retired, comm->retired_planned);
-    comm->retired = NULL;
-  }
+  if (comm->be->settled && __atomic_load_n(&comm->settled, __ATOMIC_ACQUIRE))
+    comm->be->settled(comm->bs);
   int n = 0, base, sp = 0, ep = 0, early = 0,
       spares = comm->spares && comm->be->spare_poll && comm->bh;
   pfd[n++] = (struct pollfd){comm->wake_fd, POLLIN, 0};
@@ -570,7 +568,7 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
     if (spares)
       comm->be->spare_events(comm->bh, comm->listen_fd, pfd + 1, sp);
     else if (pfd[1].revents & POLLIN)
-      ftc__tcp_refuse_pending(comm->listen_fd);
+      comm->be->refuse(comm->listen_fd);
   }
   if (ep && !__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE))
     comm->be->early_events(comm->bh, -1, pfd + 1 + sp, ep);
@@ -586,16 +584,12 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
     int goodbyes = 0, data = 0, ended = 0, quiet = 0;
     for (int k = 0; k < np; k++) {
       if (ranks[k] != rank) continue;
-      unsigned char buf[2];
-      ssize_t got = recv(fds[k], buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
-      if (got == 1 && buf[0] == FTC__TCP_GOODBYE)
-        goodbyes++;
-      else if (got > 0)
-        data++;
-      else if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-        quiet++;
-      else
-        ended++;
+      switch (comm->be->peer_peek(fds[k])) {
+        case FTC__PEER_GOODBYE: goodbyes++; break;
+        case FTC__PEER_DATA: data++; break;
+        case FTC__PEER_QUIET: quiet++; break;
+        default: ended++; break;
+      }
     }
     /* A peer that is ahead may have sent data for collectives this rank
      * has not started, then left: the collective that needs more than

@@ -7,11 +7,33 @@
 
 #include <stddef.h>
 
-#include "ftc_recorder.h"
 #include "ftcomm.h"
 
+/* The collectives, as the core hands them to a backend. The values are on
+ * the TCP wire (a descriptor's first byte, tcp/tcp_int.h): append only. The
+ * flight recorder has its own enum; record.c maps one onto the other. */
+typedef enum ftc__coll {
+  FTC__COLL_ALLREDUCE = 0,
+  FTC__COLL_BROADCAST = 1,
+  FTC__COLL_REDUCE = 2,
+  FTC__COLL_ALLGATHER = 3,
+  FTC__COLL_REDUCE_SCATTER = 4,
+  FTC__COLL_ALLTOALL = 5,
+  FTC__COLL_BARRIER = 6,
+  FTC__COLL_SEND = 7, /* p2p */
+  FTC__COLL_RECV = 8,
+  FTC__COLL_ALLGATHERV = 9,
+  FTC__COLL_ALLTOALLV = 10,
+  FTC__COLL_GATHER = 11,
+  FTC__COLL_SCATTER = 12,
+  FTC__COLL_COUNT
+} ftc__coll_t;
+
+/* "allreduce", "broadcast", ...; "unknown" outside the enum. */
+const char *ftc__coll_name(ftc__coll_t c);
+
 typedef struct ftc__op {
-  ftc_rec_op_t coll;   /* the collective, as the flight recorder names it */
+  ftc__coll_t coll;    /* the collective */
   const void *sendbuf; /* broadcast: the buffer; send: the data */
   void *recvbuf;       /* broadcast: same as sendbuf; recv: the destination */
   size_t count;        /* as passed by the caller (per rank where the API says so) */

@@ -9,25 +9,40 @@
 #include "ftc_error.h"
 #include "ftc_time.h"
 
+/* The recorder's name of each collective of the core. */
+static const ftc_rec_op_t rec_op[FTC__COLL_COUNT] = {
+    [FTC__COLL_ALLREDUCE] = FTC_REC_ALLREDUCE,   [FTC__COLL_BROADCAST] = FTC_REC_BROADCAST,
+    [FTC__COLL_REDUCE] = FTC_REC_REDUCE,         [FTC__COLL_ALLGATHER] = FTC_REC_ALLGATHER,
+    [FTC__COLL_REDUCE_SCATTER] = FTC_REC_REDUCE_SCATTER,
+    [FTC__COLL_ALLTOALL] = FTC_REC_ALLTOALL,     [FTC__COLL_BARRIER] = FTC_REC_BARRIER,
+    [FTC__COLL_SEND] = FTC_REC_SEND,             [FTC__COLL_RECV] = FTC_REC_RECV,
+    [FTC__COLL_ALLGATHERV] = FTC_REC_ALLGATHERV, [FTC__COLL_ALLTOALLV] = FTC_REC_ALLTOALLV,
+    [FTC__COLL_GATHER] = FTC_REC_GATHER,         [FTC__COLL_SCATTER] = FTC_REC_SCATTER,
+};
+
+const char *ftc__coll_name(ftc__coll_t c) {
+  return (unsigned)c < FTC__COLL_COUNT ? ftc_rec_op_name(rec_op[c]) : "unknown";
+}
+
 uint64_t ftc__record_schedule(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq,
                               int64_t timeout_ns, int64_t now) {
   size_t es = ftc_dtype_size(op->dtype);
   uint64_t bytes = (uint64_t)op->count * es;
   int size = __atomic_load_n(&comm->size, __ATOMIC_ACQUIRE);
-  if (op->coll == FTC_REC_ALLTOALL || op->coll == FTC_REC_REDUCE_SCATTER) bytes *= (uint64_t)size;
-  if (op->coll == FTC_REC_RECV) bytes = 0;
-  if (op->coll == FTC_REC_ALLGATHERV) {
+  if (op->coll == FTC__COLL_ALLTOALL || op->coll == FTC__COLL_REDUCE_SCATTER) bytes *= (uint64_t)size;
+  if (op->coll == FTC__COLL_RECV) bytes = 0;
+  if (op->coll == FTC__COLL_ALLGATHERV) {
     int rank = __atomic_load_n(&comm->rank, __ATOMIC_ACQUIRE);
     bytes = rank >= 0 && rank < op->nranks ? (uint64_t)op->rcounts[rank] * es : 0;
   }
-  if (op->coll == FTC_REC_SCATTER || op->coll == FTC_REC_GATHER) {
+  if (op->coll == FTC__COLL_SCATTER || op->coll == FTC__COLL_GATHER) {
     int root = op->peer == __atomic_load_n(&comm->rank, __ATOMIC_ACQUIRE);
-    if (op->coll == FTC_REC_SCATTER) bytes = root ? bytes * (uint64_t)(size - 1) : 0;
+    if (op->coll == FTC__COLL_SCATTER) bytes = root ? bytes * (uint64_t)(size - 1) : 0;
     else if (root) bytes = 0;
   }
   if (!now) now = ftc__now_ns();
-  return ftc_rec_schedule_at(comm->rec, now, __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE), seq, op->coll,
-                          op->coll == FTC_REC_BARRIER ? FTC_DTYPE_COUNT : (int)op->dtype,
+  return ftc_rec_schedule_at(comm->rec, now, __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE), seq,
+                          rec_op[op->coll], op->coll == FTC__COLL_BARRIER ? FTC_DTYPE_COUNT : (int)op->dtype,
                           op->count, bytes, op->peer, timeout_ns);
 }
 

@@ -65,9 +65,10 @@ static ftc_status_t split_common(ftc_comm_t *parent, const char *name, int color
   ftc__view_t *view = NULL;
   ftc__split_member_t *members = NULL;
   *child = NULL;
-  if (parent->be != &ftc__backend_tcp)
+  if (!parent->be->listen)
     return ftc__error(FTC_ERR_NOT_SUPPORTED,
-                      "%s: sub-communicators run on the TCP backend; this communicator runs on %s",
+                      "%s: sub-communicators run on a backend with connections of its own (tcp); "
+                      "this communicator runs on %s",
                       name, parent->be->name);
   const ftc__view_t *pv = parent->view;
   const int n = pv->size, me = pv->my_rank;
@@ -78,9 +79,8 @@ static ftc_status_t split_common(ftc_comm_t *parent, const char *name, int color
   mine.list_hash = list_hash;
   char listen_err[256] = "";
   if (color >= 0 &&
-      ftc__tcp_listen(parent->cfg.bind_host, parent->cfg.advertise_host, parent->tcfg.family,
-                      parent->tcfg.ifname, parent->tcfg.socket_buffer, &fd, mine.addr,
-                      sizeof(mine.addr)) != FTC_OK) {
+      parent->be->listen(parent->bs, parent->cfg.bind_host, parent->cfg.advertise_host, &fd,
+                         mine.addr, sizeof(mine.addr)) != FTC_OK) {
     /* The others wait in the exchange: take part, saying so. */
     snprintf(listen_err, sizeof(listen_err), "%s", ftc_last_error());
     mine.color = SPLIT_FAILED;

@@ -9,7 +9,7 @@
  * old handle's close() only lets go of it; the current handle's close()
  * frees the wrapper (finalize and destroy when healthy, abort otherwise).
  * Unique ids travel through the communicator's membership session. A wait
- * returns early when comm->interrupt is set, so interrupt() has nothing to
+ * returns early when *host->interrupt is set, so interrupt() has nothing to
  * wake. Buffers are device pointers; collectives run on the stream given
  * with ftc_comm_set_stream (default: the wrapper's own).
  *
@@ -25,16 +25,15 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/backend.h"
-#include "core/comm.h"
 #include "ftc_alloc.h"
 #include "ftc_error.h"
 #include "ftc_log.h"
 #include "ftc_param.h"
 #include "ftc_time.h"
 #include "nccl/nccl_backend.h"
-#include "nccl/nccl_core.h"
 #include "nccl/nccl_member.h"
 
 /* The library, opened once per process on first use. */
@@ -57,7 +56,11 @@ static ftc_status_t lib_get(ftc__nccl_lib_t **out) {
   return st == FTC_OK ? FTC_OK : ftc__error(st, "%s", g_lib_err);
 }
 
-ftc_status_t ftc__nccl_backend_probe(int need_device) {
+/* FTC_OK when NCCL (or RCCL) and its runtime load (once per process) and,
+ * with need_device, the runtime sees a GPU; else the status and
+ * ftc_last_error() of what is missing (FTC_ERR_LIBRARY_NOT_FOUND names the
+ * files looked for). */
+static ftc_status_t lib_probe(int need_device) {
   ftc__nccl_lib_t *lib;
   ftc_status_t st = lib_get(&lib);
   if (st != FTC_OK) return st;
@@ -68,12 +71,46 @@ ftc_status_t ftc__nccl_backend_probe(int need_device) {
   return FTC_OK;
 }
 
-void ftc__nccl_backend_describe(char *buf, size_t len) {
+static void nccl_describe(char *buf, size_t len) {
   ftc__nccl_lib_t *lib;
   if (lib_get(&lib) == FTC_OK)
     ftc__nccl_describe(lib, buf, len);
   else
     snprintf(buf, len, "nccl (not loaded)");
+}
+
+/* Whether this host may have a GPU: NVIDIA's control device (a container
+ * gets it with the GPUs) or its loaded driver (/proc/driver/nvidia: on a
+ * host where no process has used the GPU yet the device nodes may not
+ * exist, libcuda makes them through nvidia-modprobe), WSL's GPU
+ * paravirtualisation device, or ROCm's kernel fusion driver. */
+static const char *const gpu_nodes[] = {"/dev/nvidiactl", "/proc/driver/nvidia", "/dev/dxg",
+                                        "/dev/kfd"};
+
+static int gpu_device_node(void) {
+  for (size_t i = 0; i < sizeof(gpu_nodes) / sizeof(gpu_nodes[0]); i++)
+    if (access(gpu_nodes[i], F_OK) == 0) return 1;
+  return 0;
+}
+
+/* The seam's probe. FTCOMM_BACKEND=auto: NCCL if it loads and its runtime
+ * sees a GPU. The core runs it while the coordinator answers its hello (a
+ * joiner's path); once per process, the library's answer is kept. Without
+ * a GPU device node no runtime sees a GPU, so auto passes NCCL by without
+ * loading it: four failing dlopen calls less (each a walk over the library
+ * path) in every ftc_comm_create, a joiner's included. A library named in
+ * FTCOMM_NCCL_LIBRARY or FTCOMM_CUDA_RUNTIME_LIBRARY is always tried (it
+ * may be a stand-in). */
+static ftc_status_t nccl_probe(int auto_pick) {
+  if (!auto_pick) return lib_probe(0);
+  const char *nl = ftc__param_str(FTC_P_NCCL_LIBRARY);
+  const char *rl = ftc__param_str(FTC_P_CUDA_RUNTIME_LIBRARY);
+  if (!(nl && *nl) && !(rl && *rl) && !gpu_device_node())
+    return ftc__error(FTC_ERR_NOT_SUPPORTED,
+                      "none of %s, %s, %s, %s here (FTCOMM_BACKEND=nccl or FTCOMM_NCCL_LIBRARY "
+                      "loads NCCL anyway)",
+                      gpu_nodes[0], gpu_nodes[1], gpu_nodes[2], gpu_nodes[3]);
+  return lib_probe(1);
 }
 
 /* Shared by the handles of one communicator's epochs. */
@@ -86,7 +123,7 @@ typedef struct nstate {
 
 typedef struct nbh {
   nstate_t *s;
-  ftc_comm_t *comm;
+  const ftc__backend_host_t *host;
   uint64_t epoch;
   int size;
   uint64_t *ids;   /* [size]: the epoch's member ids, by rank */
@@ -125,7 +162,7 @@ static int left_out(const nbh_t *h, const ftc__view_t *v) {
 /* The rank of h's epoch the coordinator has dropped, waiting up to wait_ms
  * for an epoch that drops one; -1 when none did (*in_epoch: that epoch). */
 static int departed(nbh_t *h, int64_t wait_ms, uint64_t *in_epoch) {
-  ftc__member_t *m = h->comm->member;
+  ftc__member_t *m = h->host->member;
   if (!m) return -1;
   int64_t deadline = ftc__deadline_ns(wait_ms);
   uint64_t after = h->epoch;
@@ -158,17 +195,17 @@ static void note_culprit(nbh_t *h, int r, uint64_t epoch) {
  * status. The epoch is failed first, so that the watchdog reports it (the
  * coordinator may need that report to convict a hung rank). */
 static ftc_status_t blame(nbh_t *h, ftc_status_t st) {
-  if (!h->comm->member || (st != FTC_ERR_PEER_LOST && st != FTC_ERR_TIMEOUT &&
+  if (!h->host->member || (st != FTC_ERR_PEER_LOST && st != FTC_ERR_TIMEOUT &&
                            st != FTC_ERR_REVOKED && st != FTC_ERR_BACKEND))
     return st;
   char msg[512];
   snprintf(msg, sizeof(msg), "%s", ftc_last_error());
-  ftc__comm_fail(h->comm, st, msg);
+  h->host->fail(h->host->ctx, st, msg);
   uint64_t epoch = 0;
   int r = __atomic_load_n(&h->culprit, __ATOMIC_ACQUIRE);
   /* A lost peer's session closes with it: its announcement is near. After a
    * timeout, a hung (silent) member is convicted as soon as the reports of
-   * the epoch's failure (ours went with ftc__comm_fail) reach the
+   * the epoch's failure (ours went with host->fail) reach the
    * coordinator: wait for that too. A revoke or a backend error only looks. */
   int64_t wait_ms = st == FTC_ERR_PEER_LOST || st == FTC_ERR_TIMEOUT ? blame_ms() : 0;
   if (r < 0 && (r = departed(h, wait_ms, &epoch)) >= 0)
@@ -202,12 +239,15 @@ static ftc_status_t lone_fetch(void *arg, uint64_t epoch, char *blob, size_t len
                     (unsigned long long)epoch);
 }
 
-static ftc_status_t nccl_connect(ftc_comm_t *comm, const ftc__view_t *view, void **out) {
+static ftc_status_t nccl_connect(void *state, const ftc__backend_host_t *host,
+                                 const ftc__view_t *view, int listen_fd, void *prev,
+                                 ftc_status_t prev_error, void **out) {
   ftc__nccl_lib_t *lib;
+  (void)state, (void)listen_fd;
   ftc_status_t st = lib_get(&lib);
   *out = NULL;
   if (st != FTC_OK) return st;
-  nbh_t *old = comm->bh;
+  nbh_t *old = prev;
   nstate_t *s = old ? old->s : ftc__calloc(1, sizeof *s);
   nbh_t *h = ftc__calloc(1, sizeof *h);
   if (h) {
@@ -218,17 +258,17 @@ static ftc_status_t nccl_connect(ftc_comm_t *comm, const ftc__view_t *view, void
     st = ftc__error(FTC_ERR_NO_MEMORY, "allocating the NCCL backend's state");
     goto out_free;
   }
-  ftc__nccl_xchg_t x = comm->member ? ftc__nccl_xchg_member(comm->member)
+  ftc__nccl_xchg_t x = host->member ? ftc__nccl_xchg_member(host->member)
                                     : (ftc__nccl_xchg_t){lone_publish, lone_fetch, (void *)view};
-  ftc__nccl_opts_t o = {FTC__NCCL_DEVICE_CURRENT, comm->connect_timeout_ms, s->stream,
-                        &comm->interrupt};
+  ftc__nccl_opts_t o = {FTC__NCCL_DEVICE_CURRENT, host->connect_timeout_ms, s->stream,
+                        host->interrupt};
   /* A failed epoch is stopped before it is shrunk (revoke where there is one). */
   if (s->c && ftc__nccl_comm_error(s->c) != FTC_OK)
     ftc__nccl_comm_revoke(s->c, ftc__nccl_comm_error(s->c));
-  else if (s->c && __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE))
-    ftc__nccl_comm_revoke(s->c, (ftc_status_t)__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE));
+  else if (s->c && prev_error != FTC_OK)
+    ftc__nccl_comm_revoke(s->c, prev_error);
   FTC_CHECK_GOTO(ftc__nccl_enter_epoch(lib, &s->c, view, &x, &o), st, out_free);
-  h->s = s, h->comm = comm, h->epoch = view->epoch;
+  h->s = s, h->host = host, h->epoch = view->epoch;
   h->size = view->size, h->culprit = -1;
   for (int r = 0; r < view->size; r++)
     h->ids[r] = view->members[r].member_id, h->slots[r] = view->members[r].slot;
@@ -263,7 +303,7 @@ static ftc_status_t nccl_launch(void *hv, const ftc__op_t *op, uint64_t rec_id, 
   ftc__nccl_work_t *w = ftc__malloc(sizeof *w);
   *work = NULL;
   if (!w) return ftc__error(FTC_ERR_NO_MEMORY, "allocating an NCCL work");
-  ftc_status_t st = ftc__nccl_comm_launch_rec(h->s->c, op, h->s->stream, h->comm->rec, rec_id, w);
+  ftc_status_t st = ftc__nccl_comm_launch_rec(h->s->c, op, h->s->stream, h->host->rec, rec_id, w);
   if (st != FTC_OK) {
     ftc__free(w);
     return blame(h, st);
@@ -308,7 +348,7 @@ static ftc_status_t nccl_run_p2p(void *hv, const ftc__op_t **ops, int n, int cap
 }
 
 static void nccl_interrupt(void *hv) {
-  (void)hv; /* the waits read comm->interrupt themselves, within one poll */
+  (void)hv; /* the waits read *host->interrupt themselves, within one poll */
 }
 
 static void nccl_close(void *hv, int planned) {
@@ -323,7 +363,8 @@ static void nccl_close(void *hv, int planned) {
 }
 
 /* NCCL does not name the peer: the one the coordinator dropped, if it has
- * (already known, or announced by now; no wait: under comm->lock). */
+ * (already known, or announced by now; no wait: under the communicator's
+ * lock). */
 static int nccl_failed_peer(const void *hv) {
   nbh_t *h = (nbh_t *)hv;
   int r = __atomic_load_n(&h->culprit, __ATOMIC_ACQUIRE);
@@ -341,10 +382,20 @@ static void nccl_drop_peer(void *hv, int rank) {
   if (h->s->current == h && h->s->c) ftc__nccl_comm_abort(h->s->c);
 }
 
+/* The stream collectives run on from now (ftc_comm_set_stream), for every
+ * epoch of the communicator. */
+static void nccl_set_stream(void *hv, void *stream) {
+  nbh_t *h = hv;
+  h->s->stream = stream;
+}
+
 const ftc__backend_ops_t ftc__backend_nccl = {
     .name = "nccl",
-    .version = ftc__nccl_backend_describe,
+    .probe = nccl_probe,
+    .version = nccl_describe,
+    .describe = nccl_describe,
     .connect = nccl_connect,
+    .set_stream = nccl_set_stream,
     .run = nccl_run,
     .run_p2p = nccl_run_p2p,
     .launch = nccl_launch,
@@ -355,26 +406,3 @@ const ftc__backend_ops_t ftc__backend_nccl = {
     .failed_peer = nccl_failed_peer,
     .drop_peer = nccl_drop_peer,
 };
-
-FTC_API ftc_status_t ftc_comm_set_stream(ftc_comm_t *comm, void *stream) {
-  if (!comm) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_set_stream: NULL communicator");
-  if (comm->be != &ftc__backend_nccl)
-    return ftc__error(FTC_ERR_NOT_SUPPORTED, "ftc_comm_set_stream: the %s backend has no streams",
-                      comm->be ? comm->be->name : "?");
-  pthread_mutex_lock(&comm->lock);
-  nbh_t *h = comm->bh;
-  if (h) h->s->stream = stream;
-  pthread_mutex_unlock(&comm->lock);
-  if (!h) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_set_stream: no epoch yet");
-  return FTC_OK;
-}
-
-FTC_API ftc_status_t ftc_comm_backend(const ftc_comm_t *comm, char *buf, size_t len) {
-  if (!comm || !buf || !len)
-    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_backend: NULL argument");
-  if (comm->be == &ftc__backend_nccl)
-    ftc__nccl_backend_describe(buf, len);
-  else
-    snprintf(buf, len, "%s", comm->be ? comm->be->name : "?");
-  return FTC_OK;
-}

@@ -668,12 +668,12 @@ static const ncclRedOp_t redops[FTC_OP_COUNT] = {
 static const size_t dsize[FTC_DTYPE_COUNT] = {[FTC_F32] = 4, [FTC_F64] = 8, [FTC_F16] = 2,
                                               [FTC_BF16] = 2, [FTC_I32] = 4, [FTC_I64] = 8,
                                               [FTC_U8] = 1};
-static const char *coll_name(ftc_rec_op_t c) {
-  static const char *n[FTC_REC_OP_COUNT] = {"allreduce", "broadcast", "reduce", "allgather",
+static const char *coll_name(ftc__coll_t c) {
+  static const char *n[FTC__COLL_COUNT] = {"allreduce", "broadcast", "reduce", "allgather",
                                            "reduce_scatter", "alltoall", "barrier", "send",
                                            "recv", "allgatherv", "alltoallv", "gather",
                                            "scatter"};
-  return (unsigned)c < FTC_REC_OP_COUNT ? n[c] : "?";
+  return (unsigned)c < FTC__COLL_COUNT ? n[c] : "?";
 }
 
 /* 1 when p is host memory a GPU cannot read (neither device nor pinned). */
@@ -704,7 +704,7 @@ static int host_memory(ftc__nccl_comm_t *c, const void *p) {
 static size_t stage_bytes(ftc__nccl_comm_t *c, const ftc__op_t *const *ops, int n) {
   if (n != 1 || !c->lib->rt.can_stage) return 0;
   const ftc__op_t *op = ops[0];
-  if (op->coll != FTC_REC_ALLREDUCE && op->coll != FTC_REC_BROADCAST && op->coll != FTC_REC_REDUCE)
+  if (op->coll != FTC__COLL_ALLREDUCE && op->coll != FTC__COLL_BROADCAST && op->coll != FTC__COLL_REDUCE)
     return 0;
   size_t b = op->count * dsize[op->dtype];
   if (b == 0 || b > STAGE_BYTES) return 0;
@@ -820,7 +820,7 @@ static ncclResult_t enqueue_p2p_coll(ftc__nccl_comm_t *c, ncclComm_t nc, const f
   const char *sb = op->sendbuf;
   char *rb = op->recvbuf;
   const int me = c->rank, root = op->peer;
-  if ((op->coll == FTC_REC_ALLGATHERV || op->coll == FTC_REC_ALLTOALLV) && op->nranks != c->size)
+  if ((op->coll == FTC__COLL_ALLGATHERV || op->coll == FTC__COLL_ALLTOALLV) && op->nranks != c->size)
     return ncclInvalidArgument;
   ncclResult_t r = n->GroupStart(), r2;
   if (r != ncclSuccess) return r;
@@ -830,15 +830,15 @@ static ncclResult_t enqueue_p2p_coll(ftc__nccl_comm_t *c, ncclComm_t nc, const f
     char *rp = NULL;
     size_t sc = 0, rc = 0;
     switch (op->coll) {
-    case FTC_REC_ALLGATHERV:
+    case FTC__COLL_ALLGATHERV:
       sc = op->rcounts[me], sp = sb;
       rc = op->rcounts[j], rp = rb + ftc__op_displ(op->rcounts, op->rdispls, j) * es;
       break;
-    case FTC_REC_ALLTOALLV:
+    case FTC__COLL_ALLTOALLV:
       sc = op->scounts[j], sp = sb + ftc__op_displ(op->scounts, op->sdispls, j) * es;
       rc = op->rcounts[j], rp = rb + ftc__op_displ(op->rcounts, op->rdispls, j) * es;
       break;
-    case FTC_REC_GATHER:
+    case FTC__COLL_GATHER:
       if (j == root) sc = op->count, sp = sb;
       if (me == root) rc = op->count, rp = rb + (size_t)j * op->count * es;
       break;
@@ -863,19 +863,19 @@ static ncclResult_t enqueue(ftc__nccl_comm_t *c, ncclComm_t nc, const ftc__op_t 
   ncclRedOp_t ro = redops[op->op];
   size_t es = dsize[op->dtype];
   switch (op->coll) {
-  case FTC_REC_ALLREDUCE: return n->AllReduce(op->sendbuf, op->recvbuf, op->count, dt, ro, nc, s);
-  case FTC_REC_BROADCAST:
+  case FTC__COLL_ALLREDUCE: return n->AllReduce(op->sendbuf, op->recvbuf, op->count, dt, ro, nc, s);
+  case FTC__COLL_BROADCAST:
     return n->Broadcast(op->sendbuf, op->recvbuf, op->count, dt, op->peer, nc, s);
-  case FTC_REC_REDUCE:
+  case FTC__COLL_REDUCE:
     return n->Reduce(op->sendbuf, op->recvbuf, op->count, dt, ro, op->peer, nc, s);
-  case FTC_REC_ALLGATHER: return n->AllGather(op->sendbuf, op->recvbuf, op->count, dt, nc, s);
-  case FTC_REC_REDUCE_SCATTER:
+  case FTC__COLL_ALLGATHER: return n->AllGather(op->sendbuf, op->recvbuf, op->count, dt, nc, s);
+  case FTC__COLL_REDUCE_SCATTER:
     return n->ReduceScatter(op->sendbuf, op->recvbuf, op->count, dt, ro, nc, s);
-  case FTC_REC_BARRIER:
+  case FTC__COLL_BARRIER:
     return n->AllReduce(c->scratch, c->scratch, 1, ncclUint8, ncclMax, nc, s);
-  case FTC_REC_SEND: return n->Send(op->sendbuf, op->count, dt, op->peer, nc, s);
-  case FTC_REC_RECV: return n->Recv(op->recvbuf, op->count, dt, op->peer, nc, s);
-  case FTC_REC_ALLTOALL: {
+  case FTC__COLL_SEND: return n->Send(op->sendbuf, op->count, dt, op->peer, nc, s);
+  case FTC__COLL_RECV: return n->Recv(op->recvbuf, op->count, dt, op->peer, nc, s);
+  case FTC__COLL_ALLTOALL: {
     ncclResult_t r = n->GroupStart(), r2;
     if (r != ncclSuccess) return r;
     for (int j = 0; j < c->size && (r == ncclSuccess || r == ncclInProgress); j++) {
@@ -887,10 +887,10 @@ static ncclResult_t enqueue(ftc__nccl_comm_t *c, ncclComm_t nc, const ftc__op_t 
     r2 = n->GroupEnd();
     return r != ncclSuccess && r != ncclInProgress ? r : r2;
   }
-  case FTC_REC_ALLGATHERV:
-  case FTC_REC_ALLTOALLV:
-  case FTC_REC_GATHER:
-  case FTC_REC_SCATTER: return enqueue_p2p_coll(c, nc, op, s);
+  case FTC__COLL_ALLGATHERV:
+  case FTC__COLL_ALLTOALLV:
+  case FTC__COLL_GATHER:
+  case FTC__COLL_SCATTER: return enqueue_p2p_coll(c, nc, op, s);
   default: return ncclInvalidArgument;
   }
 }
@@ -924,9 +924,9 @@ static ftc_status_t launch(ftc__nccl_comm_t *c, const ftc__op_t *const *ops, int
   const char *what = n == 1 ? coll_name(ops[0]->coll) : "send/recv group";
   for (int i = 0; i < n; i++) {
     const ftc__op_t *op = ops[i];
-    if ((unsigned)op->coll >= FTC_REC_OP_COUNT || (unsigned)op->dtype >= FTC_DTYPE_COUNT ||
+    if ((unsigned)op->coll >= FTC__COLL_COUNT || (unsigned)op->dtype >= FTC_DTYPE_COUNT ||
         (unsigned)op->op >= FTC_OP_COUNT ||
-        (n > 1 && op->coll != FTC_REC_SEND && op->coll != FTC_REC_RECV)) {
+        (n > 1 && op->coll != FTC__COLL_SEND && op->coll != FTC__COLL_RECV)) {
       st = ftc__error(FTC_ERR_INVALID_ARGUMENT,
                       "unknown collective, dtype or op (a group holds send and recv only)");
       goto out;

@@ -94,29 +94,29 @@ static uint64_t get64(const uint8_t *p) {
   return v;
 }
 
-static int reduces(ftc_rec_op_t c) {
-  return c == FTC_REC_ALLREDUCE || c == FTC_REC_REDUCE || c == FTC_REC_REDUCE_SCATTER;
+static int reduces(ftc__coll_t c) {
+  return c == FTC__COLL_ALLREDUCE || c == FTC__COLL_REDUCE || c == FTC__COLL_REDUCE_SCATTER;
 }
-static int rooted(ftc_rec_op_t c) {
-  return c == FTC_REC_BROADCAST || c == FTC_REC_REDUCE || c == FTC_REC_GATHER ||
-         c == FTC_REC_SCATTER;
+static int rooted(ftc__coll_t c) {
+  return c == FTC__COLL_BROADCAST || c == FTC__COLL_REDUCE || c == FTC__COLL_GATHER ||
+         c == FTC__COLL_SCATTER;
 }
 
 void ftc__desc_of(const ftc__tcp_t *tp, const ftc__op_t *op, uint64_t seq, int peer, int send,
                   uint8_t out[FTC__DESC_SIZE]) {
   (void)tp;
-  ftc_rec_op_t c = op->coll == FTC_REC_RECV ? FTC_REC_SEND : op->coll;
+  ftc__coll_t c = op->coll == FTC__COLL_RECV ? FTC__COLL_SEND : op->coll;
   uint64_t count = op->count, extra = 0;
-  if (c == FTC_REC_BARRIER) count = 0;
-  if (c == FTC_REC_ALLGATHERV) { /* every rank passes the same counts */
+  if (c == FTC__COLL_BARRIER) count = 0;
+  if (c == FTC__COLL_ALLGATHERV) { /* every rank passes the same counts */
     extra = 1469598103934665603ull;
     for (int q = 0; q < op->nranks; q++) extra = (extra ^ op->rcounts[q]) * 1099511628211ull;
   }
-  if (c == FTC_REC_ALLTOALLV) { /* each passes its own: this pair's block must agree */
+  if (c == FTC__COLL_ALLTOALLV) { /* each passes its own: this pair's block must agree */
     count = 0;
     extra = send ? op->scounts[peer] : op->rcounts[peer];
   }
-  if (c == FTC_REC_ALLREDUCE && tp) extra = (uint64_t)allreduce_algo(tp, op); /* set per call */
+  if (c == FTC__COLL_ALLREDUCE && tp) extra = (uint64_t)allreduce_algo(tp, op); /* set per call */
   out[0] = (uint8_t)c;
   out[1] = (uint8_t)op->dtype;
   out[2] = reduces(c) ? (uint8_t)op->op : 0xff;
@@ -129,43 +129,43 @@ void ftc__desc_of(const ftc__tcp_t *tp, const ftc__op_t *op, uint64_t seq, int p
 
 /* One side's call, as the mismatch error names it. */
 static void desc_text(const uint8_t d[FTC__DESC_SIZE], int sender, char *buf, size_t len) {
-  ftc_rec_op_t c = (ftc_rec_op_t)d[0];
+  ftc__coll_t c = (ftc__coll_t)d[0];
   int root = (int32_t)get32(d + 4);
   unsigned long long seq = (unsigned long long)get64(d + 8), count = (unsigned long long)get64(d + 16),
                      extra = (unsigned long long)get64(d + 24);
   const char *dt = ftc_dtype_name((ftc_dtype_t)d[1]);
-  if (c == FTC_REC_SEND) {
+  if (c == FTC__COLL_SEND) {
     snprintf(buf, len, "%s message #%llu of %llu x %s", sender ? "sent" : "receives", seq, count, dt);
     return;
   }
   char rootb[24] = "", opb[24] = "";
   if (rooted(c)) snprintf(rootb, sizeof(rootb), " root %d", root);
   if (reduces(c)) snprintf(opb, sizeof(opb), " %s", ftc_op_name((ftc_op_t)d[2]));
-  if (c == FTC_REC_ALLTOALLV)
+  if (c == FTC__COLL_ALLTOALLV)
     snprintf(buf, len, "called alltoallv #%llu with a block of %llu x %s %s", seq, extra, dt,
              sender ? "for this rank" : "from it");
-  else if (c == FTC_REC_ALLGATHERV)
+  else if (c == FTC__COLL_ALLGATHERV)
     snprintf(buf, len, "called allgatherv #%llu x%llu %s (counts hash %016llx)", seq, count, dt, extra);
-  else if (c == FTC_REC_BARRIER)
+  else if (c == FTC__COLL_BARRIER)
     snprintf(buf, len, "called barrier #%llu", seq);
-  else if (c == FTC_REC_ALLREDUCE)
+  else if (c == FTC__COLL_ALLREDUCE)
     snprintf(buf, len, "called allreduce #%llu%s x%llu %s (%s)", seq, opb, count, dt,
              ftc_algo_name((ftc_algo_t)extra));
   else
-    snprintf(buf, len, "called %s #%llu%s%s x%llu %s", ftc_rec_op_name(c), seq, rootb, opb, count, dt);
+    snprintf(buf, len, "called %s #%llu%s%s x%llu %s", ftc__coll_name(c), seq, rootb, opb, count, dt);
 }
 
 ftc_status_t ftc__desc_mismatch(const ftc__tcp_t *tp, int peer, const uint8_t got[FTC__DESC_SIZE],
                                 const uint8_t want[FTC__DESC_SIZE]) {
   char mine[128], theirs[128];
   desc_text(want, 0, mine, sizeof(mine));
-  if (got[3] != FTC__DESC_TAG || got[0] >= FTC_REC_OP_COUNT || got[1] >= FTC_DTYPE_COUNT)
+  if (got[3] != FTC__DESC_TAG || got[0] >= FTC__COLL_COUNT || got[1] >= FTC_DTYPE_COUNT)
     return ftc__error(FTC_ERR_MISMATCH,
                       "rank %d sent bytes that are not a descriptor where this rank (%d) %s: their "
                       "earlier call moved more bytes than this rank's did",
                       peer, tp->rank, mine);
   desc_text(got, 1, theirs, sizeof(theirs));
-  if (want[0] == FTC_REC_SEND && got[0] == FTC_REC_SEND)
+  if (want[0] == FTC__COLL_SEND && got[0] == FTC__COLL_SEND)
     return ftc__error(FTC_ERR_MISMATCH, "rank %d %s where this rank (%d) %s from it", peer, theirs,
                       tp->rank, mine);
   return ftc__error(FTC_ERR_MISMATCH, "rank %d %s where this rank (%d) %s", peer, theirs, tp->rank,
@@ -676,7 +676,7 @@ ftc_status_t ftc__tcp_run(ftc__tcp_t *tp, const ftc__op_t *op, int64_t deadline_
     int iv = __atomic_load_n(tp->cfg.interrupt, __ATOMIC_ACQUIRE);
     if (iv) return ftc__error((ftc_status_t)iv, "the communicator was stopped: %s", ftc_strerror((ftc_status_t)iv));
   }
-  if (op->coll == FTC_REC_SEND || op->coll == FTC_REC_RECV) {
+  if (op->coll == FTC__COLL_SEND || op->coll == FTC__COLL_RECV) {
     const ftc__op_t *one[1] = {op};
     return ftc__tcp_run_p2p(tp, one, 1, 1, deadline_ns, NULL, NULL, -1);
   }
@@ -693,7 +693,7 @@ ftc_status_t ftc__tcp_run(ftc__tcp_t *tp, const ftc__op_t *op, int64_t deadline_
    * joins them all, and the ring's extra messages would cost the small
    * allreduce (a crowded host's flat one: every rank would wait for its
    * neighbours to enter). */
-  tp->desc_ring = rooted(op->coll) || op->coll == FTC_REC_ALLTOALLV || op->count == 0;
+  tp->desc_ring = rooted(op->coll) || op->coll == FTC__COLL_ALLTOALLV || op->count == 0;
   ftc_status_t st = run_coll(tp, op, &red, deadline_ns);
   if (st == FTC_OK && tp->desc_ring) st = ring_check(tp, &red, deadline_ns);
   tp->desc_op = NULL;
@@ -709,12 +709,12 @@ static ftc_status_t run_coll(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red
    * receives (whose sizes each side chooses), on the socket of each
    * direction. */
   tp->shared = bytes < tp->cfg.ring_threshold;
-  if (op->coll == FTC_REC_BARRIER) return barrier(tp, &red, deadline_ns);
-  if (op->coll == FTC_REC_ALLGATHERV || op->coll == FTC_REC_ALLTOALLV) {
+  if (op->coll == FTC__COLL_BARRIER) return barrier(tp, &red, deadline_ns);
+  if (op->coll == FTC__COLL_ALLGATHERV || op->coll == FTC__COLL_ALLTOALLV) {
     if (op->nranks != tp->size)
       return ftc__error(FTC_ERR_REVOKED, "%s: counts for %d ranks in an epoch of %d",
-                        ftc_rec_op_name(op->coll), op->nranks, tp->size);
-    if (op->coll == FTC_REC_ALLGATHERV) return allgatherv_ring(tp, op, &red, deadline_ns);
+                        ftc__coll_name(op->coll), op->nranks, tp->size);
+    if (op->coll == FTC__COLL_ALLGATHERV) return allgatherv_ring(tp, op, &red, deadline_ns);
     /* Each side of a pair sizes its blocks itself (its count is this
      * rank's sum alone): the socket of each direction, as send/recv. */
     tp->shared = 0;
@@ -724,13 +724,13 @@ static ftc_status_t run_coll(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red
   if (tp->size == 1) {
     /* A world of one: every collective is a copy. */
     switch (op->coll) {
-      case FTC_REC_ALLREDUCE:
-      case FTC_REC_ALLGATHER:
-      case FTC_REC_REDUCE_SCATTER:
-      case FTC_REC_ALLTOALL:
-      case FTC_REC_REDUCE:
-      case FTC_REC_GATHER:
-      case FTC_REC_SCATTER:
+      case FTC__COLL_ALLREDUCE:
+      case FTC__COLL_ALLGATHER:
+      case FTC__COLL_REDUCE_SCATTER:
+      case FTC__COLL_ALLTOALL:
+      case FTC__COLL_REDUCE:
+      case FTC__COLL_GATHER:
+      case FTC__COLL_SCATTER:
         if (op->recvbuf != op->sendbuf) memmove(op->recvbuf, op->sendbuf, bytes);
         return FTC_OK;
       default:
@@ -738,20 +738,20 @@ static ftc_status_t run_coll(ftc__tcp_t *tp, const ftc__op_t *op, const ftc__red
     }
   }
   switch (op->coll) {
-    case FTC_REC_ALLREDUCE: {
+    case FTC__COLL_ALLREDUCE: {
       ftc_algo_t a = allreduce_algo(tp, op);
       if (a == FTC_ALGO_DOUBLING) return allreduce_rd(tp, op, &red, deadline_ns);
       if (a == FTC_ALGO_FLAT) return allreduce_flat(tp, op, &red, deadline_ns);
       if (a == FTC_ALGO_HALVING) return allreduce_rhd(tp, op, &red, deadline_ns);
       return allreduce_ring(tp, op, &red, deadline_ns);
     }
-    case FTC_REC_BROADCAST: return broadcast(tp, op, &red, deadline_ns);
-    case FTC_REC_REDUCE: return reduce(tp, op, &red, deadline_ns);
-    case FTC_REC_ALLGATHER: return allgather_ring(tp, op, &red, deadline_ns);
-    case FTC_REC_REDUCE_SCATTER: return reduce_scatter_ring(tp, op, &red, deadline_ns);
-    case FTC_REC_ALLTOALL: return alltoall(tp, op, &red, deadline_ns);
-    case FTC_REC_GATHER: return gather(tp, op, &red, deadline_ns);
-    case FTC_REC_SCATTER: return scatter(tp, op, &red, deadline_ns);
+    case FTC__COLL_BROADCAST: return broadcast(tp, op, &red, deadline_ns);
+    case FTC__COLL_REDUCE: return reduce(tp, op, &red, deadline_ns);
+    case FTC__COLL_ALLGATHER: return allgather_ring(tp, op, &red, deadline_ns);
+    case FTC__COLL_REDUCE_SCATTER: return reduce_scatter_ring(tp, op, &red, deadline_ns);
+    case FTC__COLL_ALLTOALL: return alltoall(tp, op, &red, deadline_ns);
+    case FTC__COLL_GATHER: return gather(tp, op, &red, deadline_ns);
+    case FTC__COLL_SCATTER: return scatter(tp, op, &red, deadline_ns);
     default: return ftc__error(FTC_ERR_INTERNAL, "unknown collective %d", (int)op->coll);
   }
 }
@@ -775,7 +775,7 @@ typedef struct p2p_run {
 
 static void p2p_stream(ftc__tcp_t *tp, int i, const ftc__op_t *op) {
   size_t bytes = op->count * ftc_dtype_size(op->dtype);
-  int send = op->coll == FTC_REC_SEND;
+  int send = op->coll == FTC__COLL_SEND;
   if (send)
     tp->segs[i] = (ftc__seg_t){.src = op->sendbuf, .len = bytes};
   else

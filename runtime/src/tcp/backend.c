@@ -1,24 +1,102 @@
 /*
  * backend.c - the TCP data plane as a backend of the core (core/backend.h):
  * each operation maps onto one ftc__tcp_* call of this folder. The
- * configuration comes from the communicator (comm->tcfg: tunables, token,
- * interrupt flag) and its listener, created before the first view.
+ * communicator's state here: the tunables (FTCOMM_*, with the host's token
+ * and interrupt), the standby acceptor of ftc_comm_create_begin until the
+ * first bootstrap took its sockets, and the previous epoch's transport,
+ * retired until the new epoch settled.
  */
+#include <errno.h>
 #include <stdio.h>
+#include <sys/socket.h>
 
 #include "core/backend.h"
-#include "core/comm.h"
+#include "ftc_alloc.h"
+#include "ftc_error.h"
+#include "ftc_log.h"
 #include "tcp/tcp.h"
 
-static ftc_status_t tcp_connect(ftc_comm_t *comm, const ftc__view_t *view, void **out) {
-  ftc__tcp_cfg_t cfg = comm->tcfg;
-  cfg.connect_timeout_ms = comm->connect_timeout_ms;
-  cfg.member = comm->member;
-  cfg.preacc = comm->preacc; /* a stopped standby acceptor (ftc_comm_create_finish) or NULL */
+typedef struct tcp_state {
+  const ftc__backend_host_t *host;
+  ftc__tcp_cfg_t cfg;         /* the tunables; token and interrupt point at the host's */
+  ftc__tcp_preacc_t *preacc;  /* the standby acceptor, stopped or running, or NULL */
+  ftc__tcp_t *retired;        /* the previous epoch's transport, closed once this epoch settled */
+  int retired_planned;        /* it was left by a planned move (closed with goodbyes) */
+} tcp_state_t;
+
+static ftc_status_t tcp_open(const ftc__backend_host_t *host, void **out) {
+  tcp_state_t *s = ftc__calloc(1, sizeof(*s));
+  *out = NULL;
+  if (!s) return ftc__error(FTC_ERR_NO_MEMORY, "allocating the TCP backend's state");
+  ftc_status_t st = ftc__tcp_cfg_from_env(&s->cfg);
+  if (st != FTC_OK) {
+    ftc__free(s);
+    return st;
+  }
+  s->host = host;
+  s->cfg.token = host->token;
+  s->cfg.interrupt = host->interrupt;
+  s->cfg.intr_fd = host->intr_fd;
+  *out = s;
+  return FTC_OK;
+}
+
+static void tcp_destroy(void *sv) {
+  tcp_state_t *s = sv;
+  if (!s) return;
+  ftc__tcp_preaccept_free(s->preacc);
+  if (s->retired) {
+    if (s->retired_planned) ftc__tcp_say_goodbye(s->retired);
+    ftc__tcp_destroy(s->retired);
+  }
+  ftc__free(s);
+}
+
+static ftc_status_t tcp_listen(void *sv, const char *bind_host, const char *advertise_host, int *fd,
+                               char *addr, size_t addrlen) {
+  tcp_state_t *s = sv;
+  return ftc__tcp_listen(bind_host, advertise_host, s->cfg.family, s->cfg.ifname,
+                         s->cfg.socket_buffer, fd, addr, addrlen);
+}
+
+/* The data plane counts the cgroup's CPU quota at its first connect (its
+ * hellos, the crowded decision); read while the coordinator answers, it
+ * costs that connect nothing. */
+static void tcp_prepare(void *sv) {
+  (void)sv;
+  (void)ftc__tcp_cpu_quota();
+}
+
+/* A standby accepts the running ranks' early connections while it waits
+ * (they connect on the coordinator's prospect) and sends their nonces;
+ * without the acceptor (no thread) they are answered after the join. */
+static void tcp_standby(void *sv, int listen_fd, int on) {
+  tcp_state_t *s = sv;
+  if (!on) {
+    ftc__tcp_preaccept_stop(s->preacc);
+    return;
+  }
+  if (!s->preacc &&
+      ftc__tcp_preaccept_start(listen_fd, s->cfg.socket_buffer, &s->preacc) != FTC_OK)
+    FTC_DEBUG(FTC_SUB_INIT, "no standby acceptor (%s): early connections wait for the join",
+              ftc_last_error());
+}
+
+static int tcp_allreduce_algo(const void *sv) {
+  return ((const tcp_state_t *)sv)->cfg.allreduce_algo; /* FTCOMM_ALLREDUCE_ALGO */
+}
+
+static ftc_status_t tcp_connect(void *sv, const ftc__backend_host_t *host, const ftc__view_t *view,
+                                int listen_fd, void *prev, ftc_status_t prev_error, void **out) {
+  tcp_state_t *s = sv;
+  ftc__tcp_cfg_t cfg = s->cfg;
+  cfg.connect_timeout_ms = host->connect_timeout_ms;
+  cfg.member = host->member;
+  cfg.preacc = s->preacc; /* a stopped standby acceptor (ftc_comm_create_finish) or NULL */
   /* A move whose old epoch did not fail here (a step boundary's) keeps the
    * pairs' connections when it goes to the very next epoch and drops no
    * member (net.c, keeps_connections). */
-  cfg.planned_move = comm->bh && !__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
+  cfg.planned_move = prev && prev_error == FTC_OK;
   /* A move before the last one settled (moves back to back: a failure or a
    * later epoch soon after a move): the epoch before that one (retired,
    * closed once its successor settles) still holds its spares, those of the
@@ -26,13 +104,46 @@ static ftc_status_t tcp_connect(ftc_comm_t *comm, const ftc__view_t *view, void 
    * that epoch may adopt them now; closed, it reads their end and connects
    * anew instead of waiting for an ADOPT from here. Nobody polls a retired
    * epoch's spares, so the closes wake no one. */
-  if (comm->retired) ftc__tcp_close_spares(comm->retired);
+  if (s->retired) ftc__tcp_close_spares(s->retired);
   ftc__tcp_t *tp = NULL;
-  /* The previous epoch's transport (still comm->bh) lends its spare
-   * connections; it is closed after this returns. */
-  ftc_status_t st = ftc__tcp_connect(&cfg, view, comm->listen_fd, comm->bh, &tp);
+  /* The previous epoch's transport lends its spare connections; it is
+   * retired after this returns. */
+  ftc_status_t st = ftc__tcp_connect(&cfg, view, listen_fd, prev, &tp);
+  if (st == FTC_OK && s->preacc) {
+    /* The first bootstrap took the acceptor's sockets and answered them;
+     * what it left are callers that went away. */
+    ftc__tcp_preaccept_free(s->preacc);
+    s->preacc = NULL;
+  }
   *out = tp;
   return st;
+}
+
+static void tcp_close(void *h, int planned) {
+  if (planned) ftc__tcp_say_goodbye(h);
+  ftc__tcp_destroy(h);
+}
+
+/* A planned move's old sockets are closed (with a goodbye) only once the
+ * new epoch is in use, when every peer has moved too: closed now, each
+ * goodbye would wake a peer that is still moving (the core's idle watch).
+ * A failed epoch's sockets are shut already (interrupt at the failure: its
+ * peers have seen them end); closing them is CPU that every survivor
+ * would spend while the others still move (a close each, 2 per peer), so
+ * they are closed then too. */
+static void tcp_retire(void *sv, void *prev, int planned, int shut) {
+  tcp_state_t *s = sv;
+  if (s->retired) tcp_close(s->retired, s->retired_planned);
+  if (shut) ftc__tcp_shutdown(prev); /* (a no-op if shut at the failure) */
+  s->retired = prev;
+  s->retired_planned = planned;
+}
+
+static void tcp_settled(void *sv) {
+  tcp_state_t *s = sv;
+  if (!s->retired) return;
+  tcp_close(s->retired, s->retired_planned);
+  s->retired = NULL;
 }
 
 static ftc_status_t tcp_run(void *h, const ftc__op_t *op, int64_t deadline_ns) {
@@ -46,14 +157,18 @@ static ftc_status_t tcp_run_p2p(void *h, const ftc__op_t **ops, int n, int cap, 
 
 static void tcp_interrupt(void *h) { ftc__tcp_shutdown(h); }
 
-static void tcp_close(void *h, int planned) {
-  if (planned) ftc__tcp_say_goodbye(h);
-  ftc__tcp_destroy(h);
-}
-
 static int tcp_failed_peer(const void *h) { return ftc__tcp_failed_peer(h); }
 static int tcp_peer_fds(const void *h, int *fds, int *ranks, int max) {
   return ftc__tcp_peer_fds(h, fds, ranks, max);
+}
+/* A peer says goodbye with one byte on each socket, after its data. */
+static int tcp_peer_peek(int fd) {
+  unsigned char buf[2];
+  ssize_t got = recv(fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
+  if (got == 1 && buf[0] == FTC__TCP_GOODBYE) return FTC__PEER_GOODBYE;
+  if (got > 0) return FTC__PEER_DATA;
+  if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return FTC__PEER_QUIET;
+  return FTC__PEER_ENDED;
 }
 static void tcp_mark_left(void *h, int rank) { ftc__tcp_mark_left(h, rank); }
 static int tcp_peer_left(const void *h, int rank) { return ftc__tcp_peer_left(h, rank); }
@@ -83,7 +198,18 @@ static void tcp_version(char *buf, size_t len) {
 const ftc__backend_ops_t ftc__backend_tcp = {
     .name = "tcp",
     .version = tcp_version,
+    .dataplane = FTC__TCP_PROTO,
+    .open = tcp_open,
+    .destroy = tcp_destroy,
+    .listen = tcp_listen,
+    .refuse = ftc__tcp_refuse_pending,
+    .prepare = tcp_prepare,
+    .standby = tcp_standby,
+    .allreduce_algo = tcp_allreduce_algo,
     .connect = tcp_connect,
+    .retire = tcp_retire,
+    .settled = tcp_settled,
+    .quiet_stop = 1,
     .run = tcp_run,
     .run_p2p = tcp_run_p2p,
     .interrupt = tcp_interrupt,
@@ -92,6 +218,7 @@ const ftc__backend_ops_t ftc__backend_tcp = {
     .blames_at_once = 1,
     .rebuild_inline = 1,
     .peer_fds = tcp_peer_fds,
+    .peer_peek = tcp_peer_peek,
     .mark_left = tcp_mark_left,
     .peer_left = tcp_peer_left,
     .note_failed_peer = tcp_note_failed_peer,

@@ -19,7 +19,7 @@
  * uses, and every send/recv message (docs/protocol.md, "Descriptors"): the
  * receiver compares it with its own call's before it takes a byte of data
  * from that peer. Little-endian:
- *   0 u8 kind (ftc_rec_op_t)  1 u8 dtype  2 u8 reduce op (0xff: none)
+ *   0 u8 kind (ftc__coll_t)  1 u8 dtype  2 u8 reduce op (0xff: none)
  *   3 u8 FTC__DESC_TAG        4 i32 root or peer (-1: none)
  *   8 u64 sequence            16 u64 count  24 u64 extra (allreduce: the
  *   algorithm it runs; allgatherv: a hash of the counts; alltoallv: the

@@ -264,7 +264,7 @@ void ftc__xfer_stream_init(ftc__stream_t *s) {
 
 /* The running collective's descriptor on the stream to (send) or from peer. */
 static inline void coll_desc(const ftc__tcp_t *tp, int peer, int send, uint8_t *out) {
-  if (tp->desc_op->coll == FTC_REC_ALLTOALLV)
+  if (tp->desc_op->coll == FTC__COLL_ALLTOALLV)
     ftc__desc_of(tp, tp->desc_op, tp->coll_seq, peer, send, out);
   else
     memcpy(out, tp->desc_cur, FTC__DESC_SIZE);
