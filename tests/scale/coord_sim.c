@@ -641,7 +641,7 @@ int main(int argc, char **argv) {
   g.hang_slot = g.n / 4 + 3;
   g.m[g.crash_slot].sample = g.m[g.hang_slot].sample = 0;
   static struct lws_protocols protocols[] = {
-      {FTC__PROTO_WS_NAME, sim_callback, 0, 256 * 1024, 0, NULL, 0}, {NULL, NULL, 0, 0, 0, NULL, 0}};
+      {FTC__PROTO_WS_NAME, sim_callback, 0, 16 * 1024, 0, NULL, 0}, {NULL, NULL, 0, 0, 0, NULL, 0}};
   struct lws_context_creation_info info;
   memset(&info, 0, sizeof(info));
   info.port = CONTEXT_PORT_NO_LISTEN;

@@ -1144,8 +1144,13 @@ static int store_dump(ftc__coord_t *co, member_t *m, dump_asm_t *d) {
            d->rank, d->len, path);
   ftc__incident_t *inc = incident_named(co, d->incident);
   if (inc) {
+    /* The last answer is written at once (the host analyzes the folder when
+     * every dump is in); those before it by the tick, once per tick. */
     ftc__incident_answered(inc, d->rank, m->id, strrchr(path, '/') + 1);
-    ftc__incident_write(inc);
+    if (ftc__incident_waiting(inc))
+      ftc__incident_mark(inc);
+    else
+      ftc__incident_write(inc);
   }
   ftc__coord_event_t ev = {.kind = FTC__COORD_EV_DUMP, .epoch = co->epoch, .slot = m->slot,
                            .rank = d->rank, .member_id = m->id, .incident = d->incident};
@@ -1453,7 +1458,10 @@ static void tick(ftc__coord_t *co) {
   }
   if (co->formed) judge_suspects(co, now);
   for (int i = 0; i < co->nincidents; i++)
-    if (ftc__incident_check(co->incidents[i], now)) ftc__incident_write(co->incidents[i]);
+    if (ftc__incident_check(co->incidents[i], now))
+      ftc__incident_write(co->incidents[i]);
+    else
+      ftc__incident_flush(co->incidents[i]);
   send_prospect(co); /* (a standby dropped: the others' prospect changed) */
   if (co->stats_dirty) publish_stats(co);
 }
