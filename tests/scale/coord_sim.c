@@ -24,7 +24,11 @@
  * the size and order it should (sampled members decode each view whole).
  *
  *   coord_sim [--members N] [--heartbeat-ms MS] [--steady-s S] [--reporters K]
- *             [--dump-bytes B] [--rss-cap-mb MB] [--timeout-s S] [--full-views]
+ *             [--dump-bytes B] [--rss-cap-mb MB] [--timeout-s S] [--whole-views]
+ *
+ * Members say "delta" in their hello (view deltas) unless --whole-views;
+ * sampled members apply each delta with the rank's own code
+ * (ftc__proto_view_apply) and check the result.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -62,6 +66,8 @@ typedef struct smember {
   uint64_t id, epoch;
   int64_t next_hb_ns;
   ftc__frameq_t outq;
+  ftc__wire_member_t *view; /* a sampled member's current view (addr strings its own) */
+  int view_n;
   char *rx; /* the message so far (whole when small or sampled, else its head) */
   size_t rx_len, rx_cap, rx_total;
 } smember_t;
@@ -71,6 +77,8 @@ static const char *phase_name[] = {"first_epoch", "steady", "crash", "hang", "jo
 
 static struct {
   int n, hb_ms, steady_s, reporters, dump_bytes, timeout_s, rss_cap_mb;
+  int whole; /* members do not say "delta": every epoch comes whole */
+  int view_requests; /* deltas that did not apply: the whole view was asked for */
   pid_t coord_pid;
   int port;
   char dump_dir[256];
@@ -204,7 +212,7 @@ static void send_hello(smember_t *m) {
            m->slot % 256);
   ftc__hello_t h = {.job = JOB, .token = TOKEN, .addr = daddr, .pod = pod, .node = pod,
                     .slot = m->slot, .world_size = g.n, .min_size = g.n / 2 > 0 ? g.n / 2 : 1,
-                    .joiner = m->joiner, .pid = 1};
+                    .joiner = m->joiner, .pid = 1, .delta = !g.whole};
   ftc__frame_t *f = ftc__proto_encode(ftc__proto_hello(&h), LWS_PRE);
   if (!f) exit(2);
   ftc__frameq_push_front(&m->outq, f);
@@ -245,6 +253,21 @@ static void check_view(smember_t *m, const ftc__msg_t *v) {
   }
 }
 
+/* A sampled member keeps its view to apply the next delta to. */
+static void keep_view(smember_t *m, const ftc__wire_member_t *w, int n) {
+  /* (w may point into the old view's strings: copied before they go) */
+  ftc__wire_member_t *nv = ftc__calloc((size_t)(n ? n : 1), sizeof(*nv));
+  if (!nv) exit(2);
+  for (int i = 0; i < n; i++) {
+    nv[i] = w[i];
+    if (!(nv[i].addr = ftc__strdup(w[i].addr))) exit(2);
+  }
+  for (int i = 0; i < m->view_n; i++) ftc__free((char *)m->view[i].addr);
+  ftc__free(m->view);
+  m->view = nv;
+  m->view_n = n;
+}
+
 /* "epoch":N from the head of a view too large to decode at every member. */
 static uint64_t head_epoch(const char *head, size_t len) {
   static const char key[] = "\"epoch\":";
@@ -282,9 +305,42 @@ static void on_message(smember_t *m) {
       break;
     case FTC__MSG_VIEW:
       if (msg.epoch > m->epoch) m->epoch = msg.epoch;
-      if (m->sample) check_view(m, &msg);
+      if (m->sample) {
+        check_view(m, &msg);
+        keep_view(m, msg.members, msg.nmembers);
+      }
       phase_view(m, msg.epoch);
       break;
+    case FTC__MSG_VIEW_DELTA: {
+      if (g.whole) complain("slot %d: a delta, though its hello did not ask for them\n", m->slot);
+      int n = -1;
+      ftc__wire_member_t *wm = NULL;
+      if (msg.base_epoch == m->epoch) {
+        /* Sampled members apply it (the rank's own code); the others
+         * only follow the numbers. */
+        n = m->sample ? ftc__proto_view_apply(m->view, m->view_n, &msg, &wm) : msg.view_size;
+        if (m->sample && n < 0) complain("slot %d: the delta to epoch %llu does not apply\n",
+                                         m->slot, (unsigned long long)msg.epoch);
+      }
+      if (n < 0) {
+        g.view_requests++;
+        queue(m, ftc__proto_view_request());
+        break;
+      }
+      if (m->sample) {
+        ftc__msg_t made = msg;
+        made.members = wm, made.nmembers = n;
+        check_view(m, &made);
+        keep_view(m, wm, n);
+        ftc__free(wm);
+      } else if (n != g.target_size && msg.epoch == g.target_epoch) {
+        complain("slot %d: epoch %llu has %d members, expected %d\n", m->slot,
+                 (unsigned long long)msg.epoch, n, g.target_size);
+      }
+      m->epoch = msg.epoch;
+      phase_view(m, msg.epoch);
+      break;
+    }
     case FTC__MSG_HEARTBEAT: break;
     case FTC__MSG_DUMP_REQUEST: {
       g.dumps_requested++;
@@ -419,7 +475,7 @@ static void reporters(int slot, ftc_status_t why) {
 static void result(void) {
   uint64_t cpu = coord_cpu_ns() - g.cpu0_ns;
   double dur_s = (double)(now_ns() - g.phase_start_ns) / 1e9;
-  printf("members=%d scenario=%s", g.n, phase_name[g.phase]);
+  printf("members=%d views=%s scenario=%s", g.n, g.whole ? "whole" : "delta", phase_name[g.phase]);
   if (g.phase == P_STEADY) {
     printf(" seconds=%.1f coord_cpu_pct=%.2f coord_bytes_per_s=%.0f", dur_s,
            100.0 * (double)cpu / 1e9 / dur_s, (double)(g.rx_bytes - g.rx_bytes0) / dur_s);
@@ -431,6 +487,7 @@ static void result(void) {
            (double)cpu / 1e6);
   }
   if (g.phase == P_HANG) printf(" dumps=%d", g.dumps_sent);
+  if (g.view_requests) printf(" view_requests=%d", g.view_requests);
   printf(" coord_rss_mb=%.1f coord_peak_rss_mb=%.1f\n", coord_kb("VmRSS") / 1024.0,
          coord_kb("VmHWM") / 1024.0);
   fflush(stdout);
@@ -553,6 +610,7 @@ static void tick(lws_sorted_usec_list_t *sul) {
   }
   if (g.phase == P_DONE) {
     g.done = 1;
+    lws_cancel_service(g.ctx); /* the service loop sees it now, not at the next event */
     return;
   }
   lws_sul_schedule(g.ctx, 0, &g.sul, tick, TICK_US);
@@ -588,7 +646,7 @@ int main(int argc, char **argv) {
   static const struct option opts[] = {
       {"members", 1, 0, 'n'},   {"heartbeat-ms", 1, 0, 'h'}, {"steady-s", 1, 0, 's'},
       {"reporters", 1, 0, 'r'}, {"dump-bytes", 1, 0, 'd'},   {"rss-cap-mb", 1, 0, 'c'},
-      {"timeout-s", 1, 0, 't'}, {0, 0, 0, 0}};
+      {"timeout-s", 1, 0, 't'}, {"whole-views", 0, 0, 'w'}, {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
@@ -599,6 +657,7 @@ int main(int argc, char **argv) {
       case 'd': g.dump_bytes = atoi(optarg); break;
       case 'c': g.rss_cap_mb = atoi(optarg); break;
       case 't': g.timeout_s = atoi(optarg); break;
+      case 'w': g.whole = 1; break;
       default: usage();
     }
   }
@@ -670,6 +729,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < g.nm; i++) {
     ftc__frameq_clear(&g.m[i].outq);
     ftc__free(g.m[i].rx);
+    keep_view(&g.m[i], NULL, 0);
   }
   ftc__free(g.m);
   char cmd[300];

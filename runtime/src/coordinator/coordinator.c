@@ -62,6 +62,10 @@ typedef struct member {
    * older rank, or FTCOMM_BACKEND=nccl); -1 not heard yet (taken from a
    * reconnecting rank's view by a restarted coordinator). */
   int dataplane;
+  int delta;            /* its hello said "delta": it takes view deltas */
+  uint64_t sent_epoch;  /* the epoch of the last view (whole or delta) queued to it */
+  uint64_t in_epoch;    /* the last epoch this coordinator formed with it */
+  int sent_state;       /* its "fresh" state as that epoch's view wrote it */
   struct session *sess; /* NULL once detached */
   int64_t last_seen_ns;
   int64_t suspect_ns;    /* when a rank first reported it failed in this epoch, 0: not */
@@ -137,6 +141,12 @@ struct ftc__coord {
   ftc__coord_stats_t counts; /* lost/left/refused tallies */
   int stats_dirty;
   uint64_t prospect_sig; /* the last prospect sent (a hash of its epoch and members), 0: none */
+  /* The members of the last epoch this coordinator formed (not one adopted
+   * from a rank's view), as (member id, slot): the base of the next
+   * epoch's delta (docs/protocol.md, "view_delta"). */
+  struct sent_rec { uint64_t id; int slot; } *sent;
+  int nsent;
+  uint64_t sent_of; /* that epoch, 0: none */
 
   ftc__coord_event_fn on_event;
   void *event_arg;
@@ -324,6 +334,7 @@ static void send_current_view(ftc__coord_t *co, session_t *s) {
     wm[r] = wire_member(m, r, m->joined_epoch);
   }
   send_msg(s, ftc__proto_view(co->epoch, wm, co->view_n, NULL), 0);
+  if (s->m) s->m->sent_epoch = co->epoch;
   ftc__free(wm);
   if (co->backend_blob && co->backend_epoch == co->epoch)
     send_msg(s, ftc__proto_backend(co->epoch, co->backend_blob), 0);
@@ -515,6 +526,62 @@ static int cmp_slot(const void *a, const void *b) {
 
 static void send_prospect(ftc__coord_t *co);
 
+/* Epoch e (its view wm, n members in rank order, ranks assigned) as the
+ * change from prev, the last epoch this coordinator formed: who left,
+ * who joined, who holds state since, and the hash of the whole. The
+ * verdict on the members it drops (wd, co->ndrops; may be NULL) and those
+ * that left go with it as with a whole view. NULL when out of memory. */
+static ftc__frame_t *encode_delta(ftc__coord_t *co, uint64_t e, uint64_t prev,
+                                  const ftc__wire_member_t *wm, int n,
+                                  const ftc__wire_dropped_t *wd) {
+  uint64_t *removed = ftc__malloc((size_t)(co->nsent + 1) * sizeof(*removed));
+  uint64_t *ready = ftc__malloc((size_t)(n + 1) * sizeof(*ready));
+  ftc__wire_member_t *joined = ftc__malloc((size_t)(n + 1) * sizeof(*joined));
+  ftc__frame_t *f = NULL;
+  if (!removed || !ready || !joined) goto out_free;
+  int nr = 0, nj = 0, nready = 0;
+  for (int i = 0; i < co->nsent; i++) {
+    const member_t *x = co->by_slot[co->sent[i].slot];
+    if (!x || x->id != co->sent[i].id || x->state == M_STANDBY) removed[nr++] = co->sent[i].id;
+  }
+  for (int r = 0; r < n; r++) {
+    const member_t *m = co->view[r];
+    if (m->in_epoch != prev)
+      joined[nj++] = wm[r];
+    else if (m->sent_state == 1 && wm[r].state == 2)
+      ready[nready++] = m->id;
+  }
+  json_t *v = ftc__proto_view_delta(e, prev, ftc__proto_view_hash(wm, n), n, removed, nr, joined,
+                                    nj, ready, nready);
+  v = ftc__proto_view_left(v, co->left_ids, co->nleft);
+  if (wd) v = ftc__proto_view_dropped(v, wd, co->ndrops);
+  f = ftc__proto_encode(v, LWS_PRE);
+out_free:
+  ftc__free(removed);
+  ftc__free(ready);
+  ftc__free(joined);
+  return f;
+}
+
+/* Epoch e is formed with view wm: the base of the next one's delta. Out of
+ * memory, the next epoch goes whole to everyone. */
+static void remember_sent(ftc__coord_t *co, uint64_t e, const ftc__wire_member_t *wm, int n) {
+  struct sent_rec *ns = ftc__realloc(co->sent, (size_t)(n ? n : 1) * sizeof(*ns));
+  if (!ns) {
+    co->sent_of = 0;
+    return;
+  }
+  co->sent = ns;
+  co->nsent = n;
+  co->sent_of = e;
+  for (int r = 0; r < n; r++) {
+    member_t *m = co->view[r];
+    ns[r] = (struct sent_rec){m->id, m->slot};
+    m->in_epoch = e;
+    m->sent_state = wm[r].state;
+  }
+}
+
 /* Form and announce the next epoch when the membership changed: the first
  * once every slot has joined, later ones without dropped members and with
  * waiting joiners, while at least min_size members remain. */
@@ -564,6 +631,7 @@ static void maybe_form_epoch(ftc__coord_t *co) {
     return;
   }
   uint64_t e = next_epoch(co);
+  uint64_t prev = co->formed ? co->epoch : 0;
   for (int i = 0, k = 0; i < co->nmembers; i++)
     if (co->members[i]->state != M_STANDBY) co->view[k++] = co->members[i];
   qsort(co->view, (size_t)n, sizeof(*co->view), cmp_slot);
@@ -582,30 +650,50 @@ static void maybe_form_epoch(ftc__coord_t *co) {
   for (int i = 0; i < co->nmembers; i++) co->members[i]->suspect_ns = 0;
   co->lost_since_epoch = 0;
   co->stats_dirty = 1;
-  json_t *v = ftc__proto_view_left(ftc__proto_view(e, wm, n, NULL), co->left_ids, co->nleft);
-  co->nleft = 0;
   ftc__wire_dropped_t *wd = co->ndrops ? ftc__calloc((size_t)co->ndrops, sizeof(*wd)) : NULL;
   for (int i = 0; wd && i < co->ndrops; i++)
     wd[i] = (ftc__wire_dropped_t){co->drops[i].id, co->drops[i].reason, co->drops[i].detail};
-  if (wd) v = ftc__proto_view_dropped(v, wd, co->ndrops); /* out of memory: no verdict */
+  /* Members that take deltas and were sent the previous epoch get the
+   * change (O(changes) bytes each); the others the whole view, encoded
+   * only when one of them needs it. */
+  int nwhole = 0;
+  for (int r = 0; r < n; r++) {
+    const member_t *m = co->view[r];
+    if (m->sess && !(m->delta && prev && co->sent_of == prev && m->sent_epoch == prev)) nwhole++;
+  }
+  ftc__frame_t *df = prev && co->sent_of == prev && nwhole < n
+                         ? encode_delta(co, e, prev, wm, n, wd) : NULL;
+  ftc__frame_t *f = NULL;
+  if (nwhole || !df) {
+    json_t *v = ftc__proto_view_left(ftc__proto_view(e, wm, n, NULL), co->left_ids, co->nleft);
+    if (wd) v = ftc__proto_view_dropped(v, wd, co->ndrops); /* out of memory: no verdict */
+    f = ftc__proto_encode(v, LWS_PRE);
+    if (!f)
+      FTC_ERROR(FTC_SUB_COORD, "job %s: out of memory encoding epoch %llu; closing sessions",
+                co->job, (unsigned long long)e);
+  }
+  co->nleft = 0;
   ftc__free(wd);
   co->ndrops = 0;
-  ftc__frame_t *f = ftc__proto_encode(v, LWS_PRE);
+  remember_sent(co, e, wm, n);
   ftc__free(wm);
-  if (!f) {
-    FTC_ERROR(FTC_SUB_COORD, "job %s: out of memory encoding epoch %llu; closing sessions",
-              co->job, (unsigned long long)e);
-  }
   FTC_INFO(FTC_SUB_COORD, "job %s: epoch %llu formed with %d members (%d joined)", co->job,
            (unsigned long long)e, n, pending);
   incidents_epoch(co, e);
   ftc__coord_event_t ev = {.kind = FTC__COORD_EV_EPOCH, .epoch = e, .size = n, .joined = pending};
   emit(co, &ev);
   for (int r = 0; r < n; r++) {
-    session_t *s = co->view[r]->sess;
-    if (s && (!f || queue_copy(s, f) != 0)) kill_session(s);
+    member_t *m = co->view[r];
+    session_t *s = m->sess;
+    if (!s) continue;
+    const ftc__frame_t *use = df && m->delta && m->sent_epoch == prev ? df : f;
+    if (!use || queue_copy(s, use) != 0)
+      kill_session(s);
+    else
+      m->sent_epoch = e;
   }
   ftc__free(f);
+  ftc__free(df);
   send_prospect(co); /* standby members still waiting: the epoch after this one */
 }
 
@@ -700,6 +788,8 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
       back->detached_ns = 0;
       back->pid = h->pid;
       back->dataplane = h->dataplane; /* the same process: admitted with it before */
+      back->delta = h->delta;
+      back->sent_epoch = h->known_epoch; /* what it holds, whatever was queued before */
       back->last_seen_ns = ftc__now_ns();
       snprintf(back->host, sizeof(back->host), "%s", h->pod ? h->pod : h->host ? h->host : "");
       co->stats_dirty = 1;
@@ -763,6 +853,7 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
   m->rank = -1;
   m->pid = h->pid;
   m->dataplane = h->dataplane;
+  m->delta = h->delta;
   m->last_seen_ns = ftc__now_ns();
   snprintf(m->addr, sizeof(m->addr), "%s", h->addr);
   snprintf(m->host, sizeof(m->host), "%s", h->pod ? h->pod : h->host ? h->host : "");
@@ -1265,6 +1356,14 @@ static int handle_message(ftc__coord_t *co, session_t *s, const char *text, size
     case FTC__MSG_DUMP: handle_dump(co, s, &msg); break;
     case FTC__MSG_BACKEND: handle_backend(co, s, &msg); break;
     case FTC__MSG_JOIN: handle_join(co, s); break;
+    case FTC__MSG_VIEW_REQUEST:
+      /* A delta did not apply there (it missed one): the whole epoch. */
+      if (s->m->state == M_ACTIVE && co->formed) {
+        FTC_INFO(FTC_SUB_COORD, "job %s: slot %d asks for epoch %llu whole", co->job, s->m->slot,
+                 (unsigned long long)co->epoch);
+        send_current_view(co, s);
+      }
+      break;
     case FTC__MSG_ERROR:
       FTC_WARN(FTC_SUB_COORD, "job %s: slot %d sent error %s: %s", co->job, s->m->slot,
                msg.code_name, msg.reason ? msg.reason : "");
@@ -1829,6 +1928,7 @@ static void coord_free(ftc__coord_t *co) {
   ftc__free(co->backend_blob);
   ftc__free(co->left_ids);
   ftc__free(co->drops);
+  ftc__free(co->sent);
   pthread_mutex_destroy(&co->lock);
   free_config(co);
   ftc__free(co);
