@@ -169,6 +169,29 @@ static void ranks_that_say_delta_get_the_change_and_the_others_the_whole_view(vo
   stop(&r);
 }
 
+static void every_member_holding_state_since_the_base_is_said_in_one_word(void **state) {
+  (void)state;
+  rig_t r;
+  held_t held[WORLD];
+  start(&r, held);
+  for (int i = 0; i < 3; i++) say(&r, i, "{\"v\":1,\"type\":\"heartbeat\",\"epoch\":1,\"ready\":1}");
+  leave(&r, 3);
+  ftc__msg_t whole, delta;
+  assert_int_equal(next_view(&r, 2, &whole, NULL), FTC__MSG_VIEW);
+  assert_int_equal(next_view(&r, 0, &delta, NULL), FTC__MSG_VIEW_DELTA);
+  assert_true(delta.ready_all);
+  assert_int_equal(delta.nready, 0);
+  ftc__wire_member_t *v = NULL;
+  int n = ftc__proto_view_apply(held[0].m, held[0].n, &delta, &v);
+  assert_int_equal(n, 3);
+  for (int i = 0; i < n; i++) assert_int_equal(v[i].state, 2);
+  assert_same_view(v, n, whole.members, whole.nmembers);
+  ftc__free(v);
+  ftc__msg_clear(&delta);
+  ftc__msg_clear(&whole);
+  stop(&r);
+}
+
 static void a_joiner_comes_whole_and_the_others_get_it_in_the_change(void **state) {
   (void)state;
   rig_t r;
@@ -268,6 +291,7 @@ static void a_change_that_is_malformed_is_refused_by_the_decoder(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(ranks_that_say_delta_get_the_change_and_the_others_the_whole_view),
+      cmocka_unit_test(every_member_holding_state_since_the_base_is_said_in_one_word),
       cmocka_unit_test(a_joiner_comes_whole_and_the_others_get_it_in_the_change),
       cmocka_unit_test(
           a_change_that_does_not_apply_is_refused_and_the_whole_view_follows_a_request),

@@ -40,7 +40,7 @@ static json_t *rebuild(const ftc__msg_t *m) {
     case FTC__MSG_VIEW_DELTA: {
       json_t *v = ftc__proto_view_delta(m->epoch, m->base_epoch, m->view_hash, m->view_size,
                                         m->removed, m->nremoved, m->members, m->nmembers,
-                                        m->ready_ids, m->nready);
+                                        m->ready_ids, m->ready_all ? -1 : m->nready);
       v = ftc__proto_view_left(v, m->left, m->nleft);
       return ftc__proto_view_dropped(v, m->dropped, m->ndropped);
     }
@@ -108,7 +108,8 @@ static void same_msg(const ftc__msg_t *a, const ftc__msg_t *b) {
     case FTC__MSG_VIEW_DELTA:
       FUZZ_CHECK(a->epoch == b->epoch && a->base_epoch == b->base_epoch);
       FUZZ_CHECK(a->view_hash == b->view_hash && a->view_size == b->view_size);
-      FUZZ_CHECK(a->nremoved == b->nremoved && a->nready == b->nready);
+      FUZZ_CHECK(a->nremoved == b->nremoved && a->ready_all == b->ready_all);
+      FUZZ_CHECK(a->ready_all || a->nready == b->nready);
       FUZZ_CHECK(a->nmembers == b->nmembers && a->nleft == b->nleft);
       FUZZ_CHECK(a->ndropped == b->ndropped);
       same_members(a->members, b->members, a->nmembers);

@@ -282,7 +282,10 @@ json_t *ftc__proto_view_delta(uint64_t epoch, uint64_t base, uint64_t hash, int 
   err |= set(o, "hash", json_string(hex));
   if (nremoved) err |= set(o, "removed", ids_array(removed, nremoved));
   if (njoined) err |= set(o, "joined", members_array(joined, njoined));
-  if (nready) err |= set(o, "ready", ids_array(ready, nready));
+  if (nready < 0)
+    err |= set(o, "ready_all", json_true());
+  else if (nready)
+    err |= set(o, "ready", ids_array(ready, nready));
   return finish(o, err);
 }
 
@@ -338,7 +341,8 @@ int ftc__proto_view_apply(const ftc__wire_member_t *base, int n, const ftc__msg_
       if (!ok) break;
       v[k] = base[i];
       v[k].rank = k;
-      if (has_id(rd, d->nready, base[i].member_id)) v[k].state = 2; /* holds state now */
+      if (d->ready_all || has_id(rd, d->nready, base[i].member_id))
+        v[k].state = 2; /* holds state now */
       k++;
     }
   }
@@ -447,6 +451,8 @@ ftc__frame_t *ftc__proto_encode(json_t *msg, size_t headroom) {
   f->next = NULL;
   f->len = n;
   f->close_after = 0;
+  f->ref = NULL;
+  f->refs = 1;
 out_decref:
   json_decref(msg);
   return f;
@@ -541,7 +547,23 @@ ftc__frame_t *ftc__frameq_pop(ftc__frameq_t *q) {
 
 void ftc__frameq_clear(ftc__frameq_t *q) {
   ftc__frame_t *f;
-  while ((f = ftc__frameq_pop(q))) ftc__free(f);
+  while ((f = ftc__frameq_pop(q))) ftc__frame_release(f);
+}
+
+ftc__frame_t *ftc__frame_ref(ftc__frame_t *shared) {
+  ftc__frame_t *f = ftc__calloc(1, sizeof(*f));
+  if (!f) return NULL;
+  f->len = shared->len;
+  f->ref = shared;
+  f->refs = 1;
+  shared->refs++;
+  return f;
+}
+
+void ftc__frame_release(ftc__frame_t *f) {
+  if (!f) return;
+  if (f->ref) ftc__frame_release(f->ref);
+  if (--f->refs <= 0) ftc__free(f);
 }
 
 size_t ftc__proto_utf8_cut(const char *data, size_t len, size_t max) {
@@ -742,6 +764,7 @@ static void decode_view_delta(dec_t *d, ftc__msg_t *m) {
   if (!d->bad && m->epoch <= m->base_epoch) fail(d, "field \"%s\" must be above base", "epoch");
   decode_ids(d, "removed", &m->removed, &m->nremoved);
   decode_ids(d, "ready", &m->ready_ids, &m->nready);
+  m->ready_all = get_bool(d, d->o, "ready_all", 1);
   json_t *joined = json_object_get(d->o, "joined");
   if (joined && !d->bad) decode_members_ex(d, joined, "joined", m, 0);
   decode_ids(d, "left", &m->left, &m->nleft);

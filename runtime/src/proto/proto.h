@@ -192,6 +192,7 @@ typedef struct ftc__msg {
   int view_size;
   int nremoved, nready;
   uint64_t *removed, *ready_ids;
+  int ready_all; /* view_delta: every member of the base that it keeps holds state */
   /* view: members of the previous epoch that left cleanly (may be 0) */
   int nleft;
   uint64_t *left;
@@ -256,6 +257,7 @@ json_t *ftc__proto_view_delta(uint64_t epoch, uint64_t base, uint64_t hash, int 
                               const uint64_t *removed, int nremoved,
                               const ftc__wire_member_t *joined, int njoined,
                               const uint64_t *ready, int nready);
+/* (nready -1: "ready_all", every member of the base it keeps holds state) */
 json_t *ftc__proto_view_request(void);
 /* FNV-1a (64 bits) of a whole view: per member in rank order its slot,
  * member id, joined epoch, address and state. */
@@ -291,8 +293,21 @@ typedef struct ftc__frame {
   struct ftc__frame *next;
   size_t len;
   int close_after; /* close the session once this frame is written */
+  /* A frame made by ftc__frame_ref sends ref's bytes (buf is empty); refs
+   * counts the holders of a frame's bytes: its owner and every such frame. */
+  struct ftc__frame *ref;
+  int refs;
   unsigned char buf[]; /* headroom + len */
 } ftc__frame_t;
+
+/* A frame that sends shared's bytes without copying them (one view for
+ * thousands of sessions): shared must stay unmodified while any holder
+ * lives, and is freed by the last ftc__frame_release. NULL when out of
+ * memory. Single-threaded: the holders live on one thread. */
+ftc__frame_t *ftc__frame_ref(ftc__frame_t *shared);
+/* Drop a frame: a reference drops its count on the shared one; a frame is
+ * freed when its last holder goes. NULL is a no-op. */
+void ftc__frame_release(ftc__frame_t *f);
 
 /* Encode `msg` (a reference is stolen, even on failure) into a new frame
  * with `headroom` bytes before the text. NULL when out of memory. */
