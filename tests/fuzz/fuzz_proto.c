@@ -37,6 +37,14 @@ static json_t *rebuild(const ftc__msg_t *m) {
       return ftc__proto_dump(m->incident, m->rank, m->offset, m->total, m->data, m->data_len,
                              m->last);
     case FTC__MSG_LEAVE: return ftc__proto_leave(m->reason);
+    case FTC__MSG_VIEW_DELTA: {
+      json_t *v = ftc__proto_view_delta(m->epoch, m->base_epoch, m->view_hash, m->view_size,
+                                        m->removed, m->nremoved, m->members, m->nmembers,
+                                        m->ready_ids, m->ready_all ? -1 : m->nready);
+      v = ftc__proto_view_left(v, m->left, m->nleft);
+      return ftc__proto_view_dropped(v, m->dropped, m->ndropped);
+    }
+    case FTC__MSG_VIEW_REQUEST: return ftc__proto_view_request();
     default: return NULL; /* failure and error: the builders take other inputs */
   }
 }
@@ -97,6 +105,18 @@ static void same_msg(const ftc__msg_t *a, const ftc__msg_t *b) {
       FUZZ_CHECK(a->data_len == b->data_len && !memcmp(a->data, b->data, a->data_len));
       break;
     case FTC__MSG_LEAVE: FUZZ_CHECK(same_str(a->reason, b->reason)); break;
+    case FTC__MSG_VIEW_DELTA:
+      FUZZ_CHECK(a->epoch == b->epoch && a->base_epoch == b->base_epoch);
+      FUZZ_CHECK(a->view_hash == b->view_hash && a->view_size == b->view_size);
+      FUZZ_CHECK(a->nremoved == b->nremoved && a->ready_all == b->ready_all);
+      FUZZ_CHECK(a->ready_all || a->nready == b->nready);
+      FUZZ_CHECK(a->nmembers == b->nmembers && a->nleft == b->nleft);
+      FUZZ_CHECK(a->ndropped == b->ndropped);
+      same_members(a->members, b->members, a->nmembers);
+      for (int i = 0; i < a->nremoved; i++) FUZZ_CHECK(a->removed[i] == b->removed[i]);
+      for (int i = 0; i < a->nready; i++) FUZZ_CHECK(a->ready_ids[i] == b->ready_ids[i]);
+      for (int i = 0; i < a->nleft; i++) FUZZ_CHECK(a->left[i] == b->left[i]);
+      break;
     default: break;
   }
 }

@@ -916,6 +916,13 @@ static void compute_status(pass_t *p, json_t *computed, json_t *conds) {
     ftc__coord_view_free(view);
     view = NULL;
   }
+  /* Each slot's rank in that epoch (-1: none), looked up once: a walk of
+   * the view per slot is replicas x size per pass (16M at 4,096). */
+  int *rank_of = view ? ftc__malloc((size_t)spec->replicas * sizeof(*rank_of) + 1) : NULL;
+  for (int s = 0; rank_of && s < spec->replicas; s++) rank_of[s] = -1;
+  for (int k = 0; rank_of && k < view->size; k++)
+    if (view->members[k].slot >= 0 && view->members[k].slot < spec->replicas)
+      rank_of[view->members[k].slot] = view->members[k].rank;
   for (int s = 0; s < spec->replicas; s++) {
     json_t *old = json_array_get(p->members, (size_t)s);
     if (spec->suspend) {
@@ -934,8 +941,11 @@ static void compute_status(pass_t *p, json_t *computed, json_t *conds) {
                           "state", state);
     /* The rank is the coordinator's to set: from its epoch when there is
      * one, else kept while the pod stays. */
-    if (view) {
-      for (int k = 0; m && k < view->size; k++)
+    if (view && rank_of) {
+      if (m && rank_of[s] >= 0 && !strcmp(state, "Running"))
+        json_object_set_new(m, "rank", json_integer(rank_of[s]));
+    } else if (view) {
+      for (int k = 0; m && k < view->size; k++) /* (out of memory for the index) */
         if (view->members[k].slot == s && !strcmp(state, "Running"))
           json_object_set_new(m, "rank", json_integer(view->members[k].rank));
     } else if (m && json_is_integer(json_object_get(old, "rank")) && pname && ftck_jstr(old, "pod") &&
@@ -959,6 +969,7 @@ static void compute_status(pass_t *p, json_t *computed, json_t *conds) {
   json_object_set_new(computed, "worldSize", json_integer(view ? view->size : alive));
   if (view) json_object_set_new(computed, "epoch", json_integer((json_int_t)view->epoch));
   ftc__coord_view_free(view);
+  ftc__free(rank_of);
   json_object_set_new(computed, "replacementsDelta", json_integer(p->used_now));
   json_object_set_new(computed, "members", mlist);
   int all = alive == spec->replicas;

@@ -62,6 +62,10 @@ typedef struct member {
    * older rank, or FTCOMM_BACKEND=nccl); -1 not heard yet (taken from a
    * reconnecting rank's view by a restarted coordinator). */
   int dataplane;
+  int delta;            /* its hello said "delta": it takes view deltas */
+  uint64_t sent_epoch;  /* the epoch of the last view (whole or delta) queued to it */
+  uint64_t in_epoch;    /* the last epoch this coordinator formed with it */
+  int sent_state;       /* its "fresh" state as that epoch's view wrote it */
   struct session *sess; /* NULL once detached */
   int64_t last_seen_ns;
   int64_t suspect_ns;    /* when a rank first reported it failed in this epoch, 0: not */
@@ -84,6 +88,7 @@ typedef struct session {
   char *rx;
   size_t rx_len, rx_cap;
   ftc__frameq_t outq;
+  size_t tx_off; /* bytes of the head frame already written (it goes in pieces) */
   dump_asm_t *dump;
   int dump_refused_logged;
   int dumps_dropped; /* uploads past DUMP_MAX_COPIES (logged once at warning) */
@@ -106,6 +111,7 @@ struct ftc__coord {
   int port;
   struct lws_context *ctx;
   struct lws_protocols protocols[3];
+  unsigned char *tx_scratch; /* LWS_PRE + WRITE_PIECE: a piece of a shared frame (on_writeable) */
   pthread_t thread;
   int stop; /* atomic */
 
@@ -136,7 +142,16 @@ struct ftc__coord {
   int nincidents;
   ftc__coord_stats_t counts; /* lost/left/refused tallies */
   int stats_dirty;
+  int64_t stats_pub_ns, view_pub_ns; /* when publish_stats and publish_view last ran */
+  uint64_t view_pub_epoch;           /* the epoch publish_view last published */
+  int view_pub_dirty;                /* publish_view was put off (publish_stats) */
   uint64_t prospect_sig; /* the last prospect sent (a hash of its epoch and members), 0: none */
+  /* The members of the last epoch this coordinator formed (not one adopted
+   * from a rank's view), as (member id, slot): the base of the next
+   * epoch's delta (docs/protocol.md, "view_delta"). */
+  struct sent_rec { uint64_t id; int slot; } *sent;
+  int nsent;
+  uint64_t sent_of; /* that epoch, 0: none */
 
   ftc__coord_event_fn on_event;
   void *event_arg;
@@ -179,6 +194,9 @@ static void publish_view(ftc__coord_t *co) {
   ftc__free(old);
 }
 
+#define STATS_PUB_NS (2 * 1000000LL)
+#define VIEW_PUB_NS (100 * 1000000LL)
+
 static void publish_stats(ftc__coord_t *co) {
   ftc__coord_stats_t s = co->counts;
   s.epoch = co->epoch;
@@ -195,7 +213,29 @@ static void publish_stats(ftc__coord_t *co) {
   co->stats = s;
   pthread_mutex_unlock(&co->lock);
   co->stats_dirty = 0;
-  publish_view(co);
+  /* The view's copy costs O(members) with a string copy each: at once for
+   * a new epoch, else at most every VIEW_PUB_NS (who is connected). */
+  int64_t now = ftc__now_ns();
+  co->stats_pub_ns = now;
+  if (co->view_pub_epoch != (co->formed ? co->epoch : 0) || now - co->view_pub_ns >= VIEW_PUB_NS ||
+      !co->ctx) {
+    co->view_pub_ns = now;
+    co->view_pub_epoch = co->formed ? co->epoch : 0;
+    co->view_pub_dirty = 0;
+    publish_view(co);
+  } else {
+    co->view_pub_dirty = 1;
+  }
+}
+
+/* After a callback: the counters are published at most every STATS_PUB_NS
+ * (each costs O(members): thousands of hellos or drops in a burst would
+ * cost O(members^2)), a new epoch at once; the tick publishes the rest. */
+static void maybe_publish(ftc__coord_t *co) {
+  if (!co->stats_dirty || co->stopping) return;
+  if (co->view_pub_epoch != (co->formed ? co->epoch : 0) ||
+      ftc__now_ns() - co->stats_pub_ns >= STATS_PUB_NS)
+    publish_stats(co);
 }
 
 /* ---- sending ---- */
@@ -228,7 +268,7 @@ static void send_msg(session_t *s, json_t *msg, int close_after) {
     /* A peer that does not read its messages is not followed forever. */
     FTC_WARN(FTC_SUB_COORD, "%s does not read its messages (%zu queued); closing the session",
              s->peer, s->outq.count);
-    ftc__free(f);
+    ftc__frame_release(f);
     s->refused = 1; /* ignore what it still sends until the close */
     kill_session(s);
     return;
@@ -301,12 +341,11 @@ static uint64_t next_epoch(const ftc__coord_t *co) {
   return (co->epoch > co->max_known_epoch ? co->epoch : co->max_known_epoch) + 1;
 }
 
-/* Queue a copy of the encoded frame f on session s (0), or -1 when out of
- * memory. */
-static int queue_copy(session_t *s, const ftc__frame_t *f) {
-  ftc__frame_t *c = ftc__malloc(sizeof(*c) + LWS_PRE + f->len);
+/* Queue the encoded frame f on session s without copying it (every member
+ * of an epoch is sent the same view): 0, or -1 when out of memory. */
+static int queue_ref(session_t *s, ftc__frame_t *f) {
+  ftc__frame_t *c = ftc__frame_ref(f);
   if (!c) return -1;
-  memcpy(c, f, sizeof(*c) + LWS_PRE + f->len);
   ftc__frameq_push(&s->outq, c);
   session_writable(s);
   return 0;
@@ -324,6 +363,7 @@ static void send_current_view(ftc__coord_t *co, session_t *s) {
     wm[r] = wire_member(m, r, m->joined_epoch);
   }
   send_msg(s, ftc__proto_view(co->epoch, wm, co->view_n, NULL), 0);
+  if (s->m) s->m->sent_epoch = co->epoch;
   ftc__free(wm);
   if (co->backend_blob && co->backend_epoch == co->epoch)
     send_msg(s, ftc__proto_backend(co->epoch, co->backend_blob), 0);
@@ -515,10 +555,74 @@ static int cmp_slot(const void *a, const void *b) {
 
 static void send_prospect(ftc__coord_t *co);
 
+/* Epoch e (its view wm, n members in rank order, ranks assigned) as the
+ * change from prev, the last epoch this coordinator formed: who left,
+ * who joined, who holds state since, and the hash of the whole. The
+ * verdict on the members it drops (wd, co->ndrops; may be NULL) and those
+ * that left go with it as with a whole view. NULL when out of memory. */
+static ftc__frame_t *encode_delta(ftc__coord_t *co, uint64_t e, uint64_t prev,
+                                  const ftc__wire_member_t *wm, int n,
+                                  const ftc__wire_dropped_t *wd) {
+  uint64_t *removed = ftc__malloc((size_t)(co->nsent + 1) * sizeof(*removed));
+  uint64_t *ready = ftc__malloc((size_t)(n + 1) * sizeof(*ready));
+  ftc__wire_member_t *joined = ftc__malloc((size_t)(n + 1) * sizeof(*joined));
+  ftc__frame_t *f = NULL;
+  if (!removed || !ready || !joined) goto out_free;
+  int nr = 0, nj = 0, nready = 0, kept = 0, held = 0;
+  for (int i = 0; i < co->nsent; i++) {
+    const member_t *x = co->by_slot[co->sent[i].slot];
+    if (!x || x->id != co->sent[i].id || x->state == M_STANDBY) removed[nr++] = co->sent[i].id;
+  }
+  for (int r = 0; r < n; r++) {
+    const member_t *m = co->view[r];
+    if (m->in_epoch != prev) {
+      joined[nj++] = wm[r];
+      continue;
+    }
+    kept++;
+    held += wm[r].state == 2;
+    if (m->sent_state == 1 && wm[r].state == 2) ready[nready++] = m->id;
+  }
+  /* The first change after a job starts finds every rank holding state:
+   * said in one word, not N ids to each of N members. */
+  int ready_all = nready > 1 && held == kept;
+  json_t *v = ftc__proto_view_delta(e, prev, ftc__proto_view_hash(wm, n), n, removed, nr, joined,
+                                    nj, ready, ready_all ? -1 : nready);
+  v = ftc__proto_view_left(v, co->left_ids, co->nleft);
+  if (wd) v = ftc__proto_view_dropped(v, wd, co->ndrops);
+  f = ftc__proto_encode(v, LWS_PRE);
+out_free:
+  ftc__free(removed);
+  ftc__free(ready);
+  ftc__free(joined);
+  return f;
+}
+
+/* Epoch e is formed with view wm: the base of the next one's delta. Out of
+ * memory, the next epoch goes whole to everyone. */
+static void remember_sent(ftc__coord_t *co, uint64_t e, const ftc__wire_member_t *wm, int n) {
+  struct sent_rec *ns = ftc__realloc(co->sent, (size_t)(n ? n : 1) * sizeof(*ns));
+  if (!ns) {
+    co->sent_of = 0;
+    return;
+  }
+  co->sent = ns;
+  co->nsent = n;
+  co->sent_of = e;
+  for (int r = 0; r < n; r++) {
+    member_t *m = co->view[r];
+    ns[r] = (struct sent_rec){m->id, m->slot};
+    m->in_epoch = e;
+    m->sent_state = wm[r].state;
+  }
+}
+
 /* Form and announce the next epoch when the membership changed: the first
  * once every slot has joined, later ones without dropped members and with
  * waiting joiners, while at least min_size members remain. */
 static void maybe_form_epoch(ftc__coord_t *co) {
+  /* (every hello of a starting job comes here: no O(members) walk yet) */
+  if (!co->formed && co->nmembers < co->world_size) return;
   int pending = 0, standby = 0;
   for (int i = 0; i < co->nmembers; i++) {
     if (co->members[i]->state == M_PENDING) pending++;
@@ -564,6 +668,7 @@ static void maybe_form_epoch(ftc__coord_t *co) {
     return;
   }
   uint64_t e = next_epoch(co);
+  uint64_t prev = co->formed ? co->epoch : 0;
   for (int i = 0, k = 0; i < co->nmembers; i++)
     if (co->members[i]->state != M_STANDBY) co->view[k++] = co->members[i];
   qsort(co->view, (size_t)n, sizeof(*co->view), cmp_slot);
@@ -582,30 +687,50 @@ static void maybe_form_epoch(ftc__coord_t *co) {
   for (int i = 0; i < co->nmembers; i++) co->members[i]->suspect_ns = 0;
   co->lost_since_epoch = 0;
   co->stats_dirty = 1;
-  json_t *v = ftc__proto_view_left(ftc__proto_view(e, wm, n, NULL), co->left_ids, co->nleft);
-  co->nleft = 0;
   ftc__wire_dropped_t *wd = co->ndrops ? ftc__calloc((size_t)co->ndrops, sizeof(*wd)) : NULL;
   for (int i = 0; wd && i < co->ndrops; i++)
     wd[i] = (ftc__wire_dropped_t){co->drops[i].id, co->drops[i].reason, co->drops[i].detail};
-  if (wd) v = ftc__proto_view_dropped(v, wd, co->ndrops); /* out of memory: no verdict */
+  /* Members that take deltas and were sent the previous epoch get the
+   * change (O(changes) bytes each); the others the whole view, encoded
+   * only when one of them needs it. */
+  int nwhole = 0;
+  for (int r = 0; r < n; r++) {
+    const member_t *m = co->view[r];
+    if (m->sess && !(m->delta && prev && co->sent_of == prev && m->sent_epoch == prev)) nwhole++;
+  }
+  ftc__frame_t *df = prev && co->sent_of == prev && nwhole < n
+                         ? encode_delta(co, e, prev, wm, n, wd) : NULL;
+  ftc__frame_t *f = NULL;
+  if (nwhole || !df) {
+    json_t *v = ftc__proto_view_left(ftc__proto_view(e, wm, n, NULL), co->left_ids, co->nleft);
+    if (wd) v = ftc__proto_view_dropped(v, wd, co->ndrops); /* out of memory: no verdict */
+    f = ftc__proto_encode(v, LWS_PRE);
+    if (!f)
+      FTC_ERROR(FTC_SUB_COORD, "job %s: out of memory encoding epoch %llu; closing sessions",
+                co->job, (unsigned long long)e);
+  }
+  co->nleft = 0;
   ftc__free(wd);
   co->ndrops = 0;
-  ftc__frame_t *f = ftc__proto_encode(v, LWS_PRE);
+  remember_sent(co, e, wm, n);
   ftc__free(wm);
-  if (!f) {
-    FTC_ERROR(FTC_SUB_COORD, "job %s: out of memory encoding epoch %llu; closing sessions",
-              co->job, (unsigned long long)e);
-  }
   FTC_INFO(FTC_SUB_COORD, "job %s: epoch %llu formed with %d members (%d joined)", co->job,
            (unsigned long long)e, n, pending);
   incidents_epoch(co, e);
   ftc__coord_event_t ev = {.kind = FTC__COORD_EV_EPOCH, .epoch = e, .size = n, .joined = pending};
   emit(co, &ev);
   for (int r = 0; r < n; r++) {
-    session_t *s = co->view[r]->sess;
-    if (s && (!f || queue_copy(s, f) != 0)) kill_session(s);
+    member_t *m = co->view[r];
+    session_t *s = m->sess;
+    if (!s) continue;
+    ftc__frame_t *use = df && m->delta && m->sent_epoch == prev ? df : f;
+    if (!use || queue_ref(s, use) != 0)
+      kill_session(s);
+    else
+      m->sent_epoch = e;
   }
-  ftc__free(f);
+  ftc__frame_release(f);
+  ftc__frame_release(df);
   send_prospect(co); /* standby members still waiting: the epoch after this one */
 }
 
@@ -700,6 +825,8 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
       back->detached_ns = 0;
       back->pid = h->pid;
       back->dataplane = h->dataplane; /* the same process: admitted with it before */
+      back->delta = h->delta;
+      back->sent_epoch = h->known_epoch; /* what it holds, whatever was queued before */
       back->last_seen_ns = ftc__now_ns();
       snprintf(back->host, sizeof(back->host), "%s", h->pod ? h->pod : h->host ? h->host : "");
       co->stats_dirty = 1;
@@ -763,6 +890,7 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
   m->rank = -1;
   m->pid = h->pid;
   m->dataplane = h->dataplane;
+  m->delta = h->delta;
   m->last_seen_ns = ftc__now_ns();
   snprintf(m->addr, sizeof(m->addr), "%s", h->addr);
   snprintf(m->host, sizeof(m->host), "%s", h->pod ? h->pod : h->host ? h->host : "");
@@ -835,9 +963,9 @@ static void send_prospect(ftc__coord_t *co) {
     member_t *m = co->view[r];
     session_t *s = m->sess;
     if (s && m->dataplane >= FTC__PROTO_DATAPLANE_PROSPECT)
-      (void)queue_copy(s, f); /* (out of memory: that rank connects at the join) */
+      (void)queue_ref(s, f); /* (out of memory: that rank connects at the join) */
   }
-  ftc__free(f);
+  ftc__frame_release(f);
 }
 
 /* A standby member is ready: admitted like a member whose hello just came. */
@@ -1144,8 +1272,13 @@ static int store_dump(ftc__coord_t *co, member_t *m, dump_asm_t *d) {
            d->rank, d->len, path);
   ftc__incident_t *inc = incident_named(co, d->incident);
   if (inc) {
+    /* The last answer is written at once (the host analyzes the folder when
+     * every dump is in); those before it by the tick, once per tick. */
     ftc__incident_answered(inc, d->rank, m->id, strrchr(path, '/') + 1);
-    ftc__incident_write(inc);
+    if (ftc__incident_waiting(inc))
+      ftc__incident_mark(inc);
+    else
+      ftc__incident_write(inc);
   }
   ftc__coord_event_t ev = {.kind = FTC__COORD_EV_DUMP, .epoch = co->epoch, .slot = m->slot,
                            .rank = d->rank, .member_id = m->id, .incident = d->incident};
@@ -1260,6 +1393,14 @@ static int handle_message(ftc__coord_t *co, session_t *s, const char *text, size
     case FTC__MSG_DUMP: handle_dump(co, s, &msg); break;
     case FTC__MSG_BACKEND: handle_backend(co, s, &msg); break;
     case FTC__MSG_JOIN: handle_join(co, s); break;
+    case FTC__MSG_VIEW_REQUEST:
+      /* A delta did not apply there (it missed one): the whole epoch. */
+      if (s->m->state == M_ACTIVE && co->formed) {
+        FTC_INFO(FTC_SUB_COORD, "job %s: slot %d asks for epoch %llu whole", co->job, s->m->slot,
+                 (unsigned long long)co->epoch);
+        send_current_view(co, s);
+      }
+      break;
     case FTC__MSG_ERROR:
       FTC_WARN(FTC_SUB_COORD, "job %s: slot %d sent error %s: %s", co->job, s->m->slot,
                msg.code_name, msg.reason ? msg.reason : "");
@@ -1364,19 +1505,47 @@ static int on_receive(ftc__coord_t *co, session_t *s, const void *in, size_t len
  * service pass after every other session's), without one session holding
  * the thread. */
 #define WRITES_PER_CALLBACK 8
+/* A frame larger than this (a whole view of a big job) goes in pieces of
+ * this size, one WebSocket fragment each, each when the socket takes it:
+ * lws keeps what the socket did not take of a write, so a whole 1.8 MB view
+ * written at once to 16,384 sessions would sit in 16,384 copies. */
+#define WRITE_PIECE (64 * 1024)
 
-/* The writeable callback: up to WRITES_PER_CALLBACK queued frames. */
-static int on_writeable(session_t *s) {
+/* The next piece of the head frame, which continues at s->tx_off: 1 when
+ * the frame is done, 0 when more is to come, -1 on a short write. A shared
+ * frame's bytes are copied to the coordinator's scratch first: lws writes
+ * a fragment's header into the LWS_PRE bytes before it, which would be the
+ * view's own bytes, still to be sent to other sessions. */
+static int write_piece(ftc__coord_t *co, session_t *s, ftc__frame_t *f) {
+  const ftc__frame_t *b = f->ref ? f->ref : f;
+  size_t left = b->len - s->tx_off, n = left < WRITE_PIECE ? left : WRITE_PIECE;
+  int flags = (s->tx_off ? LWS_WRITE_CONTINUATION : LWS_WRITE_TEXT) | (n < left ? LWS_WRITE_NO_FIN : 0);
+  unsigned char *p = (unsigned char *)b->buf + LWS_PRE + s->tx_off;
+  if (f->ref || s->tx_off) {
+    memcpy(co->tx_scratch + LWS_PRE, p, n);
+    p = co->tx_scratch + LWS_PRE;
+  }
+  if (lws_write(s->wsi, p, n, (enum lws_write_protocol)flags) < (int)n) return -1;
+  s->tx_off += n;
+  if (s->tx_off < b->len) return 0;
+  s->tx_off = 0;
+  return 1;
+}
+
+/* The writeable callback: up to WRITES_PER_CALLBACK queued frames, a large
+ * one piece by piece. */
+static int on_writeable(ftc__coord_t *co, session_t *s) {
   for (int i = 0; i < WRITES_PER_CALLBACK && s->outq.head; i++) {
-    /* A later frame only while the socket takes it whole: lws keeps the
+    /* A later write only while the socket takes it whole: lws keeps the
      * rest of a partial write, and a write after that is refused. */
     if (i > 0 && lws_send_pipe_choked(s->wsi)) break;
-    ftc__frame_t *f = ftc__frameq_pop(&s->outq);
+    ftc__frame_t *f = s->outq.head;
+    int done = write_piece(co, s, f);
+    if (done < 0) return -1;
+    if (!done) continue; /* the next piece when the socket takes it */
+    f = ftc__frameq_pop(&s->outq);
     int close_after = f->close_after;
-    int w = lws_write(s->wsi, f->buf + LWS_PRE, f->len, LWS_WRITE_TEXT);
-    int short_write = w < (int)f->len;
-    ftc__free(f);
-    if (short_write) return -1;
+    ftc__frame_release(f);
     if (close_after) {
       static const char bye[] = "refused";
       lws_close_reason(s->wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, (unsigned char *)bye,
@@ -1453,9 +1622,12 @@ static void tick(ftc__coord_t *co) {
   }
   if (co->formed) judge_suspects(co, now);
   for (int i = 0; i < co->nincidents; i++)
-    if (ftc__incident_check(co->incidents[i], now)) ftc__incident_write(co->incidents[i]);
+    if (ftc__incident_check(co->incidents[i], now))
+      ftc__incident_write(co->incidents[i]);
+    else
+      ftc__incident_flush(co->incidents[i]);
   send_prospect(co); /* (a standby dropped: the others' prospect changed) */
-  if (co->stats_dirty) publish_stats(co);
+  if (co->stats_dirty || co->view_pub_dirty) publish_stats(co);
 }
 
 static void on_tick(lws_sorted_usec_list_t *sul) {
@@ -1545,14 +1717,14 @@ static int coord_callback(struct lws *wsi, enum lws_callback_reasons reason, voi
         rc = hello_header_from_request(co, s);
       break;
     case LWS_CALLBACK_RECEIVE: rc = on_receive(co, s, in, len); break;
-    case LWS_CALLBACK_SERVER_WRITEABLE: rc = on_writeable(s); break;
+    case LWS_CALLBACK_SERVER_WRITEABLE: rc = on_writeable(co, s); break;
     case LWS_CALLBACK_CLOSED: session_end(co, s); break;
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
       if (co && !co->stopping) run_commands(co);
       break;
     default: return lws_callback_http_dummy(wsi, reason, user, in, len);
   }
-  if (co && co->stats_dirty && !co->stopping) publish_stats(co);
+  if (co) maybe_publish(co);
   return rc;
 }
 
@@ -1566,6 +1738,7 @@ static void *service_main(void *arg) {
 }
 
 static void free_config(ftc__coord_t *co) {
+  ftc__free(co->tx_scratch);
   ftc__free(co->by_slot);
   ftc__free(co->job);
   ftc__free(co->token);
@@ -1645,6 +1818,11 @@ ftc_status_t ftc__coord_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out) 
   if (!cfg->no_hello_in_request) {
     co->protocols[1] = co->protocols[0];
     co->protocols[1].name = FTC__PROTO_WS_NAME_HELLO;
+  }
+  co->tx_scratch = ftc__malloc(LWS_PRE + WRITE_PIECE);
+  if (!co->tx_scratch) {
+    st = ftc__error(FTC_ERR_NO_MEMORY, "out of memory creating the coordinator");
+    goto out_destroy_lock;
   }
   struct lws_context_creation_info info;
   memset(&info, 0, sizeof(info));
@@ -1821,6 +1999,7 @@ static void coord_free(ftc__coord_t *co) {
   ftc__free(co->backend_blob);
   ftc__free(co->left_ids);
   ftc__free(co->drops);
+  ftc__free(co->sent);
   pthread_mutex_destroy(&co->lock);
   free_config(co);
   ftc__free(co);
@@ -1866,11 +2045,12 @@ size_t ftc__coord_offline_sent(ftc__coord_session_t *sess, char *buf, size_t len
   session_t *s = (session_t *)sess;
   ftc__frame_t *f = ftc__frameq_pop(&s->outq);
   if (!f) return 0;
-  size_t n = f->len < len ? f->len : len;
-  memcpy(buf, f->buf + LWS_PRE, n);
+  const ftc__frame_t *b = f->ref ? f->ref : f;
+  size_t n = b->len < len ? b->len : len;
+  memcpy(buf, b->buf + LWS_PRE, n);
   *close_after = f->close_after;
-  n = f->len;
-  ftc__free(f);
+  n = b->len;
+  ftc__frame_release(f);
   return n;
 }
 

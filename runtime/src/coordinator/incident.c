@@ -55,6 +55,8 @@ struct ftc__incident {
   int nr, capr;
   inc_drop_t *d;
   int nd, capd;
+  int waiting; /* ranks in R_ASKED */
+  int dirty;   /* changed since the last write (ftc__incident_mark) */
 };
 
 ftc__incident_t *ftc__incident_new(const char *dump_dir, const char *job, const char *name,
@@ -110,23 +112,35 @@ void ftc__incident_add(ftc__incident_t *inc, int rank, int slot, uint64_t member
   snprintf(x->host, sizeof(x->host), "%s", host ? host : "");
   x->state = asked ? R_ASKED : R_NOT_ASKED;
   x->asked = asked != 0;
+  inc->waiting += asked != 0;
   if (!asked) {
     snprintf(x->why, sizeof(x->why), "no_session");
     snprintf(x->detail, sizeof(x->detail), "%s", why_not ? why_not : "");
   }
 }
 
-static inc_rank_t *by_member(ftc__incident_t *inc, uint64_t member_id) {
+/* Ranks are listed in rank order: rank `hint` is looked at first. */
+static inc_rank_t *by_member_at(ftc__incident_t *inc, int hint, uint64_t member_id) {
+  if (hint >= 0 && hint < inc->nr && inc->r[hint].member_id == member_id) return &inc->r[hint];
   for (int i = 0; i < inc->nr; i++)
     if (inc->r[i].member_id == member_id) return &inc->r[i];
   return NULL;
 }
 
+static inc_rank_t *by_member(ftc__incident_t *inc, uint64_t member_id) {
+  return by_member_at(inc, -1, member_id);
+}
+
+/* x leaves R_ASKED for `state`. */
+static void settle(ftc__incident_t *inc, inc_rank_t *x, int state) {
+  if (x->state == R_ASKED) inc->waiting--;
+  x->state = state;
+}
+
 void ftc__incident_answered(ftc__incident_t *inc, int rank, uint64_t member_id, const char *file) {
-  inc_rank_t *x = by_member(inc, member_id);
+  inc_rank_t *x = by_member_at(inc, rank, member_id);
   if (!x || x->state == R_ANSWERED) return; /* a later copy: the first one counts */
-  (void)rank;
-  x->state = R_ANSWERED;
+  settle(inc, x, R_ANSWERED);
   x->why[0] = x->detail[0] = '\0';
   snprintf(x->file, sizeof(x->file), "%s", file);
   x->answered_ms = (ftc__now_ns() - inc->t_mono) / 1000000;
@@ -139,7 +153,7 @@ int ftc__incident_dropped(ftc__incident_t *inc, uint64_t member_id, const char *
   int changed = 0;
   if (x->state == R_ASKED || x->state == R_NO_ANSWER || (in_epoch && x->state == R_NOT_ASKED)) {
     changed = 1;
-    x->state = R_LOST;
+    settle(inc, x, R_LOST);
     snprintf(x->why, sizeof(x->why), "%s", word);
     snprintf(x->detail, sizeof(x->detail), "%s", detail ? detail : "");
   }
@@ -169,7 +183,7 @@ int ftc__incident_check(ftc__incident_t *inc, int64_t now_ns) {
   for (int i = 0; i < inc->nr; i++) {
     inc_rank_t *x = &inc->r[i];
     if (x->state != R_ASKED) continue;
-    x->state = R_NO_ANSWER;
+    settle(inc, x, R_NO_ANSWER);
     snprintf(x->why, sizeof(x->why), "no_answer");
     snprintf(x->detail, sizeof(x->detail),
              "no dump within %d ms of the request while its session stayed open",
@@ -179,12 +193,18 @@ int ftc__incident_check(ftc__incident_t *inc, int64_t now_ns) {
   return changed;
 }
 
+int ftc__incident_waiting(const ftc__incident_t *inc) { return inc->waiting; }
+
+void ftc__incident_mark(ftc__incident_t *inc) { inc->dirty = 1; }
+
+int ftc__incident_flush(ftc__incident_t *inc) { return inc->dirty ? ftc__incident_write(inc) : 0; }
+
 void ftc__incident_close(ftc__incident_t *inc) {
   long long ms = (long long)((ftc__now_ns() - inc->t_mono) / 1000000);
   for (int i = 0; i < inc->nr; i++) {
     inc_rank_t *x = &inc->r[i];
     if (x->state != R_ASKED) continue;
-    x->state = R_NO_ANSWER;
+    settle(inc, x, R_NO_ANSWER);
     snprintf(x->why, sizeof(x->why), "no_answer");
     snprintf(x->detail, sizeof(x->detail),
              "no dump before the coordinator stopped, %lld ms after the request", ms);
@@ -254,6 +274,7 @@ static json_t *to_json(const ftc__incident_t *inc) {
 
 int ftc__incident_write(ftc__incident_t *inc) {
   char tmp[4200], path[4200];
+  inc->dirty = 0;
   const char *what = "encoding it";
   json_t *j = to_json(inc);
   if (!j) goto out_log;

@@ -46,6 +46,14 @@ void ftc__incident_next_epoch(ftc__incident_t *inc, uint64_t next);
 /* Asked ranks without an answer after FTC__INCIDENT_ANSWER_MS are marked;
  * returns whether the record changed. */
 int ftc__incident_check(ftc__incident_t *inc, int64_t now_ns);
+/* Asked ranks that have neither answered nor been settled otherwise. */
+int ftc__incident_waiting(const ftc__incident_t *inc);
+/* The record changed but need not be written yet: ftc__incident_flush
+ * writes it if it was marked since its last write (0, or -1 as write). A
+ * job of thousands of ranks answers thousands of times within a second;
+ * each write is the whole record. */
+void ftc__incident_mark(ftc__incident_t *inc);
+int ftc__incident_flush(ftc__incident_t *inc);
 /* The coordinator stops: asked ranks without an answer are marked. */
 void ftc__incident_close(ftc__incident_t *inc);
 /* Write DIR/<incident>/incident.json (logged on failure). 0 or -1. */

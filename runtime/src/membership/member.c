@@ -410,6 +410,7 @@ static ftc__frame_t *build_hello_locked(ftc__member_t *m) {
       .joiner = m->joiner,
       .dataplane = m->dataplane,
       .standby = m->standby,
+      .delta = 1, /* it applies view deltas (handle_message) */
       .pid = (int64_t)getpid(),
       .known_epoch = m->known_epoch,
       .prev_member_id = m->member_id,
@@ -531,6 +532,54 @@ out_free_view:
 }
 
 
+/* Take a view (whole, or made from a delta) as this rank's newest epoch
+ * (caller holds m->lock). 0, or -1 to close (out of memory). */
+static int take_view_locked(ftc__member_t *m, const ftc__msg_t *msg) {
+  ftc__view_t *v = view_from_msg(msg, m->member_id);
+  if (!v) {
+    set_error_locked(m, FTC_ERR_NO_MEMORY, "out of memory storing epoch %llu",
+                     (unsigned long long)msg->epoch);
+    return -1;
+  }
+  int late_ms = __atomic_load_n(&m->late_view_ms, __ATOMIC_ACQUIRE);
+  if (late_ms > 0 && ftc__view_admits(v)) {
+    pthread_mutex_unlock(&m->lock);
+    FTC_WARN(FTC_SUB_RECOVERY, "fault injection: slot %d: taking epoch %llu %d ms late",
+             m->slot, (unsigned long long)msg->epoch, late_ms);
+    struct timespec late = {late_ms / 1000, (long)(late_ms % 1000) * 1000000L};
+    while (nanosleep(&late, &late) != 0) {
+    }
+    pthread_mutex_lock(&m->lock);
+  }
+  if (m->view && msg->epoch <= m->view->epoch) {
+    FTC_WARN(FTC_SUB_COORD, "slot %d: ignoring epoch %llu, not newer than %llu", m->slot,
+             (unsigned long long)msg->epoch, (unsigned long long)m->view->epoch);
+    ftc__view_free(v);
+    return 0;
+  }
+  FTC_INFO(FTC_SUB_COORD, "slot %d: epoch %llu: rank %d of %d", m->slot,
+           (unsigned long long)v->epoch, v->my_rank, v->size);
+  for (int i = 0; i < msg->nleft; i++) m->left[m->nleft++ % LEFT_KEEP] = msg->left[i];
+  for (int i = 0; i < msg->ndropped; i++) {
+    struct dropped_rec *d = &m->drops[m->ndrops++ % DROP_KEEP];
+    d->id = msg->dropped[i].member_id;
+    snprintf(d->reason, sizeof(d->reason), "%s", msg->dropped[i].reason);
+    snprintf(d->detail, sizeof(d->detail), "%s",
+             msg->dropped[i].detail ? msg->dropped[i].detail : "");
+  }
+  ftc__view_free(m->view);
+  m->view = v;
+  m->known_epoch = v->epoch;
+  __atomic_store_n(&m->latest_epoch, v->epoch, __ATOMIC_RELEASE);
+  pthread_cond_broadcast(&m->cond);
+  notify_locked(m);
+  /* Only a view that admits a member gives the progress thread work (its
+   * early connections); on a failure it would be one more thread woken
+   * while the survivors recover. */
+  if (ftc__view_admits(v)) kick(m->view_fd);
+  return 0;
+}
+
 /* Handle one complete message from the coordinator. Returns -1 to close. */
 static int handle_message(ftc__member_t *m, const char *text, size_t len) {
   ftc__msg_t msg;
@@ -593,50 +642,46 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
       pthread_cond_broadcast(&m->cond);
       start_heartbeats = 1; /* after the unlock: no lws call under m->lock */
       break;
-    case FTC__MSG_VIEW: {
-      ftc__view_t *v = view_from_msg(&msg, m->member_id);
-      if (!v) {
-        set_error_locked(m, FTC_ERR_NO_MEMORY, "out of memory storing epoch %llu",
-                         (unsigned long long)msg.epoch);
-        rc = -1;
-        break;
-      }
-      int late_ms = __atomic_load_n(&m->late_view_ms, __ATOMIC_ACQUIRE);
-      if (late_ms > 0 && ftc__view_admits(v)) {
-        pthread_mutex_unlock(&m->lock);
-        FTC_WARN(FTC_SUB_RECOVERY, "fault injection: slot %d: taking epoch %llu %d ms late",
-                 m->slot, (unsigned long long)msg.epoch, late_ms);
-        struct timespec late = {late_ms / 1000, (long)(late_ms % 1000) * 1000000L};
-        while (nanosleep(&late, &late) != 0) {
+    case FTC__MSG_VIEW: rc = take_view_locked(m, &msg); break;
+    case FTC__MSG_VIEW_DELTA: {
+      /* The change from the epoch this rank holds; anything else (it
+       * missed one, or the result is not the one the hash names) and it
+       * asks for the whole view, which follows. */
+      ftc__wire_member_t *base = NULL, *wm = NULL;
+      int n = -1;
+      if (m->view && m->view->epoch == msg.base_epoch &&
+          (base = ftc__calloc((size_t)(m->view->size ? m->view->size : 1), sizeof(*base)))) {
+        for (int i = 0; i < m->view->size; i++) {
+          const ftc__view_member_t *vm = &m->view->members[i];
+          base[i] = (ftc__wire_member_t){vm->rank, vm->slot, vm->member_id, vm->joined_epoch,
+                                         vm->addr, vm->state};
         }
-        pthread_mutex_lock(&m->lock);
+        n = ftc__proto_view_apply(base, m->view->size, &msg, &wm);
       }
-      if (m->view && msg.epoch <= m->view->epoch) {
-        FTC_WARN(FTC_SUB_COORD, "slot %d: ignoring epoch %llu, not newer than %llu", m->slot,
-                 (unsigned long long)msg.epoch, (unsigned long long)m->view->epoch);
-        ftc__view_free(v);
-        break;
+      if (n >= 0) {
+        ftc__msg_t whole = msg;
+        whole.type = FTC__MSG_VIEW;
+        whole.members = wm;
+        whole.nmembers = n;
+        whole.backend = NULL;
+        rc = take_view_locked(m, &whole);
+      } else if (!m->view || msg.epoch > m->view->epoch) {
+        FTC_INFO(FTC_SUB_COORD, "slot %d: epoch %llu came as a change from %llu, which this rank "
+                 "does not hold (it holds %llu); asking for it whole", m->slot,
+                 (unsigned long long)msg.epoch, (unsigned long long)msg.base_epoch,
+                 (unsigned long long)(m->view ? m->view->epoch : 0));
+        ftc__frame_t *f = ftc__proto_encode(ftc__proto_view_request(), LWS_PRE);
+        if (f) {
+          ftc__frameq_push(&m->outq, f);
+          write_due = 1;
+        } else {
+          set_error_locked(m, FTC_ERR_NO_MEMORY, "out of memory asking for epoch %llu",
+                           (unsigned long long)msg.epoch);
+          rc = -1;
+        }
       }
-      FTC_INFO(FTC_SUB_COORD, "slot %d: epoch %llu: rank %d of %d", m->slot,
-               (unsigned long long)v->epoch, v->my_rank, v->size);
-      for (int i = 0; i < msg.nleft; i++) m->left[m->nleft++ % LEFT_KEEP] = msg.left[i];
-      for (int i = 0; i < msg.ndropped; i++) {
-        struct dropped_rec *d = &m->drops[m->ndrops++ % DROP_KEEP];
-        d->id = msg.dropped[i].member_id;
-        snprintf(d->reason, sizeof(d->reason), "%s", msg.dropped[i].reason);
-        snprintf(d->detail, sizeof(d->detail), "%s",
-                 msg.dropped[i].detail ? msg.dropped[i].detail : "");
-      }
-      ftc__view_free(m->view);
-      m->view = v;
-      m->known_epoch = v->epoch;
-      __atomic_store_n(&m->latest_epoch, v->epoch, __ATOMIC_RELEASE);
-      pthread_cond_broadcast(&m->cond);
-      notify_locked(m);
-      /* Only a view that admits a member gives the progress thread work (its
-       * early connections); on a failure it would be one more thread woken
-       * while the survivors recover. */
-      if (ftc__view_admits(v)) kick(m->view_fd);
+      ftc__free(base);
+      ftc__free(wm);
       break;
     }
     case FTC__MSG_PROSPECT: {

@@ -28,6 +28,8 @@ static const char *const type_names[FTC__MSG_TYPE_COUNT] = {
     [FTC__MSG_BACKEND] = "backend",
     [FTC__MSG_JOIN] = "join",
     [FTC__MSG_PROSPECT] = "prospect",
+    [FTC__MSG_VIEW_DELTA] = "view_delta",
+    [FTC__MSG_VIEW_REQUEST] = "view_request",
 };
 
 static const char *const perr_names[FTC__PERR_COUNT] = {
@@ -161,6 +163,7 @@ json_t *ftc__proto_hello(const ftc__hello_t *h) {
   if (h->pid) err |= set(o, "pid", json_integer(h->pid));
   if (h->dataplane) err |= set(o, "dataplane", json_integer(h->dataplane));
   if (h->standby) err |= set(o, "standby", json_true());
+  if (h->delta) err |= set(o, "delta", json_true());
   err |= set(o, "known_epoch", json_integer((json_int_t)h->known_epoch));
   if (h->prev_member_id)
     err |= set(o, "prev_member_id", json_integer((json_int_t)h->prev_member_id));
@@ -252,6 +255,104 @@ json_t *ftc__proto_view_left(json_t *view, const uint64_t *ids, int n) {
     return NULL;
   }
   return view;
+}
+
+static json_t *ids_array(const uint64_t *ids, int n) {
+  json_t *arr = json_array();
+  for (int i = 0; arr && i < n; i++)
+    if (json_array_append_new(arr, json_integer((json_int_t)ids[i]))) {
+      json_decref(arr);
+      return NULL;
+    }
+  return arr;
+}
+
+json_t *ftc__proto_view_delta(uint64_t epoch, uint64_t base, uint64_t hash, int size,
+                              const uint64_t *removed, int nremoved,
+                              const ftc__wire_member_t *joined, int njoined,
+                              const uint64_t *ready, int nready) {
+  json_t *o = msg_new(FTC__MSG_VIEW_DELTA);
+  if (!o) return NULL;
+  char hex[17];
+  snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)hash);
+  int err = 0;
+  err |= set(o, "epoch", json_integer((json_int_t)epoch));
+  err |= set(o, "base", json_integer((json_int_t)base));
+  err |= set(o, "size", json_integer(size));
+  err |= set(o, "hash", json_string(hex));
+  if (nremoved) err |= set(o, "removed", ids_array(removed, nremoved));
+  if (njoined) err |= set(o, "joined", members_array(joined, njoined));
+  if (nready < 0)
+    err |= set(o, "ready_all", json_true());
+  else if (nready)
+    err |= set(o, "ready", ids_array(ready, nready));
+  return finish(o, err);
+}
+
+json_t *ftc__proto_view_request(void) { return msg_new(FTC__MSG_VIEW_REQUEST); }
+
+uint64_t ftc__proto_view_hash(const ftc__wire_member_t *m, int n) {
+  uint64_t h = 1469598103934665603ULL;
+#define FNV_BYTES(p, len)                                  \
+  for (size_t k_ = 0; k_ < (len); k_++) h = (h ^ ((const unsigned char *)(p))[k_]) * 1099511628211ULL
+  for (int i = 0; i < n; i++) {
+    uint64_t f[4] = {(uint64_t)m[i].slot, m[i].member_id, m[i].joined_epoch, (uint64_t)m[i].state};
+    FNV_BYTES(f, sizeof(f));
+    const char *a = m[i].addr ? m[i].addr : "";
+    FNV_BYTES(a, strlen(a) + 1);
+  }
+#undef FNV_BYTES
+  return h;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Whether id is among the n sorted ids. */
+static int has_id(const uint64_t *sorted, int n, uint64_t id) {
+  return n > 0 && bsearch(&id, sorted, (size_t)n, sizeof(*sorted), cmp_u64) != NULL;
+}
+
+int ftc__proto_view_apply(const ftc__wire_member_t *base, int n, const ftc__msg_t *d,
+                          ftc__wire_member_t **out) {
+  *out = NULL;
+  if (d->type != FTC__MSG_VIEW_DELTA || d->view_size < 0 || d->view_size > n + d->nmembers)
+    return -1;
+  uint64_t *rm = ftc__malloc((size_t)(d->nremoved + d->nready + 1) * sizeof(*rm));
+  ftc__wire_member_t *v = ftc__calloc((size_t)(d->view_size ? d->view_size : 1), sizeof(*v));
+  int k = 0, j = 0, ok = rm && v;
+  if (ok) {
+    uint64_t *rd = rm + d->nremoved;
+    memcpy(rm, d->removed, (size_t)d->nremoved * sizeof(*rm));
+    memcpy(rd, d->ready_ids, (size_t)d->nready * sizeof(*rd));
+    qsort(rm, (size_t)d->nremoved, sizeof(*rm), cmp_u64);
+    qsort(rd, (size_t)d->nready, sizeof(*rd), cmp_u64);
+    /* Survivors keep their order; joiners go where their rank says. */
+    for (int i = 0; ok && i <= n; i++) {
+      while (ok && j < d->nmembers && d->members[j].rank == k) {
+        ok = k < d->view_size && (i == n || d->members[j].slot < base[i].slot) &&
+             (k == 0 || v[k - 1].slot < d->members[j].slot);
+        if (ok) v[k++] = d->members[j++];
+      }
+      if (!ok || i == n || has_id(rm, d->nremoved, base[i].member_id)) continue;
+      ok = k < d->view_size && (k == 0 || v[k - 1].slot < base[i].slot);
+      if (!ok) break;
+      v[k] = base[i];
+      v[k].rank = k;
+      if (d->ready_all || has_id(rd, d->nready, base[i].member_id))
+        v[k].state = 2; /* holds state now */
+      k++;
+    }
+  }
+  ftc__free(rm);
+  if (!ok || j != d->nmembers || k != d->view_size || ftc__proto_view_hash(v, k) != d->view_hash) {
+    ftc__free(v);
+    return -1;
+  }
+  *out = v;
+  return k;
 }
 
 json_t *ftc__proto_backend(uint64_t epoch, const char *blob) {
@@ -350,6 +451,8 @@ ftc__frame_t *ftc__proto_encode(json_t *msg, size_t headroom) {
   f->next = NULL;
   f->len = n;
   f->close_after = 0;
+  f->ref = NULL;
+  f->refs = 1;
 out_decref:
   json_decref(msg);
   return f;
@@ -444,7 +547,23 @@ ftc__frame_t *ftc__frameq_pop(ftc__frameq_t *q) {
 
 void ftc__frameq_clear(ftc__frameq_t *q) {
   ftc__frame_t *f;
-  while ((f = ftc__frameq_pop(q))) ftc__free(f);
+  while ((f = ftc__frameq_pop(q))) ftc__frame_release(f);
+}
+
+ftc__frame_t *ftc__frame_ref(ftc__frame_t *shared) {
+  ftc__frame_t *f = ftc__calloc(1, sizeof(*f));
+  if (!f) return NULL;
+  f->len = shared->len;
+  f->ref = shared;
+  f->refs = 1;
+  shared->refs++;
+  return f;
+}
+
+void ftc__frame_release(ftc__frame_t *f) {
+  if (!f) return;
+  if (f->ref) ftc__frame_release(f->ref);
+  if (--f->refs <= 0) ftc__free(f);
 }
 
 size_t ftc__proto_utf8_cut(const char *data, size_t len, size_t max) {
@@ -533,7 +652,16 @@ static int get_bool(dec_t *d, json_t *o, const char *k, int optional) {
 }
 
 /* A members array (of a view, or of a reconnecting rank's hello). */
+static void decode_members_ex(dec_t *d, json_t *arr, const char *name, ftc__msg_t *m,
+                              int ordered);
 static void decode_members(dec_t *d, json_t *arr, const char *name, ftc__msg_t *m) {
+  decode_members_ex(d, arr, name, m, 1);
+}
+
+/* ordered 1: ranks are the indices (a whole view); 0: ranks ascend (a
+ * delta's joined members). */
+static void decode_members_ex(dec_t *d, json_t *arr, const char *name, ftc__msg_t *m,
+                              int ordered) {
   if (!json_is_array(arr)) {
     fail(d, "field \"%s\" must be an array", name);
     return;
@@ -562,7 +690,8 @@ static void decode_members(dec_t *d, json_t *arr, const char *name, ftc__msg_t *
     w->joined_epoch = get_u64(d, e, "joined_epoch", 0);
     w->addr = get_str(d, e, "addr", FTC__PROTO_MAX_ADDR, 0);
     w->state = !json_object_get(e, "fresh") ? 0 : get_bool(d, e, "fresh", 1) ? 1 : 2;
-    if (!d->bad && w->rank != (int)i) fail(d, "\"%s\" must be ordered by rank", name);
+    if (!d->bad && (ordered ? w->rank != (int)i : i > 0 && w->rank <= m->members[i - 1].rank))
+      fail(d, "\"%s\" must be ordered by rank", name);
   }
 }
 
@@ -593,6 +722,53 @@ static void decode_view_members(dec_t *d, ftc__msg_t *m) {
     m->left[i] = (uint64_t)json_integer_value(e);
   }
   m->nleft = (int)n;
+}
+
+/* An optional array of member ids: *out allocated (NULL when absent or empty). */
+static void decode_ids(dec_t *d, const char *name, uint64_t **out, int *nout) {
+  json_t *arr = json_object_get(d->o, name);
+  if (!arr || d->bad) return;
+  size_t n = json_is_array(arr) ? json_array_size(arr) : 0;
+  if (!json_is_array(arr) || n > 1048576) {
+    fail(d, "field \"%s\" must be an array of member ids", name);
+    return;
+  }
+  if (!n) return;
+  if (!(*out = ftc__calloc(n, sizeof(uint64_t)))) {
+    fail(d, "out of memory decoding %s", name);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    json_t *e = json_array_get(arr, i);
+    if (!json_is_integer(e) || json_integer_value(e) <= 0) {
+      fail(d, "entries of \"%s\" must be member ids", name);
+      return;
+    }
+    (*out)[i] = (uint64_t)json_integer_value(e);
+  }
+  *nout = (int)n;
+}
+
+static void decode_dropped(dec_t *d, ftc__msg_t *m);
+
+static void decode_view_delta(dec_t *d, ftc__msg_t *m) {
+  m->epoch = get_u64(d, d->o, "epoch", 0);
+  m->base_epoch = get_u64(d, d->o, "base", 0);
+  m->view_size = get_i32(d, d->o, "size", 0, 1048576, 0, 0);
+  const char *hex = get_str(d, d->o, "hash", 16, 0);
+  if (!d->bad) {
+    char *end = NULL;
+    m->view_hash = strtoull(hex, &end, 16);
+    if (strlen(hex) != 16 || *end) fail(d, "field \"%s\" must be 16 hex digits", "hash");
+  }
+  if (!d->bad && m->epoch <= m->base_epoch) fail(d, "field \"%s\" must be above base", "epoch");
+  decode_ids(d, "removed", &m->removed, &m->nremoved);
+  decode_ids(d, "ready", &m->ready_ids, &m->nready);
+  m->ready_all = get_bool(d, d->o, "ready_all", 1);
+  json_t *joined = json_object_get(d->o, "joined");
+  if (joined && !d->bad) decode_members_ex(d, joined, "joined", m, 0);
+  decode_ids(d, "left", &m->left, &m->nleft);
+  decode_dropped(d, m);
 }
 
 static void decode_view(dec_t *d, ftc__msg_t *m) {
@@ -1015,6 +1191,7 @@ ftc__perr_t ftc__proto_decode(const char *text, size_t len, size_t max_len, ftc_
       h->pid = pid;
       h->dataplane = get_i32(&d, o, "dataplane", 1, 65535, 1, 0);
       h->standby = get_bool(&d, o, "standby", 1);
+      h->delta = get_bool(&d, o, "delta", 1);
       h->known_epoch = get_u64(&d, o, "known_epoch", 1);
       h->prev_member_id = get_u64(&d, o, "prev_member_id", 1);
       if (!d.bad && json_object_get(o, "view")) {
@@ -1052,6 +1229,8 @@ ftc__perr_t ftc__proto_decode(const char *text, size_t len, size_t max_len, ftc_
     case FTC__MSG_FAILURE: decode_failure(&d, msg); break;
     case FTC__MSG_LEAVE: msg->reason = get_str(&d, o, "reason", 1024, 1); break;
     case FTC__MSG_JOIN: break; /* no fields */
+    case FTC__MSG_VIEW_REQUEST: break; /* no fields */
+    case FTC__MSG_VIEW_DELTA: decode_view_delta(&d, msg); break;
     case FTC__MSG_DUMP_REQUEST:
       msg->incident = get_str(&d, o, "incident", FTC__PROTO_MAX_NAME, 0);
       msg->reason = get_str(&d, o, "reason", 1024, 1);
@@ -1099,6 +1278,8 @@ void ftc__msg_clear(ftc__msg_t *msg) {
   ftc__free(msg->member_ids);
   ftc__free(msg->left);
   ftc__free(msg->dropped);
+  ftc__free(msg->removed);
+  ftc__free(msg->ready_ids);
   json_decref(msg->root);
   memset(msg, 0, sizeof(*msg));
 }

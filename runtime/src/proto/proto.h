@@ -72,6 +72,10 @@ typedef enum ftc__msg_type {
   FTC__MSG_JOIN,         /* rank -> coordinator: a standby member is ready to be admitted */
   FTC__MSG_PROSPECT,     /* coordinator -> rank: the epoch its standby members' joins would
                           * form, if nothing changes first (not an epoch) */
+  FTC__MSG_VIEW_DELTA,   /* coordinator -> rank (hello "delta"): an epoch as the change
+                          * from the one before it */
+  FTC__MSG_VIEW_REQUEST, /* rank -> coordinator: send the current epoch whole (a delta
+                          * did not apply) */
   FTC__MSG_TYPE_COUNT
 } ftc__msg_type_t;
 
@@ -122,6 +126,9 @@ typedef struct ftc__hello {
   /* "standby": registered, not to be admitted (nor counted for the first
    * epoch) until a "join" (ftc_comm_create_begin); optional, 0: not said. */
   int standby;
+  /* "delta": this rank applies view deltas (view_delta, view_request);
+   * optional, 0: not said (an older rank: it is sent whole views). */
+  int delta;
   int64_t pid;                   /* optional, 0 if unknown */
   /* "dataplane": the data-plane protocol this rank speaks (FTC__TCP_PROTO,
    * tcp/tcp.h); optional, 0: not said (an older rank, or FTCOMM_BACKEND=nccl). */
@@ -176,6 +183,16 @@ typedef struct ftc__msg {
   int *ranks;
   int nmember_ids;
   uint64_t *member_ids;
+  /* view_delta: the epoch it changes (base), the FNV-1a hash of the whole
+   * resulting view (ftc__proto_view_hash) and its size; removed: member ids
+   * of the base that it leaves out; ready: member ids of the base that hold
+   * state now (fresh false); members: the members it admits, with their
+   * ranks in the resulting view (in rank order, not from 0) */
+  uint64_t base_epoch, view_hash;
+  int view_size;
+  int nremoved, nready;
+  uint64_t *removed, *ready_ids;
+  int ready_all; /* view_delta: every member of the base that it keeps holds state */
   /* view: members of the previous epoch that left cleanly (may be 0) */
   int nleft;
   uint64_t *left;
@@ -232,6 +249,27 @@ json_t *ftc__proto_view_left(json_t *view, const uint64_t *ids, int n);
  * out, and why: "dropped", optional. Returns view, or NULL (view released)
  * when out of memory. */
 json_t *ftc__proto_view_dropped(json_t *view, const ftc__wire_dropped_t *d, int n);
+/* A view delta: epoch `epoch` as a change from `base` (docs/protocol.md,
+ * "view_delta"): the ids it removes, the members it admits (with their new
+ * ranks), the ids of members that hold state since the base, and the hash
+ * and size of the whole result. "left" and "dropped" are added as to a view. */
+json_t *ftc__proto_view_delta(uint64_t epoch, uint64_t base, uint64_t hash, int size,
+                              const uint64_t *removed, int nremoved,
+                              const ftc__wire_member_t *joined, int njoined,
+                              const uint64_t *ready, int nready);
+/* (nready -1: "ready_all", every member of the base it keeps holds state) */
+json_t *ftc__proto_view_request(void);
+/* FNV-1a (64 bits) of a whole view: per member in rank order its slot,
+ * member id, joined epoch, address and state. */
+uint64_t ftc__proto_view_hash(const ftc__wire_member_t *members, int n);
+/* Apply a decoded view_delta to `base` (n members in rank order, the
+ * epoch delta->base_epoch): *out is a new array of the resulting members
+ * (the caller frees it with ftc__free; strings point into base and delta),
+ * and the return value its size; -1 when the delta does not give the view
+ * it describes (its size or hash differ, a member it admits sits elsewhere,
+ * out of memory): the rank then asks for the whole view. */
+int ftc__proto_view_apply(const ftc__wire_member_t *base, int n, const ftc__msg_t *delta,
+                          ftc__wire_member_t **out);
 json_t *ftc__proto_heartbeat(uint64_t epoch);
 /* A rank's heartbeat with "ready" (omitted when 0). */
 json_t *ftc__proto_heartbeat_ready(uint64_t epoch, uint64_t ready);
@@ -255,8 +293,21 @@ typedef struct ftc__frame {
   struct ftc__frame *next;
   size_t len;
   int close_after; /* close the session once this frame is written */
+  /* A frame made by ftc__frame_ref sends ref's bytes (buf is empty); refs
+   * counts the holders of a frame's bytes: its owner and every such frame. */
+  struct ftc__frame *ref;
+  int refs;
   unsigned char buf[]; /* headroom + len */
 } ftc__frame_t;
+
+/* A frame that sends shared's bytes without copying them (one view for
+ * thousands of sessions): shared must stay unmodified while any holder
+ * lives, and is freed by the last ftc__frame_release. NULL when out of
+ * memory. Single-threaded: the holders live on one thread. */
+ftc__frame_t *ftc__frame_ref(ftc__frame_t *shared);
+/* Drop a frame: a reference drops its count on the shared one; a frame is
+ * freed when its last holder goes. NULL is a no-op. */
+void ftc__frame_release(ftc__frame_t *f);
 
 /* Encode `msg` (a reference is stolen, even on failure) into a new frame
  * with `headroom` bytes before the text. NULL when out of memory. */

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# run.sh [SIZES...] - the coordinator's scale benchmark: the member simulator
+# at each size (default 1024 4096 16384) with the default heartbeat interval
+# (1000 ms), one line per scenario, then a table in $BUILD/bench/scale.md
+# stamped by tests/bench/stamp.sh (docs/scale.md shows it).
+#
+# Descriptors: each side holds one per member, so the simulator raises its
+# soft RLIMIT_NOFILE to the hard limit (as root it lifts the hard limit too,
+# as containerd's LimitNOFILE=1048576 gives a pod); below that a size is
+# skipped with the reason.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+BUILD=${BUILD:-build/release}
+SIM=$BUILD/tests/scale/coord_sim
+OUT=$BUILD/bench
+mkdir -p "$OUT"
+sizes=("$@")
+[ ${#sizes[@]} -gt 0 ] || sizes=(1024 4096 16384)
+stamp=$(tests/bench/stamp.sh)
+raw=$OUT/scale.txt
+: >"$raw"
+rc=0
+for n in "${sizes[@]}"; do
+  echo "coord_sim --members $n" >&2
+  "$SIM" --members "$n" --steady-s 5 --timeout-s 180 --rss-cap-mb "${SCALE_RSS_CAP_MB:-4096}" \
+    | tee -a "$raw" || rc=1
+done
+python3 - "$raw" "$stamp" >"$OUT/scale.md" <<'PY'
+import sys
+rows = [dict(kv.split("=", 1) for kv in line.split()) for line in open(sys.argv[1]) if "=" in line]
+print(sys.argv[2])
+print()
+print("| members | scenario | first view | last view | coordinator sent | coordinator CPU | RSS (peak) |")
+print("|---:|---|---:|---:|---:|---:|---:|")
+for r in rows:
+    if "stopped" in r:
+        print(f"| {r['members']} | {r['scenario']} | stopped: {r['stopped']} | | | | {r.get('coord_rss_mb','')} MB |")
+        continue
+    if r["scenario"] == "steady":
+        print(f"| {r['members']} | heartbeats, steady | | | {float(r['coord_bytes_per_s'])/1e6:.2f} MB/s | "
+              f"{r['coord_cpu_pct']}% of a core | {r['coord_rss_mb']} MB |")
+        continue
+    extra = f" ({r['dumps']} dumps)" if "dumps" in r else ""
+    print(f"| {r['members']} | {r['scenario']}{extra} | {r['first_view_ms']} ms | {r['last_view_ms']} ms | "
+          f"{int(r['coord_bytes'])/1e6:.2f} MB | {r['coord_cpu_ms']} ms | {r['coord_rss_mb']} ({r['coord_peak_rss_mb']}) MB |")
+PY
+cat "$OUT/scale.md"
+exit $rc

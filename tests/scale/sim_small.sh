@@ -1,0 +1,8 @@
+#!/bin/sh
+# sim_small.sh BUILD - the member simulator at 64 members, fast heartbeats:
+# the first epoch, a crash, a hang (every member uploads a dump) and a join,
+# each seen by every member with the size and order it should have. A
+# behaviour test: the timings it prints are not checked.
+set -eu
+BUILD=${1:?usage: sim_small.sh BUILD}
+exec "$BUILD/tests/scale/coord_sim" --members 64 --heartbeat-ms 500 --steady-s 1 --timeout-s 60
