@@ -72,6 +72,8 @@ typedef enum ftc__msg_type {
   FTC__MSG_JOIN,         /* rank -> coordinator: a standby member is ready to be admitted */
   FTC__MSG_PROSPECT,     /* coordinator -> rank: the epoch its standby members' joins would
                           * form, if nothing changes first (not an epoch) */
+  FTC__MSG_PROBE,        /* coordinator -> rank: try to reach the epoch's other members */
+  FTC__MSG_REACH,        /* rank -> coordinator: the members of an epoch it cannot reach */
   FTC__MSG_TYPE_COUNT
 } ftc__msg_type_t;
 
@@ -122,6 +124,9 @@ typedef struct ftc__hello {
   /* "standby": registered, not to be admitted (nor counted for the first
    * epoch) until a "join" (ftc_comm_create_begin); optional, 0: not said. */
   int standby;
+  /* "probes": this rank answers a "probe" with a "reach" (optional, 0:
+   * not said: an older rank, sent no probe). */
+  int probes;
   int64_t pid;                   /* optional, 0 if unknown */
   /* "dataplane": the data-plane protocol this rank speaks (FTC__TCP_PROTO,
    * tcp/tcp.h); optional, 0: not said (an older rank, or FTCOMM_BACKEND=nccl). */
@@ -171,7 +176,8 @@ typedef struct ftc__msg {
   int nmembers;
   ftc__wire_member_t *members;
   const char *backend; /* view: may be NULL; backend: the blob */
-  /* failure; member_ids (optional, nmember_ids == nranks) name the same ranks */
+  /* failure; member_ids (optional, nmember_ids == nranks) name the same ranks;
+   * reach: member_ids are the unreachable members (nranks 0) */
   int nranks;
   int *ranks;
   int nmember_ids;
@@ -238,6 +244,11 @@ json_t *ftc__proto_heartbeat_ready(uint64_t epoch, uint64_t ready);
 /* member_ids may be NULL; else n ids of the failed ranks in that epoch. */
 json_t *ftc__proto_failure(uint64_t epoch, const int *ranks, const uint64_t *member_ids, int n,
                            ftc_status_t why);
+/* A probe of `epoch`: the rank tries to connect to every other member's
+ * data-plane address and answers with a reach. */
+json_t *ftc__proto_probe(uint64_t epoch);
+/* The members of `epoch` (n ids) this rank could not connect to; n may be 0. */
+json_t *ftc__proto_reach(uint64_t epoch, const uint64_t *unreachable, int n);
 json_t *ftc__proto_leave(const char *reason);
 json_t *ftc__proto_dump_request(const char *incident, const char *reason, uint64_t epoch);
 json_t *ftc__proto_dump(const char *incident, int rank, uint64_t offset, uint64_t total,
