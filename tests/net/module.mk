@@ -18,3 +18,10 @@ TEST_SUITES += $(NET_FAULTS_SUITE)
 .PHONY: bench-net-faults
 bench-net-faults: $(BUILD)/bin/ftcomm-run $(BUILD)/bin/ftcomm-trainer
 	@FTC_NET_TRIALS=$${FTC_NET_TRIALS:-20} tests/net/faults.sh $(BUILD)
+
+# Allreduce behind tbf-limited links (1 and 5 Gbit/s), each rank in its own
+# namespace: ftcomm vs Open MPI TCP vs Gloo ring in one run, busbw as a
+# fraction of the link rate (tests/net/bandwidth.sh; docs/benchmarks.md).
+.PHONY: bench-net-bandwidth
+bench-net-bandwidth: $(BUILD)/bin/ftcomm-run $(BUILD)/bin/ftcomm-bench bench-bins
+	@tests/net/bandwidth.sh $(BUILD)
