@@ -24,7 +24,7 @@ ORDER = ["ftcomm-tcp", "openmpi-tcp", "openmpi-shm", "gloo-ring", "gloo-bcube", 
 NAMES = {"ftcomm-tcp": "ftcomm TCP", "openmpi-tcp": "Open MPI TCP",
          "openmpi-shm": "Open MPI shm", "gloo-ring": "Gloo ring",
          "gloo-bcube": "Gloo bcube", "gloo-hd": "Gloo hd",
-         "torch-ftcomm": "torch ftcomm", "torch-gloo": "torch gloo"}
+         "torch-ftcomm": "torch ftcomm", "torch-gloo": "torch gloo", "ftcomm-c": "ftcomm from C (torch job)"}
 MIB = 1 << 20
 
 
@@ -112,19 +112,28 @@ def read_status(out):
 
 
 def torch_section(md, rows, by, ranks, small):
-    """torch.distributed with the ftcomm backend against gloo's (same job), and
-    the binding's cost over libftcomm called from C (ftcomm-tcp, same run)."""
+    """torch.distributed with the ftcomm backend against gloo's and against
+    libftcomm called from C on the same communicator (ftcomm-c), all in one job
+    (tests/bench/torch/torch_bench.py: each row the median of interleaved
+    rounds); ftcomm-bench's own run (ftcomm-tcp) beside them. Several passes:
+    the median of the passes' rows."""
     if not any(r["system"] == "torch-ftcomm" for r in rows):
         return
     md.append("## Through torch.distributed (tests/bench/torch)")
     md.append("")
-    md.append("`dist.all_reduce` of f32 with the `ftcomm` backend and with `gloo`, both in one job "
-              "(best pass per size); binding = torch-ftcomm's time over ftcomm-bench's (libftcomm "
-              "from C) at the same size.")
+    md.append("`dist.all_reduce` of f32 (synchronous, in place) with the `ftcomm` backend and with "
+              "`gloo`, and `ftc_allreduce` called from C++ on the same communicator and tensor "
+              "(ftcomm-c), all in one job, each the median of interleaved rounds; binding = "
+              "torch-ftcomm's time over ftcomm-c's. bench us: ftcomm-bench in its own job.")
     md.append("")
 
-    def row(s, n, size):
-        return by.get((s, n, size))
+    def med(system, n, size, coll="allreduce"):
+        v = sorted(r["time_us"] for r in rows
+                   if r["system"] == system and r["ranks"] == n and r["size"] == size and r["collective"] == coll)
+        return v[len(v) // 2] if v else None
+
+    def busbw(t, n, size):
+        return None if t is None else size / t / 1e3 * (2 * (n - 1) / n if n > 1 else 1)
 
     for n in ranks:
         sizes = sorted({r["size"] for r in rows if r["ranks"] == n and r["system"] == "torch-ftcomm"})
@@ -132,37 +141,32 @@ def torch_section(md, rows, by, ranks, small):
             continue
         md.append("### %d ranks" % n)
         md.append("")
-        md.append("| size | ftcomm busbw | gloo busbw | ftcomm/gloo | ftcomm us | gloo us | C us | binding |")
-        md.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        md.append("| size | ftcomm busbw | gloo busbw | ftcomm/gloo | ftcomm us | gloo us | ftcomm-c us | binding "
+                  "| bench us |")
+        md.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for size in sizes:
-            f, g, c = row("torch-ftcomm", n, size), row("torch-gloo", n, size), row("ftcomm-tcp", n, size)
+            f, g, c, b = (med("torch-ftcomm", n, size), med("torch-gloo", n, size), med("ftcomm-c", n, size),
+                          med("ftcomm-tcp", n, size))
             bind = "-"
-            if f and c:
-                extra = f["time_us"] - c["time_us"]
-                bind = "%+.1f us" % extra if size < MIB else "%+.1f%%" % (100.0 * extra / c["time_us"])
-            md.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
-                human(size), fmt(f["busbw_GBps"] if f else None), fmt(g["busbw_GBps"] if g else None),
-                fmt(ratio(f["busbw_GBps"] if f else None, g["busbw_GBps"] if g else None), 2),
-                fmt(f["time_us"] if f else None, 1), fmt(g["time_us"] if g else None, 1),
-                fmt(c["time_us"] if c else None, 1), bind))
+            if f is not None and c is not None:
+                extra = f - c
+                bind = "%+.1f us" % extra if size < MIB else "%+.1f%%" % (100.0 * extra / c)
+            md.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                human(size), fmt(busbw(f, n, size)), fmt(busbw(g, n, size)), fmt(ratio(g, f), 2),
+                fmt(f, 1), fmt(g, 1), fmt(c, 1), bind, fmt(b, 1)))
         md.append("")
-    ddp = {}
-    for r in rows:
-        if r["collective"] == "ddp_step":
-            k = (r["system"], r["ranks"])
-            if k not in ddp or r["time_us"] < ddp[k]["time_us"]:
-                ddp[k] = r
+    ddp = {(r["system"], r["ranks"]): r["size"] for r in rows if r["collective"] == "ddp_step"}
     if ddp:
-        md.append("DDP step time (a 3-layer MLP of %s of f32 gradients, batch 32; best pass; ms):"
-                  % human(next(iter(ddp.values()))["size"]))
+        md.append("DDP step time (a 3-layer MLP of %s of f32 gradients, batch 32; median of interleaved "
+                  "rounds; ms):" % human(next(iter(ddp.values()))))
         md.append("")
         md.append("| ranks | ftcomm | gloo | ftcomm/gloo |")
         md.append("|---:|---:|---:|---:|")
         for n in ranks:
-            f, g = ddp.get(("ddp-ftcomm", n)), ddp.get(("ddp-gloo", n))
-            md.append("| %d | %s | %s | %s |" % (n, fmt(f["time_us"] / 1e3 if f else None, 2),
-                                               fmt(g["time_us"] / 1e3 if g else None, 2),
-                                               fmt(ratio(f["time_us"] if f else None, g["time_us"] if g else None), 2)))
+            f = med("ddp-ftcomm", n, ddp.get(("ddp-ftcomm", n)), "ddp_step")
+            g = med("ddp-gloo", n, ddp.get(("ddp-gloo", n)), "ddp_step")
+            md.append("| %d | %s | %s | %s |" % (n, fmt(f / 1e3 if f else None, 2), fmt(g / 1e3 if g else None, 2),
+                                               fmt(ratio(f, g), 2)))
         md.append("")
     md.append("Targets: busbw >= 1.3x gloo from 1 MiB, 8-byte latency <= 1/5 of gloo's, binding <= 5% "
               "from 1 MiB and <= 10 us at 8 B, DDP step <= gloo's.")

@@ -4,7 +4,8 @@
 # shared memory through vader) and Gloo (ring and bcube over TCP), all in this
 # one run on this host, plus the loopback-TCP and memcpy ceilings, and
 # allreduce and a DDP step through torch.distributed with the ftcomm backend
-# and with gloo (system "torch", tests/bench/torch/torch_bench.py); then
+# and with gloo (system "torch", tests/bench/torch/torch_bench.py: each size
+# and the DDP step timed in BENCH_TORCH_ROUNDS interleaved rounds, median); then
 # tests/bench/report.py turns the rows into build/bench/bench.md, bench.csv
 # and busbw.png, and the markdown is printed. Every run is bounded by a
 # timeout; a system that fails or is not built is reported, not hidden.
@@ -15,7 +16,7 @@
 # Knobs (environment): BENCH_RANKS ("2 4 8"), BENCH_MIN (8), BENCH_MAX (256M),
 # BENCH_FACTOR (4), BENCH_ITERS (20), BENCH_WARMUP (5), BENCH_ITER_BYTES (512M:
 # iterations at size s are min(iters, max(2, ITER_BYTES/s))), BENCH_REPEAT (2),
-# BENCH_SYSTEMS, BENCH_RUN_TIMEOUT (seconds per run, 600), BENCH_OUT,
+# BENCH_SYSTEMS, BENCH_TORCH_ROUNDS (5), BENCH_RUN_TIMEOUT (seconds per run, 600), BENCH_OUT,
 # BENCH_NICE (0; e.g. -10 as root runs every system above a busy host's
 # compile jobs, the same for all of them), BENCH_RECORDER (1; 0 skips the
 # recorder table of tests/bench/recorder/run.sh), BENCH_CONTROLLER (1; 0 skips
@@ -39,6 +40,7 @@ main() {
   REPEAT=${BENCH_REPEAT:-2}
   SYSTEMS=${BENCH_SYSTEMS:-ftcomm-tcp openmpi-tcp openmpi-shm gloo-ring gloo-bcube torch}
   TORCH_PY=${FTC_TORCH_VENV:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/ftcomm/torch-2.15.0}/bin/python
+  TORCH_ROUNDS=${BENCH_TORCH_ROUNDS:-5}
   RUN_TIMEOUT=${BENCH_RUN_TIMEOUT:-600}
   BB=$BUILD/bench
   NICE=${BENCH_NICE:-0}
@@ -87,7 +89,7 @@ main() {
         [ -x "$TORCH_PY" ] && [ -f "$BUILD/python/ftcomm/.built" ] || return 0
         echo "env PYTHONPATH=$BUILD/python OMP_NUM_THREADS=1 $BUILD/bin/ftcomm-run -q -n $n --timeout $RUN_TIMEOUT" \
           "-- $TORCH_PY tests/bench/torch/torch_bench.py -b $MIN -e $MAX -f $FACTOR -n $ITERS -w $WARMUP" \
-          "-I $ITER_BYTES --ddp-steps 20" ;;
+          "-I $ITER_BYTES -R $TORCH_ROUNDS --ddp-steps 10" ;;
       gloo-ring | gloo-bcube)
         [ -x "$BB/gloo_bench" ] || return 0
         echo "$BB/gloo_bench -N $n -A ${sys#gloo-} ${sweep[*]} -l $sys" ;;

@@ -77,6 +77,13 @@ def test_shrink_group_after_a_loss_goes_on_with_the_survivors():
     assert len(passes(out, "shrink")) == 2, out[-4000:]
 
 
+def test_reconfigure_shrinks_to_the_survivors_and_grows_with_a_replacement():
+    out = job(3, "reconfigure", env={"FTCOMM_TIMEOUT_MS": "10000"},
+              args=["--min-size", "2", "--replace", "--grace", "30"])
+    got = re.findall(r"^\[\d+\] PASS reconfigure rank (\d+) of 3( \(joiner\))?", out, re.M)
+    assert sorted(int(r) for r, _ in got) == [0, 1, 2] and sum(1 for _, j in got if j) == 1, out[-4000:]
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_ddp_trains_like_gloo(n):
     out = job(n, "ddp")

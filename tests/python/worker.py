@@ -9,8 +9,10 @@ process gives the reference results. Every rank prints one line
 raises, so the rank exits non-zero and ftcomm-run with it.
 """
 import os
+import signal
 import sys
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -485,6 +487,93 @@ def scenario_shrink(job):
     os._exit(0)
 
 
+def scenario_reconfigure(job):
+    """c10d's reconfigure API on ftcomm's recovery: the handles are exchanged while the
+    job is healthy; bad handles are refused; the last rank dies and the survivors
+    reconfigure to themselves (shrink), then to every slot again once ftcomm-run's
+    replacement joins (grow), which reconfigures from its first call. Needs
+    ftcomm-run --min-size N-1 --replace."""
+    joiner = os.environ.get("FTCOMM_JOINER") == "1"
+    if job is None:  # the replacement: no gloo group (the others make none now)
+        dist.init_process_group("ftcomm")
+    r, n = dist.get_rank(), dist.get_world_size()
+    assert dist._supports_reconfigure()
+    mine = dist._get_reconfigure_handle()
+    be = ftcomm.torch.backend_of()
+    assert mine.startswith("ftcomm:") and mine.endswith(f":{be.slot}"), (mine, be.slot)
+    if joiner:
+        # n is the grown size already: the coordinator admitted this process.
+        handles = {mine.rsplit(":", 1)[0] + f":{s}" for s in range(n)}
+        dist._reconfigure(uuid=3, handles=handles).wait()
+        assert dist.get_world_size() == n, dist.get_world_size()
+        checks = 1
+    else:
+        everyone = [None] * n
+        dist.all_gather_object(everyone, mine, group=job.gloo)
+        checks = 0
+        prefix = mine.rsplit(":", 1)[0]
+        for bad, what in ((everyone + [everyone[0]], "twice"), ([prefix + ":x"], "not an ftcomm handle"),
+                          (["ftcomm:other-job:0"] + everyone, "other-job"),
+                          ([h for h in everyone if h != mine], "not among the handles")):
+            try:
+                dist._reconfigure(uuid=100 + checks, handles=bad)
+                raise AssertionError(f"reconfigure with bad handles ({what}) went through")
+            except ValueError as e:
+                assert what in str(e), f"{what}: {e}"
+                checks += 1
+        # The same members: a step boundary, nothing changes.
+        dist._reconfigure(uuid=1, handles=set(everyone)).wait()
+        assert (dist.get_rank(), dist.get_world_size()) == (r, n)
+        try:
+            dist._reconfigure(uuid=1, handles=set(everyone))
+            raise AssertionError("a used uuid went through")
+        except ValueError as e:
+            assert "already used" in str(e), str(e)
+            checks += 1
+        dist.barrier()
+        if r == n - 1:
+            os.kill(os.getpid(), signal.SIGKILL)  # a crash: ftcomm-run starts a replacement
+        try:
+            for _ in range(200):
+                dist.all_reduce(torch.ones(1 << 14))
+            raise AssertionError("all_reduce went on after its peer died")
+        except ftcomm.FtcommError as e:
+            print(f"rank {r} got {type(e).__name__}", flush=True)
+        # Shrink: the survivors' handles.
+        dist._reconfigure(uuid=2, handles=set(everyone[:n - 1]), timeout=timedelta(seconds=60)).wait()
+        assert (dist.get_rank(), dist.get_world_size()) == (r, n - 1), (dist.get_rank(), dist.get_world_size())
+        t = torch.full((3,), float(r + 1))
+        dist.all_reduce(t)
+        assert torch.equal(t, torch.full((3,), float(sum(range(1, n))))), t
+        checks += 1
+        # Grow: every slot again, once the replacement of the lost one has joined.
+        dist._reconfigure(uuid=3, handles=set(everyone), timeout=timedelta(seconds=120)).wait()
+        assert (dist.get_rank(), dist.get_world_size()) == (r, n), (dist.get_rank(), dist.get_world_size())
+    # The grown group works, the replacement included.
+    t = torch.full((4,), float(dist.get_rank() + 1))
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((4,), float(n * (n + 1) // 2))), t
+    checks += 1
+    # An ordered list must be ftcomm's own order.
+    handles = [None] * n
+    dist.all_gather_object(handles, mine)
+    try:
+        dist._reconfigure(uuid=4, handles=handles[::-1])
+        raise AssertionError("a rank order other than ftcomm's went through")
+    except ftcomm.FtcommError as e:
+        assert "numbers the ranks itself" in str(e), str(e)
+        checks += 1
+    dist._reconfigure(uuid=5, handles=handles).wait()
+    assert dist.get_world_size() == n
+    print(f"PASS reconfigure rank {dist.get_rank()} of {n}{' (joiner)' if joiner else ''}: {checks} checks",
+          flush=True)
+    dist.destroy_process_group()
+    os._exit(0)
+
+
+scenario_reconfigure.own_init = "joiner"
+
+
 def scenario_ddp(job):
     """The same model trained with DDP over ftcomm and over gloo: same losses."""
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -553,4 +642,5 @@ def scenario_fsdp(job):
 if __name__ == "__main__":
     scenario = sys.argv[1]
     fn = globals()[f"scenario_{scenario}"]
-    fn(Job())
+    # A replacement admitted to a running job cannot make the gloo group that Job makes.
+    fn(None if getattr(fn, "own_init", None) == "joiner" and os.environ.get("FTCOMM_JOINER") == "1" else Job())

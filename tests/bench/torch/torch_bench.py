@@ -1,24 +1,37 @@
-"""allreduce through torch.distributed: the ftcomm backend against gloo, in one job.
+"""allreduce and a DDP step through torch.distributed: the ftcomm backend against gloo
+and against libftcomm called from C, in one job.
 
     ftcomm-run -n N -- python torch_bench.py [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS]
-                                             [-w WARMUP] [-I ITER_BYTES] [--ddp-steps S]
+                                             [-w WARMUP] [-I ITER_BYTES] [-R ROUNDS]
+                                             [--ddp-steps S]
 
 One rank of a job under ftcomm-run: the default group is ftcomm's, a gloo group of
-the same ranks runs in the same processes. For every size both are timed, one after
-the other (gloo first on odd sizes, so neither always runs on a warmer cache), with
-dist.all_reduce(t) (f32 sum, in place, synchronous), and rank 0 prints a row per
-system in ftcomm-bench's CSV format (tests/bench/report.py reads them): systems
-torch-ftcomm and torch-gloo; time is the slowest rank's mean; the first call's result
-is checked (#wrong). With --ddp-steps, rows "ddp-ftcomm" and "ddp-gloo" give the mean
-DDP training step time of one model (collective "ddp_step", size = gradient bytes).
+the same ranks runs in the same processes. Systems, all on the same tensor:
+  torch-ftcomm  dist.all_reduce(t) on the ftcomm group (f32 sum, in place, synchronous)
+  torch-gloo    the same on the gloo group
+  ftcomm-c      ftc_allreduce on the same communicator, called from C++ in a loop with
+                no torch in between (ftcomm._C._bench_allreduce): what the binding adds
+                is torch-ftcomm's time over this one, measured seconds apart.
+For every size each system is timed in ROUNDS rounds of ITERS calls, the systems in a
+different order each round (rotated, then reversed), so that a burst of other work on
+a shared host lands on all of them alike. A round's time is the slowest rank's mean per
+call; a row gives the median of the rounds (its "iters" is calls per round), and a line
+"#rounds,SYSTEM,RANKS,SIZE,t1,t2,..." keeps every round (us). Rows are in ftcomm-bench's
+CSV format (tests/bench/report.py reads them); the first call's result is checked
+(#wrong). With --ddp-steps, rows "ddp-ftcomm" and "ddp-gloo" give the median over rounds
+(2 ROUNDS + 1, at least 11, of S steps) of the DDP training step time of one model
+(collective "ddp_step", size = gradient bytes), both models built and warmed up first,
+then timed in alternating rounds.
 """
 import argparse
+import statistics
 import time
 
 import torch
 import torch.distributed as dist
 
 import ftcomm.torch  # noqa: F401
+from ftcomm import _C
 
 FIELDS = "system,collective,ranks,size,count,type,op,root,time_us,algbw_GBps,busbw_GBps,wrong,iters"
 
@@ -34,21 +47,35 @@ def slowest(gloo, v):
     return t.item()
 
 
-def time_allreduce(group, t, iters, warmup, n):
-    t.fill_(1.0)
-    dist.all_reduce(t, group=group)
-    wrong = int((t != float(n)).sum().item())
-    t.zero_()
-    for _ in range(warmup):
-        dist.all_reduce(t, group=group)
-    dist.barrier(group=group)
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        dist.all_reduce(t, group=group)
-    return (time.perf_counter() - t0) / iters, wrong
+def order_of(names, k):
+    """The systems' order in round k: rotated by k, reversed on odd rounds."""
+    r = k % len(names)
+    o = names[r:] + names[:r]
+    return o[::-1] if k % 2 else o
 
 
-def ddp_step_us(group, gloo, steps, rank):
+class Allreduce:
+    """One system's allreduce of t: call(iters) returns seconds per call."""
+
+    def __init__(self, name, group):
+        self.name, self.group = name, group
+
+    def once(self, t):
+        if self.group == "c":
+            _C._bench_allreduce(t, 1)
+        else:
+            dist.all_reduce(t, group=self.group)
+
+    def call(self, t, iters):
+        if self.group == "c":
+            return _C._bench_allreduce(t, iters)
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(t, group=self.group)
+        return (time.perf_counter() - t0) / iters
+
+
+def ddp_model(group):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.manual_seed(0)
@@ -56,23 +83,7 @@ def ddp_step_us(group, gloo, steps, rank):
                                 torch.nn.ReLU(), torch.nn.Linear(1024, 10))
     ddp = DDP(model, process_group=group)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    g = torch.Generator().manual_seed(rank)
-    x, y = torch.randn(32, 1024, generator=g), torch.randint(0, 10, (32,), generator=g)
-
-    def step():
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(ddp(x), y).backward()
-        opt.step()
-
-    for _ in range(3):
-        step()
-    dist.barrier(group=gloo)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step()
-    per = slowest(gloo, (time.perf_counter() - t0) / steps)
-    nbytes = sum(p.numel() * 4 for p in model.parameters())
-    return per * 1e6, nbytes
+    return ddp, opt, sum(p.numel() * 4 for p in model.parameters())
 
 
 def main():
@@ -83,43 +94,78 @@ def main():
     ap.add_argument("-n", type=int, default=20)
     ap.add_argument("-w", type=int, default=5)
     ap.add_argument("-I", type=size_arg, default=512 << 20)
-    ap.add_argument("--ddp-steps", type=int, default=0)
+    ap.add_argument("-R", type=int, default=5, help="rounds per size (median of them)")
+    ap.add_argument("--ddp-steps", type=int, default=0, help="DDP steps per round (0: no DDP rows)")
     a = ap.parse_args()
 
     dist.init_process_group("ftcomm")
     rank, n = dist.get_rank(), dist.get_world_size()
     gloo = dist.new_group(backend="gloo")
-    groups = {"torch-ftcomm": None, "torch-gloo": gloo}
+    systems = [Allreduce("torch-ftcomm", None), Allreduce("torch-gloo", gloo), Allreduce("ftcomm-c", "c")]
     if rank == 0:
         print(FIELDS, flush=True)
+
+    def emit(name, coll, size, count, rounds_us, wrong, iters, bus_factor):
+        per = statistics.median(rounds_us) / 1e6
+        alg = size / per / 1e9 if coll != "ddp_step" else 0
+        bus = alg * bus_factor
+        if rank == 0:
+            print(f"{name},{coll},{n},{size},{count},f32,sum,-1,{per * 1e6:.3f},{alg:.6f},{bus:.6f},"
+                  f"{wrong},{iters}", flush=True)
+            print(f"#rounds,{name},{n},{size}," + ",".join(f"{v:.3f}" for v in rounds_us), flush=True)
+
     size, k = a.b, 0
     while size <= a.e:
         count = max(1, size // 4)
+        nbytes = count * 4
         iters = min(a.n, max(2, a.I // size))
         warmup = min(a.w, iters)
         t = torch.empty(count, dtype=torch.float32)
-        order = list(groups.items())
-        if k % 2:
-            order.reverse()
-        for name, group in order:
-            per, wrong = time_allreduce(group, t, iters, warmup, n)
-            per = slowest(gloo, per)
-            wrong = int(slowest(gloo, wrong))
-            nbytes = count * 4
-            alg = nbytes / per / 1e9
-            bus = alg * 2 * (n - 1) / n if n > 1 else alg
-            if rank == 0:
-                print(f"{name},allreduce,{n},{nbytes},{count},f32,sum,-1,{per * 1e6:.3f},{alg:.6f},{bus:.6f},"
-                      f"{wrong},{iters}", flush=True)
+        wrong, rounds = {}, {s.name: [] for s in systems}
+        for s in systems:
+            t.fill_(1.0)
+            s.once(t)
+            wrong[s.name] = int(slowest(gloo, int((t != float(n)).sum().item())))
+            t.zero_()
+            for _ in range(warmup):
+                s.once(t)
+        for r in range(a.R):
+            for s in order_of(systems, r + k):
+                dist.barrier(group=gloo)
+                rounds[s.name].append(slowest(gloo, s.call(t, iters)) * 1e6)
+        for s in systems:
+            emit(s.name, "allreduce", nbytes, count, rounds[s.name], wrong[s.name], iters,
+                 2 * (n - 1) / n if n > 1 else 1)
         del t
         size *= a.f
         k += 1
+
     if a.ddp_steps:
-        for name, group in (("ddp-ftcomm", None), ("ddp-gloo", gloo)):
-            us, nbytes = ddp_step_us(group, gloo, a.ddp_steps, rank)
-            if rank == 0:
-                print(f"{name},ddp_step,{n},{nbytes},{nbytes // 4},f32,sum,-1,{us:.3f},0,0,0,{a.ddp_steps}",
-                      flush=True)
+        g = torch.Generator().manual_seed(rank)
+        x, y = torch.randn(32, 1024, generator=g), torch.randint(0, 10, (32,), generator=g)
+        models = {"ddp-ftcomm": ddp_model(None), "ddp-gloo": ddp_model(gloo)}
+
+        def step(ddp, opt):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(ddp(x), y).backward()
+            opt.step()
+
+        for ddp, opt, _ in models.values():
+            for _ in range(5):
+                step(ddp, opt)
+        rounds = {name: [] for name in models}
+        names = list(models)
+        for r in range(max(2 * a.R + 1, 11)):  # a step is noisier than a call: more rounds
+            for name in order_of(names, r):
+                ddp, opt, _ = models[name]
+                dist.barrier(group=gloo)
+                t0 = time.perf_counter()
+                for _ in range(a.ddp_steps):
+                    step(ddp, opt)
+                rounds[name].append(slowest(gloo, (time.perf_counter() - t0) / a.ddp_steps) * 1e6)
+        for name in names:
+            nbytes = models[name][2]
+            emit(name, "ddp_step", nbytes, nbytes // 4, rounds[name], 0, a.ddp_steps, 0)
     dist.destroy_process_group()
 
 

@@ -14,6 +14,7 @@
 #include <numeric>
 #include <set>
 #include <sstream>
+#include <variant>
 
 namespace ftcomm {
 
@@ -90,6 +91,7 @@ std::shared_ptr<Comm> create_comm() {
 std::shared_ptr<Comm> split_comm(Comm &parent, const std::vector<int> &ranks, int timeout_ms) {
   auto c = std::make_shared<Comm>();
   c->slot = parent.slot;
+  c->child = true;
   c->timeout_ms = parent.timeout_ms;
   c->job = parent.job;
   ftc_status_t st;
@@ -465,6 +467,137 @@ c10::intrusive_ptr<c10d::Backend> Backend::shrink(const std::vector<int64_t> &ra
   }
   return c10::make_intrusive<Backend>(comm_, info.rank, info.size, opts);
 }
+
+#ifdef C10D_BACKEND_HAS_RECONFIGURE
+namespace {
+
+/* The slot of an ftcomm handle ("ftcomm:<job>:<slot>") of job; throws
+ * ValueError naming what is wrong with it. */
+int handle_slot(const std::string &h, const std::string &job) {
+  static const std::string kPrefix = "ftcomm:";
+  size_t colon = h.rfind(':');
+  bool ok = h.compare(0, kPrefix.size(), kPrefix) == 0 && colon != std::string::npos &&
+            colon >= kPrefix.size() && colon + 1 < h.size() && colon + 1 + 9 >= h.size() &&
+            std::all_of(h.begin() + colon + 1, h.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  TORCH_CHECK_VALUE(ok, "ftcomm: reconfigure: '", h,
+                    "' is not an ftcomm handle (\"ftcomm:<job>:<slot>\", from get_reconfigure_handle())");
+  std::string hjob = h.substr(kPrefix.size(), colon - kPrefix.size());
+  TORCH_CHECK_VALUE(hjob == job, "ftcomm: reconfigure: handle '", h, "' is of job '", hjob,
+                    "', this process is in job '", job, "'");
+  return std::stoi(h.substr(colon + 1));
+}
+
+std::string slot_list(const std::vector<int> &slots) {
+  std::ostringstream m;
+  m << "[";
+  for (size_t i = 0; i < slots.size(); i++) m << (i ? ", " : "") << slots[i];
+  m << "]";
+  return m.str();
+}
+
+}  // namespace
+
+c10d::ReconfigureHandle Backend::get_reconfigure_handle() const {
+  return "ftcomm:" + comm_->job + ":" + std::to_string(comm_->slot);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::reconfigure(const c10d::ReconfigureOptions &opts) {
+  TORCH_CHECK_VALUE(!comm_->child, "ftcomm: reconfigure of a group made by new_group: reconfigure the default group;"
+                    " a group follows the job's epochs itself (make it again to include joiners)");
+  std::vector<c10d::ReconfigureHandle> handles;
+  std::visit([&](const auto &hs) { handles.assign(hs.begin(), hs.end()); }, opts.handles);
+  const bool ordered = std::holds_alternative<std::vector<c10d::ReconfigureHandle>>(opts.handles);
+  TORCH_CHECK_VALUE(!handles.empty(), "ftcomm: reconfigure needs the handles of the members (get_reconfigure_handle())");
+  std::vector<int> want;
+  std::set<int> want_set;
+  for (const auto &h : handles) {
+    int slot = handle_slot(h, comm_->job);
+    TORCH_CHECK_VALUE(want_set.insert(slot).second, "ftcomm: reconfigure: slot ", slot, " is in the handles twice");
+    want.push_back(slot);
+  }
+  TORCH_CHECK_VALUE(want_set.count(comm_->slot), "ftcomm: reconfigure: this process's handle '",
+                    get_reconfigure_handle(), "' is not among the handles: a process that the new configuration"
+                    " leaves out ends (destroy_process_group, exit), and the coordinator drops it");
+  {
+    std::lock_guard<std::mutex> l(comm_->mu);
+    TORCH_CHECK_VALUE(reconfigure_uuids_.insert(opts.uuid).second, "ftcomm: reconfigure uuid ", opts.uuid,
+                      " was already used on this group; pass a fresh one every time");
+  }
+  const auto timeout = opts.timeout.value_or(std::chrono::duration_cast<std::chrono::milliseconds>(options_->timeout));
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto left_ms = [&]() {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    return std::max(1, to_int_ms(left));
+  };
+  /* Each round is a step boundary of the job's communicator (a failed epoch
+   * recovers first), then an allgather of the members' slots and of whether
+   * each one's time is up: every member decides from the same data, so all
+   * go round again, succeed or fail together. */
+  for (;;) {
+    ftc_epoch_info_t info{};
+    ftc_status_t st;
+    std::vector<int32_t> got;
+    {
+      std::lock_guard<std::mutex> l(comm_->mu);
+      name_for_recorder("ftcomm:reconfigure");
+      st = ftc_comm_step(comm_->comm, left_ms(), &info);
+      if (st == FTC_ERR_PEER_LOST || st == FTC_ERR_TIMEOUT || st == FTC_ERR_REVOKED || st == FTC_ERR_MISMATCH)
+        st = ftc_comm_recover(comm_->comm, left_ms(), &info);
+      if (st == FTC_OK) {
+        int32_t mine[2] = {comm_->slot, std::chrono::steady_clock::now() >= deadline};
+        got.resize(2 * static_cast<size_t>(info.size));
+        st = ftc_allgather(mine, got.data(), 2, FTC_I32, comm_->comm, left_ms());
+      }
+    }
+    if (st != FTC_OK) {
+      last_error_.store(st);
+      throw_status(st, *comm_, "reconfigure");
+    }
+    follow_epoch(info.rank, info.size);
+    epoch_ = info.epoch;
+    seq_ = 0;
+    std::vector<int> have, extra, missing;
+    bool expired = false;
+    for (int r = 0; r < info.size; r++) {
+      have.push_back(got[2 * r]);
+      expired = expired || got[2 * r + 1];
+      if (!want_set.count(got[2 * r])) extra.push_back(got[2 * r]);
+    }
+    std::set<int> have_set(have.begin(), have.end());
+    for (int s : want)
+      if (!have_set.count(s)) missing.push_back(s);
+    std::ostringstream m;
+    m << "ftcomm: reconfigure: the job's epoch " << info.epoch << " has the slots " << slot_list(have)
+      << " (ranks 0.." << info.size - 1 << ")";
+    if (!extra.empty()) {
+      m << ", also " << slot_list(extra) << " that the handles leave out: ftcomm's coordinator decides membership;"
+        << " a healthy process leaves by ending (destroy_process_group, exit)";
+      throw FtcError(FTC_ERR_INVALID_ARGUMENT, m.str(), info.rank, comm_->slot, "reconfigure");
+    }
+    if (missing.empty()) {
+      if (ordered && have != want) {
+        m << "; the handles ask for the order " << slot_list(want) << ": ftcomm numbers the ranks itself (survivors"
+          << " in their old order, joiners after them); pass the handles as a set, or in that order";
+        throw FtcError(FTC_ERR_INVALID_ARGUMENT, m.str(), info.rank, comm_->slot, "reconfigure");
+      }
+      break;
+    }
+    if (expired) {
+      m << "; the slots " << slot_list(missing) << " in the handles did not join within " << timeout.count()
+        << " ms (a process joins when the coordinator admits it: ftcomm-run --replace, a TrainingJob's replacement)";
+      throw FtcError(FTC_ERR_TIMEOUT, m.str(), info.rank, comm_->slot, "reconfigure");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10)); /* a joiner on its way: ask again */
+  }
+  {
+    std::lock_guard<std::mutex> l(comm_->mu);
+    comm_->group_named = false;
+  }
+  auto fut = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+  fut->markCompleted(c10::IValue(std::vector<at::Tensor>()));
+  return c10d::Work::create_from_future(fut);
+}
+#endif
 
 void Backend::abort() {
   if (comm_ && comm_->comm) ftc_comm_abort(comm_->comm);

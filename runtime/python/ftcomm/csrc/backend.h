@@ -26,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,6 +51,7 @@ struct Comm {
   uint64_t moved_from = 0;
   std::vector<std::pair<int, int>> moved_lost; /* (rank, slot) */
   int moved_joined = 0;
+  bool child = false; /* made by split_comm (new_group), not the job's own */
   Comm() = default;
   Comm(const Comm &) = delete;
   Comm &operator=(const Comm &) = delete;
@@ -178,6 +180,13 @@ class Backend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t> &ranks_to_exclude, int shrink_flags,
                                            const c10::intrusive_ptr<c10d::Backend::Options> &opts_override) override;
   void setGroupUid(const std::string &uid) override;
+#ifdef C10D_BACKEND_HAS_RECONFIGURE
+  /* reconfigure: the job's next epoch, checked against the handles
+   * (docs/pytorch.md, "reconfigure"). A handle is "ftcomm:<job>:<slot>". */
+  bool supportsReconfigure() const override { return true; }
+  c10d::ReconfigureHandle get_reconfigure_handle() const override;
+  c10::intrusive_ptr<c10d::Work> reconfigure(const c10d::ReconfigureOptions &opts) override;
+#endif
   /* ftc_comm_recover: wait for the coordinator's next epoch of this group's
    * survivors; the (rank, slot) of those it lost since this group was made. */
   std::vector<std::pair<int, int>> recover(ftc_epoch_info_t *info, const char *what);
@@ -217,6 +226,7 @@ class Backend : public c10d::Backend {
   std::thread done_thread_;
   std::atomic<int> last_error_{FTC_OK};
   uint64_t epoch_ = 0; /* the communicator's epoch when this group was made */
+  std::set<int64_t> reconfigure_uuids_; /* used by reconfigure(), never again */
 };
 
 /* Raise the FtcError for a failed call on comm (message from ftc_last_error()). */

@@ -10,6 +10,7 @@
  */
 #include <torch/extension.h>
 
+#include <chrono>
 #include <mutex>
 
 #include "backend.h"
@@ -146,6 +147,30 @@ void shutdown_all() {
   for (auto &b : live) b->shutdown();
 }
 
+/* For tests/bench/torch: iters blocking ftc_allreduce calls (f32 sum, in
+ * place) of t on the job's communicator, from C++ with nothing of torch in
+ * between; seconds per call. The binding's cost is dist.all_reduce's time
+ * over this one, on the same communicator and buffer in the same run. */
+double bench_allreduce(at::Tensor t, int iters) {
+  auto c = world_comm(false);
+  TORCH_CHECK(c, "ftcomm: _bench_allreduce before init_process_group");
+  TORCH_CHECK_VALUE(t.device().is_cpu() && t.is_contiguous() && t.scalar_type() == at::kFloat && iters > 0,
+                    "ftcomm: _bench_allreduce takes a contiguous float32 CPU tensor and iters > 0");
+  void *p = t.data_ptr();
+  size_t n = static_cast<size_t>(t.numel());
+  py::gil_scoped_release nogil;
+  static const char kName[] = "ftcomm:bench_allreduce";
+  std::lock_guard<std::mutex> l(c->mu);
+  c->coll_name = kName;
+  ftc_comm_set_coll_name(c->comm, kName);
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; i++) {
+    ftc_status_t st = ftc_allreduce(p, p, n, FTC_F32, FTC_SUM, c->comm, FTC_TIMEOUT_DEFAULT);
+    if (st != FTC_OK) throw_status(st, *c, "_bench_allreduce (ftc_allreduce)");
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+}
+
 /* The Python exception class for a status, from ftcomm.errors. */
 py::object error_class(ftc_status_t st) {
   auto errors = py::module_::import("ftcomm.errors");
@@ -217,6 +242,8 @@ PYBIND11_MODULE(_C, m) {
         py::arg("timeout_s"), py::arg("group_name"));
   m.def("split_nonmember", &split_nonmember, py::arg("global_ranks"), py::arg("timeout_s"));
   m.def("shutdown_all", &shutdown_all);
+  m.def("_bench_allreduce", &bench_allreduce, py::arg("tensor"), py::arg("iters"),
+        "tests/bench/torch: seconds per blocking ftc_allreduce of tensor, called from C++.");
   register_recovery(m);
   m.def("status_names", []() {
     py::dict d;
