@@ -233,6 +233,42 @@ static void a_joiner_comes_whole_and_the_others_get_it_in_the_change(void **stat
   stop(&r);
 }
 
+/* A replacement takes the slot of the member it replaces in the same epoch
+ * (a job below its minimum waits for it): the change removes the old member
+ * and places the joiner at its rank, between the survivors around it. */
+static void a_joiner_in_the_slot_of_the_member_it_replaces_applies_in_one_change(void **state) {
+  (void)state;
+  ftc__wire_member_t base[3] = {{0, 0, 10, 1, "10.0.0.1:1", 2},
+                                {1, 1, 11, 1, "10.0.0.2:1", 2},
+                                {2, 2, 12, 1, "10.0.0.3:1", 2}};
+  ftc__wire_member_t want[3] = {{0, 0, 10, 1, "10.0.0.1:1", 2},
+                                {1, 1, 21, 2, "10.0.0.9:1", 1},
+                                {2, 2, 12, 1, "10.0.0.3:1", 2}};
+  uint64_t removed[1] = {11};
+  ftc__msg_t d = {.type = FTC__MSG_VIEW_DELTA, .epoch = 2, .base_epoch = 1, .view_size = 3,
+                  .view_hash = ftc__proto_view_hash(want, 3), .removed = removed, .nremoved = 1,
+                  .members = &want[1], .nmembers = 1};
+  ftc__wire_member_t *v = NULL;
+  int n = ftc__proto_view_apply(base, 3, &d, &v);
+  assert_int_equal(n, 3);
+  assert_same_view(v, n, want, 3);
+  ftc__free(v);
+  /* The same with the joiner in the last slot, and the first. */
+  for (int at = 0; at < 3; at += 2) {
+    ftc__wire_member_t w[3];
+    memcpy(w, base, sizeof(w));
+    w[at] = (ftc__wire_member_t){at, at, 30 + (uint64_t)at, 2, "10.0.0.8:1", 1};
+    uint64_t rm[1] = {base[at].member_id};
+    ftc__msg_t d2 = {.type = FTC__MSG_VIEW_DELTA, .epoch = 2, .base_epoch = 1, .view_size = 3,
+                     .view_hash = ftc__proto_view_hash(w, 3), .removed = rm, .nremoved = 1,
+                     .members = &w[at], .nmembers = 1};
+    n = ftc__proto_view_apply(base, 3, &d2, &v);
+    assert_int_equal(n, 3);
+    assert_same_view(v, n, w, 3);
+    ftc__free(v);
+  }
+}
+
 static void a_change_that_does_not_apply_is_refused_and_the_whole_view_follows_a_request(
     void **state) {
   (void)state;
@@ -293,6 +329,7 @@ int main(void) {
       cmocka_unit_test(ranks_that_say_delta_get_the_change_and_the_others_the_whole_view),
       cmocka_unit_test(every_member_holding_state_since_the_base_is_said_in_one_word),
       cmocka_unit_test(a_joiner_comes_whole_and_the_others_get_it_in_the_change),
+      cmocka_unit_test(a_joiner_in_the_slot_of_the_member_it_replaces_applies_in_one_change),
       cmocka_unit_test(
           a_change_that_does_not_apply_is_refused_and_the_whole_view_follows_a_request),
       cmocka_unit_test(a_change_that_is_malformed_is_refused_by_the_decoder),

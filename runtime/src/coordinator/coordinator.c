@@ -127,6 +127,9 @@ struct ftc__coord {
   int nleft, left_cap;
   struct drop_rec *drops; /* members of the epoch dropped since, and why: the next view says so */
   int ndrops, drops_cap;
+  struct drop_rec *epoch_drops; /* the current epoch's verdict, for a member that asks for it
+                                 * whole (view_request: a change did not apply there) */
+  int nepoch_drops;
   int lost_since_epoch; /* ... and not by a clean leave */
   uint64_t epoch, max_known_epoch, next_id;
   int formed; /* this coordinator has announced an epoch */
@@ -351,6 +354,8 @@ static int queue_ref(session_t *s, ftc__frame_t *f) {
   return 0;
 }
 
+static json_t *with_epoch_verdict(const ftc__coord_t *co, json_t *v);
+
 static void send_current_view(ftc__coord_t *co, session_t *s) {
   ftc__wire_member_t *wm = ftc__calloc((size_t)(co->view_n ? co->view_n : 1), sizeof(*wm));
   if (!wm) return;
@@ -362,7 +367,9 @@ static void send_current_view(ftc__coord_t *co, session_t *s) {
     }
     wm[r] = wire_member(m, r, m->joined_epoch);
   }
-  send_msg(s, ftc__proto_view(co->epoch, wm, co->view_n, NULL), 0);
+  /* With the verdict the epoch came with, so that a rank that asked for it
+   * whole records the same reasons as the others. */
+  send_msg(s, with_epoch_verdict(co, ftc__proto_view(co->epoch, wm, co->view_n, NULL)), 0);
   if (s->m) s->m->sent_epoch = co->epoch;
   ftc__free(wm);
   if (co->backend_blob && co->backend_epoch == co->epoch)
@@ -466,6 +473,18 @@ struct drop_rec {
   const char *reason; /* static */
   char detail[FTC__PROTO_MAX_DROP_DETAIL + 1];
 };
+
+/* v with the current epoch's verdict (out of memory: without it). */
+static json_t *with_epoch_verdict(const ftc__coord_t *co, json_t *v) {
+  if (!v || !co->nepoch_drops) return v;
+  ftc__wire_dropped_t *wd = ftc__calloc((size_t)co->nepoch_drops, sizeof(*wd));
+  for (int i = 0; wd && i < co->nepoch_drops; i++)
+    wd[i] = (ftc__wire_dropped_t){co->epoch_drops[i].id, co->epoch_drops[i].reason,
+                                  co->epoch_drops[i].detail};
+  if (wd) v = ftc__proto_view_dropped(v, wd, co->nepoch_drops);
+  ftc__free(wd);
+  return v;
+}
 
 static int session_gone(const struct member *m);
 static int64_t evidence_ns(const ftc__coord_t *co);
@@ -711,6 +730,12 @@ static void maybe_form_epoch(ftc__coord_t *co) {
   }
   co->nleft = 0;
   ftc__free(wd);
+  /* Kept for whoever asks for this epoch whole (out of memory: without it). */
+  struct drop_rec *kept = co->ndrops ? ftc__malloc((size_t)co->ndrops * sizeof(*kept)) : NULL;
+  if (kept) memcpy(kept, co->drops, (size_t)co->ndrops * sizeof(*kept));
+  ftc__free(co->epoch_drops);
+  co->epoch_drops = kept;
+  co->nepoch_drops = kept ? co->ndrops : 0;
   co->ndrops = 0;
   remember_sent(co, e, wm, n);
   ftc__free(wm);
@@ -1999,6 +2024,7 @@ static void coord_free(ftc__coord_t *co) {
   ftc__free(co->backend_blob);
   ftc__free(co->left_ids);
   ftc__free(co->drops);
+  ftc__free(co->epoch_drops);
   ftc__free(co->sent);
   pthread_mutex_destroy(&co->lock);
   free_config(co);

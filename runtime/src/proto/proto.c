@@ -329,14 +329,17 @@ int ftc__proto_view_apply(const ftc__wire_member_t *base, int n, const ftc__msg_
     memcpy(rd, d->ready_ids, (size_t)d->nready * sizeof(*rd));
     qsort(rm, (size_t)d->nremoved, sizeof(*rm), cmp_u64);
     qsort(rd, (size_t)d->nready, sizeof(*rd), cmp_u64);
-    /* Survivors keep their order; joiners go where their rank says. */
+    /* Survivors keep their order; joiners go where their rank says, before
+     * the next survivor (a removed member is passed first: a joiner often
+     * takes the slot of the member it replaces, which it cannot precede). */
     for (int i = 0; ok && i <= n; i++) {
+      if (i < n && has_id(rm, d->nremoved, base[i].member_id)) continue;
       while (ok && j < d->nmembers && d->members[j].rank == k) {
         ok = k < d->view_size && (i == n || d->members[j].slot < base[i].slot) &&
              (k == 0 || v[k - 1].slot < d->members[j].slot);
         if (ok) v[k++] = d->members[j++];
       }
-      if (!ok || i == n || has_id(rm, d->nremoved, base[i].member_id)) continue;
+      if (!ok || i == n) continue;
       ok = k < d->view_size && (k == 0 || v[k - 1].slot < base[i].slot);
       if (!ok) break;
       v[k] = base[i];
