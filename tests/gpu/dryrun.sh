@@ -26,6 +26,7 @@ for v in 2.32.3 2.26.5; do
   check "$log" "1 ranks: passed" "$v: 1 rank"
   check "$log" "ratio" "$v: busbw beside raw NCCL"
   check "$log" "public API: passed" "$v: the public API under ftcomm-run"
+  check "$log" "== PyTorch: skipped, .* has no torch that sees a GPU" "$v: the PyTorch step says why it is skipped"
   if [ "$v" = 2.32.3 ]; then
     check "$log" "epoch 2: 3 ranks by shrink" "$v: 4 ranks, shrink after the kill"
     check "$log" "epoch 3: 4 ranks by grow" "$v: grow back"

@@ -11,6 +11,11 @@
 #                   the version allows), grow a replacement back, and a full
 #                   re-init for comparison, with their latencies; then 2 ranks
 #                   again with FTCOMM_NCCL_RECOVERY=reinit (the fallback path)
+#     public API    ftcomm-run with FTCOMM_BACKEND=nccl and device memory
+#     PyTorch       the ftcomm package built against the image's torch, then
+#                   CUDA-tensor collectives and DDP over the NCCL path
+#                   (tests/gpu/torch_ddp.py; skipped when its Python has no
+#                   torch with CUDA: GPU_TORCH_PYTHON names another)
 #
 # Headers: nccl.h and the CUDA runtime headers from .deps/py (carried with
 # the tree: .deps/py/nvidia/nccl/include and .deps/py/nvidia/cu13/include,
@@ -151,6 +156,38 @@ else
   else
     sed 's/^/  | /' "$out/api.log" | tail -20
     say "  public API: FAILED"
+    fails=$((fails + 1))
+  fi
+fi
+# PyTorch: CUDA tensors and DDP on the ftcomm backend over the NCCL path
+# (tests/gpu/torch_ddp.py), with the image's torch (GPU_TORCH_PYTHON, else
+# python3); the package is built against it into $BUILD/python. A machine
+# whose Python has no torch with CUDA says so and skips it (not a failure).
+TPY=${GPU_TORCH_PYTHON:-python3}
+if ! "$TPY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+  say "== PyTorch: skipped, $TPY has no torch that sees a GPU (set GPU_TORCH_PYTHON)"
+elif [ "$(left)" -lt 90 ]; then
+  say "== PyTorch: skipped, out of time"
+  skipped=$((skipped + 1))
+elif ! timeout -k 5 "$(cap 240 60)" make -j"$(nproc)" --no-print-directory BUILD="$BUILD" NCCL_INCLUDE="$NCCL_INCLUDE" \
+    CUDA_INCLUDE="$CUDA_INCLUDE" TORCH_PY="$(command -v "$TPY")" "$BUILD/bin/ftcomm-run" python >"$out/torch-build.log" 2>&1; then
+  tail -20 "$out/torch-build.log" | sed 's/^/  | /'
+  say "== PyTorch: the package did not build against $TPY"
+  fails=$((fails + 1))
+elif [ "$(cap 120 5)" -lt 30 ]; then
+  say "== PyTorch: skipped, out of time after its build"
+  skipped=$((skipped + 1))
+else
+  t=$(cap 120 5)
+  say "== PyTorch: CUDA-tensor collectives and DDP, $api_ranks rank(s), FTCOMM_BACKEND=nccl (limit ${t}s)"
+  if FTCOMM_BACKEND=nccl FTCOMM_CONNECT_TIMEOUT_MS=60000 PYTHONPATH="$PWD/$BUILD/python" timeout -k 5 "$t" \
+      "$BUILD/bin/ftcomm-run" -q -n "$api_ranks" --timeout $((t - 5)) -- "$TPY" tests/gpu/torch_ddp.py \
+      >"$out/torch.log" 2>&1 && [ "$(grep -c 'PASS torch-cuda' "$out/torch.log")" -eq "$api_ranks" ]; then
+    grep 'PASS torch-cuda' "$out/torch.log" | sed 's/^/  /'
+    say "  PyTorch: passed"
+  else
+    sed 's/^/  | /' "$out/torch.log" | tail -30
+    say "  PyTorch: FAILED"
     fails=$((fails + 1))
   fi
 fi

@@ -5,6 +5,8 @@
 #include "backend.h"
 
 #include <ATen/core/ivalue.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/thread_name.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <strings.h>
 #include <set>
 #include <sstream>
 #include <variant>
@@ -68,6 +71,41 @@ void throw_status(ftc_status_t st, const Comm &c, const std::string &what) {
   std::rethrow_exception(error_of(st, c, what));
 }
 
+c10::Stream Comm::use_current_stream() {
+  c10::Stream s = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device);
+  void *h = s.native_handle();
+  /* torch's default stream is CUDA's legacy default stream (handle 0), which
+   * ftc_comm_set_stream would read as "the communicator's own": name it as
+   * cudaStreamLegacy. */
+  if (!h) h = reinterpret_cast<void *>(0x1);
+  if (h != stream) {
+    ftc_status_t st = ftc_comm_set_stream(comm, h);
+    if (st != FTC_OK) throw_status(st, *this, "ftc_comm_set_stream (torch's current CUDA stream)");
+    stream = h;
+  }
+  return s;
+}
+
+ftc_status_t host_call(Comm &c, const std::vector<std::pair<void *, size_t>> &bufs,
+                       const std::function<ftc_status_t(const std::vector<void *> &)> &fn) {
+  std::vector<void *> ptrs;
+  if (!c.on_device) {
+    for (auto &b : bufs) ptrs.push_back(b.first);
+    return fn(ptrs);
+  }
+  std::vector<at::Tensor> dev;
+  for (auto &b : bufs) {
+    auto host = at::from_blob(b.first, {static_cast<int64_t>(b.second)}, at::kByte);
+    dev.push_back(host.to(c.device));
+    ptrs.push_back(dev.back().data_ptr());
+  }
+  c.use_current_stream();
+  ftc_status_t st = fn(ptrs);
+  for (size_t i = 0; i < bufs.size(); i++)
+    at::from_blob(bufs[i].first, {static_cast<int64_t>(bufs[i].second)}, at::kByte).copy_(dev[i]);
+  return st;
+}
+
 std::shared_ptr<Comm> create_comm() {
   auto c = std::make_shared<Comm>();
   ftc_config_t cfg = FTC_CONFIG_INITIALIZER;
@@ -76,13 +114,27 @@ std::shared_ptr<Comm> create_comm() {
   c->slot = cfg.slot;
   c->timeout_ms = cfg.timeout_ms;
   c->job = cfg.job ? cfg.job : "";
-  /* CPU tensors need the TCP backend; "auto" would pick NCCL on a GPU host.
-   * CUDA tensors are staged through host memory (docs/pytorch.md). */
+  /* The job's communicator is one per process (one member of the job): on
+   * TCP unless FTCOMM_BACKEND=nccl says NCCL ("auto" would pick NCCL on any
+   * GPU host, for CPU tensors too). On TCP, CUDA tensors are staged through
+   * host memory; on NCCL, CPU tensors through the device (docs/pytorch.md). */
   const char *be = getenv("FTCOMM_BACKEND");
-  if (!be || !*be || strcmp(be, "auto") == 0) cfg.backend = "tcp";
-  TORCH_CHECK_VALUE(strcmp(cfg.backend, "tcp") == 0, "ftcomm: FTCOMM_BACKEND=", cfg.backend,
-                    ": the torch backend runs on ftcomm's tcp backend (CUDA tensors are staged through host"
-                    " memory); unset FTCOMM_BACKEND or set it to tcp or auto");
+  if (be && strcasecmp(be, "nccl") == 0) {
+    TORCH_CHECK_VALUE(c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA) &&
+                          c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->deviceCount() > 0,
+                      "ftcomm: FTCOMM_BACKEND=nccl, but torch sees no CUDA device: unset FTCOMM_BACKEND (CUDA"
+                      " tensors then go over TCP through host memory) or run where torch.cuda.is_available()");
+    c->on_device = true;
+    /* libftcomm uses the device current on this thread: torch.cuda.set_device(local_rank) before
+     * init_process_group, as for torch's NCCL backend. */
+    c->device = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice();
+  } else {
+    if (!be || !*be || strcmp(be, "auto") == 0) cfg.backend = "tcp";
+    TORCH_CHECK_VALUE(strcmp(cfg.backend, "tcp") == 0, "ftcomm: FTCOMM_BACKEND=", cfg.backend,
+                      ": the torch backend runs on ftcomm's tcp backend (CUDA tensors staged through host memory) or"
+                      " on its nccl backend (FTCOMM_BACKEND=nccl: CUDA tensors on torch's current stream); set tcp,"
+                      " auto, nccl or leave it unset");
+  }
   st = ftc_comm_create(&cfg, &c->comm);
   if (st != FTC_OK) throw_status(st, *c, "joining the job (ftc_comm_create)");
   return c;
@@ -92,6 +144,8 @@ std::shared_ptr<Comm> split_comm(Comm &parent, const std::vector<int> &ranks, in
   auto c = std::make_shared<Comm>();
   c->slot = parent.slot;
   c->child = true;
+  c->on_device = parent.on_device;
+  c->device = parent.device;
   c->timeout_ms = parent.timeout_ms;
   c->job = parent.job;
   ftc_status_t st;
@@ -181,7 +235,12 @@ Work::Work(int rank, c10d::OpType type, const char *title, std::string collectiv
       outputs_(std::move(outputs)),
       timeout_(timeout) {
   deadline_ = std::chrono::steady_clock::now() + timeout;
-  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+  /* A future of CUDA tensors names their devices, so that its users' streams
+   * wait for it as for torch's own backends' futures. */
+  std::vector<c10::Device> devices;
+  for (auto &o : outputs_)
+    if (o.defined() && o.is_cuda()) devices.push_back(o.device());
+  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()), devices);
 }
 
 Work::~Work() {
@@ -247,17 +306,22 @@ void Work::complete(std::exception_ptr err) {
 
 /* ---- launching an op ---- */
 
-/* Builds one op: stages tensors into contiguous (CPU) buffers, starts its
- * requests under the communicator's lock, and either waits for them here
- * (asyncOp false) or hands the Work to the completion thread. */
+/* Builds one op: stages tensors into contiguous buffers where libftcomm
+ * reads them (host memory on TCP, the communicator's device on NCCL), starts
+ * its requests under the communicator's lock, and either waits for them here
+ * (asyncOp false) or hands the Work to the completion thread. On NCCL the
+ * op runs on torch's current stream, which also orders the staging copies
+ * before it; results are copied out on that stream, synchronized before the
+ * Work completes (a completed Work's tensors are ready on any stream). */
 class Launch {
  public:
   Launch(Backend &be, c10d::OpType type, const char *title, const char *name, bool async,
          std::chrono::milliseconds op_timeout, std::vector<at::Tensor> outputs,
          const std::optional<std::vector<at::Tensor>> &inputs)
-      : be_(be), comm_(*be.comm()), async_(async), lock_(be.comm()->mu) {
+      : be_(be), comm_(*be.comm()), async_(async), lock_(be.comm()->mu), dev_(be.comm()->device) {
     auto t = be.timeout_of(op_timeout);
     be.name_for_recorder(title);
+    if (comm_.on_device) stream_ = comm_.use_current_stream();
     work_ = c10::make_intrusive<Work>(be.getRank(), type, title, name, std::move(outputs), t, inputs);
     work_->comm_ = be.comm();
     work_->slot_ = comm_.slot;
@@ -269,27 +333,31 @@ class Launch {
     wait_ms_ = (comm_.timeout_ms > 0 && t.count() >= comm_.timeout_ms) ? FTC_TIMEOUT_INFINITE : timeout_ms_;
   }
 
-  /* A contiguous CPU tensor with t's data, kept alive until the op ends. */
+  /* Where libftcomm reads and writes this op's buffers. */
+  at::Device device() const { return dev_; }
+
+  /* A contiguous tensor with t's data where libftcomm reads it, kept alive
+   * until the op ends. */
   at::Tensor in(const at::Tensor &t) {
-    at::Tensor c = t.is_cuda() ? t.to(at::kCPU).contiguous() : t.contiguous();
+    at::Tensor c = t.device() == dev_ ? t.contiguous() : t.to(dev_).contiguous();
     work_->keep_.push_back(c);
     return c;
   }
 
-  /* A contiguous CPU buffer to receive into t; copied into t after success
+  /* A contiguous buffer to receive into t; copied into t after success
    * unless it is t itself. With preload, it starts with t's data (in place). */
   at::Tensor out(const at::Tensor &t, bool preload) {
-    if (!t.is_cuda() && t.is_contiguous()) return t;
-    at::Tensor c = preload ? (t.is_cuda() ? t.to(at::kCPU).contiguous() : t.contiguous().clone())
-                           : at::empty(t.sizes(), t.options().device(at::kCPU));
+    if (t.device() == dev_ && t.is_contiguous()) return t;
+    at::Tensor c = preload ? (t.device() == dev_ ? t.contiguous().clone() : t.to(dev_).contiguous())
+                           : at::empty(t.sizes(), t.options().device(dev_));
     work_->keep_.push_back(c);
     copies_.emplace_back(t, c);
     return c;
   }
 
-  /* A scratch buffer of n elements like t, on the CPU. */
+  /* A scratch buffer of n elements like t, where libftcomm writes. */
   at::Tensor scratch(const at::Tensor &like, int64_t n) {
-    at::Tensor c = at::empty({n}, like.options().device(at::kCPU));
+    at::Tensor c = at::empty({n}, like.options().device(dev_));
     work_->keep_.push_back(c);
     return c;
   }
@@ -319,9 +387,14 @@ class Launch {
   c10::intrusive_ptr<c10d::Work> finish() {
     auto copies = std::move(copies_);
     auto posts = std::move(posts_);
-    work_->post_ = [copies, posts]() {
+    std::optional<c10::Stream> stream = stream_;
+    work_->post_ = [copies, posts, stream]() {
+      if (copies.empty() && posts.empty()) return;
+      std::optional<c10::StreamGuard> on;
+      if (stream) on.emplace(*stream);
       for (auto &p : posts) p();
       for (auto &c : copies) const_cast<at::Tensor &>(c.first).copy_(c.second);
+      if (stream) stream->synchronize();
     };
     if (async_) {
       lock_.unlock();
@@ -363,6 +436,8 @@ class Launch {
   bool async_;
   bool ran_blocking_ = false;
   std::unique_lock<std::mutex> lock_;
+  at::Device dev_;
+  std::optional<c10::Stream> stream_;
   c10::intrusive_ptr<Work> work_;
   std::string name_;
   int timeout_ms_ = 0, wait_ms_ = 0;
@@ -546,7 +621,10 @@ c10::intrusive_ptr<c10d::Work> Backend::reconfigure(const c10d::ReconfigureOptio
       if (st == FTC_OK) {
         int32_t mine[2] = {comm_->slot, std::chrono::steady_clock::now() >= deadline};
         got.resize(2 * static_cast<size_t>(info.size));
-        st = ftc_allgather(mine, got.data(), 2, FTC_I32, comm_->comm, left_ms());
+        st = host_call(*comm_, {{mine, sizeof(mine)}, {got.data(), got.size() * sizeof(int32_t)}},
+                       [&](const std::vector<void *> &b) {
+                         return ftc_allgather(b[0], b[1], 2, FTC_I32, comm_->comm, left_ms());
+                       });
       }
     }
     if (st != FTC_OK) {
@@ -691,7 +769,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce_coalesced(std::vector<at::Tens
            opts.asyncOp, opts.timeout, tensors, tensors);
   /* One allreduce of the tensors packed end to end. */
   std::vector<at::Tensor> flat;
-  for (auto &t : tensors) flat.push_back(t.reshape({-1}).to(at::kCPU));
+  for (auto &t : tensors) flat.push_back(t.reshape({-1}).to(L.device()));
   at::Tensor packed = at::cat(flat);
   L.in(packed);
   void *p = packed.data_ptr();
@@ -954,7 +1032,7 @@ c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor> &outputs
   at::Tensor packed;
   if (is_root) {
     std::vector<at::Tensor> flat;
-    for (auto &i : ins) flat.push_back(i.reshape({-1}).to(at::kCPU).view(at::kByte));
+    for (auto &i : ins) flat.push_back(i.reshape({-1}).to(L.device()).view(at::kByte));
     packed = at::cat(flat);
     L.in(packed);
   }
@@ -991,7 +1069,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor> &
   ftc_comm_t *c = L.comm();
   if (even) {
     std::vector<at::Tensor> flat;
-    for (auto &i : ins) flat.push_back(i.reshape({-1}).to(at::kCPU));
+    for (auto &i : ins) flat.push_back(i.reshape({-1}).to(L.device()));
     at::Tensor packed = at::cat(flat);
     L.in(packed);
     at::Tensor o = L.out(out, false);
@@ -1145,7 +1223,7 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall(std::vector<at::Tensor> &output
   std::vector<size_t> sc, rc;
   int64_t rtotal = 0;
   for (int j = 0; j < size; j++) {
-    flat.push_back(inputs[j].reshape({-1}).to(at::kCPU).view(at::kByte));
+    flat.push_back(inputs[j].reshape({-1}).to(L.device()).view(at::kByte));
     sc.push_back(inputs[j].nbytes());
     rc.push_back(outputs[j].nbytes());
     rtotal += outputs[j].nbytes();

@@ -18,6 +18,7 @@
  */
 #pragma once
 
+#include <c10/core/Stream.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
@@ -52,6 +53,13 @@ struct Comm {
   std::vector<std::pair<int, int>> moved_lost; /* (rank, slot) */
   int moved_joined = 0;
   bool child = false; /* made by split_comm (new_group), not the job's own */
+  /* On libftcomm's NCCL backend (FTCOMM_BACKEND=nccl) buffers are device
+   * memory of `device` (the CUDA device current when the job was joined)
+   * and collectives run on torch's current stream of it: `stream` is the
+   * one last given to ftc_comm_set_stream (under mu). */
+  bool on_device = false;
+  c10::Device device{c10::kCPU};
+  void *stream = nullptr;
   Comm() = default;
   Comm(const Comm &) = delete;
   Comm &operator=(const Comm &) = delete;
@@ -59,7 +67,16 @@ struct Comm {
   int rank() const;
   int size() const;
   uint64_t epoch() const;
+  /* On NCCL: the next calls run on torch's current stream of `device`, which
+   * is returned (under mu). */
+  c10::Stream use_current_stream();
 };
+
+/* A call of the binding's own (the rendezvous, reconfigure) on host buffers,
+ * under c.mu: fn gets pointers libftcomm can use on c (the buffers
+ * themselves on TCP; device copies on NCCL, copied back after). */
+ftc_status_t host_call(Comm &c, const std::vector<std::pair<void *, size_t>> &bufs,
+                       const std::function<ftc_status_t(const std::vector<void *> &)> &fn);
 
 /* Create the process's communicator from the FTCOMM_* environment (blocks
  * until the first epoch is connected). Throws FtcError on failure. */

@@ -70,11 +70,16 @@ std::string world_broadcast(const std::string &s, int root) {
     std::lock_guard<std::mutex> l(c->mu);
     c->coll_name = kName;
     ftc_comm_set_coll_name(c->comm, kName);
-    ftc_status_t st = ftc_broadcast(&len, 1, FTC_I64, root, c->comm, FTC_TIMEOUT_DEFAULT);
+    ftc_status_t st = host_call(*c, {{&len, sizeof(len)}}, [&](const std::vector<void *> &b) {
+      return ftc_broadcast(b[0], 1, FTC_I64, root, c->comm, FTC_TIMEOUT_DEFAULT);
+    });
     if (st != FTC_OK) throw_status(st, *c, "broadcast of the rendezvous");
     out = s;
     out.resize(len);
-    if (len) st = ftc_broadcast(&out[0], len, FTC_U8, root, c->comm, FTC_TIMEOUT_DEFAULT);
+    if (len)
+      st = host_call(*c, {{&out[0], len}}, [&](const std::vector<void *> &b) {
+        return ftc_broadcast(b[0], len, FTC_U8, root, c->comm, FTC_TIMEOUT_DEFAULT);
+      });
     if (st != FTC_OK) throw_status(st, *c, "broadcast of the rendezvous");
   }
   return out;
@@ -154,6 +159,7 @@ void shutdown_all() {
 double bench_allreduce(at::Tensor t, int iters) {
   auto c = world_comm(false);
   TORCH_CHECK(c, "ftcomm: _bench_allreduce before init_process_group");
+  TORCH_CHECK_VALUE(!c->on_device, "ftcomm: _bench_allreduce runs on the tcp backend (host memory)");
   TORCH_CHECK_VALUE(t.device().is_cpu() && t.is_contiguous() && t.scalar_type() == at::kFloat && iters > 0,
                     "ftcomm: _bench_allreduce takes a contiguous float32 CPU tensor and iters > 0");
   void *p = t.data_ptr();
