@@ -2,9 +2,9 @@
  * load.c - finds and reads the dumps of a directory for ftcomm-trace.
  *
  * Every regular file that is not hidden is tried, on a few threads: a
- * pickle (PyTorch's own dumps) goes to the pickle reader; otherwise the
- * fast ftcomm reader first, then the PyTorch Flight Recorder JSON reader
- * (jansson). A file that is
+ * pickle (PyTorch's own dumps) goes to the pickle reader; JSON whose first
+ * key only PyTorch writes to the PyTorch Flight Recorder JSON reader; other
+ * JSON to the fast ftcomm reader first, then the PyTorch reader. A file that is
  * broken (not JSON, truncated, a newer format) is kept in the list of bad
  * files with the reason, by name, and the others are still analyzed. When
  * a rank left several dumps, the newest one counts and the others are
@@ -61,6 +61,7 @@ char *tr_xstrndup(const char *s, size_t n) {
 /* Interned names, shared by the loader threads. Readers cache the index
  * they got, so the lock is taken a few times per file. */
 static char *interned[256];
+static size_t interned_len[256];
 static int ninterned;
 static pthread_mutex_t intern_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -68,9 +69,10 @@ int tr_intern(const char *s, size_t n) {
   pthread_mutex_lock(&intern_lock);
   int i;
   for (i = 0; i < ninterned; i++)
-    if (strlen(interned[i]) == n && !memcmp(interned[i], s, n)) break;
+    if (interned_len[i] == n && !memcmp(interned[i], s, n)) break;
   if (i == ninterned && ninterned < 255) {
     interned[i] = tr_xstrndup(s, n);
+    interned_len[i] = n;
     __atomic_store_n(&ninterned, i + 1, __ATOMIC_RELEASE);
   }
   /* At 255 names, index 255 stands for "other". */
@@ -230,6 +232,26 @@ typedef struct job {
   char (*why)[512];
 } job_t;
 
+/* Whether buf is JSON whose first key is one only PyTorch's dumps have
+ * (nlohmann writes keys sorted: "comm_lib_version" comes first), read
+ * without changing buf: such a file goes to the PyTorch reader at once,
+ * not through the ftcomm reader, which changes the text it reads. */
+static int pytorch_json_first(const char *buf, size_t len) {
+  static const char *const keys[] = {"comm_lib_version", "entries", "nccl_comm_state", "pg_config",
+                                     "pg_status"};
+  const char *p = buf, *end = buf + len;
+  while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+  if (p == end || *p++ != '{') return 0;
+  while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+  if (p == end || *p++ != '"') return 0;
+  const char *k = p;
+  while (p < end && *p != '"' && *p != '\\') p++;
+  if (p == end || *p != '"') return 0;
+  for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+    if ((size_t)(p - k) == strlen(keys[i]) && !memcmp(k, keys[i], (size_t)(p - k))) return 1;
+  return 0;
+}
+
 static int load_one(const char *dir, const char *name, tr_dump_t *d, char *why, size_t whylen,
                     char **buf, size_t *bufcap) {
   char path[4096];
@@ -244,11 +266,17 @@ static int load_one(const char *dir, const char *name, tr_dump_t *d, char *why, 
   memset(d, 0, sizeof(*d));
   why[0] = '\0';
   if (read_file(path, buf, bufcap, &len, why, whylen) < 0) return F_BAD;
-  int rc;
+  int rc, pytorch = 0;
   if (len && (unsigned char)(*buf)[0] == 0x80) /* PROTO: a pickle, as PyTorch writes on a timeout */
     rc = tr_parse_pytorch_pickle((const unsigned char *)*buf, len, rank_from_name(name), d, why, whylen);
+  else if ((pytorch = pytorch_json_first(*buf, len)))
+    rc = tr_parse_pytorch(*buf, len, rank_from_name(name), d, why, whylen);
   else rc = tr_parse_ftcomm(*buf, len, d, why, whylen);
-  if (rc == 1) {
+  if (rc == 1 && pytorch) {
+    dump_free(d);
+    snprintf(why, whylen, "not a flight-recorder dump (ignored)");
+    return F_IGNORED;
+  } else if (rc == 1) {
     /* Not ours. The fast reader may have unescaped strings in place: read
      * the file again for jansson. */
     dump_free(d);

@@ -590,7 +590,7 @@ int tr_parse_ftcomm(char *buf, size_t len, tr_dump_t *d, char *why, size_t whyle
   cols_t cols = {.n = -1};
   /* Kept across the longjmp of a parse error. */
   char *volatile comms_at = NULL;
-  volatile int is_ftcomm = 0, foreign = 0;
+  volatile int is_ftcomm = 0;
   d->rank = d->world_size = -1;
   d->epoch = -1;
   if (setjmp(P.fail)) return -1;
@@ -647,8 +647,9 @@ int tr_parse_ftcomm(char *buf, size_t len, tr_dump_t *d, char *why, size_t whyle
           skip(&P, 0);
         }
       } else {
+        /* A PyTorch dump: no need to read on (the PyTorch reader checks it whole). */
         if (!strcmp(k, "pg_config") || !strcmp(k, "pg_status") || !strcmp(k, "nccl_comm_state"))
-          foreign = 1;
+          return 1;
         skip(&P, 0);
       }
     } while (more(&P, '}'));
@@ -657,7 +658,7 @@ int tr_parse_ftcomm(char *buf, size_t len, tr_dump_t *d, char *why, size_t whyle
   }
   ws(&P);
   if (P.p != P.end) fail(&P, "text after the end of the top-level object");
-  if (!is_ftcomm || foreign) return 1;
+  if (!is_ftcomm) return 1;
   int major = atoi(d->version);
   if (!d->version[0] || major < 1) {
     snprintf(why, whylen, "dump format version \"%s\" is not valid (want \"%d.x\")", d->version,

@@ -145,6 +145,55 @@ static int max_rank_in(const char *ranks) {
   return best;
 }
 
+/* The members of an entry this reader uses, found in one pass over its
+ * keys (a key given twice: the last counts, as in tv_get). An entry has
+ * some 20 keys: a lookup per member would compare hundreds of them. */
+typedef struct ent_fields {
+  tv_t *process_group, *profiling_name, *is_p2p, *p2p_seq_id, *collective_seq_id, *input_dtypes,
+      *input_sizes, *time_created_ns, *time_discovered_started_ns, *time_discovered_completed_ns,
+      *duration_ms, *timeout_ms, *state, *retired;
+} ent_fields_t;
+
+#define FIELD(lit, member)                                            \
+  if (kn == sizeof(lit) - 1 && !memcmp(k, lit, sizeof(lit) - 1)) { \
+    f->member = v;                                                    \
+    continue;                                                         \
+  }
+
+static void ent_fields(const tv_t *e, ent_fields_t *f) {
+  memset(f, 0, sizeof(*f));
+  if (!e || e->type != TV_DICT) return;
+  for (uint32_t i = 0; i < e->n; i++) {
+    const char *k = e->u.kv[i].k;
+    size_t kn = e->u.kv[i].kn;
+    tv_t *v = e->u.kv[i].v;
+    switch (k[0]) {
+      case 'c': FIELD("collective_seq_id", collective_seq_id); break;
+      case 'd': FIELD("duration_ms", duration_ms); break;
+      case 'i':
+        FIELD("input_sizes", input_sizes);
+        FIELD("input_dtypes", input_dtypes);
+        FIELD("is_p2p", is_p2p);
+        break;
+      case 'p':
+        FIELD("process_group", process_group);
+        FIELD("profiling_name", profiling_name);
+        FIELD("p2p_seq_id", p2p_seq_id);
+        break;
+      case 'r': FIELD("retired", retired); break;
+      case 's': FIELD("state", state); break;
+      case 't':
+        FIELD("time_created_ns", time_created_ns);
+        FIELD("time_discovered_started_ns", time_discovered_started_ns);
+        FIELD("time_discovered_completed_ns", time_discovered_completed_ns);
+        FIELD("timeout_ms", timeout_ms);
+        break;
+      default: break;
+    }
+  }
+}
+#undef FIELD
+
 /* Reads a dump's tree (root: a borrowed reference; 1 when it is no Flight
  * Recorder dump). */
 static int from_tree(tv_t *root, int rank, tr_dump_t *d, char *why, size_t whylen) {
@@ -200,50 +249,64 @@ static int from_tree(tv_t *root, int rank, tr_dump_t *d, char *why, size_t whyle
   tv_t *gv;
   size_t gi;
   DICT_FOREACH(pg_config, gname, gv, gi) if (*gname) comm_for(d, &cap, gname, NULL, pg_config);
+  /* The last names seen and their interned indices: a pickle's memo shares
+   * one string among entries, JSON repeats it; either way few are distinct. */
+  const char *last_pname = NULL, *last_dt = NULL;
+  int pname_op = 0, pname_idx = 0, dt_idx = 0, pname_p2p = 0;
   LIST_FOREACH(entries, i, e) {
-    tv_t *pg = TV_GET(e, "process_group");
-    const char *name = tv_str(tv_at(pg, 0));
+    ent_fields_t f;
+    ent_fields(e, &f);
+    const char *name = tv_str(tv_at(f.process_group, 0));
     if (!name) {
       snprintf(why, whylen, "entry %zu has no process_group", i);
       return -1;
     }
-    tr_comm_t *c = comm_for(d, &cap, name, tv_str(tv_at(pg, 1)), pg_config);
+    tr_comm_t *c = comm_for(d, &cap, name, tv_str(tv_at(f.process_group, 1)), pg_config);
     if (c->n == c->cap_e) {
       c->cap_e = c->cap_e ? 2 * c->cap_e : 64;
       c->e = tr_xrealloc(c->e, c->cap_e * sizeof(*c->e));
     }
     tr_entry_t *t = &c->e[c->n++];
     memset(t, 0, sizeof(*t));
-    const char *pname = tv_str(TV_GET(e, "profiling_name"));
-    const char *op = map_op(pname ? pname : "unknown");
-    t->op = (uint8_t)tr_intern(op, strlen(op));
-    if (pname && *pname) t->name = (uint32_t)tr_intern(pname, strlen(pname)) + 1; /* shown beside op */
-    t->p2p = tv_is_true(tv_get(e, "is_p2p")) || !strcmp(op, "send") || !strcmp(op, "recv");
-    t->seq = (uint64_t)int_of(tv_get(e, t->p2p ? "p2p_seq_id" : "collective_seq_id"), 0);
-    const char *dt = tv_str(tv_at(TV_GET(e, "input_dtypes"), 0));
-    t->dtype = (uint8_t)tr_intern(dt ? dt : "none", strlen(dt ? dt : "none"));
-    t->count = elements(TV_GET(e, "input_sizes"));
+    const char *pname = tv_str(f.profiling_name);
+    if (!last_pname || !pname || (pname != last_pname && strcmp(pname, last_pname))) {
+      const char *op = map_op(pname ? pname : "unknown");
+      pname_op = tr_intern(op, strlen(op));
+      pname_idx = pname && *pname ? tr_intern(pname, strlen(pname)) + 1 : 0; /* shown beside op */
+      pname_p2p = !strcmp(op, "send") || !strcmp(op, "recv");
+      last_pname = pname;
+    }
+    t->op = (uint8_t)pname_op;
+    t->name = (uint32_t)pname_idx;
+    t->p2p = tv_is_true(f.is_p2p) || pname_p2p;
+    t->seq = (uint64_t)int_of(t->p2p ? f.p2p_seq_id : f.collective_seq_id, 0);
+    const char *dt = tv_str(tv_at(f.input_dtypes, 0));
+    if (!dt) dt = "none";
+    if (!last_dt || (dt != last_dt && strcmp(dt, last_dt))) {
+      dt_idx = tr_intern(dt, strlen(dt));
+      last_dt = dt;
+    }
+    t->dtype = (uint8_t)dt_idx;
+    t->count = elements(f.input_sizes);
     t->peer = -1;
     t->rank = c->rank;
     t->size = c->size;
-    t->t_created = int_of(TV_GET(e, "time_created_ns"), 0);
+    t->t_created = int_of(f.time_created_ns, 0);
     if (t->t_created > d->trigger_wall_ns) d->trigger_wall_ns = t->t_created;
-    t->t_started = int_of(TV_GET(e, "time_discovered_started_ns"), 0);
-    t->t_completed = int_of(TV_GET(e, "time_discovered_completed_ns"), 0);
+    t->t_started = int_of(f.time_discovered_started_ns, 0);
+    t->t_completed = int_of(f.time_discovered_completed_ns, 0);
     /* With timing on, duration_ms measures the kernel: prefer it. */
-    tv_t *dur = TV_GET(e, "duration_ms");
-    int64_t dur_ns = tv_is_number(dur) ? int_of_real(tv_number(dur) * 1e6, -1) : -1;
+    int64_t dur_ns = tv_is_number(f.duration_ms) ? int_of_real(tv_number(f.duration_ms) * 1e6, -1) : -1;
     if (dur_ns >= 0 && t->t_started && dur_ns <= INT64_MAX - t->t_started) t->t_completed = t->t_started + dur_ns;
-    tv_t *tmo = TV_GET(e, "timeout_ms");
-    t->timeout_ns = tv_is_number(tmo) ? int_of_real(tv_number(tmo) * 1e6, -1) : -1;
-    const char *state = tv_str(TV_GET(e, "state"));
+    t->timeout_ns = tv_is_number(f.timeout_ms) ? int_of_real(tv_number(f.timeout_ms) * 1e6, -1) : -1;
+    const char *state = tv_str(f.state);
     t->state = !state ? TR_SCHEDULED
                : !strcmp(state, "completed") ? TR_COMPLETED
                : !strcmp(state, "started") ? TR_STARTED
                : TR_SCHEDULED;
     /* A retired entry has completed: the recorder retires an entry when
      * its work ends; gloo never moves "state" past "scheduled". */
-    if (tv_is_true(TV_GET(e, "retired"))) t->state = TR_COMPLETED;
+    if (tv_is_true(f.retired)) t->state = TR_COMPLETED;
   }
   /* pg_status is keyed by the rank-local pg_id: find each id's group name
    * through the entries. */

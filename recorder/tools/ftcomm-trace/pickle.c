@@ -202,6 +202,7 @@ static int push_bytes(pk_t *P, size_t n) {
     s = tv_new(P->a, TV_STR);
     s->u.s = u;
     s->n = (uint32_t)k;
+    s->cap = memchr(u, 0, k) ? 1 : 0;
   }
   P->p += n;
   return push(P, s);
@@ -282,7 +283,10 @@ static int set_item(pk_t *P, tv_t *dict, tv_t *k, tv_t *v) {
   const char *key;
   size_t klen;
   switch (k->type) {
-    case TV_STR: key = k->u.s; klen = k->n; break;
+    case TV_STR: /* the key string is in the arena already, and usually memoized: not copied */
+      if (k->cap) return failf(P, "a dict key with a NUL character", NULL);
+      if (tv_set_borrowed(P->a, dict, k->u.s, k->n, v) < 0) return failf(P, "a dict of 2^32 items", NULL);
+      return nest(P, dict, v);
     case TV_INT: klen = (size_t)snprintf(num, sizeof(num), "%lld", (long long)k->u.i), key = num; break;
     case TV_TRUE: key = "True", klen = 4; break;
     case TV_FALSE: key = "False", klen = 5; break;

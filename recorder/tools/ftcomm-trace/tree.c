@@ -109,6 +109,7 @@ tv_t *tv_strn(tv_arena_t *a, const char *s, size_t n) {
   c[n] = '\0';
   t->u.s = c;
   t->n = (uint32_t)n;
+  t->cap = n && memchr(c, 0, n) ? 1 : 0;
   return t;
 }
 
@@ -137,6 +138,14 @@ int tv_set(tv_arena_t *a, tv_t *d, const char *key, size_t klen, tv_t *v) {
   k[klen] = '\0';
   d->u.kv = grow(a, d, d->u.kv, sizeof(*d->u.kv));
   d->u.kv[d->n++] = (tv_kv_t){k, klen, v};
+  if (v->type == TV_LIST || v->type == TV_DICT) d->kids = 1;
+  return 0;
+}
+
+int tv_set_borrowed(tv_arena_t *a, tv_t *d, const char *key, size_t klen, tv_t *v) {
+  if (d->type != TV_DICT || d->n == UINT32_MAX) return -1;
+  d->u.kv = grow(a, d, d->u.kv, sizeof(*d->u.kv));
+  d->u.kv[d->n++] = (tv_kv_t){key, klen, v};
   if (v->type == TV_LIST || v->type == TV_DICT) d->kids = 1;
   return 0;
 }

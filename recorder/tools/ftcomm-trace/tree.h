@@ -28,7 +28,8 @@ struct tv {
   uint8_t kids;   /* a list or dict with a list or dict in it */
   uint8_t inside; /* the pickle reader put it in a container */
   int32_t height; /* levels of containers at and below this one, once checked */
-  uint32_t n, cap; /* string length; items of a list or dict */
+  uint32_t n, cap; /* string length, and 1 when it holds a NUL (tv_strn);
+                    * items of a list or dict, and room for them */
   union {
     int64_t i;
     double d;
@@ -56,6 +57,10 @@ tv_t *tv_strn(tv_arena_t *a, const char *s, size_t n);
 int tv_append(tv_arena_t *a, tv_t *l, tv_t *v);
 /* Sets key (NUL-terminated, copied) to v in dict d. */
 int tv_set(tv_arena_t *a, tv_t *d, const char *key, size_t klen, tv_t *v);
+
+/* The same with key not copied: it must live as long as the tree (a
+ * string of the same arena, or a literal). */
+int tv_set_borrowed(tv_arena_t *a, tv_t *d, const char *key, size_t klen, tv_t *v);
 
 /* Lookups: NULL when t is not of the right type or has no such item. */
 tv_t *tv_get(const tv_t *dict, const char *key);
