@@ -170,7 +170,7 @@ static int sum_check(job_t *job, ftc_comm_t *comm, int slot, int size) {
 /* ---- a lost rank, the shrink, the grow ---- */
 
 static int lost_then_grow_body(job_t *job, ftc_comm_t *comm, int slot) {
-  ftc_epoch_info_t info;
+  ftc_epoch_info_t info = FTC_EPOCH_INFO_INIT;
   ftc_status_t st;
   /* A step boundary first: each rank then holds the application's state
    * in the coordinator's eyes (its ready goes ahead of the failure report
@@ -227,7 +227,7 @@ static int lost_then_grow_body(job_t *job, ftc_comm_t *comm, int slot) {
 }
 
 static int joiner_body(job_t *job, ftc_comm_t *comm, int slot) {
-  ftc_epoch_info_t info;
+  ftc_epoch_info_t info = FTC_EPOCH_INFO_INIT;
   ftc_status_t st = ftc_comm_step(comm, 10000, &info);
   CHECK(st == FTC_OK && info.changed && info.joiner && info.size == N && info.rank == N - 1,
         "the joiner's first step", st);
@@ -263,7 +263,7 @@ static void a_lost_rank_is_shrunk_away_and_a_joiner_grows_the_epoch_back(void **
 /* ---- a revoke ---- */
 
 static int revoke_body(job_t *job, ftc_comm_t *comm, int slot) {
-  ftc_epoch_info_t info;
+  ftc_epoch_info_t info = FTC_EPOCH_INFO_INIT;
   if (sum_check(job, comm, slot, N)) return 1;
   if (slot == N - 1) {
     /* Hung: it takes part in nothing more; its session lives until the
