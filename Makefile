@@ -37,7 +37,7 @@ else
   say := @printf '  %-7s %s\n'
 endif
 
-WARN := -Wall -Wextra -Wvla -Wstrict-prototypes -Wshadow -Wno-missing-field-initializers -Werror
+WARN := -Wall -Wextra -Wvla -Wstrict-prototypes -Wmissing-prototypes -Wshadow -Wno-missing-field-initializers -Werror
 CPPFLAGS_ALL := -D_GNU_SOURCE -Icommon -Iruntime/include -Irecorder/include $(CPPFLAGS)
 CFLAGS_ALL := -std=gnu11 $(WARN) -fPIC -fvisibility=hidden -pthread -MMD -MP
 CXXFLAGS_ALL := -std=c++17 -Wall -Wextra -Werror -fPIC -pthread -MMD -MP
