@@ -14,8 +14,7 @@
 #include <pthread.h>
 
 #ifdef FTC_ASSERTS
-#define FTC_ASSERT(cond) \
-  ((cond) ? (void)0 : ftc__assert_fail(#cond, __FILE__, __LINE__, __func__))
+#define FTC_ASSERT(cond) ((cond) ? (void)0 : ftc__assert_fail(#cond, __FILE__, __LINE__, __func__))
 #define FTC_ASSERT_HELD(mu) FTC_ASSERT(ftc__mutex_held(mu))
 #else
 #define FTC_ASSERT(cond) ((void)sizeof(!(cond)))
