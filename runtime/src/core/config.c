@@ -62,6 +62,13 @@ static const struct {
                   CFG_FIELD(backend),    CFG_FIELD(bind_host),       CFG_FIELD(advertise_host),
                   CFG_FIELD(dump_dir),   CFG_FIELD(recorder_entries)};
 #undef CFG_FIELD
+/* A field appended to ftc_config_t goes into cfg_fields too (else a caller's
+ * value of it would be dropped): recorder_entries must stay the last one
+ * (this catches any field but an int that fits the tail padding). */
+_Static_assert((offsetof(ftc_config_t, recorder_entries) + sizeof(int) + _Alignof(ftc_config_t) - 1) /
+                       _Alignof(ftc_config_t) * _Alignof(ftc_config_t) ==
+                   sizeof(ftc_config_t),
+               "a field was appended to ftc_config_t: add it to cfg_fields");
 
 ftc_status_t ftc__config_import(const ftc_config_t *in, ftc_config_t *out) {
   const ftc_config_t init = FTC_CONFIG_INITIALIZER;
