@@ -2,9 +2,10 @@
 #
 #   make                     build everything (warnings are errors; installs the
 #                            NCCL/CUDA headers first when they are missing)
-#   make DEBUG=1             -O0 -g3, assertions on
+#   make DEBUG=1             -O0 -g3, assertions (FTC_ASSERT) on
 #   make V=1                 show the commands
-#   make SANITIZE=address    (or undefined, thread) build under build/<sanitizer>
+#   make SANITIZE=address    (or undefined, thread) build under build/<sanitizer>,
+#                            assertions (FTC_ASSERT) on
 #   make deps                install what is missing (Debian packages, NCCL/CUDA headers)
 #   make test                deps + build + every test suite
 #   make demo                deps + build + the local demo
@@ -36,7 +37,7 @@ else
   say := @printf '  %-7s %s\n'
 endif
 
-WARN := -Wall -Wextra -Wvla -Wstrict-prototypes -Wshadow -Wno-missing-field-initializers -Werror
+WARN := -Wall -Wextra -Wvla -Wstrict-prototypes -Wmissing-prototypes -Wshadow -Wno-missing-field-initializers -Werror
 CPPFLAGS_ALL := -D_GNU_SOURCE -Icommon -Iruntime/include -Irecorder/include $(CPPFLAGS)
 CFLAGS_ALL := -std=gnu11 $(WARN) -fPIC -fvisibility=hidden -pthread -MMD -MP
 CXXFLAGS_ALL := -std=c++17 -Wall -Wextra -Werror -fPIC -pthread -MMD -MP
@@ -61,6 +62,12 @@ ifneq ($(SANITIZE),)
   CFLAGS_ALL += $(SAN_FLAGS)
   CXXFLAGS_ALL += $(SAN_FLAGS)
   LDFLAGS_ALL += $(SAN_FLAGS)
+endif
+
+# Contracts (FTC_ASSERT, common/ftc_assert.h): checked in debug and
+# sanitizer builds, compiled out of release ones.
+ifneq ($(filter 1,$(DEBUG))$(SANITIZE),)
+  CPPFLAGS_ALL += -DFTC_ASSERTS=1
 endif
 
 CFLAGS_ALL += $(CFLAGS)

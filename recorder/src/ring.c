@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "ftc_alloc.h"
+#include "ftc_assert.h"
 #include "ftc_error.h"
 #include "ftc_log.h"
 #include "ftc_param.h"
@@ -224,6 +225,10 @@ uint64_t ftc_rec_schedule_at(ftc_rec_t *rec, int64_t now, uint64_t epoch, uint64
   size_t slot = rec->next_slot;
   rec->next_slot = slot + 1 == rec->cap ? 0 : slot + 1;
   ftc__rec_slot_t *s = &rec->ring[slot];
+  /* The seqlock's writer side: one scheduling thread at a time, so the slot
+   * is never mid-write here (an odd generation), and a reused slot only
+   * moves forward. */
+  FTC_ASSERT(!(LOAD(&s->gen) & 1) && LOAD(&s->gen) < 2 * id + 1);
   STORE(&s->gen, 2 * id + 1);
   STORE_REL(&s->epoch, epoch);
   STORE_REL(&s->seq, seq);
@@ -251,6 +256,7 @@ static void advance(ftc_rec_t *rec, uint64_t id, int64_t t, ftc_rec_state_t to) 
   if (!rec || !rec->ring || id == FTC_REC_NO_ID) return;
   ftc__rec_slot_t *s = &rec->ring[id % rec->cap];
   if (__atomic_load_n(&s->gen, __ATOMIC_ACQUIRE) != 2 * id + 2) return;
+  FTC_ASSERT(to == FTC_REC_STARTED || to == FTC_REC_COMPLETED || to == FTC_REC_FAILED);
   if (t == 0) t = ftc__now_ns();
   uint64_t old = __atomic_load_n(&s->state, __ATOMIC_RELAXED);
   if (old >> 2 != id || (old & 3) >= (uint64_t)to || (old & 3) >= FTC_REC_COMPLETED) return;
@@ -295,7 +301,7 @@ void ftc_rec_progress(const ftc_rec_t *rec, ftc_rec_progress_t *out) {
 int ftc__rec_read(const struct ftc_rec *rec, uint64_t id, ftc_rec_entry_t *e) {
   const ftc__rec_slot_t *s = &rec->ring[id % rec->cap];
   uint64_t g1 = __atomic_load_n(&s->gen, __ATOMIC_ACQUIRE);
-  if (g1 != 2 * id + 2) return 0;
+  if (g1 != 2 * id + 2) return 0; /* (odd: a write in progress; other: another entry) */
   uint64_t st = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
   if (st >> 2 != id) return 0;
   e->state = (ftc_rec_state_t)(st & 3);

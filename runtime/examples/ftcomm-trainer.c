@@ -258,7 +258,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   int rank = 0, size = 1, rc = 1;
-  ftc_epoch_info_t info;
+  ftc_epoch_info_t info = FTC_EPOCH_INFO_INIT;
 
   /* The data set: inputs ~ N(0,1), labels from the teacher network. */
   struct model teacher = {0}, model = {0};

@@ -116,7 +116,9 @@ FTC_API const char *ftc_op_name(ftc_op_t op);          /* "sum", ...; "?" if unk
 #define FTC_CONFIG_VERSION 1
 #define FTC_UNSET_INT (-2147483647 - 1)
 typedef struct ftc_config {
-  size_t size;              /* sizeof(ftc_config_t), set by the initializer */
+  size_t size;              /* sizeof(ftc_config_t), set by the initializer; a smaller one (a
+                             * program built against an older header) is read field by field:
+                             * those that fit, the rest take their defaults */
   unsigned int version;     /* FTC_CONFIG_VERSION, set by the initializer */
   const char *job;          /* FTCOMM_JOB: job name, in logs and dumps */
   const char *coordinator;  /* FTCOMM_COORDINATOR: host:port of the coordinator */
@@ -390,6 +392,9 @@ FTC_API void ftc_request_free(ftc_request_t *req);
  * (like ncclCommShrink), so survivors keep their relative order.
  */
 typedef struct ftc_epoch_info {
+  size_t struct_size; /* sizeof(ftc_epoch_info_t), set by FTC_EPOCH_INFO_INIT: the library
+                       * writes nothing past it (a program built against an older header
+                       * gets the fields it knows); 0 means this header's size */
   uint64_t epoch;     /* the communicator's epoch (after the call) */
   int rank, size;     /* this process in it */
   int prev_rank;      /* this process's rank before the change; -1 for a joiner */
@@ -402,6 +407,9 @@ typedef struct ftc_epoch_info {
   int joiner;         /* 1: this process was started as a joiner (FTCOMM_JOINER=1) and
                        * has not yet finished a step: it needs the application's state */
 } ftc_epoch_info_t;
+
+/* ftc_epoch_info_t info = FTC_EPOCH_INFO_INIT; */
+#define FTC_EPOCH_INFO_INIT {sizeof(ftc_epoch_info_t)}
 
 /* Recover a failed communicator: block up to timeout_ms (FTC_TIMEOUT_DEFAULT:
  * FTCOMM_RECOVER_TIMEOUT_MS) until the coordinator announces the next epoch

@@ -216,7 +216,7 @@ static int run_diev(ftc_comm_t *comm) {
     if (st == FTC_OK) st = ftc_barrier(comm, 5000);
     CHECK(st == FTC_ERR_PEER_LOST || st == FTC_ERR_REVOKED || st == FTC_ERR_TIMEOUT,
           "a death during %s gave %s", vnames[k], ftc_strerror(st));
-    ftc_epoch_info_t info;
+    ftc_epoch_info_t info = FTC_EPOCH_INFO_INIT;
     CHECK(ftc_comm_recover(comm, FTC_TIMEOUT_DEFAULT, &info) == FTC_OK, "recover");
     rank = info.rank, size = info.size;
     CHECK(size == was - 1, "recovered to %d ranks from %d", size, was);
@@ -258,7 +258,7 @@ static int run_split(ftc_comm_t *comm) {
   for (int i = 0; i < 100 && st != FTC_ERR_PEER_LOST && st != FTC_ERR_REVOKED; i++)
     st = ftc_barrier(comm, 5000);
   CHECK(st == FTC_ERR_PEER_LOST || st == FTC_ERR_REVOKED, "the parent after the death: %s", ftc_strerror(st));
-  ftc_epoch_info_t info;
+  ftc_epoch_info_t info = FTC_EPOCH_INFO_INIT;
   CHECK(ftc_comm_recover(comm, FTC_TIMEOUT_DEFAULT, &info) == FTC_OK && info.size == 3, "recover the parent");
   rank = info.rank, size = info.size;
   CHECK(ftc_allreduce(x, x, 64, FTC_F64, FTC_SUM, rev, 5000) == FTC_ERR_REVOKED, "a child before it is re-derived");
@@ -337,7 +337,7 @@ static void run_mismatch(ftc_comm_t *comm) {
   }
   CHECK(st == FTC_ERR_MISMATCH || st == FTC_ERR_PEER_LOST || st == FTC_ERR_REVOKED,
         "broadcast with another root got %s: %s", ftc_strerror(st), why);
-  ftc_epoch_info_t info;
+  ftc_epoch_info_t info = FTC_EPOCH_INFO_INIT;
   ftc_status_t rs = ftc_comm_recover(comm, 30000, &info);
   CHECK(rs == FTC_OK, "recover: %s: %s", ftc_strerror(rs), ftc_last_error());
   CHECK(info.size == size, "recovered to %d ranks of %d: a mismatch must drop nobody", info.size, size);

@@ -21,13 +21,13 @@
 typedef struct fepoch {
   uint64_t epoch;
   int size;
-  uint64_t ids[FAKE_MAX_RANKS];      /* member ids by rank */
+  uint64_t ids[FAKE_MAX_RANKS]; /* member ids by rank */
   int slots[FAKE_MAX_RANKS];
   const ftc__op_t *posted[FAKE_MAX_RANKS]; /* the op each rank waits with, NULL none */
   uint64_t posted_seq[FAKE_MAX_RANKS];
-  uint64_t done_seq;                 /* the last sequence number every rank completed */
-  ftc_status_t done_status;          /* ... and how */
-  int closed[FAKE_MAX_RANKS];        /* its handle was closed without a goodbye */
+  uint64_t done_seq;          /* the last sequence number every rank completed */
+  ftc_status_t done_status;   /* ... and how */
+  int closed[FAKE_MAX_RANKS]; /* its handle was closed without a goodbye */
   struct fepoch *next;
 } fepoch_t;
 
@@ -35,7 +35,7 @@ typedef struct fhandle {
   fepoch_t *e;
   int rank;
   uint64_t seq;
-  int failed;                        /* the peer the last failed run blames, -1 none */
+  int failed; /* the peer the last failed run blames, -1 none */
   const ftc__backend_host_t *host;
 } fhandle_t;
 
@@ -62,7 +62,8 @@ void fake_kill_slot(int slot) {
   pthread_mutex_lock(&mu);
   for (fepoch_t *e = epochs; e; e = e->next)
     for (int r = 0; r < e->size; r++)
-      if (e->slots[r] == slot && !is_dead(e->ids[r]) && ndead < FAKE_MAX_DEAD) dead[ndead++] = e->ids[r];
+      if (e->slots[r] == slot && !is_dead(e->ids[r]) && ndead < FAKE_MAX_DEAD)
+        dead[ndead++] = e->ids[r];
   pthread_cond_broadcast(&cv);
   pthread_mutex_unlock(&mu);
 }
@@ -76,13 +77,13 @@ void fake_stats(fake_stats_t *out) {
 /* ---- the results, computed by the last rank to arrive (mu held) ---- */
 
 static void reduce_into(void *acc, const void *in, size_t count, ftc_dtype_t dt, ftc_op_t op) {
-#define FAKE_REDUCE(T)                                                           \
-  for (size_t i = 0; i < count; i++) {                                           \
-    T a = ((T *)acc)[i], b = ((const T *)in)[i];                                 \
-    ((T *)acc)[i] = op == FTC_SUM || op == FTC_AVG ? a + b                       \
-                    : op == FTC_PROD             ? a * b                         \
-                    : op == FTC_MIN              ? (b < a ? b : a)               \
-                                                 : (b > a ? b : a);              \
+#define FAKE_REDUCE(T)                                                                             \
+  for (size_t i = 0; i < count; i++) {                                                             \
+    T a = ((T *)acc)[i], b = ((const T *)in)[i];                                                   \
+    ((T *)acc)[i] = op == FTC_SUM || op == FTC_AVG ? a + b                                         \
+                    : op == FTC_PROD               ? a * b                                         \
+                    : op == FTC_MIN                ? (b < a ? b : a)                               \
+                                                   : (b > a ? b : a);                                             \
   }
   switch (dt) {
     case FTC_I32: FAKE_REDUCE(int32_t) break;
@@ -119,8 +120,10 @@ static ftc_status_t complete(fepoch_t *e) {
       break;
     case FTC__COLL_ALLGATHER:
       if (!(tmp = malloc(n * es * (size_t)e->size + 1))) return FTC_ERR_NO_MEMORY;
-      for (int r = 0; r < e->size; r++) memcpy(tmp + (size_t)r * n * es, e->posted[r]->sendbuf, n * es);
-      for (int r = 0; r < e->size; r++) memcpy(e->posted[r]->recvbuf, tmp, n * es * (size_t)e->size);
+      for (int r = 0; r < e->size; r++)
+        memcpy(tmp + (size_t)r * n * es, e->posted[r]->sendbuf, n * es);
+      for (int r = 0; r < e->size; r++)
+        memcpy(e->posted[r]->recvbuf, tmp, n * es * (size_t)e->size);
       break;
     default: return FTC_ERR_NOT_SUPPORTED;
   }

@@ -49,18 +49,17 @@ static void gate_wait(gate_t *g) {
   ts.tv_sec += GATE_S;
   pthread_mutex_lock(&g->mu);
   if (++g->arrived >= g->n) pthread_cond_broadcast(&g->cv);
-  while (g->arrived < g->n && pthread_cond_timedwait(&g->cv, &g->mu, &ts) == 0) {
-  }
+  while (g->arrived < g->n && pthread_cond_timedwait(&g->cv, &g->mu, &ts) == 0) {}
   pthread_mutex_unlock(&g->mu);
 }
 
 typedef struct job {
   ftc__coord_t *co;
   char addr[64];
-  gate_t crashed;              /* the victim is gone (lost rank) / the hung rank may leave */
-  gate_t grown;                /* the survivors have shrunk: the joiner may start */
-  int result[N + 1];           /* what each thread found: 0 ok */
-  int revoked;                 /* collectives that ended FTC_ERR_REVOKED */
+  gate_t crashed;    /* the victim is gone (lost rank) / the hung rank may leave */
+  gate_t grown;      /* the survivors have shrunk: the joiner may start */
+  int result[N + 1]; /* what each thread found: 0 ok */
+  int revoked;       /* collectives that ended FTC_ERR_REVOKED */
   char why[N + 1][256];
 } job_t;
 
@@ -75,9 +74,9 @@ static int fail_at(job_t *job, int slot, int line, const char *what, ftc_status_
            ftc_strerror(st), ftc_last_error());
   return 1;
 }
-#define CHECK(cond, what, st) \
-  do {                        \
-    if (!(cond)) return fail_at(job, slot, __LINE__, what, st); \
+#define CHECK(cond, what, st)                                                                      \
+  do {                                                                                             \
+    if (!(cond)) return fail_at(job, slot, __LINE__, what, st);                                    \
   } while (0)
 
 static void job_start(job_t *job) {
@@ -123,7 +122,8 @@ static void *rank_main(void *p) {
   }
   char be[64];
   if (ftc_comm_backend(comm, be, sizeof(be)) != FTC_OK || strcmp(be, "fake") != 0) {
-    job->result[idx] = fail_at(job, idx, __LINE__, "the communicator's backend is not fake", FTC_OK);
+    job->result[idx] = fail_at(job, idx, __LINE__, "the communicator's backend is not fake",
+                               FTC_OK);
   } else {
     job->result[idx] = a->body(job, comm, idx);
   }
@@ -170,7 +170,7 @@ static int sum_check(job_t *job, ftc_comm_t *comm, int slot, int size) {
 /* ---- a lost rank, the shrink, the grow ---- */
 
 static int lost_then_grow_body(job_t *job, ftc_comm_t *comm, int slot) {
-  ftc_epoch_info_t info;
+  ftc_epoch_info_t info = FTC_EPOCH_INFO_INIT;
   ftc_status_t st;
   /* A step boundary first: each rank then holds the application's state
    * in the coordinator's eyes (its ready goes ahead of the failure report
@@ -227,7 +227,7 @@ static int lost_then_grow_body(job_t *job, ftc_comm_t *comm, int slot) {
 }
 
 static int joiner_body(job_t *job, ftc_comm_t *comm, int slot) {
-  ftc_epoch_info_t info;
+  ftc_epoch_info_t info = FTC_EPOCH_INFO_INIT;
   ftc_status_t st = ftc_comm_step(comm, 10000, &info);
   CHECK(st == FTC_OK && info.changed && info.joiner && info.size == N && info.rank == N - 1,
         "the joiner's first step", st);
@@ -256,14 +256,14 @@ static void a_lost_rank_is_shrunk_away_and_a_joiner_grows_the_epoch_back(void **
   job_start(&job);
   run_job(&job, lost_then_grow_body, start_joiner);
   fake_stats(&after);
-  assert_true(after.peer_lost > before.peer_lost);  /* the backend saw the crash */
-  assert_true(after.epochs >= before.epochs + 3);   /* 1, the shrink, the grow */
+  assert_true(after.peer_lost > before.peer_lost); /* the backend saw the crash */
+  assert_true(after.epochs >= before.epochs + 3);  /* 1, the shrink, the grow */
 }
 
 /* ---- a revoke ---- */
 
 static int revoke_body(job_t *job, ftc_comm_t *comm, int slot) {
-  ftc_epoch_info_t info;
+  ftc_epoch_info_t info = FTC_EPOCH_INFO_INIT;
   if (sum_check(job, comm, slot, N)) return 1;
   if (slot == N - 1) {
     /* Hung: it takes part in nothing more; its session lives until the

@@ -683,7 +683,7 @@ static void destroy_lets_a_slow_failure_dump_land(void **state) {
 
 static int no_coordinator_body(ftc_comm_t *comm, int rank, int n, void *arg) {
   (void)arg;
-  ftc_epoch_info_t info;
+  ftc_epoch_info_t info = FTC_EPOCH_INFO_INIT;
   /* The step boundary works without a coordinator: nothing newer to agree on. */
   if (ftc_comm_step(comm, 5000, &info) != FTC_OK || info.changed || info.size != n ||
       info.rank != rank)

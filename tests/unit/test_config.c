@@ -165,6 +165,43 @@ static void a_config_without_the_initializer_is_refused(void **state) {
   assert_int_equal(ftc_config_resolve(NULL), FTC_ERR_INVALID_ARGUMENT);
 }
 
+/* A program built against an older, smaller ftc_config_t: the fields that
+ * fit are read and resolved, the rest of its memory is not touched; a
+ * version this library does not know, or no room for the header, is
+ * refused. */
+static void a_smaller_config_from_an_older_header_is_read_field_by_field(void **state) {
+  (void)state;
+  union {
+    ftc_config_t cfg;
+    unsigned char bytes[sizeof(ftc_config_t) + 16];
+  } u;
+  memset(&u, 0x5a, sizeof(u));
+  const size_t old = offsetof(ftc_config_t, backend); /* up to connect_timeout_ms */
+  ftc_config_t init = FTC_CONFIG_INITIALIZER;
+  memcpy(&u.cfg, &init, old);
+  u.cfg.size = old;
+  u.cfg.job = "older";
+  u.cfg.world_size = 3;
+  assert_int_equal(ftc_config_resolve(&u.cfg), FTC_OK);
+  assert_string_equal(u.cfg.job, "older");
+  assert_int_equal(u.cfg.world_size, 3);
+  assert_int_equal(u.cfg.size, old);
+  assert_true(u.cfg.timeout_ms > 0); /* resolved from the table */
+  for (size_t i = old; i < sizeof(u.bytes); i++) assert_int_equal(u.bytes[i], 0x5a);
+  /* ftc_comm_create takes it the same way: it gets as far as the missing
+   * coordinator, past the config. */
+  u.cfg.coordinator = NULL;
+  ftc_comm_t *comm = NULL;
+  assert_int_equal(ftc_comm_create(&u.cfg, &comm), FTC_ERR_CONFIG);
+  assert_non_null(strstr(ftc_last_error(), "FTCOMM_COORDINATOR"));
+  u.cfg.version = FTC_CONFIG_VERSION + 1;
+  assert_int_equal(ftc_config_resolve(&u.cfg), FTC_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(ftc_last_error(), "FTC_CONFIG_INITIALIZER"));
+  u.cfg.version = FTC_CONFIG_VERSION;
+  u.cfg.size = sizeof(size_t);
+  assert_int_equal(ftc_config_resolve(&u.cfg), FTC_ERR_INVALID_ARGUMENT);
+}
+
 /* ftc__param_parse_int gives a bad value's message to its caller, which
  * handles it (the controller), and leaves ftc_last_error() as it was;
  * ftc__param_int, whose callers return the status, records that message. */
@@ -218,6 +255,7 @@ int main(void) {
       cmocka_unit_test_setup(a_slot_outside_the_world_is_a_config_error, clean_env),
       cmocka_unit_test_setup(a_min_size_above_the_world_is_a_config_error, clean_env),
       cmocka_unit_test_setup(a_config_without_the_initializer_is_refused, clean_env),
+      cmocka_unit_test_setup(a_smaller_config_from_an_older_header_is_read_field_by_field, clean_env),
       cmocka_unit_test_setup(a_parse_gives_its_message_to_the_caller_and_leaves_the_last_error, clean_env),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

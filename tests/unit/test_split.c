@@ -176,7 +176,7 @@ static int death_body(ftc_comm_t *comm, int rank, int n, void *arg) {
   if (rank < 2 && (st = ftc_allreduce(x, x, 256, FTC_F64, FTC_SUM, half, 10000)) != FTC_ERR_REVOKED)
     return RANK_FAIL(rank, "lo after the death gave %s", ftc_strerror(st));
   /* without a coordinator nothing is re-derived: the parent has not moved */
-  ftc_epoch_info_t info;
+  ftc_epoch_info_t info = FTC_EPOCH_INFO_INIT;
   if ((st = ftc_comm_recover(all, 1000, &info)) != FTC_ERR_REVOKED || !strstr(ftc_last_error(), "recover the parent first"))
     return RANK_FAIL(rank, "recovering a child of a failed parent gave %s: %s", ftc_strerror(st), ftc_last_error());
   ftc_comm_destroy(all);
@@ -268,7 +268,7 @@ static int parent_moves(ftc_comm_t *comm, int rank, uint64_t e, const int *keep,
 static int follow_body(ftc_comm_t *comm, int rank, int n, void *arg) {
   (void)arg, (void)n;
   ftc_comm_t *even = NULL, *high = NULL;
-  ftc_epoch_info_t info;
+  ftc_epoch_info_t info = FTC_EPOCH_INFO_INIT;
   int32_t x = 1;
   if (ftc_comm_split(comm, rank % 2 ? FTC_SPLIT_NONE : 0, rank, FTC_TIMEOUT_DEFAULT, &even) != FTC_OK ||
       ftc_comm_split(comm, rank >= 1 ? 0 : FTC_SPLIT_NONE, rank, FTC_TIMEOUT_DEFAULT, &high) != FTC_OK)
@@ -341,7 +341,7 @@ static int orphan_body(ftc_comm_t *comm, int rank, int n, void *arg) {
   int32_t x = 1;
   if (ftc_allreduce(&x, &x, 1, FTC_I32, FTC_SUM, c, FTC_TIMEOUT_DEFAULT) != FTC_OK || x != n)
     return RANK_FAIL(rank, "the orphan's allreduce: %s", ftc_last_error());
-  ftc_epoch_info_t info;
+  ftc_epoch_info_t info = FTC_EPOCH_INFO_INIT;
   if (ftc_comm_recover(c, 1000, &info) != FTC_ERR_NOT_SUPPORTED || !strstr(ftc_last_error(), "parent was destroyed"))
     return RANK_FAIL(rank, "recovering an orphan: %s", ftc_last_error());
   ftc_comm_destroy(c);

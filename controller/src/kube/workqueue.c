@@ -13,6 +13,7 @@
 
 #include "backoff.h"
 #include "ftc_alloc.h"
+#include "ftc_assert.h"
 #include "ftc_error.h"
 #include "ftc_time.h"
 
@@ -94,6 +95,7 @@ static ftc_status_t push_ready(ftck_workqueue_t *q, const char *key) {
 
 /* Called with mu held. */
 static ftc_status_t add_locked(ftck_workqueue_t *q, const char *key) {
+  FTC_ASSERT_HELD(&q->mu);
   if (q->shutting_down || json_object_get(q->dirty, key)) return FTC_OK;
   if (json_object_set_new(q->dirty, key, json_true()) != 0)
     return ftc__error(FTC_ERR_NO_MEMORY, "workqueue: no memory");

@@ -36,13 +36,13 @@ const ftc__backend_ops_t *ftc__backend_find(const char *name) {
 
 ftc_status_t ftc__backend_register(const ftc__backend_ops_t *ops) {
   if (!ops || !ops->name || !ops->connect || !ops->run || !ops->close || !ops->interrupt ||
-      !ops->failed_peer || !ops->listen != !ops->refuse ||
-      !ops->peer_fds != !ops->peer_peek)
+      !ops->failed_peer || !ops->listen != !ops->refuse || !ops->peer_fds != !ops->peer_peek)
     return ftc__error(FTC_ERR_INVALID_ARGUMENT,
                       "a backend needs a name and connect, run, interrupt, close and failed_peer "
                       "(and refuse with listen, peer_peek with peer_fds)");
   if (ftc__backend_find(ops->name) || strcasecmp(ops->name, "auto") == 0)
-    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "a backend called \"%s\" exists already", ops->name);
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "a backend called \"%s\" exists already",
+                      ops->name);
   if (nextra == EXTRA_MAX)
     return ftc__error(FTC_ERR_INVALID_ARGUMENT, "at most %d backends can be registered", EXTRA_MAX);
   extra[nextra] = ops;

@@ -22,6 +22,7 @@
 
 #include "core/comm.h"
 #include "ftc_alloc.h"
+#include "ftc_assert.h"
 #include "ftc_error.h"
 #include "ftc_param.h"
 #include "ftc_time.h"
@@ -120,14 +121,7 @@ static ftc_status_t comm_new(const ftc_config_t *cfg_in, ftc_comm_t **out) {
   ftc_config_t cfg = FTC_CONFIG_INITIALIZER;
   ftc_status_t st;
   *out = NULL;
-  if (cfg_in) {
-    if (cfg_in->size != sizeof(ftc_config_t) || cfg_in->version != FTC_CONFIG_VERSION)
-      return ftc__error(FTC_ERR_INVALID_ARGUMENT,
-                        "config has size %zu version %u, this library expects size %zu version %d; "
-                        "initialize it with FTC_CONFIG_INITIALIZER",
-                        cfg_in->size, cfg_in->version, sizeof(ftc_config_t), FTC_CONFIG_VERSION);
-    cfg = *cfg_in;
-  }
+  if (cfg_in && (st = ftc__config_import(cfg_in, &cfg)) != FTC_OK) return st;
   if ((st = ftc_config_resolve(&cfg)) != FTC_OK) return st;
   /* The data plane: the backend FTCOMM_BACKEND names (why it cannot run
    * here is the answer), or under auto the first that probes fine
@@ -622,6 +616,7 @@ void ftc_comm_create_cancel(ftc_comm_pending_t *pending) {
  * all: the watchdog after QUIET_SHUT_NS without a view that drops the
  * member, or the move to a view that keeps it (comm_connect_view). */
 static void comm_stop_locked(ftc_comm_t *comm, int quiet_rank) {
+  FTC_ASSERT_HELD(&comm->lock);
   if (!comm->bh) return;
   int can_quiet = quiet_rank >= 0 && comm->member && comm->be->quiet_stop &&
                   comm->view && quiet_rank < comm->view->size;
@@ -710,7 +705,7 @@ ftc_status_t ftc__comm_gate(ftc_comm_t *comm) {
     return ftc__error(FTC_ERR_ABORTED, "the communicator was aborted; destroy it");
   int e = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
   if (__builtin_expect(__atomic_load_n(&comm->parent, __ATOMIC_RELAXED) != NULL, 0) && !e)
-    return ftc__split_gate_locked(comm);
+    return ftc__split_gate(comm);
   if (e)
     return ftc__error(FTC_ERR_REVOKED,
                       "epoch %llu failed earlier (%s); recover the communicator before the next "

@@ -196,9 +196,9 @@ ftc_status_t ftc__comm_create_child(ftc_comm_t *parent, const ftc__view_t *view,
  * FTC_ERR_REVOKED, and a child's parent with the same status, blaming the
  * same peer. Calls from inside it do nothing (no ping-pong). */
 void ftc__split_failed(ftc_comm_t *comm, ftc_status_t why, const char *detail);
-/* The gate's test on a child (comm->lock held): FTC_ERR_REVOKED when its
- * parent moved past the epoch it was derived from. */
-ftc_status_t ftc__split_gate_locked(ftc_comm_t *comm);
+/* The gate's test on a child (no lock: it reads atomics): FTC_ERR_REVOKED
+ * when its parent moved past the epoch it was derived from. */
+ftc_status_t ftc__split_gate(ftc_comm_t *comm);
 /* Unlink comm from its parent and its children from it (its destroy). */
 void ftc__split_unlink(ftc_comm_t *comm);
 /* The view a child re-derives from its parent's current epoch (recover.c):

@@ -2,9 +2,12 @@
  * config.c - resolution of ftc_config_t: every field the caller left unset
  * is taken from the FTCOMM_* table (environment, then default), and every
  * value is range-checked against the table so a bad value is reported with
- * the variable's name and its allowed range. Also ftc_version() and the
+ * the variable's name and its allowed range. A config from an older
+ * header (a smaller size) is taken as NCCL takes its config: the fields that
+ * fit are copied, the rest keep their defaults. Also ftc_version() and the
  * allreduce algorithm names (FTCOMM_ALLREDUCE_ALGO).
  */
+#include <stddef.h>
 #include <string.h>
 #include <strings.h>
 
@@ -48,18 +51,63 @@ static ftc_status_t resolve_int(int *field, ftc_param_id_t id) {
   return FTC_OK;
 }
 
+/* The fields after size and version, in order (a field is copied from a
+ * caller's config only when all of it lies within the caller's size). */
+#define CFG_FIELD(f) {offsetof(ftc_config_t, f), sizeof(((ftc_config_t *)0)->f)}
+static const struct {
+  size_t off, len;
+} cfg_fields[] = {CFG_FIELD(job),        CFG_FIELD(coordinator),     CFG_FIELD(token),
+                  CFG_FIELD(slot),       CFG_FIELD(world_size),      CFG_FIELD(min_size),
+                  CFG_FIELD(joiner),     CFG_FIELD(timeout_ms),      CFG_FIELD(connect_timeout_ms),
+                  CFG_FIELD(backend),    CFG_FIELD(bind_host),       CFG_FIELD(advertise_host),
+                  CFG_FIELD(dump_dir),   CFG_FIELD(recorder_entries)};
+#undef CFG_FIELD
+/* A field appended to ftc_config_t goes into cfg_fields too (else a caller's
+ * value of it would be dropped): recorder_entries must stay the last one
+ * (this catches any field but an int that fits the tail padding). */
+_Static_assert((offsetof(ftc_config_t, recorder_entries) + sizeof(int) + _Alignof(ftc_config_t) - 1) /
+                       _Alignof(ftc_config_t) * _Alignof(ftc_config_t) ==
+                   sizeof(ftc_config_t),
+               "a field was appended to ftc_config_t: add it to cfg_fields");
+
+ftc_status_t ftc__config_import(const ftc_config_t *in, ftc_config_t *out) {
+  const ftc_config_t init = FTC_CONFIG_INITIALIZER;
+  *out = init;
+  if (in->version < 1 || in->version > FTC_CONFIG_VERSION || in->size < offsetof(ftc_config_t, job))
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                      "config has size %zu version %u; this library takes versions 1 to %d (size "
+                      "up to %zu): initialize it with FTC_CONFIG_INITIALIZER",
+                      in->size, in->version, FTC_CONFIG_VERSION, sizeof(ftc_config_t));
+  for (size_t i = 0; i < sizeof(cfg_fields) / sizeof(cfg_fields[0]); i++)
+    if (cfg_fields[i].off + cfg_fields[i].len <= in->size)
+      memcpy((char *)out + cfg_fields[i].off, (const char *)in + cfg_fields[i].off, cfg_fields[i].len);
+  return FTC_OK;
+}
+
 static void resolve_str(const char **field, ftc_param_id_t id) {
   if (!*field) *field = ftc__param_str(id);
 }
 
+static ftc_status_t config_resolve(ftc_config_t *cfg);
+
 ftc_status_t ftc_config_resolve(ftc_config_t *cfg) {
-  ftc_status_t st;
   if (!cfg) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "cfg is NULL; pass a ftc_config_t filled with FTC_CONFIG_INITIALIZER");
-  if (cfg->size != sizeof(ftc_config_t) || cfg->version != FTC_CONFIG_VERSION)
-    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
-                      "config has size %zu version %u, this library expects size %zu version %d; "
-                      "initialize it with FTC_CONFIG_INITIALIZER",
-                      cfg->size, cfg->version, sizeof(ftc_config_t), FTC_CONFIG_VERSION);
+  if (cfg->size == sizeof(ftc_config_t) && cfg->version == FTC_CONFIG_VERSION)
+    return config_resolve(cfg);
+  /* An older (smaller) config: resolved whole here, and what fits written
+   * back; the caller's size and version stay. */
+  ftc_config_t full;
+  ftc_status_t st = ftc__config_import(cfg, &full);
+  if (st != FTC_OK) return st;
+  st = config_resolve(&full);
+  for (size_t i = 0; i < sizeof(cfg_fields) / sizeof(cfg_fields[0]); i++)
+    if (cfg_fields[i].off + cfg_fields[i].len <= cfg->size)
+      memcpy((char *)cfg + cfg_fields[i].off, (const char *)&full + cfg_fields[i].off, cfg_fields[i].len);
+  return st;
+}
+
+static ftc_status_t config_resolve(ftc_config_t *cfg) {
+  ftc_status_t st;
   resolve_str(&cfg->job, FTC_P_JOB);
   resolve_str(&cfg->coordinator, FTC_P_COORDINATOR);
   resolve_str(&cfg->token, FTC_P_TOKEN);

@@ -55,6 +55,7 @@
 #include "core/comm.h"
 #include "proto/proto.h"
 #include "ftc_alloc.h"
+#include "ftc_assert.h"
 #include "ftc_error.h"
 #include "ftc_param.h"
 #include "ftc_time.h"
@@ -105,6 +106,7 @@ static struct {
 static int dw_pending;
 
 static void pending_update_locked(void) {
+  FTC_ASSERT_HELD(&dw.mu);
   __atomic_store_n(&dw_pending, dw.queued + (dw.busy != NULL) + dw.nflush, __ATOMIC_RELEASE);
 }
 
@@ -230,6 +232,7 @@ out_close:
  * session sent it. A full list keeps its oldest (the drain then waits for
  * the writer alone for the newest ones: the bound is the drain time). */
 static void flush_add_locked(ftc_comm_t *owner) {
+  FTC_ASSERT_HELD(&dw.mu);
   for (int i = 0; i < dw.nflush; i++)
     if (dw.flush[i] == owner) return;
   if (dw.nflush < DW_MAX_FLUSH) dw.flush[dw.nflush++] = owner;
@@ -239,6 +242,7 @@ static void flush_add_locked(ftc_comm_t *owner) {
 /* Let go of owner, or (NULL) of every owner whose session sent all it
  * queued (dw.mu held). */
 static void flush_drop_locked(ftc_comm_t *owner) {
+  FTC_ASSERT_HELD(&dw.mu);
   for (int i = 0; i < dw.nflush;) {
     if (owner ? dw.flush[i] == owner : ftc__member_sent_all(dw.flush[i]->member))
       dw.flush[i] = dw.flush[--dw.nflush];
@@ -311,6 +315,7 @@ static void job_run(struct ftc__dw_job *j) {
  * a rewrite and none waits; else the oldest waiting job. A verdict never
  * pushes out a dump that is not written at all. */
 static struct ftc__dw_job *enqueue_locked(struct ftc__dw_job *j) {
+  FTC_ASSERT_HELD(&dw.mu);
   struct ftc__dw_job *dropped = NULL;
   if (dw.queued >= DW_MAX_QUEUED) {
     struct ftc__dw_job **p = &dw.head;
@@ -343,6 +348,7 @@ static void log_dropped(struct ftc__dw_job *dropped) {
 /* j was just written (dw.mu held): queue it again if its verdict came
  * meanwhile, keep it if one may still come; what to free, or NULL. */
 static struct ftc__dw_job *after_run_locked(struct ftc__dw_job *j) {
+  FTC_ASSERT_HELD(&dw.mu);
   if (!j->id || !j->owner) return j; /* not kept, not on disk, or its communicator is gone */
   if (j->verdict) {                  /* the verdict came while it was being written */
     job_take_outcome(j, j->verdict);
@@ -687,6 +693,7 @@ static struct ftc__dw_job *take_owned(struct ftc__dw_job **list, ftc_comm_t *own
 
 /* Whether a job of owner is waiting or being written (dw.mu held). */
 static int owner_busy_locked(ftc_comm_t *owner) {
+  FTC_ASSERT_HELD(&dw.mu);
   if (dw.busy && dw.busy->owner == owner) return 1;
   for (struct ftc__dw_job *j = dw.head; j; j = j->next)
     if (j->owner == owner) return 1;

@@ -25,6 +25,7 @@
 
 #include "core/comm.h"
 #include "ftc_alloc.h"
+#include "ftc_assert.h"
 #include "ftc_error.h"
 #include "ftc_time.h"
 
@@ -83,18 +84,30 @@ static void req_unref(ftc_request_t *req) {
   ftc__free(req);
 }
 
+/* A request's life: QUEUED -> RUNNING -> DONE, or QUEUED -> DONE (drained,
+ * or refused at the gate); never back. */
+static inline void req_set_state(ftc_request_t *req, int to) {
+#ifdef FTC_ASSERTS
+  int from = __atomic_exchange_n(&req->state, to, __ATOMIC_ACQ_REL);
+  FTC_ASSERT(from < to);
+#else
+  __atomic_store_n(&req->state, to, __ATOMIC_RELEASE);
+#endif
+}
+
 /* Publish the result and drop the engine's reference. */
 static void req_complete(ftc_request_t *req, ftc_status_t st, const char *err) {
   pthread_mutex_lock(&req->mu);
   req->status = st;
   snprintf(req->err, sizeof(req->err), "%s", st == FTC_OK ? "" : err);
-  __atomic_store_n(&req->state, REQ_DONE, __ATOMIC_RELEASE);
+  req_set_state(req, REQ_DONE);
   pthread_cond_broadcast(&req->cv);
   pthread_mutex_unlock(&req->mu);
   req_unref(req);
 }
 
 void ftc__engine_drain_locked(ftc_comm_t *comm, ftc_status_t status, const char *why) {
+  FTC_ASSERT_HELD(&comm->lock);
   ftc_request_t *req;
   while ((req = comm->head) != NULL) {
     comm->head = req->next;
@@ -105,6 +118,7 @@ void ftc__engine_drain_locked(ftc_comm_t *comm, ftc_status_t status, const char 
 }
 
 static void enqueue_locked(ftc_comm_t *comm, ftc_request_t *req) {
+  FTC_ASSERT_HELD(&comm->lock);
   req->next = NULL;
   if (comm->tail)
     comm->tail->next = req;
@@ -116,6 +130,7 @@ static void enqueue_locked(ftc_comm_t *comm, ftc_request_t *req) {
 /* ---- running one collective ---- */
 
 static uint64_t next_seq_locked(ftc_comm_t *comm, const ftc__op_t *op) {
+  FTC_ASSERT_HELD(&comm->lock);
   if (op->coll == FTC__COLL_SEND) return ++comm->p2p_seq[2 * op->peer];
   if (op->coll == FTC__COLL_RECV) return ++comm->p2p_seq[2 * op->peer + 1];
   return ++comm->seq;
@@ -639,11 +654,12 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
 /* Take the send/recv requests queued behind the batch, in order, up to
  * cap (lock held): the backend keeps each peer's and direction's in order. */
 static void gather_p2p_locked(ftc_comm_t *comm, p2p_batch_t *b, int cap) {
+  FTC_ASSERT_HELD(&comm->lock);
   while (b->n < cap && comm->head && is_p2p(comm->head)) {
     ftc_request_t *nx = comm->head;
     comm->head = nx->next;
     if (!comm->head) comm->tail = NULL;
-    __atomic_store_n(&nx->state, REQ_RUNNING, __ATOMIC_RELEASE);
+    req_set_state(nx, REQ_RUNNING);
     b->reqs[b->n++] = nx;
   }
 }
@@ -834,7 +850,7 @@ static void *progress_main(void *arg) {
       continue;
     }
     comm->busy = 1;
-    __atomic_store_n(&req->state, REQ_RUNNING, __ATOMIC_RELEASE);
+    req_set_state(req, REQ_RUNNING);
     if (launchable(comm, req)) {
       pthread_mutex_unlock(&comm->lock);
       launch_req(comm, req, fly, &nfly);

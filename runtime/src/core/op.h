@@ -59,6 +59,13 @@ static inline size_t ftc__op_displ(const size_t *counts, const size_t *displs, i
   return d;
 }
 
+/* A caller's config into *out, whose size and version are this library's:
+ * the fields that lie within in->size are copied, the rest keep
+ * FTC_CONFIG_INITIALIZER's (a config from an older, smaller header, as NCCL
+ * takes its config). FTC_ERR_INVALID_ARGUMENT for a version this library
+ * does not know or a size without the header. */
+ftc_status_t ftc__config_import(const ftc_config_t *in, ftc_config_t *out);
+
 /* Parse an algorithm name (case-insensitive) for `what` (the variable's
  * name, in the error); FTC_ERR_CONFIG listing the valid names otherwise. */
 ftc_status_t ftc__algo_parse(const char *what, const char *name, ftc_algo_t *out);

@@ -22,6 +22,7 @@
  * interrupts that attempt so the recovery takes the newer one).
  */
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -30,6 +31,7 @@
 #include "core/comm.h"
 #include "proto/proto.h"
 #include "ftc_alloc.h"
+#include "ftc_assert.h"
 #include "ftc_error.h"
 #include "ftc_param.h"
 #include "ftc_time.h"
@@ -81,6 +83,7 @@ static void describe(const ftc_comm_t *comm, const ftc__view_t *prev, int change
                      ftc_epoch_info_t *info) {
   const ftc__view_t *v = comm->view;
   memset(info, 0, sizeof(*info));
+  info->struct_size = sizeof(*info);
   info->epoch = v->epoch;
   info->rank = v->my_rank;
   info->size = v->size;
@@ -274,7 +277,51 @@ static ftc_status_t recover_child(ftc_comm_t *comm, int timeout_ms, ftc_epoch_in
   return FTC_OK;
 }
 
+/* How much of the caller's *info the library may write (struct_size, 0:
+ * this header's); FTC_ERR_INVALID_ARGUMENT for a size without the fields
+ * every version has. NULL: nothing. */
+static ftc_status_t info_room(const char *fn, const ftc_epoch_info_t *info, size_t *room) {
+  *room = 0;
+  if (!info) return FTC_OK;
+  size_t n = info->struct_size ? info->struct_size : sizeof(ftc_epoch_info_t);
+  if (n < offsetof(ftc_epoch_info_t, joiner) + sizeof(info->joiner))
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                      "%s: info->struct_size is %zu, less than any ftc_epoch_info_t; initialize it "
+                      "with FTC_EPOCH_INFO_INIT",
+                      fn, info->struct_size);
+  *room = n < sizeof(ftc_epoch_info_t) ? n : sizeof(ftc_epoch_info_t);
+  return FTC_OK;
+}
+
+/* The fields of full that fit in room bytes of the caller's *info (its
+ * struct_size stays). */
+static void info_put(ftc_epoch_info_t *info, const ftc_epoch_info_t *full, size_t room) {
+  size_t off = offsetof(ftc_epoch_info_t, epoch);
+  if (info && room > off) memcpy((char *)info + off, (const char *)full + off, room - off);
+}
+
+static ftc_status_t comm_recover(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info);
+static ftc_status_t comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info);
+
 ftc_status_t ftc_comm_recover(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info) {
+  ftc_epoch_info_t full = FTC_EPOCH_INFO_INIT;
+  size_t room;
+  ftc_status_t st = info_room("ftc_comm_recover", info, &room);
+  if (st == FTC_OK && (st = comm_recover(comm, timeout_ms, info ? &full : NULL)) == FTC_OK)
+    info_put(info, &full, room);
+  return st;
+}
+
+ftc_status_t ftc_comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info) {
+  ftc_epoch_info_t full = FTC_EPOCH_INFO_INIT;
+  size_t room;
+  ftc_status_t st = info_room("ftc_comm_step", info, &room);
+  if (st == FTC_OK && (st = comm_step(comm, timeout_ms, info ? &full : NULL)) == FTC_OK)
+    info_put(info, &full, room);
+  return st;
+}
+
+static ftc_status_t comm_recover(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info) {
   if (!comm) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_recover: comm is NULL");
   if (timeout_ms < FTC_TIMEOUT_INFINITE)
     return ftc__error(FTC_ERR_INVALID_ARGUMENT,
@@ -311,7 +358,7 @@ ftc_status_t ftc_comm_recover(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t
   return FTC_OK;
 }
 
-ftc_status_t ftc_comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info) {
+static ftc_status_t comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info) {
   if (!comm) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_step: comm is NULL");
   uint64_t step = ++comm->steps;
   if (__builtin_expect(ftc__fault_armed, 0)) ftc__fault_step(comm, step);
@@ -336,8 +383,13 @@ ftc_status_t ftc_comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *i
   }
   if ((uint64_t)v <= epoch) {
     if (info) {
-      *info = (ftc_epoch_info_t){epoch, comm->view->my_rank, comm->view->size,
-                                 comm->view->my_rank, comm->view->size, 0, 0, 0, -1, 0};
+      *info = (ftc_epoch_info_t){.struct_size = sizeof(ftc_epoch_info_t),
+                                 .epoch = epoch,
+                                 .rank = comm->view->my_rank,
+                                 .size = comm->view->size,
+                                 .prev_rank = comm->view->my_rank,
+                                 .prev_size = comm->view->size,
+                                 .sync_root = -1};
     }
     return FTC_OK;
   }
@@ -360,7 +412,12 @@ ftc_status_t ftc_comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *i
 
 ftc_status_t ftc_comm_info(const ftc_comm_t *comm, ftc_epoch_info_t *info) {
   if (!comm || !info) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "comm and info must not be NULL");
-  describe(comm, comm->prev_view, 0, info);
+  ftc_epoch_info_t full;
+  size_t room;
+  ftc_status_t st = info_room("ftc_comm_info", info, &room);
+  if (st != FTC_OK) return st;
+  describe(comm, comm->prev_view, 0, &full);
+  info_put(info, &full, room);
   return FTC_OK;
 }
 
@@ -540,6 +597,7 @@ static int wd_first_reporter(ftc_comm_t *comm, int peer) {
 /* Send the report of `peer` (-1: none known) of `epoch`, the epoch's one
  * (wd_cap_mu held). */
 static void wd_send_report_locked(ftc_comm_t *comm, int e, uint64_t epoch, int peer) {
+  FTC_ASSERT_HELD(&comm->wd_cap_mu);
   comm->wd_reported = epoch;
   comm->wd_defer_epoch = 0;
   ftc__member_report_failure(comm->member, epoch, peer >= 0 ? &peer : NULL, peer >= 0 ? 1 : 0,
@@ -549,6 +607,7 @@ static void wd_send_report_locked(ftc_comm_t *comm, int e, uint64_t epoch, int p
 /* Report `peer` (-1: none known) of the failed epoch `epoch` with status e,
  * once per epoch, or hold it back (wd_cap_mu held). */
 static void wd_report_peer_locked(ftc_comm_t *comm, int e, uint64_t epoch, int peer) {
+  FTC_ASSERT_HELD(&comm->wd_cap_mu);
   if (comm->wd_reported == epoch || !comm->member) return;
   if (e == FTC_ERR_PEER_LOST && comm->report_defer_ms > 0 && !wd_first_reporter(comm, peer)) {
     if (comm->wd_defer_epoch != epoch) {
@@ -581,6 +640,7 @@ static int wd_failed_epoch(ftc_comm_t *comm, uint64_t *epoch) {
 
 /* Tell the coordinator about the failed epoch `epoch` (wd_cap_mu held). */
 static void wd_report_locked(ftc_comm_t *comm, int e, uint64_t epoch) {
+  FTC_ASSERT_HELD(&comm->wd_cap_mu);
   if (comm->wd_reported == epoch || !comm->member) return;
   wd_report_peer_locked(comm, e, epoch, wd_failed_peer(comm));
 }
@@ -848,6 +908,7 @@ static void wd_late_free(ftc_comm_t *comm) {
  * swapped out under it before it is closed, so comm->bh's sockets stay open
  * meanwhile. */
 static int peer_closed_locked(ftc_comm_t *comm, int rank) {
+  FTC_ASSERT_HELD(&comm->lock);
   if (!comm->bh || !comm->view) return 0;
   return ftc__comm_peer_closed(comm->be, comm->bh, comm->view->size, rank);
 }
@@ -941,6 +1002,7 @@ static void wd_view(ftc_comm_t *comm, uint64_t *checked) {
 }
 
 int ftc__comm_quiet_covered_locked(ftc_comm_t *comm, const ftc__view_t *view) {
+  FTC_ASSERT_HELD(&comm->lock);
   if (comm->quiet == 2) return 1;
   return comm->quiet == 1 && comm->member && !view_has(view, comm->quiet_member) &&
          dropped_failed(comm->member, comm->quiet_member);

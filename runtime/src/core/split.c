@@ -15,7 +15,7 @@
  * parent's failure revokes its children, quietly: their sockets stay open,
  * since every child's peers learn the failure through their own parent).
  * A parent that moved to a later epoch revokes its children at their next
- * collective (ftc__split_gate_locked), until ftc_comm_recover re-derives
+ * collective (ftc__split_gate), until ftc_comm_recover re-derives
  * each from the parent's current view (ftc__split_next_view, recover.c).
  *
  * The links between parents and children are under split_lock, which is
@@ -257,7 +257,7 @@ ftc_status_t ftc_comm_parent_rank(const ftc_comm_t *child, int rank, int *parent
 
 /* ---- following the parent ---- */
 
-ftc_status_t ftc__split_gate_locked(ftc_comm_t *comm) {
+ftc_status_t ftc__split_gate(ftc_comm_t *comm) {
   ftc_comm_t *p = comm->parent;
   if (!p) return FTC_OK;
   uint64_t pe = __atomic_load_n(&p->epoch, __ATOMIC_ACQUIRE);

@@ -36,6 +36,7 @@
 
 #include "ftc_addr.h"
 #include "ftc_alloc.h"
+#include "ftc_assert.h"
 #include "ftc_error.h"
 #include "ftc_time.h"
 #include "proto/proto.h"
@@ -136,7 +137,10 @@ static void kick(int fd) {
   (void)w;
 }
 
-static void notify_locked(ftc__member_t *m) { kick(m->notify_fd); }
+static void notify_locked(ftc__member_t *m) {
+  FTC_ASSERT_HELD(&m->lock);
+  kick(m->notify_fd);
+}
 
 
 /* Store the session's error (the first one wins) and wake waiters. Caller
@@ -144,6 +148,7 @@ static void notify_locked(ftc__member_t *m) { kick(m->notify_fd); }
 static void set_error_locked(ftc__member_t *m, ftc_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void set_error_locked(ftc__member_t *m, ftc_status_t st, const char *fmt, ...) {
+  FTC_ASSERT_HELD(&m->lock);
   if (m->error == FTC_OK) {
     va_list ap;
     va_start(ap, fmt);
@@ -159,6 +164,7 @@ static void set_error_locked(ftc__member_t *m, ftc_status_t st, const char *fmt,
 /* Queue the join of a standby member (caller holds m->lock); out of memory
  * fails the session. 0 or -1. */
 static int queue_join_locked(ftc__member_t *m) {
+  FTC_ASSERT_HELD(&m->lock);
   ftc__frame_t *f = ftc__proto_encode(ftc__proto_join(), LWS_PRE);
   if (!f) {
     set_error_locked(m, FTC_ERR_NO_MEMORY, "out of memory building the join");
@@ -396,6 +402,7 @@ static void send_heartbeat(lws_sorted_usec_list_t *sul) {
 /* This process's hello as it stands (the same message for the frame and
  * for the request header). Caller holds m->lock; NULL when out of memory. */
 static ftc__frame_t *build_hello_locked(ftc__member_t *m) {
+  FTC_ASSERT_HELD(&m->lock);
   ftc__wire_member_t *wm = NULL;
   ftc__hello_t h = {
       .job = m->job,

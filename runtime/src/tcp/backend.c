@@ -18,10 +18,10 @@
 
 typedef struct tcp_state {
   const ftc__backend_host_t *host;
-  ftc__tcp_cfg_t cfg;         /* the tunables; token and interrupt point at the host's */
-  ftc__tcp_preacc_t *preacc;  /* the standby acceptor, stopped or running, or NULL */
-  ftc__tcp_t *retired;        /* the previous epoch's transport, closed once this epoch settled */
-  int retired_planned;        /* it was left by a planned move (closed with goodbyes) */
+  ftc__tcp_cfg_t cfg;        /* the tunables; token and interrupt point at the host's */
+  ftc__tcp_preacc_t *preacc; /* the standby acceptor, stopped or running, or NULL */
+  ftc__tcp_t *retired;       /* the previous epoch's transport, closed once this epoch settled */
+  int retired_planned;       /* it was left by a planned move (closed with goodbyes) */
 } tcp_state_t;
 
 static ftc_status_t tcp_open(const ftc__backend_host_t *host, void **out) {
@@ -76,8 +76,7 @@ static void tcp_standby(void *sv, int listen_fd, int on) {
     ftc__tcp_preaccept_stop(s->preacc);
     return;
   }
-  if (!s->preacc &&
-      ftc__tcp_preaccept_start(listen_fd, s->cfg.socket_buffer, &s->preacc) != FTC_OK)
+  if (!s->preacc && ftc__tcp_preaccept_start(listen_fd, s->cfg.socket_buffer, &s->preacc) != FTC_OK)
     FTC_DEBUG(FTC_SUB_INIT, "no standby acceptor (%s): early connections wait for the join",
               ftc_last_error());
 }
@@ -182,7 +181,9 @@ static void tcp_spare_events(void *h, int listen_fd, const struct pollfd *pfd, i
   ftc__tcp_spare_events(h, listen_fd, pfd, n);
 }
 static void tcp_spare_stop(void *h) { ftc__tcp_spare_stop(h); }
-static int tcp_early_start(void *h, const ftc__view_t *next) { return ftc__tcp_early_start(h, next); }
+static int tcp_early_start(void *h, const ftc__view_t *next) {
+  return ftc__tcp_early_start(h, next);
+}
 static int tcp_early_poll(void *h, int listen_fd, struct pollfd *pfd, int max) {
   return ftc__tcp_early_poll(h, listen_fd, pfd, max);
 }

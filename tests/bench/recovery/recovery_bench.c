@@ -154,7 +154,7 @@ int main(int argc, char **argv) {
   /* rank 0's schedule; only slot 0 (always rank 0: it never fails) uses it */
   int trial = 0, since_full = 0, after_failure = 0, after_grow = joiner, first_step = 1;
   for (;;) {
-    ftc_epoch_info_t info;
+    ftc_epoch_info_t info = FTC_EPOCH_INFO_INIT;
     /* A recovery is the step boundary of the step after it. */
     st = FTC_OK;
     long long entered = wall_ns();
@@ -201,7 +201,7 @@ int main(int argc, char **argv) {
       continue;
     }
     printf("BENCH notified rank=%d status=%d ts=%lld\n", rank, (int)st, wall_ns());
-    ftc_epoch_info_t rinfo;
+    ftc_epoch_info_t rinfo = FTC_EPOCH_INFO_INIT;
     st = ftc_comm_recover(comm, FTC_TIMEOUT_DEFAULT, &rinfo);
     if (st == FTC_OK && rinfo.joined) after_grow = 1;
     if (st != FTC_OK) {

@@ -358,6 +358,9 @@ static int hip_version(void) {
   return e && *e ? atoi(e) : 60400000;
 }
 
+/* HIP's entry points: no header of theirs here. */
+EXPORT cudaError_t hipRuntimeGetVersion(int *v);
+
 EXPORT cudaError_t hipRuntimeGetVersion(int *v) {
   *v = hip_version();
   return cudaSuccess;
@@ -376,6 +379,8 @@ typedef struct hip_pointer_attr {
   int isManaged;
   unsigned allocationFlags;
 } hip_pointer_attr_t;
+
+EXPORT cudaError_t hipPointerGetAttributes(hip_pointer_attr_t *a, const void *ptr);
 
 EXPORT cudaError_t hipPointerGetAttributes(hip_pointer_attr_t *a, const void *ptr) {
   struct cudaPointerAttributes c;

@@ -1038,6 +1038,10 @@ static __thread int g_depth;
 static __thread op_t *g_op;
 static __thread cudaStream_t g_stream;
 
+/* (nccl.h declares both with an empty parameter list: no prototype in C.) */
+ncclResult_t ncclGroupStart(void);
+ncclResult_t ncclGroupEnd(void);
+
 EXPORT ncclResult_t ncclGroupStart(void) {
   g_depth++;
   return ncclSuccess;
