@@ -153,6 +153,7 @@ class Manager:
         self._recovered = False
         self._first = not self.joiner  # the initial ranks take rank 0's model first
         self._grown = None  # the epoch info of a boundary that admitted a replacement
+        self._whole = True  # reduce the gradients in one piece in commit, not by bucket
         self._ddp = None
         self._weight = 1.0
         self._failed = None
@@ -170,9 +171,6 @@ class Manager:
         its own construction moves no data."""
         if self._ddp is not None:
             raise RuntimeError("ftcomm.Manager.wrap: one model per Manager")
-        # find_unused_parameters keeps DDP from rebuilding its buckets after
-        # the first step: a replacement's buckets must match the survivors'.
-        ddp_kwargs.setdefault("find_unused_parameters", True)
         self._ddp = torch.nn.parallel.DistributedDataParallel(module, process_group=_LocalGroup(), **ddp_kwargs)
         self._ddp.register_comm_hook(self, Manager._comm_hook)
         return self._ddp
@@ -180,11 +178,12 @@ class Manager:
     @staticmethod
     def _comm_hook(self, bucket):
         buf = bucket.buffer()
-        buf.mul_(self._weight)
-        if self._failed is not None:
+        if self._failed is not None or self._whole:
+            # commit reduces the gradients (a failed step: discards them)
             fut = torch.futures.Future()
             fut.set_result(buf)
             return fut
+        buf.mul_(self._weight)
         try:
             work = dist.all_reduce(buf, op=dist.ReduceOp.SUM, async_op=True)
         except FtcommError as e:
@@ -283,7 +282,7 @@ class Manager:
         and a replacement admitted at that boundary receives the state.
         On a failure: recover, return False (``next_step`` redoes the step)."""
         try:
-            if self._failed is None and self._ddp is None:
+            if self._failed is None and (self._ddp is None or self._whole):
                 self._reduce_grads()
             if self._failed is None and loss is not None:
                 t = loss.detach().to(torch.float64).reshape(1) * self._weight
@@ -306,6 +305,7 @@ class Manager:
             return False
         self.optimizer.step()
         self.step += 1
+        self._whole = False
         if info["changed"]:
             # The next next_step hands the state over: rank and size stay
             # those of the step just done until then.
@@ -348,6 +348,13 @@ class Manager:
     def _sync(self, force=False):
         """Every rank takes the newest state any of them holds (force: rank
         0's, the start of the job)."""
+        # DDP lays its buckets out anew after a process's first backward pass
+        # (in the order the gradients became ready); a replacement's first
+        # step still has the layout of construction, unlike the survivors'.
+        # Until a step completes after a sync (every rank syncs at the same
+        # point), gradients are reduced whole, in the optimizer's parameter
+        # order, whatever the buckets.
+        self._whole = True
         rank = self.rank
         key = torch.tensor([self.step * _RANK_SPAN + (_RANK_SPAN - 1 - rank), -self.step], dtype=torch.int64)
         if force:
