@@ -2,10 +2,11 @@
 
 A small MLP learns labels made by a fixed random "teacher" network, on
 synthetic data that every rank generates from one seed. The loop is plain
-DDP plus three lines of ftcomm.Manager: the step boundary (next_step), this
-rank's share of the fixed global batch (batch_indices), and commit, which
-reduces the gradients over the live ranks and applies the update, or
-recovers from a lost rank and redoes the step at the new size. A replacement
+DDP plus three lines of ftcomm.Manager: next_step (the state to whoever
+lacks it, False at the end), this rank's share of the fixed global batch
+(batch_indices), and commit, which reduces the gradients over the live ranks,
+runs the step boundary and applies the update, or recovers from a lost rank
+and redoes the step at the new size. A replacement
 started with --replace receives the model, optimizer state and step from a
 survivor (docs/pytorch.md, "Fault-tolerant training").
 

@@ -8,11 +8,11 @@ $(PY_SUITE): tests/python/run.sh
 	$(Q)printf '#!/bin/sh\nexec tests/python/run.sh %s\n' '$(BUILD)' >$@ && chmod +x $@
 
 # ftcomm.Manager's training under kill -9, SIGSTOP and replacements
-# (test_fault_training.py): 5 jobs of about a minute each.
+# (test_fault_training.py): 6 jobs of about a minute each.
 PY_FAULT_SUITE := $(BUILD)/tests/python/run_python_faults
 $(PY_FAULT_SUITE): tests/python/run.sh
 	@mkdir -p $(dir $@)
-	$(Q)printf '#!/bin/sh\nFTC_PY_TESTS=tests/python/test_fault_training.py FTC_PY_SUITE_LIMIT=$${FTC_PY_SUITE_LIMIT:-900} exec tests/python/run.sh %s -v\n' '$(BUILD)' >$@ && chmod +x $@
+	$(Q)printf '#!/bin/sh\nFTC_PY_TESTS=tests/python/test_fault_training.py FTC_PY_SUITE_LIMIT=$${FTC_PY_SUITE_LIMIT:-1080} exec tests/python/run.sh %s -v\n' '$(BUILD)' >$@ && chmod +x $@
 
 TEST_BINS += $(PY_EXT_STAMP) $(PY_SUITE) $(PY_FAULT_SUITE) $(BUILD)/bin/ftcomm-run
 TEST_SUITES += $(PY_SUITE) $(PY_FAULT_SUITE)

@@ -4,7 +4,8 @@ Each test runs examples/pytorch/train_ddp.py under `ftcomm-run -n 4 --min-size 2
 --replace` (float64, the global batch's loss logged every step) and hurts it from
 here, as an operator or a node would: SIGKILL at a random moment of a random step
 (not at a step boundary of the library's choosing), two ranks at once, a survivor
-while a replacement is joining, SIGSTOP past the hang timeout. Each run must
+while a replacement is joining, SIGSTOP past the hang timeout, a rank killed just
+before the end (its replacement comes after the job finished). Each run must
 finish with exit code 0, every rank that finished must hold the same parameters
 (the same hash of their bytes) at the last step, and every logged loss must match
 the failure-free run's loss at that step within float tolerance (the summation
@@ -133,6 +134,10 @@ def reference():
     assert ref[STEPS - 1][0] < 0.8 * ref[0][0], "the model must learn"
     f = finals(out)
     assert len(f) == RANKS and len({h for *_, h, _ in f}) == 1 and all(int(r) == 0 for *_, r in f), f
+    # The ranks leave the job as they end: no peer sees another's exit as a
+    # lost rank, and the launcher has nothing to report.
+    noise = [ln for ln in out.splitlines() if "WARN" in ln or "Traceback" in ln or "lost" in ln]
+    assert not noise, "a failure-free run must end quietly:\n" + "\n".join(noise)
     return {s: v[0] for s, v in ref.items()}
 
 
@@ -215,3 +220,18 @@ def test_sigstop_past_the_timeout_the_others_are_released(reference):
     rc, out = job.finish()
     check(out, rc, reference, min_finals=3)
     assert re.search(r"lost: rank \d+ \(slot %d, hung\)" % victim, out), out[-4000:]
+
+
+def test_a_replacement_that_comes_after_the_end_does_not_fail_the_job(reference):
+    rng = seeded("late")
+    job = Job(args=["--min-size", "2", "--replace", "--replace-delay", "0"])
+    victim = rng.randrange(RANKS)
+    # Two steps (0.4 s) before the end: the survivors finish before the
+    # replacement has imported torch, or admit it at one of their last step
+    # boundaries and hand it the state.
+    kill_at_random_step(job, rng, [victim], after=(STEPS - 3, STEPS - 2))
+    rc, out = job.finish()
+    f = check(out, rc, reference, min_finals=3)
+    late = re.search(rf"^ftcomm-run: replacement of rank {victim} came after the job finished; it was stopped",
+                     out, re.M)
+    assert late or any(int(slot) == victim for slot, *_ in f), out[-4000:]

@@ -6,17 +6,18 @@ replacements, with a fixed global batch::
 
     mgr = ftcomm.Manager(model, optimizer, global_batch=256)
     net = mgr.wrap(model)                       # DDP whose gradients go through mgr
-    while mgr.next_step(steps):                 # the step boundary; False at the end
+    while mgr.next_step(steps):                 # False at the end
         idx = mgr.batch_indices(len(data))      # this rank's share of this step's batch
         optimizer.zero_grad()
         loss_fn(net(x[idx]), y[idx]).backward() # mean over this rank's samples
-        mgr.commit(loss)                        # reduce, then optimizer.step(); or recover
+        mgr.commit(loss)                        # reduce, step boundary, optimizer.step(); or recover
 
 What it does, as libftcomm's example trainer (runtime/examples/ftcomm-trainer.c):
 
-- ``next_step`` is the step boundary (``ftc_comm_step``): a replacement
-  waiting to join is admitted there by every rank at once, and the ranks
-  then hand it the state.
+- ``commit`` runs the step boundary (``ftc_comm_step``) right after the
+  gradients are reduced, while the ranks are still together: a replacement
+  waiting to join is admitted there by every rank at once, and the next
+  ``next_step`` hands it the state (after this step's update).
 - A failed collective (a peer lost, hung or the epoch revoked) makes
   ``commit`` (or ``next_step``) recover (``ftc_comm_recover``: the survivors'
   next epoch) instead of raising; the step is redone at the new size.
@@ -151,6 +152,8 @@ class Manager:
         self.last_loss = None
         self._recovered = False
         self._first = not self.joiner  # the initial ranks take rank 0's model first
+        self._grown = None  # the epoch info of a boundary that admitted a replacement
+        self._whole = True  # reduce the gradients in one piece in commit, not by bucket
         self._ddp = None
         self._weight = 1.0
         self._failed = None
@@ -168,9 +171,6 @@ class Manager:
         its own construction moves no data."""
         if self._ddp is not None:
             raise RuntimeError("ftcomm.Manager.wrap: one model per Manager")
-        # find_unused_parameters keeps DDP from rebuilding its buckets after
-        # the first step: a replacement's buckets must match the survivors'.
-        ddp_kwargs.setdefault("find_unused_parameters", True)
         self._ddp = torch.nn.parallel.DistributedDataParallel(module, process_group=_LocalGroup(), **ddp_kwargs)
         self._ddp.register_comm_hook(self, Manager._comm_hook)
         return self._ddp
@@ -178,11 +178,12 @@ class Manager:
     @staticmethod
     def _comm_hook(self, bucket):
         buf = bucket.buffer()
-        buf.mul_(self._weight)
-        if self._failed is not None:
+        if self._failed is not None or self._whole:
+            # commit reduces the gradients (a failed step: discards them)
             fut = torch.futures.Future()
             fut.set_result(buf)
             return fut
+        buf.mul_(self._weight)
         try:
             work = dist.all_reduce(buf, op=dist.ReduceOp.SUM, async_op=True)
         except FtcommError as e:
@@ -229,33 +230,44 @@ class Manager:
         return out
 
     def next_step(self, steps):
-        """The step boundary before step ``self.step``: admit a waiting
-        replacement, hand the state to whoever lacks it, recover from a
-        failure. True: run the step; False: ``steps`` steps are done and final
-        on every rank."""
+        """Before step ``self.step``: hand the state to whoever lacks it (a
+        replacement, survivors after a recovery), recover from a failure.
+        True: run the step; False: ``steps`` steps are done and final on
+        every rank."""
         while True:
-            synced = False
             try:
                 if self._recovered or self._first:
                     self._recovered = False
                     self._sync(force=self._first)
                     self._first = False
-                    synced = True
-                else:
-                    info = _C.comm_step(self._backend, self.timeout)
-                    if info["changed"]:
-                        self._took(info, "grew")
-                        self._sync()
-                        synced = True
-                if self.step >= steps:
-                    if not synced:
+                elif self._grown is not None:
+                    info, self._grown = self._grown, None
+                    self._took(info, "grew")
+                    self._sync()
+                elif self.step < 0 or self.step >= steps:
+                    # A joiner's first boundary: the one at which the others
+                    # admitted it. The end: a boundary after the last update
+                    # makes it final on every rank (and admits nobody).
+                    if not self._boundary():
                         return False
                     continue
             except FtcommError as e:
                 self._recover(e)
                 continue
+            if self.step >= steps:
+                continue
             self._begin()
             return True
+
+    def _boundary(self):
+        """The step boundary (ftc_comm_step). When it admitted a replacement,
+        every rank hands it the state; True then."""
+        info = _C.comm_step(self._backend, self.timeout)
+        if not info["changed"]:
+            return False
+        self._took(info, "grew")
+        self._sync()
+        return True
 
     def _begin(self):
         self._lo = self.global_batch * self.rank // self.size
@@ -266,16 +278,25 @@ class Manager:
     def commit(self, loss=None):
         """End the step: reduce the gradients (those the wrapped model's
         hooks did not already), and the loss (the mean over this rank's
-        samples) if given; then apply the optimizer and count the step.
+        samples) if given; then the step boundary, the optimizer's update,
+        and a replacement admitted at that boundary receives the state.
         On a failure: recover, return False (``next_step`` redoes the step)."""
         try:
-            if self._failed is None and self._ddp is None:
+            if self._failed is None and (self._ddp is None or self._whole):
                 self._reduce_grads()
             if self._failed is None and loss is not None:
                 t = loss.detach().to(torch.float64).reshape(1) * self._weight
                 t = t.cpu()
                 dist.all_reduce(t, op=dist.ReduceOp.SUM)
                 self.last_loss = float(t.item())
+            if self._failed is None:
+                # The step boundary sits right after the reduction, which has
+                # just brought the ranks together: its 8-byte all_reduce waits
+                # for nobody. At the top of the step it would wait out the
+                # ranks' drift over the update and the loop (a second
+                # synchronization per step). A replacement admitted here gets
+                # the state after this update.
+                info = _C.comm_step(self._backend, self.timeout)
         except FtcommError as e:
             self._note_failure(e)
         if self._failed is not None:
@@ -284,6 +305,11 @@ class Manager:
             return False
         self.optimizer.step()
         self.step += 1
+        self._whole = False
+        if info["changed"]:
+            # The next next_step hands the state over: rank and size stay
+            # those of the step just done until then.
+            self._grown = info
         return True
 
     def _reduce_grads(self):
@@ -322,6 +348,13 @@ class Manager:
     def _sync(self, force=False):
         """Every rank takes the newest state any of them holds (force: rank
         0's, the start of the job)."""
+        # DDP lays its buckets out anew after a process's first backward pass
+        # (in the order the gradients became ready); a replacement's first
+        # step still has the layout of construction, unlike the survivors'.
+        # Until a step completes after a sync (every rank syncs at the same
+        # point), gradients are reduced whole, in the optimizer's parameter
+        # order, whatever the buckets.
+        self._whole = True
         rank = self.rank
         key = torch.tensor([self.step * _RANK_SPAN + (_RANK_SPAN - 1 - rank), -self.step], dtype=torch.int64)
         if force:

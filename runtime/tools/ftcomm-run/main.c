@@ -310,7 +310,9 @@ static void signal_ranks(run_t *r, int sig) {
   for (int i = 0; i < r->o.nranks; i++) {
     rank_t *k = &r->ranks[i];
     if (!k->pid) continue;
-    if (sig == SIGKILL) k->killed_by_us = 1;
+    /* A replacement still running once the job finished (it came too late
+     * to be admitted) is stopped by us, whatever the signal: not a failure. */
+    if (sig == SIGKILL || (r->finishing && k->incarnation)) k->killed_by_us = 1;
     /* The rank leads its own process group: reach its children too. */
     if (kill(-k->pid, sig) && errno == ESRCH) kill(k->pid, sig);
   }

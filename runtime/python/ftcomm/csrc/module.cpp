@@ -150,6 +150,17 @@ void shutdown_all() {
   }
   py::gil_scoped_release nogil;
   for (auto &b : live) b->shutdown();
+  /* Leave now, children before the job's communicator: a backend that Python
+   * still holds at exit (a training-loop helper, a cycle) would otherwise keep
+   * its communicator until the process is gone, and the peers would see its
+   * connections close as a crash ("closed its connection between
+   * collectives") instead of a rank that left. */
+  for (auto it = live.rbegin(); it != live.rend(); ++it) {
+    Comm &c = *(*it)->comm();
+    std::lock_guard<std::mutex> l(c.mu);
+    if (c.comm) ftc_comm_destroy(c.comm);
+    c.comm = nullptr;
+  }
 }
 
 /* For tests/bench/torch: iters blocking ftc_allreduce calls (f32 sum, in
