@@ -92,11 +92,14 @@ static struct {
   uint64_t target_epoch;
   int target_size, got;
   uint64_t rx_bytes, rx_bytes0, cpu0_ns;
+  uint64_t view_bytes; /* of those, in views and deltas during the phase */
   int crash_slot, hang_slot;
   int dumps_requested, dumps_sent;
   int errors;
   int done;
   int reported; /* hang: the neighbours' timeout reports went out */
+  int next_phase;      /* after a quiet second (what a phase set off has settled) */
+  int64_t settle_ns;   /* 0: none pending */
 } g;
 
 static int64_t now_ns(void) { return ftc__now_ns(); }
@@ -278,6 +281,9 @@ static uint64_t head_epoch(const char *head, size_t len) {
 static void on_message(smember_t *m) {
   const char *text = m->rx;
   size_t whole = m->rx_total;
+  if (m->rx_len > 24 && (!memcmp(text, "{\"v\":1,\"type\":\"view\"", 20) ||
+                         !memcmp(text, "{\"v\":1,\"type\":\"view_delta\"", 26)))
+    g.view_bytes += whole;
   if (whole > DECODE_MAX && !m->sample) {
     if (memmem(text, m->rx_len < 64 ? m->rx_len : 64, "\"type\":\"view\"", 13)) {
       uint64_t e = head_epoch(text, m->rx_len);
@@ -483,7 +489,8 @@ static void result(void) {
     printf(" first_view_ms=%.1f last_view_ms=%.1f epoch=%llu size=%d", (double)(g.first_ns - g.event_ns) / 1e6,
            (double)(g.last_ns - g.event_ns) / 1e6, (unsigned long long)g.target_epoch,
            g.target_size);
-    printf(" coord_bytes=%llu coord_cpu_ms=%.1f", (unsigned long long)(g.rx_bytes - g.rx_bytes0),
+    printf(" coord_bytes=%llu view_bytes=%llu coord_cpu_ms=%.1f",
+           (unsigned long long)(g.rx_bytes - g.rx_bytes0), (unsigned long long)g.view_bytes,
            (double)cpu / 1e6);
   }
   if (g.phase == P_HANG) printf(" dumps=%d", g.dumps_sent);
@@ -497,6 +504,7 @@ static void start_phase(int p) {
   g.phase = p;
   g.phase_start_ns = now_ns();
   g.rx_bytes0 = g.rx_bytes;
+  g.view_bytes = 0;
   g.cpu0_ns = coord_cpu_ns();
   g.got = 0;
   g.first_ns = g.last_ns = 0;
@@ -549,6 +557,14 @@ static int expected(void) {
   return 0;
 }
 
+/* The next phase starts after a quiet second, so that what this one set
+ * off (dumps being stored, late answers) is not counted in it. */
+static void settle(int next) {
+  g.next_phase = next;
+  g.settle_ns = now_ns() + 1000000000LL;
+  if (next == P_DONE) g.settle_ns = now_ns();
+}
+
 static void tick(lws_sorted_usec_list_t *sul) {
   (void)sul;
   int64_t now = now_ns();
@@ -579,6 +595,15 @@ static void tick(lws_sorted_usec_list_t *sul) {
     g.done = 1;
     return;
   }
+  if (g.settle_ns) {
+    if (now >= g.settle_ns) {
+      g.settle_ns = 0;
+      start_phase(g.next_phase);
+    }
+    if (g.phase != P_DONE) lws_sul_schedule(g.ctx, 0, &g.sul, tick, TICK_US);
+    else g.done = 1, lws_cancel_service(g.ctx);
+    return;
+  }
   int joiner_has = g.phase != P_JOIN || g.m[g.n].epoch >= g.target_epoch;
   switch (g.phase) {
     case P_CONNECT:
@@ -586,13 +611,13 @@ static void tick(lws_sorted_usec_list_t *sul) {
     case P_JOIN:
       if (g.got >= expected() + (g.phase == P_JOIN ? 0 : 0) && joiner_has) {
         result();
-        start_phase(g.phase == P_CONNECT ? P_STEADY : g.phase == P_CRASH ? P_HANG : P_DONE);
+        settle(g.phase == P_CONNECT ? P_STEADY : g.phase == P_CRASH ? P_HANG : P_DONE);
       }
       break;
     case P_STEADY:
       if (now - g.phase_start_ns >= (int64_t)g.steady_s * 1000000000LL) {
         result();
-        start_phase(P_CRASH);
+        settle(P_CRASH);
       }
       break;
     case P_HANG:
@@ -602,9 +627,10 @@ static void tick(lws_sorted_usec_list_t *sul) {
         g.reported = 1;
         reporters(g.hang_slot, FTC_ERR_TIMEOUT);
       }
-      if (g.got >= expected()) {
+      /* (and every asked member's dump is out) */
+      if (g.got >= expected() && g.dumps_sent >= g.n - 2) {
         result();
-        start_phase(P_JOIN);
+        settle(P_JOIN);
       }
       break;
   }

@@ -569,9 +569,15 @@ static ftc__frame_t *encode_delta(ftc__coord_t *co, uint64_t e, uint64_t prev,
   ftc__frame_t *f = NULL;
   if (!removed || !ready || !joined) goto out_free;
   int nr = 0, nj = 0, nready = 0, kept = 0, held = 0;
+  /* Those named in "dropped" or "left" are removed by that alone: the
+   * list says only the others (a verdict lost to a failed allocation). */
   for (int i = 0; i < co->nsent; i++) {
     const member_t *x = co->by_slot[co->sent[i].slot];
-    if (!x || x->id != co->sent[i].id || x->state == M_STANDBY) removed[nr++] = co->sent[i].id;
+    if (x && x->id == co->sent[i].id && x->state != M_STANDBY) continue;
+    int named = 0;
+    for (int k = 0; wd && !named && k < co->ndrops; k++) named = wd[k].member_id == co->sent[i].id;
+    for (int k = 0; !named && k < co->nleft; k++) named = co->left_ids[k] == co->sent[i].id;
+    if (!named) removed[nr++] = co->sent[i].id;
   }
   for (int r = 0; r < n; r++) {
     const member_t *m = co->view[r];
