@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -705,6 +706,7 @@ int main(int argc, char **argv) {
   g.coord_pid = fork();
   if (g.coord_pid < 0) return 2;
   if (g.coord_pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* (the simulator killed: no coordinator left behind) */
     close(ctl_pipe[1]);
     close(port_pipe[0]);
     _exit(coord_child(port_pipe[1], ctl_pipe[0]));

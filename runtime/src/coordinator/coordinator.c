@@ -1514,8 +1514,10 @@ static int on_receive(ftc__coord_t *co, session_t *s, const void *in, size_t len
 /* A frame larger than this (a whole view of a big job) goes in pieces of
  * this size, one WebSocket fragment each, each when the socket takes it:
  * lws keeps what the socket did not take of a write, so a whole 1.8 MB view
- * written at once to 16,384 sessions would sit in 16,384 copies. */
-#define WRITE_PIECE (64 * 1024)
+ * written at once to 16,384 sessions would sit in 16,384 copies; a piece of
+ * 16 KiB bounds that to 16 KiB a session (4,096 simulated ranks' first
+ * epoch: 289 MB resident with 64 KiB pieces, at 2,048 48 MB instead of 144). */
+#define WRITE_PIECE (16 * 1024)
 
 /* The next piece of the head frame, which continues at s->tx_off: 1 when
  * the frame is done, 0 when more is to come, -1 on a short write. A shared
