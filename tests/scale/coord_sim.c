@@ -260,8 +260,8 @@ static void check_view(smember_t *m, const ftc__msg_t *v) {
 /* A sampled member keeps its view to apply the next delta to. */
 static void keep_view(smember_t *m, const ftc__wire_member_t *w, int n) {
   /* (w may point into the old view's strings: copied before they go) */
-  ftc__wire_member_t *nv = ftc__calloc((size_t)(n ? n : 1), sizeof(*nv));
-  if (!nv) exit(2);
+  ftc__wire_member_t *nv = n ? ftc__calloc((size_t)n, sizeof(*nv)) : NULL;
+  if (n && !nv) exit(2);
   for (int i = 0; i < n; i++) {
     nv[i] = w[i];
     if (!(nv[i].addr = ftc__strdup(w[i].addr))) exit(2);
