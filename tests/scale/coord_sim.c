@@ -735,7 +735,10 @@ int main(int argc, char **argv) {
   info.protocols = protocols;
   info.count_threads = 1;
   info.fd_limit_per_thread = (unsigned)g.nm + 64;
-  info.timeout_secs = 60;
+  /* lws's limit on a connection's handshake: a coordinator accepting
+   * thousands at once through its poll loop answers late (at 16,384 the
+   * sessions past about 10,000 ran into a limit of 60 s). */
+  info.timeout_secs = 600;
   g.ctx = lws_create_context(&info);
   if (!g.ctx) {
     fprintf(stderr, "coord_sim: cannot create the libwebsockets context\n");
