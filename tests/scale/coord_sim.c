@@ -432,11 +432,17 @@ static int sim_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
       m->state = S_DEAD;
       m->wsi = NULL;
       return 0;
-    case LWS_CALLBACK_CLIENT_ESTABLISHED:
+    case LWS_CALLBACK_CLIENT_ESTABLISHED: {
+      /* Both ends share this host's TCP memory (tcp_mem): 16,384 receive
+       * buffers autotuned to megabytes while a view is read would exhaust
+       * it and the kernel resets connections. A rank has its own host. */
+      int rcv = 16 * 1024;
+      setsockopt(lws_get_socket_fd(wsi), SOL_SOCKET, SO_RCVBUF, &rcv, sizeof(rcv));
       m->wsi = wsi;
       g.inflight--;
       send_hello(m);
       return 0;
+    }
     case LWS_CALLBACK_CLIENT_RECEIVE: return on_receive(m, wsi, in, len);
     case LWS_CALLBACK_CLIENT_WRITEABLE: return on_writeable(m, wsi);
     case LWS_CALLBACK_CLIENT_CLOSED:
