@@ -62,6 +62,8 @@ enum mstate { S_IDLE, S_CONNECTING, S_OPEN, S_DEAD };
 typedef struct smember {
   struct lws *wsi;
   int slot, state, joiner, sample;
+  int64_t retry_ns; /* S_IDLE after a connection that failed before its welcome: when to try again */
+  int retry_ms;
   int silent;     /* a hang: neither heartbeats nor reads */
   int hello_done; /* its hello frame was written */
   uint64_t id, epoch;
@@ -80,6 +82,7 @@ static struct {
   int n, hb_ms, steady_s, reporters, dump_bytes, timeout_s, rss_cap_mb;
   int whole; /* members do not say "delta": every epoch comes whole */
   int view_requests; /* deltas that did not apply: the whole view was asked for */
+  int reconnects;    /* connections tried again (failed or closed before the welcome) */
   pid_t coord_pid;
   int port;
   char dump_dir[256];
@@ -420,17 +423,28 @@ static int on_writeable(smember_t *m, struct lws *wsi) {
   return 0;
 }
 
+/* A connection that failed or closed before its welcome is tried again
+ * after 50 ms, doubling to 1 s, as a rank's client does (member.c): a
+ * coordinator accepting thousands at once closes those it did not take in
+ * time. */
+static void retry_later(smember_t *m) {
+  m->state = S_IDLE;
+  m->hello_done = 0;
+  m->rx_len = m->rx_total = 0;
+  m->retry_ms = m->retry_ms ? (m->retry_ms * 2 > 1000 ? 1000 : m->retry_ms * 2) : 50;
+  m->retry_ns = now_ns() + (int64_t)m->retry_ms * 1000000LL;
+  g.reconnects++;
+}
+
 static int sim_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                         size_t len) {
   smember_t *m = wsi ? lws_get_opaque_user_data(wsi) : NULL;
   if (!m) return lws_callback_http_dummy(wsi, reason, user, in, len);
   switch (reason) {
     case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
-      complain("slot %d: connection failed: %s\n", m->slot,
-              in ? (const char *)in : "?");
       if (m->state == S_CONNECTING) g.inflight--;
-      m->state = S_DEAD;
       m->wsi = NULL;
+      retry_later(m);
       return 0;
     case LWS_CALLBACK_CLIENT_ESTABLISHED: {
       /* Both ends share this host's TCP memory (tcp_mem): 16,384 receive
@@ -446,6 +460,12 @@ static int sim_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
     case LWS_CALLBACK_CLIENT_RECEIVE: return on_receive(m, wsi, in, len);
     case LWS_CALLBACK_CLIENT_WRITEABLE: return on_writeable(m, wsi);
     case LWS_CALLBACK_CLIENT_CLOSED:
+      if (!m->id && m->state != S_DEAD && !g.done) { /* not welcomed yet: as a rank, again */
+        m->wsi = NULL;
+        ftc__frameq_clear(&m->outq);
+        retry_later(m);
+        return 0;
+      }
       if (m->state != S_DEAD && !g.done && m->slot != g.hang_slot) {
         complain("slot %d: the coordinator closed its session\n", m->slot);
       }
@@ -502,6 +522,7 @@ static void result(void) {
   }
   if (g.phase == P_HANG) printf(" dumps=%d", g.dumps_sent);
   if (g.view_requests) printf(" view_requests=%d", g.view_requests);
+  if (g.reconnects) printf(" reconnects=%d", g.reconnects);
   printf(" coord_rss_mb=%.1f coord_peak_rss_mb=%.1f\n", coord_kb("VmRSS") / 1024.0,
          coord_kb("VmHWM") / 1024.0);
   fflush(stdout);
@@ -578,6 +599,11 @@ static void tick(lws_sorted_usec_list_t *sul) {
   /* Open sessions a few hundred at a time, as pods starting would. */
   while (g.phase == P_CONNECT && g.next_open < g.n && g.inflight < INFLIGHT_MAX)
     open_member(&g.m[g.next_open++]);
+  for (int i = 0; g.reconnects && i < g.nm && g.inflight < INFLIGHT_MAX; i++)
+    if (g.m[i].state == S_IDLE && g.m[i].retry_ns && now >= g.m[i].retry_ns) {
+      g.m[i].retry_ns = 0;
+      open_member(&g.m[i]);
+    }
   for (int i = 0; i < g.nm; i++) {
     smember_t *m = &g.m[i];
     if (m->state != S_OPEN || m->silent || now < m->next_hb_ns) continue;
