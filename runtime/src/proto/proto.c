@@ -333,14 +333,16 @@ int ftc__proto_view_apply(const ftc__wire_member_t *base, int n, const ftc__msg_
     memcpy(rd, d->ready_ids, (size_t)d->nready * sizeof(*rd));
     qsort(rm, (size_t)nrm, sizeof(*rm), cmp_u64);
     qsort(rd, (size_t)d->nready, sizeof(*rd), cmp_u64);
-    /* Survivors keep their order; joiners go where their rank says. */
+    /* Survivors keep their order; joiners go where their rank says, before
+     * the next survivor (a replacement often takes a removed member's slot). */
     for (int i = 0; ok && i <= n; i++) {
+      if (i < n && has_id(rm, nrm, base[i].member_id)) continue;
       while (ok && j < d->nmembers && d->members[j].rank == k) {
         ok = k < d->view_size && (i == n || d->members[j].slot < base[i].slot) &&
              (k == 0 || v[k - 1].slot < d->members[j].slot);
         if (ok) v[k++] = d->members[j++];
       }
-      if (!ok || i == n || has_id(rm, nrm, base[i].member_id)) continue;
+      if (!ok || i == n) continue;
       ok = k < d->view_size && (k == 0 || v[k - 1].slot < base[i].slot);
       if (!ok) break;
       v[k] = base[i];
