@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -152,8 +153,10 @@ static void ranks_that_say_delta_get_the_change_and_the_others_the_whole_view(vo
     assert_int_equal(next_view(&r, i, &delta, &delta_len), FTC__MSG_VIEW_DELTA);
     assert_int_equal(delta.epoch, 2);
     assert_int_equal(delta.base_epoch, 1);
-    assert_int_equal(delta.nremoved, 1);
-    assert_int_equal(delta.removed[0], r.id[3]);
+    /* slot 3 is removed by its verdict ("left" and "dropped") alone */
+    assert_int_equal(delta.nremoved, 0);
+    assert_int_equal(delta.ndropped, 1);
+    assert_int_equal(delta.dropped[0].member_id, r.id[3]);
     assert_int_equal(delta.nready, 1);
     assert_int_equal(delta.ready_ids[0], r.id[0]);
     assert_int_equal(delta.nmembers, 0);
@@ -296,6 +299,58 @@ static void a_change_that_does_not_apply_is_refused_and_the_whole_view_follows_a
   stop(&r);
 }
 
+/* A crash in a job at its minimum: the epoch waits for the replacement,
+ * and the change that admits it also carries the verdict on the crashed
+ * member (the survivors' failure dumps say it). */
+static void a_replacement_after_a_crash_comes_with_the_verdict(void **state) {
+  (void)state;
+  rig_t r;
+  memset(&r, 0, sizeof(r));
+  ftc__coord_cfg_t cfg = {.job = "j", .token = "t", .world_size = 3, .min_size = 3,
+                          .heartbeat_ms = 20, .heartbeat_timeout_ms = 60000};
+  assert_int_equal(ftc__coord_offline_create(&cfg, &r.co), FTC_OK);
+  held_t held[3];
+  for (int i = 0; i < 3; i++) {
+    r.s[i] = ftc__coord_offline_open(r.co, "test");
+    say(&r, i,
+        "{\"v\":1,\"type\":\"hello\",\"job\":\"j\",\"token\":\"t\",\"slot\":%d,"
+        "\"world_size\":3,\"min_size\":3,\"addr\":\"10.0.0.%d:29400\",\"delta\":true}", i, i + 1);
+  }
+  for (int i = 0; i < 3; i++) {
+    ftc__msg_t m;
+    assert_int_equal(next_view(&r, i, &m, NULL), FTC__MSG_VIEW);
+    hold(&held[i], m.members, m.nmembers, m.epoch);
+    ftc__msg_clear(&m);
+    say(&r, i, "{\"v\":1,\"type\":\"heartbeat\",\"epoch\":1,\"ready\":1}");
+  }
+  /* Slot 1 crashes: its session closes; its place is kept for the
+   * evidence time (2 x 20 + 100 ms), then it is dropped. */
+  ftc__coord_offline_close(r.co, r.s[1]);
+  r.s[1] = NULL;
+  struct timespec ts = {0, 200 * 1000000L};
+  nanosleep(&ts, NULL);
+  for (int i = 0; i < 3; i += 2) say(&r, i, "{\"v\":1,\"type\":\"heartbeat\",\"epoch\":1,\"ready\":1}");
+  ftc__coord_offline_tick(r.co);
+  hello(&r, 1, 1, 1, 1); /* the replacement (its hello's world size differs: only logged) */
+  ftc__msg_t joiner;
+  assert_int_equal(next_view(&r, 1, &joiner, NULL), FTC__MSG_VIEW);
+  assert_int_equal(joiner.nmembers, 3);
+  for (int i = 0; i < 3; i += 2) {
+    ftc__msg_t m;
+    assert_int_equal(next_view(&r, i, &m, NULL), FTC__MSG_VIEW_DELTA);
+    assert_int_equal(m.ndropped, 1);
+    assert_string_equal(m.dropped[0].reason, "crashed");
+    ftc__wire_member_t *v = NULL;
+    int n = ftc__proto_view_apply(held[i].m, held[i].n, &m, &v);
+    assert_int_equal(n, 3);
+    assert_same_view(v, n, joiner.members, joiner.nmembers);
+    ftc__free(v);
+    ftc__msg_clear(&m);
+  }
+  ftc__msg_clear(&joiner);
+  stop(&r);
+}
+
 static void a_change_that_is_malformed_is_refused_by_the_decoder(void **state) {
   (void)state;
   static const char *const bad[] = {
@@ -332,6 +387,7 @@ int main(void) {
       cmocka_unit_test(a_joiner_in_the_slot_of_the_member_it_replaces_applies_in_one_change),
       cmocka_unit_test(
           a_change_that_does_not_apply_is_refused_and_the_whole_view_follows_a_request),
+      cmocka_unit_test(a_replacement_after_a_crash_comes_with_the_verdict),
       cmocka_unit_test(a_change_that_is_malformed_is_refused_by_the_decoder),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -61,6 +62,8 @@ enum mstate { S_IDLE, S_CONNECTING, S_OPEN, S_DEAD };
 typedef struct smember {
   struct lws *wsi;
   int slot, state, joiner, sample;
+  int64_t retry_ns; /* S_IDLE after a connection that failed before its welcome: when to try again */
+  int retry_ms;
   int silent;     /* a hang: neither heartbeats nor reads */
   int hello_done; /* its hello frame was written */
   uint64_t id, epoch;
@@ -79,6 +82,7 @@ static struct {
   int n, hb_ms, steady_s, reporters, dump_bytes, timeout_s, rss_cap_mb;
   int whole; /* members do not say "delta": every epoch comes whole */
   int view_requests; /* deltas that did not apply: the whole view was asked for */
+  int reconnects;    /* connections tried again (failed or closed before the welcome) */
   pid_t coord_pid;
   int port;
   char dump_dir[256];
@@ -92,11 +96,14 @@ static struct {
   uint64_t target_epoch;
   int target_size, got;
   uint64_t rx_bytes, rx_bytes0, cpu0_ns;
+  uint64_t view_bytes; /* of those, in views and deltas during the phase */
   int crash_slot, hang_slot;
   int dumps_requested, dumps_sent;
   int errors;
   int done;
   int reported; /* hang: the neighbours' timeout reports went out */
+  int next_phase;      /* after a quiet second (what a phase set off has settled) */
+  int64_t settle_ns;   /* 0: none pending */
 } g;
 
 static int64_t now_ns(void) { return ftc__now_ns(); }
@@ -256,8 +263,8 @@ static void check_view(smember_t *m, const ftc__msg_t *v) {
 /* A sampled member keeps its view to apply the next delta to. */
 static void keep_view(smember_t *m, const ftc__wire_member_t *w, int n) {
   /* (w may point into the old view's strings: copied before they go) */
-  ftc__wire_member_t *nv = ftc__calloc((size_t)(n ? n : 1), sizeof(*nv));
-  if (!nv) exit(2);
+  ftc__wire_member_t *nv = n ? ftc__calloc((size_t)n, sizeof(*nv)) : NULL;
+  if (n && !nv) exit(2);
   for (int i = 0; i < n; i++) {
     nv[i] = w[i];
     if (!(nv[i].addr = ftc__strdup(w[i].addr))) exit(2);
@@ -278,6 +285,9 @@ static uint64_t head_epoch(const char *head, size_t len) {
 static void on_message(smember_t *m) {
   const char *text = m->rx;
   size_t whole = m->rx_total;
+  if (m->rx_len > 24 && (!memcmp(text, "{\"v\":1,\"type\":\"view\"", 20) ||
+                         !memcmp(text, "{\"v\":1,\"type\":\"view_delta\"", 26)))
+    g.view_bytes += whole;
   if (whole > DECODE_MAX && !m->sample) {
     if (memmem(text, m->rx_len < 64 ? m->rx_len : 64, "\"type\":\"view\"", 13)) {
       uint64_t e = head_epoch(text, m->rx_len);
@@ -413,26 +423,49 @@ static int on_writeable(smember_t *m, struct lws *wsi) {
   return 0;
 }
 
+/* A connection that failed or closed before its welcome is tried again
+ * after 50 ms, doubling to 1 s, as a rank's client does (member.c): a
+ * coordinator accepting thousands at once closes those it did not take in
+ * time. */
+static void retry_later(smember_t *m) {
+  m->state = S_IDLE;
+  m->hello_done = 0;
+  m->rx_len = m->rx_total = 0;
+  m->retry_ms = m->retry_ms ? (m->retry_ms * 2 > 1000 ? 1000 : m->retry_ms * 2) : 50;
+  m->retry_ns = now_ns() + (int64_t)m->retry_ms * 1000000LL;
+  g.reconnects++;
+}
+
 static int sim_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                         size_t len) {
   smember_t *m = wsi ? lws_get_opaque_user_data(wsi) : NULL;
   if (!m) return lws_callback_http_dummy(wsi, reason, user, in, len);
   switch (reason) {
     case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
-      complain("slot %d: connection failed: %s\n", m->slot,
-              in ? (const char *)in : "?");
       if (m->state == S_CONNECTING) g.inflight--;
-      m->state = S_DEAD;
       m->wsi = NULL;
+      retry_later(m);
       return 0;
-    case LWS_CALLBACK_CLIENT_ESTABLISHED:
+    case LWS_CALLBACK_CLIENT_ESTABLISHED: {
+      /* Both ends share this host's TCP memory (tcp_mem): 16,384 receive
+       * buffers autotuned to megabytes while a view is read would exhaust
+       * it and the kernel resets connections. A rank has its own host. */
+      int rcv = 16 * 1024;
+      setsockopt(lws_get_socket_fd(wsi), SOL_SOCKET, SO_RCVBUF, &rcv, sizeof(rcv));
       m->wsi = wsi;
       g.inflight--;
       send_hello(m);
       return 0;
+    }
     case LWS_CALLBACK_CLIENT_RECEIVE: return on_receive(m, wsi, in, len);
     case LWS_CALLBACK_CLIENT_WRITEABLE: return on_writeable(m, wsi);
     case LWS_CALLBACK_CLIENT_CLOSED:
+      if (!m->id && m->state != S_DEAD && !g.done) { /* not welcomed yet: as a rank, again */
+        m->wsi = NULL;
+        ftc__frameq_clear(&m->outq);
+        retry_later(m);
+        return 0;
+      }
       if (m->state != S_DEAD && !g.done && m->slot != g.hang_slot) {
         complain("slot %d: the coordinator closed its session\n", m->slot);
       }
@@ -483,11 +516,13 @@ static void result(void) {
     printf(" first_view_ms=%.1f last_view_ms=%.1f epoch=%llu size=%d", (double)(g.first_ns - g.event_ns) / 1e6,
            (double)(g.last_ns - g.event_ns) / 1e6, (unsigned long long)g.target_epoch,
            g.target_size);
-    printf(" coord_bytes=%llu coord_cpu_ms=%.1f", (unsigned long long)(g.rx_bytes - g.rx_bytes0),
+    printf(" coord_bytes=%llu view_bytes=%llu coord_cpu_ms=%.1f",
+           (unsigned long long)(g.rx_bytes - g.rx_bytes0), (unsigned long long)g.view_bytes,
            (double)cpu / 1e6);
   }
   if (g.phase == P_HANG) printf(" dumps=%d", g.dumps_sent);
   if (g.view_requests) printf(" view_requests=%d", g.view_requests);
+  if (g.reconnects) printf(" reconnects=%d", g.reconnects);
   printf(" coord_rss_mb=%.1f coord_peak_rss_mb=%.1f\n", coord_kb("VmRSS") / 1024.0,
          coord_kb("VmHWM") / 1024.0);
   fflush(stdout);
@@ -497,6 +532,7 @@ static void start_phase(int p) {
   g.phase = p;
   g.phase_start_ns = now_ns();
   g.rx_bytes0 = g.rx_bytes;
+  g.view_bytes = 0;
   g.cpu0_ns = coord_cpu_ns();
   g.got = 0;
   g.first_ns = g.last_ns = 0;
@@ -549,12 +585,25 @@ static int expected(void) {
   return 0;
 }
 
+/* The next phase starts after a quiet second, so that what this one set
+ * off (dumps being stored, late answers) is not counted in it. */
+static void settle(int next) {
+  g.next_phase = next;
+  g.settle_ns = now_ns() + 1000000000LL;
+  if (next == P_DONE) g.settle_ns = now_ns();
+}
+
 static void tick(lws_sorted_usec_list_t *sul) {
   (void)sul;
   int64_t now = now_ns();
   /* Open sessions a few hundred at a time, as pods starting would. */
   while (g.phase == P_CONNECT && g.next_open < g.n && g.inflight < INFLIGHT_MAX)
     open_member(&g.m[g.next_open++]);
+  for (int i = 0; g.reconnects && i < g.nm && g.inflight < INFLIGHT_MAX; i++)
+    if (g.m[i].state == S_IDLE && g.m[i].retry_ns && now >= g.m[i].retry_ns) {
+      g.m[i].retry_ns = 0;
+      open_member(&g.m[i]);
+    }
   for (int i = 0; i < g.nm; i++) {
     smember_t *m = &g.m[i];
     if (m->state != S_OPEN || m->silent || now < m->next_hb_ns) continue;
@@ -579,6 +628,15 @@ static void tick(lws_sorted_usec_list_t *sul) {
     g.done = 1;
     return;
   }
+  if (g.settle_ns) {
+    if (now >= g.settle_ns) {
+      g.settle_ns = 0;
+      start_phase(g.next_phase);
+    }
+    if (g.phase != P_DONE) lws_sul_schedule(g.ctx, 0, &g.sul, tick, TICK_US);
+    else g.done = 1, lws_cancel_service(g.ctx);
+    return;
+  }
   int joiner_has = g.phase != P_JOIN || g.m[g.n].epoch >= g.target_epoch;
   switch (g.phase) {
     case P_CONNECT:
@@ -586,13 +644,13 @@ static void tick(lws_sorted_usec_list_t *sul) {
     case P_JOIN:
       if (g.got >= expected() + (g.phase == P_JOIN ? 0 : 0) && joiner_has) {
         result();
-        start_phase(g.phase == P_CONNECT ? P_STEADY : g.phase == P_CRASH ? P_HANG : P_DONE);
+        settle(g.phase == P_CONNECT ? P_STEADY : g.phase == P_CRASH ? P_HANG : P_DONE);
       }
       break;
     case P_STEADY:
       if (now - g.phase_start_ns >= (int64_t)g.steady_s * 1000000000LL) {
         result();
-        start_phase(P_CRASH);
+        settle(P_CRASH);
       }
       break;
     case P_HANG:
@@ -602,9 +660,10 @@ static void tick(lws_sorted_usec_list_t *sul) {
         g.reported = 1;
         reporters(g.hang_slot, FTC_ERR_TIMEOUT);
       }
-      if (g.got >= expected()) {
+      /* (and every asked member's dump is out) */
+      if (g.got >= expected() && g.dumps_sent >= g.n - 2) {
         result();
-        start_phase(P_JOIN);
+        settle(P_JOIN);
       }
       break;
   }
@@ -679,6 +738,7 @@ int main(int argc, char **argv) {
   g.coord_pid = fork();
   if (g.coord_pid < 0) return 2;
   if (g.coord_pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* (the simulator killed: no coordinator left behind) */
     close(ctl_pipe[1]);
     close(port_pipe[0]);
     _exit(coord_child(port_pipe[1], ctl_pipe[0]));
@@ -707,7 +767,10 @@ int main(int argc, char **argv) {
   info.protocols = protocols;
   info.count_threads = 1;
   info.fd_limit_per_thread = (unsigned)g.nm + 64;
-  info.timeout_secs = 60;
+  /* lws's limit on a connection's handshake: a coordinator accepting
+   * thousands at once through its poll loop answers late (at 16,384 the
+   * sessions past about 10,000 ran into a limit of 60 s). */
+  info.timeout_secs = 600;
   g.ctx = lws_create_context(&info);
   if (!g.ctx) {
     fprintf(stderr, "coord_sim: cannot create the libwebsockets context\n");

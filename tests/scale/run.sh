@@ -30,19 +30,20 @@ import sys
 rows = [dict(kv.split("=", 1) for kv in line.split()) for line in open(sys.argv[1]) if "=" in line]
 print(sys.argv[2])
 print()
-print("| members | scenario | first view | last view | coordinator sent | coordinator CPU | RSS (peak) |")
-print("|---:|---|---:|---:|---:|---:|---:|")
+print("| members | views | scenario | first view | last view | coordinator sent (views) | coordinator CPU | RSS (peak) |")
+print("|---:|---|---|---:|---:|---:|---:|---:|")
 for r in rows:
     if "stopped" in r:
-        print(f"| {r['members']} | {r['scenario']} | stopped: {r['stopped']} | | | | {r.get('coord_rss_mb','')} MB |")
+        print(f"| {r['members']} | {r.get('views','')} | {r['scenario']} | stopped: {r['stopped']} | | | | {r.get('coord_rss_mb','')} MB |")
         continue
     if r["scenario"] == "steady":
-        print(f"| {r['members']} | heartbeats, steady | | | {float(r['coord_bytes_per_s'])/1e6:.2f} MB/s | "
+        print(f"| {r['members']} | {r['views']} | heartbeats, steady | | | {float(r['coord_bytes_per_s'])/1e6:.2f} MB/s | "
               f"{r['coord_cpu_pct']}% of a core | {r['coord_rss_mb']} MB |")
         continue
     extra = f" ({r['dumps']} dumps)" if "dumps" in r else ""
-    print(f"| {r['members']} | {r['scenario']}{extra} | {r['first_view_ms']} ms | {r['last_view_ms']} ms | "
-          f"{int(r['coord_bytes'])/1e6:.2f} MB | {r['coord_cpu_ms']} ms | {r['coord_rss_mb']} ({r['coord_peak_rss_mb']}) MB |")
+    print(f"| {r['members']} | {r['views']} | {r['scenario']}{extra} | {r['first_view_ms']} ms | {r['last_view_ms']} ms | "
+          f"{int(r['coord_bytes'])/1e6:.2f} MB ({int(r['view_bytes'])/1e6:.2f} MB) | {r['coord_cpu_ms']} ms | "
+          f"{r['coord_rss_mb']} ({r['coord_peak_rss_mb']}) MB |")
 PY
 cat "$OUT/scale.md"
 exit $rc

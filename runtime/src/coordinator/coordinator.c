@@ -588,9 +588,15 @@ static ftc__frame_t *encode_delta(ftc__coord_t *co, uint64_t e, uint64_t prev,
   ftc__frame_t *f = NULL;
   if (!removed || !ready || !joined) goto out_free;
   int nr = 0, nj = 0, nready = 0, kept = 0, held = 0;
+  /* Those named in "dropped" or "left" are removed by that alone: the
+   * list says only the others (a verdict lost to a failed allocation). */
   for (int i = 0; i < co->nsent; i++) {
     const member_t *x = co->by_slot[co->sent[i].slot];
-    if (!x || x->id != co->sent[i].id || x->state == M_STANDBY) removed[nr++] = co->sent[i].id;
+    if (x && x->id == co->sent[i].id && x->state != M_STANDBY) continue;
+    int named = 0;
+    for (int k = 0; wd && !named && k < co->ndrops; k++) named = wd[k].member_id == co->sent[i].id;
+    for (int k = 0; !named && k < co->nleft; k++) named = co->left_ids[k] == co->sent[i].id;
+    if (!named) removed[nr++] = co->sent[i].id;
   }
   for (int r = 0; r < n; r++) {
     const member_t *m = co->view[r];
@@ -1533,8 +1539,10 @@ static int on_receive(ftc__coord_t *co, session_t *s, const void *in, size_t len
 /* A frame larger than this (a whole view of a big job) goes in pieces of
  * this size, one WebSocket fragment each, each when the socket takes it:
  * lws keeps what the socket did not take of a write, so a whole 1.8 MB view
- * written at once to 16,384 sessions would sit in 16,384 copies. */
-#define WRITE_PIECE (64 * 1024)
+ * written at once to 16,384 sessions would sit in 16,384 copies; a piece of
+ * 16 KiB bounds that to 16 KiB a session (4,096 simulated ranks' first
+ * epoch: 289 MB resident with 64 KiB pieces, at 2,048 48 MB instead of 144). */
+#define WRITE_PIECE (16 * 1024)
 
 /* The next piece of the head frame, which continues at s->tx_off: 1 when
  * the frame is done, 0 when more is to come, -1 on a short write. A shared

@@ -320,20 +320,23 @@ int ftc__proto_view_apply(const ftc__wire_member_t *base, int n, const ftc__msg_
   *out = NULL;
   if (d->type != FTC__MSG_VIEW_DELTA || d->view_size < 0 || d->view_size > n + d->nmembers)
     return -1;
-  uint64_t *rm = ftc__malloc((size_t)(d->nremoved + d->nready + 1) * sizeof(*rm));
+  /* Removed: the ids in "removed", "left" and "dropped". */
+  int nrm = d->nremoved + d->nleft + d->ndropped;
+  uint64_t *rm = ftc__malloc((size_t)(nrm + d->nready + 1) * sizeof(*rm));
   ftc__wire_member_t *v = ftc__calloc((size_t)(d->view_size ? d->view_size : 1), sizeof(*v));
   int k = 0, j = 0, ok = rm && v;
   if (ok) {
-    uint64_t *rd = rm + d->nremoved;
+    uint64_t *rd = rm + nrm;
     memcpy(rm, d->removed, (size_t)d->nremoved * sizeof(*rm));
+    memcpy(rm + d->nremoved, d->left, (size_t)d->nleft * sizeof(*rm));
+    for (int i = 0; i < d->ndropped; i++) rm[d->nremoved + d->nleft + i] = d->dropped[i].member_id;
     memcpy(rd, d->ready_ids, (size_t)d->nready * sizeof(*rd));
-    qsort(rm, (size_t)d->nremoved, sizeof(*rm), cmp_u64);
+    qsort(rm, (size_t)nrm, sizeof(*rm), cmp_u64);
     qsort(rd, (size_t)d->nready, sizeof(*rd), cmp_u64);
     /* Survivors keep their order; joiners go where their rank says, before
-     * the next survivor (a removed member is passed first: a joiner often
-     * takes the slot of the member it replaces, which it cannot precede). */
+     * the next survivor (a replacement often takes a removed member's slot). */
     for (int i = 0; ok && i <= n; i++) {
-      if (i < n && has_id(rm, d->nremoved, base[i].member_id)) continue;
+      if (i < n && has_id(rm, nrm, base[i].member_id)) continue;
       while (ok && j < d->nmembers && d->members[j].rank == k) {
         ok = k < d->view_size && (i == n || d->members[j].slot < base[i].slot) &&
              (k == 0 || v[k - 1].slot < d->members[j].slot);
