@@ -3,9 +3,16 @@
 #                             membership, coordinator, nccl, ...)
 #   runtime/tools/<name>/*.c  one binary per folder, linked with libftcomm
 #   runtime/examples/*.c      one binary per file
-# The recorder's objects (recorder/src) are linked into libftcomm.
+# The recorder's objects (recorder/src) are linked into libftcomm. The
+# coordinator (runtime/src/coordinator, the server side of the membership
+# protocol) is an archive of its own, libftccoord.a: ftcomm-run, the
+# controller and the tests that host one link it; a training process never
+# serves the protocol, so libftcomm does not carry it.
 
-RUNTIME_SRCS := $(wildcard runtime/src/*/*.c)
+FTCCOORD_SRCS := $(wildcard runtime/src/coordinator/*.c)
+FTCCOORD_OBJS := $(FTCCOORD_SRCS:%.c=$(BUILD)/obj/%.o)
+FTCCOORD_A := $(BUILD)/lib/libftccoord.a
+RUNTIME_SRCS := $(filter-out $(FTCCOORD_SRCS),$(wildcard runtime/src/*/*.c))
 RUNTIME_OBJS := $(RUNTIME_SRCS:%.c=$(BUILD)/obj/%.o)
 RUNTIME_CPPFLAGS := -Iruntime/src
 RUNTIME_LIBS := -lwebsockets -ljansson -ldl -lm
@@ -15,7 +22,12 @@ FTCOMM_SO := $(BUILD)/lib/libftcomm.so
 FTCOMM_MAP := runtime/libftcomm.map
 FTCOMM_A := $(BUILD)/lib/libftcomm.a
 
-$(RUNTIME_OBJS): CPPFLAGS_ALL += $(RUNTIME_CPPFLAGS)
+$(RUNTIME_OBJS) $(FTCCOORD_OBJS): CPPFLAGS_ALL += $(RUNTIME_CPPFLAGS)
+
+$(FTCCOORD_A): $(FTCCOORD_OBJS)
+	@mkdir -p $(dir $@)
+	$(say) AR $@
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
 
 # Parts with build needs of their own (e.g. nccl's include directories).
 include $(wildcard runtime/src/*/module.mk)
@@ -36,7 +48,7 @@ $(FTCOMM_SO): $(RUNTIME_OBJS) $(RECORDER_OBJS) $(COMMON_OBJS) $(FTCOMM_MAP)
 # binaries run from the build tree without LD_LIBRARY_PATH).
 RUNTIME_TOOLS := $(notdir $(wildcard runtime/tools/*))
 define runtime_tool
-$(BUILD)/bin/$(1): $$(patsubst %.c,$$(BUILD)/obj/%.o,$$(wildcard runtime/tools/$(1)/*.c)) $$(FTCOMM_A)
+$(BUILD)/bin/$(1): $$(patsubst %.c,$$(BUILD)/obj/%.o,$$(wildcard runtime/tools/$(1)/*.c)) $$(FTCCOORD_A) $$(FTCOMM_A)
 	@mkdir -p $$(dir $$@)
 	$$(say) LD $$@
 	$$(Q)$$(CC) -o $$@ $$^ $$(LDFLAGS_ALL) $$(RUNTIME_LIBS)
@@ -50,7 +62,7 @@ $(BUILD)/bin/%: $(BUILD)/obj/runtime/examples/%.o $(FTCOMM_A)
 	$(say) LD $@
 	$(Q)$(CC) -o $@ $^ $(LDFLAGS_ALL) $(RUNTIME_LIBS)
 
-ALL_TARGETS += $(FTCOMM_SO) $(FTCOMM_A) $(addprefix $(BUILD)/bin/,$(RUNTIME_TOOLS)) $(RUNTIME_EXAMPLES)
+ALL_TARGETS += $(FTCOMM_SO) $(FTCOMM_A) $(FTCCOORD_A) $(addprefix $(BUILD)/bin/,$(RUNTIME_TOOLS)) $(RUNTIME_EXAMPLES)
 INSTALL_BINS += $(addprefix $(BUILD)/bin/,$(RUNTIME_TOOLS))
 
 # The PyTorch package (its own module.mk: it builds with the torch environment).

@@ -21,7 +21,7 @@ FUZZ_JOBS ?= 1
 
 FUZZ_CPPFLAGS := -Iruntime/src $(CONTROLLER_CPPFLAGS) $(NCCL_CPPFLAGS) -Irecorder/tools/ftcomm-trace \
                  -Itests/fuzz
-FUZZ_RT_SRCS := $(RUNTIME_SRCS) $(RECORDER_SRCS) $(COMMON_SRCS)
+FUZZ_RT_SRCS := $(RUNTIME_SRCS) $(FTCCOORD_SRCS) $(RECORDER_SRCS) $(COMMON_SRCS)
 FUZZ_TRACE_SRCS := $(filter-out %/main.c,$(TRACE_SRCS)) $(RECORDER_SRCS) $(COMMON_SRCS)
 FUZZ_LIBS := $(RUNTIME_LIBS) -lcurl -lyaml -lpthread
 

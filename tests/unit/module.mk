@@ -8,7 +8,7 @@ UNIT_HARNESS_OBJS := $(BUILD)/obj/tests/unit/harness.o
 $(BUILD)/obj/tests/unit/%.o: CPPFLAGS_ALL += -Iruntime/src -Itests/unit
 
 define unit_test
-$(BUILD)/tests/unit/$(1): $(BUILD)/obj/tests/unit/$(1).o $$(UNIT_HARNESS_OBJS) $$(FTCOMM_A)
+$(BUILD)/tests/unit/$(1): $(BUILD)/obj/tests/unit/$(1).o $$(UNIT_HARNESS_OBJS) $$(FTCCOORD_A) $$(FTCOMM_A)
 	@mkdir -p $$(dir $$@)
 	$$(say) LD $$@
 	$$(Q)$$(CC) -o $$@ $$^ $$(LDFLAGS_ALL) $$(CMOCKA_LIBS) $$(RUNTIME_LIBS)
