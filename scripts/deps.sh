@@ -5,7 +5,8 @@
 #   scripts/deps.sh build    only what building the libraries and tools needs
 #                            (container images use this: make deps DEPS=build)
 #   Debian packages: compilers' libraries (libcurl, libwebsockets, jansson,
-#     libyaml, cmocka), test and benchmark peers (Open MPI, Gloo), tools.
+#     libyaml, cmocka), test and benchmark peers (Open MPI, Gloo), tools
+#     (iproute2: the network namespaces of tests/net).
 #   PyPI wheels nvidia-nccl-cu13 and nvidia-cuda-runtime into $DEPS_PREFIX
 #     (default .deps/) for nccl.h and the CUDA headers; nothing system-wide.
 #   (all) A Python virtual environment with torch for the PyTorch binding's
@@ -33,6 +34,7 @@ if [ "$mode" = all ]; then
     chromium
     python3-matplotlib
     python3-venv python3-dev
+    iproute2
   )
 fi
 

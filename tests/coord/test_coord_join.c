@@ -11,8 +11,12 @@
 #include <stddef.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -51,9 +55,37 @@ static ftc__coord_t *start_coord(int world, int min, fixture_t *fx) {
   return fx->co;
 }
 
+/* A listening socket on an ephemeral loopback port, as a rank's data plane
+ * (a coordinator's probe connects to it: docs/recovery.md, "Network
+ * faults"); its port. Listeners live until the process ends. */
+static int listen_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof(a);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 64) ||
+      getsockname(fd, (struct sockaddr *)&a, &len)) {
+    fprintf(stderr, "cannot listen on loopback for a member's data address\n");
+    abort();
+  }
+  return ntohs(a.sin_port);
+}
+
+/* The data-plane port of slot s: a listener of this process (slots 0..63;
+ * any thread). */
+static int data_port(int slot) {
+  static int ports[64];
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  if (slot < 0 || slot >= 64) return 40000 + slot; /* (nothing listens: unreachable) */
+  pthread_mutex_lock(&mu);
+  if (!ports[slot]) ports[slot] = listen_port();
+  int p = ports[slot];
+  pthread_mutex_unlock(&mu);
+  return p;
+}
+
 static ftc__member_cfg_t member_cfg(const fixture_t *fx, int slot, int world) {
   static __thread char data[32];
-  snprintf(data, sizeof(data), "127.0.0.1:%d", 40000 + slot);
+  snprintf(data, sizeof(data), "127.0.0.1:%d", data_port(slot));
   ftc__member_cfg_t c = {
       .coordinator = fx->addr,
       .job = "testjob",
@@ -141,7 +173,7 @@ static void join_of_n_forms_epoch_1_with_ranks_in_slot_order(void **state) {
     assert_int_equal(v[s]->my_rank, s);
     for (int r = 0; r < N; r++) {
       char want[32];
-      snprintf(want, sizeof(want), "127.0.0.1:%d", 40000 + r);
+      snprintf(want, sizeof(want), "127.0.0.1:%d", data_port(r));
       assert_int_equal(v[s]->members[r].rank, r);
       assert_int_equal(v[s]->members[r].slot, r);
       assert_int_equal(v[s]->members[r].joined_epoch, 1);
@@ -788,6 +820,30 @@ static void reported_rank_that_keeps_heartbeating_is_kept_in_a_new_epoch(void **
   assert_int_equal(v->epoch, 2);
   assert_int_equal(v->my_rank, 2);
   ftc__view_free(v);
+  for (int s = 0; s < 3; s++) ftc__member_close(m[s]);
+  ftc__coord_destroy(fx.co);
+}
+
+/* A member the others cannot reach over the data plane while its session
+ * heartbeats (a partition the coordinator does not see): the probe finds
+ * it and it is dropped, with a refusal saying why; the others form the next
+ * epoch without it. Slot 2's data address is a port nobody listens on. */
+static void member_cut_from_its_peers_is_dropped_after_the_probe(void **state) {
+  (void)state;
+  fixture_t fx;
+  start_coord(3, 2, &fx);
+  ftc__member_t *m[3];
+  for (int s = 0; s < 2; s++) m[s] = join(&fx, s, 3);
+  ftc__member_cfg_t c = member_cfg(&fx, 2, 3);
+  c.data_addr = "127.0.0.1:1"; /* (nothing listens there: a refusal) */
+  assert_int_equal(ftc__member_open(&c, &m[2]), FTC_OK);
+  all_saw_epoch_1(m, 3);
+  int failed[] = {2};
+  assert_int_equal(ftc__member_report_failure(m[0], 1, failed, 1, FTC_ERR_TIMEOUT), FTC_OK);
+  expect_epoch(m[1], 1, 2, 2, 1);
+  ftc__view_t *none = NULL;
+  assert_int_equal(ftc__member_wait_view(m[2], 1, WAIT_MS, &none), FTC_ERR_COORDINATOR);
+  assert_non_null(strstr(ftc_last_error(), "cannot reach or be reached by 2 members"));
   for (int s = 0; s < 3; s++) ftc__member_close(m[s]);
   ftc__coord_destroy(fx.co);
 }
@@ -1942,6 +1998,7 @@ int main(void) {
       cmocka_unit_test(leave_then_joiner_gives_two_new_epochs_never_reusing_numbers),
       cmocka_unit_test(reported_rank_that_keeps_heartbeating_is_kept_in_a_new_epoch),
       cmocka_unit_test(reported_rank_that_is_silent_is_excluded_at_once),
+      cmocka_unit_test(member_cut_from_its_peers_is_dropped_after_the_probe),
       cmocka_unit_test(below_min_size_waits_for_a_joiner),
       cmocka_unit_test(silent_member_is_dropped_after_the_heartbeat_timeout),
       cmocka_unit_test(dump_request_reaches_every_rank_and_fragmented_uploads_are_stored),

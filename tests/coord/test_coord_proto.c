@@ -299,6 +299,49 @@ static void hello_dataplane_is_optional_and_checked(void **state) {
   }
 }
 
+/* The partition probe (docs/recovery.md, "Network faults"): "probes" in a
+ * hello (said only when true), the coordinator's "probe" of an epoch and the
+ * rank's "reach" with the member ids it could not connect to; malformed
+ * ones are refused saying which field. */
+static void probe_and_reach_round_trip(void **state) {
+  (void)state;
+  ftc__hello_t h = {.job = "j", .token = "t", .addr = "a:1", .slot = 1, .world_size = 2,
+                    .min_size = 1};
+  json_t *o = ftc__proto_hello(&h);
+  assert_null(json_object_get(o, "probes"));
+  json_decref(o);
+  h.probes = 1;
+  ftc__msg_t m = roundtrip(ftc__proto_hello(&h), FTC__MSG_HELLO);
+  assert_int_equal(m.hello.probes, 1);
+  ftc__msg_clear(&m);
+  m = roundtrip(ftc__proto_probe(5), FTC__MSG_PROBE);
+  assert_int_equal(m.epoch, 5);
+  assert_string_equal(ftc__msg_type_name(m.type), "probe");
+  ftc__msg_clear(&m);
+  uint64_t ids[2] = {11, 1796679865769868ULL};
+  m = roundtrip(ftc__proto_reach(5, ids, 2), FTC__MSG_REACH);
+  assert_int_equal(m.epoch, 5);
+  assert_int_equal(m.nmember_ids, 2);
+  assert_true(m.member_ids[1] == ids[1]);
+  ftc__msg_clear(&m);
+  m = roundtrip(ftc__proto_reach(6, NULL, 0), FTC__MSG_REACH);
+  assert_int_equal(m.nmember_ids, 0);
+  ftc__msg_clear(&m);
+  static const char *const bad[][2] = {
+      {"{\"v\":1,\"type\":\"probe\"}", "\"epoch\""},
+      {"{\"v\":1,\"type\":\"probe\",\"epoch\":0}", "\"epoch\""},
+      {"{\"v\":1,\"type\":\"reach\",\"epoch\":2}", "\"unreachable\""},
+      {"{\"v\":1,\"type\":\"reach\",\"epoch\":2,\"unreachable\":7}", "\"unreachable\""},
+      {"{\"v\":1,\"type\":\"reach\",\"epoch\":2,\"unreachable\":[0]}", "\"unreachable\""},
+      {"{\"v\":1,\"type\":\"reach\",\"epoch\":2,\"unreachable\":[\"x\"]}", "\"unreachable\""}};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    char why[256] = "";
+    assert_int_equal(ftc__proto_decode(bad[i][0], strlen(bad[i][0]), 4096, &m, why, sizeof(why)),
+                     FTC__PERR_BAD_MESSAGE);
+    if (!strstr(why, bad[i][1])) fail_msg("%s: reason \"%s\" does not name %s", bad[i][0], why, bad[i][1]);
+  }
+}
+
 /* ftc_comm_create_begin's words: "standby" in a hello and in its welcome
  * (both optional, said only when true), and the "join" that follows. */
 static void standby_and_join_round_trip(void **state) {
@@ -543,6 +586,7 @@ int main(void) {
       cmocka_unit_test(built_messages_decode_to_what_they_carry),
       cmocka_unit_test(hello_dataplane_is_optional_and_checked),
       cmocka_unit_test(standby_and_join_round_trip),
+      cmocka_unit_test(probe_and_reach_round_trip),
       cmocka_unit_test(error_codes_map_to_statuses),
       cmocka_unit_test(token_comparison_is_exact),
       cmocka_unit_test(utf8_cut_never_splits_a_character),

@@ -27,6 +27,18 @@ check "CRD first (a dry run cannot validate TrainingJob-free objects without it)
 check "helm template --include-crds | kubectl apply --dry-run=server -f -" kc apply --dry-run=server -f "$work/all.yaml"
 hm template ftcomm "$chart" -n $ns --set serviceMonitor.enabled=true >"$work/sm.yaml"
 check "... with serviceMonitor.enabled=true" kc apply --dry-run=server -f "$work/sm.yaml"
+hm template ftcomm "$chart" -n $ns --set controller.watchNamespace=team-a >"$work/np.yaml"
+check "... with controller.watchNamespace (the TrainingJob pods' NetworkPolicy there too)" \
+  bash -c '"$0" create namespace team-a >/dev/null && "$0" apply --dry-run=server -f "$1"' "$FTC_KUBECTL" "$work/np.yaml"
+check_out "NetworkPolicies rendered: the controller's (on by default), the watched namespace's" \
+  '^NetworkPolicy ftcomm-controller ftcomm-system NetworkPolicy ftcomm-trainingjobs team-a $' \
+  bash -c 'python3 -c "
+import sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d and d[\"kind\"] == \"NetworkPolicy\": print(d[\"kind\"], d[\"metadata\"][\"name\"], d[\"metadata\"][\"namespace\"], end=\" \")
+print()" "$0"' "$work/np.yaml"
+check_out "networkPolicy.enabled=false renders none" '^0$' \
+  bash -c '"$0" template ftcomm "$1" --set networkPolicy.enabled=false | grep -c "kind: NetworkPolicy" || true' "$FTC_HELM" "$chart"
 check_out "the dry run stored nothing" '^No resources found' kc -n $ns get deploy,svc,pvc,sa
 
 # 2. Restricted Pod Security: the Deployment's pod template as a Pod in a namespace
@@ -75,6 +87,9 @@ check_out "release deployed" 'deployed' hm -n $ns status ftcomm
 check "Deployment, Service, ServiceAccount, claim, Role, RoleBinding, ServiceMonitor exist" \
   kc -n $ns get deploy/ftcomm-controller svc/ftcomm-controller sa/ftcomm-controller pvc/ftcomm-dumps \
   role/ftcomm-controller-leader-election rolebinding/ftcomm-controller-leader-election servicemonitor/ftcomm-controller
+check_out "the controller's NetworkPolicy: the coordinator port from pods of TrainingJobs in any namespace, metrics from anywhere" \
+  '^coordinator ftcomm.dev/job Exists [{][}] metrics$' \
+  kc -n $ns get networkpolicy/ftcomm-controller -o jsonpath='{.spec.ingress[0].ports[0].port} {.spec.ingress[0].from[0].podSelector.matchExpressions[0].key} {.spec.ingress[0].from[0].podSelector.matchExpressions[0].operator} {.spec.ingress[0].from[0].namespaceSelector} {.spec.ingress[1].ports[0].port}'
 check "ClusterRole, ClusterRoleBinding and the CRD exist" kc get clusterrole/ftcomm-controller clusterrolebinding/ftcomm-controller crd/trainingjobs.ftcomm.dev
 check_out "the Deployment as installed: 1 replica, leader election, probes, restricted" \
   '^1 --leader-elect=true /healthz /readyz true true ftcomm-controller$' \

@@ -70,6 +70,10 @@ typedef struct member {
   int64_t last_seen_ns;
   int64_t suspect_ns;    /* when a rank first reported it failed in this epoch, 0: not */
   int64_t detached_ns;   /* an epoch member whose session closed: since when, 0: attached */
+  int probes;            /* its hello said it answers probes */
+  uint64_t reach_epoch;  /* the epoch its last reach answered, 0: none */
+  uint64_t *unreach;     /* that reach: the members it could not connect to */
+  int nunreach;
 } member_t;
 
 /* A dump being reassembled from fragments. */
@@ -155,6 +159,10 @@ struct ftc__coord {
   struct sent_rec { uint64_t id; int slot; } *sent;
   int nsent;
   uint64_t sent_of; /* that epoch, 0: none */
+  int quorum_lost_logged; /* fewer than half the epoch's members are heard (tick) */
+  uint64_t probe_epoch;  /* the broken epoch whose members were asked to probe, 0: none */
+  int64_t probe_ns;      /* when */
+  uint64_t probe_decided_epoch; /* the epoch whose probe answers were judged, 0: none */
 
   ftc__coord_event_fn on_event;
   void *event_arg;
@@ -563,6 +571,7 @@ static void drop_member(ftc__coord_t *co, member_t *m, int left, const char *why
       break;
     }
   }
+  ftc__free(m->unreach);
   ftc__free(m);
   co->stats_dirty = 1;
 }
@@ -849,6 +858,19 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
   if (h->prev_member_id) {
     adopt_view(co, h);
     member_t *back = find_id(co, h->prev_member_id);
+    if (back && back->sess && back->sess != s && back->slot == h->slot) {
+      /* Its previous session is still open here: the process gave up on
+       * it (no answers through a cut path that TCP has not noticed yet).
+       * The new session replaces it. */
+      session_t *old = back->sess;
+      FTC_INFO(FTC_SUB_COORD, "job %s: slot %d (member %llu) reconnected while its previous "
+               "session (%s) looked open; closing that one", co->job, back->slot,
+               (unsigned long long)back->id, old->peer);
+      old->m = NULL;
+      old->refused = 1;
+      kill_session(old);
+      back->sess = NULL;
+    }
     if (back && !back->sess && back->slot == h->slot) {
       /* The same process returns to its place: same id, same epoch. */
       back->sess = s;
@@ -858,6 +880,7 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
       back->dataplane = h->dataplane; /* the same process: admitted with it before */
       back->delta = h->delta;
       back->sent_epoch = h->known_epoch; /* what it holds, whatever was queued before */
+      back->probes = h->probes;
       back->last_seen_ns = ftc__now_ns();
       snprintf(back->host, sizeof(back->host), "%s", h->pod ? h->pod : h->host ? h->host : "");
       co->stats_dirty = 1;
@@ -922,6 +945,7 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
   m->pid = h->pid;
   m->dataplane = h->dataplane;
   m->delta = h->delta;
+  m->probes = h->probes;
   m->last_seen_ns = ftc__now_ns();
   snprintf(m->addr, sizeof(m->addr), "%s", h->addr);
   snprintf(m->host, sizeof(m->host), "%s", h->pod ? h->pod : h->host ? h->host : "");
@@ -1013,6 +1037,7 @@ static void handle_join(ftc__coord_t *co, session_t *s) {
 }
 
 static void judge_suspects(ftc__coord_t *co, int64_t now);
+static int probe_ask(ftc__coord_t *co, int64_t now);
 
 /* Whether the kernel already says m's session is closed by its end (the
  * process died: end of stream or reset), before lws got to its close. */
@@ -1195,6 +1220,8 @@ static void handle_failure(ftc__coord_t *co, session_t *s, const ftc__msg_t *msg
       FTC_INFO(FTC_SUB_COORD,
                "job %s: rank %d reports rank %d failed (%s); it still heartbeats: suspected",
                co->job, rep->rank, x->rank, what);
+      /* The probe runs while the evidence settles: a cut is known by then. */
+      (void)probe_ask(co, now);
     }
   }
   /* A drop forms the next epoch now; a broken epoch without one waits for
@@ -1202,6 +1229,178 @@ static void handle_failure(ftc__coord_t *co, session_t *s, const ftc__msg_t *msg
    * close a moment after its peers' reports. */
   judge_suspects(co, now);
   if (co->view_dirty) maybe_form_epoch(co);
+}
+
+/*
+ * Partitions (docs/recovery.md, "Network faults"). An epoch reported broken
+ * in which every member still heartbeats is either a blink (a connection
+ * that dropped: the same members form the next epoch) or a partition of
+ * the data plane that the coordinator's sessions do not see: forming the
+ * same members again would break again, every time, until the ranks' recovery
+ * timeout ends the job. So before that, every member is asked to probe the
+ * others' data-plane addresses ("probe") and says whom it could not reach
+ * ("reach"). Each unreachable pair (said by either side) is a cut; the
+ * coordinator drops the member in the most cuts, the highest rank among
+ * equals, until no cut is left: one rank cut from its peers goes, an
+ * asymmetric cut between two costs the higher one, a minority cut from a
+ * majority goes. Nobody is dropped when all reach all.
+ */
+
+/* How long the coordinator waits for the members' reaches: a member's
+ * probe bound (member.c, probe_ms) and the evidence time for the message. */
+static int64_t probe_wait_ns(const ftc__coord_t *co) {
+  int64_t ms = 2LL * co->heartbeat_ms + 100;
+  ms = ms < 200 ? 200 : ms > 2000 ? 2000 : ms;
+  return ms * 1000000LL + evidence_ns(co);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* The cuts among the current epoch's members that their reaches name, as
+ * pairs lo * n + hi of ranks (lo < hi), sorted and unique: *out (the
+ * caller frees), their count returned; -1 out of memory. */
+static int partition_cuts(ftc__coord_t *co, uint64_t **out) {
+  int n = co->view_n, total = 0, k = 0;
+  *out = NULL;
+  for (int r = 0; r < n; r++)
+    if (co->view[r] && co->view[r]->reach_epoch == co->epoch) total += co->view[r]->nunreach;
+  if (!total) return 0;
+  uint64_t *pairs = ftc__calloc((size_t)total, sizeof(*pairs));
+  if (!pairs) return -1;
+  for (int r = 0; r < n; r++) {
+    member_t *a = co->view[r];
+    if (!a || a->reach_epoch != co->epoch) continue;
+    for (int i = 0; i < a->nunreach; i++) {
+      member_t *b = find_id(co, a->unreach[i]);
+      if (!b || b == a || b->state != M_ACTIVE || b->rank < 0 || b->rank >= n || co->view[b->rank] != b)
+        continue;
+      int lo = r < b->rank ? r : b->rank, hi = r < b->rank ? b->rank : r;
+      pairs[k++] = (uint64_t)lo * (uint64_t)n + (uint64_t)hi;
+    }
+  }
+  qsort(pairs, (size_t)k, sizeof(*pairs), cmp_u64);
+  int u = 0;
+  for (int i = 0; i < k; i++)
+    if (!u || pairs[u - 1] != pairs[i]) pairs[u++] = pairs[i];
+  *out = pairs;
+  return u;
+}
+
+/* Drop members until no cut is left (the rule above). */
+static void partition_drop(ftc__coord_t *co, uint64_t *pairs, int npairs) {
+  int n = co->view_n;
+  int *deg = ftc__calloc((size_t)n, sizeof(*deg));
+  if (!deg) {
+    FTC_ERROR(FTC_SUB_COORD, "job %s: out of memory judging a partition; forming the next "
+              "epoch with the same members", co->job);
+    return;
+  }
+  for (;;) {
+    memset(deg, 0, (size_t)n * sizeof(*deg));
+    int left = 0;
+    for (int i = 0; i < npairs; i++) {
+      if (pairs[i] == UINT64_MAX) continue;
+      deg[pairs[i] / (uint64_t)n]++, deg[pairs[i] % (uint64_t)n]++, left++;
+    }
+    if (!left) break;
+    int worst = 0;
+    for (int r = 1; r < n; r++)
+      if (deg[r] >= deg[worst]) worst = r;
+    member_t *x = co->view[worst];
+    char why[192];
+    snprintf(why, sizeof(why), "cannot reach or be reached by %d member%s of epoch %llu over the "
+             "data plane (a partition; its coordinator session still worked)", deg[worst],
+             deg[worst] == 1 ? "" : "s", (unsigned long long)co->epoch);
+    FTC_WARN(FTC_SUB_COORD, "job %s: rank %d (slot %d) %s: dropping it", co->job, worst,
+             x ? x->slot : -1, why);
+    for (int i = 0; i < npairs; i++)
+      if (pairs[i] != UINT64_MAX &&
+          (pairs[i] / (uint64_t)n == (uint64_t)worst || pairs[i] % (uint64_t)n == (uint64_t)worst))
+        pairs[i] = UINT64_MAX;
+    if (x) exclude_member(co, x, FTC__PERR_EXCLUDED, why);
+  }
+  ftc__free(deg);
+}
+
+/* Ask every member of the current epoch that answers probes to probe, once
+ * per epoch; returns how many were asked (fewer than 2: nobody to compare). */
+static int probe_ask(ftc__coord_t *co, int64_t now) {
+  int asked = 0;
+  for (int r = 0; r < co->view_n; r++) {
+    member_t *x = co->view[r];
+    asked += x && x->sess && x->probes;
+  }
+  if (co->probe_epoch == co->epoch || asked < 2) return asked;
+  co->probe_epoch = co->epoch;
+  co->probe_ns = now;
+  FTC_INFO(FTC_SUB_COORD, "job %s: epoch %llu was reported broken by members that heartbeat; "
+           "asking %d to probe the data plane", co->job, (unsigned long long)co->epoch, asked);
+  for (int r = 0; r < co->view_n; r++) {
+    member_t *x = co->view[r];
+    if (x && x->sess && x->probes) send_msg(x->sess, ftc__proto_probe(co->epoch), 0);
+  }
+  return asked;
+}
+
+/* Whether the probe of the current epoch is over: every member asked has
+ * answered, or the wait is up. */
+static int probe_complete(ftc__coord_t *co, int64_t now) {
+  int asked = 0, answered = 0;
+  for (int r = 0; r < co->view_n; r++) {
+    member_t *x = co->view[r];
+    if (!x || !x->sess || !x->probes) continue;
+    asked++;
+    answered += x->reach_epoch == co->epoch;
+  }
+  return answered == asked || now - co->probe_ns >= probe_wait_ns(co);
+}
+
+/* The partition rule on the answers (once per epoch). */
+static void partition_apply(ftc__coord_t *co) {
+  co->probe_decided_epoch = co->epoch;
+  uint64_t *pairs;
+  int npairs = partition_cuts(co, &pairs);
+  FTC_INFO(FTC_SUB_COORD, "job %s: epoch %llu: the probe found %d cut%s", co->job,
+           (unsigned long long)co->epoch, npairs < 0 ? 0 : npairs, npairs == 1 ? "" : "s");
+  if (npairs > 0) partition_drop(co, pairs, npairs);
+  ftc__free(pairs);
+}
+
+/* A broken epoch whose members all heartbeat: 1 once the partition rule
+ * has decided (members dropped, or none cut), 0 while the probes run. */
+static int partition_decided(ftc__coord_t *co, int64_t now) {
+  if (co->probe_decided_epoch == co->epoch) return 1;
+  if (probe_ask(co, now) < 2) return 1; /* (older ranks) */
+  if (!probe_complete(co, now)) return 0;
+  partition_apply(co);
+  return 1;
+}
+
+/* A member's answer to a probe: kept for the epoch it names; the decision
+ * is taken at once when it was the last one awaited. */
+static void handle_reach(ftc__coord_t *co, session_t *s, const ftc__msg_t *msg) {
+  member_t *m = s->m;
+  if (msg->epoch != co->epoch || m->state != M_ACTIVE) return; /* (an old epoch's) */
+  uint64_t *ids = NULL;
+  if (msg->nmember_ids) {
+    ids = ftc__calloc((size_t)msg->nmember_ids, sizeof(*ids));
+    if (!ids) {
+      FTC_ERROR(FTC_SUB_COORD, "job %s: out of memory keeping slot %d's probe", co->job, m->slot);
+      return;
+    }
+    memcpy(ids, msg->member_ids, (size_t)msg->nmember_ids * sizeof(*ids));
+  }
+  ftc__free(m->unreach);
+  m->unreach = ids;
+  m->nunreach = msg->nmember_ids;
+  m->reach_epoch = msg->epoch;
+  FTC_INFO(FTC_SUB_COORD, "job %s: rank %d (slot %d) cannot reach %d member%s of epoch %llu",
+           co->job, m->rank, m->slot, m->nunreach, m->nunreach == 1 ? "" : "s",
+           (unsigned long long)co->epoch);
+  if (co->revoke_pending) judge_suspects(co, ftc__now_ns());
 }
 
 /* The tick's half of the evidence rule: drop suspects that stopped
@@ -1221,6 +1420,15 @@ static void judge_suspects(ftc__coord_t *co, int64_t now) {
              (long long)(silent / 1000000));
     exclude_member(co, x, FTC__PERR_EXCLUDED, why);
   }
+  /* Every member answered the probe (a silent one cannot): the cut ones
+   * are dropped, the others are live and reachable, so whatever their
+   * peers said of them came from the cut: no longer suspects. */
+  if (co->revoke_pending && co->probe_epoch == co->epoch &&
+      co->probe_decided_epoch != co->epoch && probe_complete(co, now)) {
+    partition_apply(co);
+    for (int r = 0; r < co->view_n; r++)
+      if (co->view[r]) co->view[r]->suspect_ns = 0;
+  }
   for (int r = 0; r < co->view_n; r++) {
     member_t *x = co->view[r];
     if (!x || !x->suspect_ns) continue;
@@ -1238,6 +1446,9 @@ static void judge_suspects(ftc__coord_t *co, int64_t now) {
       suspects++;
     }
   }
+  if (!co->view_dirty && co->revoke_pending && !suspects && now - co->revoke_ns > evidence_ns(co) &&
+      !partition_decided(co, now))
+    return;
   if (co->view_dirty ||
       (co->revoke_pending && !suspects && now - co->revoke_ns > evidence_ns(co))) {
     if (co->revoke_pending && !co->view_dirty)
@@ -1423,6 +1634,7 @@ static int handle_message(ftc__coord_t *co, session_t *s, const char *text, size
       break;
     case FTC__MSG_DUMP: handle_dump(co, s, &msg); break;
     case FTC__MSG_BACKEND: handle_backend(co, s, &msg); break;
+    case FTC__MSG_REACH: handle_reach(co, s, &msg); break;
     case FTC__MSG_JOIN: handle_join(co, s); break;
     case FTC__MSG_VIEW_REQUEST:
       /* A delta did not apply there (it missed one): the whole epoch. */
@@ -1619,11 +1831,52 @@ static void run_commands(ftc__coord_t *co) {
   }
 }
 
+/*
+ * Silence alone drops a member of the epoch only while at least half of
+ * the epoch's members are heard (docs/recovery.md, "Network faults"): when
+ * most of them fall silent at once, it is far likelier that the coordinator
+ * is cut off (its node, its link, a stopped process) than that most ranks
+ * died together, and dropping them would end a job whose data plane still
+ * trains. The members keep their places, the outage is logged once, and a
+ * failure report still drops a silent member as before: a rank that stopped
+ * is reported by its peers, whose reports arrive.
+ */
+static int quorum_heard(ftc__coord_t *co, int64_t now) {
+  int total = 0, heard = 0;
+  for (int r = 0; r < co->view_n; r++) {
+    const member_t *m = co->view[r];
+    if (!m) continue;
+    total++;
+    heard += m->sess && (now - m->last_seen_ns) / 1000000 <= co->hb_timeout_ms;
+  }
+  int ok = !co->formed || total < 2 || 2 * heard >= total;
+  if (!ok && !co->quorum_lost_logged)
+    FTC_WARN(FTC_SUB_COORD, "job %s: only %d of the %d members of epoch %llu are heard; the "
+             "coordinator is likely cut off from them: nobody is dropped for silence until half "
+             "are heard again", co->job, heard, total, (unsigned long long)co->epoch);
+  else if (ok && co->quorum_lost_logged) {
+    FTC_WARN(FTC_SUB_COORD, "job %s: %d of the %d members of epoch %llu are heard again", co->job,
+             heard, total, (unsigned long long)co->epoch);
+    /* The others' sessions come back one by one (each reconnects on its own
+     * retry clock): a fresh heartbeat timeout from now for each. */
+    for (int r = 0; r < co->view_n; r++) {
+      member_t *m = co->view[r];
+      if (!m) continue;
+      if (now - m->last_seen_ns > (int64_t)co->hb_timeout_ms * 1000000LL) m->last_seen_ns = now;
+      if (m->detached_ns) m->detached_ns = now;
+    }
+  }
+  co->quorum_lost_logged = !ok;
+  return ok;
+}
+
 static void tick(ftc__coord_t *co) {
   int64_t now = ftc__now_ns();
   int dropped = 0;
+  int quorum = quorum_heard(co, now);
   for (int i = 0; i < co->nmembers; i++) {
     member_t *m = co->members[i];
+    if (!quorum && m->state == M_ACTIVE) continue;
     if (!m->sess && m->detached_ns && now - m->detached_ns > evidence_ns(co)) {
       char why[96];
       snprintf(why, sizeof(why), "lost its session and did not come back within %lld ms",
@@ -2017,7 +2270,10 @@ static void coord_free(ftc__coord_t *co) {
     ftc__incident_write(co->incidents[i]);
     ftc__incident_free(co->incidents[i]);
   }
-  for (int i = 0; i < co->nmembers; i++) ftc__free(co->members[i]);
+  for (int i = 0; i < co->nmembers; i++) {
+    ftc__free(co->members[i]->unreach);
+    ftc__free(co->members[i]);
+  }
   ftc__free(co->members);
   ftc__free(co->view);
   cmd_t *c = co->cmd_head;

@@ -31,13 +31,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netdb.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "ftc_addr.h"
 #include "ftc_alloc.h"
 #include "ftc_assert.h"
 #include "ftc_error.h"
+#include "ftc_param.h"
 #include "ftc_time.h"
 #include "proto/proto.h"
 
@@ -81,6 +84,8 @@ struct ftc__member {
   int retry_ms;
   int64_t reconnect_deadline_ns; /* 0 while connected */
   int heartbeat_ms;
+  int silence_ms;        /* nothing from the coordinator this long: reconnect */
+  int64_t last_rx_ns;    /* the last frame from the coordinator (or the connection's start) */
   char *rx;
   size_t rx_len, rx_cap;
   int rx_skip;
@@ -127,6 +132,14 @@ struct ftc__member {
     char detail[FTC__PROTO_MAX_DROP_DETAIL + 1];
   } drops[DROP_KEEP];
   int ndrops;
+  /* Probes (the coordinator's "probe", answered with a "reach"): the
+   * "ftc-probe" thread, started for the first probe and joined at stop;
+   * probe_epoch is the newest epoch asked about (under lock), probe_done
+   * the last one answered; the thread sleeps on cond until another. */
+  pthread_t probe_thread;
+  int probe_started;
+  uint64_t probe_epoch, probe_done;
+  int probe_bound_ms; /* set with probe_epoch by the service thread (probe_ms) */
 };
 
 /* Wake the owner's watchdog (caller holds m->lock). */
@@ -195,6 +208,140 @@ static ftc_status_t queue_msg(ftc__member_t *m, json_t *msg, int close_after) {
   pthread_mutex_unlock(&m->lock);
   lws_cancel_service(m->ctx);
   return FTC_OK;
+}
+
+/* ---- probes ---- */
+
+/*
+ * When an epoch breaks and every member still heartbeats, the coordinator
+ * asks each to try every other member's data-plane address (a TCP connect,
+ * closed at once: the listener takes a connection that sends nothing for a
+ * probe) and to say whom it could not reach; it drops the fewest members
+ * that leave the rest all reachable (docs/recovery.md, "Network faults").
+ * The connects run in parallel, bounded by probe_ms; a name that does not
+ * resolve, a refusal or no answer in time is unreachable.
+ */
+/* (service thread: heartbeat_ms is its own) */
+static int probe_ms(const ftc__member_t *m) {
+  int ms = 2 * m->heartbeat_ms + 100;
+  return ms < 200 ? 200 : ms > 2000 ? 2000 : ms;
+}
+
+/* Connect to every address of addrs[n] at once; reached[i] = 1 for those
+ * that answered within ms. */
+static void probe_connect(char (*addrs)[128], int n, int ms, int *reached) {
+  int *fds = ftc__calloc((size_t)(n ? n : 1), sizeof(int));
+  struct pollfd *pf = ftc__calloc((size_t)(n ? n : 1), sizeof(*pf));
+  if (!fds || !pf) goto out_free;
+  for (int i = 0; i < n; i++) {
+    char host[FTC__ADDR_HOST_MAX], port_s[8];
+    int port;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *ai = NULL;
+    fds[i] = -1;
+    pf[i] = (struct pollfd){.fd = -1};
+    if (ftc__addr_split("a member's address", addrs[i], host, sizeof(host), &port) != FTC_OK)
+      continue;
+    snprintf(port_s, sizeof(port_s), "%d", port);
+    if (getaddrinfo(host, port_s, &hints, &ai) || !ai) continue;
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+      reached[i] = 1;
+      close(fd);
+    } else if (fd >= 0 && errno == EINPROGRESS) {
+      fds[i] = fd;
+      pf[i] = (struct pollfd){.fd = fd, .events = POLLOUT};
+    } else if (fd >= 0) {
+      close(fd);
+    }
+    freeaddrinfo(ai);
+  }
+  int64_t deadline = ftc__deadline_ns(ms);
+  for (;;) {
+    int waiting = 0;
+    for (int i = 0; i < n; i++) waiting += pf[i].fd >= 0;
+    int64_t left = deadline - ftc__now_ns();
+    if (!waiting || left <= 0) break;
+    if (poll(pf, (nfds_t)n, (int)((left + 999999) / 1000000)) < 0 && errno != EINTR) break;
+    for (int i = 0; i < n; i++) {
+      if (pf[i].fd < 0 || !pf[i].revents) continue;
+      int err = 0;
+      socklen_t len = sizeof(err);
+      if (getsockopt(pf[i].fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) reached[i] = 1;
+      pf[i].fd = -1;
+    }
+  }
+out_free:
+  for (int i = 0; fds && i < n; i++)
+    if (fds[i] >= 0) close(fds[i]);
+  ftc__free(fds);
+  ftc__free(pf);
+}
+
+/* One probe of `epoch`, bounded by ms, if this process holds that epoch's view. */
+static void probe_epoch(ftc__member_t *m, uint64_t epoch, int ms) {
+  int n = 0;
+  char (*addrs)[128] = NULL;
+  uint64_t *ids = NULL;
+  int *reached = NULL;
+  pthread_mutex_lock(&m->lock);
+  if (m->view && m->view->epoch == epoch && m->view->size > 1) {
+    addrs = ftc__calloc((size_t)m->view->size, sizeof(*addrs));
+    ids = ftc__calloc((size_t)m->view->size, sizeof(*ids));
+    reached = ftc__calloc((size_t)m->view->size, sizeof(*reached));
+    for (int i = 0; addrs && ids && reached && i < m->view->size; i++) {
+      const ftc__view_member_t *vm = &m->view->members[i];
+      if (vm->member_id == m->member_id) continue;
+      memcpy(addrs[n], vm->addr, sizeof(addrs[n]));
+      ids[n++] = vm->member_id;
+    }
+  }
+  pthread_mutex_unlock(&m->lock);
+  if (!addrs || !ids || !reached) {
+    FTC_DEBUG(FTC_SUB_COORD, "slot %d: probe of epoch %llu not answered (not this view's, or "
+              "out of memory)", m->slot, (unsigned long long)epoch);
+    goto out_free;
+  }
+  probe_connect(addrs, n, ms, reached);
+  int k = 0;
+  for (int i = 0; i < n; i++)
+    if (!reached[i]) ids[k++] = ids[i];
+  FTC_INFO(FTC_SUB_COORD, "slot %d: probed the %d other member%s of epoch %llu: %d unreachable "
+           "within %d ms", m->slot, n, n == 1 ? "" : "s", (unsigned long long)epoch, k, ms);
+  (void)queue_msg(m, ftc__proto_reach(epoch, ids, k), 0); /* (closed: nobody asks any more) */
+out_free:
+  ftc__free(addrs);
+  ftc__free(ids);
+  ftc__free(reached);
+}
+
+static void *probe_main(void *arg) {
+  ftc__member_t *m = arg;
+  pthread_setname_np(pthread_self(), "ftc-probe");
+  pthread_mutex_lock(&m->lock);
+  while (!__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
+    if (m->probe_epoch == m->probe_done) {
+      pthread_cond_wait(&m->cond, &m->lock);
+      continue;
+    }
+    uint64_t e = m->probe_done = m->probe_epoch;
+    int ms = m->probe_bound_ms;
+    pthread_mutex_unlock(&m->lock);
+    probe_epoch(m, e, ms);
+    pthread_mutex_lock(&m->lock);
+  }
+  pthread_mutex_unlock(&m->lock);
+  return NULL;
+}
+
+/* (caller holds m->lock; the service thread) */
+static void start_probe_locked(ftc__member_t *m) {
+  int err = pthread_create(&m->probe_thread, NULL, probe_main, m);
+  if (err) {
+    FTC_WARN(FTC_SUB_COORD, "slot %d: cannot start the probe thread: %s; the coordinator decides "
+             "without this rank's probe", m->slot, strerror(err));
+    return;
+  }
+  m->probe_started = 1;
 }
 
 /* ---- service thread ---- */
@@ -387,6 +534,18 @@ static void send_heartbeat(lws_sorted_usec_list_t *sul) {
   uint64_t epoch = m->known_epoch, ready = m->ready_epoch;
   pthread_mutex_unlock(&m->lock);
   if (!open) return;
+  /* The coordinator answers every heartbeat. A session that hears nothing
+   * for FTCOMM_HEARTBEAT_TIMEOUT_MS lost its path (a cut link, a stopped
+   * or moved coordinator: TCP would resend into it with growing backoff for
+   * many minutes): a new connection gets through as soon as the path is
+   * back, within a retry interval (docs/recovery.md, "Network faults"). */
+  int64_t quiet_ms = (ftc__now_ns() - m->last_rx_ns) / 1000000;
+  if (m->last_rx_ns && quiet_ms > m->silence_ms) {
+    snprintf(m->conn_err, sizeof(m->conn_err), "nothing heard from it for %lld ms",
+             (long long)quiet_ms);
+    lws_set_timeout(m->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+    return;
+  }
   ftc__frame_t *f = ftc__proto_encode(ftc__proto_heartbeat_ready(epoch, ready), LWS_PRE);
   if (f) {
     pthread_mutex_lock(&m->lock);
@@ -418,6 +577,7 @@ static ftc__frame_t *build_hello_locked(ftc__member_t *m) {
       .dataplane = m->dataplane,
       .standby = m->standby,
       .delta = 1, /* it applies view deltas (handle_message) */
+      .probes = 1,
       .pid = (int64_t)getpid(),
       .known_epoch = m->known_epoch,
       .prev_member_id = m->member_id,
@@ -733,6 +893,14 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
         FTC_DEBUG(FTC_SUB_COORD, "slot %d: the coordinator is at epoch %llu", m->slot,
                   (unsigned long long)msg.epoch);
       break;
+    case FTC__MSG_PROBE:
+      if (msg.epoch > m->probe_epoch) {
+        m->probe_epoch = msg.epoch;
+        m->probe_bound_ms = probe_ms(m);
+        if (!m->probe_started) start_probe_locked(m);
+        pthread_cond_broadcast(&m->cond);
+      }
+      break;
     case FTC__MSG_DUMP_REQUEST:
       snprintf(m->dump_incident, sizeof(m->dump_incident), "%s", msg.incident);
       snprintf(m->dump_reason, sizeof(m->dump_reason), "%s", msg.reason ? msg.reason : "");
@@ -761,6 +929,7 @@ out_unlock:
   ftc__msg_clear(&msg);
   if (write_due && m->wsi) lws_callback_on_writable(m->wsi);
   if (start_heartbeats) {
+    m->last_rx_ns = ftc__now_ns();
     lws_sul_schedule(m->ctx, 0, &m->sul_heartbeat, send_heartbeat,
                      (lws_usec_t)m->heartbeat_ms * 1000);
     /* After the welcome woke the caller: not on its way. The opening
@@ -771,6 +940,7 @@ out_unlock:
 }
 
 static int on_receive(ftc__member_t *m, struct lws *wsi, const void *in, size_t len) {
+  m->last_rx_ns = ftc__now_ns();
   if (m->rx_skip) return 0;
   size_t need = m->rx_len + len;
   if (need + lws_remaining_packet_payload(wsi) > FTC__PROTO_MAX_COORD_MSG) {
@@ -1011,6 +1181,11 @@ static void member_stop(ftc__member_t *m) {
   lws_cancel_service(m->ctx);
   pthread_join(m->thread, NULL);
   m->started = 0;
+  pthread_mutex_lock(&m->lock);
+  pthread_cond_broadcast(&m->cond);
+  pthread_mutex_unlock(&m->lock);
+  if (m->probe_started) pthread_join(m->probe_thread, NULL);
+  m->probe_started = 0;
 }
 
 /* Stop the service thread if it runs and free everything. */
@@ -1115,6 +1290,9 @@ ftc_status_t ftc__member_start(const ftc__member_cfg_t *cfg, ftc__member_t **out
   m->standby = cfg->standby == 1;
   m->cfg_heartbeat_ms = cfg->heartbeat_ms;
   m->connect_timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 60000;
+  int64_t silence = 15000;
+  (void)ftc__param_int(FTC_P_HEARTBEAT_TIMEOUT_MS, &silence); /* (a bad value: the default) */
+  m->silence_ms = (int)silence;
   m->heartbeat_ms = cfg->heartbeat_ms > 0 ? cfg->heartbeat_ms : FTC__PROTO_DEFAULT_HEARTBEAT_MS;
   m->retry_ms = RETRY_FIRST_MS;
   m->state = S_CONNECTING;

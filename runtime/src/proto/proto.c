@@ -30,6 +30,8 @@ static const char *const type_names[FTC__MSG_TYPE_COUNT] = {
     [FTC__MSG_PROSPECT] = "prospect",
     [FTC__MSG_VIEW_DELTA] = "view_delta",
     [FTC__MSG_VIEW_REQUEST] = "view_request",
+    [FTC__MSG_PROBE] = "probe",
+    [FTC__MSG_REACH] = "reach",
 };
 
 static const char *const perr_names[FTC__PERR_COUNT] = {
@@ -164,6 +166,7 @@ json_t *ftc__proto_hello(const ftc__hello_t *h) {
   if (h->dataplane) err |= set(o, "dataplane", json_integer(h->dataplane));
   if (h->standby) err |= set(o, "standby", json_true());
   if (h->delta) err |= set(o, "delta", json_true());
+  if (h->probes) err |= set(o, "probes", json_true());
   err |= set(o, "known_epoch", json_integer((json_int_t)h->known_epoch));
   if (h->prev_member_id)
     err |= set(o, "prev_member_id", json_integer((json_int_t)h->prev_member_id));
@@ -400,6 +403,23 @@ json_t *ftc__proto_failure(uint64_t epoch, const int *ranks, const uint64_t *mem
   }
   err |= set(o, "status", json_integer(why));
   err |= set(o, "reason", json_string(ftc_strerror(why)));
+  return finish(o, err);
+}
+
+json_t *ftc__proto_probe(uint64_t epoch) {
+  json_t *o = msg_new(FTC__MSG_PROBE);
+  if (!o) return NULL;
+  return finish(o, set(o, "epoch", json_integer((json_int_t)epoch)));
+}
+
+json_t *ftc__proto_reach(uint64_t epoch, const uint64_t *unreachable, int n) {
+  json_t *o = msg_new(FTC__MSG_REACH);
+  if (!o) return NULL;
+  int err = set(o, "epoch", json_integer((json_int_t)epoch));
+  json_t *ids = json_array();
+  for (int i = 0; ids && i < n; i++)
+    if (json_array_append_new(ids, json_integer((json_int_t)unreachable[i]))) err = -1;
+  err |= set(o, "unreachable", ids);
   return finish(o, err);
 }
 
@@ -810,6 +830,31 @@ static void decode_dropped(dec_t *d, ftc__msg_t *m) {
   m->ndropped = (int)n;
 }
 
+static void decode_reach(dec_t *d, ftc__msg_t *m) {
+  m->epoch = get_u64(d, d->o, "epoch", 0);
+  json_t *ids = json_object_get(d->o, "unreachable");
+  if (d->bad) return;
+  size_t n = json_array_size(ids);
+  if (!json_is_array(ids) || n > FTC__PROTO_MAX_FAILED) {
+    fail(d, "field \"%s\" must be an array of at most 65536 member ids", "unreachable");
+    return;
+  }
+  m->member_ids = ftc__calloc(n ? n : 1, sizeof(uint64_t));
+  if (!m->member_ids) {
+    fail(d, "out of memory decoding %s", "unreachable");
+    return;
+  }
+  m->nmember_ids = (int)n;
+  for (size_t i = 0; i < n; i++) {
+    json_t *e = json_array_get(ids, i);
+    if (!json_is_integer(e) || json_integer_value(e) <= 0) {
+      fail(d, "entries of \"%s\" must be member ids", "unreachable");
+      return;
+    }
+    m->member_ids[i] = (uint64_t)json_integer_value(e);
+  }
+}
+
 static void decode_failure(dec_t *d, ftc__msg_t *m) {
   m->epoch = get_u64(d, d->o, "epoch", 0);
   m->status = get_i32(d, d->o, "status", 0, 1000, 1, FTC_ERR_PEER_LOST);
@@ -1198,6 +1243,7 @@ ftc__perr_t ftc__proto_decode(const char *text, size_t len, size_t max_len, ftc_
       h->dataplane = get_i32(&d, o, "dataplane", 1, 65535, 1, 0);
       h->standby = get_bool(&d, o, "standby", 1);
       h->delta = get_bool(&d, o, "delta", 1);
+      h->probes = get_bool(&d, o, "probes", 1);
       h->known_epoch = get_u64(&d, o, "known_epoch", 1);
       h->prev_member_id = get_u64(&d, o, "prev_member_id", 1);
       if (!d.bad && json_object_get(o, "view")) {
@@ -1233,6 +1279,11 @@ ftc__perr_t ftc__proto_decode(const char *text, size_t len, size_t max_len, ftc_
       if (!d.bad && msg->epoch == 0) fail(&d, "field \"%s\" must not be 0", "epoch");
       break;
     case FTC__MSG_FAILURE: decode_failure(&d, msg); break;
+    case FTC__MSG_PROBE:
+      msg->epoch = get_u64(&d, o, "epoch", 0);
+      if (!d.bad && msg->epoch == 0) fail(&d, "field \"%s\" must not be 0", "epoch");
+      break;
+    case FTC__MSG_REACH: decode_reach(&d, msg); break;
     case FTC__MSG_LEAVE: msg->reason = get_str(&d, o, "reason", 1024, 1); break;
     case FTC__MSG_JOIN: break; /* no fields */
     case FTC__MSG_VIEW_REQUEST: break; /* no fields */

@@ -76,6 +76,8 @@ typedef enum ftc__msg_type {
                           * from the one before it */
   FTC__MSG_VIEW_REQUEST, /* rank -> coordinator: send the current epoch whole (a delta
                           * did not apply) */
+  FTC__MSG_PROBE,        /* coordinator -> rank: try to reach the epoch's other members */
+  FTC__MSG_REACH,        /* rank -> coordinator: the members of an epoch it cannot reach */
   FTC__MSG_TYPE_COUNT
 } ftc__msg_type_t;
 
@@ -129,6 +131,9 @@ typedef struct ftc__hello {
   /* "delta": this rank applies view deltas (view_delta, view_request);
    * optional, 0: not said (an older rank: it is sent whole views). */
   int delta;
+  /* "probes": this rank answers a "probe" with a "reach" (optional, 0:
+   * not said: an older rank, sent no probe). */
+  int probes;
   int64_t pid;                   /* optional, 0 if unknown */
   /* "dataplane": the data-plane protocol this rank speaks (FTC__TCP_PROTO,
    * tcp/tcp.h); optional, 0: not said (an older rank, or FTCOMM_BACKEND=nccl). */
@@ -178,7 +183,8 @@ typedef struct ftc__msg {
   int nmembers;
   ftc__wire_member_t *members;
   const char *backend; /* view: may be NULL; backend: the blob */
-  /* failure; member_ids (optional, nmember_ids == nranks) name the same ranks */
+  /* failure; member_ids (optional, nmember_ids == nranks) name the same ranks;
+   * reach: member_ids are the unreachable members (nranks 0) */
   int nranks;
   int *ranks;
   int nmember_ids;
@@ -276,6 +282,11 @@ json_t *ftc__proto_heartbeat_ready(uint64_t epoch, uint64_t ready);
 /* member_ids may be NULL; else n ids of the failed ranks in that epoch. */
 json_t *ftc__proto_failure(uint64_t epoch, const int *ranks, const uint64_t *member_ids, int n,
                            ftc_status_t why);
+/* A probe of `epoch`: the rank tries to connect to every other member's
+ * data-plane address and answers with a reach. */
+json_t *ftc__proto_probe(uint64_t epoch);
+/* The members of `epoch` (n ids) this rank could not connect to; n may be 0. */
+json_t *ftc__proto_reach(uint64_t epoch, const uint64_t *unreachable, int n);
 json_t *ftc__proto_leave(const char *reason);
 json_t *ftc__proto_dump_request(const char *incident, const char *reason, uint64_t epoch);
 json_t *ftc__proto_dump(const char *incident, int rank, uint64_t offset, uint64_t total,

@@ -635,7 +635,7 @@ static void handle_events(run_t *r) {
         r->lost_since_epoch = 1;
         /* Excluded while its process lives (hung, stopped): end it, so the
          * run can finish and --replace can restart it. */
-        if (e.slot >= 0 && e.slot < r->o.nranks && e.pid > 0 &&
+        if (!r->o.keep_excluded && e.slot >= 0 && e.slot < r->o.nranks && e.pid > 0 &&
             r->ranks[e.slot].pid == (pid_t)e.pid && !r->stopping &&
             ftc__proc_state((pid_t)e.pid) == FTC__PROC_LIVES) {
           say(r, "slot %d (pid %lld) %s; killing it", e.slot, e.pid, e.reason);
@@ -697,7 +697,7 @@ static int respawn_pending(const run_t *r) {
 
 static ftc_status_t start_coordinator(run_t *r, int port) {
   ftc__coord_cfg_t cc = {
-      .bind_host = r->loopback,
+      .bind_host = r->o.coord_host ? r->o.coord_host : r->loopback,
       .port = port,
       .job = r->o.job,
       .token = r->token,
@@ -1022,7 +1022,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ftcomm-run: cannot start the coordinator: %s\n", ftc_last_error());
     goto out_free_ranks;
   }
-  ftc__addr_join(r.loopback, ftc__coord_port(r.co), r.coord_addr, sizeof(r.coord_addr));
+  ftc__addr_join(r.o.coord_host ? r.o.coord_host : r.loopback, ftc__coord_port(r.co), r.coord_addr,
+                 sizeof(r.coord_addr));
   r.status_tty = isatty(2);
   r.start_ns = ftc__now_ns();
   for (int i = 0; i < r.o.ninject; i++)

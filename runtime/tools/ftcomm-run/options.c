@@ -119,6 +119,23 @@ static int set_replace_delay(run_opts_t *o, const char *arg, char *err, size_t e
   return 0;
 }
 
+static int set_coord_host(run_opts_t *o, const char *arg, char *err, size_t errlen) {
+  size_t n = strlen(arg);
+  if (n == 0 || n > 63 || strspn(arg, "0123456789abcdefABCDEF.:") != n) {
+    snprintf(err, errlen,
+             "--coordinator-host needs an IPv4 or IPv6 address of this host, not '%s'", arg);
+    return -1;
+  }
+  o->coord_host = arg;
+  return 0;
+}
+
+static int set_keep_excluded(run_opts_t *o, const char *arg, char *err, size_t errlen) {
+  (void)arg, (void)err, (void)errlen;
+  o->keep_excluded = 1;
+  return 0;
+}
+
 /* kill:R@STEP, stop:R@STEP, slow:R:MS, drop:R@SEQ, delay:R:MS@SEQ,
  * blink:R@STEP, late-view:R:MS, hold-move:R@N, coord-restart:SECONDS. */
 static int set_inject(run_opts_t *o, const char *arg, char *err, size_t errlen) {
@@ -192,7 +209,7 @@ static int set_inject(run_opts_t *o, const char *arg, char *err, size_t errlen) 
 }
 
 enum { KEY_JOB = 256, KEY_TIMEOUT, KEY_DUMP_DIR, KEY_MIN_SIZE, KEY_GRACE, KEY_VERSION,
-       KEY_REPLACE, KEY_REPLACE_DELAY, KEY_INJECT };
+       KEY_REPLACE, KEY_REPLACE_DELAY, KEY_INJECT, KEY_COORD_HOST, KEY_KEEP_EXCLUDED };
 
 static const opt_row_t rows[] = {
     {"np", 'n', "N", "start N ranks (slots 0..N-1); required", set_n},
@@ -219,6 +236,14 @@ static const opt_row_t rows[] = {
      "epoch MS ms late), coord-restart:SECONDS; "
      "repeatable",
      set_inject},
+    {"coordinator-host", KEY_COORD_HOST, "ADDR",
+     "the coordinator listens on ADDR, an address of this host, and the ranks reach it there "
+     "(default: loopback)",
+     set_coord_host},
+    {"keep-excluded", KEY_KEEP_EXCLUDED, NULL,
+     "leave a rank the coordinator excludes while its process lives to end on its own "
+     "(default: kill it)",
+     set_keep_excluded},
     {"quiet", 'q', NULL, "no status line on the terminal", set_quiet},
     {"help", 'h', NULL, "show this help and exit", NULL},
     {"version", KEY_VERSION, NULL, "show the version and exit", NULL},

@@ -28,6 +28,8 @@ typedef struct run_opts {
   int quiet;            /* --quiet: no status line */
   int replace;          /* --replace: restart a failed rank as a joiner */
   double replace_delay_s; /* --replace-delay: after the failure, before the restart */
+  const char *coord_host; /* --coordinator-host: the coordinator's address; NULL: loopback */
+  int keep_excluded;    /* --keep-excluded: leave a rank the coordinator excludes alive */
   run_inject_t inject[RUN_MAX_INJECT]; /* --inject, in order */
   int ninject;
   char **argv;          /* the program and its arguments (points into main's argv) */

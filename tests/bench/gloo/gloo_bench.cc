@@ -6,8 +6,17 @@
  * in a fresh temporary directory. -A picks the algorithm: ring (the
  * gloo::allreduce ring that PyTorch's ProcessGroupGloo uses), bcube, or hd
  * (the legacy AllreduceHalvingDoubling class, in place).
+ *
+ * GLOO_BENCH_NETNS and GLOO_BENCH_HOSTS (comma-separated lists, one entry
+ * per rank) place rank r in network namespace r of the list (a name under
+ * /var/run/netns, `ip netns`) and bind its transport to host r instead of
+ * loopback: tests/net/bandwidth.sh runs each rank behind its own
+ * rate-limited link that way.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,10 +163,37 @@ int sweep(const bench_opts_t &o, Algo algo, const std::shared_ptr<gloo::Context>
   return total_wrong ? 1 : 0;
 }
 
+/* Entry `index` of the comma-separated list in environment variable `name`,
+ * or "" when it is unset or shorter. */
+static std::string list_entry(const char *name, int index) {
+  const char *v = getenv(name);
+  std::string s = v ? v : "";
+  size_t start = 0;
+  for (int i = 0; i < index; i++) {
+    start = s.find(',', start);
+    if (start == std::string::npos) return "";
+    start++;
+  }
+  size_t end = s.find(',', start);
+  return s.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+
 int rank_main(const bench_opts_t &o, Algo algo, const std::string &dir, int rank) {
+  std::string ns = list_entry("GLOO_BENCH_NETNS", rank);
+  if (!ns.empty()) {
+    std::string path = "/var/run/netns/" + ns;
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
+      fprintf(stderr, "gloo_bench: rank %d: cannot enter network namespace %s: %s\n", rank,
+              path.c_str(), strerror(errno));
+      return 1;
+    }
+    close(fd);
+  }
   try {
     gloo::transport::tcp::attr attr;
-    attr.hostname = "127.0.0.1";
+    std::string host = list_entry("GLOO_BENCH_HOSTS", rank);
+    attr.hostname = host.empty() ? "127.0.0.1" : host;
     auto dev = gloo::transport::tcp::CreateDevice(attr);
     gloo::rendezvous::FileStore store(dir);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, o.nranks);
