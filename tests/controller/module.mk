@@ -13,8 +13,10 @@ CTL_LIVE := $(BUILD)/tests/controller/kube_live
 
 $(BUILD)/obj/tests/controller/%.o: CPPFLAGS_ALL += $(CONTROLLER_CPPFLAGS)
 
+# (libftcomm.a too: the embedded coordinators are its code, and a test must
+# relink when it changes)
 define ctl_test
-$(BUILD)/tests/controller/$(1): $(BUILD)/obj/tests/controller/$(1).o $$(CONTROLLER_A)
+$(BUILD)/tests/controller/$(1): $(BUILD)/obj/tests/controller/$(1).o $$(CONTROLLER_A) $$(FTCOMM_A)
 	@mkdir -p $$(dir $$@)
 	$$(say) LD $$@
 	$$(Q)$$(CC) -o $$@ $$^ $$(LDFLAGS_ALL) $$(CMOCKA_LIBS) $$(CONTROLLER_LIBS)

@@ -848,6 +848,29 @@ static void member_cut_from_its_peers_is_dropped_after_the_probe(void **state) {
   ftc__coord_destroy(fx.co);
 }
 
+/* No member reaches any other over the data plane (no data plane is up):
+ * no partition cuts some members off from the others, so the probe drops
+ * nobody and the same three form the next epoch (docs/recovery.md, "Network
+ * faults"). Every data address is a port nobody listens on. */
+static void probe_drops_nobody_when_no_member_reaches_any(void **state) {
+  (void)state;
+  fixture_t fx;
+  start_coord(3, 2, &fx);
+  ftc__member_t *m[3];
+  static const char *dead[] = {"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"};
+  for (int s = 0; s < 3; s++) {
+    ftc__member_cfg_t c = member_cfg(&fx, s, 3);
+    c.data_addr = dead[s];
+    assert_int_equal(ftc__member_open(&c, &m[s]), FTC_OK);
+  }
+  all_saw_epoch_1(m, 3);
+  int failed[] = {2};
+  assert_int_equal(ftc__member_report_failure(m[0], 1, failed, 1, FTC_ERR_TIMEOUT), FTC_OK);
+  for (int s = 0; s < 3; s++) expect_epoch(m[s], 1, 2, 3, s);
+  for (int s = 0; s < 3; s++) ftc__member_close(m[s]);
+  ftc__coord_destroy(fx.co);
+}
+
 static void reported_rank_that_is_silent_is_excluded_at_once(void **state) {
   (void)state;
   fixture_t fx;
@@ -1999,6 +2022,7 @@ int main(void) {
       cmocka_unit_test(reported_rank_that_keeps_heartbeating_is_kept_in_a_new_epoch),
       cmocka_unit_test(reported_rank_that_is_silent_is_excluded_at_once),
       cmocka_unit_test(member_cut_from_its_peers_is_dropped_after_the_probe),
+      cmocka_unit_test(probe_drops_nobody_when_no_member_reaches_any),
       cmocka_unit_test(below_min_size_waits_for_a_joiner),
       cmocka_unit_test(silent_member_is_dropped_after_the_heartbeat_timeout),
       cmocka_unit_test(dump_request_reaches_every_rank_and_fragmented_uploads_are_stored),

@@ -1243,7 +1243,8 @@ static void handle_failure(ftc__coord_t *co, session_t *s, const ftc__msg_t *msg
  * coordinator drops the member in the most cuts, the highest rank among
  * equals, until no cut is left: one rank cut from its peers goes, an
  * asymmetric cut between two costs the higher one, a minority cut from a
- * majority goes. Nobody is dropped when all reach all.
+ * majority goes. Nobody is dropped when all reach all, nor when the rule
+ * would leave fewer than two members or less than half (partition_drop).
  */
 
 /* How long the coordinator waits for the members' reaches: a member's
@@ -1289,37 +1290,79 @@ static int partition_cuts(ftc__coord_t *co, uint64_t **out) {
   return u;
 }
 
-/* Drop members until no cut is left (the rule above). */
+/* The member the rule drops next among the cuts not yet struck out of
+ * pairs (UINT64_MAX), its cut count in *deg_out; -1 when no cut is left. */
+static int partition_worst(int n, const uint64_t *pairs, int npairs, int *deg, int *deg_out) {
+  memset(deg, 0, (size_t)n * sizeof(*deg));
+  int left = 0;
+  for (int i = 0; i < npairs; i++) {
+    if (pairs[i] == UINT64_MAX) continue;
+    deg[pairs[i] / (uint64_t)n]++, deg[pairs[i] % (uint64_t)n]++, left++;
+  }
+  if (!left) return -1;
+  int worst = 0;
+  for (int r = 1; r < n; r++)
+    if (deg[r] >= deg[worst]) worst = r;
+  *deg_out = deg[worst];
+  return worst;
+}
+
+/* Strike the cuts of rank r out of pairs. */
+static void partition_strike(int n, uint64_t *pairs, int npairs, int r) {
+  for (int i = 0; i < npairs; i++)
+    if (pairs[i] != UINT64_MAX &&
+        (pairs[i] / (uint64_t)n == (uint64_t)r || pairs[i] % (uint64_t)n == (uint64_t)r))
+      pairs[i] = UINT64_MAX;
+}
+
+/*
+ * Drop members until no cut is left (the rule above), but only when what
+ * is left is a group that showed it works: at least two members that
+ * reach each other, and at least half of the epoch. Where the rule would
+ * leave less (every member reports every other unreachable: no data plane
+ * is up at all, or it is shattered), the probe found no partition that
+ * cuts some members off from the job, only a job whose data plane does
+ * not work; dropping all but one would end the job's training quietly on
+ * one rank. Nobody is dropped then: the same members form the next epoch,
+ * and the ranks' own timeouts end the job if the data plane stays down.
+ */
 static void partition_drop(ftc__coord_t *co, uint64_t *pairs, int npairs) {
-  int n = co->view_n;
+  int n = co->view_n, members = 0;
+  for (int r = 0; r < n; r++) members += co->view[r] != NULL;
   int *deg = ftc__calloc((size_t)n, sizeof(*deg));
-  if (!deg) {
+  uint64_t *trial = ftc__calloc((size_t)npairs, sizeof(*trial));
+  if (!deg || !trial) {
     FTC_ERROR(FTC_SUB_COORD, "job %s: out of memory judging a partition; forming the next "
               "epoch with the same members", co->job);
+    ftc__free(deg);
+    ftc__free(trial);
     return;
   }
-  for (;;) {
-    memset(deg, 0, (size_t)n * sizeof(*deg));
-    int left = 0;
-    for (int i = 0; i < npairs; i++) {
-      if (pairs[i] == UINT64_MAX) continue;
-      deg[pairs[i] / (uint64_t)n]++, deg[pairs[i] % (uint64_t)n]++, left++;
-    }
-    if (!left) break;
-    int worst = 0;
-    for (int r = 1; r < n; r++)
-      if (deg[r] >= deg[worst]) worst = r;
+  memcpy(trial, pairs, (size_t)npairs * sizeof(*trial));
+  int dropped = 0, worst, d;
+  while ((worst = partition_worst(n, trial, npairs, deg, &d)) >= 0) {
+    partition_strike(n, trial, npairs, worst);
+    dropped += co->view[worst] != NULL;
+  }
+  ftc__free(trial);
+  int kept = members - dropped;
+  if (kept < 2 || 2 * kept < members) {
+    FTC_WARN(FTC_SUB_COORD, "job %s: epoch %llu: the probe found %d cut%s among %d members and no "
+             "group of two or more, at least half of them, that reach each other (the data plane is "
+             "down, or no side can be told from the other): nobody is dropped for it", co->job,
+             (unsigned long long)co->epoch, npairs, npairs == 1 ? "" : "s", members);
+    ftc__free(deg);
+    return;
+  }
+  while ((worst = partition_worst(n, pairs, npairs, deg, &d)) >= 0) {
     member_t *x = co->view[worst];
     char why[192];
     snprintf(why, sizeof(why), "cannot reach or be reached by %d member%s of epoch %llu over the "
-             "data plane (a partition; its coordinator session still worked)", deg[worst],
-             deg[worst] == 1 ? "" : "s", (unsigned long long)co->epoch);
+             "data plane (a partition; its coordinator session still worked)", d,
+             d == 1 ? "" : "s", (unsigned long long)co->epoch);
     FTC_WARN(FTC_SUB_COORD, "job %s: rank %d (slot %d) %s: dropping it", co->job, worst,
              x ? x->slot : -1, why);
-    for (int i = 0; i < npairs; i++)
-      if (pairs[i] != UINT64_MAX &&
-          (pairs[i] / (uint64_t)n == (uint64_t)worst || pairs[i] % (uint64_t)n == (uint64_t)worst))
-        pairs[i] = UINT64_MAX;
+    partition_strike(n, pairs, npairs, worst);
     if (x) exclude_member(co, x, FTC__PERR_EXCLUDED, why);
   }
   ftc__free(deg);
