@@ -117,6 +117,27 @@ net_uncut() { net__hole del "$1" "$2" 2>/dev/null; return 0; }
 net_cut2() { net__hole add "$1" "$2" && net__hole add "$2" "$1"; }
 net_uncut2() { net_uncut "$1" "$2"; net_uncut "$2" "$1"; }
 
+# net_isolate add|del SLOT: SLOT and every other host of the run cannot reach
+# each other (blackholes both ways), made or removed in one command per
+# namespace, all at once, so that a short flap lasts what it should.
+net_isolate() {
+  local op=$1 s=$2 p pids=() rc=0
+  {
+    for p in $(seq 0 $((NET_N - 1))) c; do
+      [ "$p" = "$s" ] && continue
+      echo "route $op blackhole $( [ "$p" = c ] && echo "$NET_COORD_ADDR" || net_addr "$p")/32"
+    done
+  } | ip -n "$(net_ns "$s")" -batch - &
+  pids+=($!)
+  for p in $(seq 0 $((NET_N - 1))) c; do
+    [ "$p" = "$s" ] && continue
+    ip -n "$(net_ns "$p")" route "$op" blackhole "$(net_addr "$s")/32" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  return $rc
+}
+
 # net_rate SLOT|c RATE: the namespace's link sends at most RATE (tbf, e.g.
 # 1gbit); the bridge port limits what it receives to the same rate, so both
 # directions of the link are limited.

@@ -160,6 +160,7 @@ struct ftc__coord {
   int nsent;
   uint64_t sent_of; /* that epoch, 0: none */
   int quorum_lost_logged; /* fewer than half the epoch's members are heard (tick) */
+  int64_t rejoin_until_ns; /* after an outage: epoch members away are kept until then */
   uint64_t probe_epoch;  /* the broken epoch whose members were asked to probe, 0: none */
   int64_t probe_ns;      /* when */
   uint64_t probe_decided_epoch; /* the epoch whose probe answers were judged, 0: none */
@@ -1884,6 +1885,10 @@ static void run_commands(ftc__coord_t *co) {
  * failure report still drops a silent member as before: a rank that stopped
  * is reported by its peers, whose reports arrive.
  */
+/* Two connect attempts of a member that reconnects (member.c: each gives
+ * up after 2 s, the next within 1 s), with room for a loaded host. */
+#define REJOIN_GRACE_MS 6000
+
 static int quorum_heard(ftc__coord_t *co, int64_t now) {
   int total = 0, heard = 0;
   for (int r = 0; r < co->view_n; r++) {
@@ -1900,8 +1905,14 @@ static int quorum_heard(ftc__coord_t *co, int64_t now) {
   else if (ok && co->quorum_lost_logged) {
     FTC_WARN(FTC_SUB_COORD, "job %s: %d of the %d members of epoch %llu are heard again", co->job,
              heard, total, (unsigned long long)co->epoch);
-    /* The others' sessions come back one by one (each reconnects on its own
-     * retry clock): a fresh heartbeat timeout from now for each. */
+    /* The others' sessions come back one by one, each on its own clock: a
+     * connect attempt made during the outage gives up after 2 s and the
+     * next starts within 1 s (member.c, CONNECT_ATTEMPT_S, RETRY_MAX_MS),
+     * and an old session whose close (a FIN resent after the heal) arrives
+     * before its new one would otherwise count as lost at once. So every
+     * member of the epoch keeps its place for a heartbeat timeout plus
+     * REJOIN_GRACE_MS from now; one still away then is dropped as usual. */
+    co->rejoin_until_ns = now + ((int64_t)co->hb_timeout_ms + REJOIN_GRACE_MS) * 1000000LL;
     for (int r = 0; r < co->view_n; r++) {
       member_t *m = co->view[r];
       if (!m) continue;
@@ -1916,7 +1927,7 @@ static int quorum_heard(ftc__coord_t *co, int64_t now) {
 static void tick(ftc__coord_t *co) {
   int64_t now = ftc__now_ns();
   int dropped = 0;
-  int quorum = quorum_heard(co, now);
+  int quorum = quorum_heard(co, now) && now >= co->rejoin_until_ns;
   for (int i = 0; i < co->nmembers; i++) {
     member_t *m = co->members[i];
     if (!quorum && m->state == M_ACTIVE) continue;

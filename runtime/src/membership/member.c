@@ -46,6 +46,7 @@
 
 #define RETRY_FIRST_MS 50
 #define RETRY_MAX_MS 1000
+#define CONNECT_ATTEMPT_S 2
 #define LEAVE_WAIT_MS 1000
 #define LEFT_KEEP 256
 #define DROP_KEEP 64
@@ -1315,6 +1316,14 @@ ftc_status_t ftc__member_start(const ftc__member_cfg_t *cfg, ftc__member_t **out
    * its tables by RLIMIT_NOFILE and zeroes them, on every ftc_comm_create,
    * a joiner's included (docs/performance/recovery.md, "The grow path"). */
   info.fd_limit_per_thread = 8;
+  /* Each connect attempt gives up after CONNECT_ATTEMPT_S (lws's default is
+   * 20 s): an attempt made while the path was cut waits out the kernel's
+   * SYN backoff (1, 3, 7, 15 s ...), and would get through up to 8 s after
+   * the path is back; a fresh attempt every few seconds gets through within
+   * about CONNECT_ATTEMPT_S + RETRY_MAX_MS of it, which the coordinator's
+   * rejoin window after an outage counts on (docs/recovery.md, "Network
+   * faults"). */
+  info.connect_timeout_secs = CONNECT_ATTEMPT_S;
   m->ctx = lws_create_context(&info);
   if (!m->ctx) {
     st = ftc__error(FTC_ERR_SYSTEM, "cannot create the libwebsockets client context");
