@@ -89,8 +89,8 @@ start() {
 wait_for() {
   local i
   for i in $(seq 1 $(($2 * 20))); do
-    grep -Eq "$1" "$out" && return 0
-    kill -0 "$run_pid" 2>/dev/null || { grep -Eq "$1" "$out"; return; }
+    grep -Eqs "$1" "$out" && return 0
+    kill -0 "$run_pid" 2>/dev/null || { grep -Eqs "$1" "$out"; return; }
     sleep 0.05
   done
   return 1
