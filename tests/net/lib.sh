@@ -31,7 +31,7 @@ net_ns() { echo "ftn-$NET_ID-$( [ "$1" = c ] && echo c || echo "r$1")"; }
 # net_sweep: remove the namespaces and links of earlier runs whose shell is
 # gone (killed before its trap ran).
 net_sweep() {
-  local ns pid tag
+  local ns pid tag l
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep '^ftn-[0-9]*-[0-9a-f]*-' || true); do
     pid=${ns#ftn-}; pid=${pid%%-*}
     kill -0 "$pid" 2>/dev/null && continue
@@ -39,6 +39,12 @@ net_sweep() {
     net__kill_ns "$ns"
     ip netns del "$ns" 2>/dev/null
     ip link del "fn${tag}b" 2>/dev/null
+  done
+  # Host ends of veth pairs whose namespace is gone (links named fnTAGh*
+  # whose bridge fnTAGb no longer exists).
+  for l in $(ip -o link show 2>/dev/null | sed -n 's/^[0-9]*: \(fn[0-9a-f]\{4\}h[0-9c]*\)@.*/\1/p'); do
+    tag=${l#fn}; tag=${tag%%h*}
+    ip link show "fn${tag}b" >/dev/null 2>&1 || ip link del "$l" 2>/dev/null
   done
   return 0
 }
@@ -94,6 +100,9 @@ net_down() {
     ns=$(net_ns "$s")
     net__kill_ns "$ns"
     ip netns del "$ns" 2>/dev/null
+    # (the kernel frees a namespace, and its veth pairs, later and
+    # asynchronously: the host end goes now)
+    ip link del "fn${NET_TAG}h$s" 2>/dev/null
   done
   ip link del "fn${NET_TAG}b" 2>/dev/null
   NET_ID=

@@ -1814,7 +1814,10 @@ static int quorum_heard(ftc__coord_t *co, int64_t now) {
     const member_t *m = co->view[r];
     if (!m) continue;
     total++;
-    heard += m->sess && (now - m->last_seen_ns) / 1000000 <= co->hb_timeout_ms;
+    /* Heard within half the timeout: members cut off together fall silent
+     * together, one heartbeat interval apart, so when the first of them
+     * reaches the timeout the others are past half of it, not heard. */
+    heard += m->sess && 2 * (now - m->last_seen_ns) / 1000000 <= co->hb_timeout_ms;
   }
   int ok = !co->formed || total < 2 || 2 * heard >= total;
   if (!ok && !co->quorum_lost_logged)
