@@ -578,7 +578,7 @@ case_slow-disk() {
   local linger=$tmp/slow-disk.linger why
   # The lingering rank goes once the survivors finished (ftcomm-run waits for it).
   (for _ in $(seq 600); do
-     [ "$(grep -c 'final: rank' "$tmp/slow-disk.out" 2>/dev/null)" -ge 2 ] && break; sleep 0.2
+     n=$(grep -sc 'final: rank' "$tmp/slow-disk.out"); [ "${n:-0}" -ge 2 ] && break; sleep 0.2
    done; [ -s "$linger" ] && kill -9 "$(cat "$linger")" 2>/dev/null) &
   LINGER=$linger FTCOMM_DUMP_DRAIN_MS=40000 run slow-disk 120 -n 4 --min-size 2 -- sh -c '
     case $FTCOMM_SLOT in
