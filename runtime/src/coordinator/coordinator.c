@@ -131,9 +131,10 @@ struct ftc__coord {
   int nleft, left_cap;
   struct drop_rec *drops; /* members of the epoch dropped since, and why: the next view says so */
   int ndrops, drops_cap;
-  struct drop_rec *epoch_drops; /* the current epoch's verdict, for a member that asks for it
-                                 * whole (view_request: a change did not apply there) */
-  int nepoch_drops;
+  struct drop_rec *epoch_drops; /* the current epoch's verdict (what drops held when it was
+                                 * formed: the buffers swap), also for a member that asks for
+                                 * it whole (view_request: a change did not apply there) */
+  int nepoch_drops, epoch_drops_cap;
   int lost_since_epoch; /* ... and not by a clean leave */
   uint64_t epoch, max_known_epoch, next_id;
   int formed; /* this coordinator has announced an epoch */
@@ -483,13 +484,19 @@ struct drop_rec {
   char detail[FTC__PROTO_MAX_DROP_DETAIL + 1];
 };
 
-/* v with the current epoch's verdict (out of memory: without it). */
-static json_t *with_epoch_verdict(const ftc__coord_t *co, json_t *v) {
-  if (!v || !co->nepoch_drops) return v;
-  ftc__wire_dropped_t *wd = ftc__calloc((size_t)co->nepoch_drops, sizeof(*wd));
+/* The current epoch's verdict as the wire says it; NULL when there is none
+ * or out of memory (the view then goes without it). */
+static ftc__wire_dropped_t *epoch_wire_drops(const ftc__coord_t *co) {
+  ftc__wire_dropped_t *wd = co->nepoch_drops ? ftc__calloc((size_t)co->nepoch_drops, sizeof(*wd)) : NULL;
   for (int i = 0; wd && i < co->nepoch_drops; i++)
     wd[i] = (ftc__wire_dropped_t){co->epoch_drops[i].id, co->epoch_drops[i].reason,
                                   co->epoch_drops[i].detail};
+  return wd;
+}
+
+/* v with the current epoch's verdict (out of memory: without it). */
+static json_t *with_epoch_verdict(const ftc__coord_t *co, json_t *v) {
+  ftc__wire_dropped_t *wd = v ? epoch_wire_drops(co) : NULL;
   if (wd) v = ftc__proto_view_dropped(v, wd, co->nepoch_drops);
   ftc__free(wd);
   return v;
@@ -587,7 +594,7 @@ static void send_prospect(ftc__coord_t *co);
 /* Epoch e (its view wm, n members in rank order, ranks assigned) as the
  * change from prev, the last epoch this coordinator formed: who left,
  * who joined, who holds state since, and the hash of the whole. The
- * verdict on the members it drops (wd, co->ndrops; may be NULL) and those
+ * verdict on the members it drops (wd, co->nepoch_drops; may be NULL) and those
  * that left go with it as with a whole view. NULL when out of memory. */
 static ftc__frame_t *encode_delta(ftc__coord_t *co, uint64_t e, uint64_t prev,
                                   const ftc__wire_member_t *wm, int n,
@@ -604,7 +611,7 @@ static ftc__frame_t *encode_delta(ftc__coord_t *co, uint64_t e, uint64_t prev,
     const member_t *x = co->by_slot[co->sent[i].slot];
     if (x && x->id == co->sent[i].id && x->state != M_STANDBY) continue;
     int named = 0;
-    for (int k = 0; wd && !named && k < co->ndrops; k++) named = wd[k].member_id == co->sent[i].id;
+    for (int k = 0; wd && !named && k < co->nepoch_drops; k++) named = wd[k].member_id == co->sent[i].id;
     for (int k = 0; !named && k < co->nleft; k++) named = co->left_ids[k] == co->sent[i].id;
     if (!named) removed[nr++] = co->sent[i].id;
   }
@@ -624,7 +631,7 @@ static ftc__frame_t *encode_delta(ftc__coord_t *co, uint64_t e, uint64_t prev,
   json_t *v = ftc__proto_view_delta(e, prev, ftc__proto_view_hash(wm, n), n, removed, nr, joined,
                                     nj, ready, ready_all ? -1 : nready);
   v = ftc__proto_view_left(v, co->left_ids, co->nleft);
-  if (wd) v = ftc__proto_view_dropped(v, wd, co->ndrops);
+  if (wd) v = ftc__proto_view_dropped(v, wd, co->nepoch_drops);
   f = ftc__proto_encode(v, LWS_PRE);
 out_free:
   ftc__free(removed);
@@ -722,9 +729,13 @@ static void maybe_form_epoch(ftc__coord_t *co) {
   for (int i = 0; i < co->nmembers; i++) co->members[i]->suspect_ns = 0;
   co->lost_since_epoch = 0;
   co->stats_dirty = 1;
-  ftc__wire_dropped_t *wd = co->ndrops ? ftc__calloc((size_t)co->ndrops, sizeof(*wd)) : NULL;
-  for (int i = 0; wd && i < co->ndrops; i++)
-    wd[i] = (ftc__wire_dropped_t){co->drops[i].id, co->drops[i].reason, co->drops[i].detail};
+  /* The drops since the last epoch become this one's verdict, kept for
+   * whoever asks for it whole: the two buffers swap, nothing is copied. */
+  struct drop_rec *was = co->epoch_drops;
+  int was_cap = co->epoch_drops_cap;
+  co->epoch_drops = co->drops, co->epoch_drops_cap = co->drops_cap, co->nepoch_drops = co->ndrops;
+  co->drops = was, co->drops_cap = was_cap, co->ndrops = 0;
+  ftc__wire_dropped_t *wd = epoch_wire_drops(co);
   /* Members that take deltas and were sent the previous epoch get the
    * change (O(changes) bytes each); the others the whole view, encoded
    * only when one of them needs it. */
@@ -738,7 +749,7 @@ static void maybe_form_epoch(ftc__coord_t *co) {
   ftc__frame_t *f = NULL;
   if (nwhole || !df) {
     json_t *v = ftc__proto_view_left(ftc__proto_view(e, wm, n, NULL), co->left_ids, co->nleft);
-    if (wd) v = ftc__proto_view_dropped(v, wd, co->ndrops); /* out of memory: no verdict */
+    if (wd) v = ftc__proto_view_dropped(v, wd, co->nepoch_drops); /* out of memory: no verdict */
     f = ftc__proto_encode(v, LWS_PRE);
     if (!f)
       FTC_ERROR(FTC_SUB_COORD, "job %s: out of memory encoding epoch %llu; closing sessions",
@@ -746,13 +757,6 @@ static void maybe_form_epoch(ftc__coord_t *co) {
   }
   co->nleft = 0;
   ftc__free(wd);
-  /* Kept for whoever asks for this epoch whole (out of memory: without it). */
-  struct drop_rec *kept = co->ndrops ? ftc__malloc((size_t)co->ndrops * sizeof(*kept)) : NULL;
-  if (kept) memcpy(kept, co->drops, (size_t)co->ndrops * sizeof(*kept));
-  ftc__free(co->epoch_drops);
-  co->epoch_drops = kept;
-  co->nepoch_drops = kept ? co->ndrops : 0;
-  co->ndrops = 0;
   remember_sent(co, e, wm, n);
   ftc__free(wm);
   FTC_INFO(FTC_SUB_COORD, "job %s: epoch %llu formed with %d members (%d joined)", co->job,
