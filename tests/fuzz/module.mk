@@ -51,7 +51,7 @@ $(1)/bin/fuzz_trace $(1)/bin/fuzz_pickle $(1)/bin/fuzz_jsontree: $(1)/bin/fuzz_%
 $(1)/bin/fuzz_jobspec: $(1)/bin/fuzz_%: $(1)/obj/tests/fuzz/fuzz_%.o $(5) $$(CONTROLLER_SRCS:%.c=$(1)/obj/%.o) $(1)/lib/libftcomm.a
 	@mkdir -p $$(dir $$@)
 	$$(say) LD $$@
-	$$(Q)$(2) -o $$@ $$^ $$(LDFLAGS_ALL) $(4) $$(FUZZ_LIBS)
+	$$(Q)$(2) -o $$@ $$^ $$(LDFLAGS_ALL) $(4) $$(FUZZ_LIBS) -lcrypto
 endef
 
 # Regression runs: gcc, ASan + UBSan (with float-cast-overflow, which gcc's

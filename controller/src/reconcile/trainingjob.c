@@ -20,6 +20,7 @@
 #include "ftc_log.h"
 #include "ftc_time.h"
 #include "kube_json.h"
+#include "token.h"
 
 #define MAX_WORKERS 64
 
@@ -30,14 +31,15 @@ struct ftck_reconciler {
   ftck_pod_env_t env;
   int workers;
   ftck_workqueue_t *q;
-  ftck_informer_t *jobs, *pods, *nodes, *secrets;
+  ftck_informer_t *jobs, *pods, *nodes;
+  unsigned char token_key[FTCK_TOKEN_KEY_BYTES];
   pthread_t threads[MAX_WORKERS];
   int nthreads;
   pthread_mutex_t mu; /* secrets_ok, vanished, fresh, refusals (a leaf) */
   json_t *vanished;    /* "ns/job/pod" -> wall ns a pass first found the slot's pod gone */
   json_t *fresh;       /* "ns/job" -> {inc, since}: restarted (restartAll) at incarnation inc */
-  json_t *secrets_ok;  /* job uid -> {token, made: monotonic ns we created its Secret, 0 once the cache showed it} */
-  json_t *secrets_gone; /* "ns/secret" -> true: its watch said deleted, and it was not made again yet */
+  json_t *secrets_ok;  /* job uid -> {job: "ns/name"}: its token Secret was made or found since the start
+                        * (one made again then was deleted: an Event says so) */
   json_t *refusals;    /* "ns/job" -> the refusal its last FailedCreate Event told (one Event per cause) */
   ftck_coords_t *coords; /* the embedded coordinators; NULL: none */
   ftck_reconciler_stats_t stats; /* atomics */
@@ -84,38 +86,6 @@ static void node_update(json_t *old, json_t *o, void *ud) {
 }
 static void node_delete(json_t *o, void *ud) { node_changed(ud, o); }
 
-/* The token Secrets: a deleted one is made again (same token) and a
- * replaced one hands its token on, both at once, by the job's reconcile. A
- * deletion is remembered by the Secret's key, so the reconcile can tell it
- * from a cache that has not shown a Secret it just made. */
-static void secret_changed(ftck_reconciler_t *r, json_t *secret, int deleted) {
-  char key[512];
-  if (deleted && ftck_object_key(secret, key, sizeof key) == 0) {
-    pthread_mutex_lock(&r->mu);
-    json_object_set_new(r->secrets_gone, key, json_true());
-    pthread_mutex_unlock(&r->mu);
-  }
-  pod_event(r, secret); /* queues ns/<its ftcomm.dev/job label> */
-}
-static void secret_update(json_t *old, json_t *o, void *ud) {
-  /* Resyncs (old == o) and writes that keep the token are no news. */
-  if (old != o && !json_equal(json_object_get(old, "data"), json_object_get(o, "data"))) secret_changed(ud, o, 0);
-}
-static void secret_delete(json_t *o, void *ud) { secret_changed(ud, o, 1); }
-
-/* The Secret cache holds metadata and data.token only. */
-static void secret_transform(json_t *obj, void *ud) {
-  ftck_transform_default(obj, ud);
-  json_t *data = json_object_get(obj, "data");
-  const char *k;
-  void *tmp;
-  json_t *v;
-  json_object_foreach_safe(data, tmp, k, v) {
-    if (strcmp(k, "token") != 0) json_object_del(data, k);
-  }
-  json_object_del(obj, "stringData");
-}
-
 static void pod_add(json_t *o, void *ud) { pod_event(ud, o); }
 static void pod_update(json_t *old, json_t *o, void *ud) { (void)old; pod_event(ud, o); }
 static void pod_delete(json_t *o, void *ud) { pod_event(ud, o); }
@@ -132,14 +102,14 @@ ftc_status_t ftck_reconciler_create(ftck_client_t *c, const ftck_reconciler_opts
   r->dump_dir = ftc__strdup(o->env.dump_dir ? o->env.dump_dir : "/var/run/ftcomm/dumps");
   r->identity = ftc__strdup(o->identity ? o->identity : "ftcomm-controller");
   r->secrets_ok = json_object();
-  r->secrets_gone = json_object();
+  memcpy(r->token_key, o->token_key, sizeof r->token_key);
   r->vanished = json_object();
   r->fresh = json_object();
   r->refusals = json_object();
   r->coords = o->coords;
   r->workers = o->workers > 0 ? (o->workers < MAX_WORKERS ? o->workers : MAX_WORKERS) : 2;
   if ((o->watch_namespace && *o->watch_namespace && !r->ns) || !r->coordinator || !r->dump_dir || !r->identity ||
-      !r->secrets_ok || !r->secrets_gone || !r->vanished || !r->fresh || !r->refusals) {
+      !r->secrets_ok || !r->vanished || !r->fresh || !r->refusals) {
     st = ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
     goto out_destroy;
   }
@@ -148,11 +118,9 @@ ftc_status_t ftck_reconciler_create(ftck_client_t *c, const ftck_reconciler_opts
   FTC_CHECK_GOTO(ftck_workqueue_create(200, 300000, &r->q), st, out_destroy);
   char *jobs_path = ftck_path(FTCK_GROUP, FTCK_VERSION, r->ns, FTCK_PLURAL, NULL);
   char *pods_path = ftck_path("", "v1", r->ns, "pods", NULL);
-  char *secrets_path = ftck_path("", "v1", r->ns, "secrets", NULL);
-  if (!jobs_path || !pods_path || !secrets_path) {
+  if (!jobs_path || !pods_path) {
     ftc__free(jobs_path);
     ftc__free(pods_path);
-    ftc__free(secrets_path);
     st = ftc__error(FTC_ERR_NO_MEMORY, "reconciler: no memory");
     goto out_destroy;
   }
@@ -170,17 +138,8 @@ ftc_status_t ftck_reconciler_create(ftck_client_t *c, const ftck_reconciler_opts
     ftck_handlers_t nh = {NULL, node_update, node_delete, r};
     st = ftck_informer_create(c, &no, &nh, &r->nodes);
   }
-  if (st == FTC_OK) {
-    /* Only the token Secrets this controller makes (list and watch on
-     * secrets, narrowed by the selector): a steady state reads none. */
-    ftck_informer_opts_t so = {.name = "secrets", .collection = secrets_path, .label_selector = FTCK_SECRET_SELECTOR,
-                               .resync_ms = 0, .transform = secret_transform};
-    ftck_handlers_t sh = {NULL, secret_update, secret_delete, r};
-    st = ftck_informer_create(c, &so, &sh, &r->secrets);
-  }
   ftc__free(jobs_path);
   ftc__free(pods_path);
-  ftc__free(secrets_path);
   if (st != FTC_OK) goto out_destroy;
   *out = r;
   return FTC_OK;
@@ -214,51 +173,10 @@ static ftc_status_t create_secret(ftck_reconciler_t *r, const json_t *job, const
   return st;
 }
 
-/* The token of a Secret (fetched or cached) into buf; FTC_ERR_PROTOCOL when it has none. */
-static ftc_status_t secret_token(const json_t *obj, const char *ns, const char *sname, char *buf, size_t n) {
-  char *raw = NULL;
-  size_t len = 0;
-  const char *b64 = ftck_jstr(obj, "data.token");
-  if (!b64 || ftck_base64_decode(b64, &raw, &len) != FTC_OK || len == 0 || len >= n) {
-    ftc__free(raw);
-    return ftc__error(FTC_ERR_PROTOCOL, "Secret %s/%s has no usable data.token", ns, sname);
-  }
-  memcpy(buf, raw, len);
-  buf[len] = '\0';
-  ftc__free(raw);
-  return FTC_OK;
-}
-
-/* GET the token Secret: FTC_OK with the token in buf, or *code 404. */
-static ftc_status_t read_secret(ftck_reconciler_t *r, const char *ns, const char *sname, char *buf, size_t n,
-                                long *code) {
-  char *path = ftck_path("", "v1", ns, "secrets", sname);
-  json_t *obj = NULL;
-  ftc_status_t st = path ? ftck_get(r->c, path, code, &obj) : ftc__error(FTC_ERR_NO_MEMORY, "no memory");
-  ftc__free(path);
-  if (st == FTC_OK) st = secret_token(obj, ns, sname, buf, n);
-  json_decref(obj);
-  return st;
-}
-
-/* How long a Secret this controller made may be missing from the cache
- * before it counts as gone (a watch that missed its ADDED and DELETED). */
-#define SECRET_TRUST_NS (30LL * 1000000000LL)
-
-/* The job's token Secret exists and *token is its token. The token is made
- * once (32 random bytes, hex) and remembered by job uid. What the Secret
- * holds comes from the Secret cache (a label-selected watch), so a steady
- * state sends no request and a restarted controller creates only the
- * Secrets that are missing. A Secret someone deleted (its watch event marks
- * it gone and queues the job) is made again with the same token, so running
- * pods, replacements and the coordinator keep agreeing; one that holds
- * another token hands that on. A Secret made here that the cache has not
- * shown yet is trusted for SECRET_TRUST_NS (*requeue_ms: look again then). */
 /* Whether the job is being deleted (or gone) on the server itself: asked
- * before making again a Secret or a pod that was deleted, because the
- * garbage collector deletes them when the job is deleted, and the job's
- * watch can show its deletionTimestamp after the pods' and Secret's watches
- * showed their deletion. 1 going, 0 not (or the GET failed: carry on). */
+ * before making again a pod that was deleted, because the garbage collector
+ * deletes them when the job is deleted, and the job's watch can show its
+ * deletionTimestamp after the pods' watch showed their deletion. 1 going, 0 not (or the GET failed: carry on). */
 static int job_going(ftck_reconciler_t *r, const char *ns, const char *name) {
   char *path = ftck_path(FTCK_GROUP, FTCK_VERSION, ns, FTCK_PLURAL, name);
   json_t *job = NULL;
@@ -270,97 +188,89 @@ static int job_going(ftck_reconciler_t *r, const char *ns, const char *name) {
   return going;
 }
 
-static ftc_status_t ensure_secret(ftck_reconciler_t *r, const json_t *job, char *token, size_t tn,
-                                  int64_t *requeue_ms, int *going) {
+/* Make the job's token Secret (token.h), or find it there (409): before
+ * the first pod a pass makes, which mounts it, and when a pod waits for it
+ * (waits = 1). Nothing else sends it, so a restarted controller whose jobs
+ * run sends nothing, and the pods of a ramp or of several replacements in
+ * one pass share one request. The controller may create Secrets but never
+ * read one in a user's namespace: a Secret someone deleted is made again
+ * before the next pod that needs it (running pods read their token at
+ * start), with an Event; one that someone changed is not seen here, and the
+ * coordinator refuses the pods made from it (the token does not match). */
+static ftc_status_t ensure_secret(ftck_reconciler_t *r, const json_t *job, int waits, int *sure) {
   const char *uid = ftck_jstr(job, "metadata.uid");
   const char *name = ftck_jstr(job, "metadata.name");
   const char *ns = ftck_jstr(job, "metadata.namespace");
-  char sname[300], skey[600];
+  char sname[300], token[FTCK_TOKEN_HEX];
+  if (!uid || !name || !ns) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "a TrainingJob without uid, name or namespace");
   if (ftck_secret_name(name, sname, sizeof sname) != 0) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "job name too long");
-  snprintf(skey, sizeof skey, "%s/%s", ns, sname);
-  int64_t now = ftc__now_ns(), made = 0;
-  *requeue_ms = -1;
-  token[0] = '\0';
-  int gone = 0;
   pthread_mutex_lock(&r->mu);
-  json_t *e = uid ? json_object_get(r->secrets_ok, uid) : NULL;
-  if (e) {
-    snprintf(token, tn, "%s", ftck_jstr(e, "token") ? ftck_jstr(e, "token") : "");
-    made = ftck_jint(e, "made", 0);
-  }
-  gone = json_object_get(r->secrets_gone, skey) != NULL;
+  int known = json_object_get(r->secrets_ok, uid) != NULL;
   pthread_mutex_unlock(&r->mu);
-  json_t *cached = r->secrets && ftck_informer_synced(r->secrets) ? ftck_informer_get(r->secrets, skey) : NULL;
+  ftck_job_token(r->token_key, uid, token);
   long code = 0;
-  ftc_status_t st = FTC_OK;
-  if (cached) {
-    char seen[256];
-    st = secret_token(cached, ns, sname, seen, sizeof seen);
-    json_decref(cached);
-    if (st != FTC_OK) return st;
-    if (token[0] && strcmp(seen, token) != 0)
-      /* Someone replaced it: the pods made from now on get the new token; so does the coordinator. */
-      FTC_WARN(FTC_SUB_CTRL, "%s/%s: token Secret %s holds another token now; using it", ns, name, sname);
-    snprintf(token, tn, "%s", seen);
-    made = 0;
-  } else if (token[0] && !gone && made && now - made < SECRET_TRUST_NS) {
-    *requeue_ms = (SECRET_TRUST_NS - (now - made)) / 1000000 + 1;
-    return FTC_OK; /* made here a moment ago; the cache has not shown it yet */
-  } else if (token[0]) {
-    if (job_going(r, ns, name)) {
-      *going = 1;
-      return FTC_OK;
-    }
-    st = create_secret(r, job, sname, token, &code);
-    if (st == FTC_OK) {
-      made = now;
-      FTC_WARN(FTC_SUB_CTRL, "%s/%s: token Secret %s was deleted; made it again with the same token", ns, name, sname);
-      json_t *regarding = json_pack("{s:s, s:s, s:O}", "apiVersion", FTCK_API_VERSION, "kind", FTCK_KIND, "metadata",
-                                    json_object_get(job, "metadata"));
-      char note[512];
-      snprintf(note, sizeof note, "token Secret %s was deleted; recreated with the job's token", sname);
-      if (regarding) ftck_event(r->c, regarding, "Warning", "TokenSecretRecreated", "Recreate", note, FTCK_MANAGER,
-                                r->identity);
-      json_decref(regarding);
-    } else if (code == 409) {
-      /* Made again by someone else before the cache showed it: take its token. */
-      char seen[256];
-      st = read_secret(r, ns, sname, seen, sizeof seen, &code);
-      if (st == FTC_OK) snprintf(token, tn, "%s", seen);
-    }
-  } else {
-    unsigned char raw[32];
-    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || read(fd, raw, sizeof raw) != (ssize_t)sizeof raw) {
-      if (fd >= 0) close(fd);
-      return ftc__error(FTC_ERR_SYSTEM, "cannot read /dev/urandom for the job token");
-    }
-    close(fd);
-    for (int i = 0; i < 32 && (size_t)(2 * i + 2) < tn; i++) snprintf(token + 2 * i, 3, "%02x", raw[i]);
-    st = create_secret(r, job, sname, token, &code);
-    if (st == FTC_OK) {
-      made = now;
-      FTC_INFO(FTC_SUB_CTRL, "%s/%s: created token Secret %s", ns, name, sname);
-    } else if (code == 409) {
-      /* It exists (the cache is not synced, or lags): keep the token the pods already have. */
-      st = read_secret(r, ns, sname, token, tn, &code);
-    }
+  ftc_status_t st = create_secret(r, job, sname, token, &code);
+  memset(token, 0, sizeof token);
+  if (st == FTC_OK && (known || waits)) {
+    FTC_WARN(FTC_SUB_CTRL, "%s/%s: token Secret %s was deleted; made it again with the job's token", ns, name, sname);
+    json_t *regarding = json_pack("{s:s, s:s, s:O}", "apiVersion", FTCK_API_VERSION, "kind", FTCK_KIND, "metadata",
+                                  json_object_get(job, "metadata"));
+    char note[512];
+    snprintf(note, sizeof note, "token Secret %s was deleted; recreated with the job's token", sname);
+    if (regarding)
+      ftck_event(r->c, regarding, "Warning", "TokenSecretRecreated", "Recreate", note, FTCK_MANAGER, r->identity);
+    json_decref(regarding);
+  } else if (st == FTC_OK) {
+    FTC_INFO(FTC_SUB_CTRL, "%s/%s: created token Secret %s", ns, name, sname);
+  } else if (code == 409) {
+    st = FTC_OK;
+  } else if (code == 403) {
+    st = ftc__error(FTC_ERR_CONFIG, "%s/%s: may not create the token Secret %s (HTTP 403): the controller needs create "
+                    "on secrets in %s (charts/ftcomm/templates/rbac.yaml)", ns, name, sname, ns);
   }
   if (st == FTC_OK) {
     pthread_mutex_lock(&r->mu);
-    if (uid) json_object_set_new(r->secrets_ok, uid, json_pack("{s:s, s:I, s:s++}", "token", token, "made", (json_int_t)made, "job", ns, "/", name));
-    json_object_del(r->secrets_gone, skey);
+    json_object_set_new(r->secrets_ok, uid, json_pack("{s:s++}", "job", ns, "/", name));
     pthread_mutex_unlock(&r->mu);
+    *sure = 1; /* asked the server in this pass */
   }
   return st;
 }
 
+/* Does one of the pods wait for the job's token Secret (the kubelet's
+ * CreateContainerConfigError naming it)? Someone deleted it after the pod
+ * was made. */
+static int waits_for_secret(const json_t *pods, const char *job) {
+  char sname[300];
+  if (ftck_secret_name(job, sname, sizeof sname) != 0) return 0;
+  size_t i, j;
+  json_t *pod, *cs;
+  static const char *const lists[] = {"status.initContainerStatuses", "status.containerStatuses"};
+  json_array_foreach(pods, i, pod) {
+    for (size_t l = 0; l < 2; l++) {
+      json_array_foreach(ftck_jget(pod, lists[l]), j, cs) {
+        const char *reason = ftck_jstr(cs, "state.waiting.reason");
+        const char *msg = ftck_jstr(cs, "state.waiting.message");
+        if (reason && !strcmp(reason, "CreateContainerConfigError") && msg && strstr(msg, sname)) return 1;
+      }
+    }
+  }
+  return 0;
+}
+
 /* Create the pod of (slot, inc). FTC_OK also when it exists already (409):
- * *is_new (may be NULL) says which, so only real creations are counted. */
+ * *is_new (may be NULL) says which, so only real creations are counted.
+ * The token Secret the pod mounts is made sure of first, unless
+ * *secret_sure says this pass did. */
 static ftc_status_t create_pod(ftck_reconciler_t *r, const json_t *job, const ftck_job_spec_t *spec, int slot,
-                               int inc, int joiner, const char *avoid, json_t **created, int *is_new, long *http) {
+                               int inc, int joiner, const char *avoid, json_t **created, int *is_new, long *http,
+                               int *secret_sure) {
   if (is_new) *is_new = 0;
   const char *ns = ftck_jstr(job, "metadata.namespace");
+  if (!*secret_sure) {
+    ftc_status_t sst = ensure_secret(r, job, 0, secret_sure);
+    if (sst != FTC_OK) return sst;
+  }
   json_t *pod = ftck_build_pod(job, spec, slot, inc, joiner, avoid, &r->env);
   if (!pod) return ftc__error(FTC_ERR_NO_MEMORY, "reconciler: cannot build the pod of slot %d", slot);
   char *path = ftck_path("", "v1", ns, "pods", NULL);
@@ -520,6 +430,7 @@ typedef struct pass {
   int going;             /* 0 not asked; 1 the server says the job is being deleted; 2 it is not */
   int refused;           /* slots whose pod the API server refused to create in this pass */
   char refusal[1024];    /* the first refusal: "slot S: pod P: <the API server's message>" */
+  int secret_sure;       /* the token Secret was made or found in this pass */
 } pass_t;
 
 /* How soon to try again a pod the API server refused: half the time the
@@ -603,7 +514,8 @@ static ftc_status_t find_loss(pass_t *p, int s, json_t **lost, int *lost_inc, in
       json_t *np = NULL;
       int joiner = prev_inc < 0 && ftck_jint(p->job, "status.worldSize", 0) > 0;
       long code = 0;
-      ftc_status_t st = create_pod(p->r, p->job, &p->spec, s, prev_inc + 1, joiner, "", &np, NULL, &code);
+      ftc_status_t st = create_pod(p->r, p->job, &p->spec, s, prev_inc + 1, joiner, "", &np, NULL, &code,
+                                   &p->secret_sure);
       if (st != FTC_OK && create_refused(p, s, prev_inc + 1, code)) {
         sv->state_override = 3;
         return FTC_OK;
@@ -704,7 +616,7 @@ static ftc_status_t replace_member(pass_t *p, int s, json_t *lost, int lost_inc,
   json_t *np = NULL;
   int is_new = 0;
   long code = 0;
-  ftc_status_t st = create_pod(p->r, p->job, &p->spec, s, lost_inc + 1, 1, avoid, &np, &is_new, &code);
+  ftc_status_t st = create_pod(p->r, p->job, &p->spec, s, lost_inc + 1, 1, avoid, &np, &is_new, &code, &p->secret_sure);
   if (st != FTC_OK && create_refused(p, s, lost_inc + 1, code)) {
     sv->state_override = 3;
     return FTC_OK;
@@ -751,7 +663,7 @@ static ftc_status_t restart_all(pass_t *p, const json_t *cause, int skip_backoff
     json_t *np = NULL;
     int is_new = 0;
     long code = 0;
-    ftc_status_t st = create_pod(p->r, p->job, &p->spec, s, target, 0, "", &np, &is_new, &code);
+    ftc_status_t st = create_pod(p->r, p->job, &p->spec, s, target, 0, "", &np, &is_new, &code, &p->secret_sure);
     if (st != FTC_OK && create_refused(p, s, target, code)) {
       p->slots[s].state_override = 3;
       continue;
@@ -1045,11 +957,9 @@ static void forget_job(ftck_reconciler_t *r, const char *key, const char *ns, co
   const char *k;
   json_t *v;
   void *tmp;
-  char sname[300], skey[600];
-  int has_secret = ftck_secret_name(name, sname, sizeof sname) == 0;
-  if (has_secret) snprintf(skey, sizeof skey, "%s/%s", ns, sname);
+  (void)ns;
+  (void)name;
   pthread_mutex_lock(&r->mu);
-  if (has_secret) json_object_del(r->secrets_gone, skey);
   json_object_del(r->fresh, key); /* a restart in progress: a job re-created under the name starts clean */
   json_object_del(r->refusals, key);
   json_object_foreach_safe(r->vanished, tmp, k, v) {
@@ -1064,7 +974,7 @@ static void forget_job(ftck_reconciler_t *r, const char *key, const char *ns, co
 
 static size_t remembered(ftck_reconciler_t *r) {
   pthread_mutex_lock(&r->mu);
-  size_t n = json_object_size(r->vanished) + json_object_size(r->secrets_ok) + json_object_size(r->secrets_gone) +
+  size_t n = json_object_size(r->vanished) + json_object_size(r->secrets_ok) +
              json_object_size(r->fresh) + json_object_size(r->refusals);
   pthread_mutex_unlock(&r->mu);
   return n;
@@ -1105,10 +1015,8 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
     add_condition(conds, "Ready", 0, "InvalidSpec", err);
     goto out_write_status;
   }
-  char token[256];
-  int going = 0;
-  FTC_CHECK_GOTO(ensure_secret(r, p.job, token, sizeof token, &p.requeue, &going), st, out_free_pass);
-  if (going) goto out_going;
+  char token[FTCK_TOKEN_HEX];
+  ftck_job_token(r->token_key, ftck_jstr(p.job, "metadata.uid") ? ftck_jstr(p.job, "metadata.uid") : "", token);
   p.slots = ftc__calloc((size_t)p.spec.replicas, sizeof *p.slots);
   mine = json_array();
   if (!p.slots || !mine) {
@@ -1116,6 +1024,7 @@ ftc_status_t ftck_reconcile(ftck_reconciler_t *r, const char *key, int64_t *requ
     goto out_free_pass;
   }
   FTC_CHECK_GOTO(load_pods(&p, &pods, mine), st, out_free_pass);
+  if (waits_for_secret(pods, name)) FTC_CHECK_GOTO(ensure_secret(r, p.job, 1, &p.secret_sure), st, out_free_pass);
   FTC_CHECK_GOTO(ensure_coordinator(&p, token, mine), st, out_free_pass);
 
   /* Replacements used so far come from status; those made now are added to
@@ -1247,7 +1156,6 @@ static void *worker_main(void *arg) {
 ftc_status_t ftck_reconciler_start_informers(ftck_reconciler_t *r) {
   ftc_status_t st = ftck_informer_start(r->pods);
   if (st == FTC_OK && r->nodes) st = ftck_informer_start(r->nodes);
-  if (st == FTC_OK) st = ftck_informer_start(r->secrets);
   if (st == FTC_OK) st = ftck_informer_start(r->jobs);
   return st;
 }
@@ -1266,7 +1174,7 @@ ftc_status_t ftck_reconciler_start_workers(ftck_reconciler_t *r) {
 }
 
 int ftck_reconciler_synced(ftck_reconciler_t *r) {
-  return ftck_informer_synced(r->jobs) && ftck_informer_synced(r->pods) && ftck_informer_synced(r->secrets) &&
+  return ftck_informer_synced(r->jobs) && ftck_informer_synced(r->pods) &&
          (!r->nodes || ftck_informer_synced(r->nodes));
 }
 
@@ -1278,7 +1186,6 @@ void ftck_reconciler_stop(ftck_reconciler_t *r) {
   ftck_informer_stop(r->jobs);
   ftck_informer_stop(r->pods);
   ftck_informer_stop(r->nodes);
-  ftck_informer_stop(r->secrets);
 }
 
 void ftck_reconciler_destroy(ftck_reconciler_t *r) {
@@ -1287,14 +1194,13 @@ void ftck_reconciler_destroy(ftck_reconciler_t *r) {
   ftck_informer_destroy(r->jobs);
   ftck_informer_destroy(r->pods);
   ftck_informer_destroy(r->nodes);
-  ftck_informer_destroy(r->secrets);
   ftck_workqueue_destroy(r->q);
   json_decref(r->secrets_ok);
-  json_decref(r->secrets_gone);
   json_decref(r->vanished);
   json_decref(r->fresh);
   json_decref(r->refusals);
   pthread_mutex_destroy(&r->mu);
+  memset(r->token_key, 0, sizeof r->token_key);
   ftc__free(r->ns);
   ftc__free(r->coordinator);
   ftc__free(r->dump_dir);
@@ -1313,5 +1219,5 @@ void ftck_reconciler_get_stats(ftck_reconciler_t *r, ftck_reconciler_stats_t *ou
 
 ftck_workqueue_t *ftck_reconciler_queue(ftck_reconciler_t *r) { return r->q; }
 ftck_informer_t *ftck_reconciler_informer(ftck_reconciler_t *r, int which) {
-  return which == 0 ? r->jobs : which == 1 ? r->pods : which == 2 ? r->nodes : which == 3 ? r->secrets : NULL;
+  return which == 0 ? r->jobs : which == 1 ? r->pods : which == 2 ? r->nodes : NULL;
 }
