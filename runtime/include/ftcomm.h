@@ -21,6 +21,9 @@
  *     request.
  *   - Timeouts are in milliseconds; FTC_TIMEOUT_DEFAULT selects the
  *     communicator's configured timeout, FTC_TIMEOUT_INFINITE waits forever.
+ *     0 is FTC_ERR_INVALID_ARGUMENT where a timeout fails an operation other
+ *     ranks take part in (collectives, point-to-point, ftc_wait,
+ *     ftc_comm_step, the splits); ftc_comm_recover takes 0 as a poll.
  */
 #ifndef FTCOMM_H
 #define FTCOMM_H
@@ -143,8 +146,8 @@ typedef struct ftc_config {
         FTC_UNSET_INT, NULL, NULL, NULL, NULL, FTC_UNSET_INT                    \
   }
 
-/* Fill every unset field of *cfg from the environment and the defaults, and
- * check the ranges. On failure, *cfg may be partly filled and
+/* Fill every unset field of *cfg from the environment (as it is at the call)
+ * and the defaults, and check the ranges. On failure, *cfg may be partly filled and
  * ftc_last_error() names the variable and the allowed range. String fields
  * point into the environment or static storage: valid while the environment
  * is not modified. */
@@ -610,7 +613,8 @@ FTC_API ftc_status_t ftc_comm_set_allreduce_algo(ftc_comm_t *comm, ftc_algo_t al
 
 /* The backend in one line, e.g. "tcp" or "NCCL 2.32.3 (libnccl.so.2) path
  * shrink+grow caps nonblocking,split,shrink,revoke,grow" (the recovery path
- * chosen from the library's version), copied into buf[len]. */
+ * chosen from the library's version), copied into buf[len].
+ * FTC_ERR_INVALID_ARGUMENT when it does not fit (buf then holds what fits). */
 FTC_API ftc_status_t ftc_comm_backend(const ftc_comm_t *comm, char *buf, size_t len);
 
 #ifdef __cplusplus

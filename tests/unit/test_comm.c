@@ -121,6 +121,49 @@ static void a_missing_request_pointer_or_bad_timeout_is_refused(void **state) {
   ASSERT_INVALID(ftc_iallreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, NULL), "req is NULL");
   ASSERT_INVALID(ftc_ibarrier(comm, NULL), "req is NULL");
   ASSERT_INVALID(ftc_allreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, -7), "timeout_ms -7");
+  /* 0 would fail the operation, and the epoch, unless it were already done: refused, and the
+   * communicator goes on. */
+  ASSERT_INVALID(ftc_allreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, 0), "timeout_ms 0");
+  ASSERT_INVALID(ftc_barrier(comm, 0), "ftc_barrier: timeout_ms 0");
+  ASSERT_INVALID(ftc_comm_step(comm, 0, NULL), "ftc_comm_step: timeout_ms 0");
+  ftc_comm_t *child = NULL;
+  ASSERT_INVALID(ftc_comm_split(comm, 0, 0, 0, &child), "timeout_ms 0");
+  ftc_request_t *req = NULL;
+  assert_int_equal(ftc_iallreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, &req), FTC_OK);
+  ASSERT_INVALID(ftc_wait(req, 0), "ftc_wait: timeout_ms 0");
+  assert_non_null(strstr(ftc_last_error(), "ftc_test polls"));
+  assert_int_equal(ftc_wait(req, 1000), FTC_OK);
+  ftc_request_free(req);
+  assert_int_equal(ftc_allreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, 1000), FTC_OK);
+  ftc_status_t async = FTC_OK;
+  ftc_comm_get_async_error(comm, &async);
+  assert_int_equal(async, FTC_OK);
+  ftc_comm_destroy(comm);
+}
+
+static void the_backend_line_never_truncates_silently(void **state) {
+  (void)state;
+  ftc_comm_t *comm = solo_comm();
+  char full[256], small[2];
+  assert_int_equal(ftc_comm_backend(comm, full, sizeof full), FTC_OK);
+  assert_string_equal(full, "tcp");
+  assert_int_equal(ftc_comm_backend(comm, small, sizeof small), FTC_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(ftc_last_error(), "buf of 2 bytes is too short; the description needs 4"));
+  assert_string_equal(small, "t"); /* what fits, terminated */
+  char exact[4];
+  assert_int_equal(ftc_comm_backend(comm, exact, sizeof exact), FTC_OK);
+  assert_string_equal(exact, "tcp");
+  ftc_comm_destroy(comm);
+}
+
+static void a_failed_step_boundary_says_ftc_comm_step(void **state) {
+  (void)state;
+  ftc_comm_t *comm = solo_comm();
+  assert_int_equal(ftc_comm_abort(comm), FTC_OK);
+  assert_int_not_equal(ftc_comm_step(comm, 1000, NULL), FTC_OK);
+  const char *e = ftc_last_error();
+  assert_true(strncmp(e, "ftc_comm_step: ", 15) == 0);
+  assert_null(strstr(e, "ftc_allreduce:"));
   ftc_comm_destroy(comm);
 }
 
@@ -1338,6 +1381,8 @@ int main(void) {
       cmocka_unit_test(a_count_that_overflows_size_t_is_refused),
       cmocka_unit_test(roots_and_peers_out_of_range_are_refused),
       cmocka_unit_test(a_missing_request_pointer_or_bad_timeout_is_refused),
+      cmocka_unit_test(the_backend_line_never_truncates_silently),
+      cmocka_unit_test(a_failed_step_boundary_says_ftc_comm_step),
       cmocka_unit_test(create_without_a_coordinator_says_how_to_start),
       cmocka_unit_test(begin_finish_and_cancel_refuse_bad_input_and_time_out_from_finish),
       cmocka_unit_test(a_world_of_one_reports_rank_size_epoch),

@@ -60,13 +60,21 @@ static ftc_status_t check_rank(const check_t *c, int r, const char *what) {
   return FTC_OK;
 }
 
-static ftc_status_t check_timeout(const check_t *c, int timeout_ms) {
+ftc_status_t ftc__check_timeout(const char *fn, int timeout_ms) {
+  if (timeout_ms == 0)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                      "%s: timeout_ms 0 would fail the operation, and the epoch with it, unless it had "
+                      "already completed; use milliseconds > 0, FTC_TIMEOUT_DEFAULT or FTC_TIMEOUT_INFINITE "
+                      "(ftc_test polls a request)",
+                      fn);
   if (timeout_ms < FTC_TIMEOUT_INFINITE)
     return ftc__error(FTC_ERR_INVALID_ARGUMENT,
-                      "%s: timeout_ms %d; use milliseconds >= 0, FTC_TIMEOUT_DEFAULT or FTC_TIMEOUT_INFINITE",
-                      c->name, timeout_ms);
+                      "%s: timeout_ms %d; use milliseconds > 0, FTC_TIMEOUT_DEFAULT or FTC_TIMEOUT_INFINITE", fn,
+                      timeout_ms);
   return FTC_OK;
 }
+
+static ftc_status_t check_timeout(const check_t *c, int timeout_ms) { return ftc__check_timeout(c->name, timeout_ms); }
 
 static ftc_status_t check_req(const check_t *c, ftc_request_t **req) {
   if (!req) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "%s: req is NULL; pass &request", c->name);

@@ -802,9 +802,18 @@ ftc_status_t ftc_comm_set_stream(ftc_comm_t *comm, void *stream) {
 ftc_status_t ftc_comm_backend(const ftc_comm_t *comm, char *buf, size_t len) {
   if (!comm || !buf || !len)
     return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_backend: NULL argument");
+  char full[1024];
   if (comm->be->describe)
-    comm->be->describe(buf, len);
+    comm->be->describe(full, sizeof full);
   else
-    snprintf(buf, len, "%s", comm->be->name);
+    snprintf(full, sizeof full, "%s", comm->be->name);
+  size_t need = strlen(full) + 1;
+  if (need > len) {
+    memcpy(buf, full, len - 1); /* what fits, terminated */
+    buf[len - 1] = '\0';
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_backend: buf of %zu bytes is too short; the description needs %zu",
+                      len, need);
+  }
+  memcpy(buf, full, need);
   return FTC_OK;
 }

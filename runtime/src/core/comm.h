@@ -293,6 +293,10 @@ void ftc__engine_wake(ftc_comm_t *comm);
 /* Submit op: run it on this thread when nothing is queued (blocking calls),
  * else queue it and wait. timeout_ms as in the public API. */
 ftc_status_t ftc__submit_blocking(ftc_comm_t *comm, const ftc__op_t *op, int timeout_ms);
+/* A timeout argument of a call whose timeout fails an operation others take
+ * part in (collectives, point-to-point, ftc_wait, ftc_comm_step, the
+ * splits): > 0, FTC_TIMEOUT_DEFAULT or FTC_TIMEOUT_INFINITE; 0 is refused. */
+ftc_status_t ftc__check_timeout(const char *fn, int timeout_ms);
 ftc_status_t ftc__submit_async(ftc_comm_t *comm, const ftc__op_t *op, ftc_request_t **req);
 /* Complete every queued request with status (lock held). */
 void ftc__engine_drain_locked(ftc_comm_t *comm, ftc_status_t status, const char *why);

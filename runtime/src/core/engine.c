@@ -921,10 +921,8 @@ void ftc__engine_stop(ftc_comm_t *comm) {
 
 ftc_status_t ftc_wait(ftc_request_t *req, int timeout_ms) {
   if (!req) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "req is NULL");
-  if (timeout_ms < FTC_TIMEOUT_INFINITE)
-    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
-                      "timeout_ms %d: use milliseconds >= 0, FTC_TIMEOUT_DEFAULT or FTC_TIMEOUT_INFINITE",
-                      timeout_ms);
+  ftc_status_t ast = ftc__check_timeout("ftc_wait", timeout_ms);
+  if (ast != FTC_OK) return ast;
   if (__atomic_load_n(&req->state, __ATOMIC_ACQUIRE) == REQ_DONE) {
     ftc_status_t st = req->status;
     return st == FTC_OK ? FTC_OK : ftc__error(st, "%s", req->err);

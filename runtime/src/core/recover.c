@@ -358,8 +358,19 @@ static ftc_status_t comm_recover(ftc_comm_t *comm, int timeout_ms, ftc_epoch_inf
   return FTC_OK;
 }
 
+/* The boundary's allreduce failed: say so as ftc_comm_step, not as ftc_allreduce. */
+static ftc_status_t step_failed(ftc_status_t st) {
+  char why[512];
+  const char *e = ftc_last_error();
+  if (!strncmp(e, "ftc_allreduce: ", 15)) e += 15;
+  snprintf(why, sizeof why, "%s", e);
+  return ftc__error(st, "ftc_comm_step: the step boundary's allreduce failed: %s", why);
+}
+
 static ftc_status_t comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info) {
   if (!comm) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_step: comm is NULL");
+  ftc_status_t st = ftc__check_timeout("ftc_comm_step", timeout_ms);
+  if (st != FTC_OK) return st;
   uint64_t step = ++comm->steps;
   if (__builtin_expect(ftc__fault_armed, 0)) ftc__fault_step(comm, step);
   if (comm->joiner_pending) {
@@ -373,8 +384,8 @@ static ftc_status_t comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t
   int64_t heard = (int64_t)ftc__member_latest_epoch(comm->member);
   if (heard < (int64_t)epoch) heard = (int64_t)epoch;
   int64_t v = heard;
-  ftc_status_t st = ftc_allreduce(&v, &v, 1, FTC_I64, FTC_MAX, comm, timeout_ms);
-  if (st != FTC_OK) return st;
+  st = ftc_allreduce(&v, &v, 1, FTC_I64, FTC_MAX, comm, timeout_ms);
+  if (st != FTC_OK) return step_failed(st);
   /* A completed step boundary: this process holds the application's state
    * (whatever was sent to it at the boundary that admitted it came before). */
   if (!comm->ready && comm->member) {

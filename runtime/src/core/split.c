@@ -188,12 +188,7 @@ static ftc_status_t split_args(const char *name, ftc_comm_t *parent, int timeout
   if (!child) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "%s: child is NULL; pass &child", name);
   *child = NULL;
   if (!parent) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "%s: parent is NULL", name);
-  if (timeout_ms < FTC_TIMEOUT_INFINITE)
-    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
-                      "%s: timeout_ms %d; use milliseconds >= 0, FTC_TIMEOUT_DEFAULT or "
-                      "FTC_TIMEOUT_INFINITE",
-                      name, timeout_ms);
-  return FTC_OK;
+  return ftc__check_timeout(name, timeout_ms);
 }
 
 ftc_status_t ftc_comm_split(ftc_comm_t *parent, int color, int key, int timeout_ms,

@@ -220,8 +220,9 @@ void check_same(const at::Tensor &a, const at::Tensor &b, const char *what) {
                    dtype_name(b.scalar_type()), " differs from output dtype ", dtype_name(a.scalar_type()));
 }
 
+/* At least 1 ms: the library refuses 0, and a deadline already passed must still fail the op as a timeout. */
 int to_int_ms(std::chrono::milliseconds ms) {
-  return ms.count() > INT_MAX ? INT_MAX : ms.count() < 0 ? 0 : static_cast<int>(ms.count());
+  return ms.count() > INT_MAX ? INT_MAX : ms.count() < 1 ? 1 : static_cast<int>(ms.count());
 }
 
 }  // namespace
