@@ -20,7 +20,7 @@
 
 #include <cmocka.h>
 
-#include "coordinator/coordinator.h"
+#include "ftc_coord.h"
 #include "fake_backend.h"
 #include "ftcomm.h"
 
