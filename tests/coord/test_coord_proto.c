@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "coordinator/coordinator.h"
+#include "ftc_coord.h"
 #include "ftc_alloc.h"
 #include "ftc_error.h"
 #include "proto/proto.h"

@@ -44,7 +44,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "coordinator/coordinator.h"
+#include "ftc_coord.h"
 #include "ftc_alloc.h"
 #include "ftc_error.h"
 #include "ftc_time.h"

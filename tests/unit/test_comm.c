@@ -334,7 +334,7 @@ static int say_hello(const char *addr, const ftc__tcp_hello_t *h, const char *to
 
 /* Rank 0 of a 40-rank view starts its bootstrap with the other ranks'
  * 78 connections already waiting at its listener (as a joiner's early
- * connections wait, net.c makes_connection): it answers every one, more
+ * connections wait, net.c, ftc__net_makes_connection): it answers every one, more
  * than its 64 handshakes at a time, refusing none (a refused early
  * connection is only made again at the caller's step boundary; each
  * refusal was a warning). This test plays the 39 other ranks. */

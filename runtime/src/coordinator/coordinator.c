@@ -12,7 +12,7 @@
  * queue, followed by lws_cancel_service() to wake the service thread. co->lock
  * is a leaf: nothing else is locked or called into lws while it is held.
  */
-#include "coordinator/coordinator.h"
+#include "ftc_coord.h"
 #include "coordinator/incident.h"
 
 #include <errno.h>

@@ -15,30 +15,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ftc_proto_wire.h"
 #include "ftcomm.h"
 
 #define FTC__PROTO_VERSION 1
-/* WebSocket subprotocol name (Sec-WebSocket-Protocol) and request path. */
-#define FTC__PROTO_WS_NAME "ftcomm.membership.v1"
-#define FTC__PROTO_WS_PATH "/ftcomm/v1"
-/* The hello in the upgrade request (docs/protocol.md, "The hello in the
- * request"): a client offers FTC__PROTO_WS_NAME_HELLO first, with its hello
- * (the same message as the frame's) base64url-encoded in the request header
- * FTC__PROTO_HELLO_HEADER; a coordinator that selects that subprotocol took
- * the header as the session's hello, and the client sends no hello frame.
- * Messages are the same version-1 ones either way. */
-#define FTC__PROTO_WS_NAME_HELLO "ftcomm.membership.v1-hello"
-#define FTC__PROTO_HELLO_HEADER "X-Ftcomm-Hello"
-#define FTC__PROTO_HELLO_HEADER_LWS "x-ftcomm-hello:" /* as lws_hdr_custom_* name it */
-/* The longest header value the coordinator decodes (too_large above it; its
- * lws request-header space, FTC__PROTO_COORD_HEADER_SPACE, holds it whole). */
-#define FTC__PROTO_MAX_HELLO_HEADER 4096
-#define FTC__PROTO_COORD_HEADER_SPACE 8192
-/* A client puts its hello in the header only when its whole upgrade request
- * stays within this: half of lws's default request-header space (4096), so
- * that a coordinator from before (which ignores the header but must still
- * hold it) accepts the request too. */
-#define FTC__PROTO_HELLO_REQUEST_BUDGET 2048
 /* Largest message the coordinator accepts from a rank; dumps are sent in
  * fragments of at most FTC__PROTO_DUMP_CHUNK bytes of data, which stay below
  * it even when JSON escaping makes every byte six. */
@@ -337,15 +317,6 @@ void ftc__frameq_clear(ftc__frameq_t *q);
 /* The length of the longest prefix of data[0..len) of at most max bytes
  * that does not split a UTF-8 sequence (for dump fragments). */
 size_t ftc__proto_utf8_cut(const char *data, size_t len, size_t max);
-
-/* base64url (RFC 4648 section 5, no padding) of src[0..n) into dst, which
- * holds ftc__b64url_len(n) + 1 bytes; NUL-terminated. Returns the length. */
-size_t ftc__b64url_len(size_t n);
-size_t ftc__b64url_encode(const void *src, size_t n, char *dst);
-/* Decode base64url (padding '=' at the end accepted) of src[0..n) into dst
- * (at least n * 3 / 4 + 1 bytes). Returns the decoded length, or -1 when
- * src has a character outside the alphabet or an impossible length. */
-long ftc__b64url_decode(const char *src, size_t n, unsigned char *dst);
 
 /* Route jansson's allocations through ftc__malloc (once per process). */
 void ftc__proto_init(void);

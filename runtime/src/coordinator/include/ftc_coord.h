@@ -1,5 +1,5 @@
 /*
- * coordinator.h - the server side of the membership protocol: one per job,
+ * ftc_coord.h - the server side of the membership protocol: one per job,
  * embedded in ftcomm-run (locally) and in the controller (on Kubernetes).
  *
  * The coordinator authenticates ranks with the job token, hands each process
