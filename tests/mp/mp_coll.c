@@ -75,6 +75,7 @@ static void run_all(ftc_comm_t *comm) {
       size_t es = ftc_dtype_size((ftc_dtype_t)dt), nb = count * (size_t)size;
       char *a = malloc(nb * es + 1), *b = malloc(nb * es + 1), *w = malloc(nb * es + 1);
       for (int op = 0; op < FTC_OP_COUNT; op++) {
+        if (!op_fits((ftc_dtype_t)dt, (ftc_op_t)op)) continue;
         int async = (op + dt) & 1;
         gen_fill((ftc_dtype_t)dt, (ftc_op_t)op, rank, a, count, 0);
         ref_fill((ftc_dtype_t)dt, (ftc_op_t)op, size, w, count, 0);

@@ -46,6 +46,9 @@ struct ftc_request {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   const ftc__view_t *rebuild_view; /* internal rebuild request: the new view */
+  ftc_request_callback_t cb; /* under mu: ftc_request_on_complete's, until it runs */
+  void *cb_arg;
+  int cb_set;                /* under mu: a callback was registered (one per request) */
   struct ftc_request *next;
 };
 

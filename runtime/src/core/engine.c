@@ -95,14 +95,30 @@ static inline void req_set_state(ftc_request_t *req, int to) {
 #endif
 }
 
-/* Publish the result and drop the engine's reference. */
+/* The completion callback, on the thread that completed req (or registers
+ * the callback on a completed one), with the request's detail as this
+ * thread's ftc_last_error(). */
+static void req_callback(ftc_request_t *req, ftc_request_callback_t cb, void *arg) {
+  if (req->status != FTC_OK)
+    ftc__error(req->status, "%s", req->err);
+  else
+    ftc__error_clear();
+  cb(req, req->status, arg);
+}
+
+/* Publish the result, run the completion callback, and drop the engine's
+ * reference (after the callback: it may free the caller's). */
 static void req_complete(ftc_request_t *req, ftc_status_t st, const char *err) {
   pthread_mutex_lock(&req->mu);
   req->status = st;
   snprintf(req->err, sizeof(req->err), "%s", st == FTC_OK ? "" : err);
   req_set_state(req, REQ_DONE);
   pthread_cond_broadcast(&req->cv);
+  ftc_request_callback_t cb = req->cb;
+  void *arg = req->cb_arg;
+  req->cb = NULL;
   pthread_mutex_unlock(&req->mu);
+  if (cb) req_callback(req, cb, arg);
   req_unref(req);
 }
 
@@ -951,6 +967,27 @@ ftc_status_t ftc_test(ftc_request_t *req, int *done) {
   memcpy(err, req->err, sizeof(err));
   pthread_mutex_unlock(&req->mu);
   return st == FTC_OK ? FTC_OK : ftc__error(st, "%s", err);
+}
+
+ftc_status_t ftc_request_on_complete(ftc_request_t *req, ftc_request_callback_t fn, void *arg) {
+  if (!req || !fn) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "req and fn must not be NULL");
+  pthread_mutex_lock(&req->mu);
+  if (req->cb_set) {
+    pthread_mutex_unlock(&req->mu);
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                      "the request has a completion callback already (one per request)");
+  }
+  req->cb_set = 1;
+  if (__atomic_load_n(&req->state, __ATOMIC_ACQUIRE) != REQ_DONE) {
+    req->cb = fn;
+    req->cb_arg = arg;
+    pthread_mutex_unlock(&req->mu);
+    return FTC_OK;
+  }
+  pthread_mutex_unlock(&req->mu);
+  req_callback(req, fn, arg); /* done already: here, before returning */
+  ftc__error_clear();
+  return FTC_OK;
 }
 
 void ftc_request_free(ftc_request_t *req) {
