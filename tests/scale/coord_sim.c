@@ -26,6 +26,8 @@
  *   coord_sim [--members N] [--heartbeat-ms MS] [--steady-s S] [--reporters K]
  *             [--dump-bytes B] [--rss-cap-mb MB] [--timeout-s S] [--whole-views]
  *
+ * The coordinator waits in the loop FTCOMM_COORD_LOOP picks (epoll by
+ * default, evloop.h); the simulator in epoll whenever the host has it.
  * Members say "delta" in their hello (view deltas) unless --whole-views;
  * sampled members apply each delta with the rank's own code
  * (ftc__proto_view_apply) and check the result.
@@ -45,6 +47,8 @@
 #include <unistd.h>
 
 #include "ftc_coord.h"
+#include "coordinator/evloop.h"
+#include "ftc_param.h"
 #include "ftc_alloc.h"
 #include "ftc_error.h"
 #include "ftc_time.h"
@@ -87,6 +91,8 @@ static struct {
   int port;
   char dump_dir[256];
   struct lws_context *ctx;
+  ftc__evloop_t ev; /* the simulator's own loop: epoll when the host has it */
+  int coord_epoll; /* the coordinator's loop is epoll (FTCOMM_COORD_LOOP, evloop.h) */
   lws_sorted_usec_list_t sul;
   smember_t *m;  /* n + 1: the last one is the joiner */
   int nm;
@@ -165,8 +171,8 @@ static int coord_child(int port_fd, int ctl_fd) {
     fprintf(stderr, "coord_sim: the coordinator did not start: %s\n", ftc_last_error());
     return 1;
   }
-  int port = ftc__coord_port(co);
-  if (write(port_fd, &port, sizeof(port)) != (ssize_t)sizeof(port)) return 1;
+  int said[2] = {ftc__coord_port(co), !strcmp(ftc__coord_loop(co), "epoll")};
+  if (write(port_fd, said, sizeof(said)) != (ssize_t)sizeof(said)) return 1;
   char c;
   while (read(ctl_fd, &c, 1) < 0 && errno == EINTR) {
   }
@@ -508,7 +514,8 @@ static void reporters(int slot, ftc_status_t why) {
 static void result(void) {
   uint64_t cpu = coord_cpu_ns() - g.cpu0_ns;
   double dur_s = (double)(now_ns() - g.phase_start_ns) / 1e9;
-  printf("members=%d views=%s scenario=%s", g.n, g.whole ? "whole" : "delta", phase_name[g.phase]);
+  printf("members=%d views=%s loop=%s scenario=%s", g.n, g.whole ? "whole" : "delta",
+         g.coord_epoll ? "epoll" : "poll", phase_name[g.phase]);
   if (g.phase == P_STEADY) {
     printf(" seconds=%.1f coord_cpu_pct=%.2f coord_bytes_per_s=%.0f", dur_s,
            100.0 * (double)cpu / 1e9 / dur_s, (double)(g.rx_bytes - g.rx_bytes0) / dur_s);
@@ -613,16 +620,16 @@ static void tick(lws_sorted_usec_list_t *sul) {
   }
   long rss = coord_kb("VmRSS");
   if (rss > (long)g.rss_cap_mb * 1024) {
-    printf("members=%d scenario=%s stopped=rss_over_%d_mb coord_rss_mb=%.1f\n", g.n,
-           phase_name[g.phase], g.rss_cap_mb, rss / 1024.0);
+    printf("members=%d loop=%s scenario=%s stopped=rss_over_%d_mb coord_rss_mb=%.1f\n", g.n,
+           g.coord_epoll ? "epoll" : "poll", phase_name[g.phase], g.rss_cap_mb, rss / 1024.0);
     fflush(stdout);
     g.errors++;
     g.done = 1;
     return;
   }
   if (now - g.phase_start_ns > (int64_t)g.timeout_s * 1000000000LL) {
-    printf("members=%d scenario=%s stopped=timeout_%ds got=%d of %d\n", g.n, phase_name[g.phase],
-           g.timeout_s, g.got, expected());
+    printf("members=%d loop=%s scenario=%s stopped=timeout_%ds got=%d of %d\n", g.n,
+           g.coord_epoll ? "epoll" : "poll", phase_name[g.phase], g.timeout_s, g.got, expected());
     fflush(stdout);
     g.errors++;
     g.done = 1;
@@ -745,12 +752,20 @@ int main(int argc, char **argv) {
   }
   close(ctl_pipe[0]);
   close(port_pipe[1]);
-  if (read(port_pipe[0], &g.port, sizeof(g.port)) != (ssize_t)sizeof(g.port)) {
+  int said[2];
+  if (read(port_pipe[0], said, sizeof(said)) != (ssize_t)sizeof(said)) {
     fprintf(stderr, "coord_sim: the coordinator did not start\n");
     return 1;
   }
+  g.port = said[0];
+  g.coord_epoll = said[1];
   ftc__proto_init();
   lws_set_log_level(LLL_ERR, NULL);
+  /* FTCOMM_COORD_LOOP picks the coordinator's loop (the child read it);
+   * the simulator waits in epoll whenever it can, so that its own walk of
+   * 16k sessions does not slow the members it plays. */
+  unsetenv("FTCOMM_COORD_LOOP");
+  ftc__param_reset();
   g.nm = g.n + 1;
   g.m = ftc__calloc((size_t)g.nm, sizeof(*g.m));
   if (!g.m) return 2;
@@ -771,7 +786,17 @@ int main(int argc, char **argv) {
    * thousands at once through its poll loop answers late (at 16,384 the
    * sessions past about 10,000 ran into a limit of 60 s). */
   info.timeout_secs = 600;
-  g.ctx = lws_create_context(&info);
+  if (ftc__evloop_open(&g.ev) > 0) {
+    struct lws_context_creation_info ev_info = info;
+    ftc__evloop_setup(&g.ev, &ev_info);
+    g.ctx = lws_create_context(&ev_info);
+    if (!g.ctx) ftc__evloop_close(&g.ev);
+  }
+  if (!g.ctx) {
+    fprintf(stderr, "coord_sim: no epoll loop for the members (%s); they wait in poll(2)\n",
+            g.ev.why[0] ? g.ev.why : "libwebsockets did not take libev");
+    g.ctx = lws_create_context(&info);
+  }
   if (!g.ctx) {
     fprintf(stderr, "coord_sim: cannot create the libwebsockets context\n");
     return 2;
@@ -779,7 +804,7 @@ int main(int argc, char **argv) {
   start_phase(P_CONNECT);
   lws_sul_schedule(g.ctx, 0, &g.sul, tick, TICK_US);
   while (!g.done)
-    if (lws_service(g.ctx, 0) < 0) break;
+    if (ftc__evloop_service(&g.ev, g.ctx) < 0) break;
   int rc = g.errors ? 1 : 0;
   if (g.phase == P_DONE && g.dumps_sent != g.n - 2) {
     fprintf(stderr, "coord_sim: %d of %d members were asked for a dump\n", g.dumps_sent, g.n - 2);
@@ -789,6 +814,7 @@ int main(int argc, char **argv) {
   int status;
   waitpid(g.coord_pid, &status, 0);
   lws_context_destroy(g.ctx);
+  ftc__evloop_close(&g.ev);
   for (int i = 0; i < g.nm; i++) {
     ftc__frameq_clear(&g.m[i].outq);
     ftc__free(g.m[i].rx);

@@ -13,6 +13,7 @@
  * is a leaf: nothing else is locked or called into lws while it is held.
  */
 #include "ftc_coord.h"
+#include "coordinator/evloop.h"
 #include "coordinator/incident.h"
 
 #include <errno.h>
@@ -114,6 +115,7 @@ struct ftc__coord {
   int world_size, min_size, heartbeat_ms, hb_timeout_ms, hello_timeout_s;
   int port;
   struct lws_context *ctx;
+  ftc__evloop_t ev; /* the loop the service thread waits in (epoll, or poll: ev.loop NULL) */
   struct lws_protocols protocols[3];
   unsigned char *tx_scratch; /* LWS_PRE + WRITE_PIECE: a piece of a shared frame (on_writeable) */
   pthread_t thread;
@@ -135,6 +137,9 @@ struct ftc__coord {
                                  * formed: the buffers swap), also for a member that asks for
                                  * it whole (view_request: a change did not apply there) */
   int nepoch_drops, epoch_drops_cap;
+  uint64_t *epoch_left; /* the current epoch's "left" (left_ids when it was formed: swapped
+                         * the same way), for a member that asks for it whole */
+  int nepoch_left, epoch_left_cap;
   int lost_since_epoch; /* ... and not by a clean leave */
   uint64_t epoch, max_known_epoch, next_id;
   int formed; /* this coordinator has announced an epoch */
@@ -377,8 +382,8 @@ static void send_current_view(ftc__coord_t *co, session_t *s) {
     }
     wm[r] = wire_member(m, r, m->joined_epoch);
   }
-  /* With the verdict the epoch came with, so that a rank that asked for it
-   * whole records the same reasons as the others. */
+  /* With the verdict and the "left" the epoch came with, so that a rank
+   * that asked for it whole records the same reasons as the others. */
   send_msg(s, with_epoch_verdict(co, ftc__proto_view(co->epoch, wm, co->view_n, NULL)), 0);
   if (s->m) s->m->sent_epoch = co->epoch;
   ftc__free(wm);
@@ -494,8 +499,10 @@ static ftc__wire_dropped_t *epoch_wire_drops(const ftc__coord_t *co) {
   return wd;
 }
 
-/* v with the current epoch's verdict (out of memory: without it). */
+/* v with the current epoch's verdict and the members that left before it
+ * (out of memory: without the verdict). */
 static json_t *with_epoch_verdict(const ftc__coord_t *co, json_t *v) {
+  v = ftc__proto_view_left(v, co->epoch_left, co->nepoch_left);
   ftc__wire_dropped_t *wd = v ? epoch_wire_drops(co) : NULL;
   if (wd) v = ftc__proto_view_dropped(v, wd, co->nepoch_drops);
   ftc__free(wd);
@@ -755,7 +762,10 @@ static void maybe_form_epoch(ftc__coord_t *co) {
       FTC_ERROR(FTC_SUB_COORD, "job %s: out of memory encoding epoch %llu; closing sessions",
                 co->job, (unsigned long long)e);
   }
-  co->nleft = 0;
+  uint64_t *was_left = co->epoch_left;
+  int was_left_cap = co->epoch_left_cap;
+  co->epoch_left = co->left_ids, co->epoch_left_cap = co->left_cap, co->nepoch_left = co->nleft;
+  co->left_ids = was_left, co->left_cap = was_left_cap, co->nleft = 0;
   ftc__free(wd);
   remember_sent(co, e, wm, n);
   ftc__free(wm);
@@ -2079,7 +2089,7 @@ static void *service_main(void *arg) {
   ftc__coord_t *co = arg;
   pthread_setname_np(pthread_self(), "ftc-coord"); /* (by itself: see engine.c) */
   while (!__atomic_load_n(&co->stop, __ATOMIC_ACQUIRE)) {
-    if (lws_service(co->ctx, 0) < 0) break;
+    if (ftc__evloop_service(&co->ev, co->ctx) < 0) break;
   }
   return NULL;
 }
@@ -2190,7 +2200,21 @@ ftc_status_t ftc__coord_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out) 
    * member plus joiners, reconnects and refused strangers in flight. */
   int fds = 4 * (cfg->world_size > 0 ? cfg->world_size : 1) + 64;
   info.fd_limit_per_thread = (unsigned int)(fds < 256 ? 256 : fds);
-  co->ctx = lws_create_context(&info);
+  int asked = ftc__evloop_open(&co->ev);
+  if (asked > 0) {
+    struct lws_context_creation_info ev_info = info;
+    ftc__evloop_setup(&co->ev, &ev_info);
+    co->ctx = lws_create_context(&ev_info);
+    if (!co->ctx) {
+      ftc__evloop_close(&co->ev);
+      snprintf(co->ev.why, sizeof(co->ev.why),
+               "libwebsockets did not take the libev loop (install libwebsockets-evlib-ev)");
+    }
+  }
+  if (!co->ctx && asked == 0)
+    FTC_WARN(FTC_SUB_COORD, "job %s: the coordinator waits in poll(2), which costs a walk of "
+             "every session per wake-up: %s", co->job, co->ev.why);
+  if (!co->ctx) co->ctx = lws_create_context(&info);
   if (!co->ctx) {
     st = ftc__error(FTC_ERR_SYSTEM,
                     "the coordinator cannot listen on %s port %d (address in use or not local?)",
@@ -2213,8 +2237,8 @@ ftc_status_t ftc__coord_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out) 
   }
   char where[FTC__ADDR_MAX];
   ftc__addr_join(co->bind_host, co->port, where, sizeof(where));
-  FTC_INFO(FTC_SUB_COORD, "job %s: coordinator listening on %s for %d ranks (min %d)", co->job,
-           where, co->world_size, co->min_size);
+  FTC_INFO(FTC_SUB_COORD, "job %s: coordinator listening on %s for %d ranks (min %d, %s)",
+           co->job, where, co->world_size, co->min_size, ftc__evloop_name(&co->ev));
   *out = co;
   return FTC_OK;
 
@@ -2222,6 +2246,7 @@ out_destroy_context:
   co->stopping = 1;
   lws_context_destroy(co->ctx);
 out_destroy_lock:
+  ftc__evloop_close(&co->ev);
   ftc__free(co->pub_view.members);
   pthread_mutex_destroy(&co->lock);
   free_config(co);
@@ -2230,6 +2255,8 @@ out_destroy_lock:
 }
 
 int ftc__coord_port(const ftc__coord_t *co) { return co->port; }
+
+const char *ftc__coord_loop(const ftc__coord_t *co) { return ftc__evloop_name(&co->ev); }
 
 ftc_status_t ftc__coord_get_view(ftc__coord_t *co, ftc__coord_view_t **out) {
   if (!co || !out) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "get_view: NULL argument");
@@ -2320,6 +2347,7 @@ void ftc__coord_destroy(ftc__coord_t *co) {
   pthread_join(co->thread, NULL);
   co->stopping = 1;
   lws_context_destroy(co->ctx);
+  ftc__evloop_close(&co->ev);
   coord_free(co);
 }
 
@@ -2348,6 +2376,7 @@ static void coord_free(ftc__coord_t *co) {
   ftc__free(co->pub_view.members);
   ftc__free(co->backend_blob);
   ftc__free(co->left_ids);
+  ftc__free(co->epoch_left);
   ftc__free(co->drops);
   ftc__free(co->epoch_drops);
   ftc__free(co->sent);
