@@ -25,10 +25,12 @@
  *
  *   coord_sim [--members N] [--heartbeat-ms MS] [--steady-s S] [--reporters K]
  *             [--dump-bytes B] [--rss-cap-mb MB] [--timeout-s S] [--whole-views]
+ *             [--text-views]
  *
  * The coordinator waits in the loop FTCOMM_COORD_LOOP picks (epoll by
  * default, evloop.h); the simulator in epoll whenever the host has it.
- * Members say "delta" in their hello (view deltas) unless --whole-views;
+ * Members say "deflate" (a big whole view comes deflated, in a binary
+ * message) unless --text-views, and "delta" (view deltas) unless --whole-views;
  * sampled members apply each delta with the rank's own code
  * (ftc__proto_view_apply) and check the result.
  */
@@ -76,6 +78,7 @@ typedef struct smember {
   ftc__wire_member_t *view; /* a sampled member's current view (addr strings its own) */
   int view_n;
   char *rx; /* the message so far (whole when small or sampled, else its head) */
+  int rx_binary; /* ... and it is binary: a deflated view */
   size_t rx_len, rx_cap, rx_total;
 } smember_t;
 
@@ -85,6 +88,7 @@ static const char *phase_name[] = {"first_epoch", "steady", "crash", "hang", "jo
 static struct {
   int n, hb_ms, steady_s, reporters, dump_bytes, timeout_s, rss_cap_mb;
   int whole; /* members do not say "delta": every epoch comes whole */
+  int text_views; /* members do not say "deflate": whole views come as text */
   int view_requests; /* deltas that did not apply: the whole view was asked for */
   int reconnects;    /* connections tried again (failed or closed before the welcome) */
   pid_t coord_pid;
@@ -225,7 +229,8 @@ static void send_hello(smember_t *m) {
            m->slot % 256);
   ftc__hello_t h = {.job = JOB, .token = TOKEN, .addr = daddr, .pod = pod, .node = pod,
                     .slot = m->slot, .world_size = g.n, .min_size = g.n / 2 > 0 ? g.n / 2 : 1,
-                    .joiner = m->joiner, .pid = 1, .delta = !g.whole};
+                    .joiner = m->joiner, .pid = 1, .delta = !g.whole,
+                    .deflate = !g.text_views};
   ftc__frame_t *f = ftc__proto_encode(ftc__proto_hello(&h), LWS_PRE);
   if (!f) exit(2);
   ftc__frameq_push_front(&m->outq, f);
@@ -288,21 +293,22 @@ static uint64_t head_epoch(const char *head, size_t len) {
   return p ? strtoull(p + sizeof(key) - 1, NULL, 10) : 0;
 }
 
-static void on_message(smember_t *m) {
-  const char *text = m->rx;
-  size_t whole = m->rx_total;
-  if (m->rx_len > 24 && (!memcmp(text, "{\"v\":1,\"type\":\"view\"", 20) ||
-                         !memcmp(text, "{\"v\":1,\"type\":\"view_delta\"", 26)))
-    g.view_bytes += whole;
-  if (whole > DECODE_MAX && !m->sample) {
-    if (memmem(text, m->rx_len < 64 ? m->rx_len : 64, "\"type\":\"view\"", 13)) {
-      uint64_t e = head_epoch(text, m->rx_len);
+/* A message: text[0..have) of its whole (whole bytes of text), wire bytes
+ * on the wire; head: only its head was read (a big view at a member that
+ * is not sampled). */
+static void on_message(smember_t *m, const char *text, size_t have, size_t whole, size_t wire,
+                       int head) {
+  if (have > 24 && (!memcmp(text, "{\"v\":1,\"type\":\"view\"", 20) ||
+                    !memcmp(text, "{\"v\":1,\"type\":\"view_delta\"", 26)))
+    g.view_bytes += wire;
+  if (head) {
+    if (memmem(text, have < 64 ? have : 64, "\"type\":\"view\"", 13)) {
+      uint64_t e = head_epoch(text, have);
       if (e > m->epoch) m->epoch = e;
       phase_view(m, e);
       return;
     }
-    complain("slot %d: a message of %zu bytes that is not a view\n", m->slot,
-            whole);
+    complain("slot %d: a message of %zu bytes that is not a view\n", m->slot, wire);
     return;
   }
   ftc__msg_t msg;
@@ -401,9 +407,24 @@ static int on_receive(smember_t *m, struct lws *wsi, const void *in, size_t len)
     memcpy(m->rx + m->rx_len, in, keep - m->rx_len);
     m->rx_len = keep;
   }
+  if (!m->rx_total) m->rx_binary = lws_frame_is_binary(wsi);
   m->rx_total += len;
   if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi) > 0) return 0;
-  on_message(m);
+  if (!m->rx_binary) {
+    on_message(m, m->rx, m->rx_len, m->rx_total, m->rx_total, m->rx_total > DECODE_MAX && !m->sample);
+  } else {
+    /* A deflated whole view: a sampled member inflates it all, the others
+     * its head (from the pieces they kept), as a rank's own CPU would. */
+    if (g.text_views) complain("slot %d: a binary message, though its hello did not say deflate\n", m->slot);
+    char *text;
+    size_t tn;
+    int z = ftc__proto_inflate(m->rx, m->rx_len, m->sample ? FTC__PROTO_MAX_COORD_MSG : 256, &text, &tn);
+    if (z < 0 || (z > 0 && m->sample))
+      complain("slot %d: a binary message of %zu bytes that does not inflate\n", m->slot, m->rx_total);
+    else
+      on_message(m, text, tn, tn, m->rx_total, z > 0);
+    ftc__free(text);
+  }
   m->rx_len = m->rx_total = 0;
   if (m->rx_cap > DECODE_MAX) { /* a sampled member's big view: give it back */
     ftc__free(m->rx);
@@ -514,8 +535,8 @@ static void reporters(int slot, ftc_status_t why) {
 static void result(void) {
   uint64_t cpu = coord_cpu_ns() - g.cpu0_ns;
   double dur_s = (double)(now_ns() - g.phase_start_ns) / 1e9;
-  printf("members=%d views=%s loop=%s scenario=%s", g.n, g.whole ? "whole" : "delta",
-         g.coord_epoll ? "epoll" : "poll", phase_name[g.phase]);
+  printf("members=%d views=%s%s loop=%s scenario=%s", g.n, g.whole ? "whole" : "delta",
+         g.text_views ? "" : "+deflate", g.coord_epoll ? "epoll" : "poll", phase_name[g.phase]);
   if (g.phase == P_STEADY) {
     printf(" seconds=%.1f coord_cpu_pct=%.2f coord_bytes_per_s=%.0f", dur_s,
            100.0 * (double)cpu / 1e9 / dur_s, (double)(g.rx_bytes - g.rx_bytes0) / dur_s);
@@ -702,7 +723,8 @@ static void raise_nofile(int need) {
 
 static void usage(void) {
   fprintf(stderr, "usage: coord_sim [--members N] [--heartbeat-ms MS] [--steady-s S] "
-                  "[--reporters K] [--dump-bytes B] [--rss-cap-mb MB] [--timeout-s S]\n");
+                  "[--reporters K] [--dump-bytes B] [--rss-cap-mb MB] [--timeout-s S] "
+                  "[--whole-views] [--text-views]\n");
   exit(2);
 }
 
@@ -712,7 +734,8 @@ int main(int argc, char **argv) {
   static const struct option opts[] = {
       {"members", 1, 0, 'n'},   {"heartbeat-ms", 1, 0, 'h'}, {"steady-s", 1, 0, 's'},
       {"reporters", 1, 0, 'r'}, {"dump-bytes", 1, 0, 'd'},   {"rss-cap-mb", 1, 0, 'c'},
-      {"timeout-s", 1, 0, 't'}, {"whole-views", 0, 0, 'w'}, {0, 0, 0, 0}};
+      {"timeout-s", 1, 0, 't'}, {"whole-views", 0, 0, 'w'},
+      {"text-views", 0, 0, 'x'}, {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
@@ -724,6 +747,7 @@ int main(int argc, char **argv) {
       case 'c': g.rss_cap_mb = atoi(optarg); break;
       case 't': g.timeout_s = atoi(optarg); break;
       case 'w': g.whole = 1; break;
+      case 'x': g.text_views = 1; break;
       default: usage();
     }
   }

@@ -39,6 +39,9 @@
 /* A member's copies of one incident after its first (store_dump). */
 #define DUMP_MAX_COPIES 8
 #define MAX_QUEUED 4096 /* messages waiting for one session's writeable callback */
+/* A whole view at least this long goes deflated to ranks that said
+ * "deflate" (smaller ones: text, as their zlib header would not pay). */
+#define DEFLATE_MIN (16 * 1024)
 #define MAX_INCIDENTS 8 /* records kept up to date (incident.json); older ones stay as written */
 
 /* M_STANDBY: said hello with "standby" (ftc_comm_create_begin): it holds its
@@ -64,6 +67,7 @@ typedef struct member {
    * reconnecting rank's view by a restarted coordinator). */
   int dataplane;
   int delta;            /* its hello said "delta": it takes view deltas */
+  int deflate;          /* its hello said "deflate": a big whole view goes deflated */
   uint64_t sent_epoch;  /* the epoch of the last view (whole or delta) queued to it */
   uint64_t in_epoch;    /* the last epoch this coordinator formed with it */
   int sent_state;       /* its "fresh" state as that epoch's view wrote it */
@@ -384,7 +388,16 @@ static void send_current_view(ftc__coord_t *co, session_t *s) {
   }
   /* With the verdict and the "left" the epoch came with, so that a rank
    * that asked for it whole records the same reasons as the others. */
-  send_msg(s, with_epoch_verdict(co, ftc__proto_view(co->epoch, wm, co->view_n, NULL)), 0);
+  json_t *v = with_epoch_verdict(co, ftc__proto_view(co->epoch, wm, co->view_n, NULL));
+  if (s->m && s->m->deflate) {
+    ftc__frame_t *f = ftc__proto_encode(v, LWS_PRE);
+    ftc__frame_t *fz = f && f->len >= DEFLATE_MIN ? ftc__proto_deflate(f, LWS_PRE) : NULL;
+    if (fz) ftc__frame_release(f), f = fz;
+    if (!f || queue_ref(s, f) != 0) kill_session(s);
+    ftc__frame_release(f);
+  } else {
+    send_msg(s, v, 0);
+  }
   if (s->m) s->m->sent_epoch = co->epoch;
   ftc__free(wm);
   if (co->backend_blob && co->backend_epoch == co->epoch)
@@ -753,7 +766,7 @@ static void maybe_form_epoch(ftc__coord_t *co) {
   }
   ftc__frame_t *df = prev && co->sent_of == prev && nwhole < n
                          ? encode_delta(co, e, prev, wm, n, wd) : NULL;
-  ftc__frame_t *f = NULL;
+  ftc__frame_t *f = NULL, *fz = NULL;
   if (nwhole || !df) {
     json_t *v = ftc__proto_view_left(ftc__proto_view(e, wm, n, NULL), co->left_ids, co->nleft);
     if (wd) v = ftc__proto_view_dropped(v, wd, co->nepoch_drops); /* out of memory: no verdict */
@@ -761,6 +774,13 @@ static void maybe_form_epoch(ftc__coord_t *co) {
     if (!f)
       FTC_ERROR(FTC_SUB_COORD, "job %s: out of memory encoding epoch %llu; closing sessions",
                 co->job, (unsigned long long)e);
+    /* Deflated once for every rank that takes it so (out of memory: text). */
+    int want_z = 0;
+    for (int r = 0; f && f->len >= DEFLATE_MIN && !want_z && r < n; r++) {
+      const member_t *m = co->view[r];
+      want_z = m->sess && m->deflate && !(df && m->delta && m->sent_epoch == prev);
+    }
+    if (want_z) fz = ftc__proto_deflate(f, LWS_PRE);
   }
   uint64_t *was_left = co->epoch_left;
   int was_left_cap = co->epoch_left_cap;
@@ -778,13 +798,14 @@ static void maybe_form_epoch(ftc__coord_t *co) {
     member_t *m = co->view[r];
     session_t *s = m->sess;
     if (!s) continue;
-    ftc__frame_t *use = df && m->delta && m->sent_epoch == prev ? df : f;
+    ftc__frame_t *use = df && m->delta && m->sent_epoch == prev ? df : fz && m->deflate ? fz : f;
     if (!use || queue_ref(s, use) != 0)
       kill_session(s);
     else
       m->sent_epoch = e;
   }
   ftc__frame_release(f);
+  ftc__frame_release(fz);
   ftc__frame_release(df);
   send_prospect(co); /* standby members still waiting: the epoch after this one */
 }
@@ -894,6 +915,7 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
       back->pid = h->pid;
       back->dataplane = h->dataplane; /* the same process: admitted with it before */
       back->delta = h->delta;
+      back->deflate = h->deflate;
       back->sent_epoch = h->known_epoch; /* what it holds, whatever was queued before */
       back->probes = h->probes;
       back->last_seen_ns = ftc__now_ns();
@@ -960,6 +982,7 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
   m->pid = h->pid;
   m->dataplane = h->dataplane;
   m->delta = h->delta;
+  m->deflate = h->deflate;
   m->probes = h->probes;
   m->last_seen_ns = ftc__now_ns();
   snprintf(m->addr, sizeof(m->addr), "%s", h->addr);
@@ -1822,7 +1845,8 @@ static int on_receive(ftc__coord_t *co, session_t *s, const void *in, size_t len
 static int write_piece(ftc__coord_t *co, session_t *s, ftc__frame_t *f) {
   const ftc__frame_t *b = f->ref ? f->ref : f;
   size_t left = b->len - s->tx_off, n = left < WRITE_PIECE ? left : WRITE_PIECE;
-  int flags = (s->tx_off ? LWS_WRITE_CONTINUATION : LWS_WRITE_TEXT) | (n < left ? LWS_WRITE_NO_FIN : 0);
+  int flags = (s->tx_off ? LWS_WRITE_CONTINUATION : b->binary ? LWS_WRITE_BINARY : LWS_WRITE_TEXT) |
+              (n < left ? LWS_WRITE_NO_FIN : 0);
   unsigned char *p = (unsigned char *)b->buf + LWS_PRE + s->tx_off;
   if (f->ref || s->tx_off) {
     memcpy(co->tx_scratch + LWS_PRE, p, n);
