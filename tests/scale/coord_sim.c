@@ -118,6 +118,10 @@ static struct {
 
 static int64_t now_ns(void) { return ftc__now_ns(); }
 
+/* libwebsockets' retry and idle policy for every connection: zero, so no
+ * validity timer (main says why). */
+static const lws_retry_bo_t no_validity_timer;
+
 /* A member saw something it should not: counted, and said for the first few. */
 #define complain(...)                                        \
   do {                                                       \
@@ -211,6 +215,7 @@ static void open_member(smember_t *m) {
   ci.origin = "127.0.0.1";
   ci.protocol = FTC__PROTO_WS_NAME;
   ci.ietf_version_or_minus_one = -1;
+  ci.retry_and_idle_policy = &no_validity_timer;
   ci.opaque_user_data = m;
   ci.pwsi = &m->wsi;
   m->state = S_CONNECTING;
@@ -805,7 +810,11 @@ int main(int argc, char **argv) {
   info.port = CONTEXT_PORT_NO_LISTEN;
   info.protocols = protocols;
   info.count_threads = 1;
-  info.fd_limit_per_thread = (unsigned)g.nm + 64;
+  /* (lws sizes its descriptor table from the limit raised above: it then
+   * indexes it; below the limit it walks it on every event.) No lws
+   * validity timer: it is re-filed in a sorted list on every message
+   * (coordinator.c says more). */
+  info.retry_and_idle_policy = &no_validity_timer;
   /* lws's limit on a connection's handshake: a coordinator accepting
    * thousands at once through its poll loop answers late (at 16,384 the
    * sessions past about 10,000 ran into a limit of 60 s). */

@@ -39,6 +39,10 @@
 /* A member's copies of one incident after its first (store_dump). */
 #define DUMP_MAX_COPIES 8
 #define MAX_QUEUED 4096 /* messages waiting for one session's writeable callback */
+/* World sizes from which lws looks sessions up by an index of the
+ * process's descriptor limit (ftc__coord_create). */
+#define FD_INDEX_MIN_WORLD 1024
+static const lws_retry_bo_t no_validity_timer; /* (zero: no ping, no hang-up) */
 /* A whole view at least this long goes deflated to ranks that said
  * "deflate" (smaller ones: text, as their zlib header would not pay). */
 #define DEFLATE_MIN (16 * 1024)
@@ -1052,12 +1056,15 @@ static void send_prospect(ftc__coord_t *co) {
   if (!f) return;
   FTC_DEBUG(FTC_SUB_COORD, "job %s: prospect of epoch %llu with %d members (%d standby)",
             co->job, (unsigned long long)e, n, standby);
+  /* A whole list, as a view: deflated once for the ranks that take it so. */
+  ftc__frame_t *fz = f->len >= DEFLATE_MIN ? ftc__proto_deflate(f, LWS_PRE) : NULL;
   for (int r = 0; r < co->view_n; r++) {
     member_t *m = co->view[r];
     session_t *s = m->sess;
     if (s && m->dataplane >= FTC__PROTO_DATAPLANE_PROSPECT)
-      (void)queue_ref(s, f); /* (out of memory: that rank connects at the join) */
+      (void)queue_ref(s, fz && m->deflate ? fz : f); /* (out of memory: it connects at the join) */
   }
+  ftc__frame_release(fz);
   ftc__frame_release(f);
 }
 
@@ -2224,6 +2231,16 @@ ftc_status_t ftc__coord_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out) 
    * member plus joiners, reconnects and refused strangers in flight. */
   int fds = 4 * (cfg->world_size > 0 ? cfg->world_size : 1) + 64;
   info.fd_limit_per_thread = (unsigned int)(fds < 256 ? 256 : fds);
+  /* Below the process's limit, lws finds a session from its descriptor
+   * by walking that table on every event (wsi_from_fd); at or above it, by
+   * indexing a table the size of the limit (16 bytes a descriptor: 16 MiB
+   * under 2^20). A job of thousands of ranks takes the index. */
+  if (cfg->world_size >= FD_INDEX_MIN_WORLD) info.fd_limit_per_thread = 0;
+  /* No lws validity timer: lws re-files a session's timer in a sorted list
+   * on every message it receives (a walk of up to every session: at 16,384
+   * members 90% of the thread's time), to ping after 300 s of silence;
+   * the coordinator's own heartbeat timeout covers a silent member. */
+  info.retry_and_idle_policy = &no_validity_timer;
   int asked = ftc__evloop_open(&co->ev);
   if (asked > 0) {
     struct lws_context_creation_info ev_info = info;
