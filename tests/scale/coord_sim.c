@@ -398,8 +398,10 @@ static void on_message(smember_t *m, const char *text, size_t have, size_t whole
 
 static int on_receive(smember_t *m, struct lws *wsi, const void *in, size_t len) {
   g.rx_bytes += len;
+  if (!m->rx_total) m->rx_binary = lws_frame_is_binary(wsi);
   size_t keep = m->rx_total + len;
-  size_t limit = m->sample ? (size_t)FTC__PROTO_MAX_COORD_MSG : DECODE_MAX;
+  /* (a deflated view's head inflates from its first few KiB) */
+  size_t limit = m->sample ? (size_t)FTC__PROTO_MAX_COORD_MSG : m->rx_binary ? 4096 : DECODE_MAX;
   if (keep > limit) keep = limit; /* a big view: only its head is read */
   if (keep > m->rx_cap) {
     size_t ncap = m->rx_cap ? m->rx_cap : 512;
@@ -412,7 +414,6 @@ static int on_receive(smember_t *m, struct lws *wsi, const void *in, size_t len)
     memcpy(m->rx + m->rx_len, in, keep - m->rx_len);
     m->rx_len = keep;
   }
-  if (!m->rx_total) m->rx_binary = lws_frame_is_binary(wsi);
   m->rx_total += len;
   if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi) > 0) return 0;
   if (!m->rx_binary) {
