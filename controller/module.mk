@@ -13,7 +13,7 @@ CONTROLLER_CPPFLAGS := -Icontroller/src/kube -Icontroller/src/reconcile -Icontro
                        -Icontroller/src/coord $(FTCCOORD_CPPFLAGS)
 # The coordinator comes from libftccoord.a, ahead of libftcomm.a (the
 # membership codec and common), and needs libwebsockets.
-CONTROLLER_LIBS := $(FTCCOORD_A) $(FTCOMM_A) -lcurl -ljansson -lyaml -lwebsockets -lcrypto -ldl -lm -lpthread
+CONTROLLER_LIBS := $(FTCCOORD_A) $(FTCOMM_A) -lcurl -ljansson -lyaml -lwebsockets -lz -lcrypto -ldl -lm -lpthread
 CONTROLLER_A := $(BUILD)/lib/libftccontroller.a
 CONTROLLER_BIN := $(BUILD)/bin/ftcomm-controller
 

@@ -22,7 +22,7 @@ RUNTIME_OBJS := $(RUNTIME_SRCS:%.c=$(BUILD)/obj/%.o)
 # white-box tests of them, which say so by naming RUNTIME_INTERNAL_CPPFLAGS.
 FTCCOORD_CPPFLAGS := -Iruntime/src/coordinator/include -Iruntime/src/proto/include
 RUNTIME_INTERNAL_CPPFLAGS := -Iruntime/src $(FTCCOORD_CPPFLAGS)
-RUNTIME_LIBS := -lwebsockets -ljansson -ldl -lm
+RUNTIME_LIBS := -lwebsockets -ljansson -lz -ldl -lm
 
 FTCOMM_SO := $(BUILD)/lib/libftcomm.so
 # The exported symbols: ftc_* only (the public API), versioned FTCOMM_0.

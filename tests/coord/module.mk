@@ -14,7 +14,7 @@ define coord_test
 $(BUILD)/tests/coord/$(1): $(BUILD)/obj/tests/coord/$(1).o $$(COORD_LIB_OBJS) $$(COMMON_OBJS)
 	@mkdir -p $$(dir $$@)
 	$$(say) LD $$@
-	$$(Q)$$(CC) -o $$@ $$^ $$(LDFLAGS_ALL) $$(CMOCKA_LIBS) -lwebsockets -ljansson
+	$$(Q)$$(CC) -o $$@ $$^ $$(LDFLAGS_ALL) $$(CMOCKA_LIBS) -lwebsockets -ljansson -lz
 endef
 $(foreach t,$(COORD_TEST_PROGS),$(eval $(call coord_test,$(t))))
 
@@ -27,7 +27,7 @@ $(BUILD)/obj/tests/coord/member_probe.o: CPPFLAGS_ALL += $(RUNTIME_INTERNAL_CPPF
 $(COORD_PROBE): $(BUILD)/obj/tests/coord/member_probe.o $(COORD_LIB_OBJS) $(COMMON_OBJS)
 	@mkdir -p $(dir $@)
 	$(say) LD $@
-	$(Q)$(CC) -o $@ $^ $(LDFLAGS_ALL) -lwebsockets -ljansson
+	$(Q)$(CC) -o $@ $^ $(LDFLAGS_ALL) -lwebsockets -ljansson -lz
 
 # The script suite, run against this build's binaries.
 COORD_RUN_SUITE := $(BUILD)/tests/coord/ftcomm_run

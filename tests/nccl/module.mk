@@ -59,7 +59,7 @@ define nccl_test
 $(BUILD)/tests/nccl/$(1): $(BUILD)/obj/tests/nccl/$(1).o $$(NCCL_BACKEND_OBJS) $$(COORD_LIB_OBJS) $$(RECORDER_OBJS) $$(COMMON_OBJS) | $$(NCCL_DOUBLES)
 	@mkdir -p $$(dir $$@)
 	$$(say) LD $$@
-	$$(Q)$$(CC) -o $$@ $$^ $$(LDFLAGS_ALL) $$(CMOCKA_LIBS) -lwebsockets -ljansson -ldl
+	$$(Q)$$(CC) -o $$@ $$^ $$(LDFLAGS_ALL) $$(CMOCKA_LIBS) -lwebsockets -ljansson -lz -ldl
 endef
 $(foreach t,$(NCCL_TEST_PROGS),$(eval $(call nccl_test,$(t))))
 

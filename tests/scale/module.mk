@@ -8,7 +8,7 @@ $(BUILD)/obj/tests/scale/coord_sim.o: CPPFLAGS_ALL += $(RUNTIME_INTERNAL_CPPFLAG
 $(SCALE_SIM): $(BUILD)/obj/tests/scale/coord_sim.o $(COORD_LIB_OBJS) $(COMMON_OBJS)
 	@mkdir -p $(dir $@)
 	$(say) LD $@
-	$(Q)$(CC) -o $@ $^ $(LDFLAGS_ALL) -lwebsockets -ljansson
+	$(Q)$(CC) -o $@ $^ $(LDFLAGS_ALL) -lwebsockets -ljansson -lz
 
 SCALE_SUITE := $(BUILD)/tests/scale/sim_small
 $(SCALE_SUITE): tests/scale/sim_small.sh

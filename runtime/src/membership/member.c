@@ -89,6 +89,7 @@ struct ftc__member {
   int64_t last_rx_ns;    /* the last frame from the coordinator (or the connection's start) */
   char *rx;
   size_t rx_len, rx_cap;
+  int rx_binary; /* the message being received is binary: a deflated view */
   int rx_skip;
   char conn_err[160];
 
@@ -579,6 +580,7 @@ static ftc__frame_t *build_hello_locked(ftc__member_t *m) {
       .standby = m->standby,
       .delta = 1, /* it applies view deltas (handle_message) */
       .probes = 1,
+      .deflate = 1, /* it inflates a binary message (on_receive) */
       .pid = (int64_t)getpid(),
       .known_epoch = m->known_epoch,
       .prev_member_id = m->member_id,
@@ -964,12 +966,34 @@ static int on_receive(ftc__member_t *m, struct lws *wsi, const void *in, size_t 
     m->rx = nb;
     m->rx_cap = ncap;
   }
+  if (!m->rx_len) m->rx_binary = lws_frame_is_binary(wsi);
   memcpy(m->rx + m->rx_len, in, len);
   m->rx_len = need;
   if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi) > 0) return 0;
   size_t n = m->rx_len;
   m->rx_len = 0;
-  return handle_message(m, m->rx, n);
+  if (!m->rx_binary) return handle_message(m, m->rx, n);
+  /* A whole view deflated (the hello said "deflate"): its text is handled
+   * as any other. */
+  char *text;
+  size_t tn;
+  int z = ftc__proto_inflate(m->rx, n, FTC__PROTO_MAX_COORD_MSG, &text, &tn);
+  if (z != 0) {
+    ftc__free(text);
+    pthread_mutex_lock(&m->lock);
+    if (z > 0)
+      set_error_locked(m, FTC_ERR_PROTOCOL, "the coordinator at %s sent a deflated message over %d bytes",
+                       m->coord, FTC__PROTO_MAX_COORD_MSG);
+    else
+      set_error_locked(m, FTC_ERR_PROTOCOL,
+                       "the coordinator at %s sent a binary message that does not inflate (a "
+                       "deflated view was expected)", m->coord);
+    pthread_mutex_unlock(&m->lock);
+    return -1;
+  }
+  int rc = handle_message(m, text, tn);
+  ftc__free(text);
+  return rc;
 }
 
 static int on_writeable(ftc__member_t *m, struct lws *wsi) {

@@ -114,6 +114,9 @@ typedef struct ftc__hello {
   /* "probes": this rank answers a "probe" with a "reach" (optional, 0:
    * not said: an older rank, sent no probe). */
   int probes;
+  /* "deflate": this rank takes a whole view deflated (zlib) in a binary
+   * message (ftc__proto_deflate); optional, 0: not said (text views). */
+  int deflate;
   int64_t pid;                   /* optional, 0 if unknown */
   /* "dataplane": the data-plane protocol this rank speaks (FTC__TCP_PROTO,
    * tcp/tcp.h); optional, 0: not said (an older rank, or FTCOMM_BACKEND=nccl). */
@@ -284,6 +287,7 @@ typedef struct ftc__frame {
   struct ftc__frame *next;
   size_t len;
   int close_after; /* close the session once this frame is written */
+  int binary;      /* a deflated message (ftc__proto_deflate): sent as binary */
   /* A frame made by ftc__frame_ref sends ref's bytes (buf is empty); refs
    * counts the holders of a frame's bytes: its owner and every such frame. */
   struct ftc__frame *ref;
@@ -303,6 +307,19 @@ void ftc__frame_release(ftc__frame_t *f);
 /* Encode `msg` (a reference is stolen, even on failure) into a new frame
  * with `headroom` bytes before the text. NULL when out of memory. */
 ftc__frame_t *ftc__proto_encode(json_t *msg, size_t headroom);
+
+/* The text of `text` (a frame encoded with `headroom`, or one that refers
+ * to one) deflated (zlib, RFC 1950) into a new binary frame with the same
+ * headroom, for
+ * ranks that said "deflate": a whole view of a big job is about a ninth of
+ * its text. NULL when out of memory. */
+ftc__frame_t *ftc__proto_deflate(const ftc__frame_t *text, size_t headroom);
+/* Inflate a binary message of `len` bytes into *out (allocated, NUL
+ * after its *out_len bytes; freed with ftc__free). 0: done; 1: the text
+ * passes `max` bytes (*out holds the first max; with max small, the head
+ * of a message whose rest is not read); -1: not a zlib stream, truncated,
+ * or out of memory (*out NULL). */
+int ftc__proto_inflate(const void *in, size_t len, size_t max, char **out, size_t *out_len);
 
 typedef struct ftc__frameq {
   ftc__frame_t *head, *tail;
