@@ -96,6 +96,9 @@ typedef enum ftc_op {
   FTC_MIN = 2,
   FTC_MAX = 3,
   FTC_AVG = 4, /* sum divided by the communicator size (integer types truncate toward zero) */
+  FTC_BAND = 5, /* bitwise and, or, xor: integer dtypes (i32, i64, u8) only; not on NCCL, */
+  FTC_BOR = 6,  /* which has no bitwise reductions (FTC_ERR_NOT_SUPPORTED there) */
+  FTC_BXOR = 7,
   FTC_OP_COUNT
 } ftc_op_t;
 

@@ -88,7 +88,9 @@ static void unknown_dtypes_and_ops_are_refused(void **state) {
   float x = 1;
   ASSERT_INVALID(ftc_allreduce(&x, &x, 1, (ftc_dtype_t)7, FTC_SUM, comm, 100), "dtype 7");
   ASSERT_INVALID(ftc_allreduce(&x, &x, 1, (ftc_dtype_t)-1, FTC_SUM, comm, 100), "dtype -1");
-  ASSERT_INVALID(ftc_reduce_scatter(&x, &x, 1, FTC_F32, (ftc_op_t)5, comm, 100), "op 5");
+  ASSERT_INVALID(ftc_reduce_scatter(&x, &x, 1, FTC_F32, (ftc_op_t)8, comm, 100), "op 8");
+  ASSERT_INVALID(ftc_allreduce(&x, &x, 1, FTC_F32, FTC_BAND, comm, 100), "integer dtype");
+  ASSERT_INVALID(ftc_reduce(&x, &x, 1, FTC_F32, FTC_BXOR, 0, comm, 100), "not f32");
   ASSERT_INVALID(ftc_alltoall(&x, &x, 1, (ftc_dtype_t)42, comm, 100), "dtype 42");
   ftc_comm_destroy(comm);
 }

@@ -925,7 +925,7 @@ static ftc_status_t launch(ftc__nccl_comm_t *c, const ftc__op_t *const *ops, int
   for (int i = 0; i < n; i++) {
     const ftc__op_t *op = ops[i];
     if ((unsigned)op->coll >= FTC__COLL_COUNT || (unsigned)op->dtype >= FTC_DTYPE_COUNT ||
-        (unsigned)op->op >= FTC_OP_COUNT ||
+        (unsigned)op->op > FTC_AVG || /* (bitwise ops: refused by the calls, no_bitwise) */
         (n > 1 && op->coll != FTC__COLL_SEND && op->coll != FTC__COLL_RECV)) {
       st = ftc__error(FTC_ERR_INVALID_ARGUMENT,
                       "unknown collective, dtype or op (a group holds send and recv only)");
