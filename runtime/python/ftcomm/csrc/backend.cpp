@@ -170,8 +170,26 @@ namespace {
 
 const char *dtype_name(at::ScalarType t) { return c10::toString(t); }
 
+bool is_bitwise(c10d::ReduceOp::RedOpType op) {
+  return op == c10d::ReduceOp::BAND || op == c10d::ReduceOp::BOR || op == c10d::ReduceOp::BXOR;
+}
+
 /* The libftcomm dtype of a reduction over t, or a TypeError. */
 ftc_dtype_t reduce_dtype(const at::Tensor &t, c10d::ReduceOp::RedOpType op, const char *what) {
+  if (is_bitwise(op)) {
+    switch (t.scalar_type()) {
+      case at::kInt: return FTC_I32;
+      case at::kLong: return FTC_I64;
+      case at::kByte:
+      case at::kBool: return FTC_U8;
+      default: break;
+    }
+    TORCH_CHECK_TYPE(false, "ftcomm: ", what, " with a bitwise ReduceOp (BAND, BOR, BXOR) takes an integer tensor"
+                     " (int32, int64, uint8 or bool), not ", dtype_name(t.scalar_type()));
+  }
+  if (op == c10d::ReduceOp::PREMUL_SUM)
+    TORCH_CHECK_TYPE(t.is_floating_point(), "ftcomm: ", what, " with PREMUL_SUM takes a floating-point tensor, not ",
+                     dtype_name(t.scalar_type()), "; use SUM for integers");
   switch (t.scalar_type()) {
     case at::kFloat: return FTC_F32;
     case at::kDouble: return FTC_F64;
@@ -198,11 +216,39 @@ ftc_op_t reduce_op(const c10d::ReduceOp &op, const char *what) {
     case c10d::ReduceOp::PRODUCT: return FTC_PROD;
     case c10d::ReduceOp::MIN: return FTC_MIN;
     case c10d::ReduceOp::MAX: return FTC_MAX;
+    case c10d::ReduceOp::BAND: return FTC_BAND;
+    case c10d::ReduceOp::BOR: return FTC_BOR;
+    case c10d::ReduceOp::BXOR: return FTC_BXOR;
+    case c10d::ReduceOp::PREMUL_SUM: return FTC_SUM; /* the inputs scaled first (premul) */
     default:
       break;
   }
   TORCH_CHECK_VALUE(false, "ftcomm: ", what, " with ReduceOp ", static_cast<int>(op.op_),
-                    " (BAND, BOR, BXOR or PREMUL_SUM) is not supported: use SUM, AVG, PRODUCT, MIN or MAX");
+                    " is not supported: use SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR or PREMUL_SUM");
+}
+
+/* PREMUL_SUM (dist._make_nccl_premul_sum(factor)): every rank's input times
+ * the factor, summed. The multiplication is torch's, on this rank's own
+ * data; the sum is libftcomm's. The factor in t's dtype, or undefined for
+ * any other op. */
+at::Tensor premul_factor(const at::Tensor &t, const c10d::ReduceOp &op) {
+  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return at::Tensor();
+  auto *s = dynamic_cast<c10d::PreMulSumSupplement *>(op.supplement_.get());
+  TORCH_CHECK_VALUE(s, "ftcomm: PREMUL_SUM without its factor: make the op with dist._make_nccl_premul_sum(factor)");
+  if (s->tensor_factor.defined()) return s->tensor_factor.to(t.device(), t.scalar_type()).reshape({});
+  return at::scalar_tensor(s->double_factor, t.options());
+}
+
+/* t scaled in place (t is the op's output too), or a scaled copy of t (an
+ * input that must stay as it is); t itself for any op but PREMUL_SUM. */
+void premul_(at::Tensor &t, const c10d::ReduceOp &op) {
+  at::Tensor f = premul_factor(t, op);
+  if (f.defined()) t.mul_(f);
+}
+
+at::Tensor premul(const at::Tensor &t, const c10d::ReduceOp &op) {
+  at::Tensor f = premul_factor(t, op);
+  return f.defined() ? t * f : t;
 }
 
 void check_tensor(const at::Tensor &t, const char *what) {
@@ -924,6 +970,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor> &tenso
   at::Tensor &t = tensors[0];
   ftc_dtype_t dt = reduce_dtype(t, opts.reduceOp.op_, "all_reduce");
   ftc_op_t op = reduce_op(opts.reduceOp, "all_reduce");
+  premul_(t, opts.reduceOp);
   Launch L(*this, c10d::OpType::ALLREDUCE, "ftcomm:all_reduce", "all_reduce", opts.asyncOp, opts.timeout, tensors,
            tensors);
   at::Tensor b = L.out(t, true);
@@ -950,6 +997,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce_coalesced(std::vector<at::Tens
   std::vector<at::Tensor> flat;
   for (auto &t : tensors) flat.push_back(t.reshape({-1}).to(L.device()));
   at::Tensor packed = at::cat(flat);
+  premul_(packed, opts.reduceOp);
   L.in(packed);
   void *p = packed.data_ptr();
   size_t n = packed.numel();
@@ -992,7 +1040,8 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor> &tensors,
   Launch L(*this, c10d::OpType::REDUCE, "ftcomm:reduce", "reduce", opts.asyncOp, opts.timeout, tensors, tensors);
   int root = static_cast<int>(opts.rootRank);
   bool is_root = getRank() == root;
-  at::Tensor b = is_root ? L.out(tensors[0], true) : L.in(tensors[0]);
+  if (is_root) premul_(tensors[0], opts.reduceOp);
+  at::Tensor b = is_root ? L.out(tensors[0], true) : L.in(premul(tensors[0], opts.reduceOp));
   void *p = b.data_ptr();
   void *rp = is_root ? p : nullptr;
   size_t n = b.numel();
@@ -1250,6 +1299,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor> &
     std::vector<at::Tensor> flat;
     for (auto &i : ins) flat.push_back(i.reshape({-1}).to(L.device()));
     at::Tensor packed = at::cat(flat);
+    premul_(packed, opts.reduceOp);
     L.in(packed);
     at::Tensor o = L.out(out, false);
     const void *sp = packed.data_ptr();
@@ -1260,7 +1310,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor> &
   } else {
     /* Unequal blocks: one reduce per block, to its rank. */
     for (int j = 0; j < getSize(); j++) {
-      at::Tensor src = L.in(ins[j]);
+      at::Tensor src = L.in(premul(ins[j], opts.reduceOp));
       if (j == getRank()) {
         at::Tensor o = L.out(out, false);
         const void *sp = src.data_ptr();
@@ -1290,7 +1340,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_single(at::Tensor &output
   std::vector<at::Tensor> outs{output}, ins{input};
   Launch L(*this, c10d::OpType::_REDUCE_SCATTER_BASE, "ftcomm:reduce_scatter_tensor", "reduce_scatter_tensor",
            opts.asyncOp, opts.timeout, outs, ins);
-  at::Tensor i = L.in(input);
+  at::Tensor i = L.in(premul(input, opts.reduceOp));
   at::Tensor o = L.out(output, false);
   const void *sp = i.data_ptr();
   void *rp = o.data_ptr();
