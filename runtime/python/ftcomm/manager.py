@@ -196,9 +196,9 @@ class Manager:
         out = buf
         try:
             if bucket.index() == 0:
-                # The first bucket (DDP keeps it small) carries the step
-                # boundary's vote: one more element, not weighted. DDP copies
-                # the returned view back into the bucket.
+                # The first bucket reduced carries the step boundary's vote:
+                # one more element, not weighted, in a copy of the bucket
+                # (DDP copies the returned view back into the bucket).
                 n = buf.numel()
                 red = torch.empty(n + 1, dtype=buf.dtype, device=buf.device)
                 torch.mul(buf, self._weight, out=red[:n])
