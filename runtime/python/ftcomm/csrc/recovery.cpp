@@ -93,8 +93,16 @@ py::dict comm_step_voted(Backend &be, bool votes, const py::object &timeout_s) {
   return info_dict(info);
 }
 
+/* The backend's recovery, the same as recover() and shrink_group's. */
 py::dict comm_recover(Backend &be, const py::object &timeout_s) {
-  return run_boundary(be, timeout_s, "recovery (ftc_comm_recover)", ftc_comm_recover);
+  int ms = timeout_ms_of(timeout_s);
+  ftc_epoch_info_t info{};
+  {
+    py::gil_scoped_release nogil;
+    be.recover(&info, "recovery (ftc_comm_recover)", ms);
+  }
+  be.follow_epoch(info.rank, info.size);
+  return info_dict(info);
 }
 
 py::dict comm_info(Backend &be) {
