@@ -14,7 +14,10 @@
 
 int ftc__log_level = -1;
 unsigned int ftc__log_mask = FTC_SUB_ALL;
+/* The process's prefix ("rank 3"): set by whichever communicator came up
+ * last while other threads log, so it is copied in and out under its lock. */
 static char log_prefix[64];
+static pthread_mutex_t log_prefix_lock = PTHREAD_MUTEX_INITIALIZER;
 static int log_time; /* FTCOMM_LOG_TIME: 0 none, 1 UTC date and time, 2 seconds since the epoch */
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 
@@ -135,7 +138,9 @@ static int time_prefix(char *buf, size_t len) {
 void ftc__log_init(void) { pthread_once(&log_once, log_init_once); }
 
 void ftc__log_set_prefix(const char *prefix) {
+  pthread_mutex_lock(&log_prefix_lock);
   snprintf(log_prefix, sizeof(log_prefix), "%s", prefix ? prefix : "");
+  pthread_mutex_unlock(&log_prefix_lock);
 }
 
 void ftc__log_write(int level, unsigned int subsys, const char *file, int line,
@@ -145,9 +150,13 @@ void ftc__log_write(int level, unsigned int subsys, const char *file, int line,
   if (level < FTC_LOG_ERROR || level > FTC_LOG_TRACE) level = FTC_LOG_ERROR;
   int t = log_time ? time_prefix(buf, 64) : 0;
   if (t < 0 || t >= 64) t = 0;
-  if (log_prefix[0])
+  char prefix[sizeof(log_prefix)];
+  pthread_mutex_lock(&log_prefix_lock);
+  memcpy(prefix, log_prefix, sizeof(prefix));
+  pthread_mutex_unlock(&log_prefix_lock);
+  if (prefix[0])
     n = snprintf(buf + t, sizeof(buf) - (size_t)t, "ftcomm %s %s [%s] ", level_names[level],
-                 subsys_name(subsys), log_prefix);
+                 subsys_name(subsys), prefix);
   else
     n = snprintf(buf + t, sizeof(buf) - (size_t)t, "ftcomm %s %s ", level_names[level],
                  subsys_name(subsys));

@@ -95,6 +95,19 @@ ftc_status_t ftc__param_int(ftc_param_id_t id, int64_t *out) {
   return FTC_OK;
 }
 
+ftc_status_t ftc__param_int_now(ftc_param_id_t id, int64_t *out) {
+  const ftc_param_desc_t *d = ftc__param_desc(id);
+  if (!d || !d->is_int) return ftc__error(FTC_ERR_INTERNAL, "parameter %d is not an integer", (int)id);
+  const char *env = getenv(d->name);
+  if (!env || !*env) {
+    *out = d->def;
+    return FTC_OK;
+  }
+  char err[192];
+  ftc_status_t st = ftc__param_parse_int(id, env, out, err, sizeof err);
+  return st == FTC_OK ? FTC_OK : ftc__error(st, "%s", err);
+}
+
 const char *ftc__param_str(ftc_param_id_t id) {
   const ftc_param_desc_t *d = ftc__param_desc(id);
   if (!d || d->is_int) return NULL;

@@ -39,6 +39,11 @@ ftc_status_t ftc__param_int(ftc_param_id_t id, int64_t *out);
  * NULL). The pointer stays valid for the life of the process. */
 const char *ftc__param_str(ftc_param_id_t id);
 
+/* As ftc__param_int, but from the environment as it is now, not cached:
+ * ftc_config_resolve, whose caller may have set a variable since the first
+ * read. */
+ftc_status_t ftc__param_int_now(ftc_param_id_t id, int64_t *out);
+
 /* Parse and range-check one integer value as the named parameter would,
  * for a caller that handles a bad value itself (the controller, reading a
  * pod template's env): the thread's ftc_last_error() is left as it was. On

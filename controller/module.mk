@@ -10,10 +10,10 @@ CONTROLLER_SRCS := $(wildcard controller/src/*/*.c)
 CONTROLLER_OBJS := $(CONTROLLER_SRCS:%.c=$(BUILD)/obj/%.o)
 CONTROLLER_MAIN_OBJ := $(BUILD)/obj/controller/src/main.o
 CONTROLLER_CPPFLAGS := -Icontroller/src/kube -Icontroller/src/reconcile -Icontroller/src/server \
-                       -Icontroller/src/coord -Iruntime/src
+                       -Icontroller/src/coord $(FTCCOORD_CPPFLAGS)
 # The coordinator comes from libftccoord.a, ahead of libftcomm.a (the
 # membership codec and common), and needs libwebsockets.
-CONTROLLER_LIBS := $(FTCCOORD_A) $(FTCOMM_A) -lcurl -ljansson -lyaml -lwebsockets -ldl -lm -lpthread
+CONTROLLER_LIBS := $(FTCCOORD_A) $(FTCOMM_A) -lcurl -ljansson -lyaml -lwebsockets -lz -lcrypto -ldl -lm -lpthread
 CONTROLLER_A := $(BUILD)/lib/libftccontroller.a
 CONTROLLER_BIN := $(BUILD)/bin/ftcomm-controller
 

@@ -14,15 +14,22 @@ FTCCOORD_OBJS := $(FTCCOORD_SRCS:%.c=$(BUILD)/obj/%.o)
 FTCCOORD_A := $(BUILD)/lib/libftccoord.a
 RUNTIME_SRCS := $(filter-out $(FTCCOORD_SRCS),$(wildcard runtime/src/*/*.c))
 RUNTIME_OBJS := $(RUNTIME_SRCS:%.c=$(BUILD)/obj/%.o)
-RUNTIME_CPPFLAGS := -Iruntime/src
-RUNTIME_LIBS := -lwebsockets -ljansson -ldl -lm
+# Headers: a part outside runtime/ includes ftcomm.h (runtime/include, for
+# everyone) and the public headers of the archives it links, from their
+# include directories: the coordinator's (ftc_coord.h) and the protocol's
+# routing names (ftc_proto_wire.h), FTCCOORD_CPPFLAGS. The internal headers
+# (runtime/src/<part>/*.h) are for runtime's own parts and for the
+# white-box tests of them, which say so by naming RUNTIME_INTERNAL_CPPFLAGS.
+FTCCOORD_CPPFLAGS := -Iruntime/src/coordinator/include -Iruntime/src/proto/include
+RUNTIME_INTERNAL_CPPFLAGS := -Iruntime/src $(FTCCOORD_CPPFLAGS)
+RUNTIME_LIBS := -lwebsockets -ljansson -lz -ldl -lm
 
 FTCOMM_SO := $(BUILD)/lib/libftcomm.so
 # The exported symbols: ftc_* only (the public API), versioned FTCOMM_0.
 FTCOMM_MAP := runtime/libftcomm.map
 FTCOMM_A := $(BUILD)/lib/libftcomm.a
 
-$(RUNTIME_OBJS) $(FTCCOORD_OBJS): CPPFLAGS_ALL += $(RUNTIME_CPPFLAGS)
+$(RUNTIME_OBJS) $(FTCCOORD_OBJS): CPPFLAGS_ALL += $(RUNTIME_INTERNAL_CPPFLAGS)
 
 $(FTCCOORD_A): $(FTCCOORD_OBJS)
 	@mkdir -p $(dir $@)
@@ -52,7 +59,7 @@ $(BUILD)/bin/$(1): $$(patsubst %.c,$$(BUILD)/obj/%.o,$$(wildcard runtime/tools/$
 	@mkdir -p $$(dir $$@)
 	$$(say) LD $$@
 	$$(Q)$$(CC) -o $$@ $$^ $$(LDFLAGS_ALL) $$(RUNTIME_LIBS)
-$$(patsubst %.c,$$(BUILD)/obj/%.o,$$(wildcard runtime/tools/$(1)/*.c)): CPPFLAGS_ALL += $$(RUNTIME_CPPFLAGS)
+$$(patsubst %.c,$$(BUILD)/obj/%.o,$$(wildcard runtime/tools/$(1)/*.c)): CPPFLAGS_ALL += $$(FTCCOORD_CPPFLAGS)
 endef
 $(foreach t,$(RUNTIME_TOOLS),$(eval $(call runtime_tool,$(t))))
 

@@ -25,7 +25,7 @@ esac
 
 DEB_PACKAGES=(
   build-essential pkg-config python3 python3-pip
-  libcurl4-openssl-dev libwebsockets-dev libjansson-dev libyaml-dev
+  libcurl4-openssl-dev libwebsockets-dev libjansson-dev libyaml-dev libssl-dev zlib1g-dev
 )
 if [ "$mode" = all ]; then
   DEB_PACKAGES+=(

@@ -25,6 +25,7 @@
 #include "leader.h"
 #include "metrics.h"
 #include "options.h"
+#include "token.h"
 #include "trainingjob.h"
 
 /* Set by SIGTERM/SIGINT or by the Lease thread; read by the main thread and
@@ -153,8 +154,8 @@ int main(int argc, char **argv) {
     goto out_free_config;
   }
   if (a.opt.token_check_s)
-    fprintf(stderr, "ftcomm-controller: --token-check is deprecated and ignored: token Secrets are watched, and a "
-                    "deleted one is made again at once\n");
+    fprintf(stderr, "ftcomm-controller: --token-check is deprecated and ignored: a deleted token Secret is made "
+                    "again before the next pod that needs it\n");
   struct sigaction sa = {.sa_handler = on_signal};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, NULL);
@@ -179,6 +180,11 @@ int main(int argc, char **argv) {
                                .resync_ms = (int64_t)a.opt.resync_s * 1000,
                                .no_nodes = !a.opt.watch_nodes,
                                .coords = a.coords};
+  /* Before any reconcile: every job's token derives from this key. */
+  if (ftck_token_key_load(a.client, a.opt.lease_namespace, a.opt.token_key_secret, ro.token_key) != FTC_OK) {
+    fprintf(stderr, "ftcomm-controller: %s\n", ftc_last_error());
+    goto out_destroy_coords;
+  }
   ftck_reconciler_t *rec = NULL;
   if (ftck_reconciler_create(a.client, &ro, &rec) != FTC_OK) {
     fprintf(stderr, "ftcomm-controller: %s\n", ftc_last_error());

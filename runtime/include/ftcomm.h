@@ -21,6 +21,9 @@
  *     request.
  *   - Timeouts are in milliseconds; FTC_TIMEOUT_DEFAULT selects the
  *     communicator's configured timeout, FTC_TIMEOUT_INFINITE waits forever.
+ *     0 is FTC_ERR_INVALID_ARGUMENT where a timeout fails an operation other
+ *     ranks take part in (collectives, point-to-point, ftc_wait,
+ *     ftc_comm_step, the splits); ftc_comm_recover takes 0 as a poll.
  */
 #ifndef FTCOMM_H
 #define FTCOMM_H
@@ -96,6 +99,9 @@ typedef enum ftc_op {
   FTC_MIN = 2,
   FTC_MAX = 3,
   FTC_AVG = 4, /* sum divided by the communicator size (integer types truncate toward zero) */
+  FTC_BAND = 5, /* bitwise and, or, xor: integer dtypes (i32, i64, u8) only; not on NCCL, */
+  FTC_BOR = 6,  /* which has no bitwise reductions (FTC_ERR_NOT_SUPPORTED there) */
+  FTC_BXOR = 7,
   FTC_OP_COUNT
 } ftc_op_t;
 
@@ -143,8 +149,8 @@ typedef struct ftc_config {
         FTC_UNSET_INT, NULL, NULL, NULL, NULL, FTC_UNSET_INT                    \
   }
 
-/* Fill every unset field of *cfg from the environment and the defaults, and
- * check the ranges. On failure, *cfg may be partly filled and
+/* Fill every unset field of *cfg from the environment (as it is at the call)
+ * and the defaults, and check the ranges. On failure, *cfg may be partly filled and
  * ftc_last_error() names the variable and the allowed range. String fields
  * point into the environment or static storage: valid while the environment
  * is not modified. */
@@ -336,6 +342,34 @@ FTC_API ftc_status_t ftc_wait(ftc_request_t *req, int timeout_ms);
 /* Non-destructive poll: *done = 1 and the operation's status once complete,
  * *done = 0 and FTC_OK while running. */
 FTC_API ftc_status_t ftc_test(ftc_request_t *req, int *done);
+
+/*
+ * Completion callback: fn(req, status, arg) is called once, when the request
+ * completes (successfully or not), so that a program can learn of completions
+ * without a thread blocked in ftc_wait() or polling ftc_test(). At most one
+ * per request. Threading contract:
+ *   - fn runs on the thread that completes the request: the communicator's
+ *     progress thread, or the thread that aborts or destroys the
+ *     communicator (which fails what is pending), or, for a request that
+ *     completed before the call, on the calling thread before
+ *     ftc_request_on_complete returns.
+ *   - It may run while libftcomm holds the communicator's internal locks and
+ *     while the progress thread is between collectives: it must return
+ *     quickly (set a flag, signal a condition variable, push onto a queue)
+ *     and must not call libftcomm, except ftc_test() and ftc_request_free()
+ *     on completed requests (this one included: the library keeps its own
+ *     reference until fn returns).
+ *   - During fn, ftc_last_error() on that thread is the request's detail.
+ *   - Requests complete in the order they were started (send/recv each when
+ *     its own bytes have moved), so their callbacks run in that order; an
+ *     abort or destroy fails the queued ones at once, maybe before the one
+ *     it interrupts.
+ *   - Freeing a request does not cancel its callback. Once fn has run,
+ *     ftc_wait() and ftc_test() return the status at once.
+ */
+typedef void (*ftc_request_callback_t)(ftc_request_t *req, ftc_status_t status, void *arg);
+FTC_API ftc_status_t ftc_request_on_complete(ftc_request_t *req, ftc_request_callback_t fn,
+                                             void *arg);
 
 /* Free a request. Freeing a request that is still running detaches it: the
  * collective goes on in the background and its buffers must stay valid until
@@ -635,7 +669,8 @@ FTC_API ftc_status_t ftc_comm_set_allreduce_algo(ftc_comm_t *comm, ftc_algo_t al
 
 /* The backend in one line, e.g. "tcp" or "NCCL 2.32.3 (libnccl.so.2) path
  * shrink+grow caps nonblocking,split,shrink,revoke,grow" (the recovery path
- * chosen from the library's version), copied into buf[len]. */
+ * chosen from the library's version), copied into buf[len].
+ * FTC_ERR_INVALID_ARGUMENT when it does not fit (buf then holds what fits). */
 FTC_API ftc_status_t ftc_comm_backend(const ftc_comm_t *comm, char *buf, size_t len);
 
 #ifdef __cplusplus

@@ -30,7 +30,7 @@ setup(
             sources=["ftcomm/csrc/backend.cpp", "ftcomm/csrc/module.cpp", "ftcomm/csrc/recovery.cpp"],
             include_dirs=[os.path.join(root, "runtime", "include")],
             extra_objects=[libftcomm],
-            libraries=["websockets", "jansson", "dl", "m"],
+            libraries=["websockets", "jansson", "z", "dl", "m"],
             extra_compile_args=["-O2", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror"],
             depends=["ftcomm/csrc/backend.h", os.path.join(root, "runtime", "include", "ftcomm.h"), libftcomm],
         )

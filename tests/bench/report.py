@@ -24,7 +24,8 @@ ORDER = ["ftcomm-tcp", "openmpi-tcp", "openmpi-shm", "gloo-ring", "gloo-bcube", 
 NAMES = {"ftcomm-tcp": "ftcomm TCP", "openmpi-tcp": "Open MPI TCP",
          "openmpi-shm": "Open MPI shm", "gloo-ring": "Gloo ring",
          "gloo-bcube": "Gloo bcube", "gloo-hd": "Gloo hd",
-         "torch-ftcomm": "torch ftcomm", "torch-gloo": "torch gloo", "ftcomm-c": "ftcomm from C (torch job)"}
+         "torch-ftcomm": "torch ftcomm", "torch-gloo": "torch gloo", "ftcomm-c": "ftcomm from C (torch job)",
+         "torch-ftcomm-async": "torch ftcomm async", "ftcomm-c-async": "ftcomm from C async (torch job)"}
 MIB = 1 << 20
 
 
@@ -155,6 +156,20 @@ def torch_section(md, rows, by, ranks, small):
                 human(size), fmt(busbw(f, n, size)), fmt(busbw(g, n, size)), fmt(ratio(g, f), 2),
                 fmt(f, 1), fmt(g, 1), fmt(c, 1), bind, fmt(b, 1)))
         md.append("")
+        asizes = [sz for sz in sizes if med("torch-ftcomm-async", n, sz) is not None]
+        if asizes:
+            md.append("Asynchronous (`dist.all_reduce(t, async_op=True).wait()` against `ftc_iallreduce` + "
+                      "`ftc_wait` from C++; gloo's call is asynchronous either way), %d ranks:" % n)
+            md.append("")
+            md.append("| size | ftcomm async us | ftcomm-c async us | binding | gloo us | gloo/ftcomm |")
+            md.append("|---:|---:|---:|---:|---:|---:|")
+            for size in asizes:
+                f, c, g = (med("torch-ftcomm-async", n, size), med("ftcomm-c-async", n, size),
+                           med("torch-gloo", n, size))
+                bind = "-" if f is None or c is None else "%+.1f us" % (f - c)
+                md.append("| %s | %s | %s | %s | %s | %s |" % (human(size), fmt(f, 1), fmt(c, 1), bind, fmt(g, 1),
+                                                             fmt(ratio(g, f), 2)))
+            md.append("")
     ddp = {(r["system"], r["ranks"]): r["size"] for r in rows if r["collective"] == "ddp_step"}
     if ddp:
         md.append("DDP step time (a 3-layer MLP of %s of f32 gradients, batch 32; median of interleaved "

@@ -3,7 +3,9 @@
 # exactly the RBAC in deploy/ (a ServiceAccount token, not the admin one):
 #   - the RBAC is least privilege (no wildcards; what it must not do is denied)
 #   - the client library's live checks (pagination, watch, informer, 409 retry, Events)
-#   - a TrainingJob gets a token Secret and one pod per slot with the runtime env
+#   - a TrainingJob gets a token Secret and one pod per slot with the runtime env; the
+#     Secret, deleted, is made again with the same token when a pod waits for it or a
+#     replacement is made, also by a restarted controller (the token derives from a key)
 #   - status follows the pods (members, alive, conditions)
 #   - a pod patched to Failed is replaced (new incarnation, joiner, away from its node,
 #     incident, Event); a deleted pod is replaced too
@@ -29,13 +31,13 @@ check_fails "deploy/rbac.yaml has no wildcard" '^0$' grep -c '\*' "$root/deploy/
 sa=system:serviceaccount:ftcomm-system:ftcomm-controller
 can() { kc auth can-i "$@" --as=$sa; }
 for allowed in "create pods -n any" "delete pods -n any" "watch pods -A" "list trainingjobs.ftcomm.dev -A" \
-               "update trainingjobs.ftcomm.dev --subresource=status -n any" "create secrets -n any" "get secrets -n any" "list secrets -n any" "watch secrets -A" "watch nodes" \
+               "update trainingjobs.ftcomm.dev --subresource=status -n any" "create secrets -n any" "watch nodes" \
                "create events.events.k8s.io -n any" "update leases.coordination.k8s.io -n ftcomm-system" \
                "patch pods -n ftcomm-system"; do
   # shellcheck disable=SC2086
   check_out "RBAC allows: $allowed" '(^|'$'\n'')yes$' can $allowed
 done
-for denied in "update secrets -n any" "delete secrets -n any" "patch pods -n any" "delete trainingjobs.ftcomm.dev -n any" "update trainingjobs.ftcomm.dev -n any" \
+for denied in "get secrets -n any" "list secrets -n any" "watch secrets -A" "update secrets -n any" "delete secrets -n any" "patch pods -n any" "delete trainingjobs.ftcomm.dev -n any" "update trainingjobs.ftcomm.dev -n any" \
               "update pods -n any" "create leases.coordination.k8s.io -n default" "create deployments.apps -n any" \
               "create pods --subresource=exec -n any" "update pods --subresource=status -n any" "update nodes" "delete nodes"; do
   # shellcheck disable=SC2086
@@ -144,8 +146,13 @@ secret_token() { kc get secret llm-ftcomm-token -n ml -o jsonpath='{.data.token}
 token_before=$(secret_token)
 check "the token Secret is deleted by someone" kc delete secret llm-ftcomm-token -n ml
 recreated() { [ "$(secret_token)" = "$token_before" ]; }
-check "... and made again with the same token (its watch event)" eventually 15 recreated
+# Play the kubelet of a pod made before the deletion: its container cannot start without it.
+check "pod llm-1-0 waits for it (CreateContainerConfigError, as the kubelet says)" kc patch pod llm-1-0 -n ml --subresource=status --type=merge \
+  -p '{"status":{"containerStatuses":[{"name":"trainer","image":"example.com/trainer:1","imageID":"","ready":false,"restartCount":0,"state":{"waiting":{"reason":"CreateContainerConfigError","message":"secret \"llm-ftcomm-token\" not found"}}}]}}'
+check "... and the Secret is made again with the same token" eventually 15 recreated
 check_out "... saying so in an Event" 'TokenSecretRecreated' kc get events -n ml --field-selector reason=TokenSecretRecreated -o jsonpath='{.items[*].reason}'
+check "the container starts (the kubelet double clears the wait)" kc patch pod llm-1-0 -n ml --subresource=status --type=merge \
+  -p '{"status":{"containerStatuses":[{"name":"trainer","image":"example.com/trainer:1","imageID":"","ready":false,"restartCount":0,"state":{"waiting":{"reason":"ContainerCreating"}}}]}}'
 check_out "the job's coordinator runs in the leader" '^[1-9]' metric ftcomm_controller_coordinators_started_total
 envof() { kc get pod "$1" -n ml -o jsonpath="{range .spec.containers[0].env[*]}{.name}={.value}{.valueFrom.secretKeyRef.name}{.valueFrom.fieldRef.fieldPath};{end}"; }
 check_out "pod env: job, slot, sizes, token from the Secret, coordinator, dumps, timeout, backend" \
@@ -173,9 +180,11 @@ check_out "Ready=True, alive 3, nodes in members" '^True AllMembersRunning 3 nod
   kc get tj llm -n ml -o jsonpath='{.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].reason} {.status.alive} {.status.members[0].node} {.status.members[1].node} {.status.members[2].node}'
 
 # --- a failed pod is replaced ----------------------------------------------------------
+check "the token Secret is deleted again" kc delete secret llm-ftcomm-token -n ml
 check "pod llm-1-0 patched to Failed" kc patch pod llm-1-0 -n ml --subresource=status --type=merge \
   -p '{"status":{"phase":"Failed","reason":"Evicted","message":"GPU fell off the bus"}}'
 check "replacement llm-1-1 created and llm-1-0 removed" eventually 20 have_pods "llm-0-0 llm-1-1 llm-2-0 "
+check "... and the token Secret, deleted before, made again for it with the same token" recreated
 check_out "the replacement joins the running job" 'FTCOMM_SLOT=1;.*FTCOMM_JOINER=1;' envof llm-1-1
 check_out "the replacement avoids the failed node" '^kubernetes.io/hostname NotIn \["node-1"\] node-1$' \
   kc get pod llm-1-1 -n ml -o jsonpath='{.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key} {.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator} {.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].values} {.metadata.annotations.ftcomm\.dev/avoid-nodes}'
@@ -209,6 +218,12 @@ check_out "after the restart the same pods, no duplicates" "^$before\$" pods
 check_out "the restarted controller created no pod" '^0$' metric ftcomm_controller_pods_created_total
 check_out "status still counts 2 replacements" '^2 Running$' kc get tj llm -n ml -o jsonpath='{.status.replacements} {.status.phase}'
 echo "# (first controller had created $created_before pods)"
+check_out "the token key stays one Secret in the controller's namespace" '^32$' \
+  bash -c "$FTC_KUBECTL -n ftcomm-system get secret ftcomm-controller-token-key -o jsonpath='{.data.key}' | base64 -d | wc -c"
+check "the restarted controller derives the same token: the token Secret is deleted" kc delete secret llm-ftcomm-token -n ml
+check "... pod llm-0-0 waits for it" kc patch pod llm-0-0 -n ml --subresource=status --type=merge \
+  -p '{"status":{"containerStatuses":[{"name":"trainer","image":"example.com/trainer:1","imageID":"","ready":false,"restartCount":0,"state":{"waiting":{"reason":"CreateContainerConfigError","message":"secret \"llm-ftcomm-token\" not found"}}}]}}'
+check "... and it is made again with the token of before the restart" eventually 15 recreated
 check "a reconcile with a pod cache that lags all the way behind makes no duplicates and counts nothing" \
   timeout 60 "$live" stale ml llm
 
@@ -344,6 +359,8 @@ kc -n team create serviceaccount ftcomm-team >/dev/null
 kc -n team create rolebinding ftcomm-team --clusterrole=ftcomm-controller --serviceaccount=team:ftcomm-team >/dev/null
 kc -n team create role ftcomm-team-lease --verb=get,create,update --resource=leases.coordination.k8s.io >/dev/null
 kc -n team create rolebinding ftcomm-team-lease --role=ftcomm-team-lease --serviceaccount=team:ftcomm-team >/dev/null
+kc -n team create role ftcomm-team-key --verb=get --resource=secrets --resource-name=ftcomm-controller-token-key >/dev/null
+kc -n team create rolebinding ftcomm-team-key --role=ftcomm-team-key --serviceaccount=team:ftcomm-team >/dev/null
 check_fails "the namespaced ServiceAccount cannot list pods cluster-wide" '(^|'$'\n'')no$' kc auth can-i list pods -A --as=system:serviceaccount:team:ftcomm-team
 check_fails "... nor watch nodes" '(^|'$'\n'')no$' kc auth can-i watch nodes --as=system:serviceaccount:team:ftcomm-team
 team_token=$(kc -n team create token ftcomm-team --duration=1h)

@@ -33,6 +33,7 @@
 #include "kube_config.h"
 #include "kube_json.h"
 #include "jobspec.h"
+#include "token.h"
 #include "trainingjob.h"
 
 static int failures;
@@ -119,6 +120,8 @@ static int wait_for(seen_t *s, int *field, int want, int ms) {
 static void inf_add(json_t *o, void *ud) { (void)o; seen_t *s = ud; pthread_mutex_lock(&s->mu); s->added++; pthread_mutex_unlock(&s->mu); }
 static void inf_update(json_t *a, json_t *b, void *ud) { (void)a; (void)b; seen_t *s = ud; pthread_mutex_lock(&s->mu); s->modified++; pthread_mutex_unlock(&s->mu); }
 static void inf_delete(json_t *o, void *ud) { (void)o; seen_t *s = ud; pthread_mutex_lock(&s->mu); s->deleted++; pthread_mutex_unlock(&s->mu); }
+
+#define FIXED_TOKEN "10f686d2b0be3a15d081c8e5b8c31c7593c2954a232f24116329f4d41486bdda"
 
 static void basic(void) {
   char *coll = ftck_path("", "v1", ns, "configmaps", NULL);
@@ -258,6 +261,35 @@ static void basic(void) {
   CHECK(st == FTC_OK, "an events.k8s.io/v1 Event is created");
   json_decref(ev_obj);
   ftc__free(coll);
+
+  /* The token key: made once, then read back the same by every later load. */
+  unsigned char k1[FTCK_TOKEN_KEY_BYTES], k2[FTCK_TOKEN_KEY_BYTES], zero[FTCK_TOKEN_KEY_BYTES] = {0};
+  CHECK(ftck_token_key_load(c, ns, "live-token-key", k1) == FTC_OK && memcmp(k1, zero, sizeof zero) != 0,
+        "the token key Secret is made at the first load");
+  CHECK(ftck_token_key_load(c, ns, "live-token-key", k2) == FTC_OK && memcmp(k1, k2, sizeof k1) == 0,
+        "a later load reads the same key");
+  char t1[FTCK_TOKEN_HEX], t2[FTCK_TOKEN_HEX], t3[FTCK_TOKEN_HEX];
+  ftck_job_token(k1, "uid-a", t1);
+  ftck_job_token(k2, "uid-a", t2);
+  ftck_job_token(k1, "uid-b", t3);
+  CHECK(strlen(t1) == 64 && !strcmp(t1, t2) && strcmp(t1, t3) != 0, "a job's token follows the key and the uid");
+  /* Pinned to another implementation's answer (Python: hmac.new(bytes(range(32)),
+   * b"ftcomm.dev/job-token/v1\0" + uid, "sha256")): a change to the derivation would
+   * refuse every running job's ranks after an upgrade. */
+  unsigned char fixed[FTCK_TOKEN_KEY_BYTES];
+  for (int i = 0; i < FTCK_TOKEN_KEY_BYTES; i++) fixed[i] = (unsigned char)i;
+  ftck_job_token(fixed, "0b9c4a4e-5d4c-4f3e-9d57-1a2b3c4d5e6f", t1);
+  CHECK(!strcmp(t1, FIXED_TOKEN), "the derivation is pinned (%s)", t1);
+  json_t *bad = json_pack("{s:s, s:s, s:{s:s}, s:{s:s}}", "apiVersion", "v1", "kind", "Secret", "metadata", "name",
+                          "live-bad-key", "data", "key", "c2hvcnQ=");
+  char *sp = ftck_path("", "v1", ns, "secrets", NULL);
+  ftck_create(c, sp, bad, &code, NULL);
+  ftc__free(sp);
+  json_decref(bad);
+  st = ftck_token_key_load(c, ns, "live-bad-key", k2);
+  CHECK(st == FTC_ERR_CONFIG && strstr(ftc_last_error(), "must hold data.key of 32 bytes") &&
+            strstr(ftc_last_error(), "delete it"),
+        "a key Secret of the wrong size is refused saying how to repair it (%s)", ftc_last_error());
 }
 
 /* Keep the first ERROR event and end the watch. */

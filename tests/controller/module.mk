@@ -12,6 +12,8 @@ CTL_TEST_BINS := $(addprefix $(BUILD)/tests/controller/,$(CTL_TEST_PROGS))
 CTL_LIVE := $(BUILD)/tests/controller/kube_live
 
 $(BUILD)/obj/tests/controller/%.o: CPPFLAGS_ALL += $(CONTROLLER_CPPFLAGS)
+# test_coords drives the router with real membership clients (white-box).
+$(BUILD)/obj/tests/controller/test_coords.o: CPPFLAGS_ALL += $(RUNTIME_INTERNAL_CPPFLAGS)
 
 # (libftcomm.a too: the embedded coordinators are its code, and a test must
 # relink when it changes)

@@ -5,7 +5,9 @@
 #   - what the controller's ServiceAccount may do (kubectl auth can-i --list, impersonated)
 #     is exactly tests/controller/rbac-allowed.txt, in the all-namespaces mode (deploy/)
 #     and in the namespaced mode (the chart with controller.watchNamespace): there, Secrets,
-#     pods and TrainingJobs only in the watched namespace, nothing in kube-system
+#     pods and TrainingJobs only in the watched namespace, nothing in kube-system; no
+#     Secret of a user's namespace is readable in either mode (create only), and in its
+#     own namespace only the one Secret that holds the token key
 #   - a controller in the namespaced mode runs a job with exactly those rights
 #   - users with the built-in edit role may create TrainingJobs, with view read them
 . "$(dirname "$0")/../cluster/lib.sh"
@@ -18,9 +20,11 @@ check "CRD, namespace and deploy/'s RBAC apply" kc apply -f "$root/crds/ftcomm.d
 crd_ready
 for n in team other; do kc create namespace $n >/dev/null; done
 
-rights() {  # rights SA NAMESPACE: the resource rules the SA has there, one "resource [verbs]" a line, sorted
+rights() {  # rights SA NAMESPACE: the resource rules the SA has there, one "resource [names] [verbs]" a line
+  # ("[names] " only where the rule names its objects), sorted
   kc auth can-i --list --as="system:serviceaccount:$1" -n "$2" |
-    awk 'NR > 1 && $1 !~ /^\[/ { v = $0; sub(/^[^[]*\[[^]]*\][ ]+\[[^]]*\][ ]+/, "", v); print $1, v }' | sort
+    awk 'NR > 1 && $1 !~ /^\[/ { v = $0; sub(/^[^[]*\[[^]]*\][ ]+/, "", v); n = v; sub(/\][ ]+.*/, "]", n)
+                                   sub(/^\[[^]]*\][ ]+/, "", v); print $1, (n == "[]" ? "" : n " ") v }' | sort
 }
 expected() {  # expected SECTION: the lines of that section of rbac-allowed.txt
   awk -v s="[$1]" '$0 == s { on = 1; next } /^\[/ { on = 0 } on && NF && !/^#/' "$allowed"
@@ -43,7 +47,7 @@ check "namespaced: rights in another namespace are the allow-list's (nodes only)
 check "namespaced: rights in its own namespace are the allow-list's (its Lease, its pod's label)" same_rights "namespaced, -n ftcomm-ns" $nsa ftcomm-ns
 can() { kc auth can-i "$@"; }
 for denied in "get secrets -n kube-system" "list secrets -n other" "watch secrets -A" "list pods -A" "create pods -n other" \
-              "list trainingjobs.ftcomm.dev -A"; do
+              "get secrets -n team" "list secrets -n team" "get secrets/other -n ftcomm-ns" "list trainingjobs.ftcomm.dev -A"; do
   # shellcheck disable=SC2086
   check_fails "namespaced: denies $denied" '(^|'$'\n'')no$' can $denied --as=system:serviceaccount:$nsa
 done
@@ -71,7 +75,9 @@ spec:
 YAML
 check "a TrainingJob in team applies" kc apply -f "$work/job.yaml"
 tpods() { [ "$(kc get pods -n team -l ftcomm.dev/job=small -o jsonpath='{range .items[*]}{.metadata.name}{" "}{end}')" = "small-0-0 small-1-0 " ]; }
-check "its pods and token Secret are made" eventually 20 tpods
+check "its pods are made" eventually 20 tpods
+check "... and its token Secret" kc get secret small-ftcomm-token -n team
+check "... and the token key in the controller's own namespace" kc get secret ftcomm-controller-token-key -n ftcomm-ns
 check "... and its status written" eventually 10 bash -c "[ \"\$(timeout 30 '$FTC_KUBECTL' get tj small -n team -o jsonpath='{.status.phase}')\" = Pending ]"
 sleep 1
 check_fails "it was refused nothing" "^0$" grep -c Forbidden "$ctrl_log"

@@ -8,13 +8,13 @@ COORD_TEST_BINS := $(addprefix $(BUILD)/tests/coord/,$(COORD_TEST_PROGS))
 COORD_LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard runtime/src/proto/*.c \
     runtime/src/coordinator/*.c runtime/src/membership/*.c))
 
-$(patsubst %,$(BUILD)/obj/tests/coord/%.o,$(COORD_TEST_PROGS)): CPPFLAGS_ALL += -Iruntime/src
+$(patsubst %,$(BUILD)/obj/tests/coord/%.o,$(COORD_TEST_PROGS)): CPPFLAGS_ALL += $(RUNTIME_INTERNAL_CPPFLAGS)
 
 define coord_test
 $(BUILD)/tests/coord/$(1): $(BUILD)/obj/tests/coord/$(1).o $$(COORD_LIB_OBJS) $$(COMMON_OBJS)
 	@mkdir -p $$(dir $$@)
 	$$(say) LD $$@
-	$$(Q)$$(CC) -o $$@ $$^ $$(LDFLAGS_ALL) $$(CMOCKA_LIBS) -lwebsockets -ljansson
+	$$(Q)$$(CC) -o $$@ $$^ $$(LDFLAGS_ALL) $$(CMOCKA_LIBS) -lwebsockets -ljansson -lz
 endef
 $(foreach t,$(COORD_TEST_PROGS),$(eval $(call coord_test,$(t))))
 
@@ -23,11 +23,11 @@ TEST_SUITES += $(COORD_TEST_BINS)
 
 # member_probe: a rank that only joins (for the ftcomm-run suite).
 COORD_PROBE := $(BUILD)/tests/coord/member_probe
-$(BUILD)/obj/tests/coord/member_probe.o: CPPFLAGS_ALL += -Iruntime/src
+$(BUILD)/obj/tests/coord/member_probe.o: CPPFLAGS_ALL += $(RUNTIME_INTERNAL_CPPFLAGS)
 $(COORD_PROBE): $(BUILD)/obj/tests/coord/member_probe.o $(COORD_LIB_OBJS) $(COMMON_OBJS)
 	@mkdir -p $(dir $@)
 	$(say) LD $@
-	$(Q)$(CC) -o $@ $^ $(LDFLAGS_ALL) -lwebsockets -ljansson
+	$(Q)$(CC) -o $@ $^ $(LDFLAGS_ALL) -lwebsockets -ljansson -lz
 
 # The script suite, run against this build's binaries.
 COORD_RUN_SUITE := $(BUILD)/tests/coord/ftcomm_run

@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "coordinator/coordinator.h"
+#include "ftc_coord.h"
 #include "ftc_error.h"
 #include "ftc_time.h"
 #include "membership/member.h"

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 #include <libwebsockets.h>
 #include <pthread.h>
+#include <zlib.h>
 
 #include "ftc_error.h"
 #include "ftc_time.h"
@@ -55,9 +56,20 @@ static int fake_callback(struct lws *wsi, enum lws_callback_reasons reason, void
       if (!msg) return 0;
       f->next++;
       size_t n = strlen(msg);
-      unsigned char *buf = malloc(LWS_PRE + n);
-      memcpy(buf + LWS_PRE, msg, n);
-      int w = lws_write(wsi, buf + LWS_PRE, n, LWS_WRITE_TEXT);
+      unsigned char *buf = malloc(LWS_PRE + n + 64);
+      enum lws_write_protocol kind = LWS_WRITE_TEXT;
+      if (!strncmp(msg, "Z:", 2) || !strncmp(msg, "B:", 2)) {
+        /* Z: the rest deflated, in a binary message, as the coordinator
+         * sends a big whole view; B: the rest as it is, binary. */
+        kind = LWS_WRITE_BINARY;
+        uLongf zn = (uLongf)(n + 64);
+        if (msg[0] == 'B') memcpy(buf + LWS_PRE, msg + 2, zn = n - 2);
+        else assert_int_equal(compress(buf + LWS_PRE, &zn, (const Bytef *)msg + 2, (uLong)(n - 2)), Z_OK);
+        n = zn;
+      } else {
+        memcpy(buf + LWS_PRE, msg, n);
+      }
+      int w = lws_write(wsi, buf + LWS_PRE, n, kind);
       free(buf);
       if (w < (int)n) return -1;
       /* Later frames come 200 ms apart: open() has returned by then. */
@@ -248,6 +260,32 @@ static void a_view_finds_this_rank_by_member_id(void **state) {
   fake_stop(f);
 }
 
+/* A whole view deflated in a binary message (the hello said "deflate") is
+ * read as its text; a binary message that does not inflate fails the
+ * session, saying so. */
+static void a_deflated_view_is_read_and_a_broken_one_refused(void **state) {
+  (void)state;
+  static const char *const script[] = {
+      WELCOME,
+      "Z:{\"v\":1,\"type\":\"view\",\"epoch\":3,\"members\":["
+      "{\"rank\":0,\"slot\":0,\"member_id\":77,\"joined_epoch\":1,\"addr\":\"h:1\"}],"
+      "\"backend\":null}",
+      NULL};
+  fake_t *f = fake_start(script);
+  ftc__member_t *m;
+  assert_int_equal(open_against(f, &m), FTC_OK);
+  ftc__view_t *v = NULL;
+  assert_int_equal(ftc__member_wait_view(m, 0, WAIT_MS, &v), FTC_OK);
+  assert_int_equal(v->epoch, 3);
+  assert_int_equal(v->my_rank, 0);
+  assert_string_equal(v->members[0].addr, "h:1");
+  ftc__view_free(v);
+  ftc__member_close(m);
+  fake_stop(f);
+  static const char *const broken[] = {WELCOME, "B:{\"v\":1,\"type\":\"view\"}", NULL};
+  expect_session_fails(broken, FTC_ERR_PROTOCOL, "does not inflate");
+}
+
 /* FDSize of /proc/self/status: the descriptor table's size. */
 static int table_size(void) {
   char line[256];
@@ -370,6 +408,7 @@ int main(void) {
       cmocka_unit_test(second_welcome_fails_the_session),
       cmocka_unit_test(message_a_coordinator_never_sends_fails_the_session),
       cmocka_unit_test(a_view_finds_this_rank_by_member_id),
+      cmocka_unit_test(a_deflated_view_is_read_and_a_broken_one_refused),
       cmocka_unit_test(the_exit_slot_is_the_highest_free_one_however_far_down),
       cmocka_unit_test(sessions_placing_at_once_never_grow_the_table),
   };

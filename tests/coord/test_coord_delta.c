@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "coordinator/coordinator.h"
+#include "ftc_coord.h"
 #include "ftc_alloc.h"
 #include "proto/proto.h"
 
@@ -290,7 +290,8 @@ static void a_change_that_does_not_apply_is_refused_and_the_whole_view_follows_a
   assert_int_equal(ftc__proto_view_apply(held[0].m, held[0].n, &m, &v), -1);
   assert_null(v);
   ftc__msg_clear(&m);
-  /* The rank asks: the current epoch comes whole, with its verdict. */
+  /* The rank asks: the current epoch comes whole, with its verdict and
+   * its "left", as the change said them. */
   say(&r, 0, "{\"v\":1,\"type\":\"view_request\"}");
   assert_int_equal(next_view(&r, 0, &m, NULL), FTC__MSG_VIEW);
   assert_int_equal(m.epoch, 2);
@@ -298,6 +299,8 @@ static void a_change_that_does_not_apply_is_refused_and_the_whole_view_follows_a
   assert_int_equal(m.ndropped, 1);
   assert_int_equal(m.dropped[0].member_id, r.id[3]);
   assert_string_equal(m.dropped[0].reason, "left");
+  assert_int_equal(m.nleft, 1);
+  assert_int_equal(m.left[0], r.id[3]);
   ftc__msg_clear(&m);
   stop(&r);
 }

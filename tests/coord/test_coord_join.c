@@ -23,7 +23,7 @@
 #include <cmocka.h>
 
 #include "coord_test_util.h"
-#include "coordinator/coordinator.h"
+#include "ftc_coord.h"
 #include "ftc_alloc.h"
 #include "ftc_error.h"
 #include "ftc_time.h"

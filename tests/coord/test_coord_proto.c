@@ -17,8 +17,9 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <libwebsockets.h>
 
-#include "coordinator/coordinator.h"
+#include "ftc_coord.h"
 #include "ftc_alloc.h"
 #include "ftc_error.h"
 #include "proto/proto.h"
@@ -136,6 +137,71 @@ static ftc__msg_t roundtrip(json_t *built, ftc__msg_type_t type) {
   ftc__free(f);
   assert_int_equal(msg.type, type);
   return msg;
+}
+
+/* A view deflated (ftc__proto_deflate) inflates to its text, and decodes
+ * to the same members; a head is read without the rest; a truncated or
+ * foreign stream is refused. */
+static void a_deflated_view_inflates_to_its_text(void **state) {
+  (void)state;
+  enum { N = 600 };
+  ftc__wire_member_t wm[N];
+  char addrs[N][32];
+  for (int i = 0; i < N; i++) {
+    snprintf(addrs[i], sizeof(addrs[i]), "10.64.%d.%d:29400", i / 256, i % 256);
+    wm[i] = (ftc__wire_member_t){.rank = i, .slot = i, .member_id = 1000 + 7 * (uint64_t)i,
+                                 .joined_epoch = 1, .addr = addrs[i], .state = 1};
+  }
+  /* "deflate" in a hello: said only when true. */
+  ftc__hello_t h = {.job = "j", .token = "t", .addr = "a:1", .slot = 1, .world_size = 2,
+                    .min_size = 1};
+  json_t *o = ftc__proto_hello(&h);
+  assert_null(json_object_get(o, "deflate"));
+  json_decref(o);
+  h.deflate = 1;
+  ftc__msg_t hm = roundtrip(ftc__proto_hello(&h), FTC__MSG_HELLO);
+  assert_int_equal(hm.hello.deflate, 1);
+  ftc__msg_clear(&hm);
+  ftc__frame_t *f = ftc__proto_encode(ftc__proto_view(4, wm, N, NULL), LWS_PRE);
+  assert_non_null(f);
+  ftc__frame_t *r = ftc__frame_ref(f); /* (a shared view is deflated through its reference) */
+  ftc__frame_t *z = ftc__proto_deflate(r, LWS_PRE);
+  assert_non_null(z);
+  assert_true(z->binary);
+  assert_false(f->binary);
+  assert_true(z->len * 4 < f->len);
+  char *text;
+  size_t n;
+  const unsigned char *zb = z->buf + LWS_PRE;
+  assert_int_equal(ftc__proto_inflate(zb, z->len, FTC__PROTO_MAX_COORD_MSG, &text, &n), 0);
+  assert_int_equal(n, f->len);
+  assert_memory_equal(text, f->buf + LWS_PRE, n);
+  ftc__msg_t msg;
+  char why[256];
+  assert_int_equal(ftc__proto_decode(text, n, FTC__PROTO_MAX_COORD_MSG, &msg, why, sizeof(why)),
+                   FTC__PERR_NONE);
+  assert_int_equal(msg.nmembers, N);
+  assert_string_equal(msg.members[N - 1].addr, addrs[N - 1]);
+  ftc__msg_clear(&msg);
+  ftc__free(text);
+  /* The head alone, from the first bytes of the stream. */
+  assert_int_equal(ftc__proto_inflate(zb, z->len / 2, 64, &text, &n), 1);
+  assert_int_equal(n, 64);
+  assert_memory_equal(text, f->buf + LWS_PRE, 64);
+  ftc__free(text);
+  /* Truncated, garbage, trailing bytes: refused, nothing returned. */
+  assert_int_equal(ftc__proto_inflate(zb, z->len / 2, FTC__PROTO_MAX_COORD_MSG, &text, &n), -1);
+  assert_null(text);
+  assert_int_equal(ftc__proto_inflate("{\"v\":1}", 7, 1024, &text, &n), -1);
+  assert_null(text);
+  unsigned char *more = ftc__malloc(z->len + 1);
+  memcpy(more, zb, z->len);
+  more[z->len] = 'x';
+  assert_int_equal(ftc__proto_inflate(more, z->len + 1, FTC__PROTO_MAX_COORD_MSG, &text, &n), -1);
+  ftc__free(more);
+  ftc__frame_release(z);
+  ftc__frame_release(r);
+  ftc__frame_release(f);
 }
 
 static void built_messages_decode_to_what_they_carry(void **state) {
@@ -581,6 +647,7 @@ static void hello_header_base64url_round_trips_and_refuses_garbage(void **state)
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(decode_cases_from_file),
+      cmocka_unit_test(a_deflated_view_inflates_to_its_text),
       cmocka_unit_test(hello_header_base64url_round_trips_and_refuses_garbage),
       cmocka_unit_test(oversized_text_is_too_large_before_parsing),
       cmocka_unit_test(built_messages_decode_to_what_they_carry),

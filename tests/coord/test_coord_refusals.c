@@ -17,7 +17,7 @@
 #include <jansson.h>
 
 #include "coord_test_util.h"
-#include "coordinator/coordinator.h"
+#include "ftc_coord.h"
 #include "ftc_error.h"
 #include "membership/member.h"
 #include "proto/proto.h"

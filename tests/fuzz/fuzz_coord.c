@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coordinator/coordinator.h"
+#include "ftc_coord.h"
 #include "fuzz.h"
 #include "proto/proto.h"
 

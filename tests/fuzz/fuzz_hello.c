@@ -1,5 +1,5 @@
 /*
- * fuzz_hello.c - the data-plane handshake (runtime/src/tcp/net.c, auth.c):
+ * fuzz_hello.c - the data-plane handshake (runtime/src/tcp/net_handshake.c, auth.c):
  * the bytes a rank reads from a stranger on its listener, or from the
  * acceptor it connected to.
  *

@@ -19,7 +19,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= $(FUZZ_TARGETS_ALL)
 FUZZ_JOBS ?= 1
 
-FUZZ_CPPFLAGS := -Iruntime/src $(CONTROLLER_CPPFLAGS) $(NCCL_CPPFLAGS) -Irecorder/tools/ftcomm-trace \
+FUZZ_CPPFLAGS := $(RUNTIME_INTERNAL_CPPFLAGS) $(CONTROLLER_CPPFLAGS) $(NCCL_CPPFLAGS) -Irecorder/tools/ftcomm-trace \
                  -Itests/fuzz
 FUZZ_RT_SRCS := $(RUNTIME_SRCS) $(FTCCOORD_SRCS) $(RECORDER_SRCS) $(COMMON_SRCS)
 FUZZ_TRACE_SRCS := $(filter-out %/main.c,$(TRACE_SRCS)) $(RECORDER_SRCS) $(COMMON_SRCS)
@@ -51,7 +51,7 @@ $(1)/bin/fuzz_trace $(1)/bin/fuzz_pickle $(1)/bin/fuzz_jsontree: $(1)/bin/fuzz_%
 $(1)/bin/fuzz_jobspec: $(1)/bin/fuzz_%: $(1)/obj/tests/fuzz/fuzz_%.o $(5) $$(CONTROLLER_SRCS:%.c=$(1)/obj/%.o) $(1)/lib/libftcomm.a
 	@mkdir -p $$(dir $$@)
 	$$(say) LD $$@
-	$$(Q)$(2) -o $$@ $$^ $$(LDFLAGS_ALL) $(4) $$(FUZZ_LIBS)
+	$$(Q)$(2) -o $$@ $$^ $$(LDFLAGS_ALL) $(4) $$(FUZZ_LIBS) -lcrypto
 endef
 
 # Regression runs: gcc, ASan + UBSan (with float-cast-overflow, which gcc's

@@ -4,7 +4,7 @@
 # and opens the real NCCL with dlopen; it is built with the test binaries so
 # that CPU-only builds keep it compiling.
 GPU_NCCL_PROG := $(BUILD)/tests/gpu/nccl_gpu
-$(BUILD)/obj/tests/gpu/nccl_gpu.o: CPPFLAGS_ALL += -Iruntime/src $(NCCL_CPPFLAGS)
+$(BUILD)/obj/tests/gpu/nccl_gpu.o: CPPFLAGS_ALL += $(RUNTIME_INTERNAL_CPPFLAGS) $(NCCL_CPPFLAGS)
 $(GPU_NCCL_PROG): $(BUILD)/obj/tests/gpu/nccl_gpu.o $(NCCL_BACKEND_OBJS) $(RECORDER_OBJS) $(COMMON_OBJS)
 	@mkdir -p $(dir $@)
 	$(say) LD $@

@@ -53,9 +53,11 @@ cannot() { ! can "$@"; }
 check "the ServiceAccount may create pods and watch TrainingJobs anywhere" can create pods -n ml
 check "... update TrainingJob status" can update trainingjobs.ftcomm.dev --subresource=status -n ml
 check "... update its Lease in $ns" can update leases.coordination.k8s.io -n $ns
-secrets_read_not_changed() { can get secrets -n ml && can watch secrets -n ml && cannot update secrets -n ml && cannot delete secrets -n ml; }
+secrets_made_not_read() { can create secrets -n ml && cannot get secrets -n ml && cannot list secrets -n ml && cannot watch secrets -n ml && cannot update secrets -n ml && cannot delete secrets -n ml; }
+token_key_only() { can get secrets/ftcomm-controller-token-key -n "$ns" && cannot get secrets/other -n "$ns" && cannot list secrets -n "$ns"; }
 leader_label_only_here() { can patch pods -n "$ns" && cannot patch pods -n ml; }
-check "... get and watch Secrets (the jobs' tokens), but not update or delete them" secrets_read_not_changed
+check "... create the jobs' token Secrets, but not read, update or delete them" secrets_made_not_read
+check "... read, in $ns, only the Secret of its token key" token_key_only
 check "... patch pods (its own leader label) only in $ns" leader_label_only_here
 check "... nor update TrainingJobs' spec" cannot update trainingjobs.ftcomm.dev -n ml
 check "... nor touch Leases elsewhere" cannot update leases.coordination.k8s.io -n kube-system

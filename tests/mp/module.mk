@@ -1,7 +1,7 @@
 # tests/mp/ - multi-process tests through ftcomm-run (the real coordinator
 # path): mp_coll is one rank; run_mp.sh drives it at several world sizes.
 MP_PROG := $(BUILD)/tests/mp/mp_coll
-$(BUILD)/obj/tests/mp/mp_coll.o: CPPFLAGS_ALL += -Iruntime/src -Itests/unit
+$(BUILD)/obj/tests/mp/mp_coll.o: CPPFLAGS_ALL += $(RUNTIME_INTERNAL_CPPFLAGS) -Itests/unit
 $(MP_PROG): $(BUILD)/obj/tests/mp/mp_coll.o $(FTCOMM_A)
 	@mkdir -p $(dir $@)
 	$(say) LD $@

@@ -52,14 +52,14 @@ NCCL_DOUBLES += $(foreach v,$(RCCL_DOUBLE_VERSIONS),$(NCCL_DOUBLE_DIR)/librccl_d
 # tests/coord/module.mk), the recorder and common/, not the whole library.
 NCCL_TEST_PROGS := $(filter-out test_nccl_async,$(patsubst tests/nccl/%.c,%,$(wildcard tests/nccl/test_nccl_*.c)))
 NCCL_TEST_BINS := $(addprefix $(BUILD)/tests/nccl/,$(NCCL_TEST_PROGS))
-$(patsubst %,$(BUILD)/obj/tests/nccl/%.o,$(NCCL_TEST_PROGS)): CPPFLAGS_ALL += -Iruntime/src \
+$(patsubst %,$(BUILD)/obj/tests/nccl/%.o,$(NCCL_TEST_PROGS)): CPPFLAGS_ALL += $(RUNTIME_INTERNAL_CPPFLAGS) \
     -Itests/nccl -DNCCL_DOUBLE_DIR='"$(NCCL_DOUBLE_DIR)"' -DDEPS_PREFIX='"$(DEPS_PREFIX)"'
 
 define nccl_test
 $(BUILD)/tests/nccl/$(1): $(BUILD)/obj/tests/nccl/$(1).o $$(NCCL_BACKEND_OBJS) $$(COORD_LIB_OBJS) $$(RECORDER_OBJS) $$(COMMON_OBJS) | $$(NCCL_DOUBLES)
 	@mkdir -p $$(dir $$@)
 	$$(say) LD $$@
-	$$(Q)$$(CC) -o $$@ $$^ $$(LDFLAGS_ALL) $$(CMOCKA_LIBS) -lwebsockets -ljansson -ldl
+	$$(Q)$$(CC) -o $$@ $$^ $$(LDFLAGS_ALL) $$(CMOCKA_LIBS) -lwebsockets -ljansson -lz -ldl
 endef
 $(foreach t,$(NCCL_TEST_PROGS),$(eval $(call nccl_test,$(t))))
 
@@ -69,7 +69,7 @@ TEST_SUITES += $(NCCL_TEST_BINS)
 # test_nccl_async: the core's progress thread with requests in flight on the
 # NCCL backend (a one-rank communicator of libftcomm.a, the unit harness).
 NCCL_ASYNC_TEST := $(BUILD)/tests/nccl/test_nccl_async
-$(BUILD)/obj/tests/nccl/test_nccl_async.o: CPPFLAGS_ALL += -Iruntime/src -Itests/nccl -Itests/unit \
+$(BUILD)/obj/tests/nccl/test_nccl_async.o: CPPFLAGS_ALL += $(RUNTIME_INTERNAL_CPPFLAGS) -Itests/nccl -Itests/unit \
     -DNCCL_DOUBLE_DIR='"$(NCCL_DOUBLE_DIR)"'
 $(NCCL_ASYNC_TEST): $(BUILD)/obj/tests/nccl/test_nccl_async.o $(BUILD)/obj/tests/unit/harness.o $(FTCOMM_A) | $(NCCL_DOUBLES)
 	@mkdir -p $(dir $@)

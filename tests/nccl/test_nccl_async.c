@@ -222,6 +222,13 @@ static void a_scalar_on_host_memory_is_staged(void **state) {
   int32_t root = 11;
   assert_int_equal(ftc_broadcast(&root, 1, FTC_I32, 0, f.comm, 5000), FTC_OK);
   assert_int_equal(root, 11);
+  /* NCCL has no bitwise reductions: refused before anything runs, saying
+   * what to use instead; the communicator goes on. */
+  int32_t flags = 3;
+  assert_int_equal(ftc_allreduce(&flags, &flags, 1, FTC_I32, FTC_BOR, f.comm, 5000), FTC_ERR_NOT_SUPPORTED);
+  if (!strstr(ftc_last_error(), "no bitwise") || !strstr(ftc_last_error(), "FTCOMM_BACKEND=tcp"))
+    fail_msg("last error: %s", ftc_last_error());
+  assert_int_equal(ftc_allreduce(&flags, &flags, 1, FTC_I32, FTC_MAX, f.comm, 5000), FTC_OK);
   static float big[1024];
   assert_int_equal(ftc_allreduce(big, big, 1024, FTC_F32, FTC_SUM, f.comm, 5000),
                    FTC_ERR_INVALID_ARGUMENT);

@@ -4,7 +4,8 @@
  * a killed rank (peer lost, then shrink or abort + re-init by version), a
  * replacement taken in (grow or re-init), a hang inside the library that
  * becomes a timeout, in-progress answers, asynchronous failures, and abort
- * (never destroy) of every communicator that saw a failure.
+ * (never destroy) of every communicator that saw a failure; FTCOMM_CHECK_ARGS
+ * turning ranks' different arguments into FTC_ERR_MISMATCH.
  *
  * Unique ids travel through files (the coordinator's role in production).
  * The double appends its lifecycle calls to DIR/log, which the parent reads.
@@ -667,6 +668,50 @@ static void in_progress_is_polled_within_the_timeout(void **s) {
   rm_tmpdir(f.dir);
 }
 
+/* FTCOMM_CHECK_ARGS=1: two ranks agree on an allreduce, then call a
+ * broadcast with different roots: neither enqueues it, both fail the epoch
+ * with FTC_ERR_MISMATCH naming rank 1's call and rank 0's, and the next
+ * collective is revoked. */
+static void check_args_child(flow_t *f, int slot) {
+  setenv("FTCOMM_CHECK_ARGS", "1", 1);
+  child_setup(f);
+  ftc__nccl_opts_t o = opts(TMO);
+  ftc__nccl_comm_t *c = NULL;
+  static const int s2[] = {0, 1};
+  static const uint64_t i2[] = {101, 102}, j2[] = {1, 1};
+  ftc__view_t *v = make_view(1, 2, s2, i2, j2, slot);
+  ftc_status_t st = ftc__nccl_enter_epoch(f->lib, &c, v, &f->x, &o);
+  CHILD_CHECK(st == FTC_OK, 80, "epoch 1: %s", ftc_strerror(st));
+  int bad;
+  st = allreduce_check(c, (float)(slot + 1), 3.0f, &bad);
+  CHILD_CHECK(st == FTC_OK && !bad, 81, "a matching allreduce under the check: %s", ftc_strerror(st));
+  float buf[64] = {0};
+  ftc__op_t op = {FTC__COLL_BROADCAST, buf, buf, 64, FTC_F32, FTC_SUM, slot};
+  st = run(c, op, TMO, NULL);
+  CHILD_CHECK(st == FTC_ERR_MISMATCH, 82, "a broadcast with another root gave %s", ftc_strerror(st));
+  CHILD_CHECK(strstr(ftc_last_error(), "rank 1 called broadcast #2 root 1 x64 f32 where rank 0 called broadcast #2 "
+                                       "root 0 x64 f32"),
+              83, "the message names both calls: %s", ftc_last_error());
+  CHILD_CHECK(ftc__nccl_comm_error(c) == FTC_ERR_MISMATCH, 84, "the epoch is failed with the mismatch");
+  ftc__op_t bar = {FTC__COLL_BARRIER, NULL, NULL, 0, FTC_U8, FTC_SUM, -1};
+  ftc__nccl_work_t w;
+  CHILD_CHECK(ftc__nccl_comm_launch(c, &bar, NULL, &w) == FTC_ERR_REVOKED, 85, "the next collective is revoked");
+  ftc__nccl_comm_free(c);
+  free_view(v);
+  _exit(0);
+}
+
+static void check_args_turns_a_mismatch_into_an_error(void **s) {
+  (void)s;
+  flow_t f;
+  flow_init(&f, "2.29.2", "args");
+  pid_t pid[2];
+  for (int i = 0; i < 2; i++)
+    if ((pid[i] = fork()) == 0) check_args_child(&f, i);
+  for (int i = 0; i < 2; i++) assert_int_equal(wait_child(pid[i], 2 * TMO), 0);
+  rm_tmpdir(f.dir);
+}
+
 static void async_fail_child(flow_t *f, const char *code, ftc_status_t want) {
   setenv("NCCL_DOUBLE_FAIL_AT", "2", 1);
   if (code) setenv("NCCL_DOUBLE_FAIL_CODE", code, 1);
@@ -1087,6 +1132,7 @@ int main(void) {
       cmocka_unit_test(another_thread_interrupts_a_wait),
       cmocka_unit_test(a_grow_its_root_gave_up_is_followed_by_an_init),
       cmocka_unit_test(in_progress_is_polled_within_the_timeout),
+      cmocka_unit_test(check_args_turns_a_mismatch_into_an_error),
       cmocka_unit_test(async_system_error_is_a_backend_status),
       cmocka_unit_test(async_remote_error_is_peer_lost),
       cmocka_unit_test(async_error_after_the_check_still_fails_the_collective),

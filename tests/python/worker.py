@@ -113,6 +113,47 @@ def scenario_ops(job):
             want = job.gloo_or(via_gloo, lambda: expected_reduce(job, dtype, count, name))
             job.same(t, want, f"all_reduce {name} {dtype}", exact=not (name == "avg" and dtype.is_floating_point))
 
+    # Bitwise ops on the integer dtypes and bool, against gloo.
+    bits = {"band": dist.ReduceOp.BAND, "bor": dist.ReduceOp.BOR, "bxor": dist.ReduceOp.BXOR}
+    for dtype in INTS + [torch.bool]:
+        for name, op in bits.items():
+            def mine():  # salted per rank so each bit differs somewhere
+                v = (torch.arange(count, dtype=torch.int64) * 37 + r * 11) % 200
+                return (v % 2).bool() if dtype == torch.bool else v.to(dtype)
+            t = mine()
+            dist.all_reduce(t, op=op)
+            def via_gloo():
+                u = mine()
+                dist.all_reduce(u, op=op, group=job.gloo)
+                return u
+            def ref():
+                xs = []
+                for q in range(n):
+                    v = (torch.arange(count, dtype=torch.int64) * 37 + q * 11) % 200
+                    xs.append((v % 2) if dtype == torch.bool else v)
+                acc = xs[0]
+                for x in xs[1:]:
+                    acc = acc & x if name == "band" else acc | x if name == "bor" else acc ^ x
+                return acc.bool() if dtype == torch.bool else acc.to(dtype)
+            job.same(t, job.gloo_or(via_gloo, ref), f"all_reduce {name} {dtype}")
+            job.same(t, ref(), f"all_reduce {name} {dtype} (local reference)")
+    # PREMUL_SUM (what FSDP's gradient division uses on NCCL): sum of factor * input,
+    # by a Python float and by a one-element tensor; gloo has none: local reference.
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        for factor in (0.5, torch.tensor([0.25])):
+            op = dist._make_nccl_premul_sum(factor)
+            f = float(factor) if isinstance(factor, float) else factor.item()
+            want = (expected_reduce(job, dtype, count, "sum").double() * f).to(dtype)
+            t = job.data(dtype, count)
+            dist.all_reduce(t, op=op)
+            job.same(t, want, f"all_reduce PREMUL_SUM x{f} {dtype}", exact=dtype != torch.bfloat16)
+            src = job.data(dtype, count * n)
+            out = torch.empty(count, dtype=dtype)
+            dist.reduce_scatter_tensor(out, src, op=op)
+            job.same(src, job.data(dtype, count * n), "PREMUL_SUM leaves reduce_scatter's input as it was")
+            want = (expected_reduce(job, dtype, count * n, "sum").double() * f).to(dtype)[r * count:(r + 1) * count]
+            job.same(out, want, f"reduce_scatter_tensor PREMUL_SUM x{f} {dtype}", exact=dtype != torch.bfloat16)
+
     # Non-contiguous: a transposed matrix and a strided slice, reduced in place.
     base = job.data(torch.float32, 6 * 5).view(6, 5)
     t = base.t()
@@ -340,8 +381,10 @@ def scenario_errors(job):
         raise AssertionError(f"{what}: no {exc.__name__}")
     expect(TypeError, lambda: dist.all_reduce(torch.ones(3, dtype=torch.int8)), ["int8", "supported"],
            "an unsupported dtype")
-    expect(ValueError, lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.BAND),
-           ["BAND", "SUM"], "an unsupported op")
+    expect(TypeError, lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND),
+           ["bitwise", "integer", "Float"], "a bitwise op on floats")
+    expect(TypeError, lambda: dist.all_reduce(torch.ones(3, dtype=torch.int64), op=dist._make_nccl_premul_sum(2.0)),
+           ["PREMUL_SUM", "floating-point", "SUM"], "PREMUL_SUM on integers")
     expect(ValueError, lambda: dist.all_gather_into_tensor(torch.empty(5), torch.ones(3)), ["elements"],
            "an output of the wrong size")
     expect(ValueError, lambda: dist.all_to_all_single(torch.empty(4), torch.ones(4), [1] * (n + 1), [1] * (n + 1)),

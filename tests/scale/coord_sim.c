@@ -25,8 +25,12 @@
  *
  *   coord_sim [--members N] [--heartbeat-ms MS] [--steady-s S] [--reporters K]
  *             [--dump-bytes B] [--rss-cap-mb MB] [--timeout-s S] [--whole-views]
+ *             [--text-views]
  *
- * Members say "delta" in their hello (view deltas) unless --whole-views;
+ * The coordinator waits in the loop FTCOMM_COORD_LOOP picks (epoll by
+ * default, evloop.h); the simulator in epoll whenever the host has it.
+ * Members say "deflate" (a big whole view comes deflated, in a binary
+ * message) unless --text-views, and "delta" (view deltas) unless --whole-views;
  * sampled members apply each delta with the rank's own code
  * (ftc__proto_view_apply) and check the result.
  */
@@ -44,7 +48,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "coordinator/coordinator.h"
+#include "ftc_coord.h"
+#include "coordinator/evloop.h"
+#include "ftc_param.h"
 #include "ftc_alloc.h"
 #include "ftc_error.h"
 #include "ftc_time.h"
@@ -72,6 +78,7 @@ typedef struct smember {
   ftc__wire_member_t *view; /* a sampled member's current view (addr strings its own) */
   int view_n;
   char *rx; /* the message so far (whole when small or sampled, else its head) */
+  int rx_binary; /* ... and it is binary: a deflated view */
   size_t rx_len, rx_cap, rx_total;
 } smember_t;
 
@@ -81,12 +88,15 @@ static const char *phase_name[] = {"first_epoch", "steady", "crash", "hang", "jo
 static struct {
   int n, hb_ms, steady_s, reporters, dump_bytes, timeout_s, rss_cap_mb;
   int whole; /* members do not say "delta": every epoch comes whole */
+  int text_views; /* members do not say "deflate": whole views come as text */
   int view_requests; /* deltas that did not apply: the whole view was asked for */
   int reconnects;    /* connections tried again (failed or closed before the welcome) */
   pid_t coord_pid;
   int port;
   char dump_dir[256];
   struct lws_context *ctx;
+  ftc__evloop_t ev; /* the simulator's own loop: epoll when the host has it */
+  int coord_epoll; /* the coordinator's loop is epoll (FTCOMM_COORD_LOOP, evloop.h) */
   lws_sorted_usec_list_t sul;
   smember_t *m;  /* n + 1: the last one is the joiner */
   int nm;
@@ -107,6 +117,10 @@ static struct {
 } g;
 
 static int64_t now_ns(void) { return ftc__now_ns(); }
+
+/* libwebsockets' retry and idle policy for every connection: zero, so no
+ * validity timer (main says why). */
+static const lws_retry_bo_t no_validity_timer;
 
 /* A member saw something it should not: counted, and said for the first few. */
 #define complain(...)                                        \
@@ -165,8 +179,8 @@ static int coord_child(int port_fd, int ctl_fd) {
     fprintf(stderr, "coord_sim: the coordinator did not start: %s\n", ftc_last_error());
     return 1;
   }
-  int port = ftc__coord_port(co);
-  if (write(port_fd, &port, sizeof(port)) != (ssize_t)sizeof(port)) return 1;
+  int said[2] = {ftc__coord_port(co), !strcmp(ftc__coord_loop(co), "epoll")};
+  if (write(port_fd, said, sizeof(said)) != (ssize_t)sizeof(said)) return 1;
   char c;
   while (read(ctl_fd, &c, 1) < 0 && errno == EINTR) {
   }
@@ -201,6 +215,7 @@ static void open_member(smember_t *m) {
   ci.origin = "127.0.0.1";
   ci.protocol = FTC__PROTO_WS_NAME;
   ci.ietf_version_or_minus_one = -1;
+  ci.retry_and_idle_policy = &no_validity_timer;
   ci.opaque_user_data = m;
   ci.pwsi = &m->wsi;
   m->state = S_CONNECTING;
@@ -219,7 +234,8 @@ static void send_hello(smember_t *m) {
            m->slot % 256);
   ftc__hello_t h = {.job = JOB, .token = TOKEN, .addr = daddr, .pod = pod, .node = pod,
                     .slot = m->slot, .world_size = g.n, .min_size = g.n / 2 > 0 ? g.n / 2 : 1,
-                    .joiner = m->joiner, .pid = 1, .delta = !g.whole};
+                    .joiner = m->joiner, .pid = 1, .delta = !g.whole,
+                    .deflate = !g.text_views};
   ftc__frame_t *f = ftc__proto_encode(ftc__proto_hello(&h), LWS_PRE);
   if (!f) exit(2);
   ftc__frameq_push_front(&m->outq, f);
@@ -282,21 +298,22 @@ static uint64_t head_epoch(const char *head, size_t len) {
   return p ? strtoull(p + sizeof(key) - 1, NULL, 10) : 0;
 }
 
-static void on_message(smember_t *m) {
-  const char *text = m->rx;
-  size_t whole = m->rx_total;
-  if (m->rx_len > 24 && (!memcmp(text, "{\"v\":1,\"type\":\"view\"", 20) ||
-                         !memcmp(text, "{\"v\":1,\"type\":\"view_delta\"", 26)))
-    g.view_bytes += whole;
-  if (whole > DECODE_MAX && !m->sample) {
-    if (memmem(text, m->rx_len < 64 ? m->rx_len : 64, "\"type\":\"view\"", 13)) {
-      uint64_t e = head_epoch(text, m->rx_len);
+/* A message: text[0..have) of its whole (whole bytes of text), wire bytes
+ * on the wire; head: only its head was read (a big view at a member that
+ * is not sampled). */
+static void on_message(smember_t *m, const char *text, size_t have, size_t whole, size_t wire,
+                       int head) {
+  if (have > 24 && (!memcmp(text, "{\"v\":1,\"type\":\"view\"", 20) ||
+                    !memcmp(text, "{\"v\":1,\"type\":\"view_delta\"", 26)))
+    g.view_bytes += wire;
+  if (head) {
+    if (memmem(text, have < 64 ? have : 64, "\"type\":\"view\"", 13)) {
+      uint64_t e = head_epoch(text, have);
       if (e > m->epoch) m->epoch = e;
       phase_view(m, e);
       return;
     }
-    complain("slot %d: a message of %zu bytes that is not a view\n", m->slot,
-            whole);
+    complain("slot %d: a message of %zu bytes that is not a view\n", m->slot, wire);
     return;
   }
   ftc__msg_t msg;
@@ -381,8 +398,10 @@ static void on_message(smember_t *m) {
 
 static int on_receive(smember_t *m, struct lws *wsi, const void *in, size_t len) {
   g.rx_bytes += len;
+  if (!m->rx_total) m->rx_binary = lws_frame_is_binary(wsi);
   size_t keep = m->rx_total + len;
-  size_t limit = m->sample ? (size_t)FTC__PROTO_MAX_COORD_MSG : DECODE_MAX;
+  /* (a deflated view's head inflates from its first few KiB) */
+  size_t limit = m->sample ? (size_t)FTC__PROTO_MAX_COORD_MSG : m->rx_binary ? 4096 : DECODE_MAX;
   if (keep > limit) keep = limit; /* a big view: only its head is read */
   if (keep > m->rx_cap) {
     size_t ncap = m->rx_cap ? m->rx_cap : 512;
@@ -397,7 +416,21 @@ static int on_receive(smember_t *m, struct lws *wsi, const void *in, size_t len)
   }
   m->rx_total += len;
   if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi) > 0) return 0;
-  on_message(m);
+  if (!m->rx_binary) {
+    on_message(m, m->rx, m->rx_len, m->rx_total, m->rx_total, m->rx_total > DECODE_MAX && !m->sample);
+  } else {
+    /* A deflated whole view: a sampled member inflates it all, the others
+     * its head (from the pieces they kept), as a rank's own CPU would. */
+    if (g.text_views) complain("slot %d: a binary message, though its hello did not say deflate\n", m->slot);
+    char *text;
+    size_t tn;
+    int z = ftc__proto_inflate(m->rx, m->rx_len, m->sample ? FTC__PROTO_MAX_COORD_MSG : 256, &text, &tn);
+    if (z < 0 || (z > 0 && m->sample))
+      complain("slot %d: a binary message of %zu bytes that does not inflate\n", m->slot, m->rx_total);
+    else
+      on_message(m, text, tn, tn, m->rx_total, z > 0);
+    ftc__free(text);
+  }
   m->rx_len = m->rx_total = 0;
   if (m->rx_cap > DECODE_MAX) { /* a sampled member's big view: give it back */
     ftc__free(m->rx);
@@ -508,7 +541,8 @@ static void reporters(int slot, ftc_status_t why) {
 static void result(void) {
   uint64_t cpu = coord_cpu_ns() - g.cpu0_ns;
   double dur_s = (double)(now_ns() - g.phase_start_ns) / 1e9;
-  printf("members=%d views=%s scenario=%s", g.n, g.whole ? "whole" : "delta", phase_name[g.phase]);
+  printf("members=%d views=%s%s loop=%s scenario=%s", g.n, g.whole ? "whole" : "delta",
+         g.text_views ? "" : "+deflate", g.coord_epoll ? "epoll" : "poll", phase_name[g.phase]);
   if (g.phase == P_STEADY) {
     printf(" seconds=%.1f coord_cpu_pct=%.2f coord_bytes_per_s=%.0f", dur_s,
            100.0 * (double)cpu / 1e9 / dur_s, (double)(g.rx_bytes - g.rx_bytes0) / dur_s);
@@ -613,16 +647,16 @@ static void tick(lws_sorted_usec_list_t *sul) {
   }
   long rss = coord_kb("VmRSS");
   if (rss > (long)g.rss_cap_mb * 1024) {
-    printf("members=%d scenario=%s stopped=rss_over_%d_mb coord_rss_mb=%.1f\n", g.n,
-           phase_name[g.phase], g.rss_cap_mb, rss / 1024.0);
+    printf("members=%d loop=%s scenario=%s stopped=rss_over_%d_mb coord_rss_mb=%.1f\n", g.n,
+           g.coord_epoll ? "epoll" : "poll", phase_name[g.phase], g.rss_cap_mb, rss / 1024.0);
     fflush(stdout);
     g.errors++;
     g.done = 1;
     return;
   }
   if (now - g.phase_start_ns > (int64_t)g.timeout_s * 1000000000LL) {
-    printf("members=%d scenario=%s stopped=timeout_%ds got=%d of %d\n", g.n, phase_name[g.phase],
-           g.timeout_s, g.got, expected());
+    printf("members=%d loop=%s scenario=%s stopped=timeout_%ds got=%d of %d\n", g.n,
+           g.coord_epoll ? "epoll" : "poll", phase_name[g.phase], g.timeout_s, g.got, expected());
     fflush(stdout);
     g.errors++;
     g.done = 1;
@@ -695,7 +729,8 @@ static void raise_nofile(int need) {
 
 static void usage(void) {
   fprintf(stderr, "usage: coord_sim [--members N] [--heartbeat-ms MS] [--steady-s S] "
-                  "[--reporters K] [--dump-bytes B] [--rss-cap-mb MB] [--timeout-s S]\n");
+                  "[--reporters K] [--dump-bytes B] [--rss-cap-mb MB] [--timeout-s S] "
+                  "[--whole-views] [--text-views]\n");
   exit(2);
 }
 
@@ -705,7 +740,8 @@ int main(int argc, char **argv) {
   static const struct option opts[] = {
       {"members", 1, 0, 'n'},   {"heartbeat-ms", 1, 0, 'h'}, {"steady-s", 1, 0, 's'},
       {"reporters", 1, 0, 'r'}, {"dump-bytes", 1, 0, 'd'},   {"rss-cap-mb", 1, 0, 'c'},
-      {"timeout-s", 1, 0, 't'}, {"whole-views", 0, 0, 'w'}, {0, 0, 0, 0}};
+      {"timeout-s", 1, 0, 't'}, {"whole-views", 0, 0, 'w'},
+      {"text-views", 0, 0, 'x'}, {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
@@ -717,6 +753,7 @@ int main(int argc, char **argv) {
       case 'c': g.rss_cap_mb = atoi(optarg); break;
       case 't': g.timeout_s = atoi(optarg); break;
       case 'w': g.whole = 1; break;
+      case 'x': g.text_views = 1; break;
       default: usage();
     }
   }
@@ -745,12 +782,20 @@ int main(int argc, char **argv) {
   }
   close(ctl_pipe[0]);
   close(port_pipe[1]);
-  if (read(port_pipe[0], &g.port, sizeof(g.port)) != (ssize_t)sizeof(g.port)) {
+  int said[2];
+  if (read(port_pipe[0], said, sizeof(said)) != (ssize_t)sizeof(said)) {
     fprintf(stderr, "coord_sim: the coordinator did not start\n");
     return 1;
   }
+  g.port = said[0];
+  g.coord_epoll = said[1];
   ftc__proto_init();
   lws_set_log_level(LLL_ERR, NULL);
+  /* FTCOMM_COORD_LOOP picks the coordinator's loop (the child read it);
+   * the simulator waits in epoll whenever it can, so that its own walk of
+   * 16k sessions does not slow the members it plays. */
+  unsetenv("FTCOMM_COORD_LOOP");
+  ftc__param_reset();
   g.nm = g.n + 1;
   g.m = ftc__calloc((size_t)g.nm, sizeof(*g.m));
   if (!g.m) return 2;
@@ -766,12 +811,26 @@ int main(int argc, char **argv) {
   info.port = CONTEXT_PORT_NO_LISTEN;
   info.protocols = protocols;
   info.count_threads = 1;
-  info.fd_limit_per_thread = (unsigned)g.nm + 64;
+  /* (lws sizes its descriptor table from the limit raised above: it then
+   * indexes it; below the limit it walks it on every event.) No lws
+   * validity timer: it is re-filed in a sorted list on every message
+   * (coordinator.c says more). */
+  info.retry_and_idle_policy = &no_validity_timer;
   /* lws's limit on a connection's handshake: a coordinator accepting
    * thousands at once through its poll loop answers late (at 16,384 the
    * sessions past about 10,000 ran into a limit of 60 s). */
   info.timeout_secs = 600;
-  g.ctx = lws_create_context(&info);
+  if (ftc__evloop_open(&g.ev) > 0) {
+    struct lws_context_creation_info ev_info = info;
+    ftc__evloop_setup(&g.ev, &ev_info);
+    g.ctx = lws_create_context(&ev_info);
+    if (!g.ctx) ftc__evloop_close(&g.ev);
+  }
+  if (!g.ctx) {
+    fprintf(stderr, "coord_sim: no epoll loop for the members (%s); they wait in poll(2)\n",
+            g.ev.why[0] ? g.ev.why : "libwebsockets did not take libev");
+    g.ctx = lws_create_context(&info);
+  }
   if (!g.ctx) {
     fprintf(stderr, "coord_sim: cannot create the libwebsockets context\n");
     return 2;
@@ -779,7 +838,7 @@ int main(int argc, char **argv) {
   start_phase(P_CONNECT);
   lws_sul_schedule(g.ctx, 0, &g.sul, tick, TICK_US);
   while (!g.done)
-    if (lws_service(g.ctx, 0) < 0) break;
+    if (ftc__evloop_service(&g.ev, g.ctx) < 0) break;
   int rc = g.errors ? 1 : 0;
   if (g.phase == P_DONE && g.dumps_sent != g.n - 2) {
     fprintf(stderr, "coord_sim: %d of %d members were asked for a dump\n", g.dumps_sent, g.n - 2);
@@ -789,6 +848,7 @@ int main(int argc, char **argv) {
   int status;
   waitpid(g.coord_pid, &status, 0);
   lws_context_destroy(g.ctx);
+  ftc__evloop_close(&g.ev);
   for (int i = 0; i < g.nm; i++) {
     ftc__frameq_clear(&g.m[i].outq);
     ftc__free(g.m[i].rx);

@@ -4,11 +4,11 @@
 # make test runs it small, as a behaviour test: every member sees every
 # epoch it should (not a timing test).
 SCALE_SIM := $(BUILD)/tests/scale/coord_sim
-$(BUILD)/obj/tests/scale/coord_sim.o: CPPFLAGS_ALL += -Iruntime/src
+$(BUILD)/obj/tests/scale/coord_sim.o: CPPFLAGS_ALL += $(RUNTIME_INTERNAL_CPPFLAGS)
 $(SCALE_SIM): $(BUILD)/obj/tests/scale/coord_sim.o $(COORD_LIB_OBJS) $(COMMON_OBJS)
 	@mkdir -p $(dir $@)
 	$(say) LD $@
-	$(Q)$(CC) -o $@ $^ $(LDFLAGS_ALL) -lwebsockets -ljansson
+	$(Q)$(CC) -o $@ $^ $(LDFLAGS_ALL) -lwebsockets -ljansson -lz
 
 SCALE_SUITE := $(BUILD)/tests/scale/sim_small
 $(SCALE_SUITE): tests/scale/sim_small.sh

@@ -5,7 +5,7 @@ UNIT_TEST_PROGS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/test_*.c))
 UNIT_TEST_BINS := $(addprefix $(BUILD)/tests/unit/,$(UNIT_TEST_PROGS))
 UNIT_HARNESS_OBJS := $(BUILD)/obj/tests/unit/harness.o
 
-$(BUILD)/obj/tests/unit/%.o: CPPFLAGS_ALL += -Iruntime/src -Itests/unit
+$(BUILD)/obj/tests/unit/%.o: CPPFLAGS_ALL += $(RUNTIME_INTERNAL_CPPFLAGS) -Itests/unit
 
 define unit_test
 $(BUILD)/tests/unit/$(1): $(BUILD)/obj/tests/unit/$(1).o $$(UNIT_HARNESS_OBJS) $$(FTCCOORD_A) $$(FTCOMM_A)

@@ -15,6 +15,11 @@
 #include "core/reduce.h"
 #include "ftcomm.h"
 
+/* Whether op applies to dt (bitwise ops: integer dtypes only). */
+static inline int op_fits(ftc_dtype_t dt, ftc_op_t op) {
+  return !ftc__op_is_bitwise(op) || ftc__dtype_is_integer(dt);
+}
+
 static inline int64_t gen_val(ftc_dtype_t dt, ftc_op_t op, int rank, size_t i) {
   if (op == FTC_PROD) {
     static const int64_t f[4] = {1, 2, -1, -2}, u[4] = {1, 2, 3, 1};
@@ -66,6 +71,9 @@ static inline void ref_fill(ftc_dtype_t dt, ftc_op_t op, int n, void *buf, size_
         case FTC_PROD: acc *= v; break;
         case FTC_MIN: acc = v < acc ? v : acc; break;
         case FTC_MAX: acc = v > acc ? v : acc; break;
+        case FTC_BAND: acc &= v; break;
+        case FTC_BOR: acc |= v; break;
+        case FTC_BXOR: acc ^= v; break;
         default: acc += v; break;
       }
     }

@@ -243,7 +243,7 @@ static void an_ipv6_listener_advertises_a_bracketed_address(void **state) {
 }
 
 /* A joiner's listener holds every connection its epoch's other ranks make
- * to it early (net.c, makes_connection: two per survivor, all while it is
+ * to it early (net.c, ftc__net_makes_connection: two per survivor, all while it is
  * still on its way to its view) until it accepts them: none waits for a
  * SYN retransmission (1 s) because the queue overflowed, as past 128 with
  * listen(fd, 128) at 65 ranks and more. Bounded by net.core.somaxconn:

@@ -150,6 +150,7 @@ static int matrix_body(ftc_comm_t *comm, int rank, int n, void *arg) {
   for (int dt = 0; dt < FTC_DTYPE_COUNT; dt++) {
     int nops = is_reduction(coll) ? FTC_OP_COUNT : 1;
     for (int op = 0; op < nops; op++) {
+      if (!op_fits((ftc_dtype_t)dt, (ftc_op_t)op)) continue;
       for (int c = 0; c < NCOUNTS; c++) {
         for (int variant = 0; variant < 4; variant++) {
           /* Every variant for the small counts; one rotating variant for the

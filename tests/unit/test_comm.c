@@ -88,7 +88,9 @@ static void unknown_dtypes_and_ops_are_refused(void **state) {
   float x = 1;
   ASSERT_INVALID(ftc_allreduce(&x, &x, 1, (ftc_dtype_t)7, FTC_SUM, comm, 100), "dtype 7");
   ASSERT_INVALID(ftc_allreduce(&x, &x, 1, (ftc_dtype_t)-1, FTC_SUM, comm, 100), "dtype -1");
-  ASSERT_INVALID(ftc_reduce_scatter(&x, &x, 1, FTC_F32, (ftc_op_t)5, comm, 100), "op 5");
+  ASSERT_INVALID(ftc_reduce_scatter(&x, &x, 1, FTC_F32, (ftc_op_t)8, comm, 100), "op 8");
+  ASSERT_INVALID(ftc_allreduce(&x, &x, 1, FTC_F32, FTC_BAND, comm, 100), "integer dtype");
+  ASSERT_INVALID(ftc_reduce(&x, &x, 1, FTC_F32, FTC_BXOR, 0, comm, 100), "not f32");
   ASSERT_INVALID(ftc_alltoall(&x, &x, 1, (ftc_dtype_t)42, comm, 100), "dtype 42");
   ftc_comm_destroy(comm);
 }
@@ -121,6 +123,49 @@ static void a_missing_request_pointer_or_bad_timeout_is_refused(void **state) {
   ASSERT_INVALID(ftc_iallreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, NULL), "req is NULL");
   ASSERT_INVALID(ftc_ibarrier(comm, NULL), "req is NULL");
   ASSERT_INVALID(ftc_allreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, -7), "timeout_ms -7");
+  /* 0 would fail the operation, and the epoch, unless it were already done: refused, and the
+   * communicator goes on. */
+  ASSERT_INVALID(ftc_allreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, 0), "timeout_ms 0");
+  ASSERT_INVALID(ftc_barrier(comm, 0), "ftc_barrier: timeout_ms 0");
+  ASSERT_INVALID(ftc_comm_step(comm, 0, NULL), "ftc_comm_step: timeout_ms 0");
+  ftc_comm_t *child = NULL;
+  ASSERT_INVALID(ftc_comm_split(comm, 0, 0, 0, &child), "timeout_ms 0");
+  ftc_request_t *req = NULL;
+  assert_int_equal(ftc_iallreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, &req), FTC_OK);
+  ASSERT_INVALID(ftc_wait(req, 0), "ftc_wait: timeout_ms 0");
+  assert_non_null(strstr(ftc_last_error(), "ftc_test polls"));
+  assert_int_equal(ftc_wait(req, 1000), FTC_OK);
+  ftc_request_free(req);
+  assert_int_equal(ftc_allreduce(&x, &x, 1, FTC_F32, FTC_SUM, comm, 1000), FTC_OK);
+  ftc_status_t async = FTC_OK;
+  ftc_comm_get_async_error(comm, &async);
+  assert_int_equal(async, FTC_OK);
+  ftc_comm_destroy(comm);
+}
+
+static void the_backend_line_never_truncates_silently(void **state) {
+  (void)state;
+  ftc_comm_t *comm = solo_comm();
+  char full[256], small[2];
+  assert_int_equal(ftc_comm_backend(comm, full, sizeof full), FTC_OK);
+  assert_string_equal(full, "tcp");
+  assert_int_equal(ftc_comm_backend(comm, small, sizeof small), FTC_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(ftc_last_error(), "buf of 2 bytes is too short; the description needs 4"));
+  assert_string_equal(small, "t"); /* what fits, terminated */
+  char exact[4];
+  assert_int_equal(ftc_comm_backend(comm, exact, sizeof exact), FTC_OK);
+  assert_string_equal(exact, "tcp");
+  ftc_comm_destroy(comm);
+}
+
+static void a_failed_step_boundary_says_ftc_comm_step(void **state) {
+  (void)state;
+  ftc_comm_t *comm = solo_comm();
+  assert_int_equal(ftc_comm_abort(comm), FTC_OK);
+  assert_int_not_equal(ftc_comm_step(comm, 1000, NULL), FTC_OK);
+  const char *e = ftc_last_error();
+  assert_true(strncmp(e, "ftc_comm_step: ", 15) == 0);
+  assert_null(strstr(e, "ftc_allreduce:"));
   ftc_comm_destroy(comm);
 }
 
@@ -291,7 +336,7 @@ static int say_hello(const char *addr, const ftc__tcp_hello_t *h, const char *to
 
 /* Rank 0 of a 40-rank view starts its bootstrap with the other ranks'
  * 78 connections already waiting at its listener (as a joiner's early
- * connections wait, net.c makes_connection): it answers every one, more
+ * connections wait, net.c, ftc__net_makes_connection): it answers every one, more
  * than its 64 handshakes at a time, refusing none (a refused early
  * connection is only made again at the caller's step boundary; each
  * refusal was a warning). This test plays the 39 other ranks. */
@@ -960,6 +1005,137 @@ static void destroy_fails_pending_requests_with_aborted(void **state) {
   assert_int_equal(harness_run(2, destroy_pending_body, NULL, NULL), 0);
 }
 
+/* ---- completion callbacks ---- */
+
+typedef struct cb_log {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int n;
+  int order[8];         /* which request, in the order their callbacks ran */
+  ftc_status_t st[8];
+  pthread_t thread[8];
+  char detail[8][64];
+  ftc_request_t *req[8];
+  int free_it;          /* the callback frees its request */
+} cb_log_t;
+
+typedef struct cb_arg {
+  cb_log_t *log;
+  int id;
+} cb_arg_t;
+
+static void on_done(ftc_request_t *req, ftc_status_t st, void *arg) {
+  cb_arg_t *a = arg;
+  cb_log_t *l = a->log;
+  pthread_mutex_lock(&l->mu);
+  int k = l->n++;
+  l->order[k] = a->id;
+  l->st[k] = st;
+  l->thread[k] = pthread_self();
+  l->req[k] = req;
+  snprintf(l->detail[k], sizeof(l->detail[k]), "%s", ftc_last_error());
+  pthread_cond_broadcast(&l->cv);
+  pthread_mutex_unlock(&l->mu);
+  if (l->free_it) ftc_request_free(req);
+}
+
+static int cb_wait(cb_log_t *l, int n, int ms) {
+  int64_t end = ftc__now_ns() + (int64_t)ms * 1000000;
+  pthread_mutex_lock(&l->mu);
+  while (l->n < n && ftc__now_ns() < end) {
+    pthread_mutex_unlock(&l->mu);
+    usleep(1000);
+    pthread_mutex_lock(&l->mu);
+  }
+  int got = l->n;
+  pthread_mutex_unlock(&l->mu);
+  return got;
+}
+
+static int callbacks_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)arg;
+  static cb_log_t l = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+  cb_arg_t args[4];
+  ftc_request_t *reqs[3];
+  int64_t x[3][512];
+  for (int i = 0; i < 3; i++) {
+    for (int j = 0; j < 512; j++) x[i][j] = rank + i + j;
+    args[i] = (cb_arg_t){&l, i};
+    if (ftc_iallreduce(x[i], x[i], 512, FTC_I64, FTC_SUM, comm, &reqs[i]) != FTC_OK)
+      return RANK_FAIL(rank, "iallreduce: %s", ftc_last_error());
+    if (ftc_request_on_complete(reqs[i], on_done, &args[i]) != FTC_OK)
+      return RANK_FAIL(rank, "on_complete: %s", ftc_last_error());
+  }
+  /* Nobody waits: the callbacks alone say the requests are done. */
+  if (cb_wait(&l, 3, 5000) != 3) return RANK_FAIL(rank, "%d of 3 callbacks ran", l.n);
+  for (int k = 0; k < 3; k++) {
+    if (l.order[k] != k) return RANK_FAIL(rank, "callback %d ran for request %d", k, l.order[k]);
+    if (l.st[k] != FTC_OK || l.req[k] != reqs[k]) return RANK_FAIL(rank, "callback %d: %s", k, ftc_strerror(l.st[k]));
+    if (pthread_equal(l.thread[k], pthread_self())) return RANK_FAIL(rank, "callback %d ran on the caller", k);
+    for (int j = 0; j < 512; j++)
+      if (x[k][j] != (int64_t)n * (n - 1) / 2 + (int64_t)n * (k + j))
+        return RANK_FAIL(rank, "request %d's result %d is %lld when its callback ran", k, j, (long long)x[k][j]);
+    int done = 0;
+    if (ftc_test(reqs[k], &done) != FTC_OK || !done) return RANK_FAIL(rank, "test after the callback");
+  }
+  /* One registered on a completed request runs here, before the call returns. */
+  args[3] = (cb_arg_t){&l, 3};
+  if (ftc_request_on_complete(reqs[0], on_done, &args[3]) != FTC_ERR_INVALID_ARGUMENT ||
+      !strstr(ftc_last_error(), "one per request"))
+    return RANK_FAIL(rank, "a second callback on one request was not refused");
+  ftc_request_t *late;
+  float y = 1;
+  if (ftc_iallreduce(&y, &y, 1, FTC_F32, FTC_SUM, comm, &late) != FTC_OK || ftc_wait(late, 5000) != FTC_OK)
+    return RANK_FAIL(rank, "iallreduce: %s", ftc_last_error());
+  if (ftc_request_on_complete(late, on_done, &args[3]) != FTC_OK || l.n != 4 ||
+      !pthread_equal(l.thread[3], pthread_self()) || l.order[3] != 3)
+    return RANK_FAIL(rank, "the callback of a completed request did not run on the caller before returning");
+  if (ftc_request_on_complete(late, NULL, NULL) != FTC_ERR_INVALID_ARGUMENT ||
+      ftc_request_on_complete(NULL, on_done, NULL) != FTC_ERR_INVALID_ARGUMENT)
+    return RANK_FAIL(rank, "a NULL request or function was not refused");
+  for (int i = 0; i < 3; i++) ftc_request_free(reqs[i]);
+  ftc_request_free(late);
+  return 0;
+}
+
+static void completion_callbacks_run_once_in_order_on_the_progress_thread(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(3, callbacks_body, NULL, NULL), 0);
+}
+
+static int callback_abort_body(ftc_comm_t *comm, int rank, int n, void *arg) {
+  (void)n, (void)arg;
+  if (rank == 1) {
+    usleep(400 * 1000);
+    return late_rank_sees_the_failure(comm, rank);
+  }
+  static cb_log_t l = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+  l.free_it = 1; /* the callback frees the request: nothing else holds it */
+  cb_arg_t a[2] = {{&l, 0}, {&l, 1}};
+  float x[2] = {1, 1};
+  for (int i = 0; i < 2; i++) {
+    ftc_request_t *req;
+    if (ftc_iallreduce(&x[i], &x[i], 1, FTC_F32, FTC_SUM, comm, &req) != FTC_OK ||
+        ftc_request_on_complete(req, on_done, &a[i]) != FTC_OK)
+      return RANK_FAIL(rank, "iallreduce: %s", ftc_last_error());
+  }
+  usleep(50 * 1000);
+  if (l.n != 0) return RANK_FAIL(rank, "a callback ran before the abort");
+  ftc_comm_abort(comm);
+  if (cb_wait(&l, 2, 2000) != 2) return RANK_FAIL(rank, "%d of 2 callbacks ran after the abort", l.n);
+  /* (the queued one may fail before the one the abort interrupts) */
+  if (l.order[0] + l.order[1] != 1) return RANK_FAIL(rank, "a callback ran twice");
+  for (int k = 0; k < 2; k++)
+    if (l.st[k] != FTC_ERR_ABORTED || !l.detail[k][0])
+      return RANK_FAIL(rank, "callback %d: %s, detail \"%s\"", k, ftc_strerror(l.st[k]), l.detail[k]);
+  return 0;
+}
+
+static void an_abort_runs_the_callbacks_of_pending_requests_with_its_status(void **state) {
+  (void)state;
+  assert_int_equal(harness_run(2, callback_abort_body, NULL, NULL), 0);
+}
+
 static int rebuild_body(ftc_comm_t *comm, int rank, int n, void *arg) {
   (void)arg;
   int32_t x = 1;
@@ -1357,6 +1533,8 @@ int main(void) {
       cmocka_unit_test(a_count_that_overflows_size_t_is_refused),
       cmocka_unit_test(roots_and_peers_out_of_range_are_refused),
       cmocka_unit_test(a_missing_request_pointer_or_bad_timeout_is_refused),
+      cmocka_unit_test(the_backend_line_never_truncates_silently),
+      cmocka_unit_test(a_failed_step_boundary_says_ftc_comm_step),
       cmocka_unit_test(create_without_a_coordinator_says_how_to_start),
       cmocka_unit_test(begin_finish_and_cancel_refuse_bad_input_and_time_out_from_finish),
       cmocka_unit_test(a_world_of_one_reports_rank_size_epoch),
@@ -1384,6 +1562,8 @@ int main(void) {
       cmocka_unit_test(a_timed_out_wait_fails_the_request_and_the_epoch),
       cmocka_unit_test(a_freed_request_still_completes_in_order),
       cmocka_unit_test(destroy_fails_pending_requests_with_aborted),
+      cmocka_unit_test(completion_callbacks_run_once_in_order_on_the_progress_thread),
+      cmocka_unit_test(an_abort_runs_the_callbacks_of_pending_requests_with_its_status),
       cmocka_unit_test(the_data_plane_can_be_rebuilt_for_a_new_epoch),
       cmocka_unit_test(the_recorder_sees_every_collective),
       cmocka_unit_test(creation_fails_cleanly_at_every_allocation_then_succeeds),

@@ -55,6 +55,25 @@ static void unset_fields_come_from_the_environment(void **state) {
   assert_int_equal(cfg.slot, 5);
 }
 
+/* The header says ftc_config_resolve reads the environment: a variable set
+ * after an earlier read (here by a first resolve) is seen, not a cached value. */
+static void a_setenv_after_an_earlier_resolve_is_seen(void **state) {
+  (void)state;
+  ftc_config_t cfg = FTC_CONFIG_INITIALIZER;
+  assert_int_equal(ftc_config_resolve(&cfg), FTC_OK);
+  assert_int_equal(cfg.timeout_ms, 600000);
+  setenv("FTCOMM_TIMEOUT_MS", "4321", 1);
+  setenv("FTCOMM_WORLD_SIZE", "3", 1);
+  ftc_config_t again = FTC_CONFIG_INITIALIZER;
+  assert_int_equal(ftc_config_resolve(&again), FTC_OK);
+  assert_int_equal(again.timeout_ms, 4321);
+  assert_int_equal(again.world_size, 3);
+  setenv("FTCOMM_TIMEOUT_MS", "soon", 1);
+  ftc_config_t bad = FTC_CONFIG_INITIALIZER;
+  assert_int_equal(ftc_config_resolve(&bad), FTC_ERR_CONFIG);
+  assert_non_null(strstr(ftc_last_error(), "FTCOMM_TIMEOUT_MS"));
+}
+
 static void explicit_fields_win_over_the_environment(void **state) {
   (void)state;
   setenv("FTCOMM_TIMEOUT_MS", "1234", 1);
@@ -245,6 +264,7 @@ int main(void) {
       cmocka_unit_test_setup(unset_fields_take_the_defaults, clean_env),
       cmocka_unit_test_setup(unset_fields_come_from_the_environment, clean_env),
       cmocka_unit_test_setup(explicit_fields_win_over_the_environment, clean_env),
+      cmocka_unit_test_setup(a_setenv_after_an_earlier_resolve_is_seen, clean_env),
       cmocka_unit_test_setup(a_non_numeric_variable_is_a_config_error_naming_it, clean_env),
       cmocka_unit_test_setup(an_out_of_range_variable_is_a_config_error_with_the_range, clean_env),
       cmocka_unit_test_setup(an_out_of_range_field_is_a_config_error_naming_its_variable, clean_env),

@@ -7,7 +7,10 @@
  * socket buffers; receives posted before any send; a send waited for before
  * the rank posts its receives; a ring of 3 ranks each posting 2 sends and
  * 2 receives to and from both neighbours in shuffled orders (200 rounds of
- * 12-byte messages, 6 of 4 MiB). A receive whose sender sent another count
+ * 12-byte messages, 6 of 4 MiB). Three ranks, every pair at once: every
+ * combination of the ranks' orders of one send and one receive per pair
+ * (24^3), every order of each rank for two per pair (2,520), drawn orders
+ * for three, and 64 MiB messages in the orders that stalled. A receive whose sender sent another count
  * or dtype fails with FTC_ERR_MISMATCH naming both instead of reading the
  * bytes as data.
  */
@@ -250,6 +253,150 @@ static void a_ring_of_three_in_shuffled_orders_completes(void **state) {
   assert_int_equal(harness_run(3, ring_body, &big, &opts), 0);
 }
 
+/* Three ranks, every pair: each rank posts k sends to and k receives from
+ * each of the other two, 4k operations in an order of its own. An order is
+ * a sequence of the four streams (send to the next rank, receive from it,
+ * send to the one after, receive from it), each k times: (4k)! / (k!)^4 of
+ * them, 24 for k = 1, 2,520 for k = 2, 369,600 for k = 3. */
+enum { TRI_MAX_K = 3, TRI_OPS = 4 * TRI_MAX_K };
+typedef unsigned char tri_order_t[TRI_OPS];
+
+static void tri_orders_rec(int k, int pos, int *left, tri_order_t cur, tri_order_t *out, int *n) {
+  if (pos == 4 * k) {
+    memcpy(out[(*n)++], cur, sizeof(tri_order_t));
+    return;
+  }
+  for (int s = 0; s < 4; s++)
+    if (left[s]) {
+      left[s]--, cur[pos] = (unsigned char)s;
+      tri_orders_rec(k, pos + 1, left, cur, out, n);
+      left[s]++;
+    }
+}
+
+/* Every order for k = 1 or 2 into out (room for 2,520); their number. */
+static int tri_orders(int k, tri_order_t *out) {
+  int left[4] = {k, k, k, k}, n = 0;
+  tri_order_t cur = {0};
+  tri_orders_rec(k, 0, left, cur, out, &n);
+  return n;
+}
+
+/* One round: post the 4k operations of `ord`, wait for them in posting
+ * order, check every receive (message m from peer p carries val(p, m * 10 +
+ * rank, ...): its order among p's sends to this rank). */
+static int tri_round(ftc_comm_t *comm, int rank, int k, size_t count, const unsigned char *ord, uint32_t **sb,
+                     uint32_t **rb, int round) {
+  const int peers[2] = {(rank + 1) % 3, (rank + 2) % 3};
+  ftc_request_t *req[TRI_OPS];
+  int next[4] = {0}, bad = 0, posted = 0;
+  for (int i = 0; i < 4 * k && !bad; i++) {
+    int stream = ord[i], pi = stream / 2, m = next[stream]++, buf = pi * TRI_MAX_K + m;
+    ftc_status_t st;
+    if (stream % 2 == 0) {
+      for (size_t j = 0; j < count; j++) sb[buf][j] = val(rank, m * 10 + peers[pi], j, round);
+      st = ftc_isend(sb[buf], count, FTC_I32, peers[pi], comm, &req[i]);
+    } else {
+      memset(rb[buf], 0, count * sizeof(uint32_t));
+      st = ftc_irecv(rb[buf], count, FTC_I32, peers[pi], comm, &req[i]);
+    }
+    if (st != FTC_OK) bad = RANK_FAIL(rank, "round %d: posting op %d: %s", round, i, ftc_last_error());
+    else posted++;
+  }
+  for (int i = 0; i < posted; i++) {
+    if (ftc_wait(req[i], 30000) != FTC_OK && !bad)
+      bad = RANK_FAIL(rank, "round %d (k %d, %zu elements): op %d (stream %d): %s", round, k, count, i, ord[i],
+                      ftc_last_error());
+    ftc_request_free(req[i]);
+  }
+  for (int pi = 0; pi < 2 && !bad; pi++)
+    for (int m = 0; m < k && !bad; m++)
+      for (size_t j = 0; j < count; j++)
+        if (rb[pi * TRI_MAX_K + m][j] != val(peers[pi], m * 10 + rank, j, round)) {
+          bad = RANK_FAIL(rank, "round %d (k %d): message %d from rank %d, element %zu is %u, want %u", round, k, m,
+                          peers[pi], j, rb[pi * TRI_MAX_K + m][j], val(peers[pi], m * 10 + rank, j, round));
+          break;
+        }
+  return bad;
+}
+
+typedef struct tri_arg {
+  int k;
+  size_t count;
+  int rounds; /* k = 3 and the large runs: rounds of orders drawn per rank; else the whole matrix */
+} tri_arg_t;
+
+static int tri_body(ftc_comm_t *comm, int rank, int n, void *argp) {
+  (void)n;
+  const tri_arg_t *a = argp;
+  static tri_order_t all[2520];
+  int no = a->k <= 2 ? tri_orders(a->k, all) : 0;
+  uint32_t *sb[2 * TRI_MAX_K], *rb[2 * TRI_MAX_K];
+  for (int i = 0; i < 2 * TRI_MAX_K; i++) sb[i] = malloc(a->count * 4), rb[i] = malloc(a->count * 4);
+  int bad = 0, round = 0;
+  if (a->k == 1 && !a->rounds) {
+    /* Every combination of the three ranks' orders: 24^3 rounds. */
+    for (int x = 0; x < no && !bad; x++)
+      for (int y = 0; y < no && !bad; y++)
+        for (int z = 0; z < no && !bad; z++, round++) {
+          int mine = rank == 0 ? x : rank == 1 ? y : z;
+          bad = tri_round(comm, rank, 1, a->count, all[mine], sb, rb, round);
+        }
+  } else if (a->k == 2 && !a->rounds) {
+    /* Every order of every rank, each once, against partners that vary:
+     * round i runs order i * {1, 11, 13}[rank] mod 2520 (11 and 13 are
+     * prime to 2520, so each rank goes through all of its orders). */
+    static const int mult[3] = {1, 11, 13};
+    for (round = 0; round < no && !bad; round++)
+      bad = tri_round(comm, rank, 2, a->count, all[(round * mult[rank]) % no], sb, rb, round);
+  } else {
+    /* Orders drawn per rank and round (the same draw on every run): a
+     * shuffle of the streams, each k times, in stream order within. */
+    for (round = 0; round < a->rounds && !bad; round++) {
+      unsigned char ord[TRI_OPS];
+      for (int i = 0; i < 4 * a->k; i++) ord[i] = (unsigned char)(i % 4);
+      unsigned seed = (unsigned)(rank * 7919 + round * 104729 + a->k);
+      for (int i = 4 * a->k - 1; i > 0; i--) {
+        seed = seed * 1103515245u + 12345u;
+        int j = (int)((seed >> 16) % (unsigned)(i + 1));
+        unsigned char t = ord[i];
+        ord[i] = ord[j], ord[j] = t;
+      }
+      if (round < 3) /* first the orders that stalled: every receive first, every send first, and mixed */
+        for (int i = 0; i < 4 * a->k; i++)
+          ord[i] = (unsigned char)((round == 0 || (round == 2 && rank == 1)) ? (i < 2 * a->k ? 1 + 2 * (i % 2) : 2 * (i % 2))
+                                                                           : (i < 2 * a->k ? 2 * (i % 2) : 1 + 2 * (i % 2)));
+      bad = tri_round(comm, rank, a->k, a->count, ord, sb, rb, round);
+    }
+  }
+  for (int i = 0; i < 2 * TRI_MAX_K; i++) free(sb[i]), free(rb[i]);
+  return bad;
+}
+
+static void three_ranks_every_combination_of_one_send_and_receive_per_pair(void **state) {
+  (void)state;
+  tri_arg_t a = {1, 3, 0};
+  assert_int_equal(harness_run(3, tri_body, &a, &opts), 0);
+}
+
+static void three_ranks_every_order_of_two_sends_and_receives_per_pair(void **state) {
+  (void)state;
+  tri_arg_t a = {2, 5, 0};
+  assert_int_equal(harness_run(3, tri_body, &a, &opts), 0);
+}
+
+static void three_ranks_three_sends_and_receives_per_pair_in_drawn_orders(void **state) {
+  (void)state;
+  tri_arg_t a = {3, 7, 3000};
+  assert_int_equal(harness_run(3, tri_body, &a, &opts), 0);
+}
+
+static void three_ranks_64_mib_messages_in_the_orders_that_stalled(void **state) {
+  (void)state;
+  tri_arg_t a = {1, 16u << 20, 4}; /* 64 MiB per message */
+  assert_int_equal(harness_run(3, tri_body, &a, &opts), 0);
+}
+
 /* A receive of another count than its send: both ends learn it, no byte is
  * taken as data, and the epoch is failed (the next call is refused). */
 static int p2p_mismatch_body(ftc_comm_t *comm, int rank, int n, void *arg) {
@@ -289,6 +436,10 @@ int main(void) {
       cmocka_unit_test(three_sends_and_receives_of_64_mib_complete_in_any_order),
       cmocka_unit_test(a_send_completes_while_an_earlier_receive_waits),
       cmocka_unit_test(a_ring_of_three_in_shuffled_orders_completes),
+      cmocka_unit_test(three_ranks_every_combination_of_one_send_and_receive_per_pair),
+      cmocka_unit_test(three_ranks_every_order_of_two_sends_and_receives_per_pair),
+      cmocka_unit_test(three_ranks_three_sends_and_receives_per_pair_in_drawn_orders),
+      cmocka_unit_test(three_ranks_64_mib_messages_in_the_orders_that_stalled),
       cmocka_unit_test(a_receive_of_another_count_fails_with_mismatch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -148,6 +148,26 @@ static void avg_reduces_as_sum(void **state) {
   assert_true(o == 12);
 }
 
+static void bitwise_ops_work_on_every_integer_type(void **state) {
+  (void)state;
+  int32_t a32[2] = {0x0ff0, -1}, b32[2] = {0x00ff, 6}, o32[2];
+  ftc__reduce(o32, a32, b32, 2, FTC_I32, FTC_BAND);
+  assert_true(o32[0] == 0x00f0 && o32[1] == 6);
+  ftc__reduce(o32, a32, b32, 2, FTC_I32, FTC_BOR);
+  assert_true(o32[0] == 0x0fff && o32[1] == -1);
+  ftc__reduce(o32, a32, b32, 2, FTC_I32, FTC_BXOR);
+  assert_true(o32[0] == 0x0f0f && o32[1] == ~6);
+  int64_t a64 = INT64_MIN | 5, b64 = 3, o64;
+  ftc__reduce(&o64, &a64, &b64, 1, FTC_I64, FTC_BXOR);
+  assert_true(o64 == (INT64_MIN | 6));
+  uint8_t a8[17], b8[17], o8[17]; /* past one vector's width */
+  for (int i = 0; i < 17; i++) a8[i] = (uint8_t)(i * 37), b8[i] = (uint8_t)(255 - i);
+  ftc__reduce(o8, a8, b8, 17, FTC_U8, FTC_BOR);
+  for (int i = 0; i < 17; i++) assert_int_equal(o8[i], (uint8_t)(a8[i] | b8[i]));
+  assert_string_equal(ftc_op_name(FTC_BAND), "band");
+  assert_string_equal(ftc_op_name(FTC_BXOR), "bxor");
+}
+
 static void dtype_sizes_and_names(void **state) {
   (void)state;
   assert_int_equal(ftc_dtype_size(FTC_F32), 4);
@@ -168,6 +188,7 @@ static void dtype_sizes_and_names(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(bitwise_ops_work_on_every_integer_type),
       cmocka_unit_test(f16_converts_exact_values_both_ways),
       cmocka_unit_test(f16_rounds_halfway_cases_to_even),
       cmocka_unit_test(f16_overflows_to_infinity_and_keeps_nan),

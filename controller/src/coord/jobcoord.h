@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "coordinator/coordinator.h"
+#include "ftc_coord.h"
 #include "ftc_recorder.h"
 #include "ftcomm.h"
 #include "retention.h"

@@ -33,7 +33,7 @@
 #include "ftc_error.h"
 #include "ftc_log.h"
 #include "ftc_time.h"
-#include "proto/proto.h"
+#include "ftc_proto_wire.h"
 
 #define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 #define WS_PROTOCOL FTC__PROTO_WS_NAME

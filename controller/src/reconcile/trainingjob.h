@@ -1,6 +1,6 @@
 /*
  * trainingjob.h - the TrainingJob reconciler: informers on TrainingJobs, on
- * the pods and token Secrets the controller manages (and on Nodes), a
+ * the pods the controller manages (and on Nodes), a
  * rate-limited work queue of job keys,
  * and worker threads ("ftck-worker-N") that bring each job's pods and status
  * in line with its spec: a token Secret, one pod per slot with the runtime
@@ -30,6 +30,7 @@ typedef struct ftck_reconciler_opts {
   int64_t resync_ms;
   int no_nodes;                /* 1: no Node informer (no RBAC on nodes); node loss is then
                                 * seen only when the pods fail or are deleted */
+  unsigned char token_key[32]; /* the key job tokens derive from (token.h) */
   ftck_coords_t *coords;       /* the embedded coordinators (borrowed; outlives the reconciler's
                                 * workers); NULL: pods are run without one (tests) */
 } ftck_reconciler_opts_t;
@@ -37,7 +38,7 @@ typedef struct ftck_reconciler_opts {
 typedef struct ftck_reconciler_stats {
   uint64_t reconciles_ok, reconciles_error;
   uint64_t pods_created, pods_deleted, replacements;
-  uint64_t remembered; /* records kept per job beside the caches: token, missing pods, deleted Secrets,
+  uint64_t remembered; /* records kept per job beside the caches: its token Secret made, missing pods,
                         * a restart of every pod in progress, the last pod refusal told in an Event */
 } ftck_reconciler_stats_t;
 
@@ -58,7 +59,7 @@ void ftck_reconciler_destroy(ftck_reconciler_t *r);
 
 void ftck_reconciler_get_stats(ftck_reconciler_t *r, ftck_reconciler_stats_t *out);
 ftck_workqueue_t *ftck_reconciler_queue(ftck_reconciler_t *r);
-/* 0 jobs, 1 pods, 2 nodes (NULL when opts.no_nodes), 3 the token Secrets; NULL beyond. */
+/* 0 jobs, 1 pods, 2 nodes (NULL when opts.no_nodes); NULL beyond. */
 ftck_informer_t *ftck_reconciler_informer(ftck_reconciler_t *r, int which);
 
 #endif

@@ -78,7 +78,7 @@ char *ftck_metrics_render(const ftck_metrics_src_t *src) {
       src->client ? (unsigned long long)ftck_client_connections(src->client) : 0ULL);
   put(&o, "# HELP ftcomm_controller_watch_restarts_total Watches restarted, by informer and reason (expired: 410 Gone).\n"
           "# TYPE ftcomm_controller_watch_restarts_total counter\n");
-  for (int w = 0; src->reconciler && w < 4; w++) {
+  for (int w = 0; src->reconciler && w < 3; w++) {
     ftck_informer_t *inf = ftck_reconciler_informer(src->reconciler, w);
     if (!inf) continue;
     ftck_informer_stats_t s;
@@ -93,7 +93,7 @@ char *ftck_metrics_render(const ftck_metrics_src_t *src) {
   }
   put(&o, "# HELP ftcomm_controller_lists_total Full lists done by each informer.\n"
           "# TYPE ftcomm_controller_lists_total counter\n");
-  for (int w = 0; src->reconciler && w < 4; w++) {
+  for (int w = 0; src->reconciler && w < 3; w++) {
     ftck_informer_t *inf = ftck_reconciler_informer(src->reconciler, w);
     if (!inf) continue;
     ftck_informer_stats_t s;

@@ -53,7 +53,8 @@ static const flag_t flags[] = {
     {"dump-retention", I(dump_retention, 1, 100000), "incidents kept per job, the newest (default 10)"},
     {"dump-ttl-after-deletion", D(dump_ttl_after_deletion_s), "how long the dump folder of a deleted TrainingJob stays, e.g. 7d, 36h, 90m; 0 keeps it forever (default 7d)"},
     {"dump-wait", I(dump_wait_s, 1, 3600), "seconds an incident waits for every rank's dump before it is analyzed (default 10; a rank writes and uploads its dump within about 1 s of the request)"},
-    {"token-check", I(token_check_s, 1, 86400), "deprecated, ignored: token Secrets are watched (a deleted one is made again at once)"},
+    {"token-check", I(token_check_s, 1, 86400), "deprecated, ignored: a deleted token Secret is made again before the next pod that needs it"},
+    {"token-key-secret", S(token_key_secret), "Secret in the controller's namespace (--lease-namespace) holding the key job tokens derive from; made at first start (default ftcomm-controller-token-key)"},
     {"analyzer", S(analyzer), "the ftcomm-trace binary (default: next to this one, else $PATH)"},
     {"leader-label", B(leader_label), "label this pod ftcomm.dev/leader=true while it leads, for the Service (default true; needs $POD_NAME)"},
 };
@@ -133,6 +134,7 @@ ftc_status_t ftck_options_parse(int argc, char **argv, ftck_options_t *o) {
   snprintf(o->listen_addr, sizeof o->listen_addr, ":8080");
   o->leader_elect = 1;
   snprintf(o->lease_name, sizeof o->lease_name, "ftcomm-controller");
+  snprintf(o->token_key_secret, sizeof o->token_key_secret, "ftcomm-controller-token-key");
   o->lease_duration_s = 15;
   o->renew_deadline_s = 10;
   o->retry_period_s = 2;

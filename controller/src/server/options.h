@@ -38,6 +38,7 @@ typedef struct ftck_options {
   int dump_wait_s;               /* how long an incident waits for the ranks' dumps */
   char analyzer[512];            /* ftcomm-trace; empty: next to the binary, else $PATH */
   int token_check_s;             /* --token-check: deprecated and ignored (0 unless given) */
+  char token_key_secret[254];    /* the token key Secret's name, in lease_namespace */
   int leader_label;              /* 1: label our own pod ftcomm.dev/leader=true while leading */
   char pod_name[256];            /* $POD_NAME: our pod (for the leader label) */
   char pod_namespace[256];       /* $POD_NAMESPACE: its namespace */

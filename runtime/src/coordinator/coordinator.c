@@ -12,7 +12,8 @@
  * queue, followed by lws_cancel_service() to wake the service thread. co->lock
  * is a leaf: nothing else is locked or called into lws while it is held.
  */
-#include "coordinator/coordinator.h"
+#include "ftc_coord.h"
+#include "coordinator/evloop.h"
 #include "coordinator/incident.h"
 
 #include <errno.h>
@@ -38,6 +39,13 @@
 /* A member's copies of one incident after its first (store_dump). */
 #define DUMP_MAX_COPIES 8
 #define MAX_QUEUED 4096 /* messages waiting for one session's writeable callback */
+/* World sizes from which lws looks sessions up by an index of the
+ * process's descriptor limit (ftc__coord_create). */
+#define FD_INDEX_MIN_WORLD 1024
+static const lws_retry_bo_t no_validity_timer; /* (zero: no ping, no hang-up) */
+/* A whole view at least this long goes deflated to ranks that said
+ * "deflate" (smaller ones: text, as their zlib header would not pay). */
+#define DEFLATE_MIN (16 * 1024)
 #define MAX_INCIDENTS 8 /* records kept up to date (incident.json); older ones stay as written */
 
 /* M_STANDBY: said hello with "standby" (ftc_comm_create_begin): it holds its
@@ -63,6 +71,7 @@ typedef struct member {
    * reconnecting rank's view by a restarted coordinator). */
   int dataplane;
   int delta;            /* its hello said "delta": it takes view deltas */
+  int deflate;          /* its hello said "deflate": a big whole view goes deflated */
   uint64_t sent_epoch;  /* the epoch of the last view (whole or delta) queued to it */
   uint64_t in_epoch;    /* the last epoch this coordinator formed with it */
   int sent_state;       /* its "fresh" state as that epoch's view wrote it */
@@ -114,6 +123,7 @@ struct ftc__coord {
   int world_size, min_size, heartbeat_ms, hb_timeout_ms, hello_timeout_s;
   int port;
   struct lws_context *ctx;
+  ftc__evloop_t ev; /* the loop the service thread waits in (epoll, or poll: ev.loop NULL) */
   struct lws_protocols protocols[3];
   unsigned char *tx_scratch; /* LWS_PRE + WRITE_PIECE: a piece of a shared frame (on_writeable) */
   pthread_t thread;
@@ -135,6 +145,9 @@ struct ftc__coord {
                                  * formed: the buffers swap), also for a member that asks for
                                  * it whole (view_request: a change did not apply there) */
   int nepoch_drops, epoch_drops_cap;
+  uint64_t *epoch_left; /* the current epoch's "left" (left_ids when it was formed: swapped
+                         * the same way), for a member that asks for it whole */
+  int nepoch_left, epoch_left_cap;
   int lost_since_epoch; /* ... and not by a clean leave */
   uint64_t epoch, max_known_epoch, next_id;
   int formed; /* this coordinator has announced an epoch */
@@ -377,9 +390,18 @@ static void send_current_view(ftc__coord_t *co, session_t *s) {
     }
     wm[r] = wire_member(m, r, m->joined_epoch);
   }
-  /* With the verdict the epoch came with, so that a rank that asked for it
-   * whole records the same reasons as the others. */
-  send_msg(s, with_epoch_verdict(co, ftc__proto_view(co->epoch, wm, co->view_n, NULL)), 0);
+  /* With the verdict and the "left" the epoch came with, so that a rank
+   * that asked for it whole records the same reasons as the others. */
+  json_t *v = with_epoch_verdict(co, ftc__proto_view(co->epoch, wm, co->view_n, NULL));
+  if (s->m && s->m->deflate) {
+    ftc__frame_t *f = ftc__proto_encode(v, LWS_PRE);
+    ftc__frame_t *fz = f && f->len >= DEFLATE_MIN ? ftc__proto_deflate(f, LWS_PRE) : NULL;
+    if (fz) ftc__frame_release(f), f = fz;
+    if (!f || queue_ref(s, f) != 0) kill_session(s);
+    ftc__frame_release(f);
+  } else {
+    send_msg(s, v, 0);
+  }
   if (s->m) s->m->sent_epoch = co->epoch;
   ftc__free(wm);
   if (co->backend_blob && co->backend_epoch == co->epoch)
@@ -494,8 +516,10 @@ static ftc__wire_dropped_t *epoch_wire_drops(const ftc__coord_t *co) {
   return wd;
 }
 
-/* v with the current epoch's verdict (out of memory: without it). */
+/* v with the current epoch's verdict and the members that left before it
+ * (out of memory: without the verdict). */
 static json_t *with_epoch_verdict(const ftc__coord_t *co, json_t *v) {
+  v = ftc__proto_view_left(v, co->epoch_left, co->nepoch_left);
   ftc__wire_dropped_t *wd = v ? epoch_wire_drops(co) : NULL;
   if (wd) v = ftc__proto_view_dropped(v, wd, co->nepoch_drops);
   ftc__free(wd);
@@ -746,7 +770,7 @@ static void maybe_form_epoch(ftc__coord_t *co) {
   }
   ftc__frame_t *df = prev && co->sent_of == prev && nwhole < n
                          ? encode_delta(co, e, prev, wm, n, wd) : NULL;
-  ftc__frame_t *f = NULL;
+  ftc__frame_t *f = NULL, *fz = NULL;
   if (nwhole || !df) {
     json_t *v = ftc__proto_view_left(ftc__proto_view(e, wm, n, NULL), co->left_ids, co->nleft);
     if (wd) v = ftc__proto_view_dropped(v, wd, co->nepoch_drops); /* out of memory: no verdict */
@@ -754,8 +778,18 @@ static void maybe_form_epoch(ftc__coord_t *co) {
     if (!f)
       FTC_ERROR(FTC_SUB_COORD, "job %s: out of memory encoding epoch %llu; closing sessions",
                 co->job, (unsigned long long)e);
+    /* Deflated once for every rank that takes it so (out of memory: text). */
+    int want_z = 0;
+    for (int r = 0; f && f->len >= DEFLATE_MIN && !want_z && r < n; r++) {
+      const member_t *m = co->view[r];
+      want_z = m->sess && m->deflate && !(df && m->delta && m->sent_epoch == prev);
+    }
+    if (want_z) fz = ftc__proto_deflate(f, LWS_PRE);
   }
-  co->nleft = 0;
+  uint64_t *was_left = co->epoch_left;
+  int was_left_cap = co->epoch_left_cap;
+  co->epoch_left = co->left_ids, co->epoch_left_cap = co->left_cap, co->nepoch_left = co->nleft;
+  co->left_ids = was_left, co->left_cap = was_left_cap, co->nleft = 0;
   ftc__free(wd);
   remember_sent(co, e, wm, n);
   ftc__free(wm);
@@ -768,13 +802,14 @@ static void maybe_form_epoch(ftc__coord_t *co) {
     member_t *m = co->view[r];
     session_t *s = m->sess;
     if (!s) continue;
-    ftc__frame_t *use = df && m->delta && m->sent_epoch == prev ? df : f;
+    ftc__frame_t *use = df && m->delta && m->sent_epoch == prev ? df : fz && m->deflate ? fz : f;
     if (!use || queue_ref(s, use) != 0)
       kill_session(s);
     else
       m->sent_epoch = e;
   }
   ftc__frame_release(f);
+  ftc__frame_release(fz);
   ftc__frame_release(df);
   send_prospect(co); /* standby members still waiting: the epoch after this one */
 }
@@ -884,6 +919,7 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
       back->pid = h->pid;
       back->dataplane = h->dataplane; /* the same process: admitted with it before */
       back->delta = h->delta;
+      back->deflate = h->deflate;
       back->sent_epoch = h->known_epoch; /* what it holds, whatever was queued before */
       back->probes = h->probes;
       back->last_seen_ns = ftc__now_ns();
@@ -950,6 +986,7 @@ static void handle_hello(ftc__coord_t *co, session_t *s, const ftc__hello_t *h) 
   m->pid = h->pid;
   m->dataplane = h->dataplane;
   m->delta = h->delta;
+  m->deflate = h->deflate;
   m->probes = h->probes;
   m->last_seen_ns = ftc__now_ns();
   snprintf(m->addr, sizeof(m->addr), "%s", h->addr);
@@ -1019,12 +1056,15 @@ static void send_prospect(ftc__coord_t *co) {
   if (!f) return;
   FTC_DEBUG(FTC_SUB_COORD, "job %s: prospect of epoch %llu with %d members (%d standby)",
             co->job, (unsigned long long)e, n, standby);
+  /* A whole list, as a view: deflated once for the ranks that take it so. */
+  ftc__frame_t *fz = f->len >= DEFLATE_MIN ? ftc__proto_deflate(f, LWS_PRE) : NULL;
   for (int r = 0; r < co->view_n; r++) {
     member_t *m = co->view[r];
     session_t *s = m->sess;
     if (s && m->dataplane >= FTC__PROTO_DATAPLANE_PROSPECT)
-      (void)queue_ref(s, f); /* (out of memory: that rank connects at the join) */
+      (void)queue_ref(s, fz && m->deflate ? fz : f); /* (out of memory: it connects at the join) */
   }
+  ftc__frame_release(fz);
   ftc__frame_release(f);
 }
 
@@ -1812,7 +1852,8 @@ static int on_receive(ftc__coord_t *co, session_t *s, const void *in, size_t len
 static int write_piece(ftc__coord_t *co, session_t *s, ftc__frame_t *f) {
   const ftc__frame_t *b = f->ref ? f->ref : f;
   size_t left = b->len - s->tx_off, n = left < WRITE_PIECE ? left : WRITE_PIECE;
-  int flags = (s->tx_off ? LWS_WRITE_CONTINUATION : LWS_WRITE_TEXT) | (n < left ? LWS_WRITE_NO_FIN : 0);
+  int flags = (s->tx_off ? LWS_WRITE_CONTINUATION : b->binary ? LWS_WRITE_BINARY : LWS_WRITE_TEXT) |
+              (n < left ? LWS_WRITE_NO_FIN : 0);
   unsigned char *p = (unsigned char *)b->buf + LWS_PRE + s->tx_off;
   if (f->ref || s->tx_off) {
     memcpy(co->tx_scratch + LWS_PRE, p, n);
@@ -2079,7 +2120,7 @@ static void *service_main(void *arg) {
   ftc__coord_t *co = arg;
   pthread_setname_np(pthread_self(), "ftc-coord"); /* (by itself: see engine.c) */
   while (!__atomic_load_n(&co->stop, __ATOMIC_ACQUIRE)) {
-    if (lws_service(co->ctx, 0) < 0) break;
+    if (ftc__evloop_service(&co->ev, co->ctx) < 0) break;
   }
   return NULL;
 }
@@ -2190,7 +2231,31 @@ ftc_status_t ftc__coord_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out) 
    * member plus joiners, reconnects and refused strangers in flight. */
   int fds = 4 * (cfg->world_size > 0 ? cfg->world_size : 1) + 64;
   info.fd_limit_per_thread = (unsigned int)(fds < 256 ? 256 : fds);
-  co->ctx = lws_create_context(&info);
+  /* Below the process's limit, lws finds a session from its descriptor
+   * by walking that table on every event (wsi_from_fd); at or above it, by
+   * indexing a table the size of the limit (16 bytes a descriptor: 16 MiB
+   * under 2^20). A job of thousands of ranks takes the index. */
+  if (cfg->world_size >= FD_INDEX_MIN_WORLD) info.fd_limit_per_thread = 0;
+  /* No lws validity timer: lws re-files a session's timer in a sorted list
+   * on every message it receives (a walk of up to every session: at 16,384
+   * members 90% of the thread's time), to ping after 300 s of silence;
+   * the coordinator's own heartbeat timeout covers a silent member. */
+  info.retry_and_idle_policy = &no_validity_timer;
+  int asked = ftc__evloop_open(&co->ev);
+  if (asked > 0) {
+    struct lws_context_creation_info ev_info = info;
+    ftc__evloop_setup(&co->ev, &ev_info);
+    co->ctx = lws_create_context(&ev_info);
+    if (!co->ctx) {
+      ftc__evloop_close(&co->ev);
+      snprintf(co->ev.why, sizeof(co->ev.why),
+               "libwebsockets did not take the libev loop (install libwebsockets-evlib-ev)");
+    }
+  }
+  if (!co->ctx && asked == 0)
+    FTC_WARN(FTC_SUB_COORD, "job %s: the coordinator waits in poll(2), which costs a walk of "
+             "every session per wake-up: %s", co->job, co->ev.why);
+  if (!co->ctx) co->ctx = lws_create_context(&info);
   if (!co->ctx) {
     st = ftc__error(FTC_ERR_SYSTEM,
                     "the coordinator cannot listen on %s port %d (address in use or not local?)",
@@ -2213,8 +2278,8 @@ ftc_status_t ftc__coord_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out) 
   }
   char where[FTC__ADDR_MAX];
   ftc__addr_join(co->bind_host, co->port, where, sizeof(where));
-  FTC_INFO(FTC_SUB_COORD, "job %s: coordinator listening on %s for %d ranks (min %d)", co->job,
-           where, co->world_size, co->min_size);
+  FTC_INFO(FTC_SUB_COORD, "job %s: coordinator listening on %s for %d ranks (min %d, %s)",
+           co->job, where, co->world_size, co->min_size, ftc__evloop_name(&co->ev));
   *out = co;
   return FTC_OK;
 
@@ -2222,6 +2287,7 @@ out_destroy_context:
   co->stopping = 1;
   lws_context_destroy(co->ctx);
 out_destroy_lock:
+  ftc__evloop_close(&co->ev);
   ftc__free(co->pub_view.members);
   pthread_mutex_destroy(&co->lock);
   free_config(co);
@@ -2230,6 +2296,8 @@ out_destroy_lock:
 }
 
 int ftc__coord_port(const ftc__coord_t *co) { return co->port; }
+
+const char *ftc__coord_loop(const ftc__coord_t *co) { return ftc__evloop_name(&co->ev); }
 
 ftc_status_t ftc__coord_get_view(ftc__coord_t *co, ftc__coord_view_t **out) {
   if (!co || !out) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "get_view: NULL argument");
@@ -2320,6 +2388,7 @@ void ftc__coord_destroy(ftc__coord_t *co) {
   pthread_join(co->thread, NULL);
   co->stopping = 1;
   lws_context_destroy(co->ctx);
+  ftc__evloop_close(&co->ev);
   coord_free(co);
 }
 
@@ -2348,6 +2417,7 @@ static void coord_free(ftc__coord_t *co) {
   ftc__free(co->pub_view.members);
   ftc__free(co->backend_blob);
   ftc__free(co->left_ids);
+  ftc__free(co->epoch_left);
   ftc__free(co->drops);
   ftc__free(co->epoch_drops);
   ftc__free(co->sent);

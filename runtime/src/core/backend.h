@@ -72,6 +72,8 @@ enum { FTC__PEER_DATA = 0, FTC__PEER_GOODBYE = 1, FTC__PEER_QUIET = 2, FTC__PEER
 
 typedef struct ftc__backend_ops {
   const char *name; /* "tcp", "nccl": FTCOMM_BACKEND, logs and dumps */
+  const char *no_bitwise; /* non-NULL: its reductions lack FTC_BAND/BOR/BXOR, which the
+                           * calls refuse (FTC_ERR_NOT_SUPPORTED) with this as the reason */
   /* Optional (NULL: always usable): FTC_OK when the backend can run here;
    * else the status and ftc_last_error() saying what is missing.
    * FTCOMM_BACKEND=<name> probes with auto 0 and fails with the answer;

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "core/comm.h"
+#include "core/reduce.h"
 #include "ftc_error.h"
 
 typedef struct check {
@@ -30,10 +31,19 @@ static ftc_status_t check_dtype(const check_t *c, ftc_dtype_t dtype) {
   return FTC_OK;
 }
 
-static ftc_status_t check_op(const check_t *c, ftc_op_t op) {
+static ftc_status_t check_op(const check_t *c, ftc_op_t op, ftc_dtype_t dtype) {
   if ((int)op < 0 || op >= FTC_OP_COUNT)
-    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "%s: op %d is not an ftc_op_t; use FTC_SUM .. FTC_AVG",
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "%s: op %d is not an ftc_op_t; use FTC_SUM .. FTC_BXOR",
                       c->name, (int)op);
+  if (ftc__op_is_bitwise(op) && !ftc__dtype_is_integer(dtype))
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                      "%s: op %s is bitwise and takes an integer dtype (i32, i64, u8), not %s",
+                      c->name, ftc_op_name(op), ftc_dtype_name(dtype));
+  if (ftc__op_is_bitwise(op) && c->comm->be && c->comm->be->no_bitwise)
+    return ftc__error(FTC_ERR_NOT_SUPPORTED,
+                      "%s: op %s on the %s backend: %s; run this communicator on FTCOMM_BACKEND=tcp, "
+                      "or for 0/1 flags use FTC_MIN (and) or FTC_MAX (or)",
+                      c->name, ftc_op_name(op), c->comm->be->name, c->comm->be->no_bitwise);
   return FTC_OK;
 }
 
@@ -60,13 +70,21 @@ static ftc_status_t check_rank(const check_t *c, int r, const char *what) {
   return FTC_OK;
 }
 
-static ftc_status_t check_timeout(const check_t *c, int timeout_ms) {
+ftc_status_t ftc__check_timeout(const char *fn, int timeout_ms) {
+  if (timeout_ms == 0)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                      "%s: timeout_ms 0 would fail the operation, and the epoch with it, unless it had "
+                      "already completed; use milliseconds > 0, FTC_TIMEOUT_DEFAULT or FTC_TIMEOUT_INFINITE "
+                      "(ftc_test polls a request)",
+                      fn);
   if (timeout_ms < FTC_TIMEOUT_INFINITE)
     return ftc__error(FTC_ERR_INVALID_ARGUMENT,
-                      "%s: timeout_ms %d; use milliseconds >= 0, FTC_TIMEOUT_DEFAULT or FTC_TIMEOUT_INFINITE",
-                      c->name, timeout_ms);
+                      "%s: timeout_ms %d; use milliseconds > 0, FTC_TIMEOUT_DEFAULT or FTC_TIMEOUT_INFINITE", fn,
+                      timeout_ms);
   return FTC_OK;
 }
+
+static ftc_status_t check_timeout(const check_t *c, int timeout_ms) { return ftc__check_timeout(c->name, timeout_ms); }
 
 static ftc_status_t check_req(const check_t *c, ftc_request_t **req) {
   if (!req) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "%s: req is NULL; pass &request", c->name);
@@ -80,7 +98,7 @@ static ftc_status_t prep_allreduce(check_t *c, const char *name, const void *sen
   ftc_status_t st;
   if ((st = check_comm(c, name, comm)) != FTC_OK) return st;
   if ((st = check_dtype(c, dtype)) != FTC_OK) return st;
-  if ((st = check_op(c, op)) != FTC_OK) return st;
+  if ((st = check_op(c, op, dtype)) != FTC_OK) return st;
   if ((st = check_count(c, count, dtype, 1)) != FTC_OK) return st;
   if ((st = check_buf(c, sendbuf, count, "sendbuf")) != FTC_OK) return st;
   if ((st = check_buf(c, recvbuf, count, "recvbuf")) != FTC_OK) return st;
@@ -107,7 +125,7 @@ static ftc_status_t prep_reduce(check_t *c, const char *name, const void *sendbu
   ftc_status_t st;
   if ((st = check_comm(c, name, comm)) != FTC_OK) return st;
   if ((st = check_dtype(c, dtype)) != FTC_OK) return st;
-  if ((st = check_op(c, op)) != FTC_OK) return st;
+  if ((st = check_op(c, op, dtype)) != FTC_OK) return st;
   if ((st = check_count(c, count, dtype, 1)) != FTC_OK) return st;
   if ((st = check_rank(c, root, "root")) != FTC_OK) return st;
   if ((st = check_buf(c, sendbuf, count, "sendbuf")) != FTC_OK) return st;
@@ -135,7 +153,7 @@ static ftc_status_t prep_reduce_scatter(check_t *c, const char *name, const void
   ftc_status_t st;
   if ((st = check_comm(c, name, comm)) != FTC_OK) return st;
   if ((st = check_dtype(c, dtype)) != FTC_OK) return st;
-  if ((st = check_op(c, op)) != FTC_OK) return st;
+  if ((st = check_op(c, op, dtype)) != FTC_OK) return st;
   if ((st = check_count(c, count, dtype, (size_t)c->size)) != FTC_OK) return st;
   if ((st = check_buf(c, sendbuf, count, "sendbuf")) != FTC_OK) return st;
   if ((st = check_buf(c, recvbuf, count, "recvbuf")) != FTC_OK) return st;

@@ -75,15 +75,15 @@ static void comm_free(ftc_comm_t *c) {
   ftc_rec_destroy(c->rec);
   if (c->member) ftc__member_close(c->member);
   if (c->listen_fd >= 0) close(c->listen_fd);
-  if (c->wake_fd >= 0) close(c->wake_fd);
-  if (c->wd_fd >= 0) close(c->wd_fd);
+  if (c->eng.wake_fd >= 0) close(c->eng.wake_fd);
+  if (c->wd.fd >= 0) close(c->wd.fd);
   if (c->intr_fd >= 0) close(c->intr_fd);
   view_copy_free(c->view);
   view_copy_free(c->prev_view);
-  pthread_mutex_destroy(&c->wd_cap_mu);
-  pthread_mutex_destroy(&c->wd_mu);
+  pthread_mutex_destroy(&c->wd.cap_mu);
+  pthread_mutex_destroy(&c->wd.mu);
   ftc__free(c->p2p_seq);
-  ftc__free(c->split);
+  ftc__free(c->tree.members);
   for (size_t i = 0; i < sizeof(c->strs) / sizeof(c->strs[0]); i++) ftc__free(c->strs[i]);
   pthread_mutex_destroy(&c->lock);
   ftc__free(c);
@@ -135,12 +135,12 @@ static ftc_status_t comm_new(const ftc_config_t *cfg_in, ftc_comm_t **out) {
   ftc_comm_t *c = ftc__calloc(1, sizeof(*c));
   if (!c) return ftc__error(FTC_ERR_NO_MEMORY, "allocating a communicator");
   c->listen_fd = -1;
-  c->wake_fd = -1;
-  c->wd_fd = -1;
+  c->eng.wake_fd = -1;
+  c->wd.fd = -1;
   c->intr_fd = -1;
   pthread_mutex_init(&c->lock, NULL);
-  pthread_mutex_init(&c->wd_mu, NULL);
-  pthread_mutex_init(&c->wd_cap_mu, NULL);
+  pthread_mutex_init(&c->wd.mu, NULL);
+  pthread_mutex_init(&c->wd.cap_mu, NULL);
   ftc__fault_init();
   c->cfg = cfg;
   const char **fields[] = {&c->cfg.job, &c->cfg.coordinator, &c->cfg.token, &c->cfg.backend,
@@ -165,10 +165,10 @@ static ftc_status_t comm_new(const ftc_config_t *cfg_in, ftc_comm_t **out) {
   if ((st = comm_use_backend(c, be)) != FTC_OK) goto out_free;
   c->connect_timeout_ms = c->cfg.connect_timeout_ms;
   c->joiner_pending = cfg.joiner == 1;
-  c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  c->wd_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  c->eng.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  c->wd.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   c->intr_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (c->wake_fd < 0 || c->wd_fd < 0 || c->intr_fd < 0) {
+  if (c->eng.wake_fd < 0 || c->wd.fd < 0 || c->intr_fd < 0) {
     st = ftc__error(FTC_ERR_SYSTEM, "eventfd: %s", strerror(errno));
     goto out_free;
   }
@@ -313,7 +313,7 @@ ftc_status_t ftc__comm_connect_view(ftc_comm_t *comm, const ftc__view_t *view) {
   comm->settling = 0;
   __atomic_store_n(&comm->settled, 0, __ATOMIC_RELEASE);
   ftc_rec_set_epoch(comm->rec, view->epoch, view->my_rank, view->size);
-  if (comm->parent) return FTC_OK; /* the process's identity in dumps is its parent's */
+  if (comm->tree.parent) return FTC_OK; /* the process's identity in dumps is its parent's */
   ftc_rec_process_info_t info = FTC_REC_PROCESS_INFO_INIT;
   info.rank = view->my_rank;
   info.world_size = view->size;
@@ -340,9 +340,9 @@ static ftc_status_t comm_bring_up(ftc_comm_t *c, const ftc__view_t *view) {
   c->host.rec = c->rec;
   char prefix[64];
   snprintf(prefix, sizeof(prefix), "rank %d", view->my_rank);
-  if (!c->parent) ftc__log_set_prefix(prefix);
+  if (!c->tree.parent) ftc__log_set_prefix(prefix);
   if ((st = ftc__comm_connect_view(c, view)) != FTC_OK) return st;
-  if (c->parent) goto out_start;
+  if (c->tree.parent) goto out_start;
   ftc_rec_process_info_t info = FTC_REC_PROCESS_INFO_INIT;
   info.job = c->cfg.job;
   info.backend = c->be->name;
@@ -402,8 +402,8 @@ ftc_status_t ftc__comm_create_child(ftc_comm_t *parent, const ftc__view_t *view,
     return st;
   }
   c->listen_fd = listen_fd;
-  c->parent = parent; /* linked to the parent's children by the caller (split.c) */
-  c->parent_epoch = view->epoch;
+  c->tree.parent = parent; /* linked to the parent's children by the caller (split.c) */
+  c->tree.parent_epoch = view->epoch;
   if ((st = ftc_rec_create(c->cfg.recorder_entries, comm_id, name, view->epoch, view->my_rank,
                            view->size, &c->rec)) != FTC_OK)
     goto out_free;
@@ -412,7 +412,7 @@ ftc_status_t ftc__comm_create_child(ftc_comm_t *parent, const ftc__view_t *view,
   return FTC_OK;
 
 out_free:
-  c->parent = NULL; /* (not linked yet) */
+  c->tree.parent = NULL; /* (not linked yet) */
   comm_free(c);
   return st;
 }
@@ -500,11 +500,11 @@ static ftc_status_t comm_finish(ftc_comm_t *c, int64_t t0) {
   if ((st = ftc__member_finish(&c->member)) != FTC_OK) goto out_free;
   int64_t left_ms = c->cfg.connect_timeout_ms - (ftc__now_ns() - t0) / 1000000;
   if (left_ms < 1) left_ms = 1;
-  ftc__member_set_notify(c->member, c->wd_fd);
+  ftc__member_set_notify(c->member, c->wd.fd);
   /* A view that admits a joiner wakes the idle progress thread directly (it
    * connects to the joiner early; engine.c, idle_wait): one thread hop less
    * than through the watchdog, which still checks every view. */
-  if (c->spares && c->be->early_start) ftc__member_set_view_notify(c->member, c->wake_fd);
+  if (c->spares && c->be->early_start) ftc__member_set_view_notify(c->member, c->eng.wake_fd);
   uint64_t after = 0;
   for (;;) {
     if ((st = ftc__member_wait_view(c->member, after, (int)left_ms, &view)) != FTC_OK) goto out_free;
@@ -518,7 +518,7 @@ static ftc_status_t comm_finish(ftc_comm_t *c, int64_t t0) {
     left_ms = c->cfg.connect_timeout_ms - (ftc__now_ns() - t0) / 1000000;
     /* FTC_ERR_CONFIG: a peer's settings differ from this rank's (the
      * handshake said which); a later epoch would not change them. */
-    if (c->thread_started || left_ms < 1 || st == FTC_ERR_NO_MEMORY ||
+    if (c->eng.thread_started || left_ms < 1 || st == FTC_ERR_NO_MEMORY ||
         st == FTC_ERR_INVALID_ARGUMENT || st == FTC_ERR_CONFIG)
       goto out_free;
     FTC_INFO(FTC_SUB_RECOVERY, "connecting epoch %llu failed (%s); waiting for a later epoch",
@@ -666,8 +666,8 @@ void ftc__comm_fail_quiet(ftc_comm_t *comm, ftc_status_t why, const char *detail
     FTC_WARN(FTC_SUB_COLL, "epoch %llu failed: %s: %s", (unsigned long long)comm->epoch,
              ftc_strerror(why), detail ? detail : "");
     ftc__watchdog_kick(comm);
-    if (__builtin_expect(__atomic_load_n(&comm->children, __ATOMIC_RELAXED) ||
-                             __atomic_load_n(&comm->parent, __ATOMIC_RELAXED), 0))
+    if (__builtin_expect(__atomic_load_n(&comm->tree.children, __ATOMIC_RELAXED) ||
+                             __atomic_load_n(&comm->tree.parent, __ATOMIC_RELAXED), 0))
       ftc__split_failed(comm, why, detail);
   }
 }
@@ -693,8 +693,8 @@ int ftc__comm_fail_epoch(ftc_comm_t *comm, uint64_t epoch, ftc_status_t why, con
     FTC_WARN(FTC_SUB_COLL, "epoch %llu failed: %s: %s", (unsigned long long)epoch, ftc_strerror(why),
              detail ? detail : "");
     ftc__watchdog_kick(comm);
-    if (__builtin_expect(__atomic_load_n(&comm->children, __ATOMIC_RELAXED) ||
-                             __atomic_load_n(&comm->parent, __ATOMIC_RELAXED), 0))
+    if (__builtin_expect(__atomic_load_n(&comm->tree.children, __ATOMIC_RELAXED) ||
+                             __atomic_load_n(&comm->tree.parent, __ATOMIC_RELAXED), 0))
       ftc__split_failed(comm, why, detail);
   }
   return 1;
@@ -704,7 +704,7 @@ ftc_status_t ftc__comm_gate(ftc_comm_t *comm) {
   if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
     return ftc__error(FTC_ERR_ABORTED, "the communicator was aborted; destroy it");
   int e = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
-  if (__builtin_expect(__atomic_load_n(&comm->parent, __ATOMIC_RELAXED) != NULL, 0) && !e)
+  if (__builtin_expect(__atomic_load_n(&comm->tree.parent, __ATOMIC_RELAXED) != NULL, 0) && !e)
     return ftc__split_gate(comm);
   if (e)
     return ftc__error(FTC_ERR_REVOKED,
@@ -802,9 +802,18 @@ ftc_status_t ftc_comm_set_stream(ftc_comm_t *comm, void *stream) {
 ftc_status_t ftc_comm_backend(const ftc_comm_t *comm, char *buf, size_t len) {
   if (!comm || !buf || !len)
     return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_backend: NULL argument");
+  char full[1024];
   if (comm->be->describe)
-    comm->be->describe(buf, len);
+    comm->be->describe(full, sizeof full);
   else
-    snprintf(buf, len, "%s", comm->be->name);
+    snprintf(full, sizeof full, "%s", comm->be->name);
+  size_t need = strlen(full) + 1;
+  if (need > len) {
+    memcpy(buf, full, len - 1); /* what fits, terminated */
+    buf[len - 1] = '\0';
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_backend: buf of %zu bytes is too short; the description needs %zu",
+                      len, need);
+  }
+  memcpy(buf, full, need);
   return FTC_OK;
 }

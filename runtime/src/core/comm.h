@@ -3,15 +3,23 @@
  * (comm.c), the progress engine and requests (engine.c) and the collective
  * entry points (coll.c).
  *
- * Lock order: comm->wd_cap_mu -> comm->lock -> req->mu; wd_cap_mu is also
- * held while calling the membership client and the recorder (their locks
- * are leaves); comm->wd_mu is a leaf. Neither
- * comm->lock nor req->mu is held while a collective runs. comm->busy says
- * one thread (the progress thread, or the application thread on the direct
- * path) owns the data plane; only that thread runs operations on comm->bh,
- * the backend's handle for the epoch (comm->be, core/backend.h). Abort and
- * failure only interrupt it (be->interrupt, under
- * comm->lock); the watchdog reads be->failed_peer/peer_left under it.
+ * Lock order: comm->wd.cap_mu -> comm->lock -> req->mu; the process's split
+ * lock (split.c) -> comm->lock; wd.cap_mu is also held while calling the
+ * membership client and the recorder (their locks are leaves); comm->wd.mu
+ * is a leaf. Neither comm->lock nor req->mu is held while a collective
+ * runs. comm->eng.busy says one thread (the progress thread, or the
+ * application thread on the direct path) owns the data plane; only that
+ * thread runs operations on comm->bh, the backend's handle for the epoch
+ * (comm->be, core/backend.h). Abort and failure only interrupt it
+ * (be->interrupt, under comm->lock); the watchdog reads
+ * be->failed_peer/peer_left under it.
+ *
+ * struct ftc_comm is grouped by what guards each part: the configuration
+ * (fixed once created), the epoch and its data plane (atomics for the query
+ * calls; comm->lock; the data plane's owner), the request queue and the
+ * progress thread (eng: comm->lock), the watchdog and recovery (wd: wd.mu,
+ * wd.cap_mu or the watchdog thread, as each field says) and the
+ * sub-communicator links (tree: the split lock).
  */
 #ifndef FTC_CORE_COMM_H
 #define FTC_CORE_COMM_H
@@ -38,28 +46,39 @@ struct ftc_request {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   const ftc__view_t *rebuild_view; /* internal rebuild request: the new view */
+  ftc_request_callback_t cb; /* under mu: ftc_request_on_complete's, until it runs */
+  void *cb_arg;
+  int cb_set;                /* under mu: a callback was registered (one per request) */
   struct ftc_request *next;
 };
 
 enum { REQ_QUEUED = 0, REQ_RUNNING = 1, REQ_DONE = 2 };
 
 struct ftc_comm {
+  /* The configuration: set at creation, read by any thread after. */
   ftc_config_t cfg;       /* resolved; strings point at the copies below */
   char *strs[8];          /* owned copies of cfg's strings */
   int spin_us;
   int allreduce_algo;     /* atomic ftc_algo_t: FTCOMM_ALLREDUCE_ALGO, then ftc_comm_set_allreduce_algo */
   int listen_fd;
   char data_addr[160];
+  int spares;             /* FTCOMM_SPARE_CONNECTIONS: make spare connections for the next epoch */
+  int report_defer_ms;    /* FTCOMM_REPORT_DEFER_MS */
   ftc__member_t *member;  /* NULL when built from a view by a test */
+  ftc_rec_t *rec;
+  const ftc__backend_ops_t *be; /* the data-plane backend (core/backend.h) */
+  void *bs;                /* its state for this communicator (be->open), or NULL */
+  ftc__backend_host_t host; /* what the backend sees of this communicator */
+
+  /* The epoch and its data plane. The view and the failure state are under
+   * lock; the status words are atomics; bh and the sequence numbers belong
+   * to the data plane's owner (eng.busy). */
+  pthread_mutex_t lock;
   ftc__view_t *view;      /* our deep copy of the current view */
   uint64_t epoch;         /* atomics, for the query calls */
   int rank, size;
-  const ftc__backend_ops_t *be; /* the data-plane backend (core/backend.h) */
-  void *bs;                /* its state for this communicator (be->open), or NULL */
-  void *bh;                /* its handle for the current epoch, NULL before the first */
-  ftc__backend_host_t host; /* what the backend sees of this communicator */
+  void *bh;                /* the backend's handle for the current epoch, NULL before the first */
   int connect_timeout_ms;  /* for be->connect: the configured one, less during a recovery */
-  ftc_rec_t *rec;
   int interrupt;          /* atomic status; nonzero stops a running collective */
   int intr_fd;            /* eventfd a run also polls: a quiet failure's wake-up (be->quiet_stop) */
   int quiet;              /* under lock: the epoch failed quietly (its sockets are not shut;
@@ -70,7 +89,6 @@ struct ftc_comm {
   int64_t quiet_until_ns; /* under lock: the watchdog shuts them then if no view dropped it */
   int settled;            /* atomic: the epoch is in use (engine.c, SETTLE_COLLECTIVES) */
   int settling;           /* collectives completed in the epoch before that (data-plane owner) */
-  int spares;             /* FTCOMM_SPARE_CONNECTIONS: make spare connections for the next epoch */
   uint64_t prospect_seq;  /* progress thread: the coordinator's prospect it last took */
   uint64_t early_epoch;   /* progress thread: the announced epoch whose new members it
                            * connects early (be->early_start), 0 none */
@@ -78,43 +96,48 @@ struct ftc_comm {
   int aborted;            /* atomic */
   uint64_t seq;           /* collective sequence in the epoch, from 1 */
   uint64_t *p2p_seq;      /* [2 * size]: sends to, receives from each peer */
-  pthread_mutex_t lock;
-  struct ftc_request *head, *tail;
-  int busy;
-  int idle_parked;        /* the idle progress thread is in its poll (engine.c, idle_wait) */
-  int inline_move;        /* the application thread is moving the data plane itself */
-  uint64_t rebuilds;      /* moves made by the application thread */
-  int stop;
-  int wake_fd;
-  pthread_t thread;
-  int thread_started;
+
+  /* The request queue and the progress thread (engine.c): under lock. */
+  struct {
+    struct ftc_request *head, *tail;
+    int busy;             /* a thread owns the data plane */
+    int idle_parked;      /* the idle progress thread is in its poll (engine.c, idle_wait) */
+    int inline_move;      /* the application thread is moving the data plane itself */
+    uint64_t rebuilds;    /* moves made by the application thread */
+    int stop;
+    int wake_fd;
+    pthread_t thread;
+    int thread_started;
+  } eng;
 
   /* Recovery and the watchdog (recover.c). The watchdog thread
-   * ("ftc-watchdog") sleeps on wd_fd, which the membership session (a view
+   * ("ftc-watchdog") sleeps on wd.fd, which the membership session (a view
    * or dump request arrived), ftc__comm_fail() and ftc__watchdog_capture()
    * write; it reports failures and captures and writes their dumps,
    * answers dump requests and revokes an epoch the coordinator has replaced
    * by one without some member. */
-  int wd_fd;
-  pthread_t wd_thread;
-  int wd_started;
-  int wd_stop;                /* under wd_mu */
-  pthread_mutex_t wd_mu;
-  struct ftc__wd_dump *wd_dumps; /* under wd_mu: captured, not yet written */
-  struct ftc__wd_dump *wd_late;  /* watchdog thread only: failure dumps written before the
-                                  * coordinator's verdict, which the dump writer keeps */
-  int wd_peer;                /* under wd_mu: the failed peer the backend of epoch
-                               * wd_peer_epoch named just before the move (0: none) */
-  uint64_t wd_peer_epoch;
-  pthread_mutex_t wd_cap_mu;  /* serializes the capture of failures and dump requests */
-  uint64_t wd_handled;        /* under wd_cap_mu: the epoch whose failure dump was captured */
-  uint64_t wd_reported;       /* under wd_cap_mu: the epoch whose failure was reported */
-  uint64_t wd_defer_epoch;    /* under wd_cap_mu: a report of a peer's end (FTC_ERR_PEER_LOST)
+  struct {
+    int fd;
+    pthread_t thread;
+    int started;
+    int stop;                 /* under wd.mu */
+    pthread_mutex_t mu;
+    struct ftc__wd_dump *dumps; /* under wd.mu: captured, not yet written */
+    struct ftc__wd_dump *late;  /* watchdog thread only: failure dumps written before the
+                                 * coordinator's verdict, which the dump writer keeps */
+    int peer;                 /* under wd.mu: the failed peer the backend of epoch
+                               * peer_epoch named just before the move (0: none) */
+    uint64_t peer_epoch;
+    pthread_mutex_t cap_mu;   /* serializes the capture of failures and dump requests */
+    uint64_t handled;         /* under wd.cap_mu: the epoch whose failure dump was captured */
+    uint64_t reported;        /* under wd.cap_mu: the epoch whose failure was reported */
+    uint64_t defer_epoch;     /* under wd.cap_mu: a report of a peer's end (FTC_ERR_PEER_LOST)
                                * held back: the peer's successor reports it first
                                * (recover.c); 0 none */
-  int wd_defer_peer;
-  int64_t wd_defer_ns;        /* ... and when the watchdog sends it, if still of use */
-  int report_defer_ms;        /* FTCOMM_REPORT_DEFER_MS */
+    int defer_peer;
+    int64_t defer_ns;         /* ... and when the watchdog sends it, if still of use */
+  } wd;
+  /* The application thread's moves to a new epoch (recover.c). */
   int recovering;             /* atomic: the application thread is moving to a new epoch */
   uint64_t target_epoch;      /* atomic: epoch being connected by that move, 0 none */
   ftc__view_t *prev_view;     /* the view before the last change, NULL for the first */
@@ -123,16 +146,18 @@ struct ftc_comm {
   int joiner_pending;         /* started as a joiner and no step finished yet */
   int ready;                  /* a step boundary completed: told the coordinator (ftc__member_set_ready) */
 
-  /* Sub-communicators (split.c). The links between a parent and its
-   * children are under the process's split lock (split.c; lock order:
-   * split lock -> comm->lock). */
-  struct ftc_comm *parent;    /* a child's parent, NULL for none (or destroyed) */
-  struct ftc_comm *children;  /* a parent's children, linked by sibling */
-  struct ftc_comm *sibling;
-  uint64_t parent_epoch;      /* atomic: the parent's epoch this child's view was derived from */
-  struct ftc__split_member *split; /* a child's members at the split, in its rank order */
-  int nsplit;
-  uint64_t splits;            /* a parent's splits so far (every rank counts the same) */
+  /* Sub-communicators (split.c): the links between a parent and its
+   * children, under the process's split lock (split.c; lock order: split
+   * lock -> comm->lock). */
+  struct {
+    struct ftc_comm *parent;   /* a child's parent, NULL for none (or destroyed) */
+    struct ftc_comm *children; /* a parent's children, linked by sibling */
+    struct ftc_comm *sibling;
+    uint64_t parent_epoch;     /* atomic: the parent's epoch this child's view was derived from */
+    struct ftc__split_member *members; /* a child's members at the split, in its rank order */
+    int nmembers;
+    uint64_t splits;           /* a parent's splits so far (every rank counts the same) */
+  } tree;
 };
 
 /* Lifecycle (comm.c). */
@@ -293,6 +318,10 @@ void ftc__engine_wake(ftc_comm_t *comm);
 /* Submit op: run it on this thread when nothing is queued (blocking calls),
  * else queue it and wait. timeout_ms as in the public API. */
 ftc_status_t ftc__submit_blocking(ftc_comm_t *comm, const ftc__op_t *op, int timeout_ms);
+/* A timeout argument of a call whose timeout fails an operation others take
+ * part in (collectives, point-to-point, ftc_wait, ftc_comm_step, the
+ * splits): > 0, FTC_TIMEOUT_DEFAULT or FTC_TIMEOUT_INFINITE; 0 is refused. */
+ftc_status_t ftc__check_timeout(const char *fn, int timeout_ms);
 ftc_status_t ftc__submit_async(ftc_comm_t *comm, const ftc__op_t *op, ftc_request_t **req);
 /* Complete every queued request with status (lock held). */
 void ftc__engine_drain_locked(ftc_comm_t *comm, ftc_status_t status, const char *why);

@@ -39,7 +39,7 @@ static ftc_status_t resolve_int(int *field, ftc_param_id_t id) {
   const ftc_param_desc_t *d = ftc__param_desc(id);
   if (*field == FTC_UNSET_INT) {
     int64_t v;
-    ftc_status_t st = ftc__param_int(id, &v);
+    ftc_status_t st = ftc__param_int_now(id, &v); /* the environment now (a setenv since is seen) */
     if (st != FTC_OK) return st;
     *field = (int)v;
     return FTC_OK;

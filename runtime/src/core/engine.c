@@ -13,7 +13,7 @@
  * launches without waiting (NCCL: be->launch), queued collectives are
  * enqueued on the device back to back, up to MAX_IN_FLIGHT, and the
  * progress thread discovers their completions by polling (as PyTorch's
- * watchdog does); it owns the data plane (comm->busy) while any is in flight.
+ * watchdog does); it owns the data plane (comm->eng.busy) while any is in flight.
  */
 #include <errno.h>
 #include <poll.h>
@@ -35,7 +35,7 @@
 
 void ftc__engine_wake(ftc_comm_t *comm) {
   uint64_t one = 1;
-  ssize_t n = write(comm->wake_fd, &one, sizeof(one));
+  ssize_t n = write(comm->eng.wake_fd, &one, sizeof(one));
   (void)n;
 }
 
@@ -95,36 +95,52 @@ static inline void req_set_state(ftc_request_t *req, int to) {
 #endif
 }
 
-/* Publish the result and drop the engine's reference. */
+/* The completion callback, on the thread that completed req (or registers
+ * the callback on a completed one), with the request's detail as this
+ * thread's ftc_last_error(). */
+static void req_callback(ftc_request_t *req, ftc_request_callback_t cb, void *arg) {
+  if (req->status != FTC_OK)
+    ftc__error(req->status, "%s", req->err);
+  else
+    ftc__error_clear();
+  cb(req, req->status, arg);
+}
+
+/* Publish the result, run the completion callback, and drop the engine's
+ * reference (after the callback: it may free the caller's). */
 static void req_complete(ftc_request_t *req, ftc_status_t st, const char *err) {
   pthread_mutex_lock(&req->mu);
   req->status = st;
   snprintf(req->err, sizeof(req->err), "%s", st == FTC_OK ? "" : err);
   req_set_state(req, REQ_DONE);
   pthread_cond_broadcast(&req->cv);
+  ftc_request_callback_t cb = req->cb;
+  void *arg = req->cb_arg;
+  req->cb = NULL;
   pthread_mutex_unlock(&req->mu);
+  if (cb) req_callback(req, cb, arg);
   req_unref(req);
 }
 
 void ftc__engine_drain_locked(ftc_comm_t *comm, ftc_status_t status, const char *why) {
   FTC_ASSERT_HELD(&comm->lock);
   ftc_request_t *req;
-  while ((req = comm->head) != NULL) {
-    comm->head = req->next;
+  while ((req = comm->eng.head) != NULL) {
+    comm->eng.head = req->next;
     ftc__record_end(comm, req->rec_id, status);
     req_complete(req, status, why);
   }
-  comm->tail = NULL;
+  comm->eng.tail = NULL;
 }
 
 static void enqueue_locked(ftc_comm_t *comm, ftc_request_t *req) {
   FTC_ASSERT_HELD(&comm->lock);
   req->next = NULL;
-  if (comm->tail)
-    comm->tail->next = req;
+  if (comm->eng.tail)
+    comm->eng.tail->next = req;
   else
-    comm->head = req;
-  comm->tail = req;
+    comm->eng.head = req;
+  comm->eng.tail = req;
 }
 
 /* ---- running one collective ---- */
@@ -159,7 +175,7 @@ static void fail_op(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq, ftc_sta
   ftc__error(st, "%s", detail);
 }
 
-/* Run op on this thread, which owns the data plane (comm->busy). */
+/* Run op on this thread, which owns the data plane (comm->eng.busy). */
 static ftc_status_t execute(ftc_comm_t *comm, const ftc__op_t *op, uint64_t seq, uint64_t rec_id,
                             int64_t deadline, int64_t now) {
   ftc__record_start(comm, rec_id, now);
@@ -205,7 +221,7 @@ static ftc_status_t execute_p2p(ftc_comm_t *comm, p2p_batch_t *b, const ftc__op_
     ftc__record_start(comm, b->reqs[i]->rec_id, 0);
   }
   ftc_status_t st = comm->be->run_p2p(comm->bh, ops, b->n, cap, deadline, p2p_take_more, b,
-                                      comm->wake_fd);
+                                      comm->eng.wake_fd);
   if (st != FTC_OK && b->n > 0) {
     char detail[384];
     const ftc__op_t *o = &b->reqs[0]->op;
@@ -264,13 +280,13 @@ ftc_status_t ftc__submit_blocking(ftc_comm_t *comm, const ftc__op_t *op, int tim
   }
   uint64_t seq = next_seq_locked(comm, op);
   uint64_t rec_id = ftc__record_schedule(comm, op, seq, tns, now);
-  if (!comm->head && !comm->busy) {
-    comm->busy = 1;
+  if (!comm->eng.head && !comm->eng.busy) {
+    comm->eng.busy = 1;
     pthread_mutex_unlock(&comm->lock);
     st = execute(comm, op, seq, rec_id, deadline, now);
     pthread_mutex_lock(&comm->lock);
-    comm->busy = 0;
-    int more = comm->head != NULL;
+    comm->eng.busy = 0;
+    int more = comm->eng.head != NULL;
     pthread_mutex_unlock(&comm->lock);
     if (more) ftc__engine_wake(comm);
     return st;
@@ -321,20 +337,20 @@ ftc_status_t ftc__comm_rebuild(ftc_comm_t *comm, const ftc__view_t *view) {
     pthread_mutex_unlock(&comm->lock);
     return ftc__error(FTC_ERR_ABORTED, "the communicator was aborted; destroy it");
   }
-  if (comm->idle_parked && !comm->head && !comm->busy) {
+  if (comm->eng.idle_parked && !comm->eng.head && !comm->eng.busy) {
     /* The progress thread waits in its idle poll (idle_wait, parked): the
      * move is made here, as a blocking collective runs here when the queue
      * is empty, instead of handing it over and waiting for it. */
-    comm->busy = 1;
-    comm->inline_move = 1;
+    comm->eng.busy = 1;
+    comm->eng.inline_move = 1;
     pthread_mutex_unlock(&comm->lock);
     FTC_DEBUG(FTC_SUB_RECOVERY, "moving to epoch %llu on this thread (the progress thread is idle)",
               (unsigned long long)view->epoch);
     ftc_status_t st = do_rebuild(comm, view);
     pthread_mutex_lock(&comm->lock);
-    comm->busy = 0;
-    comm->inline_move = 0;
-    comm->rebuilds++;
+    comm->eng.busy = 0;
+    comm->eng.inline_move = 0;
+    comm->eng.rebuilds++;
     pthread_mutex_unlock(&comm->lock);
     ftc__engine_wake(comm); /* the new epoch's idle watch */
     return st;
@@ -482,7 +498,7 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
     comm->be->settled(comm->bs);
   int n = 0, base, sp = 0, ep = 0, early = 0,
       spares = comm->spares && comm->be->spare_poll && comm->bh;
-  pfd[n++] = (struct pollfd){comm->wake_fd, POLLIN, 0};
+  pfd[n++] = (struct pollfd){comm->eng.wake_fd, POLLIN, 0};
   /* While a later epoch is coming (this one failed, or the coordinator
    * announced the next), callers are peers of that epoch: leave them in the
    * backlog for its bootstrap instead of refusing them, unless that epoch
@@ -507,7 +523,7 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
       comm->prospect_seq = seq;
       if (ftc__member_prospect(comm->member, &v)) {
         if (v->epoch > __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE) &&
-            idle_room(ps, 2 * SPARE_ROOM(v->size > ps->n ? v->size : ps->n), &pfd, comm->wake_fd))
+            idle_room(ps, 2 * SPARE_ROOM(v->size > ps->n ? v->size : ps->n), &pfd, comm->eng.wake_fd))
           comm->be->early_start(comm->bh, v);
         ftc__view_free(v);
       }
@@ -533,7 +549,7 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
         comm->early_epoch = latest;
         if (ftc__member_wait_view(comm->member, __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE),
                                   0, &v) == FTC_OK) {
-          (void)idle_room(ps, SPARE_ROOM(v->size), &pfd, comm->wake_fd);
+          (void)idle_room(ps, SPARE_ROOM(v->size), &pfd, comm->eng.wake_fd);
           comm->be->early_start(comm->bh, v);
           ftc__view_free(v);
         }
@@ -558,21 +574,21 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
   uint64_t moves = 0;
   if (parks) {
     pthread_mutex_lock(&comm->lock);
-    comm->idle_parked = 1;
-    moves = comm->rebuilds;
+    comm->eng.idle_parked = 1;
+    moves = comm->eng.rebuilds;
     pthread_mutex_unlock(&comm->lock);
   }
   int rc = poll(pfd, (nfds_t)n, -1);
   if (parks) {
     pthread_mutex_lock(&comm->lock);
-    comm->idle_parked = 0;
-    moved = comm->inline_move || comm->rebuilds != moves;
+    comm->eng.idle_parked = 0;
+    moved = comm->eng.inline_move || comm->eng.rebuilds != moves;
     pthread_mutex_unlock(&comm->lock);
   }
   if (rc <= 0 || moved) return;
   if (pfd[0].revents & POLLIN) {
     uint64_t v;
-    ssize_t r = read(comm->wake_fd, &v, sizeof(v));
+    ssize_t r = read(comm->eng.wake_fd, &v, sizeof(v));
     (void)r;
   }
   if (early) {
@@ -623,7 +639,7 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
     if (!ended) continue; /* woken with nothing to read */
     ignore[rank] = 1;
     pthread_mutex_lock(&comm->lock);
-    int busy = comm->busy;
+    int busy = comm->eng.busy;
     /* The running collective sees it itself if it reads from that peer; if
      * it waits on another one (a peer that failed quietly, core/comm.c:
      * with a coordinator session), the backend tells it (be->mark_ended):
@@ -655,10 +671,10 @@ static void idle_wait(ftc_comm_t *comm, progress_scratch_t *ps) {
  * cap (lock held): the backend keeps each peer's and direction's in order. */
 static void gather_p2p_locked(ftc_comm_t *comm, p2p_batch_t *b, int cap) {
   FTC_ASSERT_HELD(&comm->lock);
-  while (b->n < cap && comm->head && is_p2p(comm->head)) {
-    ftc_request_t *nx = comm->head;
-    comm->head = nx->next;
-    if (!comm->head) comm->tail = NULL;
+  while (b->n < cap && comm->eng.head && is_p2p(comm->eng.head)) {
+    ftc_request_t *nx = comm->eng.head;
+    comm->eng.head = nx->next;
+    if (!comm->eng.head) comm->eng.tail = NULL;
     req_set_state(nx, REQ_RUNNING);
     b->reqs[b->n++] = nx;
   }
@@ -771,11 +787,11 @@ static void flights_pause(ftc_comm_t *comm, int64_t spin_end, int *nap_us) {
     sched_yield();
     return;
   }
-  struct pollfd p = {comm->wake_fd, POLLIN, 0};
+  struct pollfd p = {comm->eng.wake_fd, POLLIN, 0};
   struct timespec ts = {0, (long)*nap_us * 1000};
   if (ppoll(&p, 1, &ts, NULL) > 0) {
     uint64_t v;
-    ssize_t r = read(comm->wake_fd, &v, sizeof(v));
+    ssize_t r = read(comm->eng.wake_fd, &v, sizeof(v));
     (void)r;
   }
   if (*nap_us < 1000) *nap_us = *nap_us * 2 > 1000 ? 1000 : *nap_us * 2;
@@ -783,10 +799,10 @@ static void flights_pause(ftc_comm_t *comm, int64_t spin_end, int *nap_us) {
 
 /* Sleep until the wake_fd is written (and take what it holds). */
 static void wait_wake(ftc_comm_t *comm) {
-  struct pollfd p = {comm->wake_fd, POLLIN, 0};
+  struct pollfd p = {comm->eng.wake_fd, POLLIN, 0};
   if (poll(&p, 1, -1) > 0) {
     uint64_t v;
-    ssize_t r = read(comm->wake_fd, &v, sizeof(v));
+    ssize_t r = read(comm->eng.wake_fd, &v, sizeof(v));
     (void)r;
   }
 }
@@ -804,8 +820,8 @@ static void *progress_main(void *arg) {
   int64_t spin_end = 0;
   uint64_t rebuilds = 0;
   pthread_mutex_lock(&comm->lock);
-  while (!comm->stop) {
-    if (comm->inline_move) {
+  while (!comm->eng.stop) {
+    if (comm->eng.inline_move) {
       /* The application thread moves the data plane: nothing of the
        * backend's is this thread's until it is done (and wakes it). */
       pthread_mutex_unlock(&comm->lock);
@@ -813,25 +829,25 @@ static void *progress_main(void *arg) {
       pthread_mutex_lock(&comm->lock);
       continue;
     }
-    if (comm->rebuilds != rebuilds) { /* ... it did: this epoch's scratch */
-      rebuilds = comm->rebuilds;
+    if (comm->eng.rebuilds != rebuilds) { /* ... it did: this epoch's scratch */
+      rebuilds = comm->eng.rebuilds;
       pthread_mutex_unlock(&comm->lock);
       have_scratch = scratch_init(&ps, comm->size);
       pthread_mutex_lock(&comm->lock);
       continue;
     }
-    ftc_request_t *req = comm->head;
-    /* With work in flight, comm->busy is ours: launch more behind it, or
+    ftc_request_t *req = comm->eng.head;
+    /* With work in flight, comm->eng.busy is ours: launch more behind it, or
      * look at it; anything else waits until it has landed. */
     if (nfly > 0 && !(req && launchable(comm, req) && nfly < MAX_IN_FLIGHT)) {
       pthread_mutex_unlock(&comm->lock);
       if (reap(comm, fly, &nfly) > 0) spin_end = ftc__now_ns() + (int64_t)comm->spin_us * 1000, nap_us = 20;
       else if (nfly > 0) flights_pause(comm, spin_end, &nap_us);
       pthread_mutex_lock(&comm->lock);
-      if (nfly == 0) comm->busy = 0;
+      if (nfly == 0) comm->eng.busy = 0;
       continue;
     }
-    if (!req || (comm->busy && nfly == 0)) {
+    if (!req || (comm->eng.busy && nfly == 0)) {
       pthread_mutex_unlock(&comm->lock);
       if (have_scratch)
         idle_wait(comm, &ps);
@@ -840,8 +856,8 @@ static void *progress_main(void *arg) {
       pthread_mutex_lock(&comm->lock);
       continue;
     }
-    comm->head = req->next;
-    if (!comm->head) comm->tail = NULL;
+    comm->eng.head = req->next;
+    if (!comm->eng.head) comm->eng.tail = NULL;
     ftc_status_t st = ftc__comm_gate(comm);
     if (req->rebuild_view && !__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE)) st = FTC_OK;
     if (st != FTC_OK) {
@@ -849,14 +865,14 @@ static void *progress_main(void *arg) {
       req_complete(req, st, ftc_last_error());
       continue;
     }
-    comm->busy = 1;
+    comm->eng.busy = 1;
     req_set_state(req, REQ_RUNNING);
     if (launchable(comm, req)) {
       pthread_mutex_unlock(&comm->lock);
       launch_req(comm, req, fly, &nfly);
       spin_end = ftc__now_ns() + (int64_t)comm->spin_us * 1000, nap_us = 20;
       pthread_mutex_lock(&comm->lock);
-      if (nfly == 0) comm->busy = 0;
+      if (nfly == 0) comm->eng.busy = 0;
       continue;
     }
     p2p_batch_t b = {comm, ps.batch, 0};
@@ -881,7 +897,7 @@ static void *progress_main(void *arg) {
       st = execute(comm, &req->op, req->seq, req->rec_id, request_deadline(comm, req), 0);
     }
     pthread_mutex_lock(&comm->lock);
-    comm->busy = 0;
+    comm->eng.busy = 0;
     if (!p2p) req_complete(req, st, ftc_last_error());
     for (int i = 0; i < b.n; i++) req_complete(ps.batch[i], st, ftc_last_error());
   }
@@ -894,17 +910,17 @@ static void *progress_main(void *arg) {
 }
 
 ftc_status_t ftc__engine_start(ftc_comm_t *comm) {
-  int rc = pthread_create(&comm->thread, NULL, progress_main, comm);
+  int rc = pthread_create(&comm->eng.thread, NULL, progress_main, comm);
   if (rc != 0) return ftc__error(FTC_ERR_SYSTEM, "starting the progress thread: %s", strerror(rc));
-  comm->thread_started = 1;
+  comm->eng.thread_started = 1;
   return FTC_OK;
 }
 
 void ftc__engine_stop(ftc_comm_t *comm) {
-  if (!comm->thread_started) return;
+  if (!comm->eng.thread_started) return;
   pthread_mutex_lock(&comm->lock);
-  comm->stop = 1;
-  if (comm->busy || comm->head) {
+  comm->eng.stop = 1;
+  if (comm->eng.busy || comm->eng.head) {
     int expected = 0;
     __atomic_compare_exchange_n(&comm->interrupt, &expected, (int)FTC_ERR_ABORTED, 0,
                                 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
@@ -913,18 +929,16 @@ void ftc__engine_stop(ftc_comm_t *comm) {
   ftc__engine_drain_locked(comm, FTC_ERR_ABORTED, "the communicator was destroyed");
   pthread_mutex_unlock(&comm->lock);
   ftc__engine_wake(comm);
-  pthread_join(comm->thread, NULL);
-  comm->thread_started = 0;
+  pthread_join(comm->eng.thread, NULL);
+  comm->eng.thread_started = 0;
 }
 
 /* ---- public request calls ---- */
 
 ftc_status_t ftc_wait(ftc_request_t *req, int timeout_ms) {
   if (!req) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "req is NULL");
-  if (timeout_ms < FTC_TIMEOUT_INFINITE)
-    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
-                      "timeout_ms %d: use milliseconds >= 0, FTC_TIMEOUT_DEFAULT or FTC_TIMEOUT_INFINITE",
-                      timeout_ms);
+  ftc_status_t ast = ftc__check_timeout("ftc_wait", timeout_ms);
+  if (ast != FTC_OK) return ast;
   if (__atomic_load_n(&req->state, __ATOMIC_ACQUIRE) == REQ_DONE) {
     ftc_status_t st = req->status;
     return st == FTC_OK ? FTC_OK : ftc__error(st, "%s", req->err);
@@ -953,6 +967,27 @@ ftc_status_t ftc_test(ftc_request_t *req, int *done) {
   memcpy(err, req->err, sizeof(err));
   pthread_mutex_unlock(&req->mu);
   return st == FTC_OK ? FTC_OK : ftc__error(st, "%s", err);
+}
+
+ftc_status_t ftc_request_on_complete(ftc_request_t *req, ftc_request_callback_t fn, void *arg) {
+  if (!req || !fn) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "req and fn must not be NULL");
+  pthread_mutex_lock(&req->mu);
+  if (req->cb_set) {
+    pthread_mutex_unlock(&req->mu);
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
+                      "the request has a completion callback already (one per request)");
+  }
+  req->cb_set = 1;
+  if (__atomic_load_n(&req->state, __ATOMIC_ACQUIRE) != REQ_DONE) {
+    req->cb = fn;
+    req->cb_arg = arg;
+    pthread_mutex_unlock(&req->mu);
+    return FTC_OK;
+  }
+  pthread_mutex_unlock(&req->mu);
+  req_callback(req, fn, arg); /* done already: here, before returning */
+  ftc__error_clear();
+  return FTC_OK;
 }
 
 void ftc_request_free(ftc_request_t *req) {

@@ -12,7 +12,7 @@
  * reduction carry a one-bit vote ahead of it, so that allreduce runs only
  * when some rank has heard of a newer epoch.
  *
- * The watchdog thread ("ftc-watchdog") sleeps on comm->wd_fd and reacts to:
+ * The watchdog thread ("ftc-watchdog") sleeps on comm->wd.fd and reacts to:
  * a failed epoch (it writes the "timeout"/"error"/"revoked" dump and reports
  * the broken peer to the coordinator, once per epoch; the dump is captured
  * at the failure and handed to the dump writer at once, with the
@@ -352,7 +352,7 @@ static ftc_status_t comm_recover(ftc_comm_t *comm, int timeout_ms, ftc_epoch_inf
                       timeout_ms);
   if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
     return ftc__error(FTC_ERR_ABORTED, "the communicator was aborted; destroy it");
-  if (!comm->member && comm->split) return recover_child(comm, timeout_ms, info);
+  if (!comm->member && comm->tree.members) return recover_child(comm, timeout_ms, info);
   if (!comm->member)
     return ftc__error(FTC_ERR_NOT_SUPPORTED,
                       "ftc_comm_recover: this communicator has no coordinator to agree with");
@@ -380,10 +380,21 @@ static ftc_status_t comm_recover(ftc_comm_t *comm, int timeout_ms, ftc_epoch_inf
   return FTC_OK;
 }
 
+/* The boundary's allreduce failed: say so as ftc_comm_step, not as ftc_allreduce. */
+static ftc_status_t step_failed(ftc_status_t st) {
+  char why[512];
+  const char *e = ftc_last_error();
+  if (!strncmp(e, "ftc_allreduce: ", 15)) e += 15;
+  snprintf(why, sizeof why, "%s", e);
+  return ftc__error(st, "ftc_comm_step: the step boundary's allreduce failed: %s", why);
+}
+
 /* votes: NO_VOTES (ftc_comm_step), or the reduced votes of ftc_comm_step_vote
  * as 0 (nobody has heard of a newer epoch: no allreduce) or 1. */
 static ftc_status_t comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info, int votes) {
   if (!comm) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_step: comm is NULL");
+  ftc_status_t st = ftc__check_timeout("ftc_comm_step", timeout_ms);
+  if (st != FTC_OK) return st;
   uint64_t step = ++comm->steps;
   if (__builtin_expect(ftc__fault_armed, 0)) ftc__fault_step(comm, step);
   if (comm->joiner_pending) {
@@ -397,14 +408,13 @@ static ftc_status_t comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t
   int64_t heard = (int64_t)ftc__member_latest_epoch(comm->member);
   if (heard < (int64_t)epoch) heard = (int64_t)epoch;
   int64_t v = heard;
-  ftc_status_t st;
   if (votes == 0) {
     /* The application's reduction carried the agreement: every rank voted
      * 0, i.e. knew of no epoch after this one when it voted. */
     if ((st = ftc__comm_gate(comm)) != FTC_OK) return st;
     v = (int64_t)epoch;
   } else if ((st = ftc_allreduce(&v, &v, 1, FTC_I64, FTC_MAX, comm, timeout_ms)) != FTC_OK) {
-    return st;
+    return step_failed(st);
   }
   /* A completed step boundary: this process holds the application's state
    * (whatever was sent to it at the boundary that admitted it came before). */
@@ -489,7 +499,7 @@ ftc_status_t ftc_comm_lost(const ftc_comm_t *comm, int index, int *prev_rank, in
     if (prev_rank) *prev_rank = r;
     if (slot) *slot = prev->members[r].slot;
     /* a sub-communicator's members were dropped by its parent's coordinator */
-    ftc_comm_t *p = __atomic_load_n(&comm->parent, __ATOMIC_ACQUIRE);
+    ftc_comm_t *p = __atomic_load_n(&comm->tree.parent, __ATOMIC_ACQUIRE);
     ftc__member_t *m = comm->member ? comm->member : p ? p->member : NULL;
     if (reason) *reason = m ? drop_reason_of(m, prev->members[r].member_id) : FTC_DROP_LOST;
     return FTC_OK;
@@ -509,13 +519,13 @@ ftc_status_t ftc_comm_dump(ftc_comm_t *comm, const char *reason, char *path, siz
 
 void ftc__watchdog_kick(ftc_comm_t *comm) {
   uint64_t one = 1;
-  if (comm->wd_fd < 0) return;
-  ssize_t w = write(comm->wd_fd, &one, sizeof(one));
+  if (comm->wd.fd < 0) return;
+  ssize_t w = write(comm->wd.fd, &one, sizeof(one));
   (void)w;
 }
 
 /* A dump captured when it was due and handed to the dump writer later by
- * the watchdog (comm->wd_dumps, under wd_mu): the rank's own dump of a failed epoch, or
+ * the watchdog (comm->wd.dumps, under wd.mu): the rank's own dump of a failed epoch, or
  * one the coordinator asked for (incident set: uploaded under it). */
 struct ftc__wd_dump {
   struct ftc__wd_dump *next;
@@ -553,11 +563,11 @@ static void wd_dump_free(struct ftc__wd_dump *d) {
  * wd_late_verdicts). The writer's thread runs as SCHED_BATCH, so the write
  * does not preempt the recovery (dumpwriter.c). */
 static void wd_queue(ftc_comm_t *comm, struct ftc__wd_dump *d) {
-  pthread_mutex_lock(&comm->wd_mu);
-  struct ftc__wd_dump **tail = &comm->wd_dumps;
+  pthread_mutex_lock(&comm->wd.mu);
+  struct ftc__wd_dump **tail = &comm->wd.dumps;
   while (*tail) tail = &(*tail)->next;
   *tail = d;
-  pthread_mutex_unlock(&comm->wd_mu);
+  pthread_mutex_unlock(&comm->wd.mu);
 }
 
 static struct ftc__wd_dump *wd_capture_new(const char *reason) {
@@ -626,25 +636,25 @@ static int wd_first_reporter(ftc_comm_t *comm, int peer) {
 }
 
 /* Send the report of `peer` (-1: none known) of `epoch`, the epoch's one
- * (wd_cap_mu held). */
+ * (wd.cap_mu held). */
 static void wd_send_report_locked(ftc_comm_t *comm, int e, uint64_t epoch, int peer) {
-  FTC_ASSERT_HELD(&comm->wd_cap_mu);
-  comm->wd_reported = epoch;
-  comm->wd_defer_epoch = 0;
+  FTC_ASSERT_HELD(&comm->wd.cap_mu);
+  comm->wd.reported = epoch;
+  comm->wd.defer_epoch = 0;
   ftc__member_report_failure(comm->member, epoch, peer >= 0 ? &peer : NULL, peer >= 0 ? 1 : 0,
                              (ftc_status_t)e);
 }
 
 /* Report `peer` (-1: none known) of the failed epoch `epoch` with status e,
- * once per epoch, or hold it back (wd_cap_mu held). */
+ * once per epoch, or hold it back (wd.cap_mu held). */
 static void wd_report_peer_locked(ftc_comm_t *comm, int e, uint64_t epoch, int peer) {
-  FTC_ASSERT_HELD(&comm->wd_cap_mu);
-  if (comm->wd_reported == epoch || !comm->member) return;
+  FTC_ASSERT_HELD(&comm->wd.cap_mu);
+  if (comm->wd.reported == epoch || !comm->member) return;
   if (e == FTC_ERR_PEER_LOST && comm->report_defer_ms > 0 && !wd_first_reporter(comm, peer)) {
-    if (comm->wd_defer_epoch != epoch) {
-      comm->wd_defer_epoch = epoch;
-      comm->wd_defer_peer = peer;
-      comm->wd_defer_ns = ftc__now_ns() + comm->report_defer_ms * 1000000LL;
+    if (comm->wd.defer_epoch != epoch) {
+      comm->wd.defer_epoch = epoch;
+      comm->wd.defer_peer = peer;
+      comm->wd.defer_ns = ftc__now_ns() + comm->report_defer_ms * 1000000LL;
       FTC_DEBUG(FTC_SUB_RECOVERY, "epoch %llu: rank %d's connection ended; its successor reports "
                 "it, this rank's report is held back %d ms", (unsigned long long)epoch, peer,
                 comm->report_defer_ms);
@@ -669,10 +679,10 @@ static int wd_failed_epoch(ftc_comm_t *comm, uint64_t *epoch) {
   return e;
 }
 
-/* Tell the coordinator about the failed epoch `epoch` (wd_cap_mu held). */
+/* Tell the coordinator about the failed epoch `epoch` (wd.cap_mu held). */
 static void wd_report_locked(ftc_comm_t *comm, int e, uint64_t epoch) {
-  FTC_ASSERT_HELD(&comm->wd_cap_mu);
-  if (comm->wd_reported == epoch || !comm->member) return;
+  FTC_ASSERT_HELD(&comm->wd.cap_mu);
+  if (comm->wd.reported == epoch || !comm->member) return;
   wd_report_peer_locked(comm, e, epoch, wd_failed_peer(comm));
 }
 
@@ -680,35 +690,35 @@ static void wd_report_locked(ftc_comm_t *comm, int e, uint64_t epoch) {
  * epoch came (dropped by ftc__member_report_failure then). Returns the
  * milliseconds until the one held back is due, -1 none. */
 static int wd_deferred_report(ftc_comm_t *comm) {
-  pthread_mutex_lock(&comm->wd_cap_mu);
+  pthread_mutex_lock(&comm->wd.cap_mu);
   int left_ms = -1;
-  if (comm->wd_defer_epoch && comm->wd_defer_epoch != comm->wd_reported) {
-    int64_t left = comm->wd_defer_ns - ftc__now_ns();
+  if (comm->wd.defer_epoch && comm->wd.defer_epoch != comm->wd.reported) {
+    int64_t left = comm->wd.defer_ns - ftc__now_ns();
     if (left <= 0)
-      wd_send_report_locked(comm, FTC_ERR_PEER_LOST, comm->wd_defer_epoch, comm->wd_defer_peer);
+      wd_send_report_locked(comm, FTC_ERR_PEER_LOST, comm->wd.defer_epoch, comm->wd.defer_peer);
     else
       left_ms = (int)((left + 999999) / 1000000);
   } else {
-    comm->wd_defer_epoch = 0;
+    comm->wd.defer_epoch = 0;
   }
-  pthread_mutex_unlock(&comm->wd_cap_mu);
+  pthread_mutex_unlock(&comm->wd.cap_mu);
   return left_ms;
 }
 
 void ftc__watchdog_report(ftc_comm_t *comm) {
   if (!comm->member) return;
-  pthread_mutex_lock(&comm->wd_cap_mu);
+  pthread_mutex_lock(&comm->wd.cap_mu);
   uint64_t epoch;
   int e = wd_failed_epoch(comm, &epoch);
   if (e && e != FTC_ERR_ABORTED) wd_report_locked(comm, e, epoch);
-  pthread_mutex_unlock(&comm->wd_cap_mu);
+  pthread_mutex_unlock(&comm->wd.cap_mu);
 }
 
 void ftc__watchdog_report_ended(ftc_comm_t *comm, uint64_t epoch, int rank) {
   if (!comm->member) return;
-  pthread_mutex_lock(&comm->wd_cap_mu);
+  pthread_mutex_lock(&comm->wd.cap_mu);
   wd_report_peer_locked(comm, FTC_ERR_PEER_LOST, epoch, rank);
-  pthread_mutex_unlock(&comm->wd_cap_mu);
+  pthread_mutex_unlock(&comm->wd.cap_mu);
 }
 
 /* A failed epoch, once: tell the coordinator (unless the failing thread
@@ -717,11 +727,11 @@ void ftc__watchdog_report_ended(ftc_comm_t *comm, uint64_t epoch, int rank) {
 static int wd_failure(ftc_comm_t *comm) {
   uint64_t epoch;
   int e = wd_failed_epoch(comm, &epoch);
-  if (!e || e == FTC_ERR_ABORTED || comm->wd_handled == epoch) return 0;
-  comm->wd_handled = epoch;
+  if (!e || e == FTC_ERR_ABORTED || comm->wd.handled == epoch) return 0;
+  comm->wd.handled = epoch;
   /* A sub-communicator's failure fails its parent's epoch too (split.c),
    * whose dump holds every recorder of the process, this one's included. */
-  if (__atomic_load_n(&comm->parent, __ATOMIC_ACQUIRE)) return 0;
+  if (__atomic_load_n(&comm->tree.parent, __ATOMIC_ACQUIRE)) return 0;
   wd_report_locked(comm, e, epoch);
   struct ftc__wd_dump *d =
       wd_capture_new(e == FTC_ERR_TIMEOUT ? "timeout" : e == FTC_ERR_REVOKED ? "revoked" : "error");
@@ -741,26 +751,26 @@ static int wd_failure(ftc_comm_t *comm) {
 /* Just before the move: the backend of the failed epoch may name its
  * failed peer by now (NCCL learns it from the coordinator's epoch). A dump
  * still queued takes it; one already handed off takes it when it is
- * written again with the verdict (wd_outcome reads comm->wd_peer). */
+ * written again with the verdict (wd_outcome reads comm->wd.peer). */
 static void wd_update_peer(ftc_comm_t *comm) {
   uint64_t epoch = __atomic_load_n(&comm->epoch, __ATOMIC_ACQUIRE);
-  int peer = wd_failed_peer_in(comm, epoch); /* comm->lock is not under wd_mu */
+  int peer = wd_failed_peer_in(comm, epoch); /* comm->lock is not under wd.mu */
   if (peer < 0) return;
-  pthread_mutex_lock(&comm->wd_mu);
-  comm->wd_peer = peer;
-  comm->wd_peer_epoch = epoch;
-  for (struct ftc__wd_dump *d = comm->wd_dumps; d; d = d->next)
+  pthread_mutex_lock(&comm->wd.mu);
+  comm->wd.peer = peer;
+  comm->wd.peer_epoch = epoch;
+  for (struct ftc__wd_dump *d = comm->wd.dumps; d; d = d->next)
     if (!d->incident[0] && d->epoch == epoch && d->peer < 0) d->peer = peer;
-  pthread_mutex_unlock(&comm->wd_mu);
+  pthread_mutex_unlock(&comm->wd.mu);
 }
 
 void ftc__watchdog_capture(ftc_comm_t *comm) {
-  if (!comm->wd_started) return; /* nobody would write them */
-  pthread_mutex_lock(&comm->wd_cap_mu);
+  if (!comm->wd.started) return; /* nobody would write them */
+  pthread_mutex_lock(&comm->wd.cap_mu);
   int new = wd_dump_request(comm);
   new |= wd_failure(comm);
   wd_update_peer(comm);
-  pthread_mutex_unlock(&comm->wd_cap_mu);
+  pthread_mutex_unlock(&comm->wd.cap_mu);
   /* It hands them to the writer (and sends a report held back): only when
    * this call captured something. The failure's own kick (comm.c) has most
    * often had the watchdog capture it already, and a wake-up now, as every
@@ -845,9 +855,9 @@ static void wd_outcome(ftc_comm_t *comm, struct ftc__wd_dump *d, ftc_rec_outcome
      * backend may name the peer by now (NCCL learns it from the coordinator). */
     if (d->peer < 0) d->peer = wd_failed_peer_in(comm, d->epoch);
     if (d->peer < 0) {
-      pthread_mutex_lock(&comm->wd_mu);
-      if (comm->wd_peer_epoch == d->epoch) d->peer = comm->wd_peer;
-      pthread_mutex_unlock(&comm->wd_mu);
+      pthread_mutex_lock(&comm->wd.mu);
+      if (comm->wd.peer_epoch == d->epoch) d->peer = comm->wd.peer;
+      pthread_mutex_unlock(&comm->wd.mu);
     }
     o->peer = d->peer;
   }
@@ -857,7 +867,7 @@ static void wd_outcome(ftc_comm_t *comm, struct ftc__wd_dump *d, ftc_rec_outcome
 /* Hand d to the dump writer with its outcome as known now. Nothing here
  * waits on the disk (docs/recovery.md, "The watchdog thread"). 1: the
  * rank's own dump goes out before the coordinator's verdict, which may
- * still come (a coordinator, the epoch's view): d waits in comm->wd_late
+ * still come (a coordinator, the epoch's view): d waits in comm->wd.late
  * for it, and the writer keeps the file's capture. */
 static int wd_hand_off(ftc_comm_t *comm, struct ftc__wd_dump *d) {
   ftc_rec_outcome_t o;
@@ -883,16 +893,16 @@ static int wd_hand_off(ftc_comm_t *comm, struct ftc__wd_dump *d) {
 /* Hand the captured dumps to the dump writer, oldest first. */
 static void wd_write_dumps(ftc_comm_t *comm) {
   for (;;) {
-    pthread_mutex_lock(&comm->wd_mu);
-    struct ftc__wd_dump *d = comm->wd_dumps;
-    if (d) comm->wd_dumps = d->next;
-    pthread_mutex_unlock(&comm->wd_mu);
+    pthread_mutex_lock(&comm->wd.mu);
+    struct ftc__wd_dump *d = comm->wd.dumps;
+    if (d) comm->wd.dumps = d->next;
+    pthread_mutex_unlock(&comm->wd.mu);
     if (!d) return;
     if (wd_hand_off(comm, d)) {
       /* A handful at most: an epoch fails once, and the next one, which
        * can fail in turn, is this one's verdict. */
-      d->next = comm->wd_late;
-      comm->wd_late = d;
+      d->next = comm->wd.late;
+      comm->wd.late = d;
     } else {
       wd_dump_free(d);
     }
@@ -902,9 +912,9 @@ static void wd_write_dumps(ftc_comm_t *comm) {
 /* The coordinator's verdicts that came after their failure dumps were
  * handed off: to the dump writer, which writes them into those files. */
 static void wd_late_verdicts(ftc_comm_t *comm) {
-  if (!comm->wd_late) return;
+  if (!comm->wd.late) return;
   uint64_t latest = ftc__member_latest_epoch(comm->member);
-  for (struct ftc__wd_dump **p = &comm->wd_late; *p;) {
+  for (struct ftc__wd_dump **p = &comm->wd.late; *p;) {
     struct ftc__wd_dump *d = *p;
     if (latest <= d->epoch) {
       p = &d->next;
@@ -927,9 +937,9 @@ static void wd_late_verdicts(ftc_comm_t *comm) {
 
 /* Those whose verdict did not come while comm lived: they stay "pending". */
 static void wd_late_free(ftc_comm_t *comm) {
-  while (comm->wd_late) {
-    struct ftc__wd_dump *d = comm->wd_late;
-    comm->wd_late = d->next;
+  while (comm->wd.late) {
+    struct ftc__wd_dump *d = comm->wd.late;
+    comm->wd.late = d->next;
     wd_dump_free(d);
   }
 }
@@ -1082,23 +1092,23 @@ static void *watchdog_main(void *arg) {
   int64_t quiet = 0;
   int defer_ms = -1;
   for (;;) {
-    struct pollfd p = {comm->wd_fd, POLLIN, 0};
+    struct pollfd p = {comm->wd.fd, POLLIN, 0};
     int wait_ms = (int)period;
     if (quiet && (quiet + 999999) / 1000000 < wait_ms) wait_ms = (int)((quiet + 999999) / 1000000);
     if (defer_ms >= 0 && defer_ms < wait_ms) wait_ms = defer_ms;
     if (poll(&p, 1, wait_ms) > 0) {
       uint64_t n;
-      ssize_t r = read(comm->wd_fd, &n, sizeof(n));
+      ssize_t r = read(comm->wd.fd, &n, sizeof(n));
       (void)r;
     }
-    pthread_mutex_lock(&comm->wd_mu);
-    int stop = comm->wd_stop;
-    pthread_mutex_unlock(&comm->wd_mu);
+    pthread_mutex_lock(&comm->wd.mu);
+    int stop = comm->wd.stop;
+    pthread_mutex_unlock(&comm->wd.mu);
     if (stop) break;
-    pthread_mutex_lock(&comm->wd_cap_mu);
+    pthread_mutex_lock(&comm->wd.cap_mu);
     wd_dump_request(comm);
     wd_failure(comm);
-    pthread_mutex_unlock(&comm->wd_cap_mu);
+    pthread_mutex_unlock(&comm->wd.cap_mu);
     defer_ms = wd_deferred_report(comm);
     wd_view(comm, &checked);
     quiet = wd_quiet(comm);
@@ -1107,9 +1117,9 @@ static void *watchdog_main(void *arg) {
   }
   /* A failure just before the communicator was destroyed (its kick may have
    * come with the stop): captured and written now. */
-  pthread_mutex_lock(&comm->wd_cap_mu);
+  pthread_mutex_lock(&comm->wd.cap_mu);
   wd_failure(comm);
-  pthread_mutex_unlock(&comm->wd_cap_mu);
+  pthread_mutex_unlock(&comm->wd.cap_mu);
   wd_write_dumps(comm);
   wd_late_verdicts(comm);
   wd_late_free(comm);
@@ -1117,20 +1127,20 @@ static void *watchdog_main(void *arg) {
 }
 
 ftc_status_t ftc__watchdog_start(ftc_comm_t *comm) {
-  int rc = pthread_create(&comm->wd_thread, NULL, watchdog_main, comm);
+  int rc = pthread_create(&comm->wd.thread, NULL, watchdog_main, comm);
   if (rc != 0) return ftc__error(FTC_ERR_SYSTEM, "starting the watchdog thread: %s", strerror(rc));
-  comm->wd_started = 1;
+  comm->wd.started = 1;
   ftc__dw_retain();
   return FTC_OK;
 }
 
 void ftc__watchdog_stop(ftc_comm_t *comm) {
-  if (!comm->wd_started) return;
-  pthread_mutex_lock(&comm->wd_mu);
-  comm->wd_stop = 1;
-  pthread_mutex_unlock(&comm->wd_mu);
+  if (!comm->wd.started) return;
+  pthread_mutex_lock(&comm->wd.mu);
+  comm->wd.stop = 1;
+  pthread_mutex_unlock(&comm->wd.mu);
   ftc__watchdog_kick(comm);
-  pthread_join(comm->wd_thread, NULL);
-  comm->wd_started = 0;
+  pthread_join(comm->wd.thread, NULL);
+  comm->wd.started = 0;
   ftc__dw_release(comm); /* its dumps are written (and uploaded) before it goes */
 }

@@ -31,7 +31,7 @@ const char *ftc_dtype_name(ftc_dtype_t dtype) {
 }
 
 const char *ftc_op_name(ftc_op_t op) {
-  static const char *const names[FTC_OP_COUNT] = {"sum", "prod", "min", "max", "avg"};
+  static const char *const names[FTC_OP_COUNT] = {"sum", "prod", "min", "max", "avg", "band", "bor", "bxor"};
   if ((int)op < 0 || op >= FTC_OP_COUNT) return "?";
   return names[op];
 }
@@ -118,6 +118,21 @@ uint16_t ftc__f32_to_bf16(float f) {
     }                                                                             \
   }
 
+/* Bitwise ops, for the integer types. */
+#define DEFINE_BITS(T, suffix)                                                    \
+  static void reduce_bits_##suffix(T *o, const T *a, const T *b, size_t n, ftc_op_t op) { \
+    if (op == FTC_BAND)                                                           \
+      for (size_t i = 0; i < n; i++) o[i] = (T)(a[i] & b[i]);                     \
+    else if (op == FTC_BOR)                                                       \
+      for (size_t i = 0; i < n; i++) o[i] = (T)(a[i] | b[i]);                     \
+    else                                                                          \
+      for (size_t i = 0; i < n; i++) o[i] = (T)(a[i] ^ b[i]);                     \
+  }
+
+DEFINE_BITS(uint32_t, i32)
+DEFINE_BITS(uint64_t, i64)
+DEFINE_BITS(uint8_t, u8)
+
 DEFINE_LOOPS(float, f32)
 DEFINE_LOOPS(double, f64)
 DEFINE_LOOPS(int32_t, i32)
@@ -175,6 +190,15 @@ static void reduce_bf16(uint16_t *o, const uint16_t *a, const uint16_t *b, size_
 
 void ftc__reduce(void *out, const void *a, const void *b, size_t count, ftc_dtype_t dtype,
                  ftc_op_t op) {
+  if (ftc__op_is_bitwise(op)) {
+    switch (dtype) {
+      case FTC_I32: reduce_bits_i32(out, a, b, count, op); break;
+      case FTC_I64: reduce_bits_i64(out, a, b, count, op); break;
+      case FTC_U8: reduce_bits_u8(out, a, b, count, op); break;
+      default: break; /* refused by the caller */
+    }
+    return;
+  }
   switch (dtype) {
     case FTC_F32: reduce_f32(out, a, b, count, op); break;
     case FTC_F64: reduce_f64(out, a, b, count, op); break;

@@ -17,6 +17,10 @@
 void ftc__reduce(void *out, const void *a, const void *b, size_t count, ftc_dtype_t dtype,
                  ftc_op_t op);
 
+/* A bitwise op (FTC_BAND, FTC_BOR, FTC_BXOR): integer dtypes only. */
+static inline int ftc__op_is_bitwise(ftc_op_t op) { return op == FTC_BAND || op == FTC_BOR || op == FTC_BXOR; }
+static inline int ftc__dtype_is_integer(ftc_dtype_t d) { return d == FTC_I32 || d == FTC_I64 || d == FTC_U8; }
+
 /* buf[i] /= n (integer types truncate toward zero, f16/bf16 round to nearest
  * even once). */
 void ftc__reduce_avg_finish(void *buf, size_t count, ftc_dtype_t dtype, int n);

@@ -92,7 +92,7 @@ static ftc_status_t split_common(ftc_comm_t *parent, const char *name, int color
     goto out;
   }
   if ((st = ftc_allgather(&mine, all, sizeof(mine), FTC_U8, parent, timeout_ms)) != FTC_OK) goto out;
-  uint64_t seq = ++parent->splits;
+  uint64_t seq = ++parent->tree.splits;
   for (int q = 0; q < n; q++) {
     if (all[q].list_hash != list_hash) {
       st = ftc__error(FTC_ERR_INVALID_ARGUMENT,
@@ -160,11 +160,11 @@ static ftc_status_t split_common(ftc_comm_t *parent, const char *name, int color
   st = ftc__comm_create_child(parent, view, fd, id, label, &c);
   fd = -1; /* the child's, or closed */
   if (st != FTC_OK) goto out;
-  c->split = members, c->nsplit = m;
+  c->tree.members = members, c->tree.nmembers = m;
   members = NULL;
   pthread_mutex_lock(&split_lock);
-  c->sibling = parent->children;
-  __atomic_store_n(&parent->children, c, __ATOMIC_RELEASE);
+  c->tree.sibling = parent->tree.children;
+  __atomic_store_n(&parent->tree.children, c, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&split_lock);
   /* A failure of the parent's epoch while the child was being made did
    * not reach it: revoke it now. */
@@ -188,12 +188,7 @@ static ftc_status_t split_args(const char *name, ftc_comm_t *parent, int timeout
   if (!child) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "%s: child is NULL; pass &child", name);
   *child = NULL;
   if (!parent) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "%s: parent is NULL", name);
-  if (timeout_ms < FTC_TIMEOUT_INFINITE)
-    return ftc__error(FTC_ERR_INVALID_ARGUMENT,
-                      "%s: timeout_ms %d; use milliseconds >= 0, FTC_TIMEOUT_DEFAULT or "
-                      "FTC_TIMEOUT_INFINITE",
-                      name, timeout_ms);
-  return FTC_OK;
+  return ftc__check_timeout(name, timeout_ms);
 }
 
 ftc_status_t ftc_comm_split(ftc_comm_t *parent, int color, int key, int timeout_ms,
@@ -239,7 +234,7 @@ ftc_status_t ftc_comm_split_ranks(ftc_comm_t *parent, const int *ranks, int nran
 ftc_status_t ftc_comm_parent_rank(const ftc_comm_t *child, int rank, int *parent_rank) {
   if (!child || !parent_rank)
     return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_parent_rank: child and parent_rank must not be NULL");
-  const ftc_comm_t *p = __atomic_load_n(&child->parent, __ATOMIC_ACQUIRE);
+  const ftc_comm_t *p = __atomic_load_n(&child->tree.parent, __ATOMIC_ACQUIRE);
   if (!p)
     return ftc__error(FTC_ERR_INVALID_ARGUMENT,
                       "ftc_comm_parent_rank: not a sub-communicator (or its parent was destroyed)");
@@ -258,10 +253,10 @@ ftc_status_t ftc_comm_parent_rank(const ftc_comm_t *child, int rank, int *parent
 /* ---- following the parent ---- */
 
 ftc_status_t ftc__split_gate(ftc_comm_t *comm) {
-  ftc_comm_t *p = comm->parent;
+  ftc_comm_t *p = comm->tree.parent;
   if (!p) return FTC_OK;
   uint64_t pe = __atomic_load_n(&p->epoch, __ATOMIC_ACQUIRE);
-  uint64_t mine = __atomic_load_n(&comm->parent_epoch, __ATOMIC_ACQUIRE);
+  uint64_t mine = __atomic_load_n(&comm->tree.parent_epoch, __ATOMIC_ACQUIRE);
   if (pe == mine) return FTC_OK;
   return ftc__error(FTC_ERR_REVOKED,
                     "the parent communicator moved to epoch %llu; this sub-communicator follows "
@@ -313,12 +308,12 @@ void ftc__split_failed(ftc_comm_t *comm, ftc_status_t why, const char *detail) {
   /* A child's own failure (not a revoke, nor an abort) of the parent's
    * current epoch fails that epoch; a stale one (the parent has moved on)
    * is the child's alone. */
-  if (comm->parent && why != FTC_ERR_REVOKED && why != FTC_ERR_ABORTED &&
-      __atomic_load_n(&comm->parent->epoch, __ATOMIC_ACQUIRE) ==
-          __atomic_load_n(&comm->parent_epoch, __ATOMIC_ACQUIRE))
-    p = comm->parent;
+  if (comm->tree.parent && why != FTC_ERR_REVOKED && why != FTC_ERR_ABORTED &&
+      __atomic_load_n(&comm->tree.parent->epoch, __ATOMIC_ACQUIRE) ==
+          __atomic_load_n(&comm->tree.parent_epoch, __ATOMIC_ACQUIRE))
+    p = comm->tree.parent;
   /* Every child of the failed parent (comm's, or its parent's siblings of comm). */
-  for (ftc_comm_t *owner = p ? p : comm, *c = owner->children; c; c = c->sibling) {
+  for (ftc_comm_t *owner = p ? p : comm, *c = owner->tree.children; c; c = c->tree.sibling) {
     if (c == comm) continue;
     if (n == cap) {
       ftc_comm_t **more = ftc__malloc((size_t)cap * 2 * sizeof(*more));
@@ -355,35 +350,35 @@ void ftc__split_failed(ftc_comm_t *comm, ftc_status_t why, const char *detail) {
 }
 
 void ftc__split_unlink(ftc_comm_t *comm) {
-  if (!__atomic_load_n(&comm->parent, __ATOMIC_ACQUIRE) &&
-      !__atomic_load_n(&comm->children, __ATOMIC_ACQUIRE))
+  if (!__atomic_load_n(&comm->tree.parent, __ATOMIC_ACQUIRE) &&
+      !__atomic_load_n(&comm->tree.children, __ATOMIC_ACQUIRE))
     return;
   pthread_mutex_lock(&split_lock);
   while (propagations) pthread_cond_wait(&split_cv, &split_lock);
-  ftc_comm_t *p = comm->parent;
+  ftc_comm_t *p = comm->tree.parent;
   if (p) {
-    ftc_comm_t **at = &p->children;
-    while (*at && *at != comm) at = &(*at)->sibling;
-    if (*at) __atomic_store_n(at, comm->sibling, __ATOMIC_RELEASE);
+    ftc_comm_t **at = &p->tree.children;
+    while (*at && *at != comm) at = &(*at)->tree.sibling;
+    if (*at) __atomic_store_n(at, comm->tree.sibling, __ATOMIC_RELEASE);
     pthread_mutex_lock(&comm->lock);
-    __atomic_store_n(&comm->parent, NULL, __ATOMIC_RELEASE);
+    __atomic_store_n(&comm->tree.parent, NULL, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&comm->lock);
   }
-  for (ftc_comm_t *c = comm->children, *next; c; c = next) {
-    next = c->sibling;
+  for (ftc_comm_t *c = comm->tree.children, *next; c; c = next) {
+    next = c->tree.sibling;
     pthread_mutex_lock(&c->lock);
-    __atomic_store_n(&c->parent, NULL, __ATOMIC_RELEASE);
-    c->sibling = NULL;
+    __atomic_store_n(&c->tree.parent, NULL, __ATOMIC_RELEASE);
+    c->tree.sibling = NULL;
     pthread_mutex_unlock(&c->lock);
   }
-  __atomic_store_n(&comm->children, NULL, __ATOMIC_RELEASE);
+  __atomic_store_n(&comm->tree.children, NULL, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&split_lock);
 }
 
 ftc_status_t ftc__split_next_view(ftc_comm_t *comm, ftc__view_t **out) {
   *out = NULL;
   pthread_mutex_lock(&split_lock);
-  ftc_comm_t *p = comm->parent;
+  ftc_comm_t *p = comm->tree.parent;
   if (!p) {
     pthread_mutex_unlock(&split_lock);
     return ftc__error(FTC_ERR_NOT_SUPPORTED,
@@ -394,7 +389,7 @@ ftc_status_t ftc__split_next_view(ftc_comm_t *comm, ftc__view_t **out) {
   const ftc__view_t *pv = p->view;
   int perr = __atomic_load_n(&p->error, __ATOMIC_ACQUIRE);
   uint64_t pe = __atomic_load_n(&p->epoch, __ATOMIC_ACQUIRE);
-  uint64_t mine = __atomic_load_n(&comm->parent_epoch, __ATOMIC_ACQUIRE);
+  uint64_t mine = __atomic_load_n(&comm->tree.parent_epoch, __ATOMIC_ACQUIRE);
   int failed = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE) != 0;
   ftc_status_t st = FTC_OK;
   if (perr) {
@@ -413,7 +408,7 @@ ftc_status_t ftc__split_next_view(ftc_comm_t *comm, ftc__view_t **out) {
     goto out; /* healthy: nothing to do */
   }
   ftc__view_t *v = ftc__calloc(1, sizeof(*v));
-  if (v) v->members = ftc__calloc((size_t)comm->nsplit, sizeof(*v->members));
+  if (v) v->members = ftc__calloc((size_t)comm->tree.nmembers, sizeof(*v->members));
   if (!v || !v->members) {
     if (v) ftc__free(v);
     st = ftc__error(FTC_ERR_NO_MEMORY, "ftc_comm_recover: the sub-communicator's next view");
@@ -422,16 +417,16 @@ ftc_status_t ftc__split_next_view(ftc_comm_t *comm, ftc__view_t **out) {
   v->epoch = pe;
   v->my_member_id = comm->view->my_member_id;
   v->my_rank = -1;
-  for (int i = 0; i < comm->nsplit; i++)
+  for (int i = 0; i < comm->tree.nmembers; i++)
     for (int q = 0; q < pv->size; q++) {
-      if (pv->members[q].member_id != comm->split[i].member_id) continue;
+      if (pv->members[q].member_id != comm->tree.members[i].member_id) continue;
       ftc__view_member_t *vm = &v->members[v->size];
       vm->rank = v->size;
       vm->slot = pv->members[q].slot;
       vm->member_id = pv->members[q].member_id;
       vm->joined_epoch = pv->members[q].joined_epoch;
       vm->state = pv->members[q].state;
-      memcpy(vm->addr, comm->split[i].addr, sizeof(vm->addr));
+      memcpy(vm->addr, comm->tree.members[i].addr, sizeof(vm->addr));
       if (vm->member_id == v->my_member_id) v->my_rank = v->size;
       v->size++;
     }
@@ -450,5 +445,5 @@ out:
 }
 
 void ftc__split_moved(ftc_comm_t *comm, uint64_t epoch) {
-  __atomic_store_n(&comm->parent_epoch, epoch, __ATOMIC_RELEASE);
+  __atomic_store_n(&comm->tree.parent_epoch, epoch, __ATOMIC_RELEASE);
 }

@@ -89,6 +89,7 @@ struct ftc__member {
   int64_t last_rx_ns;    /* the last frame from the coordinator (or the connection's start) */
   char *rx;
   size_t rx_len, rx_cap;
+  int rx_binary; /* the message being received is binary: a deflated view */
   int rx_skip;
   char conn_err[160];
 
@@ -579,6 +580,7 @@ static ftc__frame_t *build_hello_locked(ftc__member_t *m) {
       .standby = m->standby,
       .delta = 1, /* it applies view deltas (handle_message) */
       .probes = 1,
+      .deflate = 1, /* it inflates a binary message (on_receive) */
       .pid = (int64_t)getpid(),
       .known_epoch = m->known_epoch,
       .prev_member_id = m->member_id,
@@ -748,12 +750,186 @@ static int take_view_locked(ftc__member_t *m, const ftc__msg_t *msg) {
   return 0;
 }
 
-/* Handle one complete message from the coordinator. Returns -1 to close. */
+/* The message handlers: one per kind the coordinator sends, called by
+ * handle_message under m->lock with the decoded message. Each returns 0,
+ * or -1 to close the session (with the error set), and leaves in *after
+ * what handle_message does once the lock is released. */
+typedef struct after_msg {
+  int write_due;        /* a frame was queued: ask lws for a writable callback */
+  int start_heartbeats; /* the welcome came: schedule the heartbeats */
+} after_msg_t;
+
+static int on_welcome_locked(ftc__member_t *m, const ftc__msg_t *msg, after_msg_t *after) {
+  FTC_ASSERT_HELD(&m->lock);
+  if (m->state != S_CONNECTING && m->state != S_RECONNECTING) {
+    set_error_locked(m, FTC_ERR_PROTOCOL, "the coordinator at %s sent a second welcome",
+                     m->coord);
+    return -1;
+  }
+  if (m->state == S_RECONNECTING) {
+    FTC_WARN(FTC_SUB_COORD,
+             "slot %d: reconnected to the coordinator at %s (member %llu%s, its epoch %llu)",
+             m->slot, m->coord, (unsigned long long)msg->member_id,
+             msg->member_id == m->member_id ? ", kept" : ", new", (unsigned long long)msg->epoch);
+  }
+  m->member_id = msg->member_id;
+  m->state = S_OPEN;
+  /* Held as standby (our hello said so, and the coordinator knows the
+   * word): ftc__member_join sends the join, or sends it now if it came
+   * first. Otherwise this member was admitted with its hello. */
+  m->standby_acked = msg->standby && m->standby + m->join_wanted > 0;
+  if (!m->standby_acked) m->standby = 0;
+  if (m->standby_acked && m->join_wanted) {
+    if (queue_join_locked(m) != 0) return -1;
+    after->write_due = 1;
+  }
+  m->join_wanted = 0;
+  m->reconnect_deadline_ns = 0;
+  m->retry_ms = RETRY_FIRST_MS;
+  m->heartbeat_ms = msg->heartbeat_ms;
+  if (m->cfg_heartbeat_ms > 0 && m->cfg_heartbeat_ms < m->heartbeat_ms)
+    m->heartbeat_ms = m->cfg_heartbeat_ms;
+  FTC_INFO(FTC_SUB_COORD, "slot %d: %s job %s as member %llu (coordinator epoch %llu)%s",
+           m->slot, m->standby_acked ? "registered with" : "joined", m->job,
+           (unsigned long long)m->member_id, (unsigned long long)msg->epoch,
+           m->standby_acked ? ", standby until it is ready" : "");
+  pthread_cond_broadcast(&m->cond);
+  after->start_heartbeats = 1; /* after the unlock: no lws call under m->lock */
+  return 0;
+}
+
+/* The change from the epoch this rank holds; anything else (it missed one,
+ * or the result is not the one the hash names) and it asks for the whole
+ * view, which follows. */
+static int on_view_delta_locked(ftc__member_t *m, const ftc__msg_t *msg, after_msg_t *after) {
+  FTC_ASSERT_HELD(&m->lock);
+  ftc__wire_member_t *base = NULL, *wm = NULL;
+  int n = -1, rc = 0;
+  if (m->view && m->view->epoch == msg->base_epoch &&
+      (base = ftc__calloc((size_t)(m->view->size ? m->view->size : 1), sizeof(*base)))) {
+    for (int i = 0; i < m->view->size; i++) {
+      const ftc__view_member_t *vm = &m->view->members[i];
+      base[i] = (ftc__wire_member_t){vm->rank, vm->slot, vm->member_id, vm->joined_epoch,
+                                     vm->addr, vm->state};
+    }
+    n = ftc__proto_view_apply(base, m->view->size, msg, &wm);
+  }
+  if (n >= 0) {
+    ftc__msg_t whole = *msg;
+    whole.type = FTC__MSG_VIEW;
+    whole.members = wm;
+    whole.nmembers = n;
+    whole.backend = NULL;
+    rc = take_view_locked(m, &whole);
+  } else if (!m->view || msg->epoch > m->view->epoch) {
+    FTC_INFO(FTC_SUB_COORD, "slot %d: epoch %llu came as a change from %llu, which this rank "
+             "does not hold (it holds %llu); asking for it whole", m->slot,
+             (unsigned long long)msg->epoch, (unsigned long long)msg->base_epoch,
+             (unsigned long long)(m->view ? m->view->epoch : 0));
+    ftc__frame_t *f = ftc__proto_encode(ftc__proto_view_request(), LWS_PRE);
+    if (f) {
+      ftc__frameq_push(&m->outq, f);
+      after->write_due = 1;
+    } else {
+      set_error_locked(m, FTC_ERR_NO_MEMORY, "out of memory asking for epoch %llu",
+                       (unsigned long long)msg->epoch);
+      rc = -1;
+    }
+  }
+  ftc__free(base);
+  ftc__free(wm);
+  return rc;
+}
+
+/* Kept for the data plane's early connections to the standby members it
+ * adds; never taken for an epoch. */
+static int on_prospect_locked(ftc__member_t *m, const ftc__msg_t *msg) {
+  FTC_ASSERT_HELD(&m->lock);
+  ftc__view_t *v = view_from_msg(msg, m->member_id);
+  if (!v || v->my_rank < 0) {
+    ftc__view_free(v); /* out of memory, or not ours: the join goes the usual way */
+    return 0;
+  }
+  FTC_DEBUG(FTC_SUB_COORD, "slot %d: prospect of epoch %llu: rank %d of %d", m->slot,
+            (unsigned long long)v->epoch, v->my_rank, v->size);
+  ftc__view_free(m->prospect);
+  m->prospect = v;
+  __atomic_add_fetch(&m->prospect_seq, 1, __ATOMIC_ACQ_REL);
+  kick(m->view_fd);
+  return 0;
+}
+
+static int on_backend_locked(ftc__member_t *m, const ftc__msg_t *msg) {
+  FTC_ASSERT_HELD(&m->lock);
+  if (msg->epoch < m->backend_epoch) return 0;
+  char *b = ftc__strdup(msg->backend);
+  if (!b) {
+    set_error_locked(m, FTC_ERR_NO_MEMORY, "out of memory storing a backend blob");
+    return -1;
+  }
+  ftc__free(m->backend_blob);
+  m->backend_blob = b;
+  m->backend_epoch = msg->epoch;
+  if (m->view && m->view->epoch == msg->epoch) {
+    char *vb = ftc__strdup(b);
+    if (vb) {
+      ftc__free(m->view->backend_blob);
+      m->view->backend_blob = vb;
+    }
+  }
+  pthread_cond_broadcast(&m->cond);
+  return 0;
+}
+
+static int on_heartbeat_locked(ftc__member_t *m, const ftc__msg_t *msg) {
+  FTC_ASSERT_HELD(&m->lock);
+  if (msg->epoch > m->known_epoch)
+    FTC_DEBUG(FTC_SUB_COORD, "slot %d: the coordinator is at epoch %llu", m->slot,
+              (unsigned long long)msg->epoch);
+  return 0;
+}
+
+static int on_probe_locked(ftc__member_t *m, const ftc__msg_t *msg) {
+  FTC_ASSERT_HELD(&m->lock);
+  if (msg->epoch > m->probe_epoch) {
+    m->probe_epoch = msg->epoch;
+    m->probe_bound_ms = probe_ms(m);
+    if (!m->probe_started) start_probe_locked(m);
+    pthread_cond_broadcast(&m->cond);
+  }
+  return 0;
+}
+
+static int on_dump_request_locked(ftc__member_t *m, const ftc__msg_t *msg) {
+  FTC_ASSERT_HELD(&m->lock);
+  snprintf(m->dump_incident, sizeof(m->dump_incident), "%s", msg->incident);
+  snprintf(m->dump_reason, sizeof(m->dump_reason), "%s", msg->reason ? msg->reason : "");
+  m->dump_epoch = msg->epoch;
+  m->dump_pending = 1;
+  FTC_INFO(FTC_SUB_COORD, "slot %d: the coordinator asks for a dump (incident %s)", m->slot,
+           m->dump_incident);
+  pthread_cond_broadcast(&m->cond);
+  notify_locked(m);
+  return 0;
+}
+
+static int on_error_locked(ftc__member_t *m, const ftc__msg_t *msg) {
+  FTC_ASSERT_HELD(&m->lock);
+  ftc_status_t st = ftc__perr_status(msg->code);
+  set_error_locked(m, st, "the coordinator at %s refused slot %d: %s (%s)", m->coord, m->slot,
+                   msg->reason ? msg->reason : "", msg->code_name);
+  return -1;
+}
+
+/* Handle one complete message from the coordinator: decode it, check that
+ * the session's state allows it, and hand it to its kind's handler.
+ * Returns -1 to close. */
 static int handle_message(ftc__member_t *m, const char *text, size_t len) {
   ftc__msg_t msg;
   char why[256];
   ftc__perr_t perr = ftc__proto_decode(text, len, FTC__PROTO_MAX_COORD_MSG, &msg, why, sizeof(why));
-  int rc = 0, start_heartbeats = 0, write_due = 0;
+  after_msg_t after = {0, 0};
+  int rc = 0;
   pthread_mutex_lock(&m->lock);
   if (perr != FTC__PERR_NONE) {
     set_error_locked(m, FTC_ERR_PROTOCOL, "malformed message from the coordinator at %s: %s: %s",
@@ -770,155 +946,15 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
     goto out_unlock;
   }
   switch (msg.type) {
-    case FTC__MSG_WELCOME:
-      if (m->state != S_CONNECTING && m->state != S_RECONNECTING) {
-        set_error_locked(m, FTC_ERR_PROTOCOL, "the coordinator at %s sent a second welcome",
-                         m->coord);
-        rc = -1;
-        break;
-      }
-      if (m->state == S_RECONNECTING) {
-        FTC_WARN(FTC_SUB_COORD,
-                 "slot %d: reconnected to the coordinator at %s (member %llu%s, its epoch %llu)",
-                 m->slot, m->coord, (unsigned long long)msg.member_id,
-                 msg.member_id == m->member_id ? ", kept" : ", new", (unsigned long long)msg.epoch);
-      }
-      m->member_id = msg.member_id;
-      m->state = S_OPEN;
-      /* Held as standby (our hello said so, and the coordinator knows the
-       * word): ftc__member_join sends the join, or sends it now if it came
-       * first. Otherwise this member was admitted with its hello. */
-      m->standby_acked = msg.standby && m->standby + m->join_wanted > 0;
-      if (!m->standby_acked) m->standby = 0;
-      if (m->standby_acked && m->join_wanted) {
-        if (queue_join_locked(m) != 0) {
-          rc = -1;
-          break;
-        }
-        write_due = 1;
-      }
-      m->join_wanted = 0;
-      m->reconnect_deadline_ns = 0;
-      m->retry_ms = RETRY_FIRST_MS;
-      m->heartbeat_ms = msg.heartbeat_ms;
-      if (m->cfg_heartbeat_ms > 0 && m->cfg_heartbeat_ms < m->heartbeat_ms)
-        m->heartbeat_ms = m->cfg_heartbeat_ms;
-      FTC_INFO(FTC_SUB_COORD, "slot %d: %s job %s as member %llu (coordinator epoch %llu)%s",
-               m->slot, m->standby_acked ? "registered with" : "joined", m->job,
-               (unsigned long long)m->member_id, (unsigned long long)msg.epoch,
-               m->standby_acked ? ", standby until it is ready" : "");
-      pthread_cond_broadcast(&m->cond);
-      start_heartbeats = 1; /* after the unlock: no lws call under m->lock */
-      break;
+    case FTC__MSG_WELCOME: rc = on_welcome_locked(m, &msg, &after); break;
     case FTC__MSG_VIEW: rc = take_view_locked(m, &msg); break;
-    case FTC__MSG_VIEW_DELTA: {
-      /* The change from the epoch this rank holds; anything else (it
-       * missed one, or the result is not the one the hash names) and it
-       * asks for the whole view, which follows. */
-      ftc__wire_member_t *base = NULL, *wm = NULL;
-      int n = -1;
-      if (m->view && m->view->epoch == msg.base_epoch &&
-          (base = ftc__calloc((size_t)(m->view->size ? m->view->size : 1), sizeof(*base)))) {
-        for (int i = 0; i < m->view->size; i++) {
-          const ftc__view_member_t *vm = &m->view->members[i];
-          base[i] = (ftc__wire_member_t){vm->rank, vm->slot, vm->member_id, vm->joined_epoch,
-                                         vm->addr, vm->state};
-        }
-        n = ftc__proto_view_apply(base, m->view->size, &msg, &wm);
-      }
-      if (n >= 0) {
-        ftc__msg_t whole = msg;
-        whole.type = FTC__MSG_VIEW;
-        whole.members = wm;
-        whole.nmembers = n;
-        whole.backend = NULL;
-        rc = take_view_locked(m, &whole);
-      } else if (!m->view || msg.epoch > m->view->epoch) {
-        FTC_INFO(FTC_SUB_COORD, "slot %d: epoch %llu came as a change from %llu, which this rank "
-                 "does not hold (it holds %llu); asking for it whole", m->slot,
-                 (unsigned long long)msg.epoch, (unsigned long long)msg.base_epoch,
-                 (unsigned long long)(m->view ? m->view->epoch : 0));
-        ftc__frame_t *f = ftc__proto_encode(ftc__proto_view_request(), LWS_PRE);
-        if (f) {
-          ftc__frameq_push(&m->outq, f);
-          write_due = 1;
-        } else {
-          set_error_locked(m, FTC_ERR_NO_MEMORY, "out of memory asking for epoch %llu",
-                           (unsigned long long)msg.epoch);
-          rc = -1;
-        }
-      }
-      ftc__free(base);
-      ftc__free(wm);
-      break;
-    }
-    case FTC__MSG_PROSPECT: {
-      /* Kept for the data plane's early connections to the standby
-       * members it adds; never taken for an epoch. */
-      ftc__view_t *v = view_from_msg(&msg, m->member_id);
-      if (!v || v->my_rank < 0) {
-        ftc__view_free(v); /* out of memory, or not ours: the join goes the usual way */
-        break;
-      }
-      FTC_DEBUG(FTC_SUB_COORD, "slot %d: prospect of epoch %llu: rank %d of %d", m->slot,
-                (unsigned long long)v->epoch, v->my_rank, v->size);
-      ftc__view_free(m->prospect);
-      m->prospect = v;
-      __atomic_add_fetch(&m->prospect_seq, 1, __ATOMIC_ACQ_REL);
-      kick(m->view_fd);
-      break;
-    }
-    case FTC__MSG_BACKEND: {
-      if (msg.epoch < m->backend_epoch) break;
-      char *b = ftc__strdup(msg.backend);
-      if (!b) {
-        set_error_locked(m, FTC_ERR_NO_MEMORY, "out of memory storing a backend blob");
-        rc = -1;
-        break;
-      }
-      ftc__free(m->backend_blob);
-      m->backend_blob = b;
-      m->backend_epoch = msg.epoch;
-      if (m->view && m->view->epoch == msg.epoch) {
-        char *vb = ftc__strdup(b);
-        if (vb) {
-          ftc__free(m->view->backend_blob);
-          m->view->backend_blob = vb;
-        }
-      }
-      pthread_cond_broadcast(&m->cond);
-      break;
-    }
-    case FTC__MSG_HEARTBEAT:
-      if (msg.epoch > m->known_epoch)
-        FTC_DEBUG(FTC_SUB_COORD, "slot %d: the coordinator is at epoch %llu", m->slot,
-                  (unsigned long long)msg.epoch);
-      break;
-    case FTC__MSG_PROBE:
-      if (msg.epoch > m->probe_epoch) {
-        m->probe_epoch = msg.epoch;
-        m->probe_bound_ms = probe_ms(m);
-        if (!m->probe_started) start_probe_locked(m);
-        pthread_cond_broadcast(&m->cond);
-      }
-      break;
-    case FTC__MSG_DUMP_REQUEST:
-      snprintf(m->dump_incident, sizeof(m->dump_incident), "%s", msg.incident);
-      snprintf(m->dump_reason, sizeof(m->dump_reason), "%s", msg.reason ? msg.reason : "");
-      m->dump_epoch = msg.epoch;
-      m->dump_pending = 1;
-      FTC_INFO(FTC_SUB_COORD, "slot %d: the coordinator asks for a dump (incident %s)", m->slot,
-               m->dump_incident);
-      pthread_cond_broadcast(&m->cond);
-      notify_locked(m);
-      break;
-    case FTC__MSG_ERROR: {
-      ftc_status_t st = ftc__perr_status(msg.code);
-      set_error_locked(m, st, "the coordinator at %s refused slot %d: %s (%s)", m->coord,
-                       m->slot, msg.reason ? msg.reason : "", msg.code_name);
-      rc = -1;
-      break;
-    }
+    case FTC__MSG_VIEW_DELTA: rc = on_view_delta_locked(m, &msg, &after); break;
+    case FTC__MSG_PROSPECT: rc = on_prospect_locked(m, &msg); break;
+    case FTC__MSG_BACKEND: rc = on_backend_locked(m, &msg); break;
+    case FTC__MSG_HEARTBEAT: rc = on_heartbeat_locked(m, &msg); break;
+    case FTC__MSG_PROBE: rc = on_probe_locked(m, &msg); break;
+    case FTC__MSG_DUMP_REQUEST: rc = on_dump_request_locked(m, &msg); break;
+    case FTC__MSG_ERROR: rc = on_error_locked(m, &msg); break;
     default:
       set_error_locked(m, FTC_ERR_PROTOCOL, "the coordinator at %s sent an unexpected \"%s\"",
                        m->coord, ftc__msg_type_name(msg.type));
@@ -928,8 +964,8 @@ static int handle_message(ftc__member_t *m, const char *text, size_t len) {
 out_unlock:
   pthread_mutex_unlock(&m->lock);
   ftc__msg_clear(&msg);
-  if (write_due && m->wsi) lws_callback_on_writable(m->wsi);
-  if (start_heartbeats) {
+  if (after.write_due && m->wsi) lws_callback_on_writable(m->wsi);
+  if (after.start_heartbeats) {
     m->last_rx_ns = ftc__now_ns();
     lws_sul_schedule(m->ctx, 0, &m->sul_heartbeat, send_heartbeat,
                      (lws_usec_t)m->heartbeat_ms * 1000);
@@ -964,12 +1000,34 @@ static int on_receive(ftc__member_t *m, struct lws *wsi, const void *in, size_t 
     m->rx = nb;
     m->rx_cap = ncap;
   }
+  if (!m->rx_len) m->rx_binary = lws_frame_is_binary(wsi);
   memcpy(m->rx + m->rx_len, in, len);
   m->rx_len = need;
   if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi) > 0) return 0;
   size_t n = m->rx_len;
   m->rx_len = 0;
-  return handle_message(m, m->rx, n);
+  if (!m->rx_binary) return handle_message(m, m->rx, n);
+  /* A whole view deflated (the hello said "deflate"): its text is handled
+   * as any other. */
+  char *text;
+  size_t tn;
+  int z = ftc__proto_inflate(m->rx, n, FTC__PROTO_MAX_COORD_MSG, &text, &tn);
+  if (z != 0) {
+    ftc__free(text);
+    pthread_mutex_lock(&m->lock);
+    if (z > 0)
+      set_error_locked(m, FTC_ERR_PROTOCOL, "the coordinator at %s sent a deflated message over %d bytes",
+                       m->coord, FTC__PROTO_MAX_COORD_MSG);
+    else
+      set_error_locked(m, FTC_ERR_PROTOCOL,
+                       "the coordinator at %s sent a binary message that does not inflate (a "
+                       "deflated view was expected)", m->coord);
+    pthread_mutex_unlock(&m->lock);
+    return -1;
+  }
+  int rc = handle_message(m, text, tn);
+  ftc__free(text);
+  return rc;
 }
 
 static int on_writeable(ftc__member_t *m, struct lws *wsi) {

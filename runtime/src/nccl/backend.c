@@ -391,6 +391,8 @@ static void nccl_set_stream(void *hv, void *stream) {
 
 const ftc__backend_ops_t ftc__backend_nccl = {
     .name = "nccl",
+    .no_bitwise = "NCCL has no bitwise reductions (its ncclRedOp_t has sum, prod, min, max, avg and "
+                  "premultiplied sum)",
     .probe = nccl_probe,
     .version = nccl_describe,
     .describe = nccl_describe,

@@ -21,6 +21,7 @@
 #include "ftc_alloc.h"
 #include "ftc_error.h"
 #include "ftc_log.h"
+#include "ftc_param.h"
 #include "ftc_recorder.h"
 #include "ftc_time.h"
 #include "nccl/nccl_int.h"
@@ -47,6 +48,10 @@ struct ftc__nccl_comm {
   ftc__nccl_step_t last_step;
   int64_t last_ns;
   struct stage_blk *stages; /* staging of small collectives on host memory */
+  int check_args;           /* FTCOMM_CHECK_ARGS: descriptors compared before each collective */
+  uint64_t checked;         /* collectives checked in this epoch (the descriptors' sequence) */
+  char *args_host, *args_dev; /* pinned and device: this rank's descriptor, then every rank's */
+  int args_cap;             /* ranks the args buffers hold */
 };
 
 /* Staging: slots of STAGE_BYTES in blocks of pinned host and device memory.
@@ -361,6 +366,12 @@ static ftc_status_t comm_alloc(ftc__nccl_lib_t *lib, const ftc__nccl_opts_t *o,
     c->device = -1;
   c->timeout_ms = o && o->timeout_ms > 0 ? o->timeout_ms : 60000;
   c->interrupt = o ? o->interrupt : NULL;
+  int64_t check = 0;
+  if (ftc__param_int(FTC_P_CHECK_ARGS, &check) != FTC_OK) {
+    ftc__free(c);
+    return ftc__error(FTC_ERR_CONFIG, "%s", ftc_last_error());
+  }
+  c->check_args = (int)check;
   pthread_mutex_init(&c->mu, NULL);
   FTC_CHECK_GOTO(set_device(c), st, out_free);
   if (o && o->stream) {
@@ -600,6 +611,7 @@ ftc_status_t ftc__nccl_enter_epoch(ftc__nccl_lib_t *lib, ftc__nccl_comm_t **cp,
   c->revoked = 0;
   c->kept = 0;
   c->tainted = NULL;
+  c->checked = 0;
   c->last_step = p.step;
   c->last_ns = ftc__now_ns() - t0;
   FTC_INFO(FTC_SUB_NCCL, "epoch %llu: rank %d of %d by %s in %.1f ms",
@@ -674,6 +686,18 @@ static const char *coll_name(ftc__coll_t c) {
                                            "recv", "allgatherv", "alltoallv", "gather",
                                            "scatter"};
   return (unsigned)c < FTC__COLL_COUNT ? n[c] : "?";
+}
+
+static const char *dtype_name(unsigned t) {
+  static const char *n[FTC_DTYPE_COUNT] = {[FTC_F32] = "f32", [FTC_F64] = "f64", [FTC_F16] = "f16",
+                                           [FTC_BF16] = "bf16", [FTC_I32] = "i32", [FTC_I64] = "i64",
+                                           [FTC_U8] = "u8"};
+  return t < FTC_DTYPE_COUNT && n[t] ? n[t] : "?";
+}
+static const char *op_name(unsigned o) {
+  static const char *n[FTC_OP_COUNT] = {[FTC_SUM] = "sum", [FTC_PROD] = "prod", [FTC_MIN] = "min",
+                                        [FTC_MAX] = "max", [FTC_AVG] = "avg"};
+  return o < FTC_OP_COUNT && n[o] ? n[o] : "?";
 }
 
 /* 1 when p is host memory a GPU cannot read (neither device nor pinned). */
@@ -916,6 +940,103 @@ static ncclResult_t enqueue_all(ftc__nccl_comm_t *c, ncclComm_t nc, const ftc__o
   return r != ncclSuccess && r != ncclInProgress ? r : r2;
 }
 
+/* FTCOMM_CHECK_ARGS: a collective's descriptor, 4 little words: kind,
+ * dtype, op and root (+1, 0: none) in the first; count; the sequence of
+ * checked collectives in this epoch; a tag. */
+#define ARGS_DESC 32
+#define ARGS_TAG 0x66746361726773ULL /* "ftcargs" */
+
+static void args_desc(const ftc__nccl_comm_t *c, const ftc__op_t *op, uint64_t d[4]) {
+  int rooted = op->coll == FTC__COLL_BROADCAST || op->coll == FTC__COLL_REDUCE || op->coll == FTC__COLL_GATHER ||
+               op->coll == FTC__COLL_SCATTER;
+  int reduces = op->coll == FTC__COLL_ALLREDUCE || op->coll == FTC__COLL_REDUCE ||
+                op->coll == FTC__COLL_REDUCE_SCATTER;
+  d[0] = (uint64_t)op->coll | (uint64_t)op->dtype << 8 | (uint64_t)(reduces ? op->op : 0) << 16 |
+         (uint64_t)(rooted ? op->peer + 1 : 0) << 32;
+  /* alltoallv's count is this rank's sum of send counts, which differ by right */
+  d[1] = op->coll == FTC__COLL_ALLTOALLV ? 0 : op->count, d[2] = c->checked, d[3] = ARGS_TAG;
+}
+
+static void args_text(const uint64_t d[4], char *buf, size_t len) {
+  ftc__coll_t coll = (ftc__coll_t)(d[0] & 0xff);
+  int root = (int)(d[0] >> 32) - 1, op = (int)((d[0] >> 16) & 0xff);
+  char rootb[24] = "", opb[24] = "";
+  if (root >= 0) snprintf(rootb, sizeof rootb, " root %d", root);
+  if (coll == FTC__COLL_ALLREDUCE || coll == FTC__COLL_REDUCE || coll == FTC__COLL_REDUCE_SCATTER)
+    snprintf(opb, sizeof opb, " %s", op_name((unsigned)op));
+  snprintf(buf, len, "called %s #%llu%s%s x%llu %s", coll_name(coll), (unsigned long long)d[2] + 1, rootb, opb,
+           (unsigned long long)d[1], dtype_name((unsigned)((d[0] >> 8) & 0xff)));
+}
+
+/* Compare op's descriptor with every rank's before it is enqueued: one
+ * allgather of ARGS_DESC bytes per rank on stream s, copied back and waited
+ * for. All ranks see the same descriptors and so reach the same verdict: on
+ * a difference each fails the epoch with FTC_ERR_MISMATCH naming the first
+ * rank that differs from rank 0, and nobody enqueues the collective that
+ * would hang or read the wrong bytes. */
+static ftc_status_t check_args(ftc__nccl_comm_t *c, ncclComm_t nc, const ftc__op_t *op, cudaStream_t s) {
+  int n = c->size;
+  if (n > c->args_cap) {
+    if (c->args_host) c->lib->rt.FreeHost(c->args_host), c->args_host = NULL;
+    if (c->args_dev) c->lib->rt.Free(c->args_dev), c->args_dev = NULL;
+    c->args_cap = 0;
+    size_t bytes = (size_t)(n + 1) * ARGS_DESC;
+    cudaError_t e = c->lib->rt.HostAlloc((void **)&c->args_host, bytes, 0);
+    if (e == cudaSuccess) e = c->lib->rt.Malloc((void **)&c->args_dev, bytes);
+    if (e != cudaSuccess)
+      return ftc__error(FTC_ERR_BACKEND, "FTCOMM_CHECK_ARGS: memory for %d descriptors: %s", n,
+                        c->lib->rt.GetErrorString(e));
+    c->args_cap = n;
+  }
+  uint64_t mine[4];
+  args_desc(c, op, mine);
+  memcpy(c->args_host, mine, ARGS_DESC);
+  cudaEvent_t done = NULL;
+  ftc_status_t st = event_get(c, &done);
+  if (st != FTC_OK) return st;
+  cudaError_t e = c->lib->rt.MemcpyAsync(c->args_dev, c->args_host, ARGS_DESC, cudaMemcpyHostToDevice, s);
+  if (e != cudaSuccess) goto cuda_failed;
+  ncclResult_t r = c->lib->n.AllGather(c->args_dev, c->args_dev + ARGS_DESC, ARGS_DESC, ncclUint8, nc, s);
+  if (r == ncclInProgress) {
+    st = poll_ready(c->lib, nc, ftc__deadline_ns(c->timeout_ms), "FTCOMM_CHECK_ARGS allgather", c->timeout_ms,
+                    c->interrupt);
+  } else if (r != ncclSuccess) {
+    st = ftc__nccl_status(r, "FTCOMM_CHECK_ARGS allgather", last_error(c->lib, nc));
+  }
+  if (st != FTC_OK) {
+    fail(c, st);
+    event_put(c, done);
+    return st;
+  }
+  e = c->lib->rt.MemcpyAsync(c->args_host + ARGS_DESC, c->args_dev + ARGS_DESC, (size_t)n * ARGS_DESC,
+                             cudaMemcpyDeviceToHost, s);
+  if (e == cudaSuccess) e = c->lib->rt.EventRecord(done, s);
+  if (e != cudaSuccess) goto cuda_failed;
+  ftc__nccl_work_t w = {.ev_start = done, .ev_end = done, .rec_id = FTC_REC_NO_ID};
+  st = ftc__nccl_comm_wait(c, &w, ftc__deadline_ns(c->timeout_ms));
+  event_put(c, done);
+  if (st != FTC_OK) return st;
+  c->checked++;
+  const uint64_t *all = (const uint64_t *)(c->args_host + ARGS_DESC);
+  for (int q = 1; q < n; q++) {
+    const uint64_t *d = all + 4 * q;
+    if (memcmp(d, all, ARGS_DESC) == 0) continue;
+    char theirs[128], first[128];
+    args_text(d, theirs, sizeof theirs);
+    args_text(all, first, sizeof first);
+    fail(c, FTC_ERR_MISMATCH);
+    return ftc__error(FTC_ERR_MISMATCH, "rank %d %s where rank 0 %s (this rank is %d; FTCOMM_CHECK_ARGS=1)", q,
+                      theirs, first, c->rank);
+  }
+  return FTC_OK;
+cuda_failed:
+  st = ftc__error(FTC_ERR_BACKEND, "FTCOMM_CHECK_ARGS: cudaMemcpyAsync/cudaEventRecord failed: %s",
+                  c->lib->rt.GetErrorString(e));
+  fail(c, st);
+  event_put(c, done);
+  return st;
+}
+
 static ftc_status_t launch(ftc__nccl_comm_t *c, const ftc__op_t *const *ops, int n, void *stream,
                            struct ftc_rec *rec, uint64_t rec_id, ftc__nccl_work_t *w) {
   ftc_status_t st;
@@ -925,7 +1046,7 @@ static ftc_status_t launch(ftc__nccl_comm_t *c, const ftc__op_t *const *ops, int
   for (int i = 0; i < n; i++) {
     const ftc__op_t *op = ops[i];
     if ((unsigned)op->coll >= FTC__COLL_COUNT || (unsigned)op->dtype >= FTC_DTYPE_COUNT ||
-        (unsigned)op->op >= FTC_OP_COUNT ||
+        (unsigned)op->op > FTC_AVG || /* (bitwise ops: refused by the calls, no_bitwise) */
         (n > 1 && op->coll != FTC__COLL_SEND && op->coll != FTC__COLL_RECV)) {
       st = ftc__error(FTC_ERR_INVALID_ARGUMENT,
                       "unknown collective, dtype or op (a group holds send and recv only)");
@@ -936,6 +1057,7 @@ static ftc_status_t launch(ftc__nccl_comm_t *c, const ftc__op_t *const *ops, int
   FTC_CHECK_GOTO(set_device(c), st, out);
   ncclComm_t nc = get_nc(c);
   cudaStream_t s = stream ? (cudaStream_t)stream : c->stream;
+  if (c->check_args && n == 1) FTC_CHECK_GOTO(check_args(c, nc, ops[0], s), st, out);
   cudaEvent_t a = NULL, b = NULL;
   /* A small collective on host memory runs on a staging slot: in by a
    * copy to pinned memory and an async copy to the device, out the same
@@ -1204,6 +1326,8 @@ void ftc__nccl_comm_free(ftc__nccl_comm_t *c) {
   if (c->scratch) c->lib->rt.Free(c->scratch);
   if (c->own_stream) c->lib->rt.StreamDestroy(c->own_stream);
   stages_free(c);
+  if (c->args_host) c->lib->rt.FreeHost(c->args_host);
+  if (c->args_dev) c->lib->rt.Free(c->args_dev);
   view_drop(c->view);
   pthread_mutex_destroy(&c->mu);
   ftc__free(c);

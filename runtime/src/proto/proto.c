@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "ftc_alloc.h"
 #include "ftc_log.h"
@@ -167,6 +168,7 @@ json_t *ftc__proto_hello(const ftc__hello_t *h) {
   if (h->standby) err |= set(o, "standby", json_true());
   if (h->delta) err |= set(o, "delta", json_true());
   if (h->probes) err |= set(o, "probes", json_true());
+  if (h->deflate) err |= set(o, "deflate", json_true());
   err |= set(o, "known_epoch", json_integer((json_int_t)h->known_epoch));
   if (h->prev_member_id)
     err |= set(o, "prev_member_id", json_integer((json_int_t)h->prev_member_id));
@@ -477,6 +479,7 @@ ftc__frame_t *ftc__proto_encode(json_t *msg, size_t headroom) {
   f->next = NULL;
   f->len = n;
   f->close_after = 0;
+  f->binary = 0;
   f->ref = NULL;
   f->refs = 1;
 out_decref:
@@ -590,6 +593,71 @@ void ftc__frame_release(ftc__frame_t *f) {
   if (!f) return;
   if (f->ref) ftc__frame_release(f->ref);
   if (--f->refs <= 0) ftc__free(f);
+}
+
+ftc__frame_t *ftc__proto_deflate(const ftc__frame_t *text, size_t headroom) {
+  const ftc__frame_t *b = text->ref ? text->ref : text;
+  uLong cap = compressBound((uLong)b->len);
+  ftc__frame_t *f = ftc__malloc(sizeof(*f) + headroom + cap);
+  if (!f) return NULL;
+  uLongf n = cap;
+  if (compress2(f->buf + headroom, &n, b->buf + headroom, (uLong)b->len, Z_DEFAULT_COMPRESSION) !=
+      Z_OK) {
+    ftc__free(f);
+    return NULL;
+  }
+  ftc__frame_t *shrunk = ftc__realloc(f, sizeof(*f) + headroom + n);
+  if (shrunk) f = shrunk;
+  f->next = NULL;
+  f->len = n;
+  f->close_after = 0;
+  f->binary = 1;
+  f->ref = NULL;
+  f->refs = 1;
+  return f;
+}
+
+int ftc__proto_inflate(const void *in, size_t len, size_t max, char **out, size_t *out_len) {
+  *out = NULL;
+  *out_len = 0;
+  z_stream z;
+  memset(&z, 0, sizeof(z));
+  if (inflateInit(&z) != Z_OK) return -1;
+  size_t cap = len * 4 + 64 < max ? len * 4 + 64 : max;
+  char *buf = ftc__malloc(cap + 1);
+  int rc = -1, zr = Z_OK;
+  z.next_in = (Bytef *)in;
+  z.avail_in = (uInt)len;
+  size_t have = 0;
+  while (buf) {
+    z.next_out = (Bytef *)buf + have;
+    z.avail_out = (uInt)(cap - have);
+    zr = inflate(&z, Z_NO_FLUSH);
+    have = cap - z.avail_out;
+    if (zr == Z_STREAM_END) {
+      rc = z.avail_in == 0 ? 0 : -1; /* (bytes after the stream: not ours) */
+      break;
+    }
+    if (zr != Z_OK && zr != Z_BUF_ERROR) break;
+    if (have < cap) break; /* the input ended before the stream did */
+    if (cap == max) {
+      rc = 1;
+      break;
+    }
+    size_t ncap = cap * 2 < max ? cap * 2 : max;
+    char *nb = ftc__realloc(buf, ncap + 1);
+    if (!nb) break;
+    buf = nb, cap = ncap;
+  }
+  inflateEnd(&z);
+  if (rc < 0) {
+    ftc__free(buf);
+    return -1;
+  }
+  buf[have] = 0;
+  *out = buf;
+  *out_len = have;
+  return rc;
 }
 
 size_t ftc__proto_utf8_cut(const char *data, size_t len, size_t max) {
@@ -1244,6 +1312,7 @@ ftc__perr_t ftc__proto_decode(const char *text, size_t len, size_t max_len, ftc_
       h->standby = get_bool(&d, o, "standby", 1);
       h->delta = get_bool(&d, o, "delta", 1);
       h->probes = get_bool(&d, o, "probes", 1);
+      h->deflate = get_bool(&d, o, "deflate", 1);
       h->known_epoch = get_u64(&d, o, "known_epoch", 1);
       h->prev_member_id = get_u64(&d, o, "prev_member_id", 1);
       if (!d.bad && json_object_get(o, "view")) {

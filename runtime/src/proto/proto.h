@@ -15,30 +15,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ftc_proto_wire.h"
 #include "ftcomm.h"
 
 #define FTC__PROTO_VERSION 1
-/* WebSocket subprotocol name (Sec-WebSocket-Protocol) and request path. */
-#define FTC__PROTO_WS_NAME "ftcomm.membership.v1"
-#define FTC__PROTO_WS_PATH "/ftcomm/v1"
-/* The hello in the upgrade request (docs/protocol.md, "The hello in the
- * request"): a client offers FTC__PROTO_WS_NAME_HELLO first, with its hello
- * (the same message as the frame's) base64url-encoded in the request header
- * FTC__PROTO_HELLO_HEADER; a coordinator that selects that subprotocol took
- * the header as the session's hello, and the client sends no hello frame.
- * Messages are the same version-1 ones either way. */
-#define FTC__PROTO_WS_NAME_HELLO "ftcomm.membership.v1-hello"
-#define FTC__PROTO_HELLO_HEADER "X-Ftcomm-Hello"
-#define FTC__PROTO_HELLO_HEADER_LWS "x-ftcomm-hello:" /* as lws_hdr_custom_* name it */
-/* The longest header value the coordinator decodes (too_large above it; its
- * lws request-header space, FTC__PROTO_COORD_HEADER_SPACE, holds it whole). */
-#define FTC__PROTO_MAX_HELLO_HEADER 4096
-#define FTC__PROTO_COORD_HEADER_SPACE 8192
-/* A client puts its hello in the header only when its whole upgrade request
- * stays within this: half of lws's default request-header space (4096), so
- * that a coordinator from before (which ignores the header but must still
- * hold it) accepts the request too. */
-#define FTC__PROTO_HELLO_REQUEST_BUDGET 2048
 /* Largest message the coordinator accepts from a rank; dumps are sent in
  * fragments of at most FTC__PROTO_DUMP_CHUNK bytes of data, which stay below
  * it even when JSON escaping makes every byte six. */
@@ -134,6 +114,9 @@ typedef struct ftc__hello {
   /* "probes": this rank answers a "probe" with a "reach" (optional, 0:
    * not said: an older rank, sent no probe). */
   int probes;
+  /* "deflate": this rank takes a whole view deflated (zlib) in a binary
+   * message (ftc__proto_deflate); optional, 0: not said (text views). */
+  int deflate;
   int64_t pid;                   /* optional, 0 if unknown */
   /* "dataplane": the data-plane protocol this rank speaks (FTC__TCP_PROTO,
    * tcp/tcp.h); optional, 0: not said (an older rank, or FTCOMM_BACKEND=nccl). */
@@ -304,6 +287,7 @@ typedef struct ftc__frame {
   struct ftc__frame *next;
   size_t len;
   int close_after; /* close the session once this frame is written */
+  int binary;      /* a deflated message (ftc__proto_deflate): sent as binary */
   /* A frame made by ftc__frame_ref sends ref's bytes (buf is empty); refs
    * counts the holders of a frame's bytes: its owner and every such frame. */
   struct ftc__frame *ref;
@@ -324,6 +308,19 @@ void ftc__frame_release(ftc__frame_t *f);
  * with `headroom` bytes before the text. NULL when out of memory. */
 ftc__frame_t *ftc__proto_encode(json_t *msg, size_t headroom);
 
+/* The text of `text` (a frame encoded with `headroom`, or one that refers
+ * to one) deflated (zlib, RFC 1950) into a new binary frame with the same
+ * headroom, for
+ * ranks that said "deflate": a whole view of a big job is about a ninth of
+ * its text. NULL when out of memory. */
+ftc__frame_t *ftc__proto_deflate(const ftc__frame_t *text, size_t headroom);
+/* Inflate a binary message of `len` bytes into *out (allocated, NUL
+ * after its *out_len bytes; freed with ftc__free). 0: done; 1: the text
+ * passes `max` bytes (*out holds the first max; with max small, the head
+ * of a message whose rest is not read); -1: not a zlib stream, truncated,
+ * or out of memory (*out NULL). */
+int ftc__proto_inflate(const void *in, size_t len, size_t max, char **out, size_t *out_len);
+
 typedef struct ftc__frameq {
   ftc__frame_t *head, *tail;
   size_t count;
@@ -337,15 +334,6 @@ void ftc__frameq_clear(ftc__frameq_t *q);
 /* The length of the longest prefix of data[0..len) of at most max bytes
  * that does not split a UTF-8 sequence (for dump fragments). */
 size_t ftc__proto_utf8_cut(const char *data, size_t len, size_t max);
-
-/* base64url (RFC 4648 section 5, no padding) of src[0..n) into dst, which
- * holds ftc__b64url_len(n) + 1 bytes; NUL-terminated. Returns the length. */
-size_t ftc__b64url_len(size_t n);
-size_t ftc__b64url_encode(const void *src, size_t n, char *dst);
-/* Decode base64url (padding '=' at the end accepted) of src[0..n) into dst
- * (at least n * 3 / 4 + 1 bytes). Returns the decoded length, or -1 when
- * src has a character outside the alphabet or an impossible length. */
-long ftc__b64url_decode(const char *src, size_t n, unsigned char *dst);
 
 /* Route jansson's allocations through ftc__malloc (once per process). */
 void ftc__proto_init(void);

@@ -33,21 +33,14 @@
  * peers, for at most 3 s, so they hear it too); a running one (an epoch
  * after the first) only refuses the newcomer, whose creation fails.
  *
- * Spare connections: between collectives the idle progress thread makes
- * the same sockets again for every pair (SPARE hellos, kind + 4), unused
- * until the next epoch adopts them with one ADOPT {epoch} message each way
- * per pair, on its shared socket (ftc__tcp_connect with prev); a failed
- * epoch shuts only its own sockets, so the survivors of a failure
- * reconnect without a new connection.
- *
- * Lazy adoption: the move takes the spares at once, the pair unconfirmed;
- * the first run that uses the pair sends this end's ADOPT (ftc__tcp_pay)
- * and reads the peer's (ftc__tcp_confirm) before any byte of its own, and
- * a pair whose peer did not adopt it (its end, or another epoch's ADOPT)
- * is connected anew inside that run (ftc__tcp_reconnect), unless the
- * peer's process is gone (peer_gone: a failure, as any other end). So a
- * survivor goes from its view to its first collective without waiting for
- * every peer, and a pair no run uses sends nothing.
+ * The connection management is split by concern, each file opening with
+ * what it owns: net.c (this: the bootstrap's state machine, the epoch's
+ * connection set from creation to teardown), net_config.c (the backend's
+ * settings and what it counts of the host), net_handshake.c (the hello and
+ * its wire settings), net_socket.c (the listener and socket options),
+ * net_adopt.c (lazy adoption), net_standby.c (a standby member's acceptor),
+ * net_spare.c (early and spare connections); net_int.h holds what they
+ * share.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -73,641 +66,15 @@
 #include "ftc_error.h"
 #include "ftc_param.h"
 #include "ftc_time.h"
+#include "tcp/net_int.h"
 #include "tcp/tcp_int.h"
-
-#define MAX_PENDING_ACCEPTS 64
-#define RETRY_NS (5 * 1000000LL)
-
-/* One line of a /proc/sys file into out ("?" if unreadable). */
-static void read_sysctl(const char *path, char *out, size_t len) {
-  FILE *f = fopen(path, "re");
-  if (!f || !fgets(out, (int)len, f)) snprintf(out, len, "?");
-  if (f) fclose(f);
-  out[strcspn(out, "\n")] = 0;
-}
-
-/* FTCOMM_TCP_CONGESTION: auto, system, or a name the kernel accepts (tried on
- * a scratch socket here, so that a refused one fails ftc_comm_create rather
- * than each connection). */
-static ftc_status_t congestion_parse(const char *s, ftc__tcp_cfg_t *cfg) {
-  const size_t n = s ? strlen(s) : 0;
-  cfg->congestion_name[0] = 0;
-  if (!s || strcasecmp(s, "auto") == 0) { /* (keywords in any case, as FTCOMM_BACKEND's) */
-    cfg->congestion = FTC__TCP_CC_AUTO;
-    return FTC_OK;
-  }
-  if (strcasecmp(s, "system") == 0) {
-    cfg->congestion = FTC__TCP_CC_SYSTEM;
-    return FTC_OK;
-  }
-  char avail[256], allowed[256];
-  read_sysctl("/proc/sys/net/ipv4/tcp_available_congestion_control", avail, sizeof(avail));
-  read_sysctl("/proc/sys/net/ipv4/tcp_allowed_congestion_control", allowed, sizeof(allowed));
-  if (n == 0 || n >= sizeof(cfg->congestion_name) ||
-      strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789_-") != n)
-    return ftc__error(FTC_ERR_CONFIG,
-                      "FTCOMM_TCP_CONGESTION=\"%s\" is not a congestion control; use auto, system "
-                      "or one of this host's: %s",
-                      s, avail);
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return ftc__error(FTC_ERR_SYSTEM, "socket: %s", strerror(errno));
-  int rc = setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, s, (socklen_t)n), err = errno;
-  close(fd);
-  if (rc != 0)
-    return ftc__error(FTC_ERR_CONFIG,
-                      "FTCOMM_TCP_CONGESTION=%s: the kernel refused it (%s); available: %s; allowed "
-                      "without CAP_NET_ADMIN: %s",
-                      s, err == ENOENT ? "not available on this host" : strerror(err), avail, allowed);
-  memcpy(cfg->congestion_name, s, n + 1);
-  cfg->congestion = FTC__TCP_CC_NAMED;
-  return FTC_OK;
-}
-
-/* The cgroup's CPU quota, read once per process (reading the files costs
- * more than a joiner's admission can spare; and every communicator of the
- * process then counts the same). */
-long ftc__tcp_cpu_quota(void) {
-  static long quota = -1;
-  long q = __atomic_load_n(&quota, __ATOMIC_ACQUIRE);
-  if (q < 0) {
-    q = ftc__tcp_cgroup_cpus("/sys/fs/cgroup", "/proc/self/cgroup");
-    __atomic_store_n(&quota, q, __ATOMIC_RELEASE);
-  }
-  return q;
-}
-
-ftc_status_t ftc__tcp_cfg_from_env(ftc__tcp_cfg_t *cfg) {
-  int64_t v;
-  ftc_status_t st;
-  if ((st = ftc__param_int(FTC_P_SOCKET_BUFFER, &v)) != FTC_OK) return st;
-  cfg->socket_buffer = v;
-  if ((st = ftc__param_int(FTC_P_CHUNK_BYTES, &v)) != FTC_OK) return st;
-  cfg->chunk_bytes = (size_t)v & ~(size_t)63;
-  if ((st = ftc__param_int(FTC_P_RING_THRESHOLD, &v)) != FTC_OK) return st;
-  cfg->ring_threshold = (size_t)v;
-  if ((st = ftc__param_int(FTC_P_HALVING_MAX, &v)) != FTC_OK) return st;
-  cfg->halving_max = (size_t)v;
-  if ((st = ftc__param_int(FTC_P_SPIN_US, &v)) != FTC_OK) return st;
-  cfg->spin_us = (int)v;
-  if ((st = ftc__param_int(FTC_P_HOST_CPUS, &v)) != FTC_OK) return st;
-  cfg->host_cpus = (long)v;
-  cfg->cpu_quota = FTC__TCP_QUOTA_UNREAD; /* read when first counted (ftc__tcp_usable_cpus) */
-  if ((st = ftc__param_int(FTC_P_TCP_SOCKETS, &v)) != FTC_OK) return st;
-  cfg->sockets = (int)v;
-  ftc_algo_t algo;
-  if ((st = ftc__algo_parse("FTCOMM_ALLREDUCE_ALGO", ftc__param_str(FTC_P_ALLREDUCE_ALGO), &algo)) != FTC_OK)
-    return st;
-  cfg->allreduce_algo = (int)algo;
-  cfg->ifname = ftc__param_str(FTC_P_SOCKET_IFNAME);
-  if ((st = congestion_parse(ftc__param_str(FTC_P_TCP_CONGESTION), cfg)) != FTC_OK) return st;
-  return ftc__addr_family_parse("FTCOMM_SOCKET_FAMILY", ftc__param_str(FTC_P_SOCKET_FAMILY),
-                                &cfg->family);
-}
-
-/* ---- handshake messages ---- */
-
-static void put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8); }
-static void put_u32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_u64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-static uint32_t get_u32(const uint8_t *p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-  return v;
-}
-static uint64_t get_u64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-  return v;
-}
-
-/* A hello is its header, then HMAC-SHA256(token, nonce || header). */
-#define HELLO_HEADER (FTC__TCP_HELLO_SIZE - 32)
-
-static void hello_mac(const uint8_t header[HELLO_HEADER], const char *token,
-                      const uint8_t nonce[FTC__TCP_NONCE_SIZE], uint8_t mac[32]) {
-  uint8_t msg[FTC__TCP_NONCE_SIZE + HELLO_HEADER];
-  memcpy(msg, nonce, FTC__TCP_NONCE_SIZE);
-  memcpy(msg + FTC__TCP_NONCE_SIZE, header, HELLO_HEADER);
-  ftc__hmac_sha256(token ? token : "", token ? strlen(token) : 0, msg, sizeof(msg), mac);
-}
-
-void ftc__tcp_hello_encode(uint8_t out[FTC__TCP_HELLO_SIZE], const ftc__tcp_hello_t *h,
-                           const char *token, const uint8_t nonce[FTC__TCP_NONCE_SIZE]) {
-  put_u32(out, FTC__TCP_MAGIC);
-  put_u16(out + 4, FTC__TCP_PROTO);
-  put_u16(out + 6, h->kind);
-  put_u64(out + 8, h->epoch);
-  put_u64(out + 16, h->member_id);
-  put_u32(out + 24, h->rank);
-  put_u32(out + 28, h->size);
-  put_u64(out + 32, h->wire.ring_threshold);
-  put_u64(out + 40, h->wire.halving_max);
-  put_u32(out + 48, h->wire.algo);
-  put_u32(out + 52, h->wire.sockets);
-  put_u32(out + 56, h->wire.ncpu);
-  hello_mac(out, token, nonce, out + HELLO_HEADER);
-}
-
-int ftc__tcp_hello_version(const uint8_t in[FTC__TCP_PREFIX_SIZE]) {
-  return get_u32(in) == FTC__TCP_MAGIC ? get_u16(in + 4) : -1;
-}
-
-int ftc__tcp_hello_decode(const uint8_t in[FTC__TCP_HELLO_SIZE], ftc__tcp_hello_t *h,
-                          const char *token, const uint8_t nonce[FTC__TCP_NONCE_SIZE]) {
-  if (ftc__tcp_hello_version(in) != FTC__TCP_PROTO) return -1;
-  uint8_t mac[32], diff = 0;
-  hello_mac(in, token, nonce, mac);
-  for (int i = 0; i < 32; i++) diff |= (uint8_t)(mac[i] ^ in[HELLO_HEADER + i]);
-  if (diff) return -2;
-  h->kind = get_u16(in + 6);
-  h->epoch = get_u64(in + 8);
-  h->member_id = get_u64(in + 16);
-  h->rank = get_u32(in + 24);
-  h->size = get_u32(in + 28);
-  h->wire.ring_threshold = get_u64(in + 32);
-  h->wire.halving_max = get_u64(in + 40);
-  h->wire.algo = get_u32(in + 48);
-  h->wire.sockets = get_u32(in + 52);
-  h->wire.ncpu = get_u32(in + 56);
-  return 0;
-}
-
-long ftc__tcp_ncpu(const ftc__tcp_cfg_t *cfg) {
-  if (cfg->host_cpus > 0) return cfg->host_cpus;
-  if (cfg->os_cpus > 0) return cfg->os_cpus;
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? n : 0;
-}
-
-/* Quota / period of one cgroup directory (v2 cpu.max "QUOTA PERIOD" or
- * "max PERIOD"; v1 cpu.cfs_quota_us, -1 for none, and cpu.cfs_period_us),
- * rounded up; 0 for none or unreadable. */
-static long cgroup_dir_cpus(const char *dir, int v2) {
-  char path[PATH_MAX], a[64] = "", b[64] = "";
-  long long q = 0, per = 0;
-  FILE *f;
-  if (v2) {
-    if (snprintf(path, sizeof(path), "%s/cpu.max", dir) >= (int)sizeof(path)) return 0;
-    if (!(f = fopen(path, "re"))) return 0;
-    int got = fscanf(f, "%63s %63s", a, b);
-    fclose(f);
-    if (got != 2 || !strcmp(a, "max")) return 0;
-  } else {
-    if (snprintf(path, sizeof(path), "%s/cpu.cfs_quota_us", dir) >= (int)sizeof(path)) return 0;
-    if (!(f = fopen(path, "re"))) return 0;
-    int got = fscanf(f, "%63s", a);
-    fclose(f);
-    if (snprintf(path, sizeof(path), "%s/cpu.cfs_period_us", dir) >= (int)sizeof(path)) return 0;
-    if (got != 1 || !(f = fopen(path, "re"))) return 0;
-    got = fscanf(f, "%63s", b);
-    fclose(f);
-    if (got != 1) return 0;
-  }
-  char *e1, *e2;
-  q = strtoll(a, &e1, 10);
-  per = strtoll(b, &e2, 10);
-  if (*e1 || *e2 || q <= 0 || per <= 0) return 0;
-  long long n = (q + per - 1) / per;
-  return n > LONG_MAX ? LONG_MAX : (long)n;
-}
-
-long ftc__tcp_cgroup_cpus(const char *root, const char *proc_cgroup) {
-  FILE *f = fopen(proc_cgroup, "re");
-  if (!f) return 0;
-  char line[PATH_MAX + 64];
-  long best = 0;
-  while (fgets(line, sizeof(line), f)) {
-    line[strcspn(line, "\n")] = 0;
-    /* "ID:CONTROLLERS:PATH": v2's is "0::PATH", v1's cpu controller "N:cpu,cpuacct:PATH" */
-    char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-    if (!c2) continue;
-    *c1 = 0, *c2 = 0;
-    const char *ctl = c1 + 1, *cg = c2 + 1;
-    int v2 = !strcmp(line, "0") && !*ctl;
-    char mnt[64] = "";
-    if (!v2) {
-      int cpu = 0;
-      for (const char *t = ctl; *t;) {
-        size_t n = strcspn(t, ",");
-        cpu |= n == 3 && !strncmp(t, "cpu", 3);
-        t += n + (t[n] == ',');
-      }
-      if (!cpu) continue;
-      snprintf(mnt, sizeof(mnt), "/%.60s", ctl); /* /sys/fs/cgroup/cpu,cpuacct */
-    }
-    /* Every directory from the process's cgroup up to the mount's root: a
-     * parent's quota bounds its children, and in a container the mount's
-     * root is its own cgroup while the path may name the host's. */
-    char dir[PATH_MAX];
-    for (size_t len = strlen(cg);;) {
-      for (int k = 0; k < (v2 ? 1 : 2); k++) {
-        const char *m = v2 ? "" : k == 0 ? mnt : "/cpu";
-        if (snprintf(dir, sizeof(dir), "%s%s%.*s", root, m, (int)len, cg) >= (int)sizeof(dir))
-          continue;
-        long n = cgroup_dir_cpus(dir, v2);
-        if (n > 0 && (best == 0 || n < best)) best = n;
-        if (!v2 && !strcmp(mnt, "/cpu")) break;
-      }
-      if (len <= 1) break;
-      while (len > 0 && cg[len - 1] != '/') len--;
-      if (len > 1) len--; /* the parent, without its trailing '/' */
-    }
-  }
-  fclose(f);
-  return best;
-}
-
-long ftc__tcp_usable_cpus(const ftc__tcp_cfg_t *cfg) {
-  long n = ftc__tcp_ncpu(cfg);
-  if (cfg->host_cpus > 0) return n;
-  long quota = cfg->cpu_quota == FTC__TCP_QUOTA_UNREAD ? ftc__tcp_cpu_quota() : cfg->cpu_quota;
-  return quota > 0 && quota < n ? quota : n;
-}
-
-void ftc__tcp_wire_of(const ftc__tcp_cfg_t *cfg, ftc__tcp_wire_t *w) {
-  long ncpu = ftc__tcp_usable_cpus(cfg);
-  *w = (ftc__tcp_wire_t){.ring_threshold = cfg->ring_threshold,
-                         .halving_max = cfg->halving_max,
-                         .algo = (uint32_t)cfg->allreduce_algo,
-                         .sockets = cfg->sockets == 1 ? 1 : 2,
-                         .ncpu = ncpu > UINT32_MAX ? UINT32_MAX : (uint32_t)ncpu};
-}
-
-static void wire_value(char *out, size_t len, int which, const ftc__tcp_wire_t *w) {
-  switch (which) {
-    case 0: snprintf(out, len, "%llu", (unsigned long long)w->ring_threshold); break;
-    case 1: snprintf(out, len, "%llu", (unsigned long long)w->halving_max); break;
-    case 2: snprintf(out, len, "%s", w->algo < FTC_ALGO_COUNT ? ftc_algo_name((ftc_algo_t)w->algo) : "?"); break;
-    default: snprintf(out, len, "%u", (unsigned)w->sockets); break;
-  }
-}
-
-int ftc__tcp_wire_diff(const ftc__tcp_wire_t *theirs, int peer, const ftc__tcp_wire_t *ours,
-                       int me, int same_host, char *out, size_t len) {
-  static const char *const names[] = {"FTCOMM_RING_THRESHOLD", "FTCOMM_HALVING_MAX",
-                                      "FTCOMM_ALLREDUCE_ALGO", "FTCOMM_TCP_SOCKETS"};
-  int differ[4] = {theirs->ring_threshold != ours->ring_threshold,
-                   theirs->halving_max != ours->halving_max, theirs->algo != ours->algo,
-                   theirs->sockets != ours->sockets};
-  int n = differ[0] + differ[1] + differ[2] + differ[3];
-  if (!n && same_host && ours->algo == FTC_ALGO_AUTO && theirs->ncpu != ours->ncpu) {
-    /* Same settings, one host counted two ways: in a view where the
-     * ranks crowd one count and not the other, auto would run flat on
-     * one and recursive doubling on the other for the same small call. */
-    snprintf(out, len,
-             "rank %d counts %u CPUs on this host, this rank (%d) %u: under "
-             "FTCOMM_ALLREDUCE_ALGO=auto the ranks of one host must count the same CPUs (they "
-             "decide from it whether small allreduces go flat: the online ones, within the "
-             "cgroup's CPU quota); set FTCOMM_HOST_CPUS (or "
-             "FTCOMM_ALLREDUCE_ALGO=flat or doubling) to the same value on every rank of the job",
-             peer, (unsigned)theirs->ncpu, me, (unsigned)ours->ncpu);
-    return 1;
-  }
-  if (!n) return 0;
-  /* "rank 1 has A=x and B=y, this rank (0) x' and y'" */
-  char there[160] = "", here[96] = "", v[32];
-  size_t lt = 0, lh = 0;
-  for (int i = 0, k = 0; i < 4; i++) {
-    if (!differ[i]) continue;
-    const char *sep = k == 0 ? "" : k == n - 1 ? " and " : ", ";
-    k++;
-    wire_value(v, sizeof(v), i, theirs);
-    lt += (size_t)snprintf(there + lt, sizeof(there) - lt, "%s%s=%s", sep, names[i], v);
-    wire_value(v, sizeof(v), i, ours);
-    lh += (size_t)snprintf(here + lh, sizeof(here) - lh, "%s%s", sep, v);
-    if (lt >= sizeof(there)) lt = sizeof(there) - 1;
-    if (lh >= sizeof(here)) lh = sizeof(here) - 1;
-  }
-  snprintf(out, len,
-           "rank %d has %s, this rank (%d) %s: set the same value%s on every rank of the job "
-           "(ranks with different settings run different collective algorithms)",
-           peer, there, me, here, n > 1 ? "s" : "");
-  return 1;
-}
-
-/* ---- sockets ---- */
-
-static void set_sockopts(int fd, int64_t bufsize) {
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  if (bufsize > 0) {
-    int b = bufsize > INT_MAX ? INT_MAX : (int)bufsize;
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b));
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof(b));
-  }
-}
-
-static void describe_peer(int fd, char *buf, size_t len) {
-  struct sockaddr_storage ss;
-  socklen_t sl = sizeof(ss);
-  if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0)
-    ftc__addr_format((struct sockaddr *)&ss, sl, buf, len);
-  else
-    snprintf(buf, len, "?");
-}
-
-/* NCCL_SOCKET_IFNAME's syntax: a comma-separated list of name prefixes,
- * "=" before it for exact names, "^" (first) to exclude those instead. */
-static int ifname_match(const char *spec, const char *name) {
-  int exclude = 0, exact = 0, hit = 0;
-  if (*spec == '^') exclude = 1, spec++;
-  if (*spec == '=') exact = 1, spec++;
-  for (const char *p = spec; *p && !hit;) {
-    const char *e = strchr(p, ',');
-    size_t n = e ? (size_t)(e - p) : strlen(p);
-    if (n) hit = strncmp(name, p, n) == 0 && (!exact || name[n] == '\0');
-    p = e ? e + 1 : p + n;
-  }
-  return exclude ? !hit : hit;
-}
-
-/* The first address of family on an interface that is up (AF_INET, or
- * AF_INET6 outside fe80::/10, whose zone would not reach another host):
- * with ifname (FTCOMM_SOCKET_IFNAME) set, of an interface it selects, else
- * of any but loopback. */
-static int first_addr(int family, const char *ifname, char *out, size_t len) {
-  struct ifaddrs *ifs, *i;
-  int found = 0;
-  int any = !ifname || !*ifname;
-  if (getifaddrs(&ifs) != 0) return 0;
-  for (i = ifs; i && !found; i = i->ifa_next) {
-    if (!i->ifa_addr || i->ifa_addr->sa_family != family || !(i->ifa_flags & IFF_UP)) continue;
-    if (any ? (i->ifa_flags & IFF_LOOPBACK) != 0 : !ifname_match(ifname, i->ifa_name)) continue;
-    if (!any && ifname[0] == '^' && (i->ifa_flags & IFF_LOOPBACK)) continue;
-    if (family == AF_INET) {
-      const struct sockaddr_in *sin = (const struct sockaddr_in *)i->ifa_addr;
-      found = inet_ntop(AF_INET, &sin->sin_addr, out, (socklen_t)len) != NULL;
-    } else {
-      const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)i->ifa_addr;
-      if (IN6_IS_ADDR_LINKLOCAL(&s6->sin6_addr)) continue;
-      if (any && IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr)) continue;
-      found = inet_ntop(AF_INET6, &s6->sin6_addr, out, (socklen_t)len) != NULL;
-    }
-  }
-  freeifaddrs(ifs);
-  return found;
-}
-
-/* "lo (ipv4, ipv6), eth0 (ipv4)": the interfaces that are up, for errors. */
-static void list_interfaces(char *out, size_t len) {
-  struct ifaddrs *ifs, *i;
-  size_t o = 0;
-  out[0] = '\0';
-  if (getifaddrs(&ifs) != 0) return;
-  for (i = ifs; i && o + 1 < len; i = i->ifa_next) {
-    if (!i->ifa_addr || !(i->ifa_flags & IFF_UP)) continue;
-    int f = i->ifa_addr->sa_family;
-    if (f != AF_INET && f != AF_INET6) continue;
-    char item[IFNAMSIZ + 8];
-    snprintf(item, sizeof(item), "%s %s", i->ifa_name, f == AF_INET ? "ipv4" : "ipv6");
-    int seen = 0; /* an interface with several addresses of a family: once */
-    for (const char *p = out; !seen && (p = strstr(p, item)) != NULL; p++)
-      seen = (p == out || p[-1] == ' ') && (p[strlen(item)] == ',' || p[strlen(item)] == '\0');
-    if (!seen) o += (size_t)snprintf(out + o, len - o, "%s%s", o ? ", " : "", item);
-  }
-  freeifaddrs(ifs);
-}
-
-/* Connections a listener holds until they are accepted. A joiner's holds
- * two from every other rank of its epoch, made early while it is still on
- * its way to its view (makes_connection): with 128, past 65 ranks the rest
- * waited for the SYN's retransmission (1 s). The kernel caps it at
- * net.core.somaxconn (4096 since Linux 5.4). */
-#define LISTEN_BACKLOG 4096
-
-/* A socket bound and listening on sa; -1 with errno. v6only: -1 leaves the
- * kernel's default, else IPV6_V6ONLY for an AF_INET6 socket. */
-static int listen_on(const struct sockaddr *sa, socklen_t sl, int v6only, int64_t socket_buffer) {
-  int one = 1;
-  int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (sa->sa_family == AF_INET6 && v6only >= 0)
-    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
-  set_sockopts(fd, socket_buffer);
-  if (bind(fd, sa, sl) != 0 || listen(fd, LISTEN_BACKLOG) != 0) {
-    int e = errno;
-    close(fd);
-    errno = e;
-    return -1;
-  }
-  return fd;
-}
-
-ftc_status_t ftc__tcp_listen(const char *bind_host, const char *advertise_host, int family,
-                             const char *ifname, int64_t socket_buffer, int *fd_out, char *addr, size_t addrlen) {
-  char bh[FTC__ADDR_HOST_MAX], host[FTC__ADDR_HOST_MAX];
-  const char *fam = ftc__addr_family_name(family);
-  ftc_status_t st;
-  int fd = -1;
-  if (!bind_host || !*bind_host) bind_host = "*";
-  if (strcmp(bind_host, "*") == 0)
-    snprintf(bh, sizeof(bh), "*");
-  else if ((st = ftc__addr_host("FTCOMM_BIND_HOST", bind_host, bh, sizeof(bh))) != FTC_OK)
-    return st;
-  int bfam = ftc__addr_literal_family(bh);
-  if (family != AF_UNSPEC && bfam != AF_UNSPEC && bfam != family)
-    return ftc__error(FTC_ERR_CONFIG,
-                      "FTCOMM_BIND_HOST=%s is an %s address but FTCOMM_SOCKET_FAMILY=%s; set one "
-                      "of that family, or * for all of them",
-                      bind_host, bfam == AF_INET ? "IPv4" : "IPv6", fam);
-  /* Where the listener is: the wildcard of a family, or one address. */
-  int wild = strcmp(bh, "*") == 0 || strcmp(bh, "0.0.0.0") == 0 || strcmp(bh, "::") == 0;
-  int lfam = AF_UNSPEC; /* family of the socket; AF_INET6 dual-stack unless v6only */
-  int v6only = -1;
-  if (wild) {
-    struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
-    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
-    int want = strcmp(bh, "0.0.0.0") == 0 ? AF_INET : strcmp(bh, "::") == 0 ? AF_INET6 : family;
-    if (want != AF_INET) { /* IPv6, or both on one dual-stack socket */
-      v6only = family == AF_INET6;
-      fd = listen_on((struct sockaddr *)&a6, sizeof(a6), v6only, socket_buffer);
-      lfam = AF_INET6;
-      if (fd < 0 && want == AF_UNSPEC &&
-          (errno == EAFNOSUPPORT || errno == EADDRNOTAVAIL || errno == EPROTONOSUPPORT)) {
-        FTC_DEBUG(FTC_SUB_NET, "no IPv6 on this host (%s); listening on IPv4 only",
-                  strerror(errno));
-        want = AF_INET;
-      }
-    }
-    if (want == AF_INET) {
-      fd = listen_on((struct sockaddr *)&a4, sizeof(a4), -1, socket_buffer);
-      lfam = AF_INET;
-    }
-  } else {
-    struct addrinfo hints = {0}, *ai = NULL;
-    int rc;
-    hints.ai_family = family;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE;
-    if ((rc = getaddrinfo(bh, "0", &hints, &ai)) != 0 || !ai)
-      return ftc__error(FTC_ERR_CONFIG, "FTCOMM_BIND_HOST=%s cannot be resolved%s%s: %s", bind_host,
-                        family != AF_UNSPEC ? " as " : "", family != AF_UNSPEC ? fam : "",
-                        gai_strerror(rc));
-    lfam = ai->ai_family;
-    v6only = 1; /* one address: no mapped IPv4 */
-    fd = listen_on(ai->ai_addr, ai->ai_addrlen, v6only, socket_buffer);
-    freeaddrinfo(ai);
-  }
-  if (fd < 0)
-    return ftc__error(FTC_ERR_SYSTEM,
-                      "binding the data plane to %s (%s): %s (check FTCOMM_BIND_HOST and "
-                      "FTCOMM_SOCKET_FAMILY=%s)",
-                      bind_host, lfam == AF_INET ? "IPv4" : "IPv6", strerror(errno), fam);
-  struct sockaddr_storage ss;
-  socklen_t sl = sizeof(ss);
-  if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
-    st = ftc__error(FTC_ERR_SYSTEM, "getsockname: %s", strerror(errno));
-    goto out_close_fd;
-  }
-  unsigned port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                                 : ((struct sockaddr_in *)&ss)->sin_port);
-  /* The address peers use, and the setting it came from. */
-  const char *pod_ip = getenv("POD_IP"), *from;
-  if (advertise_host && *advertise_host) {
-    from = "FTCOMM_ADVERTISE_HOST";
-    if ((st = ftc__addr_host(from, advertise_host, host, sizeof(host))) != FTC_OK) goto out_close_fd;
-  } else if (ifname && *ifname) {
-    /* The address of the interfaces named, of a family the listener serves. */
-    from = "FTCOMM_SOCKET_IFNAME";
-    if (!((lfam == AF_INET || v6only != 1) && first_addr(AF_INET, ifname, host, sizeof(host))) &&
-        !(lfam == AF_INET6 && first_addr(AF_INET6, ifname, host, sizeof(host)))) {
-      char ifs[512];
-      list_interfaces(ifs, sizeof(ifs));
-      st = ftc__error(FTC_ERR_CONFIG,
-                      "FTCOMM_SOCKET_IFNAME=%s selects no interface that is up with an %s "
-                      "address (link-local IPv6 does not count); interfaces up: %s",
-                      ifname,
-                      lfam == AF_INET ? "IPv4" : v6only == 1 ? "IPv6" : "IPv4 or IPv6", ifs);
-      goto out_close_fd;
-    }
-  } else if (pod_ip && *pod_ip) {
-    from = "POD_IP";
-    if ((st = ftc__addr_host(from, pod_ip, host, sizeof(host))) != FTC_OK) goto out_close_fd;
-  } else if (!wild) {
-    from = "FTCOMM_BIND_HOST";
-    snprintf(host, sizeof(host), "%s", bh);
-  } else {
-    from = NULL;
-    if (!((lfam == AF_INET || v6only != 1) && first_addr(AF_INET, NULL, host, sizeof(host))) &&
-        !(lfam == AF_INET6 && first_addr(AF_INET6, NULL, host, sizeof(host))))
-      snprintf(host, sizeof(host), "%s", lfam == AF_INET6 && v6only == 1 ? "::1" : "127.0.0.1");
-  }
-  int afam = ftc__addr_literal_family(host);
-  if (from && afam != AF_UNSPEC) {
-    const char *why = NULL;
-    if (family != AF_UNSPEC && afam != family)
-      why = "FTCOMM_SOCKET_FAMILY";
-    else if (afam == AF_INET6 && lfam == AF_INET)
-      why = "FTCOMM_BIND_HOST (an IPv4 listener)";
-    else if (afam == AF_INET && lfam == AF_INET6 && v6only == 1)
-      why = "FTCOMM_BIND_HOST (an IPv6-only listener)";
-    if (why) {
-      st = ftc__error(FTC_ERR_CONFIG,
-                      "%s=%s is an %s address, which %s rules out; peers could not connect. Set "
-                      "FTCOMM_SOCKET_FAMILY=auto with FTCOMM_BIND_HOST=*, or addresses of one "
-                      "family",
-                      from, host, afam == AF_INET ? "IPv4" : "IPv6", why);
-      goto out_close_fd;
-    }
-  }
-  if (ftc__addr_join(host, (int)port, addr, addrlen) >= (int)addrlen) {
-    st = ftc__error(FTC_ERR_CONFIG, "the data-plane address %s is too long", host);
-    goto out_close_fd;
-  }
-  *fd_out = fd;
-  FTC_DEBUG(FTC_SUB_NET, "data plane listening on %s (%s%s), advertised as %s", bind_host,
-            lfam == AF_INET ? "IPv4" : "IPv6", lfam == AF_INET6 && v6only != 1 ? " and IPv4" : "",
-            addr);
-  return FTC_OK;
-
-out_close_fd:
-  close(fd);
-  return st;
-}
-
-void ftc__tcp_refuse_pending(int listen_fd) {
-  for (;;) {
-    int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0) return;
-    char who[96];
-    describe_peer(fd, who, sizeof(who));
-    FTC_WARN(FTC_SUB_NET, "refused a data-plane connection from %s: no view is being connected",
-             who);
-    close(fd);
-  }
-}
 
 /* ---- bootstrap ---- */
 
-enum pend_state {
-  P_IDLE, P_RETRY, P_CONNECTING, P_WAIT_NONCE, P_WAIT_ACK, P_WAIT_HELLO, P_DONE,
-  P_HELD, /* a spare acceptor's: a valid hello for a later epoch, kept for its bootstrap */
-};
-
-typedef struct pend {
-  int fd;
-  enum pend_state state;
-  int rank; /* connectors and adoptions: the peer; accepted: -1 until its hello */
-  int lane; /* connectors: 0 the socket we send on (or the one socket), 1 the one we receive
-             * on; a connector's lane 0 is UP, lane 1 DOWN */
-  uint8_t nonce[FTC__TCP_NONCE_SIZE];
-  uint8_t buf[FTC__TCP_HELLO_SIZE];
-  size_t have;
-  int64_t retry_at; /* P_RETRY: when; accepted by a spare acceptor: when it is given up */
-} pend_t;
-
-/* One bootstrap: an epoch's connections (spare 0), or the spare
- * connections of an epoch made in the background (spare 1). */
-typedef struct ftc__boot {
-  ftc__tcp_t *tp;
-  const ftc__view_t *view;
-  int spare;
-  int early;                            /* an epoch's bootstrap run early (ftc__tcp_early_start):
-                                         * polled by the idle thread like a spare one */
-  int started;                          /* spare: this rank's connectors were started */
-  pend_t *conn;                         /* 2 * size: conn[2 * rank + lane], connectors */
-  pend_t acc[MAX_PENDING_ACCEPTS];
-  int nacc;
-  int connected;
-  pend_t **owner;                       /* spare: what each polled entry belongs to */
-  int nowner;
-  int strict;                           /* this process is creating its communicator: a
-                                         * member whose wire settings differ fails it */
-  ftc_status_t fatal;                   /* strict: the bootstrap must end with this (FTC_OK: go
-                                         * on) and fatal_why, once every pair is settled */
-  int64_t fatal_until;                  /* ... or at this time, whichever comes first */
-  unsigned char *differs;               /* size: that member's wire settings differ */
-  char fatal_why[400];
-  char last_problem[400];
-  int reno_here;                        /* FTCOMM_TCP_CONGESTION=auto: reno to the ranks of
-                                         * this host (at most 2 of them per CPU) */
-  int listens;                          /* some peer connects to this rank: poll the listener */
-  int repair;                           /* one pair of a running epoch connected anew
-                                         * (ftc__tcp_reconnect): cfg.intr_fd wakes it */
-  unsigned char *waited;                /* a repair: the pairs it waits for (this one, and
-                                         * others that came to it: acc_event, unadopt) */
-  int said_epoch;                       /* a member's hello for another epoch was logged once
-                                         * (at info; the retries every 5 ms at debug) */
-  int64_t hold_until;                   /* a repair: a handshake under way at its deadline
-                                         * (repair_engaged) is finished until then */
-} boot_t;
-
-#define SPARE_HELLO_NS (5000 * 1000000LL)
-/* A process whose peer's settings differ settles its other pairs for at
- * most this long before it fails. */
-#define SETTLE_NS (3000 * 1000000LL)
-
 /* Resolve a peer's advertised "host:port" / "[IPv6]:port" with the
  * configured family; on failure why says what is wrong. */
-static int parse_addr(const char *addr, int family, struct sockaddr_storage *ss, socklen_t *sl,
-                      char *why, size_t whylen) {
+int ftc__net_parse_addr(const char *addr, int family, struct sockaddr_storage *ss, socklen_t *sl,
+                        char *why, size_t whylen) {
   char host[FTC__ADDR_HOST_MAX], port[8];
   int p, rc;
   if (ftc__addr_split("its address", addr, host, sizeof(host), &p) != FTC_OK) {
@@ -730,7 +97,7 @@ static int parse_addr(const char *addr, int family, struct sockaddr_storage *ss,
   return 0;
 }
 
-static void pend_close(pend_t *p) {
+void ftc__net_pend_close(pend_t *p) {
   if (p->fd >= 0) close(p->fd);
   p->fd = -1;
   p->have = 0;
@@ -739,7 +106,7 @@ static void pend_close(pend_t *p) {
 static void conn_retry(boot_t *b, pend_t *p, const char *why) {
   snprintf(b->last_problem, sizeof(b->last_problem), "rank %d (%s): %s", p->rank,
            b->view->members[p->rank].addr, why);
-  pend_close(p);
+  ftc__net_pend_close(p);
   if (b->spare || b->early) { /* a spare is not worth a retry: the next epoch connects anew;
                                * an early connection is made again by its bootstrap */
     FTC_DEBUG(FTC_SUB_NET, "no %s connection to %s", b->spare ? "spare" : "early",
@@ -752,12 +119,12 @@ static void conn_retry(boot_t *b, pend_t *p, const char *why) {
   p->retry_at = ftc__now_ns() + RETRY_NS;
 }
 
-static void conn_start(boot_t *b, pend_t *p) {
+void ftc__net_conn_start(boot_t *b, pend_t *p) {
   struct sockaddr_storage ss;
   socklen_t sl;
   char why[320];
-  if (parse_addr(b->view->members[p->rank].addr, b->tp->cfg.family, &ss, &sl, why,
-                 sizeof(why)) != 0) {
+  if (ftc__net_parse_addr(b->view->members[p->rank].addr, b->tp->cfg.family, &ss, &sl, why,
+                          sizeof(why)) != 0) {
     conn_retry(b, p, why);
     return;
   }
@@ -766,7 +133,7 @@ static void conn_start(boot_t *b, pend_t *p) {
     conn_retry(b, p, strerror(errno));
     return;
   }
-  set_sockopts(p->fd, b->tp->cfg.socket_buffer);
+  ftc__net_set_sockopts(p->fd, b->tp->cfg.socket_buffer);
   p->have = 0;
   if (connect(p->fd, (struct sockaddr *)&ss, sl) == 0)
     p->state = P_WAIT_NONCE;
@@ -797,17 +164,16 @@ static int write_all_small(int fd, const void *buf, size_t n) {
   return send(fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)n ? 0 : -1;
 }
 
-static void refuse(boot_t *b, pend_t *p, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void refuse(boot_t *b, pend_t *p, const char *fmt, ...) {
+void ftc__net_refuse(boot_t *b, pend_t *p, const char *fmt, ...) {
   char why[400], who[96];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(why, sizeof(why), fmt, ap);
   va_end(ap);
-  describe_peer(p->fd, who, sizeof(who));
+  ftc__net_describe_peer(p->fd, who, sizeof(who));
   FTC_WARN(FTC_SUB_NET, "rank %d refused a data-plane connection from %s: %s", b->tp->rank, who,
            why);
-  pend_close(p);
+  ftc__net_pend_close(p);
   p->state = P_IDLE;
 }
 
@@ -827,7 +193,7 @@ static void wire_mismatch(boot_t *b, int peer, const char *why) {
 
 /* The socket of `rank` on `lane` (0: we send on it, 1: we receive; the
  * one socket of a pair is both), of the epoch or its spare. */
-static int *lane_slot(ftc__tcp_t *tp, int rank, int lane, int spare) {
+int *ftc__net_lane_slot(ftc__tcp_t *tp, int rank, int lane, int spare) {
   ftc__tcp_peer_t *peer = &tp->peers[rank];
   if (spare) return lane == 0 ? &peer->spare_sfd : &peer->spare_fd;
   return lane == 0 ? &peer->sfd : &peer->fd;
@@ -838,7 +204,7 @@ static int *lane_slot(ftc__tcp_t *tp, int rank, int lane, int spare) {
 static char cc_default[16];
 static pthread_once_t cc_default_once = PTHREAD_ONCE_INIT;
 static void cc_default_read(void) {
-  read_sysctl("/proc/sys/net/ipv4/tcp_congestion_control", cc_default, sizeof(cc_default));
+  ftc__net_read_sysctl("/proc/sys/net/ipv4/tcp_congestion_control", cc_default, sizeof(cc_default));
   if (!strcmp(cc_default, "?")) cc_default[0] = 0;
 }
 
@@ -885,7 +251,7 @@ static int set_congestion(const boot_t *b, int peer, int fd, int had) {
  * listener, one round trip less on its way to its first collective than
  * connecting to each survivor below it. Both ends read it from the same
  * view. Spare connections keep the rank rule. */
-static int makes_connection(const boot_t *b, int me, int peer) {
+int ftc__net_makes_connection(const boot_t *b, int me, int peer) {
   if (!b->spare) {
     const ftc__view_t *v = b->view;
     int me_new = v->members[me].joined_epoch == v->epoch;
@@ -903,7 +269,7 @@ static void keep_fd(boot_t *b, int rank, int lane, int fd, int had) {
   if (b->spare) b->tp->peers[rank].spare_reno = (unsigned char)reno; /* before the fd's store */
   else b->tp->peers[rank].reno = (unsigned char)reno;
   for (int k = 0; k < 2; k++)
-    if (one || k == lane) __atomic_store_n(lane_slot(b->tp, rank, k, b->spare), fd, __ATOMIC_RELEASE);
+    if (one || k == lane) __atomic_store_n(ftc__net_lane_slot(b->tp, rank, k, b->spare), fd, __ATOMIC_RELEASE);
   if (b->spare)
     FTC_DEBUG(FTC_SUB_NET, "rank %d has a spare connection to rank %d (socket %d)", b->tp->rank,
               rank, lane);
@@ -980,7 +346,7 @@ static void conn_event(boot_t *b, pend_t *p, short revents) {
         snprintf(why, sizeof(why), "rank %d refused this rank's settings, which are its own", p->rank);
       wire_mismatch(b, p->rank, why);
       if (b->strict)
-        pend_close(p), p->state = P_IDLE;
+        ftc__net_pend_close(p), p->state = P_IDLE;
       else
         conn_retry(b, p, why);
       return;
@@ -1010,14 +376,14 @@ static int shared_lane(const ftc__tcp_t *tp, int peer) {
 
 /* How many of the pair with `rank`'s sockets of this epoch are connected
  * (its lanes: each of the two sockets, or the one). */
-static int lanes_of(const ftc__tcp_t *tp, int rank) {
+int ftc__net_lanes_of(const ftc__tcp_t *tp, int rank) {
   const ftc__tcp_peer_t *p = &tp->peers[rank];
   return tp->cfg.sockets == 1 ? p->fd >= 0 : (p->fd >= 0) + (p->sfd >= 0);
 }
 
 /* Mark the pair with `rank` broken (none of its sockets: a run connects it
  * anew) or not; the idle watch loads the flag (ftc__tcp_peer_fds). */
-static void set_broken(ftc__tcp_t *tp, int rank, int on) {
+void ftc__net_set_broken(ftc__tcp_t *tp, int rank, int on) {
   ftc__tcp_peer_t *p = &tp->peers[rank];
   if (p->broken == on) return;
   __atomic_store_n(&p->broken, (unsigned char)on, __ATOMIC_RELEASE);
@@ -1046,20 +412,18 @@ static int drop_pair(ftc__tcp_t *tp, int rank) {
 
 /* drop_pair, the pair marked broken first (the idle watch loads the mark
  * before and after the sockets: ftc__tcp_peer_fds). */
-static int break_pair(ftc__tcp_t *tp, int rank) {
-  set_broken(tp, rank, 1);
+int ftc__net_break_pair(ftc__tcp_t *tp, int rank) {
+  ftc__net_set_broken(tp, rank, 1);
   return drop_pair(tp, rank);
 }
 
-static int peer_gone(const ftc__tcp_t *tp, int rank);
-
 ftc_status_t ftc__tcp_break(ftc__tcp_t *tp, int rank) {
-  if (peer_gone(tp, rank)) {
+  if (ftc__net_peer_gone(tp, rank)) {
     __atomic_store_n(&tp->failed_peer, rank, __ATOMIC_RELEASE);
     return ftc__error(FTC_ERR_PEER_LOST, "rank %d closed its connection, and its process is gone "
                       "(its listener refuses connections)", rank);
   }
-  break_pair(tp, rank);
+  ftc__net_break_pair(tp, rank);
   return FTC_OK;
 }
 
@@ -1172,28 +536,28 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
   int r = read_some(p, FTC__TCP_PREFIX_SIZE);
   if (r > 0) {
     int v = ftc__tcp_hello_version(p->buf);
-    if (v < 0) { refuse(b, p, "not an ftcomm data-plane handshake (bad magic)"); return; }
+    if (v < 0) { ftc__net_refuse(b, p, "not an ftcomm data-plane handshake (bad magic)"); return; }
     if (v != FTC__TCP_PROTO)
-      { refuse(b, p, "it speaks data-plane protocol %d and this rank %d: run the same ftcomm "
+      { ftc__net_refuse(b, p, "it speaks data-plane protocol %d and this rank %d: run the same ftcomm "
                      "version on every rank", v, FTC__TCP_PROTO); return; }
     r = read_some(p, FTC__TCP_HELLO_SIZE);
   }
   if (r < 0 && p->have == 0) { /* (a caller that sent nothing: a repairing peer's probe) */
     FTC_DEBUG(FTC_SUB_NET, "rank %d: a data-plane connection closed before its handshake",
               tp->rank);
-    pend_close(p);
+    ftc__net_pend_close(p);
     p->state = P_IDLE;
     return;
   }
   if (r < 0) {
-    refuse(b, p, "closed before completing the handshake");
+    ftc__net_refuse(b, p, "closed before completing the handshake");
     return;
   }
   if (r == 0) return;
   ftc__tcp_hello_t h;
   int d = ftc__tcp_hello_decode(p->buf, &h, tp->cfg.token, p->nonce);
-  if (d == -1) { refuse(b, p, "not an ftcomm data-plane handshake (bad magic or protocol version)"); return; }
-  if (d == -2) { refuse(b, p, "the handshake is not signed with this job's token"); return; }
+  if (d == -1) { ftc__net_refuse(b, p, "not an ftcomm data-plane handshake (bad magic or protocol version)"); return; }
+  if (d == -2) { ftc__net_refuse(b, p, "the handshake is not signed with this job's token"); return; }
   int regular = h.kind == FTC__TCP_HELLO || h.kind == FTC__TCP_HELLO_UP || h.kind == FTC__TCP_HELLO_DOWN;
   int spare = h.kind == FTC__TCP_SPARE || h.kind == FTC__TCP_SPARE_UP || h.kind == FTC__TCP_SPARE_DOWN;
   if ((b->spare || b->early) && regular && h.epoch > b->view->epoch) {
@@ -1205,14 +569,14 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
     return;
   }
   if (b->spare ? !spare : !regular)
-    { refuse(b, p, "unexpected message kind %u%s", h.kind, b->spare ? " (between epochs)" : ""); return; }
+    { ftc__net_refuse(b, p, "unexpected message kind %u%s", h.kind, b->spare ? " (between epochs)" : ""); return; }
   int kind = b->spare ? h.kind - FTC__TCP_SPARE_OF(0) : h.kind;
   if (h.epoch != b->view->epoch) {
     /* A member (the MAC is the job's) at another epoch: one side has moved
      * on first (the other follows, or its epoch is superseded), and its
      * connector retries every 5 ms meanwhile: said once per bootstrap. */
     char who[96];
-    describe_peer(p->fd, who, sizeof(who));
+    ftc__net_describe_peer(p->fd, who, sizeof(who));
     if (b->said_epoch++)
       FTC_DEBUG(FTC_SUB_NET, "rank %d refused a data-plane connection from %s: epoch %llu, this "
                 "view is epoch %llu", tp->rank, who, (unsigned long long)h.epoch,
@@ -1221,16 +585,16 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
       FTC_INFO(FTC_SUB_NET, "rank %d refused a data-plane connection from %s: epoch %llu, this "
                "view is epoch %llu (a member at another epoch; said once)", tp->rank, who,
                (unsigned long long)h.epoch, (unsigned long long)b->view->epoch);
-    pend_close(p);
+    ftc__net_pend_close(p);
     p->state = P_IDLE;
     return;
   }
   if (h.rank >= (uint32_t)tp->size || h.rank == (uint32_t)tp->rank ||
-      !makes_connection(b, (int)h.rank, tp->rank))
-    { refuse(b, p, "rank %u may not connect to rank %d in a view of %d (this rank connects to "
+      !ftc__net_makes_connection(b, (int)h.rank, tp->rank))
+    { ftc__net_refuse(b, p, "rank %u may not connect to rank %d in a view of %d (this rank connects to "
                    "it)", h.rank, tp->rank, tp->size); return; }
   if (h.member_id != b->view->members[h.rank].member_id)
-    { refuse(b, p, "member %llu is not rank %u of epoch %llu (expected member %llu)",
+    { ftc__net_refuse(b, p, "member %llu is not rank %u of epoch %llu (expected member %llu)",
                   (unsigned long long)h.member_id, h.rank, (unsigned long long)h.epoch,
                   (unsigned long long)b->view->members[h.rank].member_id); return; }
   /* A member of the view: it runs the same algorithms as this rank only
@@ -1246,13 +610,13 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
     ftc__tcp_hello_encode(msg, &ack, tp->cfg.token, p->nonce);
     (void)write_all_small(p->fd, msg, sizeof(msg)); /* best effort: it finds out anyway */
     wire_mismatch(b, (int)h.rank, why);
-    refuse(b, p, "%s", why);
+    ftc__net_refuse(b, p, "%s", why);
     return;
   }
   if ((kind == FTC__TCP_HELLO) != (tp->cfg.sockets == 1))
-    { refuse(b, p, "it uses %s per peer pair and this rank %s (FTCOMM_TCP_SOCKETS differs)",
-             kind == FTC__TCP_HELLO ? "one socket" : "two sockets",
-             tp->cfg.sockets == 1 ? "one" : "two"); return; }
+    { ftc__net_refuse(b, p, "it uses %s per peer pair and this rank %s (FTCOMM_TCP_SOCKETS differs)",
+                      kind == FTC__TCP_HELLO ? "one socket" : "two sockets",
+                      tp->cfg.sockets == 1 ? "one" : "two"); return; }
   /* The connector sends on UP (we receive on it: lane 1) and receives on
    * DOWN (we send: lane 0). */
   int lane = kind == FTC__TCP_HELLO_UP ? 1 : 0;
@@ -1260,18 +624,18 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
    * for the pair (it lacked one, or took them for another epoch); neither
    * does this rank (it connects every socket of the pair anew). */
   if (!b->spare && tp->peers[h.rank].unconfirmed) {
-    b->connected -= b->repair ? break_pair(tp, (int)h.rank) : drop_pair(tp, (int)h.rank);
+    b->connected -= b->repair ? ftc__net_break_pair(tp, (int)h.rank) : drop_pair(tp, (int)h.rank);
     if (b->waited) b->waited[h.rank] = 1;
   } else if (b->waited && !b->waited[h.rank]) {
     /* A repair counts the other pairs as connected: a broken one (none of
      * its sockets) that its peer connects now is waited for too. */
     b->waited[h.rank] = 1;
-    b->connected -= tp->cfg.sockets - lanes_of(tp, (int)h.rank);
+    b->connected -= tp->cfg.sockets - ftc__net_lanes_of(tp, (int)h.rank);
   }
-  if (*lane_slot(tp, (int)h.rank, lane, b->spare) >= 0)
-    { refuse(b, p, "rank %u is already connected", h.rank); return; }
+  if (*ftc__net_lane_slot(tp, (int)h.rank, lane, b->spare) >= 0)
+    { ftc__net_refuse(b, p, "rank %u is already connected", h.rank); return; }
   ftc__tcp_hello_encode(msg, &ack, tp->cfg.token, p->nonce);
-  if (write_all_small(p->fd, msg, sizeof(msg)) != 0) { refuse(b, p, "sending the answer failed"); return; }
+  if (write_all_small(p->fd, msg, sizeof(msg)) != 0) { ftc__net_refuse(b, p, "sending the answer failed"); return; }
   keep_fd(b, (int)h.rank, lane, p->fd, -1);
   p->fd = -1;
   p->state = P_IDLE;
@@ -1285,7 +649,7 @@ static void acc_event(boot_t *b, pend_t *p, short revents) {
  * handshake ends, rather than refusing callers the view expects (a joiner
  * starts its bootstrap with two connections per other rank waiting; an
  * early one refused is made again only at its caller's step boundary). */
-static pend_t *acc_slot(boot_t *b) {
+pend_t *ftc__net_acc_slot(boot_t *b) {
   for (int i = 0; i < b->nacc; i++)
     if (b->acc[i].state == P_IDLE) return &b->acc[i];
   return b->nacc < MAX_PENDING_ACCEPTS ? &b->acc[b->nacc] : NULL;
@@ -1294,15 +658,15 @@ static pend_t *acc_slot(boot_t *b) {
 /* The acceptor's first step of a handshake: a fresh nonce sent to the
  * connection just accepted (its options set). 0, or -1 when it could not
  * be sent. */
-static int send_nonce(int fd, int64_t socket_buffer, uint8_t nonce[FTC__TCP_NONCE_SIZE]) {
-  set_sockopts(fd, socket_buffer);
+int ftc__net_send_nonce(int fd, int64_t socket_buffer, uint8_t nonce[FTC__TCP_NONCE_SIZE]) {
+  ftc__net_set_sockopts(fd, socket_buffer);
   if (getrandom(nonce, FTC__TCP_NONCE_SIZE, 0) != FTC__TCP_NONCE_SIZE) return -1;
   return write_all_small(fd, nonce, FTC__TCP_NONCE_SIZE);
 }
 
 static void accept_new(boot_t *b, int listen_fd) {
   for (;;) {
-    pend_t *p = acc_slot(b);
+    pend_t *p = ftc__net_acc_slot(b);
     if (!p) return;
     int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
@@ -1311,15 +675,15 @@ static void accept_new(boot_t *b, int listen_fd) {
     p->fd = fd;
     p->rank = -1;
     p->retry_at = ftc__now_ns() + SPARE_HELLO_NS;
-    if (send_nonce(fd, b->tp->cfg.socket_buffer, p->nonce) != 0) {
-      refuse(b, p, "sending the nonce failed");
+    if (ftc__net_send_nonce(fd, b->tp->cfg.socket_buffer, p->nonce) != 0) {
+      ftc__net_refuse(b, p, "sending the nonce failed");
       continue;
     }
     p->state = P_WAIT_HELLO;
   }
 }
 
-static void dispatch(boot_t *b, int listen_fd, pend_t *owner, short revents) {
+void ftc__net_dispatch(boot_t *b, int listen_fd, pend_t *owner, short revents) {
   if (!owner)
     accept_new(b, listen_fd);
   else if (owner->state == P_WAIT_HELLO)
@@ -1328,7 +692,7 @@ static void dispatch(boot_t *b, int listen_fd, pend_t *owner, short revents) {
     conn_event(b, owner, revents);
 }
 
-static int pend_waits(const pend_t *p) {
+int ftc__net_pend_waits(const pend_t *p) {
   return p->state == P_CONNECTING || p->state == P_WAIT_NONCE || p->state == P_WAIT_ACK;
 }
 
@@ -1337,17 +701,17 @@ static int pend_waits(const pend_t *p) {
 static int take_spare(ftc__tcp_t *prev, uint64_t member_id, int lane, int *reno) {
   for (int k = 0; prev && k < prev->size; k++) {
     if (prev->peers[k].member_id != member_id) continue;
-    int *slot = lane_slot(prev, k, lane, 1), fd = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    int *slot = ftc__net_lane_slot(prev, k, lane, 1), fd = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     if (fd < 0) return -1;
     *reno = prev->peers[k].spare_reno;
     __atomic_store_n(slot, -1, __ATOMIC_RELEASE);
-    if (prev->cfg.sockets == 1) __atomic_store_n(lane_slot(prev, k, 1 - lane, 1), -1, __ATOMIC_RELEASE);
+    if (prev->cfg.sockets == 1) __atomic_store_n(ftc__net_lane_slot(prev, k, 1 - lane, 1), -1, __ATOMIC_RELEASE);
     return fd;
   }
   return -1;
 }
 
-static void peer_shutdown(const ftc__tcp_peer_t *p) {
+void ftc__net_peer_shutdown(const ftc__tcp_peer_t *p) {
   int fd = __atomic_load_n(&p->fd, __ATOMIC_ACQUIRE), sfd = __atomic_load_n(&p->sfd, __ATOMIC_ACQUIRE);
   if (fd >= 0) shutdown(fd, SHUT_RDWR);
   if (sfd >= 0 && sfd != fd) shutdown(sfd, SHUT_RDWR);
@@ -1418,12 +782,12 @@ static void give_back_live(ftc__tcp_t *tp, ftc__tcp_t *prev) {
     p->fd = p->sfd = -1;
     p->kept_from = -1;
     /* prev was shut (an abort, a loud failure) while they were away */
-    if (__atomic_load_n(&prev->shut, __ATOMIC_ACQUIRE)) peer_shutdown(&prev->peers[k]);
+    if (__atomic_load_n(&prev->shut, __ATOMIC_ACQUIRE)) ftc__net_peer_shutdown(&prev->peers[k]);
   }
 }
 
 /* Move the hellos `from` kept for a later epoch into b and answer them. */
-static void take_held(boot_t *b, boot_t *from) {
+void ftc__net_take_held(boot_t *b, boot_t *from) {
   for (int i = 0; from && i < from->nacc; i++) {
     pend_t *h = &from->acc[i];
     if (h->state != P_HELD || b->nacc >= MAX_PENDING_ACCEPTS) continue;
@@ -1444,29 +808,27 @@ static int all_settled(const boot_t *b) {
   return 1;
 }
 
-static ftc_status_t boot_loop(boot_t *b, int listen_fd, int64_t deadline);
-
 static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_t deadline) {
   ftc__tcp_t *tp = b->tp;
   const int lanes = tp->cfg.sockets;
   /* Hellos for this epoch that prev's spare acceptor (or an abandoned
    * early bootstrap) kept: answer them here as if they had just arrived. */
-  if (prev) take_held(b, prev->spare_boot);
+  if (prev) ftc__net_take_held(b, prev->spare_boot);
   if (prev && prev->early) {
-    take_held(b, prev->early->spare_boot);
+    ftc__net_take_held(b, prev->early->spare_boot);
     ftc__tcp_destroy(prev->early);
     prev->early = NULL;
   }
   if (prev) ftc__tcp_spare_stop(prev);
   /* Each pair: adopt prev's spares when there is one for every socket of
    * it and none is connected yet, else the end that makes the pair's
-   * connections (makes_connection) connects. */
+   * connections (ftc__net_makes_connection) connects. */
   int adopted = 0, keep = keeps_connections(tp, prev, b->view);
   for (int r = 0; r < tp->size; r++) {
     if (r == tp->rank) continue;
     int fd[2] = {-1, -1}, fresh = 0, have = 0, reno = 0, from = -1;
-    if (keep && !pend_waits(&b->conn[2 * r]) && *lane_slot(tp, r, 0, 0) < 0 &&
-        *lane_slot(tp, r, 1, 0) < 0 &&
+    if (keep && !ftc__net_pend_waits(&b->conn[2 * r]) && *ftc__net_lane_slot(tp, r, 0, 0) < 0 &&
+        *ftc__net_lane_slot(tp, r, 1, 0) < 0 &&
         take_live(prev, b->view->members[r].member_id, fd, &reno, &from)) {
       tp->peers[r].kept_from = from;
       move_unconfirmed(tp, r, prev, from); /* (its peer's ADOPT still to read) */
@@ -1476,16 +838,16 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
     }
     for (int lane = 0; lane < lanes; lane++) {
       pend_t *p = &b->conn[2 * r + lane];
-      if (lane == 0) b->listens |= makes_connection(b, r, tp->rank);
+      if (lane == 0) b->listens |= ftc__net_makes_connection(b, r, tp->rank);
       fd[lane] = take_spare(prev, b->view->members[r].member_id, lane, &reno);
       have += fd[lane] >= 0;
-      if (pend_waits(p)) { /* started early (ftc__tcp_early_start) */
+      if (ftc__net_pend_waits(p)) { /* started early (ftc__tcp_early_start) */
         fresh = 1;
         continue;
       }
       p->rank = r;
       p->lane = lane;
-      if (*lane_slot(tp, r, lane, 0) >= 0) fresh = 1; /* a kept hello connected it */
+      if (*ftc__net_lane_slot(tp, r, lane, 0) >= 0) fresh = 1; /* a kept hello connected it */
     }
     if (have == lanes && !fresh) {
       adopt_start(b, r, fd, reno);
@@ -1497,8 +859,8 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
     for (int lane = 0; lane < lanes; lane++) {
       if (fd[lane] >= 0) close(fd[lane]);
       pend_t *p = &b->conn[2 * r + lane];
-      if (makes_connection(b, tp->rank, r) && !pend_waits(p) && *lane_slot(tp, r, lane, 0) < 0)
-        conn_start(b, p);
+      if (ftc__net_makes_connection(b, tp->rank, r) && !ftc__net_pend_waits(p) && *ftc__net_lane_slot(tp, r, lane, 0) < 0)
+        ftc__net_conn_start(b, p);
     }
   }
   if (adopted)
@@ -1528,25 +890,25 @@ static ftc_status_t bootstrap(boot_t *b, int listen_fd, ftc__tcp_t *prev, int64_
     if (keep) continue;
     FTC_DEBUG(FTC_SUB_NET, "rank %d: closing the pair with rank %d adopted for epoch %llu, "
               "never confirmed", tp->rank, k, (unsigned long long)prev->peers[k].aepoch);
-    break_pair(prev, k);
+    ftc__net_break_pair(prev, k);
   }
-  return boot_loop(b, listen_fd, deadline);
+  return ftc__net_boot_loop(b, listen_fd, deadline);
 }
 
 /* An unconfirmed pair that the bootstrap found its peer did not adopt
  * (its end, or another epoch's ADOPT): connected anew in the same
  * bootstrap. */
 static void unadopt(boot_t *b, int rank) {
-  b->connected -= b->repair ? break_pair(b->tp, rank) : drop_pair(b->tp, rank);
+  b->connected -= b->repair ? ftc__net_break_pair(b->tp, rank) : drop_pair(b->tp, rank);
   if (b->waited) b->waited[rank] = 1;
   for (int lane = 0; lane < b->tp->cfg.sockets; lane++) {
     pend_t *p = &b->conn[2 * rank + lane];
     p->rank = rank;
     p->lane = lane;
     p->state = P_IDLE;
-    if (makes_connection(b, b->tp->rank, rank)) conn_start(b, p);
+    if (ftc__net_makes_connection(b, b->tp->rank, rank)) ftc__net_conn_start(b, p);
   }
-  if (makes_connection(b, rank, b->tp->rank)) b->listens = 1;
+  if (ftc__net_makes_connection(b, rank, b->tp->rank)) b->listens = 1;
 }
 
 /* A repair's handshake is under way: this rank sent a hello (the peer may
@@ -1557,7 +919,7 @@ static int repair_engaged(const boot_t *b) {
   const ftc__tcp_t *tp = b->tp;
   for (int r = 0; r < tp->size; r++) {
     if (r == tp->rank) continue;
-    int d = lanes_of(tp, r);
+    int d = ftc__net_lanes_of(tp, r);
     if (d > 0 && d < tp->cfg.sockets) return 1;
     for (int lane = 0; lane < tp->cfg.sockets; lane++)
       if (b->conn[2 * r + lane].state == P_WAIT_ACK) return 1;
@@ -1569,7 +931,7 @@ static int repair_engaged(const boot_t *b) {
  * sockets), driving the handshakes; while it waits, a peer's ADOPT that
  * comes on a pair it adopted is answered and read, and a pair whose peer
  * did not adopt it is connected anew. */
-static ftc_status_t boot_loop(boot_t *b, int listen_fd, int64_t deadline) {
+ftc_status_t ftc__net_boot_loop(boot_t *b, int listen_fd, int64_t deadline) {
   ftc__tcp_t *tp = b->tp;
   const int need = tp->cfg.sockets * (tp->size - 1);
   int npfd_max = 2 + 3 * tp->size + MAX_PENDING_ACCEPTS;
@@ -1627,7 +989,7 @@ static ftc_status_t boot_loop(boot_t *b, int listen_fd, int64_t deadline) {
     }
     int64_t wake = b->fatal_until ? b->fatal_until : deadline;
     int n = 0;
-    if (b->listens && acc_slot(b)) {
+    if (b->listens && ftc__net_acc_slot(b)) {
       pfd[n] = (struct pollfd){listen_fd, POLLIN, 0};
       owner[n++] = NULL;
     }
@@ -1636,11 +998,11 @@ static ftc_status_t boot_loop(boot_t *b, int listen_fd, int64_t deadline) {
       if (p->fd < 0 && p->state != P_RETRY) continue;
       if (p->state == P_RETRY) {
         if (p->retry_at <= now)
-          conn_start(b, p);
+          ftc__net_conn_start(b, p);
         else if (p->retry_at < wake)
           wake = p->retry_at;
       }
-      if (pend_waits(p)) {
+      if (ftc__net_pend_waits(p)) {
         pfd[n] = (struct pollfd){p->fd, p->state == P_CONNECTING ? POLLOUT : POLLIN, 0};
         owner[n++] = p;
       } else if (p->state == P_RETRY && p->retry_at < wake) {
@@ -1693,7 +1055,7 @@ static ftc_status_t boot_loop(boot_t *b, int listen_fd, int64_t deadline) {
       /* An event may have closed a later entry's handshake: skip what is no
        * longer waited on. */
       if (!pfd[i].revents || (owner[i] && owner[i]->fd != pfd[i].fd)) continue;
-      dispatch(b, listen_fd, owner[i], pfd[i].revents);
+      ftc__net_dispatch(b, listen_fd, owner[i], pfd[i].revents);
     }
     for (int r = 0, i = nboot; r < tp->size && i < n; r++) {
       if (!tp->peers[r].unconfirmed || pfd[i].fd != ftc__tcp_adopt_fd(tp, r)) continue;
@@ -1705,16 +1067,16 @@ static ftc_status_t boot_loop(boot_t *b, int listen_fd, int64_t deadline) {
 out_free:
   for (int i = 0; i < b->nacc; i++)
     if (b->acc[i].fd >= 0 && b->acc[i].state == P_WAIT_HELLO) {
-      if (st == FTC_OK) refuse(b, &b->acc[i], "did not complete the handshake");
-      pend_close(&b->acc[i]);
+      if (st == FTC_OK) ftc__net_refuse(b, &b->acc[i], "did not complete the handshake");
+      ftc__net_pend_close(&b->acc[i]);
     }
-  for (int i = 0; i < 2 * tp->size; i++) pend_close(&b->conn[i]);
+  for (int i = 0; i < 2 * tp->size; i++) ftc__net_pend_close(&b->conn[i]);
   ftc__free(owner);
   ftc__free(pfd);
   return st;
 }
 
-static boot_t *boot_new(ftc__tcp_t *tp, const ftc__view_t *view, int spare, int early) {
+boot_t *ftc__net_boot_new(ftc__tcp_t *tp, const ftc__view_t *view, int spare, int early) {
   boot_t *b = ftc__calloc(1, sizeof(*b));
   if (!b) return NULL;
   b->tp = tp;
@@ -1742,129 +1104,15 @@ static boot_t *boot_new(ftc__tcp_t *tp, const ftc__view_t *view, int spare, int 
   return b;
 }
 
-static void boot_free(boot_t *b) {
+void ftc__net_boot_free(boot_t *b) {
   if (!b) return;
-  for (int i = 0; i < b->nacc; i++) pend_close(&b->acc[i]);
-  for (int i = 0; i < 2 * b->tp->size; i++) pend_close(&b->conn[i]);
+  for (int i = 0; i < b->nacc; i++) ftc__net_pend_close(&b->acc[i]);
+  for (int i = 0; i < 2 * b->tp->size; i++) ftc__net_pend_close(&b->conn[i]);
   ftc__free(b->conn);
   ftc__free(b->waited);
   ftc__free(b->differs);
   ftc__free(b->owner);
   ftc__free(b);
-}
-
-/* ---- lazy adoption: the pairs whose peer's ADOPT is still to come ---- */
-
-/* Whether the process of `rank` is gone: a connection to its listener is
- * refused (the listener lives as long as the process; a running epoch's
- * peers never see it refused otherwise). An unconfirmed pair that ends
- * before its ADOPT came is either a peer that did not adopt it (it connects
- * anew, or waits for this rank to) or one that died before it used the
- * pair: this tells them apart at once, rather than after the coordinator's
- * next view. Waits at most 100 ms for an answer (a host that does not
- * answer: alive as far as this knows). */
-static int peer_gone(const ftc__tcp_t *tp, int rank) {
-  struct sockaddr_storage ss;
-  socklen_t sl;
-  char why[320];
-  if (parse_addr(tp->view.members[rank].addr, tp->cfg.family, &ss, &sl, why, sizeof(why)) != 0)
-    return 0;
-  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  int gone = 0;
-  if (connect(fd, (struct sockaddr *)&ss, sl) != 0) {
-    if (errno == ECONNREFUSED) {
-      gone = 1;
-    } else if (errno == EINPROGRESS) {
-      struct pollfd p = {fd, POLLOUT, 0};
-      int err = 0;
-      socklen_t el = sizeof(err);
-      if (poll(&p, 1, 100) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0)
-        gone = err == ECONNREFUSED;
-    }
-  }
-  close(fd);
-  return gone;
-}
-
-ftc_status_t ftc__tcp_reconnect(ftc__tcp_t *tp, int rank, int64_t deadline, int64_t hold) {
-  if (__atomic_load_n(&tp->shut, __ATOMIC_ACQUIRE))
-    return ftc__error(FTC_ERR_REVOKED, "epoch %llu was stopped", (unsigned long long)tp->epoch);
-  ftc_status_t broke = ftc__tcp_break(tp, rank); /* (broken until it is whole) */
-  if (broke != FTC_OK) return broke;
-  boot_t *b = boot_new(tp, &tp->view, 0, 0);
-  if (b && !(b->waited = ftc__calloc((size_t)tp->size, 1))) boot_free(b), b = NULL;
-  if (!b) return ftc__error(FTC_ERR_NO_MEMORY, "allocating the bootstrap state");
-  b->waited[rank] = 1;
-  /* Every other pair counts as connected: only this one is waited for. */
-  b->connected = tp->cfg.sockets * (tp->size - 2);
-  for (int lane = 0; lane < tp->cfg.sockets; lane++) {
-    pend_t *p = &b->conn[2 * rank + lane];
-    p->rank = rank;
-    p->lane = lane;
-    if (makes_connection(b, tp->rank, rank)) conn_start(b, p);
-  }
-  b->listens = makes_connection(b, rank, tp->rank);
-  b->repair = 1;
-  b->hold_until = hold;
-  int64_t t0 = ftc__now_ns();
-  ftc_status_t st = boot_loop(b, tp->listen_fd, deadline);
-  boot_free(b);
-  /* Every pair it touched (this one; another whose peer did not adopt it
-   * or connected it meanwhile) is whole, or broken: none of its sockets,
-   * for a run to connect anew (never a pair without sockets taken as
-   * settled). */
-  for (int r = 0; r < tp->size; r++) {
-    ftc__tcp_peer_t *p = &tp->peers[r];
-    if (r == tp->rank || p->unconfirmed) continue;
-    if (lanes_of(tp, r) == tp->cfg.sockets) {
-      if (!p->broken) continue;
-      set_broken(tp, r, 0);
-      if (r != rank)
-        FTC_INFO(FTC_SUB_NET, "rank %d: connected to rank %d anew for epoch %llu", tp->rank, r,
-                 (unsigned long long)tp->epoch);
-      if (__atomic_load_n(&tp->shut, __ATOMIC_ACQUIRE)) peer_shutdown(p);
-      continue;
-    }
-    break_pair(tp, r);
-  }
-  if (st == FTC_OK)
-    FTC_INFO(FTC_SUB_NET, "rank %d: connected to rank %d anew for epoch %llu in %.1f ms", tp->rank,
-             rank, (unsigned long long)tp->epoch, (double)(ftc__now_ns() - t0) / 1e6);
-  return st;
-}
-
-ftc_status_t ftc__tcp_settle(ftc__tcp_t *tp, int rank, int64_t deadline) {
-  if (!tp || rank < 0 || rank >= tp->size || rank == tp->rank) return FTC_OK;
-  for (;;) {
-    int c = ftc__tcp_exchange(tp, rank);
-    if (c > 0) return FTC_OK;
-    int64_t now = ftc__now_ns();
-    if (c < 0) {
-      int64_t bound = ftc__deadline_ns(tp->cfg.connect_timeout_ms);
-      int64_t until = deadline > now && deadline < bound ? deadline : bound;
-      ftc_status_t st = ftc__tcp_reconnect(tp, rank, until, until);
-      if (st == FTC_ERR_TIMEOUT) __atomic_store_n(&tp->failed_peer, rank, __ATOMIC_RELEASE);
-      return st;
-    }
-    if (now >= deadline)
-      return ftc__error(FTC_ERR_TIMEOUT, "rank %d: no ADOPT from rank %d for epoch %llu in time",
-                        tp->rank, rank, (unsigned long long)tp->peers[rank].aepoch);
-    if (tp->cfg.interrupt && __atomic_load_n(tp->cfg.interrupt, __ATOMIC_ACQUIRE))
-      return ftc__error((ftc_status_t)__atomic_load_n(tp->cfg.interrupt, __ATOMIC_ACQUIRE),
-                        "the communicator was stopped");
-    if (ftc__member_latest_epoch(tp->cfg.member) > tp->epoch)
-      return ftc__error(FTC_ERR_REVOKED, "epoch %llu was superseded", (unsigned long long)tp->epoch);
-    int64_t left = (deadline - now + 999999) / 1000000;
-    struct pollfd p = {ftc__tcp_adopt_fd(tp, rank), POLLIN, 0};
-    if (poll(&p, 1, left > 50 ? 50 : (int)left) < 0 && errno != EINTR)
-      return ftc__error(FTC_ERR_SYSTEM, "poll: %s", strerror(errno));
-  }
-}
-
-int ftc__tcp_unconfirmed(const ftc__tcp_t *tp, int rank) {
-  return tp && rank >= 0 && rank < tp->size &&
-         __atomic_load_n(&tp->peers[rank].unconfirmed, __ATOMIC_ACQUIRE);
 }
 
 /* tp's configuration from cfg: a chunk of at least 4096 bytes, 1 or 2
@@ -1887,7 +1135,7 @@ static void tp_configure(ftc__tcp_t *tp, const ftc__tcp_cfg_t *cfg, int continue
 }
 
 /* A transport for view, not connected yet (NULL: out of memory). */
-static ftc__tcp_t *tp_new(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view) {
+ftc__tcp_t *ftc__net_tp_new(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view) {
   ftc__tcp_t *tp = ftc__calloc(1, sizeof(*tp));
   if (!tp) return NULL;
   tp_configure(tp, cfg, 0);
@@ -1956,123 +1204,11 @@ int ftc__tcp_host_ranks(const ftc__view_t *view, int r) {
 
 /* Whether the transport t is for exactly that view (epoch, this rank, the
  * members in order): a bootstrap begun for it may be continued. */
-static int same_epoch_view(const ftc__tcp_t *t, const ftc__view_t *v) {
+int ftc__net_same_epoch_view(const ftc__tcp_t *t, const ftc__view_t *v) {
   if (!t || t->epoch != v->epoch || t->rank != v->my_rank || t->size != v->size) return 0;
   for (int r = 0; r < v->size; r++)
     if (t->peers[r].member_id != v->members[r].member_id) return 0;
   return 1;
-}
-
-/* ---- a standby member's acceptor ---- */
-
-struct ftc__tcp_preacc {
-  int listen_fd, stop_fd;
-  int64_t socket_buffer;
-  pthread_t thread;
-  int started;
-  int n; /* accepted sockets with their nonces; the thread's until it is stopped */
-  struct {
-    int fd;
-    uint8_t nonce[FTC__TCP_NONCE_SIZE];
-  } s[MAX_PENDING_ACCEPTS];
-};
-
-static void *preacc_main(void *arg) {
-  ftc__tcp_preacc_t *pa = arg;
-  pthread_setname_np(pthread_self(), "ftc-standby");
-  struct pollfd pfd[2 + MAX_PENDING_ACCEPTS];
-  for (;;) {
-    int n = 0;
-    pfd[n++] = (struct pollfd){pa->stop_fd, POLLIN, 0};
-    /* Full: the backlog holds the rest for the bootstrap. */
-    pfd[n++] = (struct pollfd){pa->n < MAX_PENDING_ACCEPTS ? pa->listen_fd : -1, POLLIN, 0};
-    for (int i = 0; i < pa->n; i++) pfd[n++] = (struct pollfd){pa->s[i].fd, POLLRDHUP, 0};
-    if (poll(pfd, (nfds_t)n, -1) < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    if (pfd[0].revents) break;
-    /* A caller that went away (its prospect changed, it failed): closed
-     * here, not answered later. */
-    for (int i = pa->n - 1; i >= 0; i--)
-      if (pfd[2 + i].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
-        close(pa->s[i].fd);
-        pa->s[i] = pa->s[--pa->n];
-      }
-    while ((pfd[1].revents & POLLIN) && pa->n < MAX_PENDING_ACCEPTS) {
-      int fd = accept4(pa->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) break;
-      if (send_nonce(fd, pa->socket_buffer, pa->s[pa->n].nonce) != 0) {
-        close(fd);
-        continue;
-      }
-      pa->s[pa->n++].fd = fd;
-      FTC_DEBUG(FTC_SUB_NET, "standby: accepted an early connection (%d waiting)", pa->n);
-    }
-  }
-  return NULL;
-}
-
-ftc_status_t ftc__tcp_preaccept_start(int listen_fd, int64_t socket_buffer,
-                                      ftc__tcp_preacc_t **out) {
-  *out = NULL;
-  ftc__tcp_preacc_t *pa = ftc__calloc(1, sizeof(*pa));
-  if (!pa) return ftc__error(FTC_ERR_NO_MEMORY, "allocating the standby acceptor");
-  pa->listen_fd = listen_fd;
-  pa->socket_buffer = socket_buffer;
-  pa->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  int err = pa->stop_fd < 0 ? errno : pthread_create(&pa->thread, NULL, preacc_main, pa);
-  if (err) {
-    if (pa->stop_fd >= 0) close(pa->stop_fd);
-    ftc__free(pa);
-    return ftc__error(FTC_ERR_SYSTEM, "cannot start the standby acceptor: %s", strerror(err));
-  }
-  pa->started = 1;
-  *out = pa;
-  return FTC_OK;
-}
-
-void ftc__tcp_preaccept_stop(ftc__tcp_preacc_t *pa) {
-  if (!pa || !pa->started) return;
-  uint64_t one = 1;
-  ssize_t w = write(pa->stop_fd, &one, sizeof(one));
-  (void)w;
-  pthread_join(pa->thread, NULL);
-  pa->started = 0;
-}
-
-void ftc__tcp_preaccept_free(ftc__tcp_preacc_t *pa) {
-  if (!pa) return;
-  ftc__tcp_preaccept_stop(pa);
-  for (int i = 0; i < pa->n; i++) close(pa->s[i].fd);
-  close(pa->stop_fd);
-  ftc__free(pa);
-}
-
-/* The first bootstrap takes the sockets a standby acceptor accepted: their
- * callers' hellos answer the nonces it sent. */
-static void preacc_seed(boot_t *b, ftc__tcp_preacc_t *pa) {
-  int64_t now = ftc__now_ns();
-  int taken = 0;
-  for (int i = 0; i < pa->n; i++) {
-    pend_t *p = acc_slot(b);
-    if (!p) { /* (cannot happen: the acceptor holds at most as many) */
-      close(pa->s[i].fd);
-      continue;
-    }
-    if (p == &b->acc[b->nacc]) b->nacc++;
-    memset(p, 0, sizeof(*p));
-    p->fd = pa->s[i].fd;
-    p->rank = -1;
-    p->retry_at = now + SPARE_HELLO_NS;
-    memcpy(p->nonce, pa->s[i].nonce, FTC__TCP_NONCE_SIZE);
-    p->state = P_WAIT_HELLO;
-    taken++;
-  }
-  pa->n = 0;
-  if (taken)
-    FTC_INFO(FTC_SUB_NET, "rank %d: %d connection(s) accepted while standby, their handshakes "
-             "waiting", b->tp->rank, taken);
 }
 
 int ftc__tcp_crowded(const ftc__view_t *view, long ncpu) {
@@ -2096,7 +1232,7 @@ ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view
   ftc__tcp_t *tp = NULL;
   boot_t *b = NULL;
   ftc__tcp_t *early = prev ? prev->early : NULL;
-  if (same_epoch_view(early, view)) {
+  if (ftc__net_same_epoch_view(early, view)) {
     /* This epoch's bootstrap began early: continue it. */
     prev->early = NULL;
     tp = early;
@@ -2105,22 +1241,22 @@ ftc_status_t ftc__tcp_connect(const ftc__tcp_cfg_t *cfg, const ftc__view_t *view
     b->early = 0;
     tp_configure(tp, cfg, 1);
     tp->early_made = b->connected;
-  } else if (!(tp = tp_new(cfg, view))) {
+  } else if (!(tp = ftc__net_tp_new(cfg, view))) {
     return ftc__error(FTC_ERR_NO_MEMORY, "allocating the TCP transport for %d ranks", view->size);
   }
   if (view->size > 1) {
-    if (!b && !(b = boot_new(tp, view, 0, 0))) {
+    if (!b && !(b = ftc__net_boot_new(tp, view, 0, 0))) {
       st = ftc__error(FTC_ERR_NO_MEMORY, "allocating the bootstrap state");
       goto out_destroy;
     }
     b->strict = prev == NULL; /* creating the communicator: nothing to keep running */
     tp->listen_fd = listen_fd;
-    if (cfg->preacc) preacc_seed(b, cfg->preacc);
+    if (cfg->preacc) ftc__net_preacc_seed(b, cfg->preacc);
     st = bootstrap(b, listen_fd, prev, ftc__deadline_ns(cfg->connect_timeout_ms));
-    boot_free(b);
+    ftc__net_boot_free(b);
     if (st != FTC_OK) goto out_destroy;
   } else {
-    boot_free(b);
+    ftc__net_boot_free(b);
   }
   const long ncpu = ftc__tcp_usable_cpus(&tp->cfg); /* as in its hellos */
   tp->crowded = ftc__tcp_crowded(view, ncpu);
@@ -2149,159 +1285,6 @@ out_destroy:
   return st;
 }
 
-/* ---- early connections to the members a later epoch adds ---- */
-
-int ftc__tcp_early_start(ftc__tcp_t *tp, const ftc__view_t *next) {
-  if (!tp) return 0;
-  ftc__tcp_t *old = tp->early;
-  /* (begun on the coordinator's prospect: the epoch it formed may differ) */
-  if (old && same_epoch_view(old, next)) return 1;
-  tp->early = NULL;
-  int fresh = 0;
-  if (next->epoch > tp->epoch && next->my_rank >= 0 && next->my_rank < next->size && next->size > 1)
-    for (int r = 0; r < next->size; r++) {
-      int known = 0;
-      for (int k = 0; k < tp->size && !known; k++)
-        known = tp->peers[k].member_id == next->members[r].member_id;
-      fresh += !known;
-    }
-  ftc__tcp_t *e = fresh ? tp_new(&tp->cfg, next) : NULL;
-  boot_t *b = e ? boot_new(e, &e->view, 0, 1) : NULL;
-  if (e && !b) ftc__tcp_destroy(e), e = NULL;
-  if (b) {
-    e->spare_boot = b;
-    /* Hellos for a later epoch kept meanwhile: maybe for this one. */
-    if (old) take_held(b, old->spare_boot);
-    take_held(b, tp->spare_boot);
-    for (int r = 0; r < e->size; r++) {
-      if (r == e->rank || !makes_connection(b, e->rank, r)) continue; /* it connects to us */
-      int known = 0;
-      for (int k = 0; k < tp->size && !known; k++) known = tp->peers[k].member_id == e->peers[r].member_id;
-      if (known) continue; /* a running rank: kept (or its spare adopted) at the step boundary */
-      for (int lane = 0; lane < e->cfg.sockets; lane++) {
-        pend_t *p = &b->conn[2 * r + lane];
-        p->rank = r;
-        p->lane = lane;
-        conn_start(b, p);
-      }
-    }
-    tp->early = e;
-    FTC_DEBUG(FTC_SUB_NET, "rank %d: connecting early to the %d new member(s) of epoch %llu",
-              e->rank, fresh, (unsigned long long)next->epoch);
-  }
-  ftc__tcp_destroy(old);
-  return tp->early != NULL;
-}
-
-/* The descriptors a background bootstrap waits on: the listener, its connections to the
- * first nconn pending slots, and accepted sockets waiting for their hello; b->owner[i]
- * names what pfd[i] belongs to (NULL: the listener) for boot_events. */
-static int boot_pollfds(boot_t *b, int listen_fd, int nconn, struct pollfd *pfd, int max) {
-  int n = 0;
-  if (acc_slot(b)) {
-    pfd[n] = (struct pollfd){listen_fd, POLLIN, 0};
-    b->owner[n++] = NULL;
-  }
-  for (int i = 0; i < nconn && n < max; i++) {
-    pend_t *p = &b->conn[i];
-    if (!pend_waits(p)) continue;
-    pfd[n] = (struct pollfd){p->fd, p->state == P_CONNECTING ? POLLOUT : POLLIN, 0};
-    b->owner[n++] = p;
-  }
-  for (int i = 0; i < b->nacc && n < max; i++) {
-    pend_t *p = &b->acc[i];
-    if (p->state != P_WAIT_HELLO) continue;
-    pfd[n] = (struct pollfd){p->fd, POLLIN, 0};
-    b->owner[n++] = p;
-  }
-  b->nowner = n;
-  return n;
-}
-
-static void boot_events(boot_t *b, int listen_fd, const struct pollfd *pfd, int n) {
-  for (int i = 0; i < n && i < b->nowner; i++) {
-    pend_t *o = b->owner[i];
-    if (!pfd[i].revents || (o && o->fd != pfd[i].fd)) continue;
-    dispatch(b, listen_fd, o, pfd[i].revents);
-  }
-}
-
-int ftc__tcp_early_poll(ftc__tcp_t *tp, int listen_fd, struct pollfd *pfd, int max) {
-  boot_t *b = tp && tp->early ? tp->early->spare_boot : NULL;
-  if (!b || max < 1) return 0;
-  return boot_pollfds(b, listen_fd, 2 * tp->early->size, pfd, max);
-}
-
-void ftc__tcp_early_events(ftc__tcp_t *tp, int listen_fd, const struct pollfd *pfd, int n) {
-  boot_t *b = tp && tp->early ? tp->early->spare_boot : NULL;
-  if (b) boot_events(b, listen_fd, pfd, n);
-}
-
-/* ---- spare connections ---- */
-
-int ftc__tcp_spare_poll(ftc__tcp_t *tp, int listen_fd, int build, struct pollfd *pfd, int max) {
-  if (max < 1) return 0;
-  boot_t *b = tp->spare_boot;
-  if (!b && !(b = tp->spare_boot = boot_new(tp, &tp->view, 1, 0))) {
-    pfd[0] = (struct pollfd){listen_fd, POLLIN, 0}; /* out of memory: refuse callers */
-    return 1;
-  }
-  int64_t now = ftc__now_ns();
-  if (build && !b->started) {
-    b->started = 1;
-    for (int r = 0; r < tp->rank; r++)
-      for (int lane = 0; lane < tp->cfg.sockets; lane++) {
-        pend_t *p = &b->conn[2 * r + lane];
-        p->rank = r;
-        p->lane = lane;
-        if (*lane_slot(tp, r, lane, 1) < 0 && *lane_slot(tp, r, lane, 0) >= 0) conn_start(b, p);
-      }
-  }
-  for (int i = 0; i < b->nacc; i++) {
-    pend_t *p = &b->acc[i];
-    if ((p->state == P_WAIT_HELLO || p->state == P_HELD) && p->retry_at <= now)
-      refuse(b, p, "no handshake for this epoch within %lld ms", SPARE_HELLO_NS / 1000000);
-  }
-  return boot_pollfds(b, listen_fd, 2 * tp->rank, pfd, max);
-}
-
-void ftc__tcp_spare_events(ftc__tcp_t *tp, int listen_fd, const struct pollfd *pfd, int n) {
-  boot_t *b = tp->spare_boot;
-  if (!b) {
-    if (n > 0 && pfd[0].revents) ftc__tcp_refuse_pending(listen_fd);
-    return;
-  }
-  boot_events(b, listen_fd, pfd, n);
-}
-
-void ftc__tcp_close_spares(ftc__tcp_t *tp) {
-  if (!tp) return;
-  ftc__tcp_spare_stop(tp);
-  for (int k = 0; k < tp->size; k++) {
-    if (k == tp->rank) continue;
-    for (int lane = 0; lane < 2; lane++) {
-      int fd = __atomic_exchange_n(lane_slot(tp, k, lane, 1), -1, __ATOMIC_ACQ_REL);
-      if (fd >= 0 && (tp->cfg.sockets != 1 || lane == 0)) close(fd);
-    }
-  }
-}
-
-void ftc__tcp_spare_stop(ftc__tcp_t *tp) {
-  boot_t *b = tp ? tp->spare_boot : NULL;
-  if (!b) return;
-  for (int i = 0; i < b->nacc; i++)
-    if (b->acc[i].state != P_HELD) pend_close(&b->acc[i]), b->acc[i].state = P_IDLE;
-  for (int i = 0; i < 2 * tp->size; i++) pend_close(&b->conn[i]), b->conn[i].state = P_IDLE;
-}
-
-int ftc__tcp_spare_count(const ftc__tcp_t *tp) {
-  int n = 0;
-  for (int r = 0; tp && r < tp->size; r++)
-    n += __atomic_load_n(&tp->peers[r].spare_fd, __ATOMIC_ACQUIRE) >= 0 &&
-         __atomic_load_n(&tp->peers[r].spare_sfd, __ATOMIC_ACQUIRE) >= 0;
-  return n;
-}
-
 int ftc__tcp_adopted(const ftc__tcp_t *tp) { return tp ? tp->adopted : 0; }
 
 int ftc__tcp_kept(const ftc__tcp_t *tp) { return tp ? tp->kept : 0; }
@@ -2309,13 +1292,13 @@ int ftc__tcp_kept(const ftc__tcp_t *tp) { return tp ? tp->kept : 0; }
 void ftc__tcp_shutdown(ftc__tcp_t *tp) {
   if (!tp) return;
   __atomic_store_n(&tp->shut, 1, __ATOMIC_RELEASE);
-  for (int r = 0; r < tp->size; r++) peer_shutdown(&tp->peers[r]);
+  for (int r = 0; r < tp->size; r++) ftc__net_peer_shutdown(&tp->peers[r]);
 }
 
 void ftc__tcp_destroy(ftc__tcp_t *tp) {
   if (!tp) return;
   ftc__tcp_destroy(tp->early);
-  boot_free(tp->spare_boot);
+  ftc__net_boot_free(tp->spare_boot);
   if (tp->peers)
     for (int r = 0; r < tp->size; r++) {
       ftc__tcp_peer_t *p = &tp->peers[r];
@@ -2342,7 +1325,7 @@ int ftc__tcp_failed_peer(const ftc__tcp_t *tp) {
 }
 
 void ftc__tcp_drop_peer(ftc__tcp_t *tp, int rank) {
-  if (tp && rank >= 0 && rank < tp->size) peer_shutdown(&tp->peers[rank]);
+  if (tp && rank >= 0 && rank < tp->size) ftc__net_peer_shutdown(&tp->peers[rank]);
 }
 
 void ftc__tcp_mark_ended(ftc__tcp_t *tp, int rank) {

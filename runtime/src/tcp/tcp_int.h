@@ -1,6 +1,6 @@
 /*
  * tcp_int.h - the TCP transport's state and the stream engine shared by the
- * connection code (net.c), the engine (xfer.c) and the algorithms (algo.c).
+ * connection code (net*.c), the engine (xfer.c) and the algorithms (algo.c).
  *
  * A collective is a sequence of runs; a run is a set of byte streams, at most
  * one per (peer, direction), progressed together over nonblocking sockets
@@ -40,7 +40,7 @@ typedef struct ftc__tcp_peer {
   unsigned char reno; /* and fd/sfd: what a planned move that keeps them starts from */
   int kept_from;      /* fd/sfd were kept from this peer slot of the epoch before, -1 not
                        * (a connect that fails gives them back: ftc__tcp_connect) */
-  /* An adopted pair whose peer's ADOPT is not read yet (net.c, "Lazy
+  /* An adopted pair whose peer's ADOPT is not read yet (net_adopt.c, "Lazy
    * adoption"): no byte of a run moves on it before ftc__tcp_confirm reads
    * it. A planned move that keeps the pair takes this with it. */
   unsigned char unconfirmed;
@@ -107,7 +107,7 @@ struct ftc__tcp {
 
 /* The pair's shared socket: the one the higher rank sends on (UP when the
  * higher rank connected the pair, DOWN when the lower one connected to a
- * joiner: net.c, makes_connection) and, in runs of small collectives, the
+ * joiner: net.c, ftc__net_makes_connection) and, in runs of small collectives, the
  * lower rank too: its data and acknowledgements then travel together, as on
  * one socket (with two, each small message would cost a pure ACK segment
  * more). With FTCOMM_TCP_SOCKETS=1 it is the only socket. */
@@ -189,7 +189,7 @@ typedef struct ftc__xfer_more {
 } ftc__xfer_more_t;
 ftc_status_t ftc__xfer_run_more(ftc__tcp_t *tp, ftc__stream_t *st, int n, const ftc__red_t *red,
                                 int64_t deadline_ns, const ftc__xfer_more_t *more);
-/* Lazy adoption (net.c): the socket an unconfirmed pair's ADOPTs travel on. */
+/* Lazy adoption (net_adopt.c): the socket an unconfirmed pair's ADOPTs travel on. */
 int ftc__tcp_adopt_fd(const ftc__tcp_t *tp, int rank);
 /* Send this end's ADOPT on the pair with `rank` if it is owed (a run is
  * about to use the pair: the peer's run waits for it): 0, or -1 when the

@@ -232,7 +232,7 @@ static ftc_status_t ended_peer(ftc__tcp_t *tp, int peer) {
 /* How long a run tries at a time to connect anew a pair it does not use. */
 #define REPAIR_SLICE_NS (20 * 1000000LL)
 
-/* A lazily adopted pair (net.c): send this end's ADOPT if it is owed, read
+/* A lazily adopted pair (net_adopt.c): send this end's ADOPT if it is owed, read
  * the peer's if it has come, or connect the pair anew when the peer did not
  * adopt it. FTC_OK also while the peer's ADOPT is on its way (the pair
  * stays unconfirmed). A pair the run needs is connected within the run's

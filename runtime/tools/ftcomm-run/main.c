@@ -46,7 +46,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "coordinator/coordinator.h"
+#include "ftc_coord.h"
 #include "ftc_addr.h"
 #include "ftc_alloc.h"
 #include "ftc_error.h"
@@ -598,7 +598,7 @@ out_close_out:
 /* ---- the run ---- */
 
 /* The coordinator's question when a member's session closed without a
- * leave (coordinator.h, process_gone; its thread): is that member's process
+ * leave (ftc_coord.h, process_gone; its thread): is that member's process
  * a child of ours that is exiting or exited? Only a slot's current child
  * (k->pid) is looked up in /proc, and one that reap() saw exit (k->zombie)
  * is gone. reap() only marks an exited child, with WNOWAIT; it is reaped

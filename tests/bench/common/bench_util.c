@@ -22,7 +22,7 @@ static const char *const coll_names[BENCH_COLL_COUNT] = {
 static const char *const dtype_names[FTC_DTYPE_COUNT] = {"f32", "f64", "f16", "bf16",
                                                           "i32", "i64", "u8"};
 static const size_t dtype_sizes[FTC_DTYPE_COUNT] = {4, 8, 2, 2, 4, 8, 1};
-static const char *const op_names[FTC_OP_COUNT] = {"sum", "prod", "min", "max", "avg"};
+static const char *const op_names[FTC_OP_COUNT] = {"sum", "prod", "min", "max", "avg", "band", "bor", "bxor"};
 
 size_t bench_dtype_size(ftc_dtype_t dtype) {
   return (unsigned)dtype < FTC_DTYPE_COUNT ? dtype_sizes[dtype] : 0;
@@ -335,6 +335,9 @@ static double reduced(ftc_op_t op, ftc_dtype_t t, int nranks, size_t i) {
     case FTC_PROD: acc *= v; break;
     case FTC_MIN: acc = v < acc ? v : acc; break;
     case FTC_MAX: acc = v > acc ? v : acc; break;
+    case FTC_BAND: acc = (double)((int64_t)acc & (int64_t)v); break;
+    case FTC_BOR: acc = (double)((int64_t)acc | (int64_t)v); break;
+    case FTC_BXOR: acc = (double)((int64_t)acc ^ (int64_t)v); break;
     default: break;
     }
   }

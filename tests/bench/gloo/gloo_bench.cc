@@ -245,7 +245,7 @@ int main(int argc, char **argv) {
     else if (a == "hd") algo = Algo::HalvingDoubling;
     else { snprintf(err, sizeof(err), "unknown algorithm '%s'", a.c_str()); rc = -1; }
   }
-  if (rc == 0 && (o.coll != BENCH_ALLREDUCE || o.async || o.op == FTC_AVG ||
+  if (rc == 0 && (o.coll != BENCH_ALLREDUCE || o.async || o.op > FTC_MAX ||
                   o.dtype == FTC_F16 || o.dtype == FTC_BF16)) {
     snprintf(err, sizeof(err), "this harness does synchronous allreduce of f32/f64/i32/i64/u8 "
                                "with sum/prod/min/max only");

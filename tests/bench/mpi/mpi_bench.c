@@ -27,6 +27,9 @@ static MPI_Op mpi_op(ftc_op_t op) {
   case FTC_PROD: return MPI_PROD;
   case FTC_MIN: return MPI_MIN;
   case FTC_MAX: return MPI_MAX;
+  case FTC_BAND: return MPI_BAND;
+  case FTC_BOR: return MPI_BOR;
+  case FTC_BXOR: return MPI_BXOR;
   default: return MPI_OP_NULL; /* avg is not an MPI reduction */
   }
 }

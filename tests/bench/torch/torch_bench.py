@@ -3,7 +3,7 @@ and against libftcomm called from C, in one job.
 
     ftcomm-run -n N -- python torch_bench.py [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS]
                                              [-w WARMUP] [-I ITER_BYTES] [-R ROUNDS]
-                                             [--ddp-steps S]
+                                             [--async-max BYTES] [--ddp-steps S]
 
 One rank of a job under ftcomm-run: the default group is ftcomm's, a gloo group of
 the same ranks runs in the same processes. Systems, all on the same tensor:
@@ -12,6 +12,13 @@ the same ranks runs in the same processes. Systems, all on the same tensor:
   ftcomm-c      ftc_allreduce on the same communicator, called from C++ in a loop with
                 no torch in between (ftcomm._C._bench_allreduce): what the binding adds
                 is torch-ftcomm's time over this one, measured seconds apart.
+  torch-ftcomm-async, ftcomm-c-async (sizes up to --async-max, default 1 MiB)
+                dist.all_reduce(t, async_op=True).wait(), against ftc_iallreduce +
+                ftc_wait from C++: the asynchronous path (what DDP and FSDP issue).
+                gloo's synchronous call is already its asynchronous one waited for
+                (ProcessGroupGloo runs every op on its worker thread).
+The sweep is MIN, MIN*FACTOR, ... up to MAX, and MAX itself when the factor steps
+over it (8 B by 4 ends at 128 MiB; MAX 256 MiB adds that row).
 For every size each system is timed in ROUNDS rounds of ITERS calls, the systems in a
 different order each round (rotated, then reversed), so that a burst of other work on
 a shared host lands on all of them alike. A round's time is the slowest rank's mean per
@@ -57,21 +64,22 @@ def order_of(names, k):
 class Allreduce:
     """One system's allreduce of t: call(iters) returns seconds per call."""
 
-    def __init__(self, name, group):
-        self.name, self.group = name, group
+    def __init__(self, name, group, async_op=False):
+        self.name, self.group, self.async_op = name, group, async_op
 
     def once(self, t):
-        if self.group == "c":
-            _C._bench_allreduce(t, 1)
-        else:
-            dist.all_reduce(t, group=self.group)
+        self.call(t, 1)
 
     def call(self, t, iters):
         if self.group == "c":
-            return _C._bench_allreduce(t, iters)
+            return _C._bench_allreduce(t, iters, self.async_op)
         t0 = time.perf_counter()
-        for _ in range(iters):
-            dist.all_reduce(t, group=self.group)
+        if self.async_op:
+            for _ in range(iters):
+                dist.all_reduce(t, group=self.group, async_op=True).wait()
+        else:
+            for _ in range(iters):
+                dist.all_reduce(t, group=self.group)
         return (time.perf_counter() - t0) / iters
 
 
@@ -95,13 +103,16 @@ def main():
     ap.add_argument("-w", type=int, default=5)
     ap.add_argument("-I", type=size_arg, default=512 << 20)
     ap.add_argument("-R", type=int, default=5, help="rounds per size (median of them)")
+    ap.add_argument("--async-max", type=size_arg, default=1 << 20,
+                    help="largest size timed with async_op=True too (0: none)")
     ap.add_argument("--ddp-steps", type=int, default=0, help="DDP steps per round (0: no DDP rows)")
     a = ap.parse_args()
 
     dist.init_process_group("ftcomm")
     rank, n = dist.get_rank(), dist.get_world_size()
     gloo = dist.new_group(backend="gloo")
-    systems = [Allreduce("torch-ftcomm", None), Allreduce("torch-gloo", gloo), Allreduce("ftcomm-c", "c")]
+    sync_systems = [Allreduce("torch-ftcomm", None), Allreduce("torch-gloo", gloo), Allreduce("ftcomm-c", "c")]
+    async_systems = [Allreduce("torch-ftcomm-async", None, True), Allreduce("ftcomm-c-async", "c", True)]
     if rank == 0:
         print(FIELDS, flush=True)
 
@@ -114,8 +125,14 @@ def main():
                   f"{wrong},{iters}", flush=True)
             print(f"#rounds,{name},{n},{size}," + ",".join(f"{v:.3f}" for v in rounds_us), flush=True)
 
-    size, k = a.b, 0
+    sizes, size = [], a.b
     while size <= a.e:
+        sizes.append(size)
+        size *= a.f
+    if sizes and sizes[-1] != a.e:
+        sizes.append(a.e)
+    for k, size in enumerate(sizes):
+        systems = sync_systems + (async_systems if size <= a.async_max else [])
         count = max(1, size // 4)
         nbytes = count * 4
         iters = min(a.n, max(2, a.I // size))
@@ -137,8 +154,6 @@ def main():
             emit(s.name, "allreduce", nbytes, count, rounds[s.name], wrong[s.name], iters,
                  2 * (n - 1) / n if n > 1 else 1)
         del t
-        size *= a.f
-        k += 1
 
     if a.ddp_steps:
         g = torch.Generator().manual_seed(rank)

@@ -46,8 +46,11 @@ uint64_t Comm::epoch() const {
 }
 
 std::exception_ptr error_of(ftc_status_t st, const Comm &c, const std::string &what) {
+  return error_of(st, c, what, ftc_last_error());
+}
+
+std::exception_ptr error_of(ftc_status_t st, const Comm &c, const std::string &what, const char *detail) {
   std::ostringstream m;
-  const char *detail = ftc_last_error();
   m << "ftcomm: " << what << " failed on rank " << (c.comm ? c.rank() : -1) << " (slot " << c.slot;
   if (!c.job.empty()) m << " of job '" << c.job << "'";
   if (c.comm) m << ", epoch " << c.epoch();
@@ -167,8 +170,26 @@ namespace {
 
 const char *dtype_name(at::ScalarType t) { return c10::toString(t); }
 
+bool is_bitwise(c10d::ReduceOp::RedOpType op) {
+  return op == c10d::ReduceOp::BAND || op == c10d::ReduceOp::BOR || op == c10d::ReduceOp::BXOR;
+}
+
 /* The libftcomm dtype of a reduction over t, or a TypeError. */
 ftc_dtype_t reduce_dtype(const at::Tensor &t, c10d::ReduceOp::RedOpType op, const char *what) {
+  if (is_bitwise(op)) {
+    switch (t.scalar_type()) {
+      case at::kInt: return FTC_I32;
+      case at::kLong: return FTC_I64;
+      case at::kByte:
+      case at::kBool: return FTC_U8;
+      default: break;
+    }
+    TORCH_CHECK_TYPE(false, "ftcomm: ", what, " with a bitwise ReduceOp (BAND, BOR, BXOR) takes an integer tensor"
+                     " (int32, int64, uint8 or bool), not ", dtype_name(t.scalar_type()));
+  }
+  if (op == c10d::ReduceOp::PREMUL_SUM)
+    TORCH_CHECK_TYPE(t.is_floating_point(), "ftcomm: ", what, " with PREMUL_SUM takes a floating-point tensor, not ",
+                     dtype_name(t.scalar_type()), "; use SUM for integers");
   switch (t.scalar_type()) {
     case at::kFloat: return FTC_F32;
     case at::kDouble: return FTC_F64;
@@ -195,11 +216,39 @@ ftc_op_t reduce_op(const c10d::ReduceOp &op, const char *what) {
     case c10d::ReduceOp::PRODUCT: return FTC_PROD;
     case c10d::ReduceOp::MIN: return FTC_MIN;
     case c10d::ReduceOp::MAX: return FTC_MAX;
+    case c10d::ReduceOp::BAND: return FTC_BAND;
+    case c10d::ReduceOp::BOR: return FTC_BOR;
+    case c10d::ReduceOp::BXOR: return FTC_BXOR;
+    case c10d::ReduceOp::PREMUL_SUM: return FTC_SUM; /* the inputs scaled first (premul) */
     default:
       break;
   }
   TORCH_CHECK_VALUE(false, "ftcomm: ", what, " with ReduceOp ", static_cast<int>(op.op_),
-                    " (BAND, BOR, BXOR or PREMUL_SUM) is not supported: use SUM, AVG, PRODUCT, MIN or MAX");
+                    " is not supported: use SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR or PREMUL_SUM");
+}
+
+/* PREMUL_SUM (dist._make_nccl_premul_sum(factor)): every rank's input times
+ * the factor, summed. The multiplication is torch's, on this rank's own
+ * data; the sum is libftcomm's. The factor in t's dtype, or undefined for
+ * any other op. */
+at::Tensor premul_factor(const at::Tensor &t, const c10d::ReduceOp &op) {
+  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return at::Tensor();
+  auto *s = dynamic_cast<c10d::PreMulSumSupplement *>(op.supplement_.get());
+  TORCH_CHECK_VALUE(s, "ftcomm: PREMUL_SUM without its factor: make the op with dist._make_nccl_premul_sum(factor)");
+  if (s->tensor_factor.defined()) return s->tensor_factor.to(t.device(), t.scalar_type()).reshape({});
+  return at::scalar_tensor(s->double_factor, t.options());
+}
+
+/* t scaled in place (t is the op's output too), or a scaled copy of t (an
+ * input that must stay as it is); t itself for any op but PREMUL_SUM. */
+void premul_(at::Tensor &t, const c10d::ReduceOp &op) {
+  at::Tensor f = premul_factor(t, op);
+  if (f.defined()) t.mul_(f);
+}
+
+at::Tensor premul(const at::Tensor &t, const c10d::ReduceOp &op) {
+  at::Tensor f = premul_factor(t, op);
+  return f.defined() ? t * f : t;
 }
 
 void check_tensor(const at::Tensor &t, const char *what) {
@@ -220,8 +269,9 @@ void check_same(const at::Tensor &a, const at::Tensor &b, const char *what) {
                    dtype_name(b.scalar_type()), " differs from output dtype ", dtype_name(a.scalar_type()));
 }
 
+/* At least 1 ms: the library refuses 0, and a deadline already passed must still fail the op as a timeout. */
 int to_int_ms(std::chrono::milliseconds ms) {
-  return ms.count() > INT_MAX ? INT_MAX : ms.count() < 0 ? 0 : static_cast<int>(ms.count());
+  return ms.count() > INT_MAX ? INT_MAX : ms.count() < 1 ? 1 : static_cast<int>(ms.count());
 }
 
 }  // namespace
@@ -235,60 +285,132 @@ Work::Work(int rank, c10d::OpType type, const char *title, std::string collectiv
       outputs_(std::move(outputs)),
       timeout_(timeout) {
   deadline_ = std::chrono::steady_clock::now() + timeout;
+}
+
+/* Made when first asked for (most ops never are: a synchronous one, a
+ * wait()ed one), completed by complete() or, when asked for later, here. */
+c10::intrusive_ptr<c10::ivalue::Future> Work::make_future() const {
+  static const auto kType = c10::ListType::create(c10::TensorType::get());
   /* A future of CUDA tensors names their devices, so that its users' streams
    * wait for it as for torch's own backends' futures. */
   std::vector<c10::Device> devices;
   for (auto &o : outputs_)
     if (o.defined() && o.is_cuda()) devices.push_back(o.device());
-  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()), devices);
+  return c10::make_intrusive<c10::ivalue::Future>(kType, devices);
+}
+
+void Work::mark_future(const c10::intrusive_ptr<c10::ivalue::Future> &f) {
+  std::exception_ptr err;
+  {
+    std::lock_guard<std::mutex> l(mutex_);
+    err = exception_;
+  }
+  if (err)
+    f->setError(err);
+  else
+    f->markCompleted(c10::IValue(outputs_));
 }
 
 Work::~Work() {
-  /* A request still running is detached: its buffers (keep_) die with us, so
-   * only a completed work frees them; the completion thread holds every
-   * running one. */
+  /* Only a Work whose requests are all done is destroyed: each running
+   * request holds a reference to it (arm), so its buffers (keep_) outlive
+   * the requests. */
   for (auto *r : reqs_) ftc_request_free(r);
 }
 
 bool Work::isCompleted() {
-  std::lock_guard<std::mutex> l(mutex_);
-  return completed_;
+  if (!landed()) return false;
+  settle();
+  return true;
 }
 
 bool Work::isSuccess() const {
+  auto *self = const_cast<Work *>(this);
+  if (!self->landed()) return false;
+  self->settle();
   std::lock_guard<std::mutex> l(mutex_);
-  return completed_ && !exception_;
+  return !exception_;
 }
 
 std::exception_ptr Work::exception() const {
+  auto *self = const_cast<Work *>(this);
+  if (self->landed()) self->settle();
   std::lock_guard<std::mutex> l(mutex_);
   return exception_;
 }
 
+namespace {
+
+/* FTCOMM_SPIN_US (docs/environment.md): how long a waiter polls before it
+ * sleeps, as libftcomm's own ftc_wait does. */
+int spin_us() {
+  static const int us = [] {
+    const char *e = getenv("FTCOMM_SPIN_US");
+    char *end = nullptr;
+    long v = e && *e ? strtol(e, &end, 10) : 50;
+    return (e && *e && (*end || v < 0 || v > 100000)) ? 50 : static_cast<int>(v);
+  }();
+  return us;
+}
+
+}  // namespace
+
 bool Work::wait(std::chrono::milliseconds timeout) {
+  /* A short op lands within microseconds: poll first (yielding, as the
+   * progress thread may need this core), then sleep. */
+  if (!landed_flag_.load(std::memory_order_acquire) && spin_us() > 0) {
+    auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us());
+    while (!landed_flag_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < end)
+      std::this_thread::yield();
+  }
   std::unique_lock<std::mutex> l(mutex_);
   if (timeout == kNoTimeout) {
-    cv_.wait(l, [&] { return completed_; });
-  } else if (!cv_.wait_for(l, timeout, [&] { return completed_; })) {
+    cv_.wait(l, [&] { return landed_; });
+  } else if (!cv_.wait_for(l, timeout, [&] { return landed_; })) {
     std::ostringstream m;
     m << "ftcomm: " << collective_ << " (seq " << seq_ << ") on rank " << rank_ << " (slot " << slot_
       << ") did not complete within the wait's " << timeout.count()
       << " ms; it goes on until it completes or the process group's timeout fails it";
     throw FtcError(FTC_ERR_TIMEOUT, m.str(), rank_, slot_, collective_);
   }
+  l.unlock();
+  settle();
+  l.lock();
   if (exception_) std::rethrow_exception(exception_);
   return true;
 }
 
 std::vector<at::Tensor> Work::result() { return outputs_; }
 
-c10::intrusive_ptr<c10::ivalue::Future> Work::getFuture() { return future_; }
+c10::intrusive_ptr<c10::ivalue::Future> Work::getFuture() {
+  c10::intrusive_ptr<c10::ivalue::Future> f;
+  bool mark = false, now;
+  {
+    std::lock_guard<std::mutex> l(mutex_);
+    future_out_ = true;
+    if (!future_) {
+      future_ = make_future();
+      mark = future_final_; /* complete() has passed the point where it would */
+    }
+    f = future_;
+    now = landed_ && !settling_;
+  }
+  if (mark) mark_future(f);
+  /* Landed before anyone asked for the future: nobody else completes it. */
+  if (now) settle();
+  return f;
+}
 
 void Work::abort() {
   if (comm_) ftc_comm_abort(comm_->comm);
 }
 
 void Work::complete(std::exception_ptr err) {
+  {
+    std::lock_guard<std::mutex> l(mutex_);
+    landed_ = settling_ = true;
+    landed_flag_.store(true, std::memory_order_release);
+  }
   if (!err && post_) {
     try {
       post_();
@@ -298,10 +420,89 @@ void Work::complete(std::exception_ptr err) {
   }
   post_ = nullptr;
   finish(err);
-  if (err)
-    future_->setError(err);
-  else
-    future_->markCompleted(c10::IValue(outputs_));
+  c10::intrusive_ptr<c10::ivalue::Future> f;
+  {
+    std::lock_guard<std::mutex> l(mutex_);
+    future_final_ = true;
+    f = future_;
+  }
+  if (f) mark_future(f);
+}
+
+void Work::arm(std::shared_ptr<Completions> done, bool tracked, int comm_timeout_ms) {
+  done_ = std::move(done);
+  tracked_ = tracked;
+  bool timed = tracked && (comm_timeout_ms <= 0 || timeout_.count() < comm_timeout_ms);
+  {
+    std::lock_guard<std::mutex> l(done_->mu);
+    done_->in_flight++;
+    /* A group timeout shorter than libftcomm's own is the completion
+     * thread's to enforce (libftcomm fails what runs past its own). */
+    if (timed) done_->timed.push_back(c10::intrusive_ptr<Work>::reclaim_copy(this));
+  }
+  if (timed) done_->cv.notify_all();
+  pending_.store(static_cast<int>(reqs_.size()) + 1);
+  for (auto *r : reqs_) {
+    c10::raw::intrusive_ptr::incref(this); /* the request's: released by its callback */
+    ftc_status_t st = ftc_request_on_complete(r, &Work::on_request_done, this);
+    TORCH_INTERNAL_ASSERT(st == FTC_OK, "ftcomm: ftc_request_on_complete: ", ftc_last_error());
+  }
+  if (pending_.fetch_sub(1) == 1) land();
+}
+
+void Work::on_request_done(ftc_request_t *, ftc_status_t st, void *arg) {
+  /* On libftcomm's progress thread (or the one aborting): count and wake,
+   * nothing that blocks or runs user code (ftcomm.h's contract). */
+  auto *w = static_cast<Work *>(arg);
+  if (st != FTC_OK) {
+    std::lock_guard<std::mutex> l(w->mutex_);
+    if (w->first_st_ == FTC_OK) {
+      w->first_st_ = st;
+      w->first_detail_ = ftc_last_error();
+    }
+  }
+  if (w->pending_.fetch_sub(1) == 1) w->land();
+  c10::raw::intrusive_ptr::decref(w);
+}
+
+void Work::land() {
+  bool hop;
+  {
+    std::lock_guard<std::mutex> l(mutex_);
+    landed_ = true;
+    landed_flag_.store(true, std::memory_order_release);
+    if (first_st_ != FTC_OK) done_->last_error.store(first_st_);
+    /* Without a waiter, results staged elsewhere must still reach their
+     * tensors, and a future handed out must still complete. */
+    hop = tracked_ && !settling_ && (post_ || future_out_);
+  }
+  cv_.notify_all();
+  bool wake;
+  {
+    std::lock_guard<std::mutex> l(done_->mu);
+    done_->in_flight--;
+    if (hop) done_->ready.push_back(c10::intrusive_ptr<Work>::reclaim_copy(this));
+    wake = hop || (done_->stopping && done_->in_flight == 0);
+  }
+  if (wake) done_->cv.notify_all();
+}
+
+void Work::settle() {
+  std::exception_ptr err;
+  {
+    std::unique_lock<std::mutex> l(mutex_);
+    if (!tracked_) return;
+    if (settling_) {
+      cv_.wait(l, [&] { return completed_; });
+      return;
+    }
+    settling_ = true;
+    if (timeout_err_)
+      err = timeout_err_;
+    else if (first_st_ != FTC_OK)
+      err = error_of(first_st_, *comm_, collective_, first_detail_.c_str());
+  }
+  complete(err);
 }
 
 /* ---- launching an op ---- */
@@ -388,8 +589,9 @@ class Launch {
     auto copies = std::move(copies_);
     auto posts = std::move(posts_);
     std::optional<c10::Stream> stream = stream_;
-    work_->post_ = [copies, posts, stream]() {
-      if (copies.empty() && posts.empty()) return;
+    /* (none when there is nothing to do: a Work without one needs no thread
+     * after it lands) */
+    if (!copies.empty() || !posts.empty()) work_->post_ = [copies, posts, stream]() {
       std::optional<c10::StreamGuard> on;
       if (stream) on.emplace(*stream);
       for (auto &p : posts) p();
@@ -398,7 +600,7 @@ class Launch {
     };
     if (async_) {
       lock_.unlock();
-      be_.enqueue(work_);
+      work_->arm(be_.completions(), true, comm_.timeout_ms);
       return work_;
     }
     std::exception_ptr err;
@@ -426,7 +628,7 @@ class Launch {
        * completion thread wait them out before the buffers go. */
       work_->post_ = nullptr;
       lock_.unlock();
-      be_.enqueue(work_);
+      work_->arm(be_.completions(), false, comm_.timeout_ms);
     }
     std::rethrow_exception(err);
   }
@@ -448,7 +650,11 @@ class Launch {
 /* ---- the backend ---- */
 
 Backend::Backend(std::shared_ptr<Comm> comm, int rank, int size, const c10::intrusive_ptr<c10d::Backend::Options> &opts)
-    : c10d::Backend(rank, size), comm_(std::move(comm)), options_(opts) {
+    : c10d::Backend(rank, size),
+      comm_(std::move(comm)),
+      options_(opts),
+      done_(std::make_shared<Completions>()),
+      last_error_(done_->last_error) {
   epoch_ = comm_->epoch();
   done_thread_ = std::thread([this] { completion_loop(); });
   init();
@@ -458,11 +664,11 @@ Backend::~Backend() { shutdown(); }
 
 void Backend::shutdown() {
   {
-    std::lock_guard<std::mutex> l(qmu_);
-    if (stopping_ && !done_thread_.joinable()) return;
-    stopping_ = true;
+    std::lock_guard<std::mutex> l(done_->mu);
+    if (done_->stopping && !done_thread_.joinable()) return;
+    done_->stopping = true;
   }
-  qcv_.notify_all();
+  done_->cv.notify_all();
   if (done_thread_.joinable()) done_thread_.join();
 }
 
@@ -705,41 +911,60 @@ std::chrono::milliseconds Backend::timeout_of(std::chrono::milliseconds op) cons
   return t;
 }
 
-void Backend::enqueue(c10::intrusive_ptr<Work> work) {
-  {
-    std::lock_guard<std::mutex> l(qmu_);
-    queue_.push_back(std::move(work));
-  }
-  qcv_.notify_one();
-}
-
 void Backend::completion_loop() {
   c10::setThreadName("ftc-torch-done");
+  auto &d = *done_;
+  std::unique_lock<std::mutex> l(d.mu);
   for (;;) {
-    c10::intrusive_ptr<Work> w;
-    {
-      std::unique_lock<std::mutex> l(qmu_);
-      qcv_.wait(l, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return; /* stopping, and every started op is done */
-      w = std::move(queue_.front());
-      queue_.pop_front();
+    if (!d.ready.empty()) {
+      auto w = std::move(d.ready.front());
+      d.ready.pop_front();
+      l.unlock();
+      w->settle();
+      w.reset();
+      l.lock();
+      continue;
     }
-    std::exception_ptr err;
-    bool tracked = static_cast<bool>(w->post_);
-    for (auto *r : w->reqs_) {
-      int ms = FTC_TIMEOUT_INFINITE;
-      if (comm_->timeout_ms <= 0 || w->timeout_.count() < comm_->timeout_ms) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(w->deadline_ -
-                                                                          std::chrono::steady_clock::now());
-        ms = to_int_ms(left);
-      }
-      ftc_status_t st = ftc_wait(r, ms);
-      if (st != FTC_OK && !err) {
-        last_error_.store(st);
-        err = error_of(st, *comm_, w->collective_);
+    /* Works past the group's timeout: fail them as libftcomm fails a wait
+     * that runs out (the epoch too); their requests then complete. */
+    auto now = std::chrono::steady_clock::now();
+    auto next = std::chrono::steady_clock::time_point::max();
+    std::vector<c10::intrusive_ptr<Work>> expired;
+    for (size_t i = 0; i < d.timed.size();) {
+      auto &w = d.timed[i];
+      if (w->landed()) {
+        d.timed[i] = std::move(d.timed.back());
+        d.timed.pop_back();
+      } else if (w->deadline_ <= now) {
+        expired.push_back(std::move(w));
+        d.timed[i] = std::move(d.timed.back());
+        d.timed.pop_back();
+      } else {
+        next = std::min(next, w->deadline_);
+        i++;
       }
     }
-    if (tracked) w->complete(err);
+    if (!expired.empty()) {
+      l.unlock();
+      for (auto &w : expired) {
+        for (auto *r : w->reqs_) {
+          ftc_status_t st = ftc_wait(r, 0);
+          if (st == FTC_ERR_TIMEOUT) {
+            d.last_error.store(st);
+            std::lock_guard<std::mutex> wl(w->mutex_);
+            if (!w->timeout_err_) w->timeout_err_ = error_of(st, *comm_, w->collective_);
+          }
+        }
+      }
+      expired.clear();
+      l.lock();
+      continue;
+    }
+    if (d.stopping && d.in_flight == 0) return; /* every started op is done */
+    if (next == std::chrono::steady_clock::time_point::max())
+      d.cv.wait(l);
+    else
+      d.cv.wait_until(l, next);
   }
 }
 
@@ -750,6 +975,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor> &tenso
   at::Tensor &t = tensors[0];
   ftc_dtype_t dt = reduce_dtype(t, opts.reduceOp.op_, "all_reduce");
   ftc_op_t op = reduce_op(opts.reduceOp, "all_reduce");
+  premul_(t, opts.reduceOp);
   Launch L(*this, c10d::OpType::ALLREDUCE, "ftcomm:all_reduce", "all_reduce", opts.asyncOp, opts.timeout, tensors,
            tensors);
   at::Tensor b = L.out(t, true);
@@ -776,6 +1002,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce_coalesced(std::vector<at::Tens
   std::vector<at::Tensor> flat;
   for (auto &t : tensors) flat.push_back(t.reshape({-1}).to(L.device()));
   at::Tensor packed = at::cat(flat);
+  premul_(packed, opts.reduceOp);
   L.in(packed);
   void *p = packed.data_ptr();
   size_t n = packed.numel();
@@ -818,7 +1045,8 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor> &tensors,
   Launch L(*this, c10d::OpType::REDUCE, "ftcomm:reduce", "reduce", opts.asyncOp, opts.timeout, tensors, tensors);
   int root = static_cast<int>(opts.rootRank);
   bool is_root = getRank() == root;
-  at::Tensor b = is_root ? L.out(tensors[0], true) : L.in(tensors[0]);
+  if (is_root) premul_(tensors[0], opts.reduceOp);
+  at::Tensor b = is_root ? L.out(tensors[0], true) : L.in(premul(tensors[0], opts.reduceOp));
   void *p = b.data_ptr();
   void *rp = is_root ? p : nullptr;
   size_t n = b.numel();
@@ -1076,6 +1304,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor> &
     std::vector<at::Tensor> flat;
     for (auto &i : ins) flat.push_back(i.reshape({-1}).to(L.device()));
     at::Tensor packed = at::cat(flat);
+    premul_(packed, opts.reduceOp);
     L.in(packed);
     at::Tensor o = L.out(out, false);
     const void *sp = packed.data_ptr();
@@ -1086,7 +1315,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor> &
   } else {
     /* Unequal blocks: one reduce per block, to its rank. */
     for (int j = 0; j < getSize(); j++) {
-      at::Tensor src = L.in(ins[j]);
+      at::Tensor src = L.in(premul(ins[j], opts.reduceOp));
       if (j == getRank()) {
         at::Tensor o = L.out(out, false);
         const void *sp = src.data_ptr();
@@ -1116,7 +1345,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_single(at::Tensor &output
   std::vector<at::Tensor> outs{output}, ins{input};
   Launch L(*this, c10d::OpType::_REDUCE_SCATTER_BASE, "ftcomm:reduce_scatter_tensor", "reduce_scatter_tensor",
            opts.asyncOp, opts.timeout, outs, ins);
-  at::Tensor i = L.in(input);
+  at::Tensor i = L.in(premul(input, opts.reduceOp));
   at::Tensor o = L.out(output, false);
   const void *sp = i.data_ptr();
   void *rp = o.data_ptr();

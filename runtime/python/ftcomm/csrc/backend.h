@@ -10,11 +10,19 @@
  * cannot deadlock); coalesced ops from one call on a packed buffer.
  *
  * Threads. libftcomm lets one application thread use a communicator at a
- * time: every call that starts an operation holds Comm::mu. Requests are
- * waited for by the backend's completion thread ("ftc-torch-done"), in the
- * order they were started (the order libftcomm completes them), which then
- * finishes each Work and its Future; a synchronous op (asyncOp false) waits
- * on the calling thread instead and never reaches that thread.
+ * time: every call that starts an operation holds Comm::mu. An async op's
+ * requests tell their Work they are done through libftcomm's completion
+ * callback (ftc_request_on_complete), on libftcomm's progress thread: the
+ * callback only counts and wakes (the Work "lands"); nothing waits in
+ * ftc_wait. What follows (copying staged results out, finishing the Work,
+ * completing its Future, whose callbacks run user code) is settled once, by
+ * whichever comes first: a thread in wait()/isCompleted()/exception()/
+ * getFuture() on a landed Work, or the backend's completion thread
+ * ("ftc-torch-done"), which gets a landed Work only when something must
+ * happen without a waiter (results to copy, a Future handed out). The same
+ * thread enforces a group timeout shorter than libftcomm's own. A
+ * synchronous op (asyncOp false) waits on the calling thread and never
+ * reaches either.
  */
 #pragma once
 
@@ -101,6 +109,19 @@ class FtcError : public c10::DistBackendError {
 };
 
 class Backend;
+class Work;
+
+/* What async Works share with their backend's completion thread; outlives
+ * both (a Work still in flight holds it after the backend is gone). */
+struct Completions {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<c10::intrusive_ptr<Work>> ready; /* landed, to settle off the progress thread */
+  std::vector<c10::intrusive_ptr<Work>> timed; /* in flight, with a deadline before libftcomm's timeout */
+  int in_flight = 0;                          /* armed and not landed */
+  bool stopping = false;
+  std::atomic<int> last_error{FTC_OK};        /* the last failed op's status (getError) */
+};
 
 /* One c10d op: the requests it started, in order, and what to do once they
  * all succeeded (copy results out of staging buffers). */
@@ -124,7 +145,22 @@ class Work : public c10d::Work {
  private:
   friend class Backend;
   friend class Launch;
+  c10::intrusive_ptr<c10::ivalue::Future> make_future() const;
+  void mark_future(const c10::intrusive_ptr<c10::ivalue::Future> &f);
+  /* Run post_, finish, complete the future: once, on the calling thread. */
   void complete(std::exception_ptr err);
+  /* After the requests of an async op started: land when they are done
+   * (libftcomm's completion callbacks). Untracked: a launch that failed
+   * half-way; its requests are only waited out, the Work stays unfinished. */
+  void arm(std::shared_ptr<Completions> done, bool tracked, int comm_timeout_ms);
+  static void on_request_done(ftc_request_t *req, ftc_status_t st, void *arg);
+  void land();
+  /* Once landed: complete() here unless another thread does it (then wait for it). */
+  void settle();
+  bool landed() {
+    std::lock_guard<std::mutex> l(mutex_);
+    return landed_;
+  }
 
   std::string collective_;
   std::vector<at::Tensor> outputs_;
@@ -137,6 +173,18 @@ class Work : public c10d::Work {
   std::shared_ptr<Comm> comm_;
   int slot_ = -1;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  /* The async path (under mutex_ unless atomic). */
+  std::shared_ptr<Completions> done_;
+  std::atomic<int> pending_{0}; /* requests not done, + 1 until armed */
+  bool tracked_ = true;
+  bool landed_ = false;   /* every request done */
+  std::atomic<bool> landed_flag_{false}; /* landed_, for wait()'s poll without the lock */
+  bool settling_ = false; /* complete() claimed by a thread */
+  bool future_out_ = false; /* getFuture() was called: someone may wait on the future alone */
+  bool future_final_ = false; /* complete() took future_: a later one is completed where made */
+  ftc_status_t first_st_ = FTC_OK;
+  std::string first_detail_;
+  std::exception_ptr timeout_err_; /* the group's timeout ran out (completion thread) */
 };
 
 class Backend : public c10d::Backend {
@@ -226,10 +274,9 @@ class Backend : public c10d::Backend {
     size_ = size;
     last_error_.store(FTC_OK);
   }
+  const std::shared_ptr<Completions> &completions() const { return done_; }
   /* recover's ftc_comm_recover and its record of who was lost, under comm()->mu. */
   ftc_status_t recover_locked(int timeout_ms, ftc_epoch_info_t *info);
-  /* Queue a started op for the completion thread. */
-  void enqueue(c10::intrusive_ptr<Work> work);
   std::chrono::milliseconds timeout_of(std::chrono::milliseconds op_timeout) const;
   uint64_t next_seq() { return ++seq_; }
   /* Tell the flight recorder the torch-level names of the next collective
@@ -242,12 +289,9 @@ class Backend : public c10d::Backend {
   std::shared_ptr<Comm> comm_;
   c10::intrusive_ptr<c10d::Backend::Options> options_;
   uint64_t seq_ = 0;
-  std::mutex qmu_;
-  std::condition_variable qcv_;
-  std::deque<c10::intrusive_ptr<Work>> queue_;
-  bool stopping_ = false;
+  std::shared_ptr<Completions> done_;
   std::thread done_thread_;
-  std::atomic<int> last_error_{FTC_OK};
+  std::atomic<int> &last_error_; /* done_->last_error */
   uint64_t epoch_ = 0; /* the communicator's epoch when this group was made */
   std::set<int64_t> reconfigure_uuids_; /* used by reconfigure(), never again */
 };
@@ -255,5 +299,7 @@ class Backend : public c10d::Backend {
 /* Raise the FtcError for a failed call on comm (message from ftc_last_error()). */
 [[noreturn]] void throw_status(ftc_status_t st, const Comm &comm, const std::string &what);
 std::exception_ptr error_of(ftc_status_t st, const Comm &comm, const std::string &what);
+/* The same with libftcomm's detail given (from a completion callback). */
+std::exception_ptr error_of(ftc_status_t st, const Comm &comm, const std::string &what, const char *detail);
 
 }  // namespace ftcomm

@@ -166,8 +166,10 @@ void shutdown_all() {
 /* For tests/bench/torch: iters blocking ftc_allreduce calls (f32 sum, in
  * place) of t on the job's communicator, from C++ with nothing of torch in
  * between; seconds per call. The binding's cost is dist.all_reduce's time
- * over this one, on the same communicator and buffer in the same run. */
-double bench_allreduce(at::Tensor t, int iters) {
+ * over this one, on the same communicator and buffer in the same run. With
+ * async_op: ftc_iallreduce, ftc_wait and ftc_request_free per call (what
+ * dist.all_reduce(async_op=True).wait() is measured against). */
+double bench_allreduce(at::Tensor t, int iters, bool async_op) {
   auto c = world_comm(false);
   TORCH_CHECK(c, "ftcomm: _bench_allreduce before init_process_group");
   TORCH_CHECK_VALUE(!c->on_device, "ftcomm: _bench_allreduce runs on the tcp backend (host memory)");
@@ -182,7 +184,15 @@ double bench_allreduce(at::Tensor t, int iters) {
   ftc_comm_set_coll_name(c->comm, kName);
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; i++) {
-    ftc_status_t st = ftc_allreduce(p, p, n, FTC_F32, FTC_SUM, c->comm, FTC_TIMEOUT_DEFAULT);
+    ftc_status_t st;
+    if (async_op) {
+      ftc_request_t *req = nullptr;
+      st = ftc_iallreduce(p, p, n, FTC_F32, FTC_SUM, c->comm, &req);
+      if (st == FTC_OK) st = ftc_wait(req, FTC_TIMEOUT_DEFAULT);
+      ftc_request_free(req);
+    } else {
+      st = ftc_allreduce(p, p, n, FTC_F32, FTC_SUM, c->comm, FTC_TIMEOUT_DEFAULT);
+    }
     if (st != FTC_OK) throw_status(st, *c, "_bench_allreduce (ftc_allreduce)");
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
@@ -259,7 +269,7 @@ PYBIND11_MODULE(_C, m) {
         py::arg("timeout_s"), py::arg("group_name"));
   m.def("split_nonmember", &split_nonmember, py::arg("global_ranks"), py::arg("timeout_s"));
   m.def("shutdown_all", &shutdown_all);
-  m.def("_bench_allreduce", &bench_allreduce, py::arg("tensor"), py::arg("iters"),
+  m.def("_bench_allreduce", &bench_allreduce, py::arg("tensor"), py::arg("iters"), py::arg("async_op") = false,
         "tests/bench/torch: seconds per blocking ftc_allreduce of tensor, called from C++.");
   register_recovery(m);
   m.def("status_names", []() {

@@ -1,5 +1,5 @@
 /*
- * coordinator.h - the server side of the membership protocol: one per job,
+ * ftc_coord.h - the server side of the membership protocol: one per job,
  * embedded in ftcomm-run (locally) and in the controller (on Kubernetes).
  *
  * The coordinator authenticates ranks with the job token, hands each process
@@ -93,6 +93,8 @@ ftc_status_t ftc__coord_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out);
 
 /* The TCP port the coordinator listens on (the ephemeral one for port 0). */
 int ftc__coord_port(const ftc__coord_t *co);
+/* The loop its service thread waits in: "epoll" or "poll" (evloop.h). */
+const char *ftc__coord_loop(const ftc__coord_t *co);
 
 typedef struct ftc__coord_stats {
   uint64_t epoch;     /* last announced epoch, 0 before the first */
