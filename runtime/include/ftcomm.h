@@ -469,6 +469,31 @@ FTC_API ftc_status_t ftc_comm_recover(ftc_comm_t *comm, int timeout_ms, ftc_epoc
  * ftc_comm_recover). timeout_ms as for collectives. */
 FTC_API ftc_status_t ftc_comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info);
 
+/* The step boundary with its agreement carried by a collective of the
+ * application's own (e.g. the step's gradient reduction), so that a step in
+ * which nobody has heard of a newer epoch runs no collective of its own:
+ *
+ *   ftc_comm_step_vote(comm, &vote);        // 0, or 1: a newer epoch is known here
+ *   grads[n] = vote;                        // one more element, not scaled
+ *   ftc_allreduce(grads, grads, n + 1, FTC_F32, FTC_SUM, comm, ...);
+ *   ftc_comm_step_voted(comm, grads[n] != 0, FTC_TIMEOUT_DEFAULT, &info);
+ *
+ * ftc_comm_step_vote() reads this rank's vote (never blocks, moves nothing).
+ * Every rank puts it, unscaled, into a SUM reduction over this epoch, and
+ * after that reduction completed on this rank passes the reduced vote to
+ * ftc_comm_step_voted() (votes != 0: somebody voted 1). A sum of 0s and 1s
+ * is 0 exactly when every vote is 0, in any integer or floating type, so
+ * every rank passes the same decision. votes == 0: the boundary completes
+ * here, with no collective (info->changed = 0); votes != 0: the ranks run
+ * ftc_comm_step()'s allreduce, which agrees on the newer epoch, and move to it.
+ * The pair counts one step and is, in every other way, one ftc_comm_step()
+ * (a joiner's first call too); a failed reduction is a failed step:
+ * recover, do not call ftc_comm_step_voted(). On a failed epoch
+ * ftc_comm_step_voted() returns FTC_ERR_REVOKED as a collective would. */
+FTC_API ftc_status_t ftc_comm_step_vote(ftc_comm_t *comm, int *vote);
+FTC_API ftc_status_t ftc_comm_step_voted(ftc_comm_t *comm, int votes, int timeout_ms,
+                                         ftc_epoch_info_t *info);
+
 /* The state hand-off after a recovery or a grow, which every loop writes
  * the same way: every rank passes its application state (`bytes` bytes, the
  * same size on every rank) and the step it holds (*step, -1 for none: a

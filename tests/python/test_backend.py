@@ -93,3 +93,8 @@ def test_ddp_trains_like_gloo(n):
 def test_fsdp2_trains_like_gloo():
     out = job(2, "fsdp")
     assert len(passes(out, "fsdp")) == 2, out[-4000:]
+
+
+def test_manager_step_boundary_rides_on_the_gradient_reduction(tmp_path):
+    out = job(3, "manager_votes", args=["--dump-dir", str(tmp_path)])
+    assert len(passes(out, "manager_votes")) == 3, out[-4000:]

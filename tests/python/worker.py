@@ -682,6 +682,50 @@ def scenario_fsdp(job):
     job.done("fsdp", f"; losses {[round(v, 6) for v in lf]}")
 
 
+def scenario_manager_votes(job):
+    """ftcomm.Manager: the step boundary's agreement rides on the gradient
+    reduction, so a step without a membership change runs no allreduce of
+    its own (ftc_comm_step's: one i64), as the recorder shows."""
+    import json
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mgr = ftcomm.Manager(model, opt, global_batch=24, log=False)
+    net = mgr.wrap(model)
+    g = torch.Generator().manual_seed(7)
+    x, y = torch.randn(96, 16, generator=g), torch.randn(96, 4, generator=g)
+    steps = 8
+    for _ in range(steps):
+        assert mgr.next_step(steps + 1)
+        idx = mgr.batch_indices(len(x))
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(net(x[idx]), y[idx]).backward()
+        assert mgr.commit(), f"rank {job.rank}: a step failed without a fault"
+    path = ftcomm.torch.backend_of().dump("votes")
+    with open(path) as f:
+        d = json.load(f)
+    cols = d["entry_fields"]
+    world = next(c for c in d["communicators"] if c["epoch"] == mgr.epoch and c["size"] == job.size)
+    rows = [dict(zip(cols, e)) for e in world["entries"]]
+    red = [r for r in rows if r["op"] == "allreduce" and r["state"] == "completed"]
+    step_ar = [r for r in red if r["dtype"] == "i64" and r["count"] == 1]
+    grads = [r for r in red if r["dtype"] == "f32"]
+    nparams = sum(p.numel() for p in model.parameters())
+    # Every step reduces each gradient once and the vote once, with it.
+    job.checks += 1
+    if step_ar or sum(r["count"] for r in grads) != steps * (nparams + 1):
+        raise AssertionError(f"rank {job.rank}: {len(step_ar)} step-boundary allreduces (want 0), "
+                             f"f32 elements {sum(r['count'] for r in grads)} "
+                             f"(want {steps} x {nparams + 1}): {red}")
+    # The end: a boundary after the last update (its own allreduce, once).
+    assert not mgr.next_step(mgr.step)
+    h = [None] * job.size
+    dist.all_gather_object(h, mgr.params_hash())
+    job.same(torch.tensor(len(set(h))), torch.tensor(1), "parameters equal on every rank")
+    job.done("manager_votes", f"; {len(grads)} gradient reductions over {steps} steps")
+
+
 if __name__ == "__main__":
     scenario = sys.argv[1]
     fn = globals()[f"scenario_{scenario}"]

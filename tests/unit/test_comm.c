@@ -596,6 +596,10 @@ static int timeout_body(ftc_comm_t *comm, int rank, int n, void *arg) {
     return RANK_FAIL(rank, "a collective after the failure was not revoked");
   ftc_request_t *req;
   if (ftc_ibarrier(comm, &req) != FTC_ERR_REVOKED) return RANK_FAIL(rank, "ibarrier not revoked");
+  /* A step boundary whose votes came through (no collective of its own)
+   * still reports the failed epoch, as its allreduce would. */
+  if (ftc_comm_step_voted(comm, 0, 100, NULL) != FTC_ERR_REVOKED)
+    return RANK_FAIL(rank, "a voted step boundary on a failed epoch: %s", ftc_last_error());
   ftc_rec_entry_t e[8];
   size_t ne = ftc_rec_snapshot(comm->rec, e, 8);
   if (ne < 1 || e[ne - 1].state != FTC_REC_FAILED || e[ne - 1].op != FTC_REC_ALLREDUCE)
@@ -737,6 +741,21 @@ static int no_coordinator_body(ftc_comm_t *comm, int rank, int n, void *arg) {
   if (ftc_comm_info(comm, &info) != FTC_OK || info.epoch != 1 || info.joiner)
     return RANK_FAIL(rank, "info: epoch %llu joiner %d", (unsigned long long)info.epoch,
                      info.joiner);
+  /* The vote: nothing newer known. The boundary it agreed runs no collective
+   * (rank 0 alone would time out waiting for the others), a nonzero one
+   * runs the allreduce on every rank. */
+  int vote = -1;
+  if (ftc_comm_step_vote(comm, &vote) != FTC_OK || vote != 0)
+    return RANK_FAIL(rank, "vote %d: %s", vote, ftc_last_error());
+  if (rank == 0 && (ftc_comm_step_voted(comm, 0, 100, &info) != FTC_OK || info.changed ||
+                    info.size != n || info.rank != rank || info.epoch != 1))
+    return RANK_FAIL(rank, "voted 0 alone: %s, changed %d", ftc_last_error(), info.changed);
+  if (ftc_comm_step_voted(comm, 1, 5000, &info) != FTC_OK || info.changed || info.size != n)
+    return RANK_FAIL(rank, "voted 1: %s, changed %d", ftc_last_error(), info.changed);
+  if (ftc_comm_step_vote(NULL, &vote) != FTC_ERR_INVALID_ARGUMENT ||
+      ftc_comm_step_vote(comm, NULL) != FTC_ERR_INVALID_ARGUMENT ||
+      ftc_comm_step_voted(NULL, 0, 100, &info) != FTC_ERR_INVALID_ARGUMENT)
+    return RANK_FAIL(rank, "vote: bad arguments accepted");
   /* Recovery needs the coordinator that decides the next epoch. */
   if (ftc_comm_recover(comm, 100, &info) != FTC_ERR_NOT_SUPPORTED)
     return RANK_FAIL(rank, "recover without a coordinator: %s", ftc_last_error());

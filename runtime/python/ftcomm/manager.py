@@ -14,10 +14,17 @@ replacements, with a fixed global batch::
 
 What it does, as libftcomm's example trainer (runtime/examples/ftcomm-trainer.c):
 
-- ``commit`` runs the step boundary (``ftc_comm_step``) right after the
-  gradients are reduced, while the ranks are still together: a replacement
-  waiting to join is admitted there by every rank at once, and the next
-  ``next_step`` hands it the state (after this step's update).
+- ``commit`` runs the step boundary right after the gradients are reduced,
+  while the ranks are still together: a replacement waiting to join is
+  admitted there by every rank at once, and the next ``next_step`` hands it
+  the state (after this step's update). The boundary's agreement rides on
+  the gradient reduction: each rank's vote (``ftc_comm_step_vote``: 1 when
+  it has heard of a newer epoch) is one more element of the first gradient
+  bucket's SUM, and ``ftc_comm_step_voted`` completes the boundary with no
+  collective of its own when the sum is 0; otherwise every rank (all saw the
+  same sum) runs ``ftc_comm_step``'s allreduce and moves to the new epoch.
+  So a step without a membership change synchronizes the ranks no more
+  often than plain DDP.
 - A failed collective (a peer lost, hung or the epoch revoked) makes
   ``commit`` (or ``next_step``) recover (``ftc_comm_recover``: the survivors'
   next epoch) instead of raising; the step is redone at the new size.
@@ -157,6 +164,9 @@ class Manager:
         self._ddp = None
         self._weight = 1.0
         self._failed = None
+        # The step's summed votes (a one-element view of the reduction that
+        # carried them); None: no reduction carried them this step.
+        self._votes = None
         self._lo = self._hi = 0
         self._fail_time = None
         if self.joiner and log:
@@ -183,9 +193,21 @@ class Manager:
             fut = torch.futures.Future()
             fut.set_result(buf)
             return fut
-        buf.mul_(self._weight)
+        out = buf
         try:
-            work = dist.all_reduce(buf, op=dist.ReduceOp.SUM, async_op=True)
+            if bucket.index() == 0:
+                # The first bucket reduced carries the step boundary's vote:
+                # one more element, not weighted, in a copy of the bucket
+                # (DDP copies the returned view back into the bucket).
+                n = buf.numel()
+                red = torch.empty(n + 1, dtype=buf.dtype, device=buf.device)
+                torch.mul(buf, self._weight, out=red[:n])
+                red[n] = _C.comm_step_vote(self._backend)
+                self._votes = red[n:]
+                out = red[:n]
+            else:
+                red = buf.mul_(self._weight)
+            work = dist.all_reduce(red, op=dist.ReduceOp.SUM, async_op=True)
         except FtcommError as e:
             self._note_failure(e)
             fut = torch.futures.Future()
@@ -197,7 +219,7 @@ class Manager:
                 f.wait()
             except Exception as e:  # the step is redone after a recovery
                 self._note_failure(e)
-            return buf
+            return out
 
         return work.get_future().then(done)
 
@@ -274,6 +296,7 @@ class Manager:
         self._hi = self.global_batch * (self.rank + 1) // self.size
         self._weight = (self._hi - self._lo) / self.global_batch
         self._failed = None
+        self._votes = None
 
     def commit(self, loss=None):
         """End the step: reduce the gradients (those the wrapped model's
@@ -291,12 +314,15 @@ class Manager:
                 self.last_loss = float(t.item())
             if self._failed is None:
                 # The step boundary sits right after the reduction, which has
-                # just brought the ranks together: its 8-byte all_reduce waits
-                # for nobody. At the top of the step it would wait out the
-                # ranks' drift over the update and the loop (a second
-                # synchronization per step). A replacement admitted here gets
-                # the state after this update.
-                info = _C.comm_step(self._backend, self.timeout)
+                # just brought the ranks together and carried their votes:
+                # with none, no collective of its own. (Without the votes,
+                # its 8-byte all_reduce; at the top of the step that would
+                # wait out the ranks' drift over the update and the loop.) A
+                # replacement admitted here gets the state after this update.
+                if self._votes is not None:
+                    info = _C.comm_step_voted(self._backend, bool(self._votes.item() != 0), self.timeout)
+                else:
+                    info = _C.comm_step(self._backend, self.timeout)
         except FtcommError as e:
             self._note_failure(e)
         if self._failed is not None:
@@ -316,8 +342,12 @@ class Manager:
         grads = [p.grad for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
         if not grads:
             return
-        flat = torch.cat([g.reshape(-1) for g in grads]) * self._weight
+        # The last element carries the step boundary's vote (see _comm_hook).
+        flat = torch.cat([g.reshape(-1) for g in grads] + [grads[0].new_zeros(1)])
+        flat.mul_(self._weight)
+        flat[-1] = _C.comm_step_vote(self._backend)
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        self._votes = flat[-1:]
         off = 0
         for g in grads:
             g.copy_(flat[off:off + g.numel()].view_as(g))

@@ -8,6 +8,9 @@
  * epoch each rank has heard of: as soon as any rank has heard of a newer
  * epoch, all of them move, in the same call; a rank that has not heard of
  * it yet waits for its view (already on its way from the coordinator).
+ * ftc_comm_step_vote()/ftc_comm_step_voted() let the application's own
+ * reduction carry a one-bit vote ahead of it, so that allreduce runs only
+ * when some rank has heard of a newer epoch.
  *
  * The watchdog thread ("ftc-watchdog") sleeps on comm->wd.fd and reacts to:
  * a failed epoch (it writes the "timeout"/"error"/"revoked" dump and reports
@@ -300,8 +303,11 @@ static void info_put(ftc_epoch_info_t *info, const ftc_epoch_info_t *full, size_
   if (info && room > off) memcpy((char *)info + off, (const char *)full + off, room - off);
 }
 
+/* votes for comm_step: none given, run the allreduce that agrees. */
+#define NO_VOTES (-1)
+
 static ftc_status_t comm_recover(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info);
-static ftc_status_t comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info);
+static ftc_status_t comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info, int votes);
 
 ftc_status_t ftc_comm_recover(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info) {
   ftc_epoch_info_t full = FTC_EPOCH_INFO_INIT;
@@ -316,7 +322,23 @@ ftc_status_t ftc_comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *i
   ftc_epoch_info_t full = FTC_EPOCH_INFO_INIT;
   size_t room;
   ftc_status_t st = info_room("ftc_comm_step", info, &room);
-  if (st == FTC_OK && (st = comm_step(comm, timeout_ms, info ? &full : NULL)) == FTC_OK)
+  if (st == FTC_OK && (st = comm_step(comm, timeout_ms, info ? &full : NULL, NO_VOTES)) == FTC_OK)
+    info_put(info, &full, room);
+  return st;
+}
+
+ftc_status_t ftc_comm_step_vote(ftc_comm_t *comm, int *vote) {
+  if (!comm || !vote)
+    return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_step_vote: comm and vote must not be NULL");
+  *vote = ftc__member_latest_epoch(comm->member) > comm->view->epoch;
+  return FTC_OK;
+}
+
+ftc_status_t ftc_comm_step_voted(ftc_comm_t *comm, int votes, int timeout_ms, ftc_epoch_info_t *info) {
+  ftc_epoch_info_t full = FTC_EPOCH_INFO_INIT;
+  size_t room;
+  ftc_status_t st = info_room("ftc_comm_step_voted", info, &room);
+  if (st == FTC_OK && (st = comm_step(comm, timeout_ms, info ? &full : NULL, votes != 0)) == FTC_OK)
     info_put(info, &full, room);
   return st;
 }
@@ -367,7 +389,9 @@ static ftc_status_t step_failed(ftc_status_t st) {
   return ftc__error(st, "ftc_comm_step: the step boundary's allreduce failed: %s", why);
 }
 
-static ftc_status_t comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info) {
+/* votes: NO_VOTES (ftc_comm_step), or the reduced votes of ftc_comm_step_vote
+ * as 0 (nobody has heard of a newer epoch: no allreduce) or 1. */
+static ftc_status_t comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t *info, int votes) {
   if (!comm) return ftc__error(FTC_ERR_INVALID_ARGUMENT, "ftc_comm_step: comm is NULL");
   ftc_status_t st = ftc__check_timeout("ftc_comm_step", timeout_ms);
   if (st != FTC_OK) return st;
@@ -384,8 +408,14 @@ static ftc_status_t comm_step(ftc_comm_t *comm, int timeout_ms, ftc_epoch_info_t
   int64_t heard = (int64_t)ftc__member_latest_epoch(comm->member);
   if (heard < (int64_t)epoch) heard = (int64_t)epoch;
   int64_t v = heard;
-  st = ftc_allreduce(&v, &v, 1, FTC_I64, FTC_MAX, comm, timeout_ms);
-  if (st != FTC_OK) return step_failed(st);
+  if (votes == 0) {
+    /* The application's reduction carried the agreement: every rank voted
+     * 0, i.e. knew of no epoch after this one when it voted. */
+    if ((st = ftc__comm_gate(comm)) != FTC_OK) return st;
+    v = (int64_t)epoch;
+  } else if ((st = ftc_allreduce(&v, &v, 1, FTC_I64, FTC_MAX, comm, timeout_ms)) != FTC_OK) {
+    return step_failed(st);
+  }
   /* A completed step boundary: this process holds the application's state
    * (whatever was sent to it at the boundary that admitted it came before). */
   if (!comm->ready && comm->member) {

@@ -690,21 +690,26 @@ void Backend::setGroupUid(const std::string &uid) {
   comm_->group_named = false; /* named again before the next op */
 }
 
-std::vector<std::pair<int, int>> Backend::recover(ftc_epoch_info_t *info, const char *what) {
+ftc_status_t Backend::recover_locked(int timeout_ms, ftc_epoch_info_t *info) {
+  ftc_status_t st = ftc_comm_recover(comm_->comm, timeout_ms, info);
+  if (st == FTC_OK && info->changed) {
+    comm_->moved_from = epoch_;
+    comm_->moved_lost.clear();
+    comm_->moved_joined = info->joined;
+    for (int i = 0; i < info->lost; i++) {
+      int prev = -1, slot = -1;
+      if (ftc_comm_lost(comm_->comm, i, &prev, &slot, nullptr) == FTC_OK) comm_->moved_lost.emplace_back(prev, slot);
+    }
+  }
+  return st;
+}
+
+std::vector<std::pair<int, int>> Backend::recover(ftc_epoch_info_t *info, const char *what, int timeout_ms) {
   ftc_status_t st;
   std::vector<std::pair<int, int>> out;
   {
     std::lock_guard<std::mutex> l(comm_->mu);
-    st = ftc_comm_recover(comm_->comm, FTC_TIMEOUT_DEFAULT, info);
-    if (st == FTC_OK && info->changed) {
-      comm_->moved_from = epoch_;
-      comm_->moved_lost.clear();
-      comm_->moved_joined = info->joined;
-      for (int i = 0; i < info->lost; i++) {
-        int prev = -1, slot = -1;
-        if (ftc_comm_lost(comm_->comm, i, &prev, &slot, nullptr) == FTC_OK) comm_->moved_lost.emplace_back(prev, slot);
-      }
-    }
+    st = recover_locked(timeout_ms, info);
     /* Unchanged now, but moved since this group was made (an earlier call
      * recovered): that move is the one this group sees. */
     if (st == FTC_OK && (info->changed || (info->epoch != epoch_ && comm_->moved_from == epoch_))) {
@@ -823,7 +828,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reconfigure(const c10d::ReconfigureOptio
       name_for_recorder("ftcomm:reconfigure");
       st = ftc_comm_step(comm_->comm, left_ms(), &info);
       if (st == FTC_ERR_PEER_LOST || st == FTC_ERR_TIMEOUT || st == FTC_ERR_REVOKED || st == FTC_ERR_MISMATCH)
-        st = ftc_comm_recover(comm_->comm, left_ms(), &info);
+        st = recover_locked(left_ms(), &info);
       if (st == FTC_OK) {
         int32_t mine[2] = {comm_->slot, std::chrono::steady_clock::now() >= deadline};
         got.resize(2 * static_cast<size_t>(info.size));

@@ -253,8 +253,12 @@ class Backend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reconfigure(const c10d::ReconfigureOptions &opts) override;
 #endif
   /* ftc_comm_recover: wait for the coordinator's next epoch of this group's
-   * survivors; the (rank, slot) of those it lost since this group was made. */
-  std::vector<std::pair<int, int>> recover(ftc_epoch_info_t *info, const char *what);
+   * survivors; the (rank, slot) of those it lost since this group was made.
+   * The one recovery of every entry point: ftcomm.Manager
+   * (ftcomm._C.comm_recover), backend_of().recover() with shrink_group, and
+   * reconfigure on a failed epoch (through recover_locked). */
+  std::vector<std::pair<int, int>> recover(ftc_epoch_info_t *info, const char *what,
+                                           int timeout_ms = FTC_TIMEOUT_DEFAULT);
 
   uint64_t getSequenceNumberForGroup() override { return seq_; }
   void setTimeout(std::chrono::milliseconds timeout) override { options_->timeout = timeout; }
@@ -271,6 +275,8 @@ class Backend : public c10d::Backend {
     last_error_.store(FTC_OK);
   }
   const std::shared_ptr<Completions> &completions() const { return done_; }
+  /* recover's ftc_comm_recover and its record of who was lost, under comm()->mu. */
+  ftc_status_t recover_locked(int timeout_ms, ftc_epoch_info_t *info);
   std::chrono::milliseconds timeout_of(std::chrono::milliseconds op_timeout) const;
   uint64_t next_seq() { return ++seq_; }
   /* Tell the flight recorder the torch-level names of the next collective

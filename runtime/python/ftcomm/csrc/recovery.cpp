@@ -65,8 +65,44 @@ py::dict comm_step(Backend &be, const py::object &timeout_s) {
   return run_boundary(be, timeout_s, "step boundary (ftc_comm_step)", ftc_comm_step);
 }
 
+/* ftc_comm_step_vote: 0, or 1 when this rank has heard of a newer epoch. */
+int comm_step_vote(Backend &be) {
+  auto c = be.comm();
+  int vote = 0;
+  ftc_status_t st;
+  {
+    std::lock_guard<std::mutex> l(c->mu);
+    st = ftc_comm_step_vote(c->comm, &vote);
+  }
+  if (st != FTC_OK) throw_status(st, *c, "ftc_comm_step_vote");
+  return vote;
+}
+
+py::dict comm_step_voted(Backend &be, bool votes, const py::object &timeout_s) {
+  int ms = timeout_ms_of(timeout_s);
+  auto c = be.comm();
+  ftc_epoch_info_t info{};
+  ftc_status_t st;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> l(c->mu);
+    st = ftc_comm_step_voted(c->comm, votes ? 1 : 0, ms, &info);
+  }
+  if (st != FTC_OK) throw_status(st, *c, "step boundary (ftc_comm_step_voted)");
+  be.follow_epoch(info.rank, info.size);
+  return info_dict(info);
+}
+
+/* The backend's recovery, the same as recover() and shrink_group's. */
 py::dict comm_recover(Backend &be, const py::object &timeout_s) {
-  return run_boundary(be, timeout_s, "recovery (ftc_comm_recover)", ftc_comm_recover);
+  int ms = timeout_ms_of(timeout_s);
+  ftc_epoch_info_t info{};
+  {
+    py::gil_scoped_release nogil;
+    be.recover(&info, "recovery (ftc_comm_recover)", ms);
+  }
+  be.follow_epoch(info.rank, info.size);
+  return info_dict(info);
 }
 
 py::dict comm_info(Backend &be) {
@@ -110,6 +146,13 @@ py::list comm_new_ranks(Backend &be) {
 void register_recovery(py::module_ &m) {
   m.def("comm_step", &comm_step, py::arg("backend"), py::arg("timeout_s") = py::none(),
         "ftc_comm_step: the step boundary; returns the epoch's info (changed: a joiner was admitted).");
+  m.def("comm_step_vote", &comm_step_vote, py::arg("backend"),
+        "ftc_comm_step_vote: this rank's vote for the step boundary (1: it has heard of a newer epoch), "
+        "to carry unscaled in a SUM reduction of the step; pass the reduced vote != 0 to comm_step_voted.");
+  m.def("comm_step_voted", &comm_step_voted, py::arg("backend"), py::arg("votes"),
+        py::arg("timeout_s") = py::none(),
+        "ftc_comm_step_voted: the step boundary agreed by the reduced votes (False: no collective); "
+        "returns the epoch's info as comm_step does.");
   m.def("comm_recover", &comm_recover, py::arg("backend"), py::arg("timeout_s") = py::none(),
         "ftc_comm_recover: wait for the survivors' next epoch; returns its info.");
   m.def("comm_info", &comm_info, py::arg("backend"), "ftc_comm_info: the current epoch.");
