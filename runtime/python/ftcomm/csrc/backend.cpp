@@ -447,7 +447,20 @@ void Work::arm(std::shared_ptr<Completions> done, bool tracked, int comm_timeout
     ftc_status_t st = ftc_request_on_complete(r, &Work::on_request_done, this);
     TORCH_INTERNAL_ASSERT(st == FTC_OK, "ftcomm: ftc_request_on_complete: ", ftc_last_error());
   }
-  if (pending_.fetch_sub(1) == 1) land();
+  if (pending_.fetch_sub(1) == 1) {
+    land();
+    flight_done(*done_);
+  }
+}
+
+void Work::flight_done(Completions &d) {
+  bool wake;
+  {
+    std::lock_guard<std::mutex> l(d.mu);
+    d.in_flight--;
+    wake = d.stopping && d.in_flight == 0;
+  }
+  if (wake) d.cv.notify_all();
 }
 
 void Work::on_request_done(ftc_request_t *, ftc_status_t st, void *arg) {
@@ -461,8 +474,17 @@ void Work::on_request_done(ftc_request_t *, ftc_status_t st, void *arg) {
       w->first_detail_ = ftc_last_error();
     }
   }
-  if (w->pending_.fetch_sub(1) == 1) w->land();
+  std::shared_ptr<Completions> d;
+  if (w->pending_.fetch_sub(1) == 1) {
+    w->land();
+    d = w->done_;
+  }
+  /* The requests' reference goes before the flight ends: while one is in
+   * flight the backend (and the communicator it holds) stays, so this is
+   * never the Work's last reference to the communicator, whose destroy
+   * would join this very thread. */
   c10::raw::intrusive_ptr::decref(w);
+  if (d) flight_done(*d);
 }
 
 void Work::land() {
@@ -477,14 +499,12 @@ void Work::land() {
     hop = tracked_ && !settling_ && (post_ || future_out_);
   }
   cv_.notify_all();
-  bool wake;
+  if (!hop) return;
   {
     std::lock_guard<std::mutex> l(done_->mu);
-    done_->in_flight--;
-    if (hop) done_->ready.push_back(c10::intrusive_ptr<Work>::reclaim_copy(this));
-    wake = hop || (done_->stopping && done_->in_flight == 0);
+    done_->ready.push_back(c10::intrusive_ptr<Work>::reclaim_copy(this));
   }
-  if (wake) done_->cv.notify_all();
+  done_->cv.notify_all();
 }
 
 void Work::settle() {

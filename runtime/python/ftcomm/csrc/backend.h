@@ -118,7 +118,7 @@ struct Completions {
   std::condition_variable cv;
   std::deque<c10::intrusive_ptr<Work>> ready; /* landed, to settle off the progress thread */
   std::vector<c10::intrusive_ptr<Work>> timed; /* in flight, with a deadline before libftcomm's timeout */
-  int in_flight = 0;                          /* armed and not landed */
+  int in_flight = 0;                          /* armed, not landed or still held by a request */
   bool stopping = false;
   std::atomic<int> last_error{FTC_OK};        /* the last failed op's status (getError) */
 };
@@ -155,6 +155,8 @@ class Work : public c10d::Work {
   void arm(std::shared_ptr<Completions> done, bool tracked, int comm_timeout_ms);
   static void on_request_done(ftc_request_t *req, ftc_status_t st, void *arg);
   void land();
+  /* After a Work landed and its requests let it go: the backend may end. */
+  static void flight_done(Completions &d);
   /* Once landed: complete() here unless another thread does it (then wait for it). */
   void settle();
   bool landed() {
