@@ -820,17 +820,12 @@ int main(int argc, char **argv) {
    * thousands at once through its poll loop answers late (at 16,384 the
    * sessions past about 10,000 ran into a limit of 60 s). */
   info.timeout_secs = 600;
-  if (ftc__evloop_open(&g.ev) > 0) {
-    struct lws_context_creation_info ev_info = info;
-    ftc__evloop_setup(&g.ev, &ev_info);
-    g.ctx = lws_create_context(&ev_info);
-    if (!g.ctx) ftc__evloop_close(&g.ev);
-  }
-  if (!g.ctx) {
+  if (ftc__evloop_open(&g.ev) > 0)
+    ftc__evloop_setup(&g.ev, &info);
+  else
     fprintf(stderr, "coord_sim: no epoll loop for the members (%s); they wait in poll(2)\n",
-            g.ev.why[0] ? g.ev.why : "libwebsockets did not take libev");
-    g.ctx = lws_create_context(&info);
-  }
+            g.ev.why);
+  g.ctx = lws_create_context(&info);
   if (!g.ctx) {
     fprintf(stderr, "coord_sim: cannot create the libwebsockets context\n");
     return 2;

@@ -2243,19 +2243,12 @@ ftc_status_t ftc__coord_create(const ftc__coord_cfg_t *cfg, ftc__coord_t **out) 
   info.retry_and_idle_policy = &no_validity_timer;
   int asked = ftc__evloop_open(&co->ev);
   if (asked > 0) {
-    struct lws_context_creation_info ev_info = info;
-    ftc__evloop_setup(&co->ev, &ev_info);
-    co->ctx = lws_create_context(&ev_info);
-    if (!co->ctx) {
-      ftc__evloop_close(&co->ev);
-      snprintf(co->ev.why, sizeof(co->ev.why),
-               "libwebsockets did not take the libev loop (install libwebsockets-evlib-ev)");
-    }
-  }
-  if (!co->ctx && asked == 0)
+    ftc__evloop_setup(&co->ev, &info);
+  } else if (asked == 0) {
     FTC_WARN(FTC_SUB_COORD, "job %s: the coordinator waits in poll(2), which costs a walk of "
              "every session per wake-up: %s", co->job, co->ev.why);
-  if (!co->ctx) co->ctx = lws_create_context(&info);
+  }
+  co->ctx = lws_create_context(&info);
   if (!co->ctx) {
     st = ftc__error(FTC_ERR_SYSTEM,
                     "the coordinator cannot listen on %s port %d (address in use or not local?)",

@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 /* libev 4's ABI (ev.h): not included, so that building needs no libev-dev. */
 #define EV_BACKEND_EPOLL 0x00000004U
@@ -29,6 +30,15 @@ int ftc__evloop_open(ftc__evloop_t *e) {
              "FTCOMM_COORD_LOOP=%.40s is neither epoll nor poll; using poll", want);
     return 0;
   }
+#ifdef LWS_INSTALL_LIBDIR
+  /* Checked here, so that a context that fails on the loop fails for its
+   * own reason (a port in use), not for a missing plugin. */
+  if (access(LWS_INSTALL_LIBDIR "/libwebsockets-evlib_ev.so", R_OK)) {
+    snprintf(e->why, sizeof(e->why), "no %s/libwebsockets-evlib_ev.so (install "
+             "libwebsockets-evlib-ev)", LWS_INSTALL_LIBDIR);
+    return 0;
+  }
+#endif
   e->lib = dlopen("libev.so.4", RTLD_NOW | RTLD_LOCAL);
   if (!e->lib) {
     snprintf(e->why, sizeof(e->why), "no libev.so.4 (install libev4 and libwebsockets-evlib-ev)");

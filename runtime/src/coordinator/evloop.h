@@ -10,9 +10,9 @@
  * ready descriptor. libev is loaded at run time (dlopen), so a host or an
  * image without the plugin still runs, on poll(2), said once in a log line.
  *
- * Use: ftc__evloop_open(); if it returns 1, ftc__evloop_setup(info) before
- * lws_create_context(); when that fails, ftc__evloop_close() and create the
- * context again without (the plugin was missing). The service thread calls
+ * Use: ftc__evloop_open() (it checks that the plugin is installed); if it
+ * returns 1, ftc__evloop_setup(info) before lws_create_context(); a context
+ * that fails then fails for its own reason (ftc__evloop_close() after). The service thread calls
  * ftc__evloop_service() where it would call lws_service(); lws_cancel_service()
  * wakes it as before. After lws_context_destroy(): ftc__evloop_close().
  */
