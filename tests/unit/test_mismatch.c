@@ -154,7 +154,9 @@ static int null_root_body(ftc_comm_t *comm, int rank, int n, void *arg) {
       return RANK_FAIL(rank, "the allreduce after it: %s (%s)", ftc_strerror(st), ftc_last_error());
     return 0;
   }
-  if (st != FTC_OK && st != FTC_ERR_MISMATCH && st != FTC_ERR_PEER_LOST)
+  /* REVOKED: the root's mismatch and its shut connections reached this rank
+   * before its own reduce started (the epoch failed earlier, a peer lost). */
+  if (st != FTC_OK && st != FTC_ERR_MISMATCH && st != FTC_ERR_PEER_LOST && st != FTC_ERR_REVOKED)
     return RANK_FAIL(rank, "reduce whose root refused its call: %s (%s)", ftc_strerror(st), ftc_last_error());
   if (rank == 1 && st != FTC_ERR_MISMATCH) /* its ring descriptor comes from the root */
     return RANK_FAIL(rank, "reduce whose root refused its call: %s (%s)", ftc_strerror(st), ftc_last_error());
